@@ -1,0 +1,28 @@
+"""The profkit command line: a thin layer over the library (one module per subcommand)."""
+from __future__ import annotations
+
+import click
+
+from profkit import __version__
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="profkit")
+def main() -> None:
+    """profkit: find out why your PyTorch GPU work is slow, and what to do next.
+
+    \b
+    profkit capture script.py      profile a script with Nsight Systems into an SQLite trace
+    profkit classify trace.sqlite  one row per op: GPU time, bound class, evidence, next step
+    """
+
+
+def _register() -> None:
+    from profkit.cli import capture, classify, peaks
+
+    main.add_command(classify.classify)
+    main.add_command(capture.capture)
+    main.add_command(peaks.peaks)
+
+
+_register()

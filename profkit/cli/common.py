@@ -1,0 +1,65 @@
+"""Pieces shared by the subcommands: one-line errors and shared options."""
+from __future__ import annotations
+
+import functools
+import sys
+from typing import Any, Callable
+
+import click
+
+from profkit.errors import ProfkitError
+
+EXIT_USAGE = 2
+
+
+def fail(message: str, code: int = EXIT_USAGE) -> None:
+    """Print one line on stderr and exit; never a traceback."""
+    click.echo(f"profkit: error: {message}", err=True)
+    sys.exit(code)
+
+
+def one_line_errors(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn library errors (and the usual OS errors on user files) into one line and exit 2."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except ProfkitError as exc:
+            fail(str(exc))
+        except (OSError, MemoryError) as exc:
+            fail(f"{exc.__class__.__name__}: {exc}")
+
+    return wrapper
+
+
+def by_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "--by",
+        type=click.Choice(["range", "kernel", "aten"]),
+        default="range",
+        show_default=True,
+        help="Level of attribution: NVTX range name, kernel name, or aten:: op (emit_nvtx).",
+    )(func)
+
+
+def peaks_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "--peaks",
+        "peaks_file",
+        type=click.Path(dir_okay=False),
+        default=None,
+        help="JSON file of measured peaks (from `profkit peaks`) that overrides the spec table.",
+    )(func)
+
+
+def output_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    func = click.option(
+        "-o", "--output", "output", type=click.Path(dir_okay=False), default=None,
+        help="Write to this file instead of standard output.",
+    )(func)
+    func = click.option(
+        "--format", "fmt", type=click.Choice(["table", "json", "csv", "markdown"]),
+        default="table", show_default=True, help="Output format.",
+    )(func)
+    return func

@@ -1,0 +1,160 @@
+"""Roofline ceilings for a GPU: a spec table keyed by name, a measured-peaks file, or the trace's own numbers.
+
+Peaks file (JSON, written by ``profkit peaks`` on a GPU machine, or by hand)::
+
+    {"gpu": "NVIDIA H200", "source": "measured with profkit peaks, 2026-11-30",
+     "memory_bandwidth": 4.25e12,                      # bytes/s
+     "flops": {"fp32": 5.1e13, "tf32": 3.45e14, "bf16": 7.9e14, "fp16": 6.64e14},  # FLOP/s
+     "launch_floor_ns": 1300}                          # one empty kernel, back to back
+
+Keys missing from the file fall back to the spec table.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Optional
+
+from profkit.errors import ProfkitError
+
+PRECISION_ORDER = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8")
+
+# Datasheet numbers: dense tensor-core rates (no sparsity), SXM parts where there are several.
+# Each entry: (name regex, memory bandwidth B/s, {precision: FLOP/s}).
+_SPECS: list[tuple[str, float, dict[str, float]]] = [
+    (r"H200", 4.8e12, {"fp64": 34e12, "fp32": 67e12, "tf32": 494.5e12, "bf16": 989.5e12,
+                       "fp16": 989.5e12, "fp8": 1979e12}),
+    (r"H100.*PCIe", 2.0e12, {"fp64": 26e12, "fp32": 51e12, "tf32": 378e12, "bf16": 756e12,
+                             "fp16": 756e12, "fp8": 1513e12}),
+    (r"H100|GH200", 3.35e12, {"fp64": 34e12, "fp32": 67e12, "tf32": 494.5e12, "bf16": 989.5e12,
+                              "fp16": 989.5e12, "fp8": 1979e12}),
+    (r"B200", 8.0e12, {"fp64": 40e12, "fp32": 80e12, "tf32": 1100e12, "bf16": 2250e12,
+                       "fp16": 2250e12, "fp8": 4500e12}),
+    (r"A100.*40GB", 1.555e12, {"fp64": 9.7e12, "fp32": 19.5e12, "tf32": 156e12, "bf16": 312e12,
+                               "fp16": 312e12}),
+    (r"A100", 2.039e12, {"fp64": 9.7e12, "fp32": 19.5e12, "tf32": 156e12, "bf16": 312e12,
+                         "fp16": 312e12}),
+    (r"L40S", 0.864e12, {"fp32": 91.6e12, "tf32": 183e12, "bf16": 362e12, "fp16": 362e12,
+                         "fp8": 733e12}),
+    (r"L4\b", 0.3e12, {"fp32": 30.3e12, "tf32": 60e12, "bf16": 121e12, "fp16": 121e12,
+                       "fp8": 242e12}),
+    (r"RTX 4090", 1.008e12, {"fp32": 82.6e12, "tf32": 82.6e12, "bf16": 165e12, "fp16": 165e12,
+                             "fp8": 330e12}),
+    (r"V100", 0.9e12, {"fp64": 7.8e12, "fp32": 15.7e12, "fp16": 125e12}),
+]
+
+DEFAULT_LAUNCH_FLOOR_NS = 2000.0  # an empty kernel back to back is ~1-2 us on recent GPUs
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """What the trace says about the GPU (TARGET_INFO_GPU)."""
+    name: str = "unknown GPU"
+    sm_count: Optional[int] = None
+    clock_hz: Optional[float] = None
+    memory_bandwidth: Optional[float] = None  # B/s, as the driver reports it
+    compute_capability: Optional[str] = None
+    l2_bytes: Optional[int] = None
+    total_memory: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class Peaks:
+    gpu: str
+    memory_bandwidth: float                      # bytes/s
+    flops: dict[str, float] = field(default_factory=dict)  # precision -> FLOP/s
+    launch_floor_ns: float = DEFAULT_LAUNCH_FLOOR_NS
+    source: str = "spec"
+
+    def compute_peak(self, precision: Optional[str]) -> tuple[str, float]:
+        """The roof for ``precision`` (falls back to fp32, then the lowest roof known)."""
+        if precision and precision in self.flops:
+            return precision, self.flops[precision]
+        if "fp32" in self.flops:
+            return "fp32", self.flops["fp32"]
+        name = min(self.flops, key=self.flops.__getitem__)
+        return name, self.flops[name]
+
+    def ridge(self, precision: Optional[str]) -> float:
+        """Arithmetic intensity (FLOP/byte) where the compute roof meets the memory roof."""
+        return self.compute_peak(precision)[1] / self.memory_bandwidth
+
+    def to_json(self) -> dict:
+        return {"gpu": self.gpu, "source": self.source, "memory_bandwidth": self.memory_bandwidth,
+                "flops": dict(self.flops), "launch_floor_ns": self.launch_floor_ns}
+
+
+def spec_peaks(gpu: GpuInfo) -> Optional[Peaks]:
+    for pattern, bw, flops in _SPECS:
+        if re.search(pattern, gpu.name):
+            return Peaks(gpu=gpu.name, memory_bandwidth=bw, flops=dict(flops),
+                         source=f"spec table ({pattern.replace(chr(92) + 'b', '')} datasheet)")
+    return None
+
+
+def derived_peaks(gpu: GpuInfo) -> Optional[Peaks]:
+    """Ceilings from the trace's own numbers for a GPU the spec table does not know.
+
+    fp32 = 2 FLOP x 128 FP32 lanes x SMs x clock (true of sm_80 and later); tensor rates are
+    left out because they vary too much between parts to guess.
+    """
+    if not gpu.memory_bandwidth:
+        return None
+    flops: dict[str, float] = {}
+    if gpu.sm_count and gpu.clock_hz:
+        flops["fp32"] = 2 * 128 * gpu.sm_count * gpu.clock_hz
+    else:
+        return None
+    return Peaks(gpu=gpu.name, memory_bandwidth=float(gpu.memory_bandwidth), flops=flops,
+                 source="derived from the trace (bandwidth, SMs x clock); pass --peaks for better")
+
+
+def load_peaks_file(path: str | Path, base: Optional[Peaks], gpu: GpuInfo) -> Peaks:
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text())
+    except FileNotFoundError:
+        raise ProfkitError(f"peaks file not found: {p}") from None
+    except (OSError, ValueError) as exc:
+        raise ProfkitError(f"peaks file {p} is not valid JSON ({exc}); "
+                           "write one with `profkit peaks -o FILE` on the GPU") from None
+    if not isinstance(data, dict):
+        raise ProfkitError(f"peaks file {p} must hold a JSON object")
+    try:
+        bw = data.get("memory_bandwidth", base.memory_bandwidth if base else None)
+        flops = dict(base.flops) if base else {}
+        flops.update({str(k): float(v) for k, v in (data.get("flops") or {}).items()})
+        floor = float(data.get("launch_floor_ns", base.launch_floor_ns if base
+                               else DEFAULT_LAUNCH_FLOOR_NS))
+    except (TypeError, ValueError, AttributeError):
+        raise ProfkitError(f"peaks file {p}: numbers expected in memory_bandwidth, flops, "
+                           "launch_floor_ns") from None
+    if not bw or not flops:
+        raise ProfkitError(f"peaks file {p} needs memory_bandwidth and flops for {gpu.name}")
+    source = str(data.get("source") or f"peaks file {p.name}")
+    return Peaks(gpu=str(data.get("gpu") or gpu.name), memory_bandwidth=float(bw), flops=flops,
+                 launch_floor_ns=floor, source=source)
+
+
+def resolve_peaks(gpu: GpuInfo, peaks_file: Optional[str | Path] = None) -> tuple[Peaks, list[str]]:
+    """The ceilings to use and any warnings to show the user."""
+    warnings: list[str] = []
+    base = spec_peaks(gpu)
+    if peaks_file is not None:
+        return load_peaks_file(peaks_file, base, gpu), warnings
+    if base is not None:
+        return base, warnings
+    derived = derived_peaks(gpu)
+    if derived is not None:
+        warnings.append(f"{gpu.name} is not in the spec table: using ceilings derived from the "
+                        "trace (memory bandwidth, fp32 from SMs x clock); pass --peaks FILE for "
+                        "tensor-core roofs")
+        return derived, warnings
+    raise ProfkitError(f"unknown GPU {gpu.name!r} and the trace has no bandwidth/clock numbers: "
+                       "pass --peaks FILE (write one with `profkit peaks -o FILE` on that GPU)")
+
+
+def with_launch_floor(peaks: Peaks, floor_ns: float) -> Peaks:
+    return replace(peaks, launch_floor_ns=floor_ns)

@@ -277,13 +277,14 @@ class TraceReader:
             f'SELECT max(max(start), coalesce(max("end"), 0)) FROM "{t}" '
             f"WHERE eventType IN ({types})").fetchone()[0]
         strings = self.strings()
-        name = df["textId"].map(strings) if df["textId"].notna().any() else pd.Series(None, index=df.index)
-        df["name"] = name.fillna(df["text"]).fillna("<unnamed range>")
+        name = df["textId"].map(strings).astype(object) if df["textId"].notna().any() else \
+            pd.Series(None, index=df.index, dtype=object)
+        df["name"] = name.fillna(df["text"].astype(object)).fillna("<unnamed range>")
         df["end"] = df["end"].fillna(last).astype(np.int64)
         df["globalTid"] = df["globalTid"].fillna(0).astype(np.int64)
         df["style"] = np.where(df["eventType"].isin([NVTX_PUSHPOP, NVTXT_PUSHPOP]), "PushPop", "StartEnd")
         domains = self._domain_names()
-        df["domain"] = df["domainId"].fillna(0).astype(np.int64).map(domains).fillna("")
+        df["domain"] = df["domainId"].fillna(0).astype(np.int64).map(domains).astype(object).fillna("")
         named = df["domain"] != ""
         df.loc[named, "name"] = df.loc[named, "domain"] + ":" + df.loc[named, "name"]
         return df[["start", "end", "globalTid", "name", "domain", "style"]].reset_index(drop=True)

@@ -1,0 +1,180 @@
+"""The next step for each op: the cheapest rung of the ladder that is likely to pay, and by how much.
+
+mature library -> torch.compile -> Triton -> CUDA C++ extension -> CUTLASS/CuTe
+
+Every estimate is a bound, with its formula in ``basis``: a roofline bound (the op at a target
+fraction of its roof), or a fusion bound ((kernels + launch gaps) / one fused kernel). The
+end-to-end gain is Amdahl's law over the trace's total GPU time.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Optional
+
+from profkit.classify import GEMM_RE, Verdict
+from profkit.estimate import amdahl
+from profkit.evidence import Work
+from profkit.model import BoundClass, Rung
+from profkit.peaks import Peaks
+
+NEAR_ROOF = 0.70          # at or above this share of its roof, a new kernel would not pay
+TARGET_MEMORY = 0.90      # what a good memory-bound kernel reaches (share of the bandwidth roof)
+TARGET_COMPUTE = 0.70     # what a good library GEMM reaches (share of the compute roof)
+MIN_END_TO_END = 1.02     # below this end-to-end gain, the work does not pay
+
+_NORM_RE = re.compile(r"rms_?norm|layer_?norm|RMSNorm|LayerNorm", re.I)
+_ADD_RE = re.compile(r"add|residual", re.I)
+_SOFTMAX_RE = re.compile(r"softmax", re.I)
+_GELU_RE = re.compile(r"gelu", re.I)
+_ATTN_RE = re.compile(r"attention|flash|fmha|sdpa|cudnn_attention", re.I)
+
+
+@dataclass
+class Suggestion:
+    rung: Rung
+    action: str
+    expected_op_speedup: float
+    expected_end_to_end_speedup: float
+    basis: str
+    worth_it: bool
+
+    def as_dict(self) -> dict:
+        return {"rung": self.rung.value, "action": self.action,
+                "expected_op_speedup": round(self.expected_op_speedup, 3),
+                "expected_end_to_end_speedup": round(self.expected_end_to_end_speedup, 4),
+                "basis": self.basis, "worth_it": self.worth_it}
+
+
+def end_to_end(op: dict, op_speedup: float, total_gpu_ns: float) -> float:
+    """Amdahl over the trace's GPU time. The saving is counted on steady-state calls (median x
+    count) and never exceeds the op's own busy GPU time, so idle gaps cannot inflate it."""
+    if op_speedup <= 1.0 or total_gpu_ns <= 0:
+        return 1.0
+    steady = float(op["gpu_time_median_ns"]) * float(op["count"])
+    saved = min(steady * (1.0 - 1.0 / op_speedup), float(op["busy_ns"]))
+    p = saved / total_gpu_ns / (1.0 - 1.0 / op_speedup)
+    return amdahl(min(p, 1.0), op_speedup)
+
+
+def _pattern(text: str) -> Optional[str]:
+    if _NORM_RE.search(text) and _ADD_RE.search(text):
+        return "add_layernorm" if re.search(r"layer_?norm", text, re.I) and not \
+            re.search(r"rms", text, re.I) else "add_rmsnorm"
+    if _SOFTMAX_RE.search(text):
+        return "softmax"
+    if _GELU_RE.search(text) and _ADD_RE.search(text):
+        return "bias_gelu"
+    return None
+
+
+# Passes over the activation tensor: eager PyTorch vs the bundled fused kernel.
+_FUSED_PASSES = {"add_rmsnorm": (5, 4), "add_layernorm": (5, 4), "softmax": (4, 2), "bias_gelu": (4, 2)}
+
+
+def advise(op: dict, verdict: Verdict, work: Optional[Work], peaks: Peaks, kernel_names: list[str],
+           under_graph: bool, total_gpu_ns: float) -> Suggestion:
+    span = float(op["gpu_time_median_ns"])
+    busy = float(op["busy_median_ns"]) or span
+    kpc = float(op["kernels_per_call"])
+    text = " ".join([str(op["name"])] + kernel_names)
+    pct = verdict.pct_of_roof
+    rung, action, s, basis = _choose(op, verdict, work, peaks, text, kpc, span, busy, pct, under_graph)
+    s = max(1.0, s)
+    e2e = end_to_end(op, s, total_gpu_ns)
+    worth = rung is not Rung.NONE and e2e >= MIN_END_TO_END
+    if rung is not Rung.NONE and not worth:
+        action = (f"Not worth a kernel: {float(op['share']):.1%} of GPU time, so even {s:.2f}x on "
+                  f"this op is {e2e:.3f}x end to end. (If it grows: {action})")
+    return Suggestion(rung, action, s, e2e, basis, worth)
+
+
+def _choose(op, verdict, work, peaks, text, kpc, span, busy, pct, under_graph):
+    floor = peaks.launch_floor_ns
+    kmed = float(op["kernel_median_ns"])
+    if verdict.bound is BoundClass.LAUNCH:
+        gap = max(span - busy, 0.0) / max(kpc - 1.0, 1.0)  # CPU launch cost seen between kernels
+        fused = max(floor, kmed * 1.0) + (0.0 if under_graph else gap)
+        if kpc >= 2:
+            s = span / fused
+            where = ("these kernels already replay from a CUDA graph, so launches are cheap but "
+                     "each kernel is tiny: " if under_graph else "")
+            pat = _pattern(text)
+            bundled = f" (bundled: kernels.{pat})" if pat else ""
+            graphs = "" if under_graph else ' (mode="reduce-overhead" also captures a CUDA graph)'
+            return (Rung.TORCH_COMPILE,
+                    f"{where}fuse the {kpc:.0f} kernels of each call into one: torch.compile"
+                    f"{graphs}{bundled}",
+                    s, f"fusion bound: span {span / 1e3:.1f} us / (one kernel {max(floor, kmed) / 1e3:.1f} us"
+                       f" + one launch gap {0.0 if under_graph else gap / 1e3:.1f} us)")
+        return (Rung.TORCH_COMPILE,
+                "one tiny kernel per call: give each launch more work (batch calls) or capture it "
+                "with its neighbours in a CUDA graph / torch.compile",
+                span / max(floor, kmed), "launch bound: span / max(launch floor, kernel time)")
+
+    if pct is not None and pct >= NEAR_ROOF:
+        roof = "memory bandwidth" if verdict.bound is BoundClass.MEMORY else "compute"
+        less = ("move fewer bytes: fuse it with its neighbours, keep tensors in lower precision, "
+                "or (for weight-streaming GEMMs) batch more tokens per weight read or quantize weights"
+                if verdict.bound is BoundClass.MEMORY else
+                "do less arithmetic or use a lower precision (bf16/fp8) if accuracy allows")
+        return (Rung.NONE, f"Leave it: at {pct:.0%} of its {roof} roof a new kernel would not pay; "
+                           f"to go faster, {less}", 1.0, f"roofline: {pct:.0%} of roof")
+
+    gemm = bool(GEMM_RE.search(text))
+    if verdict.bound is BoundClass.MEMORY:
+        if work is not None and work.source.value == "copy":
+            return (Rung.NONE, "a copy: avoid it (keep the data on the GPU), use pinned memory with "
+                               "non_blocking=True, and overlap it with compute on another stream",
+                    1.0, "copies are removed, not sped up")
+        pat = _pattern(text)
+        if pat:
+            eager, fused = _FUSED_PASSES[pat]
+            s = span / (busy * fused / eager)
+            return (Rung.TRITON, f"fuse into one pass with the bundled kernel kernels.{pat} "
+                                 f"(Triton or CUDA backend): {eager} passes over HBM become {fused}",
+                    s, f"byte-count bound: span / (busy x {fused}/{eager})")
+        if gemm:
+            tgt = (work.bytes / (TARGET_MEMORY * peaks.memory_bandwidth) * 1e9
+                   if work is not None and work.bytes else None)
+            return (Rung.LIBRARY, "memory-bound GEMM (skinny: it streams the weights): batch more "
+                                  "tokens per call, or use weight-only int8/fp8 quantization "
+                                  "(fewer bytes per weight)", (span / tgt) if tgt else 1.0,
+                    "roofline bound at 90% of bandwidth" if tgt else "no work counts")
+        if kpc >= 2:
+            fused_t = max(floor, kmed)
+            return (Rung.TORCH_COMPILE, f"fuse the {kpc:.0f} memory-bound kernels with torch.compile "
+                                        "so the tensor crosses HBM once", span / max(fused_t, busy / kpc),
+                    "fusion bound: span / largest kernel")
+        if pct is not None:
+            return (Rung.TRITON, f"at {pct:.0%} of the bandwidth roof: a Triton kernel with wide, "
+                                 "coalesced loads should reach ~90%", TARGET_MEMORY / pct,
+                    f"roofline bound: 90% / {pct:.0%}")
+        return (Rung.TORCH_COMPILE, "try torch.compile on the code around it; capture with --ncu "
+                                    "to see how far it is from the bandwidth roof",
+                1.0, "no work counts: no estimate")
+
+    # compute-bound
+    if _ATTN_RE.search(text) and (pct is None or pct < NEAR_ROOF):
+        return (Rung.LIBRARY, "use torch.nn.functional.scaled_dot_product_attention with the "
+                              "flash / cuDNN backend in bf16", (TARGET_COMPUTE / pct) if pct else 1.0,
+                "roofline bound at 70% of compute" if pct else "no work counts")
+    if gemm:
+        prec = work.precision if work is not None else None
+        if prec == "fp32" and "tf32" in peaks.flops and work is not None and work.flops:
+            tgt = work.flops / (TARGET_COMPUTE * peaks.flops["tf32"]) * 1e9
+            return (Rung.LIBRARY, "fp32 GEMM on the CUDA cores: allow TF32 "
+                                  "(torch.backends.cuda.matmul.allow_tf32 = True) or run it in bf16",
+                    busy / tgt, "roofline bound: 70% of the TF32 tensor roof")
+        if pct is not None:
+            return (Rung.LIBRARY, f"GEMM at {pct:.0%} of its roof: try torch.compile(mode='max-autotune') "
+                                  "or cuBLASLt heuristics; keep dims multiples of 64; CUTLASS only for "
+                                  "a custom epilogue", TARGET_COMPUTE / pct, "roofline bound at 70%")
+        return (Rung.NONE, "a GEMM-family kernel: measure before acting (capture with --ncu or --aten "
+                           "to see how close it is to its roof)", 1.0, "no work counts: no estimate")
+    if pct is not None:
+        return (Rung.TRITON, f"compute-bound at {pct:.0%} of its roof: a Triton kernel (or CUTLASS "
+                             "for a GEMM-like mainloop) could use the tensor cores",
+                TARGET_COMPUTE / pct, "roofline bound at 70%")
+    return (Rung.NONE, "measure before acting: capture with --ncu to read the counters", 1.0,
+            "no work counts: no estimate")

@@ -1,0 +1,135 @@
+"""The user-facing facade: load a trace, get ops with their verdicts as a DataFrame or a report.
+
+    >>> import profkit
+    >>> prof = profkit.load("traces/micro_addnorm.sqlite")
+    >>> prof.ops(by="range")[["count", "gpu_time_ns", "class", "rung"]]
+    >>> prof.report(by="kernel")      # the JSON contract, as a dict
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import pandas as pd
+
+from profkit import evidence as ev
+from profkit.advisor import advise
+from profkit.classify import classify_op
+from profkit.ops import group_ops
+from profkit.peaks import Peaks, resolve_peaks
+from profkit.trace import Trace
+
+SCHEMA_VERSION = 1
+
+
+class Profile:
+    """One trace, its GPU's roofline ceilings, and the analyses over it."""
+
+    def __init__(self, path: str | Path, peaks_file: Optional[str | Path] = None) -> None:
+        self.trace = Trace(path)
+        self.gpu = self.trace.primary_gpu()
+        self.peaks, self.warnings = resolve_peaks(self.gpu, peaks_file)
+        names = self.trace.activities["name"].drop_duplicates().tolist()
+        self.default_precision = ev.precision_of(names)
+
+    @property
+    def path(self) -> str:
+        return self.trace.path
+
+    def ops(self, by: str = "range", innermost: bool = False, top: Optional[int] = None) -> pd.DataFrame:
+        """One row per op, sorted by GPU time: times, share, bound class, evidence and next step.
+
+        ``by``: ``range`` (NVTX range name), ``kernel`` (kernel name) or ``aten`` (aten op and
+        input sizes, from emit_nvtx). ``innermost``: with ``by="range"``, count each GPU activity
+        only for the innermost range around its launch.
+        """
+        groups = group_ops(self.trace, by=by, innermost=innermost)
+        acts = self.trace.activities
+        members_by_op = groups.members.groupby("op")["act_idx"].apply(list)
+        total = self.trace.total_gpu_time_ns
+        rows = []
+        ops = groups.ops if top is None else groups.ops.head(top)
+        for name, op in ops.iterrows():
+            rec = {"name": name, **op.to_dict()}
+            member_acts = acts.loc[members_by_op.get(name, [])]
+            knames = member_acts["name"].drop_duplicates().tolist()
+            precision = ev.precision_of(knames) or self.default_precision
+            calls = int(op["count"])
+            work = ev.from_ncu(member_acts, self.trace.ncu, calls)
+            if work is None and by == "aten":
+                work = ev.from_shapes(str(name), ev.ELEM_BYTES.get(precision or "", 2), precision)
+            if work is None:
+                work = ev.from_hint(groups.hints.get(name), precision)
+            if work is None:
+                work = ev.from_copies(member_acts, calls)
+            verdict = classify_op(rec, work, self.peaks, knames[:20])
+            under_graph = bool(member_acts["graphNodeId"].notna().any()) if len(member_acts) else False
+            sug = advise(rec, verdict, work, self.peaks, knames[:20], under_graph, total)
+            rec.update({
+                "class": verdict.bound.value, "confidence": verdict.confidence,
+                "source": verdict.source.value, "reason": verdict.reason,
+                "pct_of_roof": verdict.pct_of_roof, "evidence": verdict.evidence,
+                "rung": sug.rung.value, "action": sug.action,
+                "expected_op_speedup": sug.expected_op_speedup,
+                "expected_end_to_end_speedup": sug.expected_end_to_end_speedup,
+                "basis": sug.basis, "worth_it": sug.worth_it, "precision": precision,
+            })
+            rows.append(rec)
+        df = pd.DataFrame(rows).set_index("name")
+        return df
+
+    def report(self, by: str = "range", innermost: bool = False, top: Optional[int] = None) -> dict:
+        """The stable JSON contract (see README): trace, gpu, total GPU time and one entry per op."""
+        df = self.ops(by=by, innermost=innermost, top=top)
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "trace": self.path,
+            "nsys_version": self.trace.info.nsys_version,
+            "level": by,
+            "gpu": gpu_json(self.gpu.name, self.peaks),
+            "total_gpu_time_ns": self.trace.total_gpu_time_ns,
+            "gpu_busy_ns": self.trace.gpu_busy_ns,
+            "warnings": list(self.warnings),
+            "ops": [op_json(name, row, by) for name, row in df.iterrows()],
+        }
+
+
+def gpu_json(name: str, peaks: Peaks) -> dict:
+    return {"name": name, "peaks": {"memory_bandwidth_bytes_per_s": peaks.memory_bandwidth,
+                                    "flops_per_s": dict(peaks.flops),
+                                    "launch_floor_ns": peaks.launch_floor_ns,
+                                    "source": peaks.source}}
+
+
+def _num(x):
+    if x is None:
+        return None
+    try:
+        f = float(x)
+    except (TypeError, ValueError):
+        return x
+    if f != f:  # NaN
+        return None
+    return int(f) if f.is_integer() and abs(f) < 2**53 else f
+
+
+def op_json(name: str, row: pd.Series, level: str) -> dict:
+    return {
+        "name": name, "level": level, "count": int(row["count"]),
+        "gpu_time_ns": _num(row["gpu_time_ns"]), "gpu_time_median_ns": _num(row["gpu_time_median_ns"]),
+        "gpu_busy_ns": _num(row["busy_ns"]), "first_call_ns": _num(row["first_call_ns"]),
+        "share": _num(row["share"]), "cpu_time_ns": _num(row["cpu_time_ns"]),
+        "kernels_per_call": _num(row["kernels_per_call"]),
+        "class": row["class"], "confidence": row["confidence"],
+        "evidence": {"source": row["source"], "reason": row["reason"],
+                     **{k: _num(v) for k, v in row["evidence"].items() if k != "source"}},
+        "suggestion": {"rung": row["rung"], "action": row["action"],
+                       "expected_op_speedup": round(float(row["expected_op_speedup"]), 3),
+                       "expected_end_to_end_speedup": round(float(row["expected_end_to_end_speedup"]), 4),
+                       "basis": row["basis"], "worth_it": bool(row["worth_it"])},
+    }
+
+
+def load(path: str | Path, peaks: Optional[str | Path] = None) -> Profile:
+    """Open an Nsight Systems SQLite export for analysis (read-only; no torch or GPU needed)."""
+    return Profile(path, peaks_file=peaks)

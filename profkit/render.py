@@ -1,0 +1,126 @@
+"""Turn analysis results into text: a rich table, JSON, CSV or Markdown. No analysis here."""
+from __future__ import annotations
+
+import io
+import json
+import re
+
+import pandas as pd
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+CLASS_STYLE = {"compute": "bold magenta", "memory": "bold cyan", "launch": "bold yellow"}
+CSV_COLUMNS = ["name", "level", "count", "gpu_time_ns", "gpu_time_median_ns", "share", "cpu_time_ns",
+               "class", "confidence", "source", "reason", "rung", "action", "expected_op_speedup",
+               "expected_end_to_end_speedup"]
+
+
+def short_name(name: str, width: int = 60) -> str:
+    """A readable label for a C++ kernel name: namespaces, lambdas and argument lists dropped."""
+    s = re.sub(r"^void ", "", name)
+    s = re.sub(r"\[lambda\([^)]*\) \(instance \d+\)\]", "lambda", s)
+    s = re.sub(r"\((int|bool|unsigned long|long)\)", "", s)
+    s = re.sub(r"\b[A-Za-z_][A-Za-z0-9_]*::", "", s)
+    s = re.sub(r"<unnamed>::?", "", s)
+    if s.endswith(")") and "(" in s:  # drop the trailing parameter list
+        depth = 0
+        for i in range(len(s) - 1, -1, -1):
+            depth += {")": 1, "(": -1}.get(s[i], 0)
+            if depth == 0:
+                s = s[:i]
+                break
+    s = re.sub(r"\s+", " ", s).strip()
+    return s if len(s) <= width else s[: width - 1] + "…"
+
+
+def fmt_time(ns: float) -> str:
+    if ns >= 1e9:
+        return f"{ns / 1e9:.2f} s"
+    if ns >= 1e6:
+        return f"{ns / 1e6:.2f} ms"
+    if ns >= 1e3:
+        return f"{ns / 1e3:.1f} us"
+    return f"{ns:.0f} ns"
+
+
+def fmt_rate(x: float, unit: str) -> str:
+    for div, pre in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M")):
+        if x >= div:
+            return f"{x / div:.2f} {pre}{unit}"
+    return f"{x:.0f} {unit}"
+
+
+def evidence_text(row: pd.Series) -> str:
+    """The key numbers behind a verdict, in one short line."""
+    ev = row["evidence"]
+    parts = []
+    if row["class"] == "launch":
+        parts.append(f"busy {ev.get('gpu_busy_fraction', 0):.0%}")
+        parts.append(f"{ev.get('kernels_per_call', 0):.0f} kern/call")
+        parts.append(f"med kern {fmt_time(ev.get('median_kernel_ns', 0))}")
+    else:
+        if ev.get("achieved_bytes_per_s") and row["class"] == "memory":
+            pct = ev.get("pct_of_memory_roof")
+            parts.append(fmt_rate(ev["achieved_bytes_per_s"], "B/s")
+                         + (f" ({pct:.0%} of HBM)" if pct is not None else " (host link)"))
+        if ev.get("achieved_flops_per_s") and row["class"] == "compute":
+            parts.append(f"{fmt_rate(ev['achieved_flops_per_s'], 'FLOP/s')} "
+                         f"({ev['pct_of_compute_roof']:.0%} of {ev.get('compute_roof')})")
+        if ev.get("arithmetic_intensity") is not None:
+            parts.append(f"AI {ev['arithmetic_intensity']:.3g}")
+        if not parts:
+            parts.append(row["reason"])
+    return "; ".join(parts) + f" [{row['source']}]"
+
+
+def table(df: pd.DataFrame, header: dict, console_width: int = 200) -> str:
+    """The terminal table, as text (rich renders it; colours only on a terminal)."""
+    t = Table(box=box.SIMPLE_HEAVY, show_lines=False, expand=False,
+              title=(f"{header['trace']} - {header['gpu']} - total GPU time "
+                     f"{fmt_time(header['total_gpu_time_ns'])} - by {header['level']}"))
+    for col, just in [("op", "left"), ("calls", "right"), ("GPU time", "right"), ("median", "right"),
+                      ("share", "right"), ("class", "left"), ("conf", "left"), ("evidence", "left"),
+                      ("next step", "left"), ("op x", "right"), ("e2e x", "right")]:
+        t.add_column(col, justify=just, overflow="fold")
+    for name, row in df.iterrows():
+        t.add_row(short_name(str(name), 48), str(int(row["count"])), fmt_time(row["gpu_time_ns"]),
+                  fmt_time(row["gpu_time_median_ns"]), f"{row['share']:.1%}",
+                  f"[{CLASS_STYLE[row['class']]}]{row['class']}[/]", row["confidence"],
+                  evidence_text(row), f"{row['rung']}: {row['action']}",
+                  f"{row['expected_op_speedup']:.2f}", f"{row['expected_end_to_end_speedup']:.3f}")
+    buf = io.StringIO()
+    console = Console(file=buf, width=console_width, force_terminal=False, color_system=None,
+                      soft_wrap=False)
+    console.print(t)
+    for w in header.get("warnings", []):
+        console.print(f"warning: {w}")
+    console.print(f"peaks: {header['peaks_source']}")
+    return buf.getvalue()
+
+
+def to_json(report: dict) -> str:
+    return json.dumps(report, indent=2, sort_keys=False) + "\n"
+
+
+def to_csv(df: pd.DataFrame) -> str:
+    out = df.reset_index()
+    out["gpu_time_ns"] = out["gpu_time_ns"].astype("int64")
+    return out[CSV_COLUMNS].to_csv(index=False)
+
+
+def to_markdown(df: pd.DataFrame, header: dict) -> str:
+    def cell(x: object) -> str:
+        return str(x).replace("|", "\\|").replace("\n", " ")
+
+    lines = [f"**{cell(header['trace'])}** on {cell(header['gpu'])}: total GPU time "
+             f"{fmt_time(header['total_gpu_time_ns'])}, ops by {header['level']}", "",
+             "| op | calls | GPU time | median | share | class | confidence | evidence | next step | op x | e2e x |",
+             "|---|---:|---:|---:|---:|---|---|---|---|---:|---:|"]
+    for name, row in df.iterrows():
+        lines.append("| " + " | ".join(cell(v) for v in [
+            short_name(str(name), 60), int(row["count"]), fmt_time(row["gpu_time_ns"]),
+            fmt_time(row["gpu_time_median_ns"]), f"{row['share']:.1%}", row["class"], row["confidence"],
+            evidence_text(row), f"{row['rung']}: {row['action']}", f"{row['expected_op_speedup']:.2f}",
+            f"{row['expected_end_to_end_speedup']:.3f}"]) + " |")
+    return "\n".join(lines) + "\n"

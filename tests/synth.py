@@ -1,0 +1,73 @@
+"""Build small nsys-shaped SQLite files by hand, one per schema variant the reader must handle."""
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Iterable, Optional
+
+PID = 100 << 24          # globalPid of process 100 (nsys serialised GlobalId)
+TID = PID + 7            # globalTid of thread 7 in that process
+
+
+def make_trace(path: Path, *, kernels: Iterable[tuple] = (), runtime: Iterable[tuple] = (),
+               nvtx: Iterable[tuple] = (), memcpy: Iterable[tuple] = (),
+               kernel_table: str = "CUPTI_ACTIVITY_KIND_KERNEL", nvtx_text_id: bool = True,
+               with_runtime: bool = True, with_nvtx: bool = True, gpu_name: Optional[str] = "NVIDIA H200",
+               strings: Optional[dict[int, str]] = None, short_name_only: bool = False) -> Path:
+    """kernels: (start, end, corr, name_id[, device, stream, pid]); runtime: (start, end, corr[, tid]);
+    nvtx: (start, end, text, tid[, eventType, endGlobalTid]); memcpy: (start, end, corr, bytes, copyKind)."""
+    strings = strings or {1: "kernel_a", 2: "kernel_b", 3: "range_text", 9: "cudaLaunchKernel"}
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL)")
+    con.executemany("INSERT INTO StringIds VALUES (?, ?)", strings.items())
+    con.execute("CREATE TABLE META_DATA_EXPORT (name TEXT NOT NULL, value TEXT)")
+    con.execute("INSERT INTO META_DATA_EXPORT VALUES ('EXPORT_PRODUCT_VERSION', '2099.1.0')")
+    if gpu_name is not None:
+        con.execute("CREATE TABLE TARGET_INFO_GPU (id INTEGER, name TEXT, smCount INTEGER, "
+                    "clockRate INTEGER, memoryBandwidth INTEGER, computeMajor INTEGER, computeMinor INTEGER)")
+        con.execute("INSERT INTO TARGET_INFO_GPU VALUES (0, ?, 100, 1500000000, 2000000000000, 9, 0)",
+                    (gpu_name,))
+    name_cols = "shortName INTEGER NOT NULL" if short_name_only else \
+        "demangledName INTEGER NOT NULL, shortName INTEGER NOT NULL, mangledName INTEGER"
+    con.execute(f"CREATE TABLE {kernel_table} (start INTEGER NOT NULL, end INTEGER NOT NULL, "
+                "deviceId INTEGER NOT NULL, contextId INTEGER, streamId INTEGER NOT NULL, "
+                f"correlationId INTEGER, globalPid INTEGER, {name_cols}, graphNodeId INTEGER)")
+    for k in kernels:
+        start, end, corr, name = k[:4]
+        dev, stream, pid = (list(k[4:]) + [0, 7, PID][len(k[4:]):])[:3]
+        if short_name_only:
+            con.execute(f"INSERT INTO {kernel_table} (start, end, deviceId, streamId, correlationId, "
+                        "globalPid, shortName) VALUES (?,?,?,?,?,?,?)", (start, end, dev, stream, corr, pid, name))
+        else:
+            con.execute(f"INSERT INTO {kernel_table} (start, end, deviceId, streamId, correlationId, "
+                        "globalPid, demangledName, shortName) VALUES (?,?,?,?,?,?,?,?)",
+                        (start, end, dev, stream, corr, pid, name, name))
+    if memcpy:
+        con.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_MEMCPY (start INTEGER NOT NULL, end INTEGER NOT NULL, "
+                    "deviceId INTEGER NOT NULL, streamId INTEGER NOT NULL, correlationId INTEGER, "
+                    "globalPid INTEGER, bytes INTEGER NOT NULL, copyKind INTEGER NOT NULL)")
+        con.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY VALUES (?,?,0,7,?,?,?,?)",
+                        [(s, e, c, PID, b, kind) for s, e, c, b, kind in memcpy])
+    if with_runtime:
+        con.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INTEGER NOT NULL, end INTEGER NOT NULL, "
+                    "eventClass INTEGER, globalTid INTEGER, correlationId INTEGER, nameId INTEGER NOT NULL, "
+                    "returnValue INTEGER)")
+        con.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?,?,0,?,?,9,0)",
+                        [(r[0], r[1], r[3] if len(r) > 3 else TID, r[2]) for r in runtime])
+    if with_nvtx:
+        id_col = ", textId INTEGER" if nvtx_text_id else ""
+        con.execute("CREATE TABLE NVTX_EVENTS (start INTEGER NOT NULL, end INTEGER, eventType INTEGER NOT NULL, "
+                    f"text TEXT, globalTid INTEGER, endGlobalTid INTEGER, domainId INTEGER{id_col})")
+        for n in nvtx:
+            start, end, text, tid = n[:4]
+            etype = n[4] if len(n) > 4 else 59
+            end_tid = n[5] if len(n) > 5 else None
+            if nvtx_text_id and isinstance(text, int):
+                con.execute("INSERT INTO NVTX_EVENTS (start, end, eventType, globalTid, endGlobalTid, "
+                            "domainId, textId) VALUES (?,?,?,?,?,0,?)", (start, end, etype, tid, end_tid, text))
+            else:
+                con.execute("INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, endGlobalTid, "
+                            "domainId) VALUES (?,?,?,?,?,?,0)", (start, end, etype, text, tid, end_tid))
+    con.commit()
+    con.close()
+    return path

@@ -22,6 +22,7 @@ NEAR_ROOF = 0.70          # at or above this share of its roof, a new kernel wou
 TARGET_MEMORY = 0.90      # what a good memory-bound kernel reaches (share of the bandwidth roof)
 TARGET_COMPUTE = 0.70     # what a good library GEMM reaches (share of the compute roof)
 MIN_END_TO_END = 1.02     # below this end-to-end gain, the work does not pay
+SMALL_SHARE = 0.05        # with no speedup estimate, an op under this share is not worth a kernel
 
 _NORM_RE = re.compile(r"rms_?norm|layer_?norm|RMSNorm|LayerNorm", re.I)
 _ADD_RE = re.compile(r"add|residual", re.I)
@@ -83,9 +84,12 @@ def advise(op: dict, verdict: Verdict, work: Optional[Work], peaks: Peaks, kerne
     s = max(1.0, s)
     e2e = end_to_end(op, s, total_gpu_ns)
     worth = rung is not Rung.NONE and e2e >= MIN_END_TO_END
-    if rung is not Rung.NONE and not worth:
-        action = (f"Not worth a kernel: {float(op['share']):.1%} of GPU time, so even {s:.2f}x on "
+    share = float(op["share"])
+    if rung is not Rung.NONE and not worth and s > 1.0:
+        action = (f"Not worth a kernel: {share:.1%} of GPU time, so even {s:.2f}x on "
                   f"this op is {e2e:.3f}x end to end. (If it grows: {action})")
+    elif rung is not Rung.NONE and not worth and share < SMALL_SHARE:
+        action = f"Not worth a kernel: only {share:.1%} of GPU time. (If it grows: {action})"
     return Suggestion(rung, action, s, e2e, basis, worth)
 
 

@@ -52,6 +52,8 @@ def open_readonly(path: str | Path) -> sqlite3.Connection:
         raise TraceError(f"{p}: no such file; pass the .sqlite that `nsys export --type sqlite` wrote")
     if not p.is_file():
         raise TraceError(f"{p}: not a file; pass an .sqlite trace exported by Nsight Systems")
+    if p.stat().st_size == 0:
+        raise TraceError(f"{p}: empty file (0 bytes); export the trace again with `nsys export --type sqlite`")
     try:
         with p.open("rb") as fh:
             head = fh.read(len(SQLITE_MAGIC))

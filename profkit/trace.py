@@ -1,6 +1,7 @@
 """The trace container: what one export holds, loaded once and cached."""
 from __future__ import annotations
 
+import sqlite3
 from functools import cached_property
 from pathlib import Path
 from typing import Optional
@@ -8,6 +9,7 @@ from typing import Optional
 import pandas as pd
 
 from profkit import attribution
+from profkit.errors import TraceError
 from profkit.ncu import read_ncu_metrics
 from profkit.peaks import GpuInfo
 from profkit.reader import ExportInfo, TraceReader
@@ -19,12 +21,16 @@ class Trace:
     def __init__(self, path: str | Path) -> None:
         self.path = str(path)
         self._reader = TraceReader(path)
-        self.info: ExportInfo = self._reader.export_info()
-        self.activities: pd.DataFrame = self._reader.activities()
-        self.ranges: pd.DataFrame = self._reader.nvtx_ranges()
-        self.gpus: dict[int, GpuInfo] = self._reader.gpus()
-        self.ncu: pd.DataFrame = read_ncu_metrics(self._reader.conn)
-        self._reader.close()
+        try:
+            self.info: ExportInfo = self._reader.export_info()
+            self.activities: pd.DataFrame = self._reader.activities()
+            self.ranges: pd.DataFrame = self._reader.nvtx_ranges()
+            self.gpus: dict[int, GpuInfo] = self._reader.gpus()
+            self.ncu: pd.DataFrame = read_ncu_metrics(self._reader.conn)
+        except (sqlite3.DatabaseError, pd.errors.DatabaseError) as exc:
+            raise TraceError(f"{path}: damaged or truncated export ({exc}); export the trace again") from None
+        finally:
+            self._reader.close()
 
     @cached_property
     def total_gpu_time_ns(self) -> int:

@@ -55,7 +55,7 @@ def classify(trace: Optional[str], example: bool, by: str, innermost: bool, top:
     path = str(EXAMPLE) if trace is None else trace
     prof = load(path, peaks=peaks_file)
     df = prof.ops(by=by, innermost=innermost, top=top)
-    header = {"trace": Path(path).name if trace is None else path, "gpu": prof.gpu.name,
+    header = {"trace": Path(path).name, "gpu": prof.gpu.name,
               "total_gpu_time_ns": prof.trace.total_gpu_time_ns, "level": by,
               "warnings": prof.warnings,
               "peaks_source": f"{prof.peaks.source}; HBM {render.fmt_rate(prof.peaks.memory_bandwidth, 'B/s')}"}

@@ -1,0 +1,153 @@
+"""`profkit classify` on the command line: exact output, the JSON contract and bad input."""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from profkit.cli import main
+from synth import TID, make_trace
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACE = ROOT / "traces" / "micro_addnorm_gemm.sqlite"
+GOLDEN = ROOT / "tests" / "data" / "golden"
+
+
+def run(*args: str):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def test_csv_output_is_exact():
+    res = run("classify", str(TRACE), "--format", "csv")
+    assert res.exit_code == 0, res.stderr
+    assert res.stdout == (GOLDEN / "classify_micro_addnorm_gemm.csv").read_text()
+
+
+def test_markdown_output_is_exact():
+    res = run("classify", str(TRACE), "--format", "markdown", "--by", "kernel", "--top", "3")
+    assert res.exit_code == 0
+    assert res.stdout == (GOLDEN / "classify_micro_addnorm_gemm_kernel_top3.md").read_text()
+
+
+def test_json_contract():
+    res = run("classify", str(TRACE), "--format", "json")
+    assert res.exit_code == 0
+    rep = json.loads(res.stdout)
+    assert {"trace", "gpu", "total_gpu_time_ns", "ops"} <= rep.keys()
+    assert rep["gpu"]["name"] == "NVIDIA H200"
+    assert rep["gpu"]["peaks"]["memory_bandwidth_bytes_per_s"] == 4.8e12
+    # = cuda_gpu_kern_sum total 43908881 + cuda_gpu_mem_time_sum total 9247 (nsys stats)
+    assert rep["total_gpu_time_ns"] == 43908881 + 9247
+    names = [op["name"] for op in rep["ops"]]
+    assert names == ["gemm_fp32_4096", "gemm_bf16_8192", "add_rmsnorm", "gemm_skinny_decode"]
+    for op in rep["ops"]:
+        assert {"name", "level", "count", "gpu_time_ns", "gpu_time_median_ns", "share", "class",
+                "confidence", "evidence", "suggestion"} <= op.keys()
+        assert op["class"] in {"compute", "memory", "launch"}
+        assert "source" in op["evidence"]
+        assert {"rung", "action", "expected_op_speedup", "expected_end_to_end_speedup"} <= op["suggestion"].keys()
+    add = rep["ops"][2]
+    assert add["count"] == 10 and add["gpu_time_ns"] == 10683564 and add["gpu_time_median_ns"] == 175056
+
+
+def test_table_output_names_gpu_and_ops():
+    res = run("classify", str(TRACE))
+    assert res.exit_code == 0
+    assert "NVIDIA H200" in res.stdout and "add_rmsnorm" in res.stdout
+    assert "peaks: spec table (H200 datasheet)" in res.stdout
+
+
+def test_example_runs_without_arguments():
+    res = run("classify")
+    assert res.exit_code == 0 and "example.sqlite" in res.stdout and "gemm_bf16_8192" in res.stdout
+
+
+def test_output_file_and_refusal_to_overwrite_the_trace(tmp_path):
+    t = tmp_path / "t.sqlite"
+    shutil.copy(TRACE, t)
+    before = t.read_bytes()
+    res = run("classify", str(t), "-o", str(t), "--format", "json")
+    assert res.exit_code == 2 and "refusing to write over the input trace" in res.stderr
+    assert t.read_bytes() == before
+    out = tmp_path / "r.json"
+    res = run("classify", str(t), "-o", str(out), "--format", "json")
+    assert res.exit_code == 0 and json.loads(out.read_text())["ops"]
+
+
+def _bad_inputs(tmp: Path) -> dict[str, tuple[Path, str]]:
+    (tmp / "text.sqlite").write_text("hello\n")
+    (tmp / "zeros.sqlite").write_bytes(b"\0" * 4096)
+    (tmp / "empty.sqlite").write_bytes(b"")
+    (tmp / "trunc.sqlite").write_bytes(TRACE.read_bytes()[:200_000])
+    (tmp / "adir").mkdir()
+    import sqlite3
+    con = sqlite3.connect(tmp / "other.sqlite")
+    con.execute("CREATE TABLE t (x)")
+    con.commit()
+    con.close()
+    make_trace(tmp / "nogpu.sqlite", runtime=[(1, 2, 1)], nvtx=[(0, 10, "r", TID)])
+    make_trace(tmp / "nogpuinfo.sqlite", kernels=[(5, 9, 1, 1)], runtime=[(1, 2, 1)], gpu_name=None)
+    return {
+        "missing": (tmp / "missing.sqlite", "no such file"),
+        "directory": (tmp / "adir", "not a file"),
+        "text": (tmp / "text.sqlite", "not an SQLite file"),
+        "zeros": (tmp / "zeros.sqlite", "not an SQLite file"),
+        "empty": (tmp / "empty.sqlite", "empty file (0 bytes)"),
+        "truncated": (tmp / "trunc.sqlite", "damaged or truncated"),
+        "not-nsys": (tmp / "other.sqlite", "not an Nsight Systems export"),
+        "no-gpu-activity": (tmp / "nogpu.sqlite", "no GPU activity"),
+        "unknown-gpu-no-numbers": (tmp / "nogpuinfo.sqlite", "pass --peaks FILE"),
+    }
+
+
+@pytest.mark.parametrize("case", ["missing", "directory", "text", "zeros", "empty", "truncated",
+                                  "not-nsys", "no-gpu-activity", "unknown-gpu-no-numbers"])
+def test_bad_input_one_line_exit_2_input_untouched(tmp_path, case):
+    path, message = _bad_inputs(tmp_path)[case]
+    snapshot = {p.name: (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
+                for p in tmp_path.iterdir() if p.is_file()}
+    res = run("classify", str(path))
+    assert res.exit_code == 2
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("profkit: error: ") and message in lines[0], res.stderr
+    assert "Traceback" not in res.output
+    after = {p.name: (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
+             for p in tmp_path.iterdir() if p.is_file()}
+    assert after == snapshot  # nothing written, no journal left beside the trace
+
+
+def test_unknown_gpu_warns_and_uses_the_trace_numbers(tmp_path):
+    p = make_trace(tmp_path / "t.sqlite", kernels=[(100, 200, 1, 1)], runtime=[(10, 20, 1)],
+                   nvtx=[(0, 50, "r", TID)], gpu_name="Mystery GPU 9000")
+    res = run("classify", str(p), "--format", "json")
+    assert res.exit_code == 0
+    assert "Mystery GPU 9000 is not in the spec table" in res.stderr
+    peaks = json.loads(res.stdout)["gpu"]["peaks"]
+    assert peaks["memory_bandwidth_bytes_per_s"] == 2e12
+    assert peaks["flops_per_s"] == {"fp32": 2 * 128 * 100 * 1.5e9}
+
+
+def test_peaks_file_overrides_the_spec_table(tmp_path):
+    f = tmp_path / "peaks.json"
+    f.write_text(json.dumps({"gpu": "NVIDIA H200", "source": "measured", "memory_bandwidth": 4.25e12,
+                             "flops": {"bf16": 7.9e14}, "launch_floor_ns": 1300}))
+    rep = json.loads(run("classify", str(TRACE), "--format", "json", "--peaks", str(f)).stdout)
+    assert rep["gpu"]["peaks"]["memory_bandwidth_bytes_per_s"] == 4.25e12
+    assert rep["gpu"]["peaks"]["flops_per_s"]["bf16"] == 7.9e14
+    assert rep["gpu"]["peaks"]["flops_per_s"]["fp32"] == 67e12  # kept from the spec table
+
+
+def test_bad_peaks_file(tmp_path):
+    f = tmp_path / "peaks.json"
+    f.write_text("{not json")
+    res = run("classify", str(TRACE), "--peaks", str(f))
+    assert res.exit_code == 2 and "is not valid JSON" in res.stderr
+
+
+def test_level_without_ranges_is_explained():
+    res = run("classify", str(ROOT / "traces" / "micro_chain.sqlite"), "--by", "aten")
+    assert res.exit_code == 2 and "profkit capture --aten" in res.stderr

@@ -116,15 +116,6 @@ def _choose(op, verdict, work, peaks, text, kpc, span, busy, pct, under_graph):
                 "with its neighbours in a CUDA graph / torch.compile",
                 span / max(floor, kmed), "launch bound: span / max(launch floor, kernel time)")
 
-    if pct is not None and pct >= NEAR_ROOF:
-        roof = "memory bandwidth" if verdict.bound is BoundClass.MEMORY else "compute"
-        less = ("move fewer bytes: fuse it with its neighbours, keep tensors in lower precision, "
-                "or (for weight-streaming GEMMs) batch more tokens per weight read or quantize weights"
-                if verdict.bound is BoundClass.MEMORY else
-                "do less arithmetic or use a lower precision (bf16/fp8) if accuracy allows")
-        return (Rung.NONE, f"Leave it: at {pct:.0%} of its {roof} roof a new kernel would not pay; "
-                           f"to go faster, {less}", 1.0, f"roofline: {pct:.0%} of roof")
-
     gemm = bool(GEMM_RE.search(text))
     if verdict.bound is BoundClass.MEMORY:
         if work is not None and work.source.value == "copy":
@@ -132,12 +123,24 @@ def _choose(op, verdict, work, peaks, text, kpc, span, busy, pct, under_graph):
                                "non_blocking=True, and overlap it with compute on another stream",
                     1.0, "copies are removed, not sped up")
         pat = _pattern(text)
-        if pat:
+        if pat:  # fusion removes bytes, so it pays even for an op already near the bandwidth roof
             eager, fused = _FUSED_PASSES[pat]
-            s = span / (busy * fused / eager)
+            if work is not None and work.bytes:
+                t_fused = work.bytes * fused / eager / (TARGET_MEMORY * peaks.memory_bandwidth) * 1e9
+                basis = (f"byte-count bound: span / ({fused}/{eager} of the bytes at "
+                         f"{TARGET_MEMORY:.0%} of bandwidth)")
+            else:
+                t_fused, basis = busy * fused / eager, f"byte-count bound: span / (busy x {fused}/{eager})"
             return (Rung.TRITON, f"fuse into one pass with the bundled kernel kernels.{pat} "
                                  f"(Triton or CUDA backend): {eager} passes over HBM become {fused}",
-                    s, f"byte-count bound: span / (busy x {fused}/{eager})")
+                    span / t_fused, basis)
+        if pct is not None and pct >= NEAR_ROOF:
+            less = ("batch more tokens per weight read, or quantize the weights (fewer bytes each)"
+                    if gemm else "move fewer bytes: fuse it with its neighbours or keep tensors in "
+                                 "a lower precision")
+            return (Rung.NONE, f"Leave the kernel: at {pct:.0%} of the memory bandwidth roof a new "
+                               f"kernel would not pay; to go faster, {less}", 1.0,
+                    f"roofline: {pct:.0%} of roof")
         if gemm:
             tgt = (work.bytes / (TARGET_MEMORY * peaks.memory_bandwidth) * 1e9
                    if work is not None and work.bytes else None)
@@ -159,17 +162,22 @@ def _choose(op, verdict, work, peaks, text, kpc, span, busy, pct, under_graph):
                 1.0, "no work counts: no estimate")
 
     # compute-bound
+    prec = work.precision if work is not None else None
+    if gemm and prec == "fp32" and "tf32" in peaks.flops and work is not None and work.flops:
+        # An fp32 GEMM near the fp32 roof is still 5-7x from the tensor-core roof it could use.
+        tgt = work.flops / (TARGET_COMPUTE * peaks.flops["tf32"]) * 1e9
+        return (Rung.LIBRARY, "fp32 GEMM on the CUDA cores: allow TF32 "
+                              "(torch.backends.cuda.matmul.allow_tf32 = True) or run it in bf16",
+                busy / tgt, "roofline bound: 70% of the TF32 tensor roof")
+    if pct is not None and pct >= NEAR_ROOF:
+        return (Rung.NONE, f"Leave it: at {pct:.0%} of its compute roof a new kernel would not pay; "
+                           "to go faster, do less arithmetic or use a lower precision (bf16/fp8) if "
+                           "accuracy allows", 1.0, f"roofline: {pct:.0%} of roof")
     if _ATTN_RE.search(text) and (pct is None or pct < NEAR_ROOF):
         return (Rung.LIBRARY, "use torch.nn.functional.scaled_dot_product_attention with the "
                               "flash / cuDNN backend in bf16", (TARGET_COMPUTE / pct) if pct else 1.0,
                 "roofline bound at 70% of compute" if pct else "no work counts")
     if gemm:
-        prec = work.precision if work is not None else None
-        if prec == "fp32" and "tf32" in peaks.flops and work is not None and work.flops:
-            tgt = work.flops / (TARGET_COMPUTE * peaks.flops["tf32"]) * 1e9
-            return (Rung.LIBRARY, "fp32 GEMM on the CUDA cores: allow TF32 "
-                                  "(torch.backends.cuda.matmul.allow_tf32 = True) or run it in bf16",
-                    busy / tgt, "roofline bound: 70% of the TF32 tensor roof")
         if pct is not None:
             return (Rung.LIBRARY, f"GEMM at {pct:.0%} of its roof: try torch.compile(mode='max-autotune') "
                                   "or cuBLASLt heuristics; keep dims multiples of 64; CUTLASS only for "

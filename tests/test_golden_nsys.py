@@ -84,3 +84,14 @@ def test_memcpy_totals_match_cuda_gpu_mem_time_sum(trace):
     for k in ref.index:
         assert copies.loc[k, "gpu_time_ns"] == ref.loc[k, "Total Time (ns)"]
         assert copies.loc[k, "count"] == ref.loc[k, "Count"]
+
+
+def test_range_totals_match_the_nvtx_gpu_proj_sum_recipe(trace):
+    """`nsys recipe nvtx_gpu_proj_sum` (the pandas recipe) agrees too, on count, median and sum."""
+    name, tr = trace
+    ref = pd.read_csv(REF / f"{name}_recipe_all_stats.csv").set_index("Text")
+    ours = group_ops(tr, by="range").instances.groupby("name")["span_ns"].agg(["size", "median", "sum"])
+    for r in [r for r in ref.index if not r.startswith("aten::")]:
+        assert ours.loc[r, "size"] == ref.loc[r, "Count"]
+        assert ours.loc[r, "sum"] == ref.loc[r, "Sum"]
+        assert ours.loc[r, "median"] == ref.loc[r, "Median (approx)"]

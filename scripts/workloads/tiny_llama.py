@@ -4,7 +4,7 @@ Forward passes only, bf16, under NVTX ranges `forward` and `layer{i}`; run it un
 `torch.autograd.profiler.emit_nvtx(record_shapes=True)` (``--emit-nvtx``, or
 ``profkit capture --aten``) to get the aten:: ranges with shapes.
 
-    python scripts/workloads/tiny_llama.py [--emit-nvtx] [--steps 3] [--fused]
+    python scripts/workloads/tiny_llama.py [--emit-nvtx] [--steps 6] [--fused triton|cuda]
 """
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, c: Config, fused: bool) -> None:
+    def __init__(self, c: Config, fused: str | None) -> None:
         super().__init__()
         self.attn, self.mlp = Attention(c), MLP(c)
         self.norm1 = nn.RMSNorm(c.hidden, eps=1e-6)
@@ -70,7 +70,7 @@ class Block(nn.Module):
     def _add_norm(self, x: torch.Tensor, res: torch.Tensor, norm: nn.RMSNorm):
         if self.fused:
             from kernels import add_rmsnorm
-            return add_rmsnorm(x, res, norm.weight, norm.eps, backend="triton")
+            return add_rmsnorm(x, res, norm.weight, norm.eps, backend=self.fused)
         h = x + res
         return norm(h), h
 
@@ -82,7 +82,7 @@ class Block(nn.Module):
 
 
 class TinyLlama(nn.Module):
-    def __init__(self, c: Config, fused: bool = False) -> None:
+    def __init__(self, c: Config, fused: str | None = None) -> None:
         super().__init__()
         self.embed = nn.Embedding(c.vocab, c.hidden)
         self.blocks = nn.ModuleList(Block(c, fused) for _ in range(c.layers))
@@ -101,13 +101,15 @@ class TinyLlama(nn.Module):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--emit-nvtx", action="store_true", help="record aten:: ranges with shapes")
-    ap.add_argument("--steps", type=int, default=3)
-    ap.add_argument("--fused", action="store_true", help="use the bundled fused add+RMSNorm")
+    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--fused", choices=["triton", "cuda"], default=None,
+                    help="use the bundled fused add+RMSNorm with this backend")
     args = ap.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     torch.manual_seed(0)
     c = Config()
-    model = TinyLlama(c, fused=args.fused).to("cuda", torch.bfloat16).eval()
+    with torch.device("cuda"):  # weights made on the GPU: no host-to-device copy in the trace
+        model = TinyLlama(c, fused=args.fused).to(torch.bfloat16).eval()
     tokens = torch.randint(0, c.vocab, (c.batch, c.seq), device="cuda")
     ctx = (torch.autograd.profiler.emit_nvtx(record_shapes=True) if args.emit_nvtx
            else contextlib.nullcontext())

@@ -1,0 +1,101 @@
+"""``profkit capture``: profile a script into an SQLite trace that ``profkit classify`` reads."""
+from __future__ import annotations
+
+import sys
+from typing import Optional
+
+import click
+
+from profkit.cli.common import fail, one_line_errors
+
+_CONTEXT = {"ignore_unknown_options": True, "allow_interspersed_args": False,
+            "help_option_names": ["-h", "--help"]}
+
+
+def _say(msg: str) -> None:
+    if sys.stderr.isatty():
+        from rich.console import Console
+        Console(stderr=True, highlight=False, soft_wrap=True).print(msg, markup=False)
+    else:
+        click.echo(msg, err=True)
+
+
+def _command_line(output, force, nsys_args, aten, ncu, ncu_range, ncu_count, ncu_args, script,
+                  script_args) -> list[str]:
+    argv = ["profkit", "capture"]
+    if output:
+        argv += ["-o", output]
+    argv += ["--force"] if force else []
+    argv += ["--nsys-args", nsys_args] if nsys_args else []
+    argv += ["--aten"] if aten else []
+    if ncu:
+        argv += ["--ncu", "--ncu-count", str(ncu_count)]
+        argv += ["--ncu-range", ncu_range] if ncu_range else []
+        argv += ["--ncu-args", ncu_args] if ncu_args else []
+    return [*argv, script, *script_args]
+
+
+@click.command(context_settings=_CONTEXT)
+@click.option("-o", "--output", type=click.Path(), default=None,
+              help="Trace to write (.sqlite added). Default: traces/STEM.sqlite when ./traces "
+                   "exists, else ./STEM.sqlite. The .nsys-rep is kept beside it.")
+@click.option("--force", is_flag=True, help="Replace existing output files.")
+@click.option("--nsys-args", default=None, metavar="TEXT",
+              help='Extra nsys profile flags, shell-split: --nsys-args "--delay 5".')
+@click.option("--aten", is_flag=True,
+              help="Run under torch.autograd.profiler.emit_nvtx(record_shapes=True): one NVTX "
+                   "range per aten:: op with its input shapes (for classify --by aten).")
+@click.option("--ncu", is_flag=True,
+              help="Add a second run under Nsight Compute and merge per-kernel counters "
+                   "(FLOPs per precision, DRAM bytes, throughputs) into the trace.")
+@click.option("--ncu-range", default=None, metavar="NAME",
+              help="Profile with ncu only kernels inside this NVTX push/pop range "
+                   "(ncu --nvtx-include NAME/; 'regex:PATTERN' works too).")
+@click.option("--ncu-count", type=int, default=200, show_default=True,
+              help="Profile at most this many kernels with ncu.")
+@click.option("--ncu-args", default=None, metavar="TEXT", help="Extra ncu flags, shell-split.")
+@click.option("--merge-ncu", "merge_csv", type=click.Path(dir_okay=False), default=None,
+              metavar="RAW.csv",
+              help="Do not run anything: merge an ncu raw-page CSV into the existing trace "
+                   "given as SCRIPT (profkit capture --merge-ncu RAW.csv TRACE.sqlite [-o COPY]).")
+@click.argument("script")
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+@one_line_errors
+def capture(output: Optional[str], force: bool, nsys_args: Optional[str], aten: bool, ncu: bool,
+            ncu_range: Optional[str], ncu_count: int, ncu_args: Optional[str],
+            merge_csv: Optional[str], script: str, script_args: tuple[str, ...]) -> None:
+    """Profile SCRIPT (with its ARGS) under Nsight Systems into an SQLite trace.
+
+    \b
+      profkit capture train.py --epochs 1
+      profkit capture --aten -o traces/step.sqlite train.py
+      profkit capture --ncu --ncu-range step train.py
+      profkit capture --merge-ncu step.ncu.csv traces/step.sqlite
+
+    Options go before SCRIPT; everything after it is passed to the script. The script's own
+    output is shown as it runs, and its exit status becomes profkit's.
+    """
+    from profkit import capture as cap
+
+    if merge_csv is not None:
+        if script_args:
+            fail(f"--merge-ncu takes one trace, not {' '.join((script, *script_args))}")
+        target, summary = cap.merge_existing(merge_csv, script, output, force, ncu_range)
+        click.echo(f"profkit: {summary}; wrote {target}", err=True)
+        return
+    result = cap.capture(script, list(script_args), output=output, force=force,
+                         nsys_args=nsys_args, aten=aten, ncu=ncu, ncu_range=ncu_range,
+                         ncu_count=ncu_count, ncu_args=ncu_args, say=_say,
+                         command_line=_command_line(output, force, nsys_args, aten, ncu, ncu_range,
+                                                    ncu_count, ncu_args, script, script_args))
+    for note in result.notes:
+        _say(f"profkit: {note}")
+    extra = ", ".join(str(p) for k, p in result.files.items() if k != "sqlite")
+    _say(f"profkit: wrote {result.trace}" + (f" (and {extra})" if extra else ""))
+    if result.interrupted:
+        _say(f"profkit: interrupted: {result.trace} holds what ran until then")
+    elif result.exit_code != 0:
+        _say(f"profkit: the script exited with status {result.exit_code}; "
+             f"{result.trace} holds what ran until then")
+    if result.exit_code != 0:
+        sys.exit(result.exit_code)

@@ -1,0 +1,591 @@
+"""Analytic FLOP and byte counts for aten:: ops, from the shapes that ``emit_nvtx`` records.
+
+Pure Python (no torch). Two entry points:
+
+* :func:`parse_aten_range` reads the NVTX text written by
+  ``torch.autograd.profiler.emit_nvtx(record_shapes=True)`` (torch's ``getNvtxStr``)::
+
+      aten::addmm, seq = 12, op_id = 3, sizes = [[4096], [8, 1024], [1024, 4096], [], []], input_op_ids = [(1,0), (2,0)]
+
+  ``seq`` appears only when autograd records the op, ``op_id``/``input_op_ids`` only in newer
+  torch; ``[]`` stands for a scalar or a non-tensor argument (ints, int lists, None), so the
+  positions of ``sizes`` follow the op's schema.
+* :func:`estimate` turns ``(op, sizes)`` into an :class:`OpCost` (FLOPs, bytes, a ``kind`` and
+  the formula used), or ``None`` when profkit has no model for the op: it never guesses.
+
+Conventions: a multiply-add is 2 FLOPs; bytes are the ideal DRAM traffic (each input read once,
+each output written once) at ``elem_bytes`` per element (index tensors: 8 bytes, int64).
+Outputs follow broadcasting of the tensor inputs.
+
+Wrappers and double counting: emit_nvtx nests ranges, e.g. ``aten::linear`` ->
+``aten::matmul`` -> ``aten::mm``, or ``aten::rms_norm`` -> ``aten::_fused_rms_norm``. The work
+belongs to the innermost range that has a model: attribute a kernel to the innermost aten range
+around its launch for which :func:`estimate` is not None (:func:`innermost_modeled` does this),
+and never add a wrapper's estimate to its callee's. :func:`aten_is_wrapper` names the ops that
+normally only dispatch to another modeled op (use the wrapper's own estimate only when no inner
+range is present, e.g. a backend that fuses the whole op into one kernel).
+"""
+from __future__ import annotations
+
+import ast
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Iterable, Optional, Sequence
+
+Shape = list[int]
+INDEX_BYTES = 8  # int64 indices
+
+
+# --- parsing ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class AtenCall:
+    """One aten:: NVTX range: the op, its input shapes (tensor lists flattened), seq and op_id."""
+    op: str
+    sizes: list[Shape]
+    seq: Optional[int] = None
+    op_id: Optional[int] = None
+    raw_sizes: list = field(default_factory=list, compare=False, repr=False)
+
+
+_OP_RE = re.compile(r"^\s*(?P<op>[A-Za-z_][\w]*::[\w.]+)\s*(?:,|$)")
+_FIELD_RE = re.compile(r",\s*(?P<key>seq|op_id)\s*=\s*(?P<value>-?\d+)")
+
+
+def _balanced(text: str, start: int) -> Optional[str]:
+    """The bracketed text starting at ``text[start] == '['``, brackets balanced."""
+    depth = 0
+    for i in range(start, len(text)):
+        if text[i] == "[":
+            depth += 1
+        elif text[i] == "]":
+            depth -= 1
+            if depth == 0:
+                return text[start:i + 1]
+    return None
+
+
+def _flatten_sizes(raw: list) -> list[Shape]:
+    out: list[Shape] = []
+    for entry in raw:
+        if isinstance(entry, list) and entry and all(isinstance(e, list) for e in entry):
+            out.extend([list(map(int, e)) for e in entry])  # a tensor list: one entry per tensor
+        elif isinstance(entry, list):
+            out.append([int(e) for e in entry])
+        else:
+            out.append([])
+    return out
+
+
+def parse_aten_range(text: str) -> Optional[AtenCall]:
+    """Parse emit_nvtx text (``"aten::mm, seq = 4, op_id = 7, sizes = [[8, 16], [16, 4]]"``).
+
+    Returns None for text that is not an op range (user ranges such as ``"forward"``).
+    """
+    if not isinstance(text, str):
+        return None
+    m = _OP_RE.match(text)
+    if not m:
+        return None
+    op = m.group("op")
+    head = text.split(", sizes = ", 1)[0]
+    fields = {fm.group("key"): int(fm.group("value")) for fm in _FIELD_RE.finditer(head)}
+    raw: list = []
+    at = text.find("sizes = [")
+    if at >= 0:
+        block = _balanced(text, at + len("sizes = "))
+        if block is None:
+            return None
+        try:
+            raw = ast.literal_eval(block)
+        except (ValueError, SyntaxError):
+            return None
+        if not isinstance(raw, list):
+            return None
+    seq = fields.get("seq")
+    return AtenCall(op=op, sizes=_flatten_sizes(raw), seq=seq if seq is None or seq >= 0 else None,
+                    op_id=fields.get("op_id"), raw_sizes=raw)
+
+
+# --- results -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class OpCost:
+    flops: float
+    bytes: float
+    kind: str      # gemm, conv, attention, elementwise, reduction, norm, softmax, gather, copy, ...
+    formula: str   # the formula with the numbers used, for the evidence column
+
+    @property
+    def intensity(self) -> float:
+        return self.flops / self.bytes if self.bytes else math.inf
+
+
+def numel(shape: Sequence[int]) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
+def broadcast_shapes(*shapes: Sequence[int]) -> Optional[Shape]:
+    """NumPy broadcasting of ``shapes``; None when they do not broadcast."""
+    ndim = max((len(s) for s in shapes), default=0)
+    out: Shape = []
+    for i in range(ndim):
+        dims = {s[len(s) - ndim + i] for s in shapes if len(s) - ndim + i >= 0}
+        dims.discard(1)
+        if len(dims) > 1:
+            return None
+        out.append(dims.pop() if dims else 1)
+    return out
+
+
+def normalize_op(op: str) -> str:
+    """``"aten::add_.Tensor"`` -> ``"add"``: namespace, overload and in-place ``_`` dropped."""
+    name = op.split("::", 1)[-1]
+    name = name.split(".", 1)[0]
+    if name.endswith("_") and not name.endswith("__"):
+        name = name[:-1]  # in-place variant: same work
+    return name
+
+
+def _tensors(sizes: Sequence[Shape]) -> list[Shape]:
+    return [s for s in sizes if s]
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.4g}"
+
+
+# --- GEMM family ------------------------------------------------------------------------------------
+def _gemm_cost(batch: int, m: int, k: int, n: int, in_elems: int, out_elems: int, eb: int,
+               extra_flops: float, what: str) -> OpCost:
+    flops = 2.0 * batch * m * k * n + extra_flops
+    byt = float(in_elems + out_elems) * eb
+    formula = f"{what}: 2*{batch}*{m}*{k}*{n}" if batch != 1 else f"{what}: 2*{m}*{k}*{n}"
+    if extra_flops:
+        formula += f" + {_fmt(extra_flops)} (bias)"
+    formula += f" FLOP; bytes = ({in_elems} in + {out_elems} out) * {eb}"
+    return OpCost(flops, byt, "gemm", formula)
+
+
+def cost_mm(sizes: Sequence[Shape], eb: int) -> Optional[OpCost]:
+    """mm(A[M,K], B[K,N]): 2*M*K*N FLOPs; bytes = (MK + KN + MN) * elem_bytes."""
+    t = sizes[:2]
+    if len(t) < 2 or len(t[0]) != 2 or len(t[1]) != 2:
+        return None
+    (m, k), (_, n) = t[0], t[1]
+    return _gemm_cost(1, m, k, n, m * k + k * n, m * n, eb, 0, "mm")
+
+
+def cost_addmm(sizes: Sequence[Shape], eb: int) -> Optional[OpCost]:
+    """addmm(bias, A[M,K], B[K,N]): 2*M*K*N + M*N FLOPs; bytes add the bias read."""
+    if len(sizes) < 3 or len(sizes[1]) != 2 or len(sizes[2]) != 2:
+        return None
+    (m, k), (_, n) = sizes[1], sizes[2]
+    bias = numel(sizes[0]) if sizes[0] else 0
+    return _gemm_cost(1, m, k, n, bias + m * k + k * n, m * n, eb, m * n, "addmm")
+
+
+def cost_bmm(sizes: Sequence[Shape], eb: int) -> Optional[OpCost]:
+    """bmm(A[B,M,K], B[B,K,N]): 2*B*M*K*N FLOPs; bytes = B*(MK + KN + MN) * elem_bytes."""
+    if len(sizes) < 2 or len(sizes[0]) != 3 or len(sizes[1]) != 3:
+        return None
+    (b, m, k), (_, _, n) = sizes[0], sizes[1]
+    return _gemm_cost(b, m, k, n, b * (m * k + k * n), b * m * n, eb, 0, "bmm")
+
+
+def cost_baddbmm(sizes: Sequence[Shape], eb: int) -> Optional[OpCost]:
+    """baddbmm(C, A[B,M,K], B[B,K,N]): 2*B*M*K*N + B*M*N FLOPs."""
+    if len(sizes) < 3 or len(sizes[1]) != 3 or len(sizes[2]) != 3:
+        return None
+    (b, m, k), (_, _, n) = sizes[1], sizes[2]
+    c = numel(sizes[0]) if sizes[0] else 0
+    return _gemm_cost(b, m, k, n, c + b * (m * k + k * n), b * m * n, eb, b * m * n, "baddbmm")
+
+
+def cost_matmul(sizes: Sequence[Shape], eb: int) -> Optional[OpCost]:
+    """matmul(A[..., M, K], B[..., K, N]) with torch's 1-D rules: 2*batch*M*K*N FLOPs,
+    batch = broadcast of the leading dims."""
+    if len(sizes) < 2 or not sizes[0] or not sizes[1]:
+        return None
+    a, b = list(sizes[0]), list(sizes[1])
+    a2 = [1, a[0]] if len(a) == 1 else a
+    b2 = [b[0], 1] if len(b) == 1 else b
+    m, k = a2[-2], a2[-1]
+    n = b2[-1]
+    if b2[-2] != k:
+        return None
+    batch_shape = broadcast_shapes(a2[:-2], b2[:-2])
+    if batch_shape is None:
+        return None
+    batch = numel(batch_shape)
+    return _gemm_cost(batch, m, k, n, numel(a) + numel(b), batch * m * n, eb, 0, "matmul")
+
+
+def cost_linear(sizes: Sequence[Shape], eb: int) -> Optional[OpCost]:
+    """linear(x[..., K], W[N, K], b[N]?): 2*M*K*N (+ M*N with bias), M = prod(x.shape[:-1])."""
+    if len(sizes) < 2 or not sizes[0] or len(sizes[1]) != 2:
+        return None
+    x, w = sizes[0], sizes[1]
+    k = x[-1]
+    n = w[0]
+    if w[1] != k:
+        return None
+    m = numel(x[:-1])
+    bias = numel(sizes[2]) if len(sizes) > 2 and sizes[2] else 0
+    return _gemm_cost(1, m, k, n, numel(x) + numel(w) + bias, m * n, eb, m * n if bias else 0,
+                      "linear")
+
+
+# --- convolution ------------------------------------------------------------------------------------
+def cost_conv(sizes: Sequence[Shape], eb: int) -> Optional[OpCost]:
+    """conv(x[N, Cin, *S], w[Cout, Cin/groups, *K], bias?): 2*N*Cout*prod(S_out)*(Cin/groups)*prod(K).
+
+    Stride, padding and dilation are int lists, which emit_nvtx records as ``[]``: the output
+    is assumed to keep the input's spatial size (stride 1, 'same' padding), and the formula
+    says so. Bytes = x + w + bias + output.
+    """
+    if len(sizes) < 2 or len(sizes[0]) < 3 or len(sizes[1]) != len(sizes[0]):
+        return None
+    x, w = sizes[0], sizes[1]
+    n, spatial = x[0], x[2:]
+    cout, cin_g, kernel = w[0], w[1], w[2:]
+    out_elems = n * cout * numel(spatial)
+    bias = numel(sizes[2]) if len(sizes) > 2 and sizes[2] and len(sizes[2]) == 1 \
+        and sizes[2][0] == cout else 0
+    flops = 2.0 * out_elems * cin_g * numel(kernel) + (out_elems if bias else 0)
+    byt = float(numel(x) + numel(w) + bias + out_elems) * eb
+    formula = (f"conv{len(spatial)}d: 2*{n}*{cout}*{'*'.join(map(str, spatial))}*{cin_g}*"
+               f"{'*'.join(map(str, kernel))} FLOP, output spatial size assumed = input's "
+               f"(stride/padding not in the shapes); bytes = (x + w + bias + out) * {eb}")
+    return OpCost(flops, byt, "conv", formula)
+
+
+# --- attention --------------------------------------------------------------------------------------
+_BLHD_ATTENTION = {"_flash_attention_forward", "_efficient_attention_forward"}
+
+
+def cost_attention(sizes: Sequence[Shape], eb: int, causal: bool = False,
+                   layout: str = "BHLD") -> Optional[OpCost]:
+    """SDPA: 2*B*H*Lq*Lk*D (Q K^T) + 2*B*H*Lq*Lk*Dv (P V) = 4*B*H*Lq*Lk*D when Dv = D;
+    causal masking halves it. Bytes = q + k + v + out (the ideal, fused kernel)."""
+    t = sizes[:3]
+    if len(t) < 3 or any(len(s) != 4 for s in t):
+        return None
+    q, k, v = t
+    if layout == "BLHD":
+        b, lq, h, d = q
+        lk, dv = k[1], v[3]
+    else:
+        b, h, lq, d = q
+        lk, dv = k[2], v[3]
+    out = b * h * lq * dv
+    flops = 2.0 * b * h * lq * lk * d + 2.0 * b * h * lq * lk * dv
+    if causal:
+        flops /= 2
+    byt = float(numel(q) + numel(k) + numel(v) + out) * eb
+    formula = (f"attention: 2*{b}*{h}*{lq}*{lk}*({d}+{dv}) FLOP"
+               + (" / 2 (causal)" if causal else "")
+               + f"; bytes = (q + k + v + out) * {eb}")
+    return OpCost(flops, byt, "attention", formula)
+
+
+# --- elementwise -----------------------------------------------------------------------------------
+# FLOPs per output element where 1 is too few (approximations of the usual CUDA code paths).
+ELEMENTWISE_FLOPS: dict[str, int] = {
+    "gelu": 8,      # 0.5*x*(1+erf(x/sqrt2)) or the tanh form: ~8 arithmetic ops
+    "silu": 4,      # x / (1 + exp(-x))
+    "sigmoid": 4,   # 1 / (1 + exp(-x))
+    "tanh": 4,
+    "mish": 8,
+    "softplus": 4,
+    "elu": 3,
+    "erf": 4,
+    "lerp": 3,
+    "addcmul": 3,
+    "addcdiv": 3,
+}
+ELEMENTWISE_OPS = {
+    "add", "sub", "rsub", "mul", "div", "true_divide", "floor_divide", "neg", "abs", "relu",
+    "relu6", "gelu", "silu", "sigmoid", "tanh", "exp", "exp2", "expm1", "log", "log2", "log1p",
+    "sqrt", "rsqrt", "reciprocal", "pow", "square", "sin", "cos", "clamp", "clamp_min",
+    "clamp_max", "hardtanh", "leaky_relu", "elu", "erf", "mish", "softplus", "hardswish",
+    "hardsigmoid", "threshold", "maximum", "minimum", "where", "masked_fill", "lerp", "addcmul",
+    "addcdiv", "sign", "floor", "ceil", "round", "trunc", "fmod", "remainder", "eq", "ne", "lt",
+    "le", "gt", "ge", "logical_and", "logical_or", "logical_not", "bitwise_and", "bitwise_or",
+    "dropout", "native_dropout", "sgn", "fill", "zero", "copysign", "nan_to_num",
+}
+_ZERO_FLOP = {"fill", "zero"}
+
+
+def cost_elementwise(op: str, sizes: Sequence[Shape], eb: int) -> Optional[OpCost]:
+    """Elementwise: ``f`` FLOPs per output element (1, or :data:`ELEMENTWISE_FLOPS`); output =
+    broadcast of the tensor inputs; bytes = (all tensor inputs + output) * elem_bytes."""
+    tensors = _tensors(sizes)
+    if not tensors:
+        return None
+    out_shape = broadcast_shapes(*tensors)
+    if out_shape is None:
+        return None
+    out = numel(out_shape)
+    if op in _ZERO_FLOP:
+        return OpCost(0.0, float(out) * eb, "fill", f"{op}: 0 FLOP; bytes = {out} out * {eb}")
+    per = ELEMENTWISE_FLOPS.get(op, 1)
+    ins = sum(numel(s) for s in tensors)
+    note = f" (~{per} FLOP/element for {op})" if per != 1 else ""
+    return OpCost(float(per) * out, float(ins + out) * eb, "elementwise",
+                  f"{op}: {per}*{out} FLOP{note}; bytes = ({ins} in + {out} out) * {eb}")
+
+
+# --- reductions, norms, softmax -------------------------------------------------------------------
+REDUCTION_OPS = {"sum": 1, "mean": 1, "amax": 1, "amin": 1, "max": 1, "min": 1, "prod": 1,
+                 "norm": 2, "linalg_vector_norm": 2, "var": 3, "std": 3, "logsumexp": 3,
+                 "argmax": 1, "argmin": 1, "any": 1, "all": 1}
+
+
+def cost_reduction(op: str, sizes: Sequence[Shape], eb: int) -> Optional[OpCost]:
+    """Reduction over some dims: ``f`` FLOPs per input element; bytes = input read (the reduced
+    output is assumed small: the dims are int lists that emit_nvtx does not record)."""
+    if not sizes or not sizes[0]:
+        return None
+    n = numel(sizes[0])
+    per = REDUCTION_OPS[op]
+    return OpCost(float(per) * n, float(n) * eb, "reduction",
+                  f"{op}: {per}*{n} FLOP; bytes = {n} in * {eb} (output assumed small)")
+
+
+def cost_layer_norm(sizes: Sequence[Shape], eb: int) -> Optional[OpCost]:
+    """layer_norm(x, normalized_shape, w?, b?): ~8 FLOPs/element (mean, centre, square-sum,
+    scale, affine); bytes = x + w + b + out."""
+    if not sizes or not sizes[0]:
+        return None
+    n = numel(sizes[0])
+    params = sum(numel(s) for s in sizes[1:4] if s)
+    return OpCost(8.0 * n, float(2 * n + params) * eb, "norm",
+                  f"layer_norm: 8*{n} FLOP; bytes = ({n} in + {params} params + {n} out) * {eb}")
+
+
+def cost_rms_norm(sizes: Sequence[Shape], eb: int) -> Optional[OpCost]:
+    """rms_norm(x, normalized_shape, w?, eps): ~4 FLOPs/element (square-sum, scale, weight);
+    bytes = x + w + out."""
+    if not sizes or not sizes[0]:
+        return None
+    n = numel(sizes[0])
+    params = sum(numel(s) for s in sizes[1:3] if s)
+    return OpCost(4.0 * n, float(2 * n + params) * eb, "norm",
+                  f"rms_norm: 4*{n} FLOP; bytes = ({n} in + {params} params + {n} out) * {eb}")
+
+
+def cost_softmax(op: str, sizes: Sequence[Shape], eb: int) -> Optional[OpCost]:
+    """softmax/log_softmax: ~5 FLOPs/element (max, subtract, exp, sum, divide); bytes = in + out."""
+    if not sizes or not sizes[0]:
+        return None
+    n = numel(sizes[0])
+    return OpCost(5.0 * n, float(2 * n) * eb, "softmax",
+                  f"{op}: 5*{n} FLOP; bytes = ({n} in + {n} out) * {eb}")
+
+
+# --- gathers and copies ---------------------------------------------------------------------------
+def cost_embedding(sizes: Sequence[Shape], eb: int) -> Optional[OpCost]:
+    """embedding(W[V, D], idx[...]): 0 FLOPs; bytes = gathered rows (n*D) + indices (8 B each)
+    + output (n*D)."""
+    if len(sizes) < 2 or len(sizes[0]) < 2 or not sizes[1]:
+        return None
+    row = numel(sizes[0][1:])
+    n = numel(sizes[1])
+    out = n * row
+    return OpCost(0.0, float(2 * out * eb + n * INDEX_BYTES), "gather",
+                  f"embedding: 0 FLOP; bytes = 2*{n}*{row}*{eb} (rows read + out) "
+                  f"+ {n}*{INDEX_BYTES} (indices)")
+
+
+def cost_index_select(sizes: Sequence[Shape], eb: int) -> Optional[OpCost]:
+    """index_select(x, dim, idx[n]): rows along dim 0 assumed (dim is not in the shapes);
+    bytes = 2 * n * row + indices."""
+    tensors = [s for s in sizes if s]
+    if len(tensors) < 2 or not sizes[0]:
+        return None
+    x, idx = sizes[0], tensors[-1]
+    n = numel(idx)
+    out = n * numel(x[1:])
+    return OpCost(0.0, float(2 * out * eb + n * INDEX_BYTES), "gather",
+                  f"index_select: 0 FLOP; bytes = 2*{out}*{eb} + {n}*{INDEX_BYTES} (dim 0 assumed)")
+
+
+def cost_gather(sizes: Sequence[Shape], eb: int) -> Optional[OpCost]:
+    """gather(x, dim, idx): output has idx's shape; bytes = 2 * out + indices."""
+    if len(sizes) < 3 or not sizes[2]:
+        return None
+    n = numel(sizes[2])
+    return OpCost(0.0, float(2 * n * eb + n * INDEX_BYTES), "gather",
+                  f"gather: 0 FLOP; bytes = 2*{n}*{eb} + {n}*{INDEX_BYTES}")
+
+
+def cost_index(sizes: Sequence[Shape], eb: int) -> Optional[OpCost]:
+    """index(x, [idx...]) (advanced indexing on the leading dims, assumed): output =
+    broadcast(idx shapes) + x's remaining dims; bytes = 2 * out + indices."""
+    if len(sizes) < 2 or not sizes[0]:
+        return None
+    x, idxs = sizes[0], [s for s in sizes[1:] if s]
+    if not idxs:
+        return None
+    ishape = broadcast_shapes(*idxs)
+    if ishape is None or len(idxs) > len(x):
+        return None
+    out = numel(ishape) * numel(x[len(idxs):])
+    nidx = sum(numel(s) for s in idxs)
+    return OpCost(0.0, float(2 * out * eb + nidx * INDEX_BYTES), "gather",
+                  f"index: 0 FLOP; bytes = 2*{out}*{eb} + {nidx}*{INDEX_BYTES} "
+                  "(indices on leading dims assumed)")
+
+
+def cost_copy(op: str, sizes: Sequence[Shape], eb: int) -> Optional[OpCost]:
+    """copy_(dst, src) / to / _to_copy / contiguous / clone: 0 FLOPs; bytes = read + write of
+    the tensor (a dtype change is not visible in the shapes: elem_bytes both ways)."""
+    if not sizes or not sizes[0]:
+        return None
+    if op == "copy" and len(sizes) > 1 and sizes[1]:
+        n_src, n_dst = numel(sizes[1]), numel(sizes[0])
+    else:
+        n_src = n_dst = numel(sizes[0])
+    return OpCost(0.0, float(n_src + n_dst) * eb, "copy",
+                  f"{op}: 0 FLOP; bytes = ({n_src} read + {n_dst} written) * {eb}")
+
+
+def cost_cat(sizes: Sequence[Shape], eb: int) -> Optional[OpCost]:
+    """cat(tensors, dim) / stack: 0 FLOPs; bytes = 2 * total elements (read all, write all)."""
+    tensors = _tensors(sizes)
+    if not tensors:
+        return None
+    n = sum(numel(s) for s in tensors)
+    return OpCost(0.0, float(2 * n) * eb, "copy", f"cat: 0 FLOP; bytes = 2*{n}*{eb}")
+
+
+VIEW_OPS = {"view", "reshape", "_unsafe_view", "as_strided", "t", "transpose", "permute",
+            "expand", "expand_as", "squeeze", "unsqueeze", "select", "slice", "narrow", "split",
+            "chunk", "unbind", "flatten", "unflatten", "detach", "alias", "view_as", "empty",
+            "empty_like", "empty_strided", "resize", "lift_fresh", "_reshape_alias", "numpy_T"}
+
+
+# --- dispatch ---------------------------------------------------------------------------------------
+_GEMM = {"mm": cost_mm, "addmm": cost_addmm, "bmm": cost_bmm, "baddbmm": cost_baddbmm,
+         "matmul": cost_matmul, "linear": cost_linear}
+_CONV = {"conv1d", "conv2d", "conv3d", "convolution", "_convolution", "cudnn_convolution",
+         "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "_conv_depthwise2d",
+         "mkldnn_convolution", "convolution_overrideable"}
+_ATTENTION = {"scaled_dot_product_attention", "_scaled_dot_product_flash_attention",
+              "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
+              "_scaled_dot_product_attention_math", "_scaled_dot_product_flash_attention_for_cpu",
+              "_flash_attention_forward", "_efficient_attention_forward",
+              "_cudnn_attention_forward", "_scaled_dot_product_fused_attention_overrideable"}
+_LAYER_NORM = {"layer_norm", "native_layer_norm"}
+_RMS_NORM = {"rms_norm", "_fused_rms_norm"}
+_SOFTMAX = {"softmax", "_softmax", "log_softmax", "_log_softmax", "_safe_softmax"}
+_COPY = {"copy", "to", "_to_copy", "contiguous", "clone"}
+
+
+def estimate(op: str, sizes: Sequence[Sequence[int]], elem_bytes: int = 2, *,
+             causal: bool = False) -> Optional[OpCost]:
+    """FLOPs and ideal bytes of one call of ``op`` (``"aten::mm"`` or ``"mm"``) on ``sizes``.
+
+    ``elem_bytes``: bytes per element (2 for bf16/fp16, 4 for fp32); ``causal``: the attention
+    was causal (the flash/efficient/cudnn variants' arguments do not show it). Returns None when
+    profkit has no model for the op or the shapes do not fit it.
+    """
+    name = normalize_op(op)
+    sz: list[Shape] = [[int(d) for d in s] if s else [] for s in (sizes or [])]
+    eb = int(elem_bytes)
+    try:
+        if name in _GEMM:
+            return _GEMM[name](sz, eb)
+        if name in _CONV:
+            return cost_conv(sz, eb)
+        if name in _ATTENTION:
+            layout = "BLHD" if name in _BLHD_ATTENTION else "BHLD"
+            return cost_attention(sz, eb, causal=causal, layout=layout)
+        if name in _LAYER_NORM:
+            return cost_layer_norm(sz, eb)
+        if name in _RMS_NORM:
+            return cost_rms_norm(sz, eb)
+        if name in _SOFTMAX:
+            return cost_softmax(name, sz, eb)
+        if name == "embedding":
+            return cost_embedding(sz, eb)
+        if name == "index_select":
+            return cost_index_select(sz, eb)
+        if name == "gather":
+            return cost_gather(sz, eb)
+        if name == "index":
+            return cost_index(sz, eb)
+        if name in _COPY:
+            return cost_copy(name, sz, eb)
+        if name in ("cat", "stack", "concat", "concatenate"):
+            return cost_cat(sz, eb)
+        if name in REDUCTION_OPS:
+            return cost_reduction(name, sz, eb)
+        if name in ELEMENTWISE_OPS:
+            return cost_elementwise(name, sz, eb)
+        if name in VIEW_OPS:
+            return OpCost(0.0, 0.0, "view", f"{name}: metadata only, no kernel")
+    except (IndexError, ValueError, TypeError):
+        return None
+    return None
+
+
+def estimate_call(call: AtenCall, elem_bytes: int = 2, *, causal: bool = False) -> Optional[OpCost]:
+    return estimate(call.op, call.sizes, elem_bytes, causal=causal)
+
+
+def has_model(op: str) -> bool:
+    name = normalize_op(op)
+    return (name in _GEMM or name in _CONV or name in _ATTENTION or name in _LAYER_NORM
+            or name in _RMS_NORM or name in _SOFTMAX or name in _COPY or name in REDUCTION_OPS
+            or name in ELEMENTWISE_OPS or name in VIEW_OPS
+            or name in ("embedding", "index_select", "gather", "index", "cat", "stack",
+                        "concat", "concatenate"))
+
+
+# Ops that normally only dispatch to another modeled op (the callee's range carries the work).
+WRAPPER_OPS: dict[str, tuple[str, ...]] = {
+    "linear": ("addmm", "mm", "matmul", "bmm"),
+    "matmul": ("mm", "bmm", "dot", "mv"),
+    "conv1d": ("convolution",), "conv2d": ("convolution",), "conv3d": ("convolution",),
+    "convolution": ("_convolution",), "_convolution": ("cudnn_convolution",),
+    "conv_transpose1d": ("convolution",), "conv_transpose2d": ("convolution",),
+    "conv_transpose3d": ("convolution",),
+    "scaled_dot_product_attention": ("_scaled_dot_product_flash_attention",
+                                     "_scaled_dot_product_efficient_attention",
+                                     "_scaled_dot_product_cudnn_attention",
+                                     "_scaled_dot_product_attention_math"),
+    "_scaled_dot_product_flash_attention": ("_flash_attention_forward",),
+    "_scaled_dot_product_efficient_attention": ("_efficient_attention_forward",),
+    "_scaled_dot_product_cudnn_attention": ("_cudnn_attention_forward",),
+    "layer_norm": ("native_layer_norm",),
+    "rms_norm": ("_fused_rms_norm",),
+    "softmax": ("_softmax",), "log_softmax": ("_log_softmax",),
+    "embedding": ("index_select",),
+    "to": ("_to_copy",), "_to_copy": ("copy_",), "contiguous": ("clone",), "clone": ("copy_",),
+    "dropout": ("native_dropout",),
+}
+
+
+def aten_is_wrapper(op: str) -> bool:
+    """True for ops whose work is normally done by a nested aten op (see :data:`WRAPPER_OPS`):
+    attribute to the innermost modeled range instead, never to both."""
+    return normalize_op(op) in WRAPPER_OPS or op.split("::", 1)[-1].split(".")[0] in WRAPPER_OPS
+
+
+def innermost_modeled(stack: Iterable[AtenCall | str], elem_bytes: int = 2, *,
+                      causal: bool = False) -> Optional[tuple[AtenCall, OpCost]]:
+    """From the aten ranges around one kernel launch (outermost first; texts or AtenCalls),
+    the innermost one with a non-view model, and its cost; None when none has one."""
+    calls = [c if isinstance(c, AtenCall) else parse_aten_range(c) for c in stack]
+    for call in reversed([c for c in calls if c is not None]):
+        cost = estimate_call(call, elem_bytes, causal=causal)
+        if cost is not None and cost.kind != "view":
+            return call, cost
+    return None
+
+
+DTYPE_BYTES = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}

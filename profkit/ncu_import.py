@@ -1,0 +1,486 @@
+"""Read an Nsight Compute raw-page CSV and merge its per-kernel counters into an nsys SQLite trace.
+
+The CSV comes from ``ncu --import REPORT.ncu-rep --csv --page raw --print-units base
+--print-kernel-base demangled``: a header row of column/metric names, a row of units, then one
+row per profiled kernel. Numbers may carry thousands separators ("1,048,576"); counters ncu could
+not collect read "n/a" (or are absent) and become NULL.
+
+Rows go to ``PROFKIT_NCU_METRICS`` (columns: :data:`profkit.ncu.NCU_COLUMNS`). nsys's own tables
+are never altered. Each ncu kernel is matched to an nsys kernel row by name and launch order: the
+k-th launch of kernel N in ncu is the k-th launch of N in nsys (per process and device, and only
+among kernels launched inside the NVTX range when a range filter was used).
+"""
+from __future__ import annotations
+
+import functools
+import io
+import math
+import re
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Optional
+
+import numpy as np
+import pandas as pd
+
+from profkit.errors import ProfkitError, TraceError
+from profkit.hints import parse_range_name
+from profkit.ncu import NCU_COLUMNS, NCU_TABLE, create_table_sql
+
+# --- what the ncu pass collects ------------------------------------------------------------
+NCU_SECTIONS = ["SpeedOfLight", "MemoryWorkloadAnalysis", "ComputeWorkloadAnalysis",
+                "LaunchStats", "Occupancy"]
+
+# Non-tensor FLOPs: (metric, FLOPs per thread instruction). Half-precision instructions are
+# counted as packed (HADD2/HMUL2/HFMA2), the convention of ncu's own half-precision roofline.
+FP64_METRICS = {"sm__sass_thread_inst_executed_op_dadd_pred_on.sum": 1,
+                "sm__sass_thread_inst_executed_op_dmul_pred_on.sum": 1,
+                "sm__sass_thread_inst_executed_op_dfma_pred_on.sum": 2}
+FP32_METRICS = {"sm__sass_thread_inst_executed_op_fadd_pred_on.sum": 1,
+                "sm__sass_thread_inst_executed_op_fmul_pred_on.sum": 1,
+                "sm__sass_thread_inst_executed_op_ffma_pred_on.sum": 2}
+FP16_METRICS = {"sm__sass_thread_inst_executed_op_hadd_pred_on.sum": 2,
+                "sm__sass_thread_inst_executed_op_hmul_pred_on.sum": 2,
+                "sm__sass_thread_inst_executed_op_hfma_pred_on.sum": 4}
+# Tensor-core math ops (1 op = 1 FLOP; an m16n8k16 MMA counts 2*16*8*16) -> precision.
+# Names as `ncu --query-metrics` lists them on Ampere/Ada/Hopper (fp8: Ada/Hopper) and
+# Blackwell (fp8_dst_*); the ones a GPU lacks are dropped before the run.
+TENSOR_METRICS = {
+    "sm__ops_path_tensor_src_bf16_dst_fp32.sum": "bf16",
+    "sm__ops_path_tensor_src_fp16.sum": "fp16",         # Hopper: fp16 with any accumulator
+    "sm__ops_path_tensor_src_fp16_dst_fp16.sum": "fp16",
+    "sm__ops_path_tensor_src_fp16_dst_fp32.sum": "fp16",
+    "sm__ops_path_tensor_src_tf32_dst_fp32.sum": "tf32",
+    "sm__ops_path_tensor_src_fp64.sum": "fp64",
+    "sm__ops_path_tensor_src_fp8.sum": "fp8",
+    "sm__ops_path_tensor_src_fp8_dst_fp16.sum": "fp8",
+    "sm__ops_path_tensor_src_fp8_dst_fp32.sum": "fp8",
+}
+# Where a GPU has both an umbrella counter and its split by accumulator type, the umbrella wins
+# (never both: that would count the same FLOPs twice).
+TENSOR_UMBRELLAS = {
+    "sm__ops_path_tensor_src_fp16.sum": ("sm__ops_path_tensor_src_fp16_dst_fp16.sum",
+                                         "sm__ops_path_tensor_src_fp16_dst_fp32.sum"),
+    "sm__ops_path_tensor_src_fp8.sum": ("sm__ops_path_tensor_src_fp8_dst_fp16.sum",
+                                        "sm__ops_path_tensor_src_fp8_dst_fp32.sum"),
+}
+TIME_METRIC = "gpu__time_duration.sum"
+DRAM_READ = "dram__bytes_read.sum"
+DRAM_WRITE = "dram__bytes_write.sum"
+SM_PCT = "sm__throughput.avg.pct_of_peak_sustained_elapsed"
+DRAM_PCT = "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed"
+OCC_PCT = "sm__warps_active.avg.pct_of_peak_sustained_active"
+
+NCU_METRICS: list[str] = [
+    TIME_METRIC, DRAM_READ, DRAM_WRITE, SM_PCT, DRAM_PCT, OCC_PCT,
+    *FP64_METRICS, *FP32_METRICS, *FP16_METRICS, *TENSOR_METRICS,
+]
+
+# --- units ------------------------------------------------------------------------------------
+_PREFIX = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
+_TIME = {"nsecond": 1.0, "ns": 1.0, "usecond": 1e3, "us": 1e3, "msecond": 1e6, "ms": 1e6,
+         "second": 1e9, "s": 1e9}
+
+
+def unit_scale(unit: str) -> float:
+    """Factor that turns a value in ``unit`` into profkit's base unit (ns, byte, count, %)."""
+    u = (unit or "").strip()
+    if u in _TIME:
+        return _TIME[u]
+    m = re.fullmatch(r"([KMGT]?)(byte|inst|cycle|warp|sector|request|thread|op|flop)s?(/.*)?", u)
+    if m and not m.group(3):
+        return _PREFIX[m.group(1)]
+    return 1.0
+
+
+def to_number(text: object) -> float:
+    """'1,048,576' -> 1048576.0; '', 'n/a', 'no data' -> NaN."""
+    if text is None:
+        return math.nan
+    if isinstance(text, (int, float, np.number)):
+        return float(text)
+    s = str(text).strip().replace(",", "").replace("\u202f", "").replace(" ", "")
+    if not s or s.lower() in ("n/a", "na", "nan", "nodata", "-"):
+        return math.nan
+    try:
+        return float(s)
+    except ValueError:
+        return math.nan
+
+
+# --- NVTX column --------------------------------------------------------------------------------
+_QUOTED = re.compile(r'"([^"]*)"')
+
+
+def parse_nvtx_stack(cell: object) -> list[str]:
+    """Range names, outermost first, from ncu's ``thread Domain:Push/Pop_Range:…`` column.
+
+    A cell reads ``1  "<default domain>:outer:none:none:none:none:none:none"  "<default
+    domain>:inner:none:…"``: the thread id, then one quoted ``domain:range:PL_Type:PL_Value:
+    CLR_Type:Color:Msg_Type:Msg`` item per pushed range (a range name may itself hold colons).
+    """
+    if cell is None or (isinstance(cell, float) and math.isnan(cell)):
+        return []
+    names = []
+    for item in _QUOTED.findall(str(cell)):
+        parts = item.split(":")
+        if len(parts) < 2:
+            continue
+        rest = parts[1:]
+        name = ":".join(rest[:-6]) if len(rest) >= 7 else rest[0]
+        if name and name != "none":
+            names.append(name)
+    return names
+
+
+# --- kernel names -------------------------------------------------------------------------------
+def _strip_balanced(text: str, open_ch: str, close_ch: str) -> str:
+    out, depth = [], 0
+    for ch in text:
+        if ch == open_ch:
+            depth += 1
+        elif ch == close_ch and depth:
+            depth -= 1
+        elif depth == 0:
+            out.append(ch)
+    return "".join(out)
+
+
+@functools.lru_cache(maxsize=65536)
+def kernel_base_name(name: str) -> str:
+    """The bare function name of a demangled kernel name.
+
+    ``void at::native::<unnamed>::vectorized_layer_norm_kernel<float, float, (bool)1>(int, …)``
+    -> ``vectorized_layer_norm_kernel``; names without templates or parameters stay as they are.
+    """
+    s = str(name or "").strip()
+    s = _strip_balanced(s, "[", "]")
+    s = _strip_balanced(s, "<", ">")
+    s = _strip_balanced(s, "(", ")")
+    s = s.strip().split(" ")[-1] if s.strip() else s
+    s = s.split("::")[-1]
+    return s.strip() or str(name)
+
+
+# --- parsing ----------------------------------------------------------------------------------
+def read_raw_csv(source: str | Path | io.TextIOBase) -> pd.DataFrame:
+    """One row per profiled kernel with profkit's columns (ns, FLOP, byte, %).
+
+    Columns: ``id, process_id, device, kernel_name, nvtx_range, launch_index`` plus the metric
+    columns of :data:`profkit.ncu.NCU_COLUMNS` (the nsys match columns are filled by the merge).
+    """
+    if isinstance(source, (str, Path)):
+        p = Path(source)
+        try:
+            text = p.read_text(encoding="utf-8-sig", errors="replace")
+        except FileNotFoundError:
+            raise ProfkitError(f"ncu CSV not found: {p}") from None
+        label = str(p)
+    else:
+        text = source.read()
+        label = "ncu CSV"
+    lines = text.splitlines()
+    start = next((i for i, ln in enumerate(lines) if ln.startswith('"ID"') or ln.startswith("ID,")),
+                 None)
+    if start is None:
+        raise ProfkitError(f"{label} is not an ncu raw-page CSV (no header row starting with "
+                           "\"ID\"); export it with `ncu --import R.ncu-rep --csv --page raw`")
+    table = pd.read_csv(io.StringIO("\n".join(lines[start:])), dtype=str, keep_default_na=False)
+    if "Metric Name" in table.columns and "Metric Value" in table.columns:
+        raise ProfkitError(f"{label} is an ncu details-page CSV; profkit needs the raw page: "
+                           "`ncu --import R.ncu-rep --csv --page raw`")
+    if "Kernel Name" not in table.columns:
+        raise ProfkitError(f"{label} has no 'Kernel Name' column; is it an ncu raw-page CSV?")
+    units = table.iloc[0] if len(table) else pd.Series(dtype=str)
+    # The row after the header holds units: its ID cell is empty.
+    if len(table) and str(table.iloc[0].get("ID", "")).strip() == "":
+        body = table.iloc[1:]
+    else:
+        units = pd.Series({c: "" for c in table.columns})
+        body = table
+    body = body[body["ID"].astype(str).str.strip() != ""].reset_index(drop=True)
+
+    def column(name: str) -> pd.Series:
+        if name not in body.columns:
+            return pd.Series(np.nan, index=body.index, dtype="float64")
+        scale = unit_scale(str(units.get(name, "")))
+        return body[name].map(to_number).astype("float64") * scale
+
+    def metric(name: str) -> pd.Series:
+        if name in body.columns or not name.endswith(".sum"):
+            return column(name)
+        # e.g. sm__ops_path_tensor_src_fp8.sum collected as its _sparsity_off/_on parts
+        parts = [column(name[:-4] + f"_sparsity_{s}.sum") for s in ("off", "on")
+                 if name[:-4] + f"_sparsity_{s}.sum" in body.columns]
+        if not parts:
+            return column(name)
+        return pd.concat(parts, axis=1).sum(axis=1, min_count=1)
+
+    def weighted(metrics: dict[str, float]) -> pd.Series:
+        cols = [metric(m) * w for m, w in metrics.items()]
+        frame = pd.concat(cols, axis=1)
+        return frame.sum(axis=1, min_count=1)
+
+    nvtx_cols = [c for c in body.columns if "Push/Pop_Range" in c]
+    if nvtx_cols:
+        stacks = body[nvtx_cols[0]].map(parse_nvtx_stack)
+    else:
+        stacks = pd.Series([[] for _ in range(len(body))], index=body.index, dtype=object)
+
+    out = pd.DataFrame({
+        "id": body["ID"].map(to_number).astype("int64"),
+        "process_id": body["Process ID"].map(to_number) if "Process ID" in body else np.nan,
+        "device": body["Device"].map(to_number) if "Device" in body else np.nan,
+        "kernel_name": body["Kernel Name"].astype(str),
+        "nvtx_range": stacks.map(lambda s: s[-1] if s else None),
+        "nvtx_stack": stacks,
+    })
+    out["launch_index"] = np.arange(len(out), dtype="int64")
+    out["gpu_time_ns"] = metric(TIME_METRIC)
+    out["flops_fp64"] = weighted(FP64_METRICS)
+    out["flops_fp32"] = weighted(FP32_METRICS)
+    out["flops_fp16"] = weighted(FP16_METRICS)
+    tensor = {m: metric(m) for m in TENSOR_METRICS}
+    for umbrella, splits in TENSOR_UMBRELLAS.items():
+        has_umbrella = tensor[umbrella].notna()
+        for split in splits:
+            tensor[split] = tensor[split].where(~has_umbrella)
+    tframe = pd.DataFrame(tensor)
+    out["flops_tensor"] = tframe.sum(axis=1, min_count=1)
+    by_prec = pd.DataFrame({p: sum((tensor[m].fillna(0) for m, q in TENSOR_METRICS.items()
+                                    if q == p), pd.Series(0.0, index=body.index))
+                            for p in dict.fromkeys(TENSOR_METRICS.values())})
+    best = by_prec.idxmax(axis=1) if len(by_prec) else pd.Series(dtype=object)
+    has = by_prec.max(axis=1) > 0 if len(by_prec) else pd.Series(dtype=bool)
+    out["tensor_precision"] = [b if h else None for b, h in zip(best, has)]
+    out["dram_bytes_read"] = metric(DRAM_READ)
+    out["dram_bytes_write"] = metric(DRAM_WRITE)
+    out["sm_throughput_pct"] = metric(SM_PCT)
+    out["dram_throughput_pct"] = metric(DRAM_PCT)
+    out["achieved_occupancy_pct"] = metric(OCC_PCT)
+    return out.sort_values("id", kind="stable").reset_index(drop=True)
+
+
+# --- NVTX range filter --------------------------------------------------------------------------
+def range_matcher(expr: Optional[str]):
+    """A predicate on NVTX range text for an ncu ``--nvtx-include`` style expression.
+
+    ``NAME`` or ``NAME/`` (push/pop range), ``domain@NAME/``, ``A/B/`` (innermost ``B``),
+    ``regex:PATTERN`` (searched in the range text). A range carrying profkit hints
+    (``"gemm {flops=…}"``) matches its bare name too.
+    """
+    if not expr:
+        return None
+    e = expr.strip()
+    if e.startswith("regex:"):
+        pat = re.compile(e[len("regex:"):].rstrip("/"))
+        return lambda text: bool(text) and (bool(pat.search(text))
+                                            or bool(pat.search(parse_range_name(text)[0])))
+    e = e.rstrip("/")
+    if "@" in e:
+        e = e.split("@", 1)[1]
+    e = e.split("/")[-1]
+    return lambda text: bool(text) and (text == e or parse_range_name(text)[0] == e)
+
+
+def ncu_range_expression(name: str) -> str:
+    """The ``--nvtx-include`` argument for a user's ``--ncu-range`` (push/pop range ``NAME/``)."""
+    n = name.strip()
+    return n if n.endswith("/") else n + "/"
+
+
+# --- nsys side ---------------------------------------------------------------------------------
+def _has_table(conn: sqlite3.Connection, name: str) -> bool:
+    return conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?",
+                        (name,)).fetchone() is not None
+
+
+def nsys_kernels(conn: sqlite3.Connection, range_expr: Optional[str] = None) -> pd.DataFrame:
+    """nsys kernel rows (start, deviceId, globalPid, demangled, short) in launch order."""
+    if not _has_table(conn, "CUPTI_ACTIVITY_KIND_KERNEL"):
+        raise TraceError("the trace has no CUPTI_ACTIVITY_KIND_KERNEL table (no kernels were "
+                         "traced); capture with `profkit capture` (nsys -t cuda)")
+    k = pd.read_sql_query(
+        "SELECT k.start, k.deviceId, k.globalPid, k.correlationId, "
+        "d.value AS demangled, s.value AS short FROM CUPTI_ACTIVITY_KIND_KERNEL k "
+        "LEFT JOIN StringIds d ON d.id = k.demangledName "
+        "LEFT JOIN StringIds s ON s.id = k.shortName ORDER BY k.start", conn)
+    k["demangled"] = k["demangled"].fillna(k["short"]).fillna("")
+    match = range_matcher(range_expr)
+    if match is None or k.empty:
+        return k
+    if not (_has_table(conn, "CUPTI_ACTIVITY_KIND_RUNTIME") and _has_table(conn, "NVTX_EVENTS")):
+        return k.iloc[0:0]
+    launches = pd.read_sql_query(
+        "SELECT correlationId, globalTid, start AS api_start FROM CUPTI_ACTIVITY_KIND_RUNTIME",
+        conn)
+    launches["globalPid"] = launches["globalTid"] - (launches["globalTid"] % (1 << 24))
+    k = k.merge(launches, on=["globalPid", "correlationId"], how="left")
+    nv = pd.read_sql_query(
+        "SELECT n.start, n.end, n.globalTid, COALESCE(n.text, s.value) AS text "
+        "FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId "
+        "WHERE n.eventType = 59 AND n.end IS NOT NULL", conn)
+    nv = nv[nv["text"].map(lambda t: match(t) if isinstance(t, str) else False)]
+    keep = np.zeros(len(k), dtype=bool)
+    for tid, ranges in nv.groupby("globalTid"):
+        ranges = ranges.sort_values("start")
+        starts = ranges["start"].to_numpy()
+        reach = np.maximum.accumulate(ranges["end"].to_numpy())
+        sel = (k["globalTid"] == tid).to_numpy()
+        t = k.loc[sel, "api_start"].to_numpy(dtype="float64")
+        idx = np.searchsorted(starts, t, side="right") - 1
+        ok = (idx >= 0) & (reach[np.clip(idx, 0, None)] >= t)
+        keep[np.flatnonzero(sel)[ok]] = True
+    return k[keep].sort_values("start", kind="stable").reset_index(drop=True)
+
+
+# --- matching and merging -------------------------------------------------------------------
+@dataclass
+class MergeResult:
+    trace: Path
+    profiled: int = 0
+    matched: int = 0
+    unmatched: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        text = f"{self.matched} of {self.profiled} ncu kernels matched to nsys kernels"
+        if self.unmatched:
+            names = sorted(set(self.unmatched))
+            more = f" (+{len(names) - 3} more)" if len(names) > 3 else ""
+            text += f"; unmatched: {', '.join(n[:60] for n in names[:3])}{more}"
+        return text
+
+
+def match_kernels(ncu: pd.DataFrame, nsys: pd.DataFrame) -> pd.DataFrame:
+    """Add ``globalPid, deviceId, kernel_start`` to the ncu rows (NaN where no match).
+
+    Processes are paired by order of first kernel (the two runs have different pids); a device
+    is honoured when both sides name it. Within a (process, device), the k-th ncu launch of a
+    kernel is the k-th nsys launch of the same kernel: by exact demangled name when nsys has that
+    name, else by bare function name (:func:`kernel_base_name`).
+    """
+    out = ncu.reset_index(drop=True).copy()
+    out["globalPid"] = np.nan
+    out["deviceId"] = np.nan
+    out["kernel_start"] = np.nan
+    if out.empty or nsys.empty:
+        return out
+    nsys = nsys.sort_values("start", kind="stable")
+    pids_nsys = list(dict.fromkeys(nsys["globalPid"]))
+    pids_ncu = list(dict.fromkeys(out.sort_values("id")["process_id"].fillna(-1)))
+    pid_map = {p: (pids_nsys[i] if i < len(pids_nsys) else None) for i, p in enumerate(pids_ncu)}
+    devices_nsys = set(nsys["deviceId"].dropna().astype(int))
+
+    queues: dict[tuple, list] = {}
+    for row in nsys.itertuples(index=False):
+        queues.setdefault(("x", row.globalPid, row.deviceId, row.demangled), []).append(row)
+    exact_names = {key[3] for key in queues}
+    used_exact = {n for n in out["kernel_name"] if n in exact_names}
+    for row in nsys.itertuples(index=False):
+        if row.demangled not in used_exact:
+            queues.setdefault(("b", row.globalPid, row.deviceId, kernel_base_name(row.demangled)),
+                              []).append(row)
+    cursor: dict[tuple, int] = {}
+    for i, row in out.sort_values("id").iterrows():
+        gpid = pid_map.get(row["process_id"] if not pd.isna(row["process_id"]) else -1)
+        if gpid is None:
+            continue
+        devs = ([int(row["device"])] if not pd.isna(row["device"])
+                and int(row["device"]) in devices_nsys else sorted(devices_nsys))
+        name = row["kernel_name"]
+        for dev in devs:
+            key = (("x", gpid, dev, name) if name in used_exact
+                   else ("b", gpid, dev, kernel_base_name(name)))
+            q = queues.get(key)
+            n = cursor.get(key, 0)
+            if q and n < len(q):
+                cursor[key] = n + 1
+                out.at[i, "globalPid"] = q[n].globalPid
+                out.at[i, "deviceId"] = q[n].deviceId
+                out.at[i, "kernel_start"] = q[n].start
+                break
+    return out
+
+
+def merge_ncu(trace: str | Path, ncu: pd.DataFrame | str | Path,
+              range_expr: Optional[str] = None) -> MergeResult:
+    """Write ``ncu`` (a :func:`read_raw_csv` frame or a CSV path) into ``trace``'s SQLite.
+
+    Replaces any earlier ``PROFKIT_NCU_METRICS`` rows, in one transaction; nsys's tables are
+    only read. Unmatched ncu kernels are left out and listed in the result.
+    """
+    trace = Path(trace)
+    if not trace.is_file():
+        raise ProfkitError(f"trace not found: {trace}")
+    frame = ncu if isinstance(ncu, pd.DataFrame) else read_raw_csv(ncu)
+    match = range_matcher(range_expr)
+    if match is not None and "nvtx_stack" in frame and frame["nvtx_stack"].map(bool).any():
+        # a CSV profiled without the range filter: keep the kernels ncu saw inside the range
+        frame = frame[frame["nvtx_stack"].map(lambda st: any(match(n) for n in st))]
+    try:
+        conn = sqlite3.connect(str(trace))
+        conn.execute("PRAGMA schema_version")
+    except sqlite3.DatabaseError as exc:
+        raise TraceError(f"{trace} is not an SQLite file ({exc})") from None
+    try:
+        try:
+            kernels = nsys_kernels(conn, range_expr)
+        except sqlite3.DatabaseError as exc:
+            raise TraceError(f"{trace} is not an nsys SQLite export ({exc})") from None
+        matched = match_kernels(frame, kernels)
+        ok = matched["kernel_start"].notna()
+        rows = matched[ok]
+        result = MergeResult(trace=trace, profiled=len(matched), matched=int(ok.sum()),
+                             unmatched=list(matched.loc[~ok, "kernel_name"]))
+        cols = list(NCU_COLUMNS)
+        records = []
+        for r in rows.itertuples(index=False):
+            rec = []
+            for c in cols:
+                v = getattr(r, c)
+                if v is None or (isinstance(v, float) and math.isnan(v)):
+                    rec.append(None)
+                elif NCU_COLUMNS[c] == "INTEGER":
+                    rec.append(int(v))
+                elif NCU_COLUMNS[c] == "REAL":
+                    rec.append(float(v))
+                else:
+                    rec.append(str(v))
+            records.append(rec)
+        with conn:
+            conn.execute(create_table_sql())
+            conn.execute(f"DELETE FROM {NCU_TABLE}")
+            conn.executemany(f"INSERT INTO {NCU_TABLE} ({', '.join(cols)}) VALUES "
+                             f"({', '.join('?' for _ in cols)})", records)
+        return result
+    finally:
+        conn.close()
+
+
+META_TABLE = "PROFKIT_META"
+
+
+def write_meta(trace: str | Path, items: dict[str, object] | Iterable[tuple[str, object]]) -> None:
+    """Set ``key -> value`` rows in ``PROFKIT_META(key TEXT, value TEXT)`` (one row per key)."""
+    pairs = list(items.items() if isinstance(items, dict) else items)
+    conn = sqlite3.connect(str(trace))
+    try:
+        with conn:
+            conn.execute(f"CREATE TABLE IF NOT EXISTS {META_TABLE} (key TEXT, value TEXT)")
+            for key, value in pairs:
+                conn.execute(f"DELETE FROM {META_TABLE} WHERE key = ?", (str(key),))
+                conn.execute(f"INSERT INTO {META_TABLE} (key, value) VALUES (?, ?)",
+                             (str(key), None if value is None else str(value)))
+    finally:
+        conn.close()
+
+
+def read_meta(trace: str | Path) -> dict[str, Optional[str]]:
+    conn = sqlite3.connect(str(trace))
+    try:
+        if not _has_table(conn, META_TABLE):
+            return {}
+        return dict(conn.execute(f"SELECT key, value FROM {META_TABLE}").fetchall())
+    finally:
+        conn.close()

@@ -1,0 +1,324 @@
+"""ncu raw-page CSV parsing and the merge into an nsys trace (always into a copy)."""
+from __future__ import annotations
+
+import hashlib
+import math
+import shutil
+import sqlite3
+import sys
+import types
+from pathlib import Path
+
+import click
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+import profkit
+from profkit.errors import ProfkitError, TraceError
+from profkit.ncu import NCU_COLUMNS, NCU_TABLE, read_ncu_metrics
+from profkit.ncu_import import (kernel_base_name, merge_ncu, parse_nvtx_stack, range_matcher,
+                                read_meta, read_raw_csv, to_number, unit_scale, write_meta)
+
+DATA = Path(__file__).resolve().parent / "data" / "ncu"
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURE = DATA / "fixture_raw.csv"
+REAL_CSV = DATA / "addnorm_gemm_raw.csv"
+REAL_TRACE = ROOT / "traces" / "micro_addnorm_gemm.sqlite"
+
+NSYS_ADD = ("void at::native::vectorized_elementwise_kernel<(int)4, at::native::CUDAFunctor_add"
+            "<float>, std::array<char *, (unsigned long)3>>(int, T2, T3)")
+NSYS_FILL = ("void at::native::vectorized_elementwise_kernel<(int)4, at::native::FillFunctor"
+             "<float>, std::array<char *, (unsigned long)1>>(int, T2, T3)")
+NVJET = "nvjet_sm90_tst_128x128_64x4_1x2_h_bz_NNT"
+SM80 = ("sm80_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize128x128x32_stage4_warpsize2x2x1_"
+        "tensor16x8x16_kernel")
+PID = 999 << 24
+TID = PID + 999
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def make_trace(path: Path) -> Path:
+    """A tiny nsys-shaped SQLite: 6 kernels, NVTX step > {add, gemm} on one thread."""
+    con = sqlite3.connect(path)
+    con.executescript("""
+    CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT);
+    CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER, end INTEGER, deviceId INTEGER,
+        globalPid INTEGER, correlationId INTEGER, demangledName INTEGER, shortName INTEGER);
+    CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INTEGER, end INTEGER, globalTid INTEGER,
+        correlationId INTEGER);
+    CREATE TABLE NVTX_EVENTS (start INTEGER, end INTEGER, eventType INTEGER, text TEXT,
+        globalTid INTEGER, textId INTEGER);
+    """)
+    strings = {NSYS_FILL: 1, "vectorized_elementwise_kernel": 2, NSYS_ADD: 3, NVJET: 4, SM80: 5,
+               "gemm": 6}
+    con.executemany("INSERT INTO StringIds VALUES (?, ?)", [(i, s) for s, i in strings.items()])
+    kernels = [(NSYS_FILL, "vectorized_elementwise_kernel"), (NSYS_ADD, "vectorized_elementwise_kernel"),
+               (NVJET, NVJET), (SM80, SM80), (NSYS_ADD, "vectorized_elementwise_kernel"),
+               (NVJET, NVJET)]
+    for i, (dem, short) in enumerate(kernels):
+        launch = 1000 + 100 * i
+        con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?,?,?,?)",
+                    (launch, launch + 5, TID, i + 1))
+        con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?,?,?,?,?,?,?)",
+                    (launch + 50, launch + 90, 0, PID, i + 1, strings[dem], strings[short]))
+    con.executemany("INSERT INTO NVTX_EVENTS VALUES (?,?,?,?,?,?)", [
+        (1090, 1400, 59, "step", TID, None),
+        (1095, 1110, 59, "add {flops=4.194e+06, bytes=2.5e+07}", TID, None),
+        (1195, 1210, 59, None, TID, 6),           # "gemm" through StringIds
+        (1000, 9000, 34, "a mark, not a range", TID, None),
+    ])
+    con.commit()
+    con.close()
+    return path
+
+
+@pytest.fixture
+def trace(tmp_path):
+    original = make_trace(tmp_path / "orig.sqlite")
+    copy = tmp_path / "copy.sqlite"
+    shutil.copyfile(original, copy)
+    before = _sha(original)
+    yield copy
+    assert _sha(original) == before  # the original is never touched
+
+
+# --- small pieces --------------------------------------------------------------------------------
+def test_numbers_and_units():
+    assert to_number("1,048,576") == 1048576.0
+    assert to_number(" 12.5 ") == 12.5
+    assert math.isnan(to_number("n/a")) and math.isnan(to_number("")) and math.isnan(to_number(None))
+    assert unit_scale("Gbyte") == 1e9 and unit_scale("Kbyte") == 1e3 and unit_scale("byte") == 1
+    assert unit_scale("us") == 1e3 and unit_scale("usecond") == 1e3 and unit_scale("ms") == 1e6
+    assert unit_scale("nsecond") == 1 and unit_scale("%") == 1 and unit_scale("") == 1
+    assert unit_scale("byte/second") == 1
+
+
+def test_nvtx_stack():
+    cell = ('4242  "<default domain>:step:none:none:none:none:none:none"  '
+            '"<default domain>:add {flops=1, bytes=2}:none:none:RGB:0xff:REGISTERED:add" ')
+    assert parse_nvtx_stack(cell) == ["step", "add {flops=1, bytes=2}"]
+    assert parse_nvtx_stack('7  "mydomain:a:b:none:none:none:none:none:none"') == ["a:b"]
+    assert parse_nvtx_stack("") == [] and parse_nvtx_stack(float("nan")) == []
+
+
+def test_kernel_base_name():
+    assert kernel_base_name(NSYS_ADD) == "vectorized_elementwise_kernel"
+    assert kernel_base_name("void at::vectorized_elementwise_kernel<8, at::CUDAFunctor_add"
+                            "<c10::BFloat16>, std::array<char *, 3>>(int, T2, T3)") \
+        == "vectorized_elementwise_kernel"
+    assert kernel_base_name("void at::native::<unnamed>::vectorized_layer_norm_kernel<float, "
+                            "float, (bool)1>(int, T2, const T1 *)") == "vectorized_layer_norm_kernel"
+    assert kernel_base_name(NVJET) == NVJET
+    assert kernel_base_name("triton_poi_fused_add_0") == "triton_poi_fused_add_0"
+
+
+def test_range_matcher():
+    m = range_matcher("step")
+    assert m("step") and not m("stepper") and not m(None)
+    assert range_matcher("add/")("add {flops=4e6}")
+    assert range_matcher("outer/inner/")("inner")
+    assert range_matcher("dom@gemm/")("gemm")
+    assert range_matcher("regex:^gemm_")("gemm_bf16_8192")
+    assert range_matcher(None) is None
+
+
+# --- parsing the hand fixture ---------------------------------------------------------------------
+def test_read_fixture():
+    df = read_raw_csv(FIXTURE)
+    assert list(df["id"]) == [0, 1, 2, 3, 4]
+    assert list(df["launch_index"]) == [0, 1, 2, 3, 4]
+    assert set(NCU_COLUMNS) - {"globalPid", "deviceId", "kernel_start"} <= set(df.columns)
+    r0, r1, r2, r3, r4 = (df.iloc[i] for i in range(5))
+    assert r0["dram_bytes_read"] == pytest.approx(512)          # 0.000512 Mbyte
+    assert r0["dram_bytes_write"] == pytest.approx(4_096_000)   # 4,096 Kbyte
+    assert r0["gpu_time_ns"] == pytest.approx(1216)             # 1.216 us
+    assert r0["flops_tensor"] == 0 and pd.isna(r0["tensor_precision"])
+    assert pd.isna(r0["nvtx_range"])
+    assert r1["nvtx_range"] == "add {flops=4.194e+06, bytes=2.5e+07}"
+    assert r1["flops_fp32"] == 1_048_576
+    assert r1["dram_bytes_write"] == pytest.approx(8_388_608)
+    assert r1["dram_throughput_pct"] == 88.25
+    assert r2["nvtx_range"] == "gemm"
+    assert r2["flops_tensor"] == 1_099_511_627_776 and r2["tensor_precision"] == "bf16"
+    assert r2["gpu_time_ns"] == pytest.approx(140_250)
+    assert r2["sm_throughput_pct"] == 93.1 and r2["achieved_occupancy_pct"] == 14.8
+    # fp16 umbrella counter present: its dst_fp32 split is not added again
+    assert r3["flops_tensor"] == 2_147_483_648 and r3["tensor_precision"] == "fp16"
+    assert r3["flops_fp64"] == 2 + 8 + 2 * 4         # dadd + dmul + 2*dfma
+    assert r3["flops_fp32"] == 16 + 64 + 2 * 32      # fadd + fmul + 2*ffma
+    assert r3["flops_fp16"] == 2 * 1 + 2 * 4 + 4 * 2  # packed: 2*hadd + 2*hmul + 4*hfma
+    assert r3["nvtx_range"] == "step"
+    # empty cells are missing counters, not zeros
+    assert math.isnan(r4["flops_tensor"]) and math.isnan(r4["flops_fp64"])
+    assert r4["flops_fp32"] == 1_048_576
+
+
+def test_read_rejects_other_files(tmp_path):
+    bad = tmp_path / "x.csv"
+    bad.write_text("a,b\n1,2\n")
+    with pytest.raises(ProfkitError, match="not an ncu raw-page CSV"):
+        read_raw_csv(bad)
+    details = tmp_path / "d.csv"
+    details.write_text('"ID","Kernel Name","Section Name","Metric Name","Metric Unit","Metric Value"\n'
+                       '"0","k","s","dram__bytes_read.sum","byte","1"\n')
+    with pytest.raises(ProfkitError, match="details-page CSV"):
+        read_raw_csv(details)
+    with pytest.raises(ProfkitError, match="ncu CSV not found"):
+        read_raw_csv(tmp_path / "missing.csv")
+
+
+# --- merging --------------------------------------------------------------------------------------
+def _rows(path: Path):
+    con = sqlite3.connect(path)
+    try:
+        return read_ncu_metrics(con).sort_values("launch_index").reset_index(drop=True)
+    finally:
+        con.close()
+
+
+def test_merge_matches_by_name_and_launch_order(trace):
+    kernel_rows_before = sqlite3.connect(trace).execute(
+        "SELECT * FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchall()
+    result = merge_ncu(trace, FIXTURE)
+    assert (result.profiled, result.matched, result.unmatched) == (5, 5, [])
+    rows = _rows(trace)
+    # nsys kernel starts: 1050 fill, 1150 add, 1250 nvjet, 1350 sm80, 1450 add, 1550 nvjet
+    assert list(rows["kernel_start"]) == [1050, 1150, 1250, 1350, 1450]
+    assert set(rows["globalPid"]) == {PID} and set(rows["deviceId"]) == {0}
+    assert rows.loc[2, "tensor_precision"] == "bf16"
+    con = sqlite3.connect(trace)
+    cols = [r[1] for r in con.execute(f"PRAGMA table_info({NCU_TABLE})")]
+    assert cols == list(NCU_COLUMNS)
+    assert con.execute("SELECT * FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchall() == kernel_rows_before
+    # merging again replaces, never duplicates
+    merge_ncu(trace, FIXTURE)
+    assert con.execute(f"SELECT count(*) FROM {NCU_TABLE}").fetchone()[0] == 5
+
+
+def test_merge_within_nvtx_range(trace):
+    df = read_raw_csv(FIXTURE)
+    in_step = df[df["id"].isin([1, 2, 3])]      # what `ncu --nvtx-include step/` profiles
+    result = merge_ncu(trace, in_step, range_expr="step")
+    assert result.matched == 3
+    # without the range the first add would pair with the fill kernel (same function name)
+    assert list(_rows(trace)["kernel_start"]) == [1150, 1250, 1350]
+    merge_ncu(trace, df[df["id"] == 1], range_expr="add")   # hinted range matched by bare name
+    assert list(_rows(trace)["kernel_start"]) == [1150]
+    merge_ncu(trace, df[df["id"] == 2], range_expr="gemm/")  # range text through StringIds
+    assert list(_rows(trace)["kernel_start"]) == [1250]
+
+
+def test_merge_reports_unmatched(trace):
+    df = read_raw_csv(FIXTURE)
+    extra = df.iloc[[2]].copy()
+    extra["id"] = 9
+    extra["kernel_name"] = "some_other_kernel"
+    result = merge_ncu(trace, pd.concat([df, extra]))
+    assert result.matched == 5 and result.unmatched == ["some_other_kernel"]
+    assert result.summary() == ("5 of 6 ncu kernels matched to nsys kernels; "
+                                "unmatched: some_other_kernel")
+
+
+def test_merge_errors(tmp_path):
+    with pytest.raises(ProfkitError, match="trace not found"):
+        merge_ncu(tmp_path / "none.sqlite", FIXTURE)
+    notdb = tmp_path / "x.sqlite"
+    notdb.write_text("this is not sqlite at all, just text " * 20)
+    with pytest.raises(TraceError):
+        merge_ncu(notdb, FIXTURE)
+    empty = tmp_path / "e.sqlite"
+    sqlite3.connect(empty).execute("CREATE TABLE t (x)").connection.close()
+    with pytest.raises(TraceError, match="no CUPTI_ACTIVITY_KIND_KERNEL"):
+        merge_ncu(empty, FIXTURE)
+
+
+def test_meta_table(trace):
+    write_meta(trace, {"a": 1, "b": None})
+    write_meta(trace, [("a", "2")])
+    assert read_meta(trace) == {"a": "2", "b": None}
+
+
+# --- the command line ---------------------------------------------------------------------------
+def _capture_command():
+    if not (Path(profkit.__file__).parent / "cli" / "classify.py").exists() \
+            and "profkit.cli.classify" not in sys.modules:
+        stub = types.ModuleType("profkit.cli.classify")
+        stub.classify = click.command("classify")(lambda: None)
+        sys.modules["profkit.cli.classify"] = stub
+    from profkit.cli.capture import capture
+    return capture
+
+
+def _invoke(args):
+    try:
+        runner = CliRunner(mix_stderr=False)
+    except TypeError:
+        runner = CliRunner()
+    return runner.invoke(_capture_command(), args, catch_exceptions=False)
+
+
+def test_cli_merge_into_copy(tmp_path):
+    original = make_trace(tmp_path / "orig.sqlite")
+    before = _sha(original)
+    out = tmp_path / "merged.sqlite"
+    r = _invoke(["--merge-ncu", str(FIXTURE), "-o", str(out), str(original)])
+    assert r.exit_code == 0, r.stderr
+    assert r.stderr == f"profkit: 5 of 5 ncu kernels matched to nsys kernels; wrote {out}\n"
+    assert _sha(original) == before
+    assert len(_rows(out)) == 5
+    assert read_meta(out)["ncu_merged_from"] == str(FIXTURE)
+    r = _invoke(["--merge-ncu", str(FIXTURE), "-o", str(out), str(original)])
+    assert r.exit_code == 2
+    assert r.stderr == f"profkit: error: output {out} exists; pass --force to replace it\n"
+
+
+def test_cli_merge_in_place_and_errors(tmp_path):
+    t = make_trace(tmp_path / "t.sqlite")
+    r = _invoke(["--merge-ncu", str(FIXTURE), "--ncu-range", "step", str(t)])
+    assert r.exit_code == 0, r.stderr
+    assert r.stderr == f"profkit: 3 of 3 ncu kernels matched to nsys kernels; wrote {t}\n"
+    assert list(_rows(t)["kernel_start"]) == [1150, 1250, 1350]
+    r = _invoke(["--merge-ncu", str(tmp_path / "nope.csv"), str(t)])
+    assert r.exit_code == 2
+    assert r.stderr == f"profkit: error: ncu CSV not found: {tmp_path / 'nope.csv'}\n"
+    r = _invoke(["--merge-ncu", str(FIXTURE), str(tmp_path / "nope.sqlite")])
+    assert r.exit_code == 2
+    assert r.stderr == f"profkit: error: trace not found: {tmp_path / 'nope.sqlite'}\n"
+
+
+# --- real data (H200, ncu 2025.3.1) -------------------------------------------------------------
+@pytest.mark.skipif(not (REAL_CSV.exists() and REAL_TRACE.exists()),
+                    reason="real ncu/nsys fixtures not present")
+def test_real_ncu_csv_merges_into_copy_of_real_trace(tmp_path):
+    before = _sha(REAL_TRACE)
+    copy = tmp_path / "real.sqlite"
+    shutil.copyfile(REAL_TRACE, copy)
+    df = read_raw_csv(REAL_CSV)
+    assert len(df) == 59
+    gemm = df[df["nvtx_range"] == "gemm_bf16_8192"]
+    assert len(gemm) == 10
+    # 2*8192^3 plus the 320-wide tile's padding (8320/8192): ncu counts what the MMAs did
+    assert (gemm["flops_tensor"] == 1_116_691_496_960).all()
+    assert (gemm["tensor_precision"] == "bf16").all()
+    assert gemm["dram_bytes_read"].iloc[0] == pytest.approx(1.250254e9)   # "Gbyte" column
+    assert gemm["gpu_time_ns"].iloc[0] == pytest.approx(1_377_344)        # "ms" column
+    fp32 = df[df["nvtx_range"] == "gemm_fp32_4096"]
+    assert (fp32["flops_fp32"] == 2 * 68_736_253_952).all()               # 2 * ffma ≈ 2*4096^3
+    assert fp32["tensor_precision"].isna().all()
+    result = merge_ncu(copy, df)
+    assert (result.matched, result.profiled) == (59, 59)
+    con = sqlite3.connect(copy)
+    pairs = con.execute(
+        f"SELECT m.kernel_name, s.value FROM {NCU_TABLE} m JOIN CUPTI_ACTIVITY_KIND_KERNEL k "
+        "ON k.start = m.kernel_start AND k.deviceId = m.deviceId AND k.globalPid = m.globalPid "
+        "JOIN StringIds s ON s.id = k.shortName").fetchall()
+    assert len(pairs) == 59
+    assert all(kernel_base_name(n) == short for n, short in pairs)
+    # with the range, only the kernels inside gemm_bf16_8192 are candidates
+    result = merge_ncu(copy, gemm, range_expr="gemm_bf16_8192")
+    assert result.matched == 10
+    assert _sha(REAL_TRACE) == before

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
+from profkit import comm
 from profkit.classify import GEMM_RE, Verdict
 from profkit.estimate import amdahl
 from profkit.evidence import Work
@@ -94,6 +95,8 @@ def advise(op: dict, verdict: Verdict, work: Optional[Work], peaks: Peaks, kerne
 
 
 def _choose(op, verdict, work, peaks, text, kpc, span, busy, pct, under_graph):
+    if verdict.bound is BoundClass.COMMUNICATION:  # overlap, bucket sizes, fewer collectives
+        return (Rung.LIBRARY, *comm.advice_parts(op, verdict))
     floor = peaks.launch_floor_ns
     kmed = float(op["kernel_median_ns"])
     if verdict.bound is BoundClass.LAUNCH:

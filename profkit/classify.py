@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Optional
 
+from profkit import comm
 from profkit.evidence import Work
 from profkit.model import CONFIDENCE, BoundClass, Source
 from profkit.peaks import Peaks
@@ -71,6 +72,10 @@ def ideal_time_ns(work: Optional[Work], peaks: Peaks) -> Optional[float]:
 
 def classify_op(op: dict, work: Optional[Work], peaks: Peaks, kernel_names: list[str]) -> Verdict:
     """``op`` is one row of ops.group_ops(...).ops as a dict (with its name under ``name``)."""
+    nccl = comm.verdict_parts(op, work, kernel_names)  # NCCL collectives: their own class
+    if nccl is not None:
+        return Verdict(BoundClass.COMMUNICATION, nccl["confidence"], work.source if work else
+                       Source.TIMELINE, nccl["reason"], nccl["evidence"])
     time_ns = float(op["busy_median_ns"]) or float(op["gpu_time_median_ns"])
     kpc = float(op["kernels_per_call"])
     kmed = float(op["kernel_median_ns"])
@@ -97,8 +102,10 @@ def classify_op(op: dict, work: Optional[Work], peaks: Peaks, kernel_names: list
                        f"median kernel {kmed / 1e3:.1f} us is {kmed / floor:.1f}x the launch floor "
                        f"({floor / 1e3:.1f} us): the fixed per-kernel cost dominates", ev, pct, ideal)
 
-    if work is not None and work.source is Source.NCU and work.dram_pct is not None \
-            and work.sm_pct is not None:
+    # With measured FLOPs and DRAM bytes the roofline decides (below). "SM throughput" mixes
+    # load/store and issue activity with arithmetic, so it only decides when bytes are missing.
+    if work is not None and work.source is Source.NCU and not (work.bytes and work.flops) \
+            and work.dram_pct is not None and work.sm_pct is not None:
         bound = BoundClass.MEMORY if work.dram_pct >= work.sm_pct else BoundClass.COMPUTE
         return Verdict(bound, CONFIDENCE[Source.NCU], source,
                        f"ncu: DRAM throughput {work.dram_pct:.0f}% vs SM throughput "
@@ -110,9 +117,11 @@ def classify_op(op: dict, work: Optional[Work], peaks: Peaks, kernel_names: list
         ai, ridge = work.flops / work.bytes, peaks.ridge(work.precision)
         bound = BoundClass.MEMORY if ai < ridge else BoundClass.COMPUTE
         side = "below" if bound is BoundClass.MEMORY else "above"
+        counters = (f" (ncu: DRAM {work.dram_pct:.0f}%, SM {work.sm_pct:.0f}% of peak)"
+                    if work.dram_pct is not None and work.sm_pct is not None else "")
         return Verdict(bound, CONFIDENCE[source], source,
                        f"intensity {ai:.3g} FLOP/B {side} the {peaks.compute_peak(work.precision)[0]} "
-                       f"ridge point {ridge:.3g} FLOP/B", ev, pct, ideal)
+                       f"ridge point {ridge:.3g} FLOP/B{counters}", ev, pct, ideal)
     if work is not None and work.flops and not work.bytes:
         return Verdict(BoundClass.COMPUTE, "low", source, "FLOPs known, bytes unknown", ev, pct, ideal)
 

@@ -9,6 +9,7 @@ class BoundClass(str, Enum):
     COMPUTE = "compute"   # arithmetic units: intensity above the ridge point
     MEMORY = "memory"     # bytes through HBM (or a host link): intensity below the ridge point
     LAUNCH = "launch"     # the fixed cost of launching kernels, not the work in them
+    COMMUNICATION = "communication"  # NCCL collectives: bytes between GPUs (see profkit.comm)
 
 
 class Rung(str, Enum):

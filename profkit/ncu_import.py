@@ -155,6 +155,9 @@ def kernel_base_name(name: str) -> str:
     -> ``vectorized_layer_norm_kernel``; names without templates or parameters stay as they are.
     """
     s = str(name or "").strip()
+    # ncu prints anonymous namespaces as "unnamed>::" (its "<" lost), nsys as "<unnamed>::":
+    # an unbalanced bracket would swallow the rest of the name, so drop them first.
+    s = re.sub(r"<?unnamed>::|\(anonymous namespace\)::", "", s)
     s = _strip_balanced(s, "[", "]")
     s = _strip_balanced(s, "<", ">")
     s = _strip_balanced(s, "(", ")")

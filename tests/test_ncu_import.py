@@ -322,3 +322,15 @@ def test_real_ncu_csv_merges_into_copy_of_real_trace(tmp_path):
     result = merge_ncu(copy, gemm, range_expr="gemm_bf16_8192")
     assert result.matched == 10
     assert _sha(REAL_TRACE) == before
+
+
+def test_base_name_of_ncu_anonymous_namespace():
+    """ncu prints `<unnamed>::` as `unnamed>::`; the unbalanced `>` must not eat the name."""
+    from profkit.ncu_import import kernel_base_name
+    ncu = ("void unnamed>::distribution_elementwise_grid_stride_kernel<float, 4, void "
+           "normal_and_transform<BFloat16, float>(TensorIteratorBase &, T3, T4)::[lambda(int) "
+           "(instance 2)]>(long, PhiloxCudaState, T3, T4)")
+    nsys = ("void at::native::<unnamed>::distribution_elementwise_grid_stride_kernel<float, (int)4, "
+            "void at::native::normal_and_transform<c10::BFloat16, float>(at::TensorIteratorBase &, T3, "
+            "T4)::[lambda(int) (instance 2)]>(long, at::PhiloxCudaState, T3, T4)")
+    assert kernel_base_name(ncu) == kernel_base_name(nsys) == "distribution_elementwise_grid_stride_kernel"

@@ -1,8 +1,13 @@
-"""`profkit classify`: one row per op with its GPU time, bound class, evidence and next step."""
+"""`profkit classify`: one row per op with its GPU time, bound class, evidence and next step.
+
+One TRACE file: that trace (unchanged output). Several files, or a directory of them: one trace
+per rank, analysed in parallel and merged (profkit.multirank; docs/multirank.md).
+"""
 from __future__ import annotations
 
 import os
 import shutil
+import sys
 from pathlib import Path
 from typing import Optional
 
@@ -10,8 +15,11 @@ import click
 
 from profkit import render
 from profkit.api import load
-from profkit.cli.common import by_option, fail, one_line_errors, output_options, peaks_option
+from profkit.cli.common import EXIT_USAGE, by_option, fail, one_line_errors, output_options, peaks_option
 from profkit.errors import ProfkitError
+
+# The class that profkit.comm adds (NCCL collectives); render's table styles it like the others.
+render.CLASS_STYLE.setdefault("communication", "bold green")
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "data" / "example.sqlite"
 
@@ -35,7 +43,7 @@ def write_output(text: str, output: Optional[str], inputs: list[str]) -> None:
 
 
 @click.command()
-@click.argument("trace", required=False, type=click.Path(dir_okay=True))
+@click.argument("trace", nargs=-1, type=click.Path(dir_okay=True))
 @click.option("--example", is_flag=True, help="Classify the real H200 trace that ships with profkit.")
 @by_option
 @click.option("--innermost", is_flag=True,
@@ -43,16 +51,30 @@ def write_output(text: str, output: Optional[str], inputs: list[str]) -> None:
 @click.option("--top", type=click.IntRange(min=1), default=None, help="Show the N ops with the most GPU time.")
 @output_options
 @peaks_option
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="Several ranks: local worker processes (default: CPU count); 1 runs in this process.")
+@click.option("--dask", "dask_address", default=None, metavar="ADDRESS",
+              help="Several ranks: run on this Dask scheduler (tcp://host:8786), or 'local' to start "
+                   "a LocalCluster here (--workers workers).")
 @one_line_errors
-def classify(trace: Optional[str], example: bool, by: str, innermost: bool, top: Optional[int],
-             fmt: str, output: Optional[str], peaks_file: Optional[str]) -> None:
+def classify(trace: tuple[str, ...], example: bool, by: str, innermost: bool, top: Optional[int],
+             fmt: str, output: Optional[str], peaks_file: Optional[str], workers: Optional[int],
+             dask_address: Optional[str]) -> None:
     """Classify each op of an Nsight Systems SQLite TRACE as compute-, memory- or launch-bound.
 
-    With no TRACE (or --example), classify the example trace that ships with profkit.
+    NCCL collectives get their own class, communication. With no TRACE (or --example),
+    classify the example trace that ships with profkit.
+
+    Several TRACE files (one per rank) or a directory of them: analyse each rank in parallel
+    and merge: time per op across ranks, stragglers, and communication (NCCL) time, bus
+    bandwidth and exposed time.
     """
-    if trace is not None and example:
+    if trace and example:
         fail("give a TRACE or --example, not both")
-    path = str(EXAMPLE) if trace is None else trace
+    if len(trace) > 1 or (len(trace) == 1 and Path(trace[0]).is_dir()):
+        _classify_ranks(list(trace), by, innermost, top, fmt, output, peaks_file, workers, dask_address)
+        return
+    path = str(EXAMPLE) if not trace else trace[0]
     prof = load(path, peaks=peaks_file)
     df = prof.ops(by=by, innermost=innermost, top=top)
     header = {"trace": Path(path).name, "gpu": prof.gpu.name,
@@ -74,3 +96,45 @@ def classify(trace: Optional[str], example: bool, by: str, innermost: bool, top:
         if fmt != "table":
             click.echo(f"profkit: warning: {w}", err=True)
     write_output(text, output, [path])
+
+
+def _classify_ranks(paths: list[str], by: str, innermost: bool, top: Optional[int], fmt: str,
+                    output: Optional[str], peaks_file: Optional[str], workers: Optional[int],
+                    dask_address: Optional[str]) -> None:
+    """Several ranks: merged output of the good ones; one error line per bad one, then exit 2."""
+    from profkit import multirank as mr
+
+    files = mr.expand_inputs(paths)
+    if output is not None:
+        out = Path(output)
+        for src in files:
+            if out.exists() and src.exists() and os.path.samefile(out, src):
+                raise ProfkitError(f"refusing to write over the input trace {src}; choose another -o file")
+    cb, close = mr.progress_printer()
+    try:
+        res = mr.classify_ranks(files, by=by, innermost=innermost, top=top, peaks_file=peaks_file,
+                                workers=workers, dask=dask_address, progress=cb)
+    finally:
+        close()
+    if res.good:
+        if fmt == "json":
+            text = render.to_json(res.report())
+        elif fmt == "csv":
+            text = mr.ops_csv(res)
+        elif fmt == "markdown":
+            text = mr.to_markdown(res)
+        else:
+            width = shutil.get_terminal_size((200, 40)).columns if output is None else 200
+            text = mr.to_table(res, console_width=max(width, 120))
+        warned = set()
+        for r in res.good:
+            for w in r.warnings:
+                if w not in warned and fmt != "table":
+                    warned.add(w)
+                    click.echo(f"profkit: warning: {w}", err=True)
+        write_output(text, output, [str(f) for f in files])
+    for r in res.errors:
+        where = "" if r.path in (r.error or "") else f" ({r.path})"  # the message names its file
+        click.echo(f"profkit: error: rank {r.rank}{where}: {r.error}", err=True)
+    if res.errors:
+        sys.exit(EXIT_USAGE)

@@ -1,0 +1,104 @@
+"""JIT build of the CUDA C++ backend (kernels/csrc/*.cu) on first use.
+
+The extension is compiled with torch.utils.cpp_extension.load into a controlled cache directory,
+``$PROFKIT_KERNELS_CACHE`` or ``~/.cache/profkit/kernels``, one subdirectory per torch version and
+GPU architecture, and loaded as a plain shared library: its TORCH_LIBRARY_IMPL blocks add CUDA
+kernels to the op schemas defined in kernels/_library.py.  This module imports torch lazily.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import threading
+from pathlib import Path
+
+CSRC = Path(__file__).resolve().parent / "csrc"
+SOURCES = ("add_rmsnorm.cu", "add_layernorm.cu", "bias_gelu.cu", "softmax.cu")
+
+_LOADED = False
+_LOCK = threading.Lock()
+
+
+class KernelBuildError(RuntimeError):
+    """The CUDA extension could not be built or loaded (no nvcc, no compiler, a compile error)."""
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("PROFKIT_KERNELS_CACHE") or os.path.join(
+        os.path.expanduser("~"), ".cache", "profkit", "kernels"
+    )
+    return Path(root)
+
+
+def is_loaded() -> bool:
+    return _LOADED
+
+
+def ensure_loaded() -> None:
+    """Build (first time) and load the CUDA extension; cheap once loaded."""
+    if _LOADED:
+        return
+    _load()
+
+
+def _load() -> None:
+    global _LOADED
+    with _LOCK:
+        if _LOADED:
+            return
+        import torch
+        from torch.utils import cpp_extension
+
+        from kernels import _library  # noqa: F401  (the schemas must exist before the .so loads)
+
+        if not torch.cuda.is_available():
+            raise KernelBuildError('backend="cuda" needs a CUDA device and a CUDA build of PyTorch.')
+        cuda_home = cpp_extension.CUDA_HOME
+        nvcc = os.path.join(cuda_home, "bin", "nvcc") if cuda_home else shutil.which("nvcc")
+        if not nvcc or not os.path.exists(nvcc):
+            raise KernelBuildError(
+                'backend="cuda" needs nvcc to build its extension: install the CUDA toolkit or set '
+                "CUDA_HOME (or use backend=\"triton\")."
+            )
+        if shutil.which(os.environ.get("CXX", "c++")) is None:
+            raise KernelBuildError('backend="cuda" needs a C++ compiler (c++/g++) on PATH to build its extension.')
+        major, minor = torch.cuda.get_device_capability()
+        cc = f"{major}{minor}"
+        tag = torch.__version__.replace("+", "_").replace(".", "_")
+        build_dir = cache_dir() / f"torch{tag}_sm{cc}"
+        build_dir.mkdir(parents=True, exist_ok=True)
+        name = f"profkit_kernels_cuda_sm{cc}"
+        sources = [str(CSRC / s) for s in SOURCES]
+        fresh = not any(build_dir.glob("*.so"))
+        if fresh:
+            print(
+                f"profkit kernels: building the CUDA extension for sm_{cc} into {build_dir} "
+                "(first use, about a minute)...",
+                file=sys.stderr,
+                flush=True,
+            )
+        try:
+            cpp_extension.load(
+                name=name,
+                sources=sources,
+                extra_include_paths=[str(CSRC)],
+                extra_cflags=["-O3"],
+                extra_cuda_cflags=[
+                    "-O3",
+                    "-lineinfo",
+                    f"-gencode=arch=compute_{cc},code=sm_{cc}",
+                    "--expt-relaxed-constexpr",
+                ],
+                build_directory=str(build_dir),
+                is_python_module=False,
+                verbose=os.environ.get("PROFKIT_KERNELS_VERBOSE") == "1",
+            )
+        except Exception as exc:  # compile/link/load errors: one clear message, not a deep traceback
+            detail = str(exc).strip().splitlines()
+            tail = "\n".join(detail[-15:])
+            raise KernelBuildError(
+                f"building the profkit CUDA extension in {build_dir} failed "
+                f"(set PROFKIT_KERNELS_VERBOSE=1 for the full compiler output):\n{tail}"
+            ) from None
+        _LOADED = True

@@ -1,0 +1,191 @@
+// Fused residual add + LayerNorm (weight and bias).  Registers only the CUDA kernel of
+// profkit_kernels::add_layernorm_cuda; the schema lives in kernels/_library.py.
+//
+// One block per row; register-resident rows take the mean and then the centred variance from
+// registers (two reductions, numerically stable), reading x/residual once and writing both outputs
+// once.  Longer rows loop (three passes over the row, the re-reads mostly hit L2).
+#include "common.h"
+
+namespace profkit_kernels {
+namespace {
+
+template <typename T, int VEC, int ITEMS>
+__global__ void __launch_bounds__(kMaxThreads) add_layernorm_reg_kernel(
+    const T* __restrict__ x, const T* __restrict__ r, const T* __restrict__ w, const T* __restrict__ b,
+    T* __restrict__ out, T* __restrict__ res_out, int64_t n, float eps) {
+  using V = Vec<T, VEC>;
+  __shared__ float smem[32];
+  const int64_t row = blockIdx.x;
+  const int nvec = static_cast<int>(n / VEC);
+  const V* xv = reinterpret_cast<const V*>(x + row * n);
+  const V* rv = reinterpret_cast<const V*>(r + row * n);
+  const V* wv = reinterpret_cast<const V*>(w);
+  const V* bv = reinterpret_cast<const V*>(b);
+  V* hv = reinterpret_cast<V*>(res_out + row * n);
+  V* ov = reinterpret_cast<V*>(out + row * n);
+
+  // Few-rows (decode) configurations prefetch weight and bias with x and residual (one memory
+  // round trip before the reductions instead of two); with many rows other blocks hide it.
+  constexpr bool kPrefetchWB = ITEMS <= 2;  // the decode configurations
+  constexpr int kW = kPrefetchWB ? ITEMS : 1;
+  V xa[ITEMS], h[ITEMS], wa[kW], ba[kW];
+#pragma unroll
+  for (int i = 0; i < ITEMS; ++i) {
+    const int idx = threadIdx.x + i * blockDim.x;
+    if (idx < nvec) {
+      xa[i] = xv[idx];
+      h[i] = rv[idx];
+      if constexpr (kPrefetchWB) {
+        wa[i] = wv[idx];
+        ba[i] = bv[idx];
+      }
+    }
+  }
+  float sum = 0.f;
+#pragma unroll
+  for (int i = 0; i < ITEMS; ++i) {
+    const int idx = threadIdx.x + i * blockDim.x;
+    if (idx < nvec) {
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        const T t = from_f<T>(to_f(xa[i].v[j]) + to_f(h[i].v[j]));
+        h[i].v[j] = t;
+        sum += to_f(t);
+      }
+      hv[idx] = h[i];
+    }
+  }
+  const float mean = block_sum(sum, smem) / static_cast<float>(n);
+  float sq = 0.f;
+#pragma unroll
+  for (int i = 0; i < ITEMS; ++i) {
+    const int idx = threadIdx.x + i * blockDim.x;
+    if (idx < nvec) {
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        const float d = to_f(h[i].v[j]) - mean;
+        sq += d * d;
+      }
+    }
+  }
+  const float rstd = rsqrtf(block_sum(sq, smem) / static_cast<float>(n) + eps);
+#pragma unroll
+  for (int i = 0; i < ITEMS; ++i) {
+    const int idx = threadIdx.x + i * blockDim.x;
+    if (idx < nvec) {
+      const V w_i = kPrefetchWB ? wa[kPrefetchWB ? i : 0] : wv[idx];
+      const V b_i = kPrefetchWB ? ba[kPrefetchWB ? i : 0] : bv[idx];
+      V o;
+#pragma unroll
+      for (int j = 0; j < VEC; ++j)
+        o.v[j] = from_f<T>((to_f(h[i].v[j]) - mean) * rstd * to_f(w_i.v[j]) + to_f(b_i.v[j]));
+      ov[idx] = o;
+    }
+  }
+}
+
+template <typename T, int VEC>
+__device__ __forceinline__ float add_round(const Vec<T, VEC>& a, const Vec<T, VEC>& b, int j) {
+  return to_f(from_f<T>(to_f(a.v[j]) + to_f(b.v[j])));
+}
+
+template <typename T, int VEC>
+__global__ void __launch_bounds__(kMaxThreads) add_layernorm_loop_kernel(
+    const T* __restrict__ x, const T* __restrict__ r, const T* __restrict__ w, const T* __restrict__ b,
+    T* __restrict__ out, T* __restrict__ res_out, int64_t n, float eps) {
+  using V = Vec<T, VEC>;
+  __shared__ float smem[32];
+  const int64_t row = blockIdx.x;
+  const int nvec = static_cast<int>(n / VEC);
+  const V* xv = reinterpret_cast<const V*>(x + row * n);
+  const V* rv = reinterpret_cast<const V*>(r + row * n);
+  const V* wv = reinterpret_cast<const V*>(w);
+  const V* bv = reinterpret_cast<const V*>(b);
+  V* hv = reinterpret_cast<V*>(res_out + row * n);
+  V* ov = reinterpret_cast<V*>(out + row * n);
+  float sum = 0.f;
+  for (int idx = threadIdx.x; idx < nvec; idx += blockDim.x) {
+    const V a = xv[idx], c = rv[idx];
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) sum += add_round<T, VEC>(a, c, j);
+  }
+  const float mean = block_sum(sum, smem) / static_cast<float>(n);
+  float sq = 0.f;
+  for (int idx = threadIdx.x; idx < nvec; idx += blockDim.x) {
+    const V a = xv[idx], c = rv[idx];
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+      const float d = add_round<T, VEC>(a, c, j) - mean;
+      sq += d * d;
+    }
+  }
+  const float rstd = rsqrtf(block_sum(sq, smem) / static_cast<float>(n) + eps);
+  for (int idx = threadIdx.x; idx < nvec; idx += blockDim.x) {
+    const V a = xv[idx], c = rv[idx], wa = wv[idx], ba = bv[idx];
+    V hh, o;
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+      hh.v[j] = from_f<T>(to_f(a.v[j]) + to_f(c.v[j]));
+      o.v[j] = from_f<T>((to_f(hh.v[j]) - mean) * rstd * to_f(wa.v[j]) + to_f(ba.v[j]));
+    }
+    hv[idx] = hh;
+    ov[idx] = o;
+  }
+}
+
+template <typename T, int VEC>
+void launch(const RowPlan& p, int64_t rows, const T* x, const T* r, const T* w, const T* b, T* out,
+            T* res_out, int64_t n, float eps, cudaStream_t s) {
+  switch (p.items) {
+    case 1: add_layernorm_reg_kernel<T, VEC, 1><<<rows, p.threads, 0, s>>>(x, r, w, b, out, res_out, n, eps); break;
+    case 2: add_layernorm_reg_kernel<T, VEC, 2><<<rows, p.threads, 0, s>>>(x, r, w, b, out, res_out, n, eps); break;
+    case 4: add_layernorm_reg_kernel<T, VEC, 4><<<rows, p.threads, 0, s>>>(x, r, w, b, out, res_out, n, eps); break;
+    case 8: add_layernorm_reg_kernel<T, VEC, 8><<<rows, p.threads, 0, s>>>(x, r, w, b, out, res_out, n, eps); break;
+    default: add_layernorm_loop_kernel<T, VEC><<<rows, p.threads, 0, s>>>(x, r, w, b, out, res_out, n, eps); break;
+  }
+}
+
+std::tuple<at::Tensor, at::Tensor> add_layernorm_cuda(const at::Tensor& x, const at::Tensor& residual,
+                                                      const at::Tensor& weight, const at::Tensor& bias,
+                                                      double eps) {
+  check_x(x);
+  check_input(residual, "residual", x);
+  check_input(weight, "weight", x);
+  check_input(bias, "bias", x);
+  TORCH_CHECK(residual.sizes() == x.sizes(), "residual must have the shape of x.");
+  TORCH_CHECK(weight.dim() == 1 && weight.size(0) == x.size(-1), "weight must have shape (hidden,).");
+  TORCH_CHECK(bias.dim() == 1 && bias.size(0) == x.size(-1), "bias must have shape (hidden,).");
+  TORCH_CHECK(x.size(-1) < (int64_t{1} << 31), "hidden size must be below 2^31.");
+  const c10::cuda::CUDAGuard guard(x.device());
+  at::Tensor out = at::empty_like(x);
+  at::Tensor res_out = at::empty_like(x);
+  if (x.numel() == 0) return {out, res_out};
+  const int64_t n = x.size(-1);
+  const int64_t rows = x.numel() / n;
+  TORCH_CHECK(rows < (int64_t{1} << 31), "too many rows for one launch.");
+  const RowPlan p = plan_rows(rows, n, x.element_size(), {&x, &residual, &weight, &bias, &out, &res_out});
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  PROFKIT_DISPATCH_FLOATING(x.scalar_type(), "add_layernorm", [&] {
+    constexpr int V16 = vec16<scalar_t>();
+    const scalar_t* xp = x.data_ptr<scalar_t>();
+    const scalar_t* rp = residual.data_ptr<scalar_t>();
+    const scalar_t* wp = weight.data_ptr<scalar_t>();
+    const scalar_t* bp = bias.data_ptr<scalar_t>();
+    scalar_t* op = out.data_ptr<scalar_t>();
+    scalar_t* hp = res_out.data_ptr<scalar_t>();
+    if (p.vec == V16)
+      launch<scalar_t, V16>(p, rows, xp, rp, wp, bp, op, hp, n, static_cast<float>(eps), stream);
+    else
+      launch<scalar_t, 1>(p, rows, xp, rp, wp, bp, op, hp, n, static_cast<float>(eps), stream);
+  });
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return {out, res_out};
+}
+
+}  // namespace
+}  // namespace profkit_kernels
+
+// Only the CUDA kernel is registered here; the schema is defined once, in Python.
+TORCH_LIBRARY_IMPL(profkit_kernels, CUDA, m) {
+  m.impl("add_layernorm_cuda", &profkit_kernels::add_layernorm_cuda);
+}

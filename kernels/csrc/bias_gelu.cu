@@ -1,0 +1,131 @@
+// Fused bias + GELU (erf or tanh form).  Registers only the CUDA kernel of
+// profkit_kernels::bias_gelu_cuda; the schema lives in kernels/_library.py.
+//
+// Elementwise over the flattened tensor: each thread issues kUnroll 16-byte loads before any math
+// (enough bytes in flight to saturate HBM), bias vectors come from L1/L2.  GELU is evaluated with
+// a branch-free erfc approximation (see gelu() below) so the kernel stays memory-bound.  Scalar path when
+// misaligned or when hidden is not a multiple of the vector width.
+#include "common.h"
+
+#include <string_view>
+
+namespace profkit_kernels {
+namespace {
+
+
+// GELU without the branchy libm erff/tanhf, which made this kernel ALU-bound (2.6 TB/s on H200).
+//  erf form:  0.5 u (1 + erf(u / sqrt 2)), with erfc(x) = t P(t) exp(-x^2), t = 1 / (1 + p x) for x >= 0
+//             (Abramowitz & Stegun 7.1.26: |error of erf| <= 1.5e-7, i.e. fp32 level; checked against
+//             math.erf: max abs error of the GELU 4.2e-7, relative L2 error 2e-8.  Relative accuracy
+//             fades only in the far negative tail, u < -5, where |gelu(u)| < 1.5e-6).
+//             For u < 0 the GELU is 0.5 u erfc(|x|), taken directly (no 1 - (1 - c) cancellation).
+//  tanh form: 0.5 u (1 + tanh(z)) == u * sigmoid(2 z), z = sqrt(2/pi) (u + 0.044715 u^3).
+template <bool TANH>
+__device__ __forceinline__ float gelu(float u) {
+  if (TANH) {
+    const float z = 0.7978845608028654f * fmaf(0.044715f * u, u * u, u);
+    return __fdividef(u, 1.f + __expf(-2.f * z));
+  } else {
+    const float x = fabsf(u) * 0.7071067811865476f;
+    const float t = __fdividef(1.f, fmaf(0.3275911f, x, 1.f));
+    float p = 1.061405429f;
+    p = fmaf(p, t, -1.453152027f);
+    p = fmaf(p, t, 1.421413741f);
+    p = fmaf(p, t, -0.284496736f);
+    p = fmaf(p, t, 0.254829592f);
+    const float c = t * p * exp2f(-x * x * 1.4426950408889634f);  // erfc(x)
+    return 0.5f * u * (u >= 0.f ? 2.f - c : c);
+  }
+}
+
+template <typename T, int VEC, bool TANH, int kThreads, int kUnroll>
+__global__ void __launch_bounds__(kThreads) bias_gelu_kernel(const T* __restrict__ x, const T* __restrict__ b,
+                                                             T* __restrict__ out, int64_t total_vec,
+                                                             int64_t row_vec) {
+  using V = Vec<T, VEC>;
+  const V* xv = reinterpret_cast<const V*>(x);
+  const V* bv = reinterpret_cast<const V*>(b);
+  V* ov = reinterpret_cast<V*>(out);
+  const int64_t base = static_cast<int64_t>(blockIdx.x) * kThreads * kUnroll + threadIdx.x;
+  const bool small = total_vec < (int64_t{1} << 32);
+  V xa[kUnroll], ba[kUnroll];
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const int64_t i = base + u * kThreads;
+    if (i < total_vec) {
+      xa[u] = xv[i];
+      // 32-bit modulo whenever the index fits (64-bit division is a long software sequence)
+      ba[u] = bv[small ? static_cast<int64_t>(static_cast<uint32_t>(i) % static_cast<uint32_t>(row_vec))
+                       : i % row_vec];
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const int64_t i = base + u * kThreads;
+    if (i < total_vec) {
+      V o;
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) o.v[j] = from_f<T>(gelu<TANH>(to_f(xa[u].v[j]) + to_f(ba[u].v[j])));
+      ov[i] = o;
+    }
+  }
+}
+
+template <typename T, int VEC, int kThreads, int kUnroll>
+void launch_cfg(bool tanh_form, const T* x, const T* b, T* out, int64_t total_vec, int64_t row_vec, cudaStream_t s) {
+  const int64_t blocks = (total_vec + kThreads * kUnroll - 1) / (kThreads * kUnroll);
+  TORCH_CHECK(blocks < (int64_t{1} << 31), "tensor too large for one launch.");
+  if (tanh_form)
+    bias_gelu_kernel<T, VEC, true, kThreads, kUnroll><<<blocks, kThreads, 0, s>>>(x, b, out, total_vec, row_vec);
+  else
+    bias_gelu_kernel<T, VEC, false, kThreads, kUnroll><<<blocks, kThreads, 0, s>>>(x, b, out, total_vec, row_vec);
+}
+
+template <typename T, int VEC>
+void launch(bool tanh_form, const T* x, const T* b, T* out, int64_t numel, int64_t n, cudaStream_t s) {
+  const int64_t total_vec = numel / VEC;
+  const int64_t row_vec = n / VEC;
+  // Large tensors: 256 threads x 4 vectors in flight each.  Small (decode) tensors: 128 threads x 1
+  // vector, so that even 16 x 4096 elements spread over 64 blocks instead of 8.
+  if (total_vec >= int64_t{132} * 4 * 256 * 4)
+    launch_cfg<T, VEC, 256, 4>(tanh_form, x, b, out, total_vec, row_vec, s);
+  else
+    launch_cfg<T, VEC, 128, 1>(tanh_form, x, b, out, total_vec, row_vec, s);
+}
+
+at::Tensor bias_gelu_cuda(const at::Tensor& x, const at::Tensor& bias, c10::string_view approximate) {
+  check_x(x);
+  check_input(bias, "bias", x);
+  TORCH_CHECK(bias.dim() == 1 && bias.size(0) == x.size(-1), "bias must have shape (hidden,).");
+  TORCH_CHECK(approximate == "none" || approximate == "tanh", "approximate must be \"none\" or \"tanh\".");
+  const bool tanh_form = approximate == "tanh";
+  const c10::cuda::CUDAGuard guard(x.device());
+  at::Tensor out = at::empty_like(x);
+  if (x.numel() == 0) return out;
+  const int64_t n = x.size(-1);
+  const int v16 = 16 / static_cast<int>(x.element_size());
+  const bool aligned = n % v16 == 0 && reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0 &&
+                       reinterpret_cast<uintptr_t>(bias.data_ptr()) % 16 == 0 &&
+                       reinterpret_cast<uintptr_t>(out.data_ptr()) % 16 == 0;
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  PROFKIT_DISPATCH_FLOATING(x.scalar_type(), "bias_gelu", [&] {
+    constexpr int V16 = vec16<scalar_t>();
+    const scalar_t* xp = x.data_ptr<scalar_t>();
+    const scalar_t* bp = bias.data_ptr<scalar_t>();
+    scalar_t* op = out.data_ptr<scalar_t>();
+    if (aligned)
+      launch<scalar_t, V16>(tanh_form, xp, bp, op, x.numel(), n, stream);
+    else
+      launch<scalar_t, 1>(tanh_form, xp, bp, op, x.numel(), n, stream);
+  });
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return out;
+}
+
+}  // namespace
+}  // namespace profkit_kernels
+
+// Only the CUDA kernel is registered here; the schema is defined once, in Python.
+TORCH_LIBRARY_IMPL(profkit_kernels, CUDA, m) {
+  m.impl("bias_gelu_cuda", &profkit_kernels::bias_gelu_cuda);
+}

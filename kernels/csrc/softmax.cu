@@ -1,0 +1,138 @@
+// Row softmax with a scale, over the last dim.  Registers only the CUDA kernel of
+// profkit_kernels::softmax_cuda; the schema lives in kernels/_library.py.
+//
+// One block per row; register-resident rows read x once (max, then sum of exp, then write).  Longer
+// rows keep an online (max, sum) per thread, combine them, and re-read the row to write.
+#include "common.h"
+
+namespace profkit_kernels {
+namespace {
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+template <typename T, int VEC, int ITEMS>
+__global__ void __launch_bounds__(kMaxThreads) softmax_reg_kernel(const T* __restrict__ x, T* __restrict__ out,
+                                                                  int64_t n, float scale) {
+  using V = Vec<T, VEC>;
+  __shared__ float smem[32];
+  const int64_t row = blockIdx.x;
+  const int nvec = static_cast<int>(n / VEC);
+  const V* xv = reinterpret_cast<const V*>(x + row * n);
+  V* ov = reinterpret_cast<V*>(out + row * n);
+  V xa[ITEMS];
+  float m = -INFINITY;
+#pragma unroll
+  for (int i = 0; i < ITEMS; ++i) {
+    const int idx = threadIdx.x + i * blockDim.x;
+    if (idx < nvec) xa[i] = xv[idx];
+  }
+#pragma unroll
+  for (int i = 0; i < ITEMS; ++i) {
+    const int idx = threadIdx.x + i * blockDim.x;
+    if (idx < nvec) {
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) m = fmaxf(m, to_f(xa[i].v[j]) * scale);
+    }
+  }
+  m = block_max(m, smem);
+  const float ms = m * kLog2e;
+  float s = 0.f;
+#pragma unroll
+  for (int i = 0; i < ITEMS; ++i) {
+    const int idx = threadIdx.x + i * blockDim.x;
+    if (idx < nvec) {
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) s += exp2f(to_f(xa[i].v[j]) * scale * kLog2e - ms);
+    }
+  }
+  const float inv = 1.f / block_sum(s, smem);
+#pragma unroll
+  for (int i = 0; i < ITEMS; ++i) {
+    const int idx = threadIdx.x + i * blockDim.x;
+    if (idx < nvec) {
+      V o;
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) o.v[j] = from_f<T>(exp2f(to_f(xa[i].v[j]) * scale * kLog2e - ms) * inv);
+      ov[idx] = o;
+    }
+  }
+}
+
+template <typename T, int VEC>
+__global__ void __launch_bounds__(kMaxThreads) softmax_loop_kernel(const T* __restrict__ x, T* __restrict__ out,
+                                                                   int64_t n, float scale) {
+  using V = Vec<T, VEC>;
+  __shared__ float smem[32];
+  const int64_t row = blockIdx.x;
+  const int nvec = static_cast<int>(n / VEC);
+  const V* xv = reinterpret_cast<const V*>(x + row * n);
+  V* ov = reinterpret_cast<V*>(out + row * n);
+  // online max/sum in the log2 domain; -inf inputs contribute nothing, NaN/+inf propagate like eager
+  float m = -INFINITY, s = 0.f;
+  for (int idx = threadIdx.x; idx < nvec; idx += blockDim.x) {
+    const V a = xv[idx];
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+      const float v = to_f(a.v[j]) * scale * kLog2e;
+      if (v > m) {
+        s = s * exp2f(m - v) + exp2f(v - v);
+        m = v;
+      } else if (v != -INFINITY) {
+        s += exp2f(v - m);
+      }
+    }
+  }
+  const float mb = block_max(m, smem);
+  s = (m == -INFINITY) ? 0.f : s * exp2f(m - mb);
+  const float inv = 1.f / block_sum(s, smem);
+  for (int idx = threadIdx.x; idx < nvec; idx += blockDim.x) {
+    const V a = xv[idx];
+    V o;
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) o.v[j] = from_f<T>(exp2f(to_f(a.v[j]) * scale * kLog2e - mb) * inv);
+    ov[idx] = o;
+  }
+}
+
+template <typename T, int VEC>
+void launch(const RowPlan& p, int64_t rows, const T* x, T* out, int64_t n, float scale, cudaStream_t s) {
+  switch (p.items) {
+    case 1: softmax_reg_kernel<T, VEC, 1><<<rows, p.threads, 0, s>>>(x, out, n, scale); break;
+    case 2: softmax_reg_kernel<T, VEC, 2><<<rows, p.threads, 0, s>>>(x, out, n, scale); break;
+    case 4: softmax_reg_kernel<T, VEC, 4><<<rows, p.threads, 0, s>>>(x, out, n, scale); break;
+    case 8: softmax_reg_kernel<T, VEC, 8><<<rows, p.threads, 0, s>>>(x, out, n, scale); break;
+    default: softmax_loop_kernel<T, VEC><<<rows, p.threads, 0, s>>>(x, out, n, scale); break;
+  }
+}
+
+at::Tensor softmax_cuda(const at::Tensor& x, double scale) {
+  check_x(x);
+  TORCH_CHECK(x.size(-1) < (int64_t{1} << 31), "hidden size must be below 2^31.");
+  const c10::cuda::CUDAGuard guard(x.device());
+  at::Tensor out = at::empty_like(x);
+  if (x.numel() == 0) return out;
+  const int64_t n = x.size(-1);
+  const int64_t rows = x.numel() / n;
+  TORCH_CHECK(rows < (int64_t{1} << 31), "too many rows for one launch.");
+  const RowPlan p = plan_rows(rows, n, x.element_size(), {&x, &out});
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  PROFKIT_DISPATCH_FLOATING(x.scalar_type(), "softmax", [&] {
+    constexpr int V16 = vec16<scalar_t>();
+    const scalar_t* xp = x.data_ptr<scalar_t>();
+    scalar_t* op = out.data_ptr<scalar_t>();
+    if (p.vec == V16)
+      launch<scalar_t, V16>(p, rows, xp, op, n, static_cast<float>(scale), stream);
+    else
+      launch<scalar_t, 1>(p, rows, xp, op, n, static_cast<float>(scale), stream);
+  });
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return out;
+}
+
+}  // namespace
+}  // namespace profkit_kernels
+
+// Only the CUDA kernel is registered here; the schema is defined once, in Python.
+TORCH_LIBRARY_IMPL(profkit_kernels, CUDA, m) {
+  m.impl("softmax_cuda", &profkit_kernels::softmax_cuda);
+}

@@ -1,0 +1,330 @@
+"""Triton backend: private @triton.jit kernels and their host launchers.
+
+Every row kernel runs one program per row.  Rows that fit in registers (next_pow2(hidden) up to
+MAX_SINGLE_BLOCK) are read once and written once; longer rows loop over BLOCK-sized chunks and
+re-read the row (from L2, mostly) instead of holding it.
+
+The launchers take optional preallocated outputs (out=, residual_out=) so tests can poison them.
+With TRITON_INTERPRET=1 (set before triton is imported) they also run on CPU tensors.
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+_INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+MAX_SINGLE_BLOCK = 16384  # elements of one row held by one program; longer rows loop
+LOOP_BLOCK = 4096
+
+
+def _row_configs():
+    """num_warps candidates of the row kernels, tuned once per (hidden, dtype, few/many rows).
+
+    Register pressure, not the launch shape, decides which is fastest (measured on H200: a fixed
+    8 warps left the 16384x4096 bf16 add+RMSNorm at 0.92-0.99x of torch.compile).  The interpreter
+    gets a single config, so it never benchmarks.
+    """
+    if _INTERPRET:
+        return [triton.Config({}, num_warps=4)]
+    return [triton.Config({}, num_warps=w) for w in (4, 8, 16)]
+
+
+def _rows_class(rows: int) -> int:
+    return 0 if rows <= 264 else 1  # decode-like (fewer rows than 2 per SM) or prefill-like
+
+
+# ----------------------------------------------------------------------------------------------
+# residual add + RMSNorm
+# ----------------------------------------------------------------------------------------------
+# restore_value: tuning runs the kernel several times, and the in-place variant writes R.
+@triton.autotune(configs=_row_configs(), key=["N", "ROWS_CLASS"], restore_value=["R"], warmup=5, rep=20)
+@triton.jit
+def _add_rmsnorm_kernel(
+    X, R, W, OUT, RES_OUT, N, eps, ROWS_CLASS, BLOCK: tl.constexpr, SINGLE: tl.constexpr, N_ITERS: tl.constexpr
+):
+    row = tl.program_id(0).to(tl.int64)
+    base = row * N
+    if SINGLE:
+        cols = tl.arange(0, BLOCK)
+        mask = cols < N
+        x = tl.load(X + base + cols, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+        r = tl.load(R + base + cols, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+        h = (x + r).to(RES_OUT.dtype.element_ty)
+        tl.store(RES_OUT + base + cols, h, mask=mask)
+        hf = h.to(tl.float32)
+        rstd = tl.rsqrt(tl.sum(hf * hf, axis=0) / N + eps)
+        w = tl.load(W + cols, mask=mask, other=0.0, eviction_policy="evict_last").to(tl.float32)
+        tl.store(OUT + base + cols, (hf * rstd * w).to(OUT.dtype.element_ty), mask=mask)
+    else:
+        # pass 1: sum of squares only (no stores, so the in-place variant can re-read R in pass 2)
+        acc = tl.zeros([BLOCK], dtype=tl.float32)
+        for it in range(N_ITERS):
+            start = it * BLOCK
+            cols = start + tl.arange(0, BLOCK)
+            mask = cols < N
+            x = tl.load(X + base + cols, mask=mask, other=0.0).to(tl.float32)
+            r = tl.load(R + base + cols, mask=mask, other=0.0).to(tl.float32)
+            hf = (x + r).to(RES_OUT.dtype.element_ty).to(tl.float32)
+            acc += hf * hf
+        rstd = tl.rsqrt(tl.sum(acc, axis=0) / N + eps)
+        # pass 2: recompute h, write both outputs
+        for it in range(N_ITERS):
+            start = it * BLOCK
+            cols = start + tl.arange(0, BLOCK)
+            mask = cols < N
+            x = tl.load(X + base + cols, mask=mask, other=0.0).to(tl.float32)
+            r = tl.load(R + base + cols, mask=mask, other=0.0).to(tl.float32)
+            h = (x + r).to(RES_OUT.dtype.element_ty)
+            tl.store(RES_OUT + base + cols, h, mask=mask)
+            w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+            tl.store(OUT + base + cols, (h.to(tl.float32) * rstd * w).to(OUT.dtype.element_ty), mask=mask)
+
+
+def _row_config(n: int, max_single: int | None) -> dict:
+    """Constexpr launch arguments of a row kernel: one block per row, or a loop over chunks."""
+    limit = MAX_SINGLE_BLOCK if max_single is None else max_single
+    block = triton.next_power_of_2(max(n, 1))
+    single = block <= limit
+    if not single:
+        block = min(LOOP_BLOCK, limit)
+    return dict(BLOCK=block, SINGLE=single, N_ITERS=_iters(n, block, single))
+
+
+def _iters(n: int, block: int, single: bool) -> int:
+    # The loop trip count is a constexpr (one compile per distinct count of the rare long-row path):
+    # Triton 3.6's interpreter cannot take a runtime bound in range() with numpy 2.
+    return 1 if single else triton.cdiv(n, block)
+
+
+def _check_rows(x: Tensor, *others: Tensor) -> None:
+    for t in (x, *others):
+        if not t.is_contiguous():
+            raise ValueError("the Triton launchers need contiguous tensors (ops.py makes them contiguous).")
+
+
+def _launch_add_rmsnorm(x, residual, weight, eps, out, residual_out, max_single):
+    n = x.shape[-1]
+    rows = x.numel() // n if n else 0
+    if x.numel() == 0:
+        return
+    _add_rmsnorm_kernel[(rows,)](
+        x, residual, weight, out, residual_out, n, float(eps), _rows_class(rows), **_row_config(n, max_single)
+    )
+
+
+def add_rmsnorm(x: Tensor, residual: Tensor, weight: Tensor, eps: float, *, out=None, residual_out=None,
+                max_single: int | None = None):
+    x, residual, weight = x.contiguous(), residual.contiguous(), weight.contiguous()
+    out = torch.empty_like(x) if out is None else out
+    residual_out = torch.empty_like(x) if residual_out is None else residual_out
+    _check_rows(out, residual_out)
+    _launch_add_rmsnorm(x, residual, weight, eps, out, residual_out, max_single)
+    return out, residual_out
+
+
+def add_rmsnorm_inplace(x: Tensor, residual: Tensor, weight: Tensor, eps: float, *, out=None,
+                        max_single: int | None = None):
+    if not residual.is_contiguous():
+        raise ValueError("residual must be contiguous for the in-place add_rmsnorm_ (it is written in place).")
+    x, weight = x.contiguous(), weight.contiguous()
+    out = torch.empty_like(x) if out is None else out
+    _check_rows(out)
+    _launch_add_rmsnorm(x, residual, weight, eps, out, residual, max_single)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# residual add + LayerNorm
+# ----------------------------------------------------------------------------------------------
+@triton.autotune(configs=_row_configs(), key=["N", "ROWS_CLASS"], warmup=5, rep=20)
+@triton.jit
+def _add_layernorm_kernel(
+    X, R, W, B, OUT, RES_OUT, N, eps, ROWS_CLASS, BLOCK: tl.constexpr, SINGLE: tl.constexpr, N_ITERS: tl.constexpr
+):
+    row = tl.program_id(0).to(tl.int64)
+    base = row * N
+    if SINGLE:
+        cols = tl.arange(0, BLOCK)
+        mask = cols < N
+        x = tl.load(X + base + cols, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+        r = tl.load(R + base + cols, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+        h = (x + r).to(RES_OUT.dtype.element_ty)
+        tl.store(RES_OUT + base + cols, h, mask=mask)
+        hf = h.to(tl.float32)
+        mean = tl.sum(hf, axis=0) / N
+        d = tl.where(mask, hf - mean, 0.0)
+        rstd = tl.rsqrt(tl.sum(d * d, axis=0) / N + eps)
+        w = tl.load(W + cols, mask=mask, other=0.0, eviction_policy="evict_last").to(tl.float32)
+        b = tl.load(B + cols, mask=mask, other=0.0, eviction_policy="evict_last").to(tl.float32)
+        tl.store(OUT + base + cols, (d * rstd * w + b).to(OUT.dtype.element_ty), mask=mask)
+    else:
+        acc = tl.zeros([BLOCK], dtype=tl.float32)
+        for it in range(N_ITERS):
+            start = it * BLOCK
+            cols = start + tl.arange(0, BLOCK)
+            mask = cols < N
+            x = tl.load(X + base + cols, mask=mask, other=0.0).to(tl.float32)
+            r = tl.load(R + base + cols, mask=mask, other=0.0).to(tl.float32)
+            acc += (x + r).to(RES_OUT.dtype.element_ty).to(tl.float32)
+        mean = tl.sum(acc, axis=0) / N
+        acc2 = tl.zeros([BLOCK], dtype=tl.float32)
+        for it in range(N_ITERS):
+            start = it * BLOCK
+            cols = start + tl.arange(0, BLOCK)
+            mask = cols < N
+            x = tl.load(X + base + cols, mask=mask, other=0.0).to(tl.float32)
+            r = tl.load(R + base + cols, mask=mask, other=0.0).to(tl.float32)
+            d = tl.where(mask, (x + r).to(RES_OUT.dtype.element_ty).to(tl.float32) - mean, 0.0)
+            acc2 += d * d
+        rstd = tl.rsqrt(tl.sum(acc2, axis=0) / N + eps)
+        for it in range(N_ITERS):
+            start = it * BLOCK
+            cols = start + tl.arange(0, BLOCK)
+            mask = cols < N
+            x = tl.load(X + base + cols, mask=mask, other=0.0).to(tl.float32)
+            r = tl.load(R + base + cols, mask=mask, other=0.0).to(tl.float32)
+            h = (x + r).to(RES_OUT.dtype.element_ty)
+            tl.store(RES_OUT + base + cols, h, mask=mask)
+            w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+            b = tl.load(B + cols, mask=mask, other=0.0).to(tl.float32)
+            y = (h.to(tl.float32) - mean) * rstd * w + b
+            tl.store(OUT + base + cols, y.to(OUT.dtype.element_ty), mask=mask)
+
+
+def add_layernorm(x: Tensor, residual: Tensor, weight: Tensor, bias: Tensor, eps: float, *, out=None,
+                  residual_out=None, max_single: int | None = None):
+    x, residual = x.contiguous(), residual.contiguous()
+    weight, bias = weight.contiguous(), bias.contiguous()
+    out = torch.empty_like(x) if out is None else out
+    residual_out = torch.empty_like(x) if residual_out is None else residual_out
+    _check_rows(out, residual_out)
+    n = x.shape[-1]
+    if x.numel() == 0:
+        return out, residual_out
+    rows = x.numel() // n
+    _add_layernorm_kernel[(rows,)](
+        x, residual, weight, bias, out, residual_out, n, float(eps), _rows_class(rows), **_row_config(n, max_single)
+    )
+    return out, residual_out
+
+
+# ----------------------------------------------------------------------------------------------
+# bias + GELU (erf or tanh form), 2-D tiles so the bias column needs no integer modulo
+# ----------------------------------------------------------------------------------------------
+@triton.jit
+def _bias_gelu_kernel(X, B, OUT, M, N, n_col_blocks, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                      TANH: tl.constexpr):
+    pid = tl.program_id(0)
+    pid_m = pid // n_col_blocks
+    pid_n = pid % n_col_blocks
+    rows = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    cmask = cols < N
+    mask = (rows[:, None] < M) & cmask[None, :]
+    offs = rows[:, None] * N + cols[None, :]
+    x = tl.load(X + offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+    b = tl.load(B + cols, mask=cmask, other=0.0, eviction_policy="evict_last").to(tl.float32)
+    u = x + b[None, :]
+    if TANH:
+        # 0.5 u (1 + tanh(z)) == u * sigmoid(2 z)
+        z = 0.7978845608028654 * (u + 0.044715 * u * u * u)
+        y = u * tl.sigmoid(2.0 * z)
+    else:
+        # Branch-free erfc (Abramowitz & Stegun 7.1.26, |erf error| <= 1.5e-7): libdevice erf made this
+        # kernel ALU-bound on H200.  For u < 0 the GELU is 0.5 u erfc(|u|/sqrt 2), taken directly.
+        xa = tl.abs(u) * 0.7071067811865476
+        t = 1.0 / (1.0 + 0.3275911 * xa)
+        p = 1.061405429 * t - 1.453152027
+        p = p * t + 1.421413741
+        p = p * t - 0.284496736
+        p = p * t + 0.254829592
+        c = t * p * tl.exp2(-xa * xa * 1.4426950408889634)
+        y = 0.5 * u * tl.where(u >= 0, 2.0 - c, c)
+    tl.store(OUT + offs, y.to(OUT.dtype.element_ty), mask=mask)
+
+
+def bias_gelu(x: Tensor, bias: Tensor, approximate: str = "none", *, out=None):
+    if approximate not in ("none", "tanh"):
+        raise ValueError(f'approximate must be "none" or "tanh", got {approximate!r}.')
+    x, bias = x.contiguous(), bias.contiguous()
+    out = torch.empty_like(x) if out is None else out
+    _check_rows(out)
+    n = x.shape[-1]
+    if x.numel() == 0:
+        return out
+    m = x.numel() // n
+    # tiles of 4096 elements for large tensors; smaller ones for small (decode) tensors, so that
+    # there are at least ~2 programs per SM
+    tile = max(512, min(4096, triton.next_power_of_2(max(1, x.numel() // 264))))
+    block_n = min(triton.next_power_of_2(n), 1024)
+    block_m = max(1, tile // block_n)
+    block_m = min(block_m, triton.next_power_of_2(m))
+    n_col_blocks = triton.cdiv(n, block_n)
+    grid = (triton.cdiv(m, block_m) * n_col_blocks,)
+    _bias_gelu_kernel[grid](
+        x, bias, out, m, n, n_col_blocks, BLOCK_M=block_m, BLOCK_N=block_n,
+        TANH=approximate == "tanh", num_warps=4 if block_m * block_n >= 2048 else 2,
+    )
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# row softmax with a scale
+# ----------------------------------------------------------------------------------------------
+@triton.autotune(configs=_row_configs(), key=["N", "ROWS_CLASS"], warmup=5, rep=20)
+@triton.jit
+def _softmax_kernel(X, OUT, N, scale, ROWS_CLASS, BLOCK: tl.constexpr, SINGLE: tl.constexpr, N_ITERS: tl.constexpr):
+    LOG2E: tl.constexpr = 1.4426950408889634
+    row = tl.program_id(0).to(tl.int64)
+    base = row * N
+    if SINGLE:
+        cols = tl.arange(0, BLOCK)
+        mask = cols < N
+        x = tl.load(X + base + cols, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+        x = tl.where(mask, x * scale, -float("inf"))
+        m = tl.max(x, axis=0)
+        e = tl.exp2((x - m) * LOG2E)
+        e = tl.where(mask, e, 0.0)
+        s = tl.sum(e, axis=0)
+        tl.store(OUT + base + cols, (e / s).to(OUT.dtype.element_ty), mask=mask)
+    else:
+        # online max/sum per lane, then combine the lanes (lanes that saw only -inf contribute 0)
+        m_vec = tl.full([BLOCK], -float("inf"), tl.float32)
+        s_vec = tl.zeros([BLOCK], dtype=tl.float32)
+        for it in range(N_ITERS):
+            start = it * BLOCK
+            cols = start + tl.arange(0, BLOCK)
+            mask = cols < N
+            x = tl.load(X + base + cols, mask=mask, other=0.0).to(tl.float32)
+            x = tl.where(mask, x * scale, -float("inf"))
+            m_new = tl.maximum(m_vec, x)
+            safe = m_new != -float("inf")
+            alpha = tl.where(safe, tl.exp2((m_vec - m_new) * LOG2E), 0.0)
+            p = tl.where(safe, tl.exp2((x - m_new) * LOG2E), 0.0)
+            s_vec = s_vec * alpha + p
+            m_vec = m_new
+        m = tl.max(m_vec, axis=0)
+        s = tl.sum(tl.where(m_vec != -float("inf"), s_vec * tl.exp2((m_vec - m) * LOG2E), 0.0), axis=0)
+        for it in range(N_ITERS):
+            start = it * BLOCK
+            cols = start + tl.arange(0, BLOCK)
+            mask = cols < N
+            x = tl.load(X + base + cols, mask=mask, other=0.0).to(tl.float32)
+            e = tl.exp2((x * scale - m) * LOG2E)
+            tl.store(OUT + base + cols, (e / s).to(OUT.dtype.element_ty), mask=mask)
+
+
+def softmax(x: Tensor, scale: float = 1.0, *, out=None, max_single: int | None = None):
+    x = x.contiguous()
+    out = torch.empty_like(x) if out is None else out
+    _check_rows(out)
+    n = x.shape[-1]
+    if x.numel() == 0:
+        return out
+    rows = x.numel() // n
+    _softmax_kernel[(rows,)](x, out, n, float(scale), _rows_class(rows), **_row_config(n, max_single))
+    return out

@@ -1,0 +1,230 @@
+#!/usr/bin/env python3
+"""Benchmark the bundled fused kernels against their baselines (a benchmark, not a test).
+
+For every op and shape it times, side by side in one run: the Triton kernel, the CUDA C++ kernel,
+the eager PyTorch baseline (kernels/baselines.py) and torch.compile of that same baseline.
+
+Method: warm-up, then CUDA-event timing of batches of calls, median over batches.  Inputs rotate
+over enough buffer sets that one pass over them is larger than 3x the L2 (60 MiB on H200), so the
+data comes from HBM.  Small (decode) shapes are captured into a CUDA graph of many calls and the
+graph is replayed, so launch overhead is not what is measured.  Each measured region is an NVTX
+range named <kernel>/<backend>/<shape> (nsys profile -t cuda,nvtx ... python scripts/bench_kernels.py --quick).
+
+Effective GB/s = bytes the fused op must move (kernels/baselines.PASSES["fused"] tensor passes +
+the weight/bias vectors) / median time, for every backend alike.
+
+    python scripts/bench_kernels.py --out out/bench            # full run, a few minutes on an H200
+    python scripts/bench_kernels.py --quick --out out/quick    # few shapes, few reps (profiling)
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import math
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import torch  # noqa: E402
+
+import kernels  # noqa: E402
+from kernels import baselines  # noqa: E402
+
+L2_BYTES = 60 * 2**20
+DATASHEET_BPS = 4.8e12
+DECODE = [(1, 4096), (16, 4096), (64, 8192)]
+PREFILL = [(4096, 4096), (16384, 2048), (16384, 4096), (16384, 8192), (65536, 4096), (65536, 8192)]
+QUICK = [(16, 4096), (16384, 4096)]
+OPS = ["add_rmsnorm", "add_rmsnorm_", "add_layernorm", "bias_gelu", "softmax"]
+IMPLS = ["triton", "cuda", "eager", "compile"]
+
+try:
+    import nvtx as _nvtx
+
+    def nvtx_range(name):
+        return _nvtx.annotate(name)
+except ImportError:  # fall back to torch's NVTX bindings
+    def nvtx_range(name):
+        return torch.cuda.nvtx.range(name)
+
+
+def make_set(op, rows, hidden, dtype):
+    g = lambda *s: torch.randn(*s, device="cuda", dtype=dtype)  # noqa: E731
+    if op in ("add_rmsnorm", "add_rmsnorm_"):
+        return dict(x=g(rows, hidden), residual=g(rows, hidden), weight=g(hidden))
+    if op == "add_layernorm":
+        return dict(x=g(rows, hidden), residual=g(rows, hidden), weight=g(hidden), bias=g(hidden))
+    if op == "bias_gelu":
+        return dict(x=g(rows, hidden), bias=g(hidden))
+    return dict(x=g(rows, hidden))
+
+
+def fused_bytes(op, rows, hidden, elem):
+    vectors = {"add_rmsnorm": 1, "add_rmsnorm_": 1, "add_layernorm": 2, "bias_gelu": 1, "softmax": 0}[op]
+    return (baselines.PASSES[op]["fused"] * rows + vectors) * hidden * elem
+
+
+def make_fn(op, impl):
+    """A callable taking one input set; `compile` wraps the eager baseline in torch.compile."""
+    if impl in ("triton", "cuda"):
+        be = impl
+        calls = {
+            "add_rmsnorm": lambda d: kernels.add_rmsnorm(d["x"], d["residual"], d["weight"], 1e-6, backend=be),
+            "add_rmsnorm_": lambda d: kernels.add_rmsnorm_(d["x"], d["residual"], d["weight"], 1e-6, backend=be),
+            "add_layernorm": lambda d: kernels.add_layernorm(d["x"], d["residual"], d["weight"], d["bias"], 1e-5,
+                                                             backend=be),
+            "bias_gelu": lambda d: kernels.bias_gelu(d["x"], d["bias"], "none", backend=be),
+            "softmax": lambda d: kernels.softmax(d["x"], 0.125, backend=be),
+        }
+        return calls[op]
+    base = {
+        "add_rmsnorm": lambda x, residual, weight: baselines.add_rmsnorm(x, residual, weight, 1e-6),
+        "add_rmsnorm_": lambda x, residual, weight: baselines.add_rmsnorm_(x, residual, weight, 1e-6),
+        "add_layernorm": lambda x, residual, weight, bias: baselines.add_layernorm(x, residual, weight, bias, 1e-5),
+        "bias_gelu": lambda x, bias: baselines.bias_gelu(x, bias, "none"),
+        "softmax": lambda x: baselines.softmax(x, 0.125),
+    }[op]
+    if impl == "compile":
+        base = torch.compile(base, dynamic=False)
+    return lambda d: base(**d)
+
+
+def time_batches(fn, sets, reps, inner, use_graph):
+    """Median seconds per call over `reps` batches of `inner` calls, rotating over `sets`."""
+    stream = torch.cuda.current_stream()
+    for i in range(max(3, len(sets))):  # warm-up (compiles, autotunes, caches)
+        fn(sets[i % len(sets)])
+    torch.cuda.synchronize()
+    run = lambda: [fn(sets[i % len(sets)]) for i in range(inner)]  # noqa: E731
+    if use_graph:
+        graph = torch.cuda.CUDAGraph()
+        side = torch.cuda.Stream()
+        side.wait_stream(stream)
+        with torch.cuda.stream(side):
+            run()
+        stream.wait_stream(side)
+        with torch.cuda.graph(graph):
+            run()
+        graph.replay()
+        torch.cuda.synchronize()
+        run = graph.replay
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        run()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3 / inner)
+    return statistics.median(times)
+
+
+def measure_copy_bandwidth():
+    src = torch.empty(2**30, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    t = time_batches(lambda _: dst.copy_(src), [None], reps=10, inner=5, use_graph=False)
+    return 2 * src.numel() / t  # read + write
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True, help="directory for bench_kernels.csv and bench_kernels.md")
+    ap.add_argument("--quick", action="store_true", help="few shapes and reps (for nsys/ncu runs)")
+    ap.add_argument("--ops", default=",".join(OPS), help="comma-separated subset of " + ",".join(OPS))
+    ap.add_argument("--impls", default=",".join(IMPLS), help="comma-separated subset of " + ",".join(IMPLS))
+    ap.add_argument("--shapes", default="", help="comma-separated TOKENSxHIDDEN list overriding the defaults")
+    ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        sys.exit("bench_kernels.py needs a CUDA device.")
+    for knob in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit",
+                 "accumulated_recompile_limit"):
+        if hasattr(torch._dynamo.config, knob):
+            setattr(torch._dynamo.config, knob, 4096)
+    dtype = getattr(torch, args.dtype)
+    elem = torch.tensor([], dtype=dtype).element_size()
+    ops = [o for o in args.ops.split(",") if o]
+    impls = [i for i in args.impls.split(",") if i]
+    shapes = QUICK if args.quick else DECODE + PREFILL
+    if args.shapes:
+        shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",") if s]
+    reps = 5 if args.quick else 15
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if "cuda" in impls:
+        from kernels import _build
+
+        _build.ensure_loaded()
+
+    t0 = time.time()
+    dev = torch.cuda.get_device_properties(0)
+    copy_bps = measure_copy_bandwidth()
+    import triton
+
+    header = (f"# {dev.name}, {dev.multi_processor_count} SMs; torch {torch.__version__}, triton "
+              f"{triton.__version__}; {args.dtype}; measured copy bandwidth {copy_bps / 1e9:.0f} GB/s "
+              f"(datasheet {DATASHEET_BPS / 1e9:.0f})")
+    print(header, flush=True)
+    rows_out = []
+    for op in ops:
+        for rows, hidden in shapes:
+            shape = f"{rows}x{hidden}"
+            nbytes = fused_bytes(op, rows, hidden, elem)
+            in_bytes = sum(t.numel() * elem for t in make_set(op, 1, hidden, dtype).values()) * rows
+            n_sets = max(2, min(64, math.ceil(3 * L2_BYTES / max(in_bytes, 1))))
+            sets = [make_set(op, rows, hidden, dtype) for _ in range(n_sets)]
+            small = rows <= 64
+            if small:  # one CUDA graph of many calls; launch overhead is not measured
+                inner = 4 * n_sets
+            else:  # batches of about 2 ms, at least one pass over all buffer sets
+                inner = max(n_sets, min(20, math.ceil(2e-3 / (nbytes / 3e12))))
+            res = {}
+            for impl in impls:
+                fn = make_fn(op, impl)
+                try:
+                    with nvtx_range(f"{op}/{impl}/{shape}"):
+                        res[impl] = time_batches(fn, sets, reps, inner, use_graph=small)
+                except Exception as exc:  # record and go on: one failing backend must not hide the rest
+                    print(f"  {op}/{impl}/{shape}: FAILED {type(exc).__name__}: {str(exc)[:300]}", flush=True)
+                    res[impl] = float("nan")
+            for impl in impls:
+                t = res[impl]
+                rows_out.append(dict(
+                    op=op, shape=shape, tokens=rows, hidden=hidden, dtype=args.dtype, impl=impl,
+                    median_us=t * 1e6, gbps=nbytes / t / 1e9, pct_copy=100 * nbytes / t / copy_bps,
+                    pct_datasheet=100 * nbytes / t / DATASHEET_BPS,
+                    speedup_vs_eager=res.get("eager", float("nan")) / t,
+                    speedup_vs_compile=res.get("compile", float("nan")) / t,
+                    bytes_bound_vs_eager=baselines.PASSES[op]["eager"] / baselines.PASSES[op]["fused"],
+                    cuda_graph=small,
+                ))
+            line = "  ".join(f"{i} {res[i] * 1e6:8.1f}us" for i in impls)
+            print(f"{op:14s} {shape:>11s}  {line}", flush=True)
+            del sets
+            torch.cuda.empty_cache()
+
+    cols = list(rows_out[0].keys())
+    with open(out_dir / "bench_kernels.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=cols)
+        w.writeheader()
+        w.writerows(rows_out)
+    md = [header, "",
+          "| op | shape | impl | median µs | GB/s | % copy BW | % datasheet | × vs eager | × vs compile | bytes bound vs eager |",
+          "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in rows_out:
+        md.append(f"| {r['op']} | {r['shape']}{' (graph)' if r['cuda_graph'] else ''} | {r['impl']} | "
+                  f"{r['median_us']:.1f} | {r['gbps']:.0f} | {r['pct_copy']:.0f} | {r['pct_datasheet']:.0f} | "
+                  f"{r['speedup_vs_eager']:.2f} | {r['speedup_vs_compile']:.2f} | {r['bytes_bound_vs_eager']:.2f} |")
+    md.append("")
+    md.append(f"total benchmark wall time {time.time() - t0:.0f} s")
+    (out_dir / "bench_kernels.md").write_text("\n".join(md) + "\n")
+    print("\n".join(md))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,89 @@
+"""Run the Triton kernels through Triton's interpreter on CPU tensors (small shapes only).
+
+Launched in a subprocess by test_triton_interpreter.py with TRITON_INTERPRET=1 set before triton is
+imported.  Outputs are preallocated and poisoned with NaN so unwritten elements fail.  Exits 1 and
+lists the failures if any case is off.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+assert os.environ.get("TRITON_INTERPRET") == "1", "run with TRITON_INTERPRET=1"
+sys.path.insert(0, os.path.dirname(__file__))
+
+import torch  # noqa: E402
+
+from kernels import triton_kernels as tk  # noqa: E402
+from _kernel_refs import TOL, make_inputs, ref64, rel_err  # noqa: E402
+
+seed = int.from_bytes(os.urandom(4), "little")
+torch.manual_seed(seed)
+failures: list[str] = []
+n_cases = 0
+
+
+def nan_like(t):
+    return torch.full_like(t, float("nan"))
+
+
+def check(name, outs, refs, dtype):
+    global n_cases
+    n_cases += 1
+    for i, (o, r) in enumerate(zip(outs, refs)):
+        err = rel_err(o, r)
+        if not err <= TOL[dtype]:
+            failures.append(f"{name} output {i}: relative error {err:.3g} > {TOL[dtype]:.3g}")
+
+
+# (rows, hidden, max_single): max_single forces the looping path on small rows
+CASES = [(1, 64, None), (3, 1000, None), (2, 5120, None), (2, 1000, 256), (1, 12345, 4096)]
+for dtype in (torch.float32, torch.bfloat16, torch.float16):
+    for rows, n, ms in CASES:
+        tag = f"{dtype}-{rows}x{n}-max_single={ms}"
+        inp = make_inputs("add_rmsnorm", rows, n, dtype)
+        out, h = nan_like(inp["x"]), nan_like(inp["x"])
+        tk.add_rmsnorm(inp["x"], inp["residual"], inp["weight"], inp["eps"], out=out, residual_out=h,
+                       max_single=ms)
+        check(f"add_rmsnorm {tag}", (out, h), ref64("add_rmsnorm", inp), dtype)
+
+        res = inp["residual"].clone()
+        out = nan_like(inp["x"])
+        tk.add_rmsnorm_inplace(inp["x"], res, inp["weight"], inp["eps"], out=out, max_single=ms)
+        check(f"add_rmsnorm_ {tag}", (out, res), ref64("add_rmsnorm", inp), dtype)
+
+        inp = make_inputs("add_layernorm", rows, n, dtype)
+        out, h = nan_like(inp["x"]), nan_like(inp["x"])
+        tk.add_layernorm(inp["x"], inp["residual"], inp["weight"], inp["bias"], inp["eps"], out=out,
+                         residual_out=h, max_single=ms)
+        check(f"add_layernorm {tag}", (out, h), ref64("add_layernorm", inp), dtype)
+
+        inp = make_inputs("softmax", rows, n, dtype)
+        out = nan_like(inp["x"])
+        tk.softmax(inp["x"], inp["scale"], out=out, max_single=ms)
+        check(f"softmax {tag}", (out,), ref64("softmax", inp), dtype)
+
+        if ms is None:
+            for approx in ("none", "tanh"):
+                inp = make_inputs("bias_gelu", rows, n, dtype)
+                out = nan_like(inp["x"])
+                tk.bias_gelu(inp["x"], inp["bias"], approx, out=out)
+                check(f"bias_gelu[{approx}] {tag}", (out,), ref64("bias_gelu", inp, approx), dtype)
+
+# -inf rows and NaN propagate like eager softmax, on both paths
+for ms in (None, 128):
+    x = torch.randn(3, 300)
+    x[0] = float("-inf")
+    x[1, 5] = float("nan")
+    x[2, :150] = float("-inf")
+    out = nan_like(x)
+    tk.softmax(x, 1.0, out=out, max_single=ms)
+    base = torch.softmax(x, -1)
+    n_cases += 1
+    if not (torch.equal(out.isnan(), base.isnan()) and torch.allclose(out[2], base[2], atol=1e-6)):
+        failures.append(f"softmax special values (max_single={ms}) differ from eager")
+
+print(f"triton interpreter: {n_cases} cases, {len(failures)} failures, seed {seed}")
+for f in failures:
+    print("FAIL", f)
+sys.exit(1 if failures else 0)

@@ -24,9 +24,10 @@ LOOP_BLOCK = 4096
 def _row_configs():
     """num_warps candidates of the row kernels, tuned once per (hidden, dtype, few/many rows).
 
-    Register pressure, not the launch shape, decides which is fastest (measured on H200: a fixed
-    8 warps left the 16384x4096 bf16 add+RMSNorm at 0.92-0.99x of torch.compile).  The interpreter
-    gets a single config, so it never benchmarks.
+    A fixed 8 warps left the 16384x4096 bf16 add+RMSNorm at 0.92-0.99x of torch.compile on H200;
+    the best count depends on the hidden size and the row count, so it is measured once per key
+    (analyses/kernels_h200.md has what this reaches).  The interpreter gets a single config, so it
+    never benchmarks.
     """
     if _INTERPRET:
         return [triton.Config({}, num_warps=4)]

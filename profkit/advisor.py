@@ -100,20 +100,23 @@ def _choose(op, verdict, work, peaks, text, kpc, span, busy, pct, under_graph):
     floor = peaks.launch_floor_ns
     kmed = float(op["kernel_median_ns"])
     if verdict.bound is BoundClass.LAUNCH:
-        gap = max(span - busy, 0.0) / max(kpc - 1.0, 1.0)  # CPU launch cost seen between kernels
-        fused = max(floor, kmed * 1.0) + (0.0 if under_graph else gap)
-        if kpc >= 2:
-            s = span / fused
-            where = ("these kernels already replay from a CUDA graph, so launches are cheap but "
-                     "each kernel is tiny: " if under_graph else "")
-            pat = _pattern(text)
-            bundled = f" (bundled: kernels.{pat})" if pat else ""
-            graphs = "" if under_graph else ' (mode="reduce-overhead" also captures a CUDA graph)'
+        pat = _pattern(text)
+        bundled = f" (bundled: kernels.{pat})" if pat else ""
+        if kpc >= 2 and under_graph:
+            # Launch gaps are already gone: only fewer, larger kernels help.
             return (Rung.TORCH_COMPILE,
-                    f"{where}fuse the {kpc:.0f} kernels of each call into one: torch.compile"
-                    f"{graphs}{bundled}",
-                    s, f"fusion bound: span {span / 1e3:.1f} us / (one kernel {max(floor, kmed) / 1e3:.1f} us"
-                       f" + one launch gap {0.0 if under_graph else gap / 1e3:.1f} us)")
+                    f"these kernels already replay from a CUDA graph, so launches are cheap but each "
+                    f"kernel is tiny: fuse the {kpc:.0f} kernels of each call into one with "
+                    f"torch.compile{bundled}",
+                    span / max(floor, kmed),
+                    f"fusion bound: span {span / 1e3:.1f} us / one kernel {max(floor, kmed) / 1e3:.1f} us")
+        if kpc >= 2:
+            return (Rung.TORCH_COMPILE,
+                    f"the GPU waits on launches: fuse the {kpc:.0f} kernels of each call with "
+                    f"torch.compile (mode=\"reduce-overhead\" also captures a CUDA graph){bundled}",
+                    span / max(busy, floor),
+                    f"launch bound: span {span / 1e3:.1f} us / busy {busy / 1e3:.1f} us (removing the "
+                    "idle gaps; fusing tiny kernels can go further)")
         return (Rung.TORCH_COMPILE,
                 "one tiny kernel per call: give each launch more work (batch calls) or capture it "
                 "with its neighbours in a CUDA graph / torch.compile",
@@ -193,3 +196,41 @@ def _choose(op, verdict, work, peaks, text, kpc, span, busy, pct, under_graph):
                 TARGET_COMPUTE / pct, "roofline bound at 70%")
     return (Rung.NONE, "measure before acting: capture with --ncu to read the counters", 1.0,
             "no work counts: no estimate")
+
+
+def advise_pair(producer: dict, consumer: dict, kernel: str, pair_calls: int,
+                producer_work: Optional[Work], consumer_work: Optional[Work], peaks: Peaks,
+                total_gpu_ns: float) -> tuple[Suggestion, Suggestion]:
+    """A producer -> consumer pair that one bundled kernel fuses (aten level).
+
+    The gain is counted once, on the consumer's row: (producer + consumer time per call) over the
+    fused kernel's time, which moves fused/eager of the pair's bytes at 90% of bandwidth (or, with
+    no byte counts, takes fused/eager of the pair's busy time).
+    """
+    eager, fused = _FUSED_PASSES[kernel]
+    pair_ns = float(producer["gpu_time_median_ns"]) + float(consumer["gpu_time_median_ns"])
+    if producer_work is not None and consumer_work is not None and producer_work.bytes \
+            and consumer_work.bytes:
+        t_fused = ((producer_work.bytes + consumer_work.bytes) * fused / eager
+                   / (TARGET_MEMORY * peaks.memory_bandwidth) * 1e9)
+        basis = (f"pair bound: (producer + consumer per call) / ({fused}/{eager} of their bytes "
+                 f"at {TARGET_MEMORY:.0%} of bandwidth)")
+    else:
+        t_fused = (float(producer["busy_median_ns"]) + float(consumer["busy_median_ns"])) * fused / eager
+        basis = f"pair bound: (producer + consumer per call) / (their busy time x {fused}/{eager})"
+    s = max(1.0, pair_ns / t_fused) if t_fused > 0 else 1.0
+    saved = min(pair_calls * pair_ns * (1.0 - 1.0 / s),
+                float(producer["busy_ns"]) + float(consumer["busy_ns"]))
+    e2e = total_gpu_ns / (total_gpu_ns - saved) if total_gpu_ns > saved else 1.0
+    worth = e2e >= MIN_END_TO_END
+    pname, cname = str(producer["name"]).split(" [")[0], str(consumer["name"]).split(" [")[0]
+    action = (f"fuse with the {pname} that feeds it ({pair_calls} calls) into the bundled "
+              f"kernels.{kernel}: {eager} passes over HBM become {fused}")
+    if not worth:
+        share = (float(producer["busy_ns"]) + float(consumer["busy_ns"])) / total_gpu_ns
+        action = (f"Not worth a kernel: the pair is {share:.1%} of GPU time, so even {s:.2f}x on it "
+                  f"is {e2e:.3f}x end to end. (If it grows: {action})")
+    cons = Suggestion(Rung.TRITON, action, s, e2e, basis, worth)
+    prod = Suggestion(Rung.TRITON, f"part of the kernels.{kernel} fusion on the {cname} row "
+                                   "(its gain is counted there)", 1.0, 1.0, "counted on the consumer", worth)
+    return prod, cons

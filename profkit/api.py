@@ -13,7 +13,9 @@ from typing import Optional
 import pandas as pd
 
 from profkit import evidence as ev
-from profkit.advisor import advise
+from profkit import patterns
+from profkit.advisor import Suggestion, advise, advise_pair
+from profkit.attribution import aten_key
 from profkit.classify import classify_op
 from profkit.ops import group_ops
 from profkit.peaks import Peaks, resolve_peaks
@@ -47,7 +49,7 @@ class Profile:
         acts = self.trace.activities
         members_by_op = groups.members.groupby("op")["act_idx"].apply(list)
         total = self.trace.total_gpu_time_ns
-        rows = []
+        rows, works = [], {}
         ops = groups.ops if top is None else groups.ops.head(top)
         for name, op in ops.iterrows():
             rec = {"name": name, **op.to_dict()}
@@ -69,14 +71,30 @@ class Profile:
                 "class": verdict.bound.value, "confidence": verdict.confidence,
                 "source": verdict.source.value, "reason": verdict.reason,
                 "pct_of_roof": verdict.pct_of_roof, "evidence": verdict.evidence,
-                "rung": sug.rung.value, "action": sug.action,
-                "expected_op_speedup": sug.expected_op_speedup,
-                "expected_end_to_end_speedup": sug.expected_end_to_end_speedup,
-                "basis": sug.basis, "worth_it": sug.worth_it, "precision": precision,
+                "precision": precision, **_suggestion_fields(sug),
             })
             rows.append(rec)
+            works[name] = work
+        if by == "aten":
+            self._apply_pairs(rows, works, total)
         df = pd.DataFrame(rows).set_index("name")
         return df
+
+    def _apply_pairs(self, rows: list[dict], works: dict, total: float) -> None:
+        """Producer -> consumer pairs that a bundled kernel fuses get one joint suggestion."""
+        by_name = {r["name"]: r for r in rows}
+        names = self.trace.ranges_of_level("aten")["name"]
+        for pair in patterns.fusable_pairs(names, aten_key):
+            prod, cons = by_name.get(pair.producer), by_name.get(pair.consumer)
+            if prod is None or cons is None or cons["class"] == "compute" \
+                    or prod.get("_paired") or cons.get("_paired"):
+                continue
+            sp, sc = advise_pair(prod, cons, pair.kernel, pair.count, works.get(pair.producer),
+                                 works.get(pair.consumer), self.peaks, total)
+            prod.update(_suggestion_fields(sp), _paired=True)
+            cons.update(_suggestion_fields(sc), _paired=True)
+        for r in rows:
+            r.pop("_paired", None)
 
     def report(self, by: str = "range", innermost: bool = False, top: Optional[int] = None) -> dict:
         """The stable JSON contract (see README): trace, gpu, total GPU time and one entry per op."""
@@ -92,6 +110,13 @@ class Profile:
             "warnings": list(self.warnings),
             "ops": [op_json(name, row, by) for name, row in df.iterrows()],
         }
+
+
+def _suggestion_fields(sug: Suggestion) -> dict:
+    return {"rung": sug.rung.value, "action": sug.action,
+            "expected_op_speedup": sug.expected_op_speedup,
+            "expected_end_to_end_speedup": sug.expected_end_to_end_speedup,
+            "basis": sug.basis, "worth_it": sug.worth_it}
 
 
 def gpu_json(name: str, peaks: Peaks) -> dict:

@@ -1,0 +1,70 @@
+"""Fusable producer -> consumer pairs among aten ops, from emit_nvtx's ``input_op_ids``.
+
+``emit_nvtx(record_shapes=True)`` names each range ``aten::op, op_id = N, sizes = [...],
+input_op_ids = [(M, k), ...]``: input ``i`` of op N is output ``k`` of op M. So an
+``aten::_fused_rms_norm`` whose first input came from an ``aten::add`` is the residual-add +
+RMSNorm pattern that one bundled kernel replaces.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import pandas as pd
+
+_OP_ID = re.compile(r"op_id = (\d+)")
+_INPUTS = re.compile(r"input_op_ids = \[(.*)\]")
+_PAIR = re.compile(r"\((\d+),\s*(-?\d+)\)")
+
+# (consumer op prefixes, producer op prefixes, bundled kernel)
+RULES = [
+    (("aten::_fused_rms_norm", "aten::rms_norm"), ("aten::add",), "add_rmsnorm"),
+    (("aten::native_layer_norm", "aten::layer_norm"), ("aten::add",), "add_layernorm"),
+    (("aten::gelu",), ("aten::add",), "bias_gelu"),
+    (("aten::_softmax", "aten::softmax"), ("aten::mul", "aten::div"), "softmax"),
+]
+
+
+@dataclass(frozen=True)
+class Pair:
+    producer: str   # op key (aten_key) of the producer
+    consumer: str   # op key of the consumer
+    kernel: str     # bundled kernel that fuses them
+    count: int      # how many consumer calls read a producer of that key
+
+
+def first_input_producer(name: str) -> tuple[int | None, int | None]:
+    """(op_id, producer op_id of the first tensor input) of an emit_nvtx range name."""
+    m = _OP_ID.search(name)
+    ins = _INPUTS.search(name)
+    first = _PAIR.search(ins.group(1)) if ins else None
+    producer = int(first.group(1)) if first and int(first.group(1)) > 0 else None
+    return (int(m.group(1)) if m else None), producer
+
+
+def fusable_pairs(aten_names: pd.Series, key_of) -> list[Pair]:
+    """Pairs (producer key, consumer key) that a bundled kernel fuses, most frequent first.
+
+    ``aten_names``: every aten range name in the trace; ``key_of``: name -> op key.
+    """
+    ids: dict[int, str] = {}
+    consumers: list[tuple[str, int]] = []
+    for name in aten_names.drop_duplicates():
+        op_id, producer = first_input_producer(name)
+        if op_id is None:
+            continue
+        key = key_of(name)
+        ids[op_id] = key
+        if producer is not None and any(key.startswith(c) for rule in RULES for c in rule[0]):
+            consumers.append((key, producer))
+    counts: dict[tuple[str, str, str], int] = {}
+    for key, producer in consumers:
+        pkey = ids.get(producer)
+        if pkey is None:
+            continue
+        for cons, prods, kernel in RULES:
+            if any(key.startswith(c) for c in cons) and any(pkey.startswith(p) for p in prods):
+                counts[(pkey, key, kernel)] = counts.get((pkey, key, kernel), 0) + 1
+                break
+    pairs = [Pair(p, c, k, n) for (p, c, k), n in counts.items()]
+    return sorted(pairs, key=lambda x: -x.count)

@@ -23,6 +23,7 @@ NEAR_ROOF = 0.70          # at or above this share of its roof, a new kernel wou
 TARGET_MEMORY = 0.90      # what a good memory-bound kernel reaches (share of the bandwidth roof)
 TARGET_COMPUTE = 0.70     # what a good library GEMM reaches (share of the compute roof)
 MIN_END_TO_END = 1.02     # below this end-to-end gain, the work does not pay
+HOST_GAP_NS = 100_000.0   # idle per kernel above this is host work, not launch cost (~5-50 us)
 SMALL_SHARE = 0.05        # with no speedup estimate, an op under this share is not worth a kernel
 
 _NORM_RE = re.compile(r"rms_?norm|layer_?norm|RMSNorm|LayerNorm", re.I)
@@ -86,15 +87,18 @@ def advise(op: dict, verdict: Verdict, work: Optional[Work], peaks: Peaks, kerne
     e2e = end_to_end(op, s, total_gpu_ns)
     worth = rung is not Rung.NONE and e2e >= MIN_END_TO_END
     share = float(op["share"])
+    what = "the work" if verdict.bound is BoundClass.COMMUNICATION else "a kernel"
     if rung is not Rung.NONE and not worth and s > 1.0:
-        action = (f"Not worth a kernel: {share:.1%} of GPU time, so even {s:.2f}x on "
+        action = (f"Not worth {what}: {share:.1%} of GPU time, so even {s:.2f}x on "
                   f"this op is {e2e:.3f}x end to end. (If it grows: {action})")
     elif rung is not Rung.NONE and not worth and share < SMALL_SHARE:
-        action = f"Not worth a kernel: only {share:.1%} of GPU time. (If it grows: {action})"
+        action = f"Not worth {what}: only {share:.1%} of GPU time. (If it grows: {action})"
     return Suggestion(rung, action, s, e2e, basis, worth)
 
 
 def _choose(op, verdict, work, peaks, text, kpc, span, busy, pct, under_graph):
+    # Distinct kernels per op: a chain worth fusing has several; repeats of one kernel do not.
+    chain = float(op.get("distinct_kernels", kpc))
     if verdict.bound is BoundClass.COMMUNICATION:  # overlap, bucket sizes, fewer collectives
         return (Rung.LIBRARY, *comm.advice_parts(op, verdict))
     floor = peaks.launch_floor_ns
@@ -102,6 +106,14 @@ def _choose(op, verdict, work, peaks, text, kpc, span, busy, pct, under_graph):
     if verdict.bound is BoundClass.LAUNCH:
         pat = _pattern(text)
         bundled = f" (bundled: kernels.{pat})" if pat else ""
+        gap = max(span - busy, 0.0) / max(kpc, 1.0)
+        if gap > HOST_GAP_NS:
+            return (Rung.NONE,
+                    f"the GPU waits {gap / 1e3:.0f} us per kernel, far more than launching costs: the "
+                    "host is busy with other work inside this range (compilation, autotuning, "
+                    "synchronisation, data loading, Python); profile the CPU side (nsys -s cpu) — no "
+                    "kernel will help", span / max(busy, floor),
+                    f"host bound: span {span / 1e3:.1f} us / busy {busy / 1e3:.1f} us if the host work went away")
         if kpc >= 2 and under_graph:
             # Launch gaps are already gone: only fewer, larger kernels help.
             return (Rung.TORCH_COMPILE,
@@ -128,7 +140,7 @@ def _choose(op, verdict, work, peaks, text, kpc, span, busy, pct, under_graph):
             return (Rung.NONE, "a copy: avoid it (keep the data on the GPU), use pinned memory with "
                                "non_blocking=True, and overlap it with compute on another stream",
                     1.0, "copies are removed, not sped up")
-        pat = _pattern(text)
+        pat = _pattern(text) if chain >= 2 else None  # one kernel per call is already fused
         if pat:  # fusion removes bytes, so it pays even for an op already near the bandwidth roof
             eager, fused = _FUSED_PASSES[pat]
             if work is not None and work.bytes:
@@ -154,11 +166,12 @@ def _choose(op, verdict, work, peaks, text, kpc, span, busy, pct, under_graph):
                                   "tokens per call, or use weight-only int8/fp8 quantization "
                                   "(fewer bytes per weight)", (span / tgt) if tgt else 1.0,
                     "roofline bound at 90% of bandwidth" if tgt else "no work counts")
-        if kpc >= 2:
-            fused_t = max(floor, kmed)
-            return (Rung.TORCH_COMPILE, f"fuse the {kpc:.0f} memory-bound kernels with torch.compile "
-                                        "so the tensor crosses HBM once", span / max(fused_t, busy / kpc),
-                    "fusion bound: span / largest kernel")
+        if chain >= 2 and kpc >= 2:
+            # Each of the `chain` distinct kernels makes a pass over the data; one fused pass remains.
+            fused_t = max(floor * kpc / chain, busy / chain)
+            return (Rung.TORCH_COMPILE, f"fuse the {chain:.0f} different memory-bound kernels of each "
+                                        "call with torch.compile so the tensor crosses HBM once",
+                    span / fused_t, f"fusion bound: span / (busy / {chain:.0f} kernels)")
         if pct is not None:
             return (Rung.TRITON, f"at {pct:.0%} of the bandwidth roof: a Triton kernel with wide, "
                                  "coalesced loads should reach ~90%", TARGET_MEMORY / pct,

@@ -55,6 +55,7 @@ class Profile:
             rec = {"name": name, **op.to_dict()}
             member_acts = acts.loc[members_by_op.get(name, [])]
             knames = member_acts["name"].drop_duplicates().tolist()
+            rec["distinct_kernels"] = len(knames)
             precision = ev.precision_of(knames) or self.default_precision
             calls = int(op["count"])
             work = ev.from_ncu(member_acts, self.trace.ncu, calls)

@@ -62,7 +62,7 @@ def group_ops(trace: Trace, by: str = "range", innermost: bool = False) -> OpGro
         else:
             parsed = {n: parse_range_name(n) for n in inst["name"].unique()}
             inst["op"] = inst["name"].map(lambda n: parsed[n][0])
-            hints = {parsed[n][0]: parsed[n][1] for n in parsed if parsed[n][1] is not None}
+            hints = _mean_hints(inst, parsed)
         members = pd.DataFrame({
             "instance": pairs["range_idx"].to_numpy(), "act_idx": pairs["act_idx"].to_numpy()})
         members["op"] = members["instance"].map(inst.set_index("range_idx")["op"])
@@ -73,6 +73,23 @@ def group_ops(trace: Trace, by: str = "range", innermost: bool = False) -> OpGro
     ops = _aggregate(inst, members, acts, trace.total_gpu_time_ns)
     ops["level"] = by
     return OpGroups(level=by, ops=ops, instances=inst, members=members, hints=hints)
+
+
+def _mean_hints(inst: pd.DataFrame, parsed: dict[str, tuple[str, Hint | None]]) -> dict[str, Hint]:
+    """One hint per op: the mean over its calls, since calls may carry different sizes
+    (e.g. gradient buckets of one all-reduce range)."""
+    rows = [(parsed[n][0], h.flops, h.bytes, h.precision) for n in inst["name"]
+            if (h := parsed[n][1]) is not None]
+    if not rows:
+        return {}
+    df = pd.DataFrame(rows, columns=["op", "flops", "bytes", "precision"])
+    out = {}
+    for op, g in df.groupby("op", sort=False):
+        prec = g["precision"].dropna()
+        out[op] = Hint(flops=g["flops"].mean() if g["flops"].notna().any() else None,
+                       bytes=g["bytes"].mean() if g["bytes"].notna().any() else None,
+                       precision=prec.mode().iat[0] if len(prec) else None)
+    return out
 
 
 def _aggregate(inst: pd.DataFrame, members: pd.DataFrame, acts: pd.DataFrame,

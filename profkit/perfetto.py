@@ -9,7 +9,6 @@ call to its kernel.
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import IO, Optional
 
@@ -49,17 +48,26 @@ def _op_info(profile, by: str, ops: Optional[pd.DataFrame]) -> tuple[pd.Series, 
     return op_of, info, by
 
 
-def events(profile, by: str = "range", ops: Optional[pd.DataFrame] = None):
-    """Yield the trace events (dicts), metadata first."""
+def _j(x: object) -> str:
+    return json.dumps(x, ensure_ascii=False, separators=(",", ":"))
+
+
+def _lines(profile, by: str = "range", ops: Optional[pd.DataFrame] = None,
+           window: Optional[tuple[int, int]] = None):
+    """Yield each trace event as one JSON object (a string), metadata first.
+
+    GPU events are assembled from pieces encoded once per kernel name and per op, so a million
+    kernels take seconds, not minutes. ``window``: (start, end) in absolute ns; events outside it
+    are left out.
+    """
+    from profkit.plots.timeline import trace_origin
+
     trace = profile.trace
     acts = trace.activities
     rng = trace.ranges
     op_of, info, level = _op_info(profile, by, ops)
-    t0 = int(acts["start"].min())
-    if len(rng):
-        t0 = min(t0, int(rng["start"].min()))
-    if acts["api_start"].notna().any():
-        t0 = min(t0, int(acts["api_start"].min()))
+    t0, _ = trace_origin(profile)
+    w0, w1 = window if window is not None else (-(2 ** 62), 2 ** 62)
 
     def pid_of_gtid(g: int) -> int:
         return (int(g) >> 24) & 0xFFFFFF
@@ -71,65 +79,86 @@ def events(profile, by: str = "range", ops: Optional[pd.DataFrame] = None):
     api = acts[acts["api_start"].notna() & acts["globalTid"].notna()]
     tids |= set(api["globalTid"].astype(np.int64))
     pids = sorted({pid_of_gtid(g) for g in tids})
+    meta = []
     for pid in pids:
-        yield {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": f"CPU process {pid}"}}
-        yield {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": pid}}
+        meta.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": f"CPU process {pid}"}})
+        meta.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": pid}})
     for g in sorted(tids):
         pid, tid = pid_of_gtid(g), tid_of_gtid(g)
-        yield {"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": f"NVTX thread {tid}"}}
-        yield {"ph": "M", "name": "thread_name", "pid": pid, "tid": tid + API_TID_OFFSET,
-               "args": {"name": f"CUDA API thread {tid}"}}
-        yield {"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": 2 * tid}}
-        yield {"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid + API_TID_OFFSET,
-               "args": {"sort_index": 2 * tid + 1}}
+        meta.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": f"NVTX thread {tid}"}})
+        meta.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid + API_TID_OFFSET,
+                     "args": {"name": f"CUDA API thread {tid}"}})
+        meta.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": 2 * tid}})
+        meta.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid + API_TID_OFFSET,
+                     "args": {"sort_index": 2 * tid + 1}})
     for dev in sorted(pd.unique(acts["deviceId"])):
         gpid = GPU_PID_BASE + int(dev)
-        yield {"ph": "M", "name": "process_name", "pid": gpid, "tid": 0,
-               "args": {"name": f"GPU {int(dev)} {profile.gpu.name}"}}
-        yield {"ph": "M", "name": "process_sort_index", "pid": gpid, "tid": 0, "args": {"sort_index": gpid}}
-        for s in sorted(pd.unique(acts.loc[acts["deviceId"] == dev, "streamId"])):
-            yield {"ph": "M", "name": "thread_name", "pid": gpid, "tid": int(s), "args": {"name": f"stream {int(s)}"}}
+        meta.append({"ph": "M", "name": "process_name", "pid": gpid, "tid": 0,
+                     "args": {"name": f"GPU {int(dev)} {profile.gpu.name}"}})
+        meta.append({"ph": "M", "name": "process_sort_index", "pid": gpid, "tid": 0, "args": {"sort_index": gpid}})
+        for st in sorted(pd.unique(acts.loc[acts["deviceId"] == dev, "streamId"])):
+            meta.append({"ph": "M", "name": "thread_name", "pid": gpid, "tid": int(st),
+                         "args": {"name": f"stream {int(st)}"}})
+    for m in meta:
+        yield _j(m)
 
     # NVTX ranges (push/pop ranges nest, so one track per thread works).
     if len(rng):
-        for s, e, g, name, dom in zip(rng["start"].to_numpy(), rng["end"].to_numpy(), rng["globalTid"].to_numpy(),
-                                      rng["name"].astype(str).to_numpy(), rng["domain"].astype(str).to_numpy()):
-            if g is None or (isinstance(g, float) and math.isnan(g)):
-                continue
-            yield {"ph": "X", "cat": "nvtx", "name": name, "pid": pid_of_gtid(g), "tid": tid_of_gtid(g),
-                   "ts": _us(s - t0), "dur": _us(e - s), "args": {"domain": dom} if dom else {}}
-    # Launch calls, and a flow arrow from each to its GPU activity.
-    ops_arr = op_of.reindex(acts.index).to_numpy()
-    for i, (idx, a) in enumerate(zip(acts.index, acts.itertuples(index=False))):
-        op = ops_arr[i]
-        op = None if op is None or (isinstance(op, float) and math.isnan(op)) else str(op)
-        gpid, stream = GPU_PID_BASE + int(a.deviceId), int(a.streamId)
-        args = {"kernel": a.name, "kind": a.kind, "correlationId": int(a.correlationId)
-                if a.correlationId == a.correlationId and a.correlationId is not None else None}
-        if a.bytes is not None and a.bytes == a.bytes:
-            args["bytes"] = int(a.bytes)
-        if op is not None and op in info:
-            args.update(info[op])
-            args["level"] = level
-        else:
-            args["op"] = None
-            args["class"] = "outside any op"
-        ts = _us(a.start - t0)
-        yield {"ph": "X", "cat": a.kind, "name": a.short_name or a.name, "pid": gpid, "tid": stream,
-               "ts": ts, "dur": _us(a.end - a.start), "args": args}
-        if a.api_start is not None and a.api_start == a.api_start and a.globalTid == a.globalTid:
-            pid, tid = pid_of_gtid(a.globalTid), tid_of_gtid(a.globalTid) + API_TID_OFFSET
-            ats = _us(a.api_start - t0)
-            yield {"ph": "X", "cat": "cuda_api", "name": "launch " + (a.short_name or a.name), "pid": pid,
-                   "tid": tid, "ts": ats, "dur": _us(a.api_end - a.api_start),
-                   "args": {"correlationId": args["correlationId"]}}
-            yield {"ph": "s", "cat": "launch", "name": "launch", "id": int(idx), "pid": pid, "tid": tid,
-                   "ts": ats}
-            yield {"ph": "f", "cat": "launch", "name": "launch", "id": int(idx), "pid": gpid, "tid": stream,
-                   "ts": ts, "bp": "e"}
+        k = rng["globalTid"].notna().to_numpy() & (rng["end"].to_numpy() >= w0) & (rng["start"].to_numpy() <= w1)
+        sub = rng[k]
+        names = {n: _j(n) for n in pd.unique(sub["name"].astype(str))}
+        for s_, e_, g, name, dom in zip(sub["start"].tolist(), sub["end"].tolist(), sub["globalTid"].tolist(),
+                                        sub["name"].astype(str).tolist(), sub["domain"].astype(str).tolist()):
+            args = _j({"domain": dom}) if dom else "{}"
+            yield (f'{{"ph":"X","cat":"nvtx","name":{names[name]},"pid":{pid_of_gtid(g)},'
+                   f'"tid":{tid_of_gtid(g)},"ts":{_us(s_ - t0)},"dur":{_us(e_ - s_)},"args":{args}}}')
+
+    # GPU work, the launch call of each, and a flow arrow from the call to the work.
+    k = (acts["end"].to_numpy() >= w0) & (acts["start"].to_numpy() <= w1)
+    sub = acts[k]
+    op_arr = op_of.reindex(sub.index).tolist()
+    op_piece = {op: "," + _j(dict(d, level=level))[1:-1] for op, d in info.items()}
+    outside = ',"op":null,"class":"outside any op"'
+    name_piece: dict[str, tuple[str, str, str]] = {}
+
+    def nan(x) -> bool:
+        return x is None or x != x
+
+    cols = [sub.index.tolist()] + [sub[c].tolist() for c in (
+        "start", "end", "deviceId", "streamId", "correlationId", "kind", "name", "short_name", "bytes",
+        "api_start", "api_end", "globalTid")]
+    for (idx, st, en, dev, stream, corr, kind, name, short, nbytes, a0, a1, g), op in zip(zip(*cols), op_arr):
+        pieces = name_piece.get(name)
+        if pieces is None:
+            label = short or name
+            pieces = name_piece[name] = (_j(label), _j(name), _j("launch " + str(label)))
+        gpid, stream = GPU_PID_BASE + int(dev), int(stream)
+        corr_s = "null" if nan(corr) else str(int(corr))
+        extra = "" if nan(nbytes) else f',"bytes":{int(nbytes)}'
+        opp = outside if nan(op) or str(op) not in op_piece else op_piece[str(op)]
+        ts = _us(st - t0)
+        yield (f'{{"ph":"X","cat":"{kind}","name":{pieces[0]},"pid":{gpid},"tid":{stream},"ts":{ts},'
+               f'"dur":{_us(en - st)},"args":{{"kernel":{pieces[1]},"kind":"{kind}","correlationId":{corr_s}'
+               f'{extra}{opp}}}}}')
+        if not nan(a0) and not nan(g):
+            pid, tid = pid_of_gtid(g), tid_of_gtid(g) + API_TID_OFFSET
+            ats = _us(a0 - t0)
+            yield (f'{{"ph":"X","cat":"cuda_api","name":{pieces[2]},"pid":{pid},"tid":{tid},"ts":{ats},'
+                   f'"dur":{_us(a1 - a0)},"args":{{"correlationId":{corr_s}}}}}')
+            yield f'{{"ph":"s","cat":"launch","name":"launch","id":{int(idx)},"pid":{pid},"tid":{tid},"ts":{ats}}}'
+            yield (f'{{"ph":"f","cat":"launch","name":"launch","id":{int(idx)},"pid":{gpid},"tid":{stream},'
+                   f'"ts":{ts},"bp":"e"}}')
 
 
-def write(profile, out: str | Path | IO[str], by: str = "range", ops: Optional[pd.DataFrame] = None) -> int:
+def events(profile, by: str = "range", ops: Optional[pd.DataFrame] = None,
+           window: Optional[tuple[int, int]] = None):
+    """The trace events as dicts (for tests and notebooks; ``write`` streams the JSON)."""
+    for line in _lines(profile, by=by, ops=ops, window=window):
+        yield json.loads(line)
+
+
+def write(profile, out: str | Path | IO[str], by: str = "range", ops: Optional[pd.DataFrame] = None,
+          window: Optional[tuple[int, int]] = None) -> int:
     """Write the JSON (streamed, so a million kernels need no giant string). Returns the event count."""
     n = 0
     own = not hasattr(out, "write")
@@ -147,13 +176,16 @@ def write(profile, out: str | Path | IO[str], by: str = "range", ops: Optional[p
         fh = out  # type: ignore[assignment]
     try:
         meta = {"trace": Path(profile.path).name, "gpu": profile.gpu.name, "tool": "profkit export-perfetto"}
-        fh.write('{"displayTimeUnit": "ns", "otherData": ' + json.dumps(meta) + ', "traceEvents": [\n')
-        dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=_default).encode
-        first = True
-        for ev in events(profile, by=by, ops=ops):
-            fh.write(("" if first else ",\n") + dumps(ev))
-            first = False
+        fh.write('{"displayTimeUnit":"ns","otherData":' + _j(meta) + ',"traceEvents":[\n')
+        buf: list[str] = []
+        for line in _lines(profile, by=by, ops=ops, window=window):
+            buf.append(line)
             n += 1
+            if len(buf) >= 20000:
+                fh.write(("" if n == len(buf) else ",\n") + ",\n".join(buf))
+                buf.clear()
+        if buf:
+            fh.write(("" if n == len(buf) else ",\n") + ",\n".join(buf))
         fh.write("\n]}\n")
     finally:
         if own:

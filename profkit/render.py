@@ -10,7 +10,8 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-CLASS_STYLE = {"compute": "bold magenta", "memory": "bold cyan", "launch": "bold yellow"}
+CLASS_STYLE = {"compute": "bold magenta", "memory": "bold cyan", "launch": "bold yellow",
+               "communication": "bold green"}
 CSV_COLUMNS = ["name", "level", "count", "gpu_time_ns", "gpu_time_median_ns", "share", "cpu_time_ns",
                "class", "confidence", "source", "reason", "rung", "action", "expected_op_speedup",
                "expected_end_to_end_speedup"]

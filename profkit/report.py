@@ -100,9 +100,26 @@ def _figures(profile, df: pd.DataFrame, by: str, timeline_kw: Optional[dict]) ->
 
     rfig = roofline(profile, by=by, ops=df)
     not_placed = len(rfig.profkit_data.not_placed)
-    tfig = timeline(profile, by=by, ops=df, **(timeline_kw or {}))
+    tfig = timeline(profile, by=by, ops=df, **(timeline_kw if timeline_kw is not None
+                                                 else _op_region(profile, by)))
     note = f"{len(rfig.profkit_data.points)} ops placed; not placed (no work counts): {not_placed} ops"
     return _png(rfig), _png(tfig), note
+
+
+def _op_region(profile, by: str) -> dict:
+    """The timeline window of the report: from just before the first range of the level (set-up
+    before the profiled region, such as loading weights, is left out) to the end of the trace."""
+    from profkit.plots.timeline import trace_origin
+
+    if by == "kernel" or profile.trace.ranges.empty:
+        return {}
+    r = profile.trace.ranges_of_level(by)
+    if r.empty:
+        return {}
+    t0, t_last = trace_origin(profile)
+    first = int(r["start"].min()) - t0
+    pad = int((t_last - t0 - first) * 0.02)
+    return {"start": max(first - pad, 0)} if first - pad > 0 else {}
 
 
 def build(profile, out_dir: str | Path, fmt: str = "html", by: str = "range",
@@ -170,6 +187,7 @@ figure { margin: 8px 0; } figure img { max-width: 100%; height: auto; border: 1p
 figcaption { color: var(--muted); font-size: 0.85rem; }
 .warn { background: #fff4e5; border-left: 4px solid #e69500; padding: 6px 10px; margin: 6px 0; }
 .gain { background: #eef6ee; border-left: 4px solid #228833; padding: 8px 12px; margin: 8px 0; }
+td.ev { min-width: 190px; }
 footer { color: var(--muted); font-size: 0.8rem; margin-top: 32px; }
 """
 
@@ -220,7 +238,7 @@ def render_html(s: Summary, df: pd.DataFrame, roof_png: bytes, tl_png: bytes, ro
         p.append('<div class="gain" id="gain">No suggestion is expected to pay off end to end: '
                  'the ops run near their roofs or are too small to matter.</div>\n')
     # Top ops
-    p.append(f'<h3>Top ops by GPU time</h3>\n<table id="top-ops">\n<thead><tr><th>op</th>'
+    p.append('<h3>Top ops by GPU time</h3>\n<table id="top-ops">\n<thead><tr><th>op</th>'
              '<th class="num">GPU time</th><th class="num">share</th><th>class</th><th>next step</th>'
              '<th class="num">e2e ×</th></tr></thead>\n<tbody>\n')
     for name, r in df.head(TOP_OPS).iterrows():
@@ -237,7 +255,8 @@ def render_html(s: Summary, df: pd.DataFrame, roof_png: bytes, tl_png: bytes, ro
     p.append('<section id="timeline">\n<h2>Timeline</h2>\n<figure>'
              f'<img alt="Timeline of {_e(s.trace)}" src="data:image/png;base64,{b64(tl_png)}">'
              "<figcaption>NVTX ranges and CUDA launch calls per CPU thread, kernels and copies per GPU "
-             "stream, coloured by the class of their op; idle GPU time shaded. Zoom with "
+             "stream, coloured by the class of their op; idle GPU time shaded. From the first NVTX range "
+             "of the level to the end of the trace (set-up before it is left out). Zoom with "
              "<code>profkit timeline --range NAME --instance N</code> or export with "
              "<code>profkit export-perfetto</code>.</figcaption></figure>\n</section>\n")
     # Full table
@@ -250,7 +269,7 @@ def render_html(s: Summary, df: pd.DataFrame, roof_png: bytes, tl_png: bytes, ro
                  f"<td class=\"num\">{_e(fmt_time(r['gpu_time_ns']))}</td>"
                  f"<td class=\"num\">{_e(fmt_time(r['gpu_time_median_ns']))}</td>"
                  f"<td class=\"num\">{r['share']:.1%}</td><td>{_badge(r['class'])}</td>"
-                 f"<td>{_e(r['confidence'])}</td><td>{_e(evidence_text(r))}</td>"
+                 f"<td>{_e(r['confidence'])}</td><td class=\"ev\">{_e(evidence_text(r))}</td>"
                  f"<td>{_e(r['rung'])}: {_e(r['action'])}</td>"
                  f"<td class=\"num\">{float(r['expected_op_speedup']):.2f}</td>"
                  f"<td class=\"num\">{float(r['expected_end_to_end_speedup']):.3f}</td></tr>\n")

@@ -9,8 +9,9 @@ One rank (--straggler) gets its non-NCCL kernels stretched by 25% so the merge h
 to find. Then runs ``profkit.multirank.classify_ranks`` on the first N ranks for each N in
 --scales, with local worker processes and with a local Dask cluster (LocalCluster, one thread
 per worker process), and reports wall time and peak resident memory (this process plus all its
-child processes, summed, sampled every 50 ms with psutil). Prints a Markdown table and writes
---json.
+child processes, summed, sampled every 50 ms with psutil), with the 1-minute load average before
+and after each run (other jobs on the machine slow it down). Prints a Markdown table and writes
+--json. psutil is a dependency of distributed.
 """
 from __future__ import annotations
 

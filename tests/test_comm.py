@@ -1,7 +1,6 @@
 """profkit.comm: NCCL kernels are communication, interval arithmetic for exposed time, bandwidth."""
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 import numpy as np

@@ -74,9 +74,11 @@ def test_real_trace_every_gpu_activity_exported_with_its_verdict(tmp_path):
     assert sum(e["dur"] for e in gpu) == pytest.approx(prof.trace.total_gpu_time_ns / 1000, rel=1e-6)
     for e in gpu:
         assert e["ts"] >= 0 and e["dur"] >= 0
+    row = prof.ops(by="range").loc["eager_chain"]
     eager = [e for e in gpu if e["args"].get("op") == "eager_chain"]
-    assert eager and all(e["args"]["class"] == "launch" for e in eager)
-    assert all("torch.compile" in e["args"]["next_step"] for e in eager)
+    assert len(eager) == 10 * 20     # 10 calls of 20 kernels
+    assert all(e["args"]["class"] == row["class"] for e in eager)
+    assert all(e["args"]["next_step"] == f"{row['rung']}: {row['action']}" for e in eager)
     nvtx = [e for e in doc["traceEvents"] if e["ph"] == "X" and e["cat"] == "nvtx"]
     assert len(nvtx) == len(prof.trace.ranges)
     assert hashlib.sha256(trace.read_bytes()).hexdigest() == before
@@ -88,3 +90,18 @@ def test_cli_errors_are_one_line(tmp_path):
     res = CliRunner().invoke(main, ["export-perfetto", str(TRACES / "micro_graph.sqlite"),
                                     "-o", str(tmp_path / "no" / "o.json")])
     assert res.exit_code == 2 and "does not exist" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+
+
+def test_window_keeps_only_the_events_inside(tmp_path):
+    trace = TRACES / "micro_graph.sqlite"
+    res = CliRunner().invoke(main, ["export-perfetto", str(trace), "-o", str(tmp_path / "w.json"),
+                                    "--range", "graph_replay", "--instance", "3"], catch_exceptions=False)
+    assert res.exit_code == 0, res.stderr
+    doc = json.loads((tmp_path / "w.json").read_text())
+    gpu = [e for e in doc["traceEvents"] if e["ph"] == "X" and e["pid"] >= perfetto.GPU_PID_BASE]
+    assert 20 <= len(gpu) < 100     # the replay's 20 kernels and their neighbours, not all 423
+    nvtx = [e["name"] for e in doc["traceEvents"] if e["ph"] == "X" and e["cat"] == "nvtx"]
+    assert "graph_replay" in nvtx and len(nvtx) < 10
+    res = CliRunner().invoke(main, ["export-perfetto", str(trace), "-o", str(tmp_path / "x.json"),
+                                    "--start", "later"])
+    assert res.exit_code == 2 and res.stderr.startswith("profkit: error: --start")

@@ -161,15 +161,22 @@ def test_markdown_report_has_pngs_beside_it(tmp_path):
     assert EVIL not in md and "&lt;script&gt;" in md
 
 
-def test_gain_plan_counts_nested_ops_once():
-    prof = profkit.load(TRACES / "model_tiny_llama_aten.sqlite")
-    df = prof.ops(by="range")
+def test_gain_plan_counts_nested_ops_once(tmp_path):
+    import pandas as pd
+    # outer [0, 1000] holds inner [100, 500]; "side" [2000, 3000] stands alone.
+    trace = make_trace(tmp_path / "n.sqlite", kernels=[(200, 300, 1, 1), (650, 700, 2, 1), (2200, 2400, 3, 2)],
+                       runtime=[(110, 120, 1), (600, 610, 2), (2100, 2110, 3)],
+                       nvtx=[(0, 1000, "outer", TID), (100, 500, "inner", TID), (2000, 3000, "side", TID)])
+    prof = profkit.load(trace)
+    df = pd.DataFrame({"worth_it": [True, True, True], "expected_end_to_end_speedup": [1.5, 1.25, 1.1],
+                       "expected_op_speedup": [3.0, 2.0, 2.0], "class": ["launch", "memory", "memory"],
+                       "rung": ["torch.compile", "triton", "triton"], "action": ["a", "b", "c"]},
+                      index=pd.Index(["outer", "inner", "side"], name="name"))
     plan, combined = report._gain_plan(prof, df, "range")
-    # forward holds layer0..3: once forward is counted, the layers it holds are not added again.
-    names = [p["op"] for p in plan]
-    assert not ("forward" in names and any(n.startswith("layer") for n in names))
-    assert combined == pytest.approx(1 / (1 - sum(p["saved_fraction"] for p in plan)))
-    assert combined >= max(p["expected_end_to_end_speedup"] for p in plan)
+    assert [p["op"] for p in plan] == ["outer", "side"]        # inner is inside outer: not added again
+    saved = (1 - 1 / 1.5) + (1 - 1 / 1.1)
+    assert combined == pytest.approx(1 / (1 - saved))
+    assert report._gain_plan(prof, df.assign(worth_it=False), "range") == ([], 1.0)
 
 
 def test_report_on_a_real_trace_via_cli(tmp_path):
@@ -185,6 +192,16 @@ def test_report_on_a_real_trace_via_cli(tmp_path):
                              catch_exceptions=False)
     assert res.exit_code == 0 and (tmp_path / "m" / "report.md").exists()
     assert hashlib.sha256(trace.read_bytes()).hexdigest() == before
+
+
+def test_report_timeline_leaves_out_the_set_up_before_the_first_range():
+    from profkit.plots.timeline import trace_origin
+    prof = profkit.load(TRACES / "micro_graph.sqlite")
+    t0, _ = trace_origin(prof)
+    first = int(prof.trace.ranges["start"].min()) - t0
+    region = report._op_region(prof, "range")
+    assert 0.9 * first < region["start"] < first
+    assert report._op_region(prof, "kernel") == {}
 
 
 def test_report_falls_back_to_kernels_without_ranges(tmp_path):

@@ -14,6 +14,8 @@ def main() -> None:
     \b
     profkit capture script.py      profile a script with Nsight Systems into an SQLite trace
     profkit classify trace.sqlite  one row per op: GPU time, bound class, evidence, next step
+    profkit diff before after      what changed, and predicted vs measured speedups
+    profkit report trace -o DIR    an HTML page with the roofline, the timeline and the table
     """
 
 

@@ -19,7 +19,6 @@ from profkit.cli.common import EXIT_USAGE, by_option, fail, one_line_errors, out
 from profkit.errors import ProfkitError
 
 # The class that profkit.comm adds (NCCL collectives); render's table styles it like the others.
-render.CLASS_STYLE.setdefault("communication", "bold green")
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "data" / "example.sqlite"
 

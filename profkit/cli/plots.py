@@ -66,7 +66,9 @@ def roofline(trace: str, output: str, by: str, top: Optional[int], labels: int,
     fig = draw(prof, by=by, top=top, label_top=labels)
     _save(fig, out)
     d = fig.profkit_data
-    click.echo(f"{len(d.points)} ops placed; not placed (no work counts): {len(d.not_placed)} ops", err=True)
+    n = len(d.points)
+    click.echo(f"{n} op{'' if n == 1 else 's'} placed; not placed (no work counts): {len(d.not_placed)} ops",
+               err=True)
 
 
 @click.command()
@@ -88,16 +90,7 @@ def timeline(trace: str, output: str, by: str, start: Optional[str], end: Option
     from profkit.plots.timeline import parse_time
 
     style.use_agg()
-    if range_name is not None and (start is not None or end is not None):
-        fail("give --range or --start/--end, not both")
-    if range_name is None and instance != 1:
-        fail("--instance needs --range NAME")
-    for opt, val in (("--start", start), ("--end", end)):
-        if val is not None:
-            try:
-                parse_time(val)
-            except ProfkitError as exc:
-                fail(f"{opt}: {exc}")
+    _check_window_options(start, end, range_name, instance, parse_time)
     out = _check_output(output, trace, IMAGE_SUFFIXES)
     prof = _load(trace, peaks_file)
     fig = draw(prof, by=by, start=start, end=end, range_name=range_name, instance=instance)
@@ -131,14 +124,38 @@ def report(trace: str, out_dir: str, fmt: str, by: str, peaks_file: Optional[str
 @click.option("-o", "--output", required=True, type=click.Path(),
               help="JSON file to write (open it in ui.perfetto.dev or chrome://tracing).")
 @by_option
+@click.option("--start", default=None, help="Only events from here (as for `profkit timeline`).")
+@click.option("--end", default=None, help="Only events up to here (as for `profkit timeline`).")
+@click.option("--range", "range_name", default=None, help="Only one instance of the NVTX range NAME.")
+@click.option("--instance", type=int, default=1, show_default=True, help="With --range: which instance (1 = first).")
 @peaks_option
 @one_line_errors
-def export_perfetto(trace: str, output: str, by: str, peaks_file: Optional[str]) -> None:
+def export_perfetto(trace: str, output: str, by: str, start: Optional[str], end: Optional[str],
+                    range_name: Optional[str], instance: int, peaks_file: Optional[str]) -> None:
     """Export the timeline of TRACE as Chrome trace-event JSON, with each GPU event's op, class
     and next step in its args."""
     from profkit import perfetto
+    from profkit.plots.timeline import parse_time, resolve_window
 
+    _check_window_options(start, end, range_name, instance, parse_time)
     _check_output(output, trace)
     prof = _load(trace, peaks_file)
-    n = perfetto.write(prof, output, by=by)
+    window = None
+    if start is not None or end is not None or range_name is not None:
+        w0, w1, *_ = resolve_window(prof, start, end, range_name, instance)
+        window = (w0, w1)
+    n = perfetto.write(prof, output, by=by, window=window)
     click.echo(f"wrote {output} ({n:,} events)", err=True)
+
+
+def _check_window_options(start, end, range_name, instance, parse_time) -> None:
+    if range_name is not None and (start is not None or end is not None):
+        fail("give --range or --start/--end, not both")
+    if range_name is None and instance != 1:
+        fail("--instance needs --range NAME")
+    for opt, val in (("--start", start), ("--end", end)):
+        if val is not None:
+            try:
+                parse_time(val)
+            except ProfkitError as exc:
+                fail(f"{opt}: {exc}")

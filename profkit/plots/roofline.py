@@ -128,8 +128,10 @@ def axis_limits(data: RooflineData) -> tuple[tuple[float, float], tuple[float, f
     top = max([r.flops_per_s for r in data.roofs] + list(data.points["flops_per_s"]))
     xmin = _decade_floor(min(ai) / 10)
     xmax = _decade_ceil(max(ai) * 10)
-    ylow = min(list(data.points["flops_per_s"]) + [data.memory_bandwidth * xmin])
-    ymin = max(_decade_floor(ylow), _decade_floor(top) / 1e6)
+    # The roofs need at most 6 decades below the top one; every point is shown, however low.
+    ymin = max(_decade_floor(data.memory_bandwidth * xmin), _decade_floor(top) / 1e6)
+    if len(data.points):
+        ymin = min(ymin, _decade_floor(float(data.points["flops_per_s"].min())))
     ymax = _decade_ceil(top * 1.5)
     return (xmin, xmax), (ymin, ymax)
 
@@ -202,7 +204,7 @@ def roofline(profile=None, by: str = "range", top: Optional[int] = None, *,
             _roof_label(fig, ax, f"{roof.label}  {fmt_rate(roof.flops_per_s, 'FLOP/s')}  ·  ridge "
                              f"{roof.ridge:.3g} FLOP/B", roof, xmax, marker_boxes)
         # The memory roof's label along the diagonal, near its left end.
-        x_lab = xmin * 3
+        x_lab = max(xmin * 1.3, min(xmin * 3, data.roofs[0].ridge / 15))  # clear of the first ridge
         p0 = ax.transData.transform((x_lab, bw * x_lab))
         p1 = ax.transData.transform((x_lab * 10, bw * x_lab * 10))
         angle = math.degrees(math.atan2(p1[1] - p0[1], p1[0] - p0[0]))

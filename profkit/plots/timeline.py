@@ -7,7 +7,6 @@ fraction), so a trace with millions of kernels draws in about the time of a smal
 """
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -140,14 +139,10 @@ def _range_window(profile, name: str, instance: int) -> tuple[int, int, str, tup
         (int(row["start"]), int(row["end"]), int(row["globalTid"]), launched.index.to_numpy())
 
 
-def timeline_data(profile, by: str = "range", start: Optional[str | float] = None,
-                  end: Optional[str | float] = None, range_name: Optional[str] = None,
-                  instance: int = 1, ops: Optional[pd.DataFrame] = None) -> TimelineData:
-    """Lanes, idle gaps and colours for the window [start, end] (ns from the trace's first event)
-    or for instance ``instance`` (1-based) of NVTX range ``range_name``."""
-    trace = profile.trace
-    acts = trace.activities
-    rng = trace.ranges
+def trace_origin(profile) -> tuple[int, int]:
+    """Time zero (the trace's first NVTX, launch or GPU event) and the last event's end, in ns."""
+    acts = profile.trace.activities
+    rng = profile.trace.ranges
     firsts = [int(acts["start"].min())]
     lasts = [int(acts["end"].max())]
     if len(rng):
@@ -157,31 +152,48 @@ def timeline_data(profile, by: str = "range", start: Optional[str | float] = Non
     if api_ok.any():
         firsts.append(int(acts.loc[api_ok, "api_start"].min()))
         lasts.append(int(acts.loc[api_ok, "api_end"].max()))
-    t0, t_last = min(firsts), max(lasts)
+    return min(firsts), max(lasts)
 
+
+def resolve_window(profile, start: Optional[str | float] = None, end: Optional[str | float] = None,
+                   range_name: Optional[str] = None, instance: int = 1) -> tuple[int, int, str, Optional[tuple], int]:
+    """(w0, w1, label, focus, t0): the absolute window in ns for --start/--end (ns from the trace's
+    first event, or with units) or for instance ``instance`` of NVTX range ``range_name``."""
+    t0, t_last = trace_origin(profile)
     focus = None
     if range_name is not None:
         if start is not None or end is not None:
             raise ProfkitError("give --range or --start/--end, not both")
         lo, hi, wlabel, focus = _range_window(profile, range_name, instance)
         pad = max((hi - lo) * 0.03, 1000)
-        w0, w1 = int(lo - pad), int(hi + pad)
-    else:
-        s = parse_time(start) if start is not None else 0.0
-        e = parse_time(end) if end is not None else float(t_last - t0)
-        if s < 0 or e <= s:
-            raise ProfkitError(f"empty or negative window: --start {start} --end {end} "
-                               "(times are from the trace's first event; end must be after start)")
-        if s >= t_last - t0:
-            raise ProfkitError(f"--start {start} is after the end of the trace "
-                               f"({fmt_time(t_last - t0)} from its first event)")
-        w0, w1 = int(t0 + s), int(t0 + min(e, t_last - t0))
-        wlabel = "whole trace" if start is None and end is None else "window"
+        return int(lo - pad), int(hi + pad), wlabel, focus, t0
+    s = parse_time(start) if start is not None else 0.0
+    e = parse_time(end) if end is not None else float(t_last - t0)
+    if s < 0 or e <= s:
+        raise ProfkitError(f"empty or negative window: --start {start} --end {end} "
+                           "(times are from the trace's first event; end must be after start)")
+    if s >= t_last - t0:
+        raise ProfkitError(f"--start {start} is after the end of the trace "
+                           f"({fmt_time(t_last - t0)} from its first event)")
+    wlabel = "whole trace" if start is None and end is None else "window"
+    return int(t0 + s), int(t0 + min(e, t_last - t0)), wlabel, focus, t0
+
+
+def timeline_data(profile, by: str = "range", start: Optional[str | float] = None,
+                  end: Optional[str | float] = None, range_name: Optional[str] = None,
+                  instance: int = 1, ops: Optional[pd.DataFrame] = None) -> TimelineData:
+    """Lanes, idle gaps and colours for the window [start, end] (ns from the trace's first event)
+    or for instance ``instance`` (1-based) of NVTX range ``range_name``."""
+    trace = profile.trace
+    acts = trace.activities
+    rng = trace.ranges
+    api_ok = acts["api_start"].notna()
+    w0, w1, wlabel, focus, t0 = resolve_window(profile, start, end, range_name, instance)
 
     codes, level, ops = _activity_classes(profile, by, ops)
     notes: list[str] = []
     if level != by:
-        notes.append(f"no NVTX ranges to colour by: GPU work coloured by kernel class")
+        notes.append("no NVTX ranges to colour by: GPU work coloured by kernel class")
     lanes: list[Lane] = []
     a_start = acts["start"].to_numpy(np.int64)
     a_end = acts["end"].to_numpy(np.int64)
@@ -461,7 +473,7 @@ def timeline(profile=None, by: str = "range", start: Optional[str | float] = Non
         lvl = {"range": "the innermost NVTX range", "aten": "the aten op", "kernel": "the kernel name"}[data.level]
         caption = (f"Colour: bound class of the op ({lvl}) each kernel or copy belongs to; NVTX ranges "
                    f"coloured by their op's class. {busy_txt}. Shaded: no kernel or copy on any stream of "
-                   "the device; the largest gaps are labelled.")
+                   "the device" + ("; the largest gaps are labelled." if gap_texts else "."))
         if binned_lanes:
             caption += (f" {len(binned_lanes)} dense lane(s) drawn per pixel column ({fmt_time(px_ns)} "
                         "each): colour = class with most busy time, opacity = busy fraction.")

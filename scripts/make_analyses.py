@@ -39,7 +39,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import profkit  # noqa: E402
-from profkit import estimate, render  # noqa: E402
+from profkit import estimate, patterns, render  # noqa: E402
+from profkit.attribution import aten_key  # noqa: E402
 from profkit.diff import DiffResult, diff, to_markdown  # noqa: E402
 from profkit.ops import group_ops  # noqa: E402
 
@@ -489,15 +490,13 @@ def _survey(case: Case, peaks) -> tuple[list[str], Optional[dict], str]:
                   f"{float(setup['busy_ns'].sum()) / total:.1%} of the trace's GPU time; they run once "
                   f"before the first forward and not in a serving or training step. The best of them "
                   f"would rank at {_fmt_x(float(best['expected_end_to_end_speedup']), 3)} end to end.", ""]
-    if case.swap and swap_row is None:
-        if not any(str(n).startswith(case.swap) for n in df.index):
+    if case.swap and swap_row is None:  # the swapped op is not in the top ranks: still check it
+        names = [n for n in df.index if str(n).startswith(case.swap)]
+        if not names:
             raise CaseError(f"case {case.name}: no op starting {case.swap!r} in {case.survey}")
-        swap_row = {"name": n, **df.loc[n].to_dict()} if (n := next(
-            x for x in df.index if str(x).startswith(case.swap))) else None
+        swap_row = {"name": names[0], **df.loc[names[0]].to_dict()}
     if swap_row is not None:
         swap_row["_total"] = total
-        from profkit import patterns
-        from profkit.attribution import aten_key
         pairs = [x for x in patterns.fusable_pairs(prof.trace.ranges_of_level("aten")["name"], aten_key)
                  if x.consumer == swap_row["name"]]
         if pairs and pairs[0].producer in df.index:

@@ -20,14 +20,13 @@ def main() -> None:
 
 
 def _register() -> None:
-    # One module per subcommand; each defines a click command of the same name.
-    from profkit.cli import capture, classify, peaks
+    # One module per subcommand (plots holds the four picture/report commands).
+    from profkit.cli import capture, classify, diff, estimate, peaks, plots
 
-    main.add_command(classify.classify)
-    main.add_command(capture.capture)
-    main.add_command(peaks.peaks)
-    from profkit.cli import plots; [main.add_command(c) for c in (plots.roofline, plots.timeline, plots.report, plots.export_perfetto)]  # noqa: E702,E501
-    from profkit.cli import diff, estimate; main.add_command(diff.diff); main.add_command(estimate.estimate)  # noqa: E702
+    for command in (classify.classify, capture.capture, diff.diff, estimate.estimate,
+                    plots.report, plots.roofline, plots.timeline, plots.export_perfetto,
+                    peaks.peaks):
+        main.add_command(command)
 
 
 _register()

@@ -78,11 +78,12 @@ def group_ops(trace: Trace, by: str = "range", innermost: bool = False) -> OpGro
 def _mean_hints(inst: pd.DataFrame, parsed: dict[str, tuple[str, Hint | None]]) -> dict[str, Hint]:
     """One hint per op: the mean over its calls, since calls may carry different sizes
     (e.g. gradient buckets of one all-reduce range)."""
-    rows = [(parsed[n][0], h.flops, h.bytes, h.precision) for n in inst["name"]
-            if (h := parsed[n][1]) is not None]
-    if not rows:
+    hinted = {n: v for n, v in parsed.items() if v[1] is not None}
+    names = inst["name"][inst["name"].isin(list(hinted))]
+    if names.empty:
         return {}
-    df = pd.DataFrame(rows, columns=["op", "flops", "bytes", "precision"])
+    df = pd.DataFrame([(hinted[n][0], hinted[n][1].flops, hinted[n][1].bytes, hinted[n][1].precision)
+                       for n in names], columns=["op", "flops", "bytes", "precision"])
     out = {}
     for op, g in df.groupby("op", sort=False):
         prec = g["precision"].dropna()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -90,6 +91,14 @@ def resolve_table(tables: list[str], base: str) -> Optional[str]:
 
 def columns_of(conn: sqlite3.Connection, table: str) -> set[str]:
     return {row[1] for row in conn.execute(f'PRAGMA table_info("{table}")')}
+
+
+def _lookup(ids: Optional[pd.Series], strings: dict[int, str], n: int) -> np.ndarray:
+    """Map StringIds ids to text, looking each distinct id up once."""
+    if ids is None:
+        return np.full(n, None, dtype=object)
+    uniq, inverse = np.unique(ids.to_numpy(), return_inverse=True)
+    return np.array([strings.get(int(u)) for u in uniq], dtype=object)[inverse]
 
 
 class TraceReader:
@@ -175,78 +184,126 @@ class TraceReader:
                 return c, (typ is None or typ[0] == "integer")
         return "NULL", False
 
-    def _runtime_join(self, alias: str) -> tuple[str, str]:
-        """SELECT columns and JOIN clause linking GPU work to its launch call (correlationId + process)."""
-        if not self.runtime_table:
-            return "NULL AS globalTid, NULL AS api_start, NULL AS api_end", ""
-        cols = ("r.globalTid AS globalTid, r.start AS api_start, r.end AS api_end")
-        # Same process: globalTid and globalPid share the bits above the 24-bit thread id.
-        join = (f' LEFT JOIN "{self.runtime_table}" AS r ON r.correlationId = {alias}.correlationId'
-                f" AND (r.globalTid >> 24) = ({alias}.globalPid >> 24)")
-        return cols, join
+    def int_columns(self, table: str, exprs: dict[str, str], where: str = "",
+                    chunk: int = 2_000_000) -> dict[str, np.ndarray]:
+        """Integer columns of ``table`` as numpy arrays, without a Python object per value.
+
+        SQLite concatenates each column into one text per chunk of rows and numpy parses it:
+        several times faster than fetching rows for million-row tables. NULLs must be mapped to
+        a sentinel by the caller (``coalesce(x, -1)``), since group_concat skips them.
+        """
+        out: dict[str, list[np.ndarray]] = {k: [] for k in exprs}
+        sel = ", ".join(f"group_concat({e})" for e in exprs.values())
+        lo, hi = self.conn.execute(f'SELECT min(rowid), max(rowid) FROM "{table}"').fetchone()
+        if lo is None:
+            return {k: np.empty(0, dtype=np.int64) for k in exprs}
+        cond = f" AND ({where})" if where else ""
+        for first in range(lo, hi + 1, chunk):
+            row = self.conn.execute(
+                f'SELECT {sel} FROM "{table}" AS a WHERE a.rowid BETWEEN ? AND ?{cond}',
+                (first, first + chunk - 1)).fetchone()
+            for key, text in zip(exprs, row):
+                if text:
+                    out[key].append(np.fromstring(text, dtype=np.int64, sep=","))
+        return {k: (np.concatenate(v) if v else np.empty(0, dtype=np.int64)) for k, v in out.items()}
+
+    def _names(self, table: str, candidates: list[str]) -> tuple[str, Optional[pd.Series]]:
+        """The name column to use; its values when they are text rather than StringIds ids."""
+        col, is_id = self._name_expr(table, candidates)
+        if col == "NULL" or is_id:
+            return col, None
+        return col, self._query(f'SELECT "{col}" AS v FROM "{table}" ORDER BY rowid')["v"]
+
+    def _launch_calls(self, corr_sources: list[str]) -> pd.DataFrame:
+        """Runtime calls that launched GPU work: correlationId, pid key, globalTid, start, end."""
+        cols = ["correlationId", "pidkey", "globalTid", "api_start", "api_end"]
+        if not self.runtime_table or not corr_sources:
+            return pd.DataFrame({c: np.empty(0, dtype=np.int64) for c in cols})
+        union = " UNION ".join(f'SELECT correlationId FROM "{t}"' for t in corr_sources)
+        rt = self.int_columns(self.runtime_table, {
+            "correlationId": "a.correlationId", "pidkey": "a.globalTid >> 24",
+            "globalTid": "a.globalTid", "api_start": "a.start", "api_end": "a.end"},
+            where=f"a.correlationId IN ({union}) AND a.globalTid IS NOT NULL")
+        return pd.DataFrame(rt, columns=cols)
 
     def activities(self) -> pd.DataFrame:
         """Kernels, memcpys and memsets, one row each, with the launch call they came from.
 
         Columns: ACTIVITY_COLUMNS. ``kind`` is kernel | memcpy | memset; ``bytes`` is set for
         memcpy/memset; ``name`` is the demangled kernel name (as ``nsys stats`` shows it) or
-        ``[CUDA memcpy Host-to-Device]``-style names for copies.
+        ``[CUDA memcpy Host-to-Device]``-style names for copies. A GPU activity is tied to its
+        launch call by correlationId within the same process (the bits of globalTid/globalPid
+        above the 24-bit thread id).
         """
+        sources = [t for t in (self.kernel_table, self.memcpy_table, self.memset_table) if t]
+        # The launch-call scan is the slowest query; SQLite releases the GIL, so it runs on its
+        # own connection in a thread while the activity tables are read here.
+        pool = ThreadPoolExecutor(max_workers=1)
+        calls_future = pool.submit(lambda: TraceReader(self.path)._launch_calls(sources))
         frames = []
-        rt_cols, rt_join = self._runtime_join("a")
+        strings = self.strings()
+        base = {"start": "a.start", "end": "a.end", "deviceId": "a.deviceId",
+                "streamId": "a.streamId", "correlationId": "coalesce(a.correlationId, -1)",
+                "globalPid": "coalesce(a.globalPid, 0)"}
+
+        def gnode(t: str) -> str:
+            return "coalesce(a.graphNodeId, -1)" if "graphNodeId" in columns_of(self.conn, t) else "-1"
+
         if self.kernel_table:
             t = self.kernel_table
-            kcols = columns_of(self.conn, t)
-            full, full_is_id = self._name_expr(t, ["demangledName", "mangledName", "shortName", "name"])
-            short, short_is_id = self._name_expr(t, ["shortName", "demangledName", "name"])
-            gnode = "a.graphNodeId" if "graphNodeId" in kcols else "NULL"
-            df = self._query(
-                f'SELECT a.start, a.end, a.deviceId, a.streamId, a.correlationId, a.globalPid, '
-                f'a."{full}" AS name_ref, a."{short}" AS short_ref, NULL AS bytes, '
-                f'{gnode} AS graphNodeId, {rt_cols} FROM "{t}" AS a{rt_join}')
-            strings = self.strings()
-            df["name"] = df["name_ref"].map(strings) if full_is_id else df["name_ref"]
-            df["short_name"] = df["short_ref"].map(strings) if short_is_id else df["short_ref"]
+            full, full_text = self._names(t, ["demangledName", "mangledName", "shortName", "name"])
+            short, short_text = self._names(t, ["shortName", "demangledName", "name"])
+            exprs = {**base, "graphNodeId": gnode(t)}
+            if full_text is None and full != "NULL":
+                exprs["name_id"] = f'coalesce(a."{full}", -1)'
+            if short_text is None and short != "NULL":
+                exprs["short_id"] = f'coalesce(a."{short}", -1)'
+            df = pd.DataFrame(self.int_columns(t, exprs))
+            df["name"] = (full_text.to_numpy() if full_text is not None else
+                          _lookup(df.get("name_id"), strings, len(df)))
+            df["short_name"] = (short_text.to_numpy() if short_text is not None else
+                                _lookup(df.get("short_id"), strings, len(df)))
             df["name"] = df["name"].fillna(df["short_name"]).fillna("<unnamed kernel>")
             df["short_name"] = df["short_name"].fillna(df["name"])
+            df["bytes"] = np.nan
             df["kind"] = "kernel"
-            frames.append(df.drop(columns=["name_ref", "short_ref"]))
+            frames.append(df.drop(columns=["name_id", "short_id"], errors="ignore"))
         if self.memcpy_table:
             t = self.memcpy_table
-            ccols = columns_of(self.conn, t)
             labels = dict(_MEMCPY_LABELS)
             if "ENUM_CUDA_MEMCPY_OPER" in self.tables:
                 labels.update(dict(self.conn.execute("SELECT id, label FROM ENUM_CUDA_MEMCPY_OPER")))
-            kind_col = "a.copyKind" if "copyKind" in ccols else "0"
-            gnode = "a.graphNodeId" if "graphNodeId" in ccols else "NULL"
-            df = self._query(
-                f'SELECT a.start, a.end, a.deviceId, a.streamId, a.correlationId, a.globalPid, '
-                f'{kind_col} AS copyKind, a.bytes AS bytes, {gnode} AS graphNodeId, {rt_cols} '
-                f'FROM "{t}" AS a{rt_join}')
+            kind = "coalesce(a.copyKind, 0)" if "copyKind" in columns_of(self.conn, t) else "0"
+            df = pd.DataFrame(self.int_columns(t, {**base, "graphNodeId": gnode(t),
+                                                   "bytes": "a.bytes", "copyKind": kind}))
             df["name"] = "[CUDA memcpy " + df["copyKind"].map(labels).fillna("Unknown") + "]"
             df["short_name"] = df["name"]
             df["kind"] = "memcpy"
             frames.append(df.drop(columns=["copyKind"]))
         if self.memset_table:
             t = self.memset_table
-            gnode = "a.graphNodeId" if "graphNodeId" in columns_of(self.conn, t) else "NULL"
-            df = self._query(
-                f'SELECT a.start, a.end, a.deviceId, a.streamId, a.correlationId, a.globalPid, '
-                f'a.bytes AS bytes, {gnode} AS graphNodeId, {rt_cols} FROM "{t}" AS a{rt_join}')
+            df = pd.DataFrame(self.int_columns(t, {**base, "graphNodeId": gnode(t), "bytes": "a.bytes"}))
             df["name"] = "[CUDA memset]"
             df["short_name"] = df["name"]
             df["kind"] = "memset"
             frames.append(df)
         frames = [f for f in frames if len(f)]
         if not frames:
+            pool.shutdown(wait=True)
             raise NoGpuActivityError(
                 f"{self.path}: no GPU activity (no kernel, memcpy or memset rows); profile with "
                 "`nsys profile -t cuda,nvtx` (or `profkit capture`) and make sure the script runs GPU work")
-        acts = pd.concat(frames, ignore_index=True)[ACTIVITY_COLUMNS]
-        for c in ("start", "end"):
-            acts[c] = acts[c].astype(np.int64)
+        acts = pd.concat(frames, ignore_index=True)
+        try:
+            calls = calls_future.result()
+        finally:
+            pool.shutdown()
+        acts["pidkey"] = np.right_shift(acts["globalPid"].to_numpy(np.int64), 24)
+        acts = acts.merge(calls, how="left", on=["correlationId", "pidkey"], sort=False)
+        acts["graphNodeId"] = acts["graphNodeId"].where(acts["graphNodeId"] >= 0)
+        acts["bytes"] = acts["bytes"].astype("float64")
         acts["kind"] = acts["kind"].astype("category")
-        acts = acts.sort_values(["start", "end"], kind="stable").reset_index(drop=True)
+        acts = acts[ACTIVITY_COLUMNS].sort_values(["start", "end"], kind="stable").reset_index(drop=True)
         return acts
 
     # -- NVTX -----------------------------------------------------------------------------------
@@ -264,29 +321,33 @@ class TraceReader:
             return empty
         t = self.nvtx_table
         cols = columns_of(self.conn, t)
-        text = "n.text" if "text" in cols else "NULL"
-        text_id = "n.textId" if "textId" in cols else "NULL"
-        domain = "n.domainId" if "domainId" in cols else "0"
-        end_tid = "n.endGlobalTid IS NULL" if "endGlobalTid" in cols else "1"
         types = ",".join(str(x) for x in NVTX_RANGE_TYPES)
-        df = self._query(
-            f"SELECT n.start, n.end, n.globalTid, {text} AS text, {text_id} AS textId, "
-            f"{domain} AS domainId, n.eventType FROM \"{t}\" AS n "
-            f"WHERE n.eventType IN ({types}) AND {end_tid}")
+        end_tid = "a.endGlobalTid IS NULL" if "endGlobalTid" in cols else "1"
+        where = f"a.eventType IN ({types}) AND {end_tid}"
+        df = pd.DataFrame(self.int_columns(t, {
+            "rowid": "a.rowid", "start": "a.start", "end": 'coalesce(a."end", -1)',
+            "globalTid": "coalesce(a.globalTid, 0)",
+            "textId": "coalesce(a.textId, -1)" if "textId" in cols else "-1",
+            "domainId": "coalesce(a.domainId, 0)" if "domainId" in cols else "0",
+            "eventType": "a.eventType"}, where=where))
         if df.empty:
             return empty
+        # Text that is not a registered string is rare: fetch it for those rows only.
+        text = pd.Series(None, index=df.index, dtype=object)
+        if "text" in cols:
+            tx = self._query(f'SELECT rowid AS rowid, text FROM "{t}" AS a WHERE {where} AND a.text IS NOT NULL')
+            if len(tx):
+                text = df["rowid"].map(tx.set_index("rowid")["text"]).astype(object)
         last = self.conn.execute(
             f'SELECT max(max(start), coalesce(max("end"), 0)) FROM "{t}" '
             f"WHERE eventType IN ({types})").fetchone()[0]
-        strings = self.strings()
-        name = df["textId"].map(strings).astype(object) if df["textId"].notna().any() else \
-            pd.Series(None, index=df.index, dtype=object)
-        df["name"] = name.fillna(df["text"].astype(object)).fillna("<unnamed range>")
-        df["end"] = df["end"].fillna(last).astype(np.int64)
-        df["globalTid"] = df["globalTid"].fillna(0).astype(np.int64)
+        name = pd.Series(_lookup(df["textId"].where(df["textId"] >= 0, -1), self.strings(), len(df)),
+                         index=df.index, dtype=object)
+        df["name"] = name.fillna(text).fillna("<unnamed range>")
+        df["end"] = df["end"].where(df["end"] >= 0, last).astype(np.int64)
         df["style"] = np.where(df["eventType"].isin([NVTX_PUSHPOP, NVTXT_PUSHPOP]), "PushPop", "StartEnd")
         domains = self._domain_names()
-        df["domain"] = df["domainId"].fillna(0).astype(np.int64).map(domains).astype(object).fillna("")
+        df["domain"] = df["domainId"].map(domains).astype(object).fillna("")
         named = df["domain"] != ""
         df.loc[named, "name"] = df.loc[named, "domain"] + ":" + df.loc[named, "name"]
         return df[["start", "end", "globalTid", "name", "domain", "style"]].reset_index(drop=True)

@@ -65,10 +65,13 @@ class Trace:
                 return self.gpus[int(dev)]
         return next(iter(self.gpus.values()))
 
+    @cached_property
+    def _aten_mask(self) -> pd.Series:
+        return self.ranges["name"].str.startswith("aten::").astype(bool)
+
     def ranges_of_level(self, level: str) -> pd.DataFrame:
-        is_aten = self.ranges["name"].map(attribution.is_aten_range) if len(self.ranges) else \
-            pd.Series(dtype=bool)
-        return self.ranges[is_aten] if level == "aten" else self.ranges[~is_aten]
+        mask = self._aten_mask
+        return self.ranges[mask] if level == "aten" else self.ranges[~mask]
 
     def pairs(self, level: str, innermost: bool = False) -> pd.DataFrame:
         """(range_idx, act_idx) membership for `range` or `aten` ranges."""

@@ -7,6 +7,10 @@
 Each run is `python -m profkit classify TRACE --by BY --format json -o /dev/null` in a fresh
 subprocess; its wall time and its own peak RSS (from os.wait4) are recorded, and the median
 is reported. The phases are then timed in this process through the library API.
+
+To measure a modified copy of the package, run from outside the repository (the repository
+root on sys.path would win) with PYTHONPATH pointing at the copy:
+    cd /tmp && PYTHONPATH=/tmp/pk python /work/main/scripts/bench_classify.py --trace big.sqlite
 """
 from __future__ import annotations
 
@@ -25,6 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Callable, TypeVar
+from urllib.parse import quote
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import make_large_trace  # noqa: E402
@@ -52,8 +57,11 @@ def machine() -> dict[str, str]:
 
 
 def trace_counts(path: Path) -> dict[str, str]:
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    one = lambda sql: conn.execute(sql).fetchone()[0]  # noqa: E731
+    conn = sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro", uri=True)
+
+    def one(sql: str) -> int:
+        return conn.execute(sql).fetchone()[0]
+
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     out = {"kernels": f"{one('SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL'):,}"}
     if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
@@ -108,7 +116,8 @@ def phase_breakdown(trace: Path, by: str) -> dict[str, tuple[float, float]]:
     reader.close()
     prof = timed("profkit.load(): Trace(path) + peaks + precision", phases, lambda: load(trace))
     if by in ("range", "aten"):
-        timed("Trace.pairs() (NVTX projection, cached)", phases, lambda: prof.trace.pairs(by, by == "aten"))
+        timed("Trace.pairs() (NVTX projection, cached; reads NVTX first if lazy)", phases,
+              lambda: prof.trace.pairs(by, by == "aten"))
     timed("group_ops()", phases, lambda: group_ops(prof.trace, by=by))
     timed("Profile.ops()", phases, lambda: prof.ops(by=by))
     timed("Profile.report() + render.to_json() (calls ops() again)", phases,

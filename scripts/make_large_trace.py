@@ -77,12 +77,13 @@ def replicate(out: Path, kernels: int, gap_ns: int) -> dict[str, int]:
                 exprs.append(f'"{c}" + c.i * {corr_step}')
             else:
                 exprs.append(f'"{c}"')
+        names = ", ".join(f'"{c}"' for c in cols)
         where = f"WHERE eventType != {NVTX_DOMAIN_CREATE}" if t == "NVTX_EVENTS" else ""
         conn.execute(f'CREATE TEMP TABLE src AS SELECT * FROM "{t}" {where} ORDER BY rowid')
         # CROSS JOIN keeps the copy counter as the outer loop: rows go in, copy after copy.
         conn.execute(
             f'WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < {copies - 1}) '
-            f'INSERT INTO "{t}" ({", ".join(chr(34) + c + chr(34) for c in cols)}) '
+            f'INSERT INTO "{t}" ({names}) '
             f'SELECT {", ".join(exprs)} FROM c CROSS JOIN temp.src ORDER BY c.i, temp.src.rowid')
         conn.execute("DROP TABLE temp.src")
     conn.execute("COMMIT")

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
+import numpy as np
 import pandas as pd
 
 from profkit import evidence as ev
@@ -47,13 +48,14 @@ class Profile:
         """
         groups = group_ops(self.trace, by=by, innermost=innermost)
         acts = self.trace.activities
-        members_by_op = groups.members.groupby("op")["act_idx"].apply(list)
+        members_by_op = {op: groups.members["act_idx"].to_numpy()[ix]
+                         for op, ix in groups.members.groupby("op", sort=False).indices.items()}
         total = self.trace.total_gpu_time_ns
         rows, works = [], {}
         ops = groups.ops if top is None else groups.ops.head(top)
         for name, op in ops.iterrows():
             rec = {"name": name, **op.to_dict()}
-            member_acts = acts.loc[members_by_op.get(name, [])]
+            member_acts = acts.take(members_by_op.get(name, np.empty(0, dtype=np.int64)))
             knames = member_acts["name"].drop_duplicates().tolist()
             rec["distinct_kernels"] = len(knames)
             precision = ev.precision_of(knames) or self.default_precision
@@ -97,9 +99,13 @@ class Profile:
         for r in rows:
             r.pop("_paired", None)
 
-    def report(self, by: str = "range", innermost: bool = False, top: Optional[int] = None) -> dict:
-        """The stable JSON contract (see README): trace, gpu, total GPU time and one entry per op."""
-        df = self.ops(by=by, innermost=innermost, top=top)
+    def report(self, by: str = "range", innermost: bool = False, top: Optional[int] = None,
+               ops: Optional[pd.DataFrame] = None) -> dict:
+        """The stable JSON contract (see README): trace, gpu, total GPU time and one entry per op.
+
+        ``ops``: the result of ``self.ops(by, innermost, top)`` if already computed.
+        """
+        df = self.ops(by=by, innermost=innermost, top=top) if ops is None else ops
         return {
             "schema_version": SCHEMA_VERSION,
             "trace": self.path,

@@ -24,13 +24,23 @@ class Trace:
         try:
             self.info: ExportInfo = self._reader.export_info()
             self.activities: pd.DataFrame = self._reader.activities()
-            self.ranges: pd.DataFrame = self._reader.nvtx_ranges()
             self.gpus: dict[int, GpuInfo] = self._reader.gpus()
             self.ncu: pd.DataFrame = read_ncu_metrics(self._reader.conn)
         except (sqlite3.DatabaseError, pd.errors.DatabaseError) as exc:
             raise TraceError(f"{path}: damaged or truncated export ({exc}); export the trace again") from None
         finally:
             self._reader.close()
+
+    @cached_property
+    def ranges(self) -> pd.DataFrame:
+        """NVTX ranges, read on first use (the kernel level never needs them)."""
+        reader = TraceReader(self.path)
+        try:
+            return reader.nvtx_ranges()
+        except (sqlite3.DatabaseError, pd.errors.DatabaseError) as exc:
+            raise TraceError(f"{self.path}: damaged or truncated export ({exc}); export the trace again") from None
+        finally:
+            reader.close()
 
     @cached_property
     def total_gpu_time_ns(self) -> int:

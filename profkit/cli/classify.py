@@ -81,7 +81,7 @@ def classify(trace: tuple[str, ...], example: bool, by: str, innermost: bool, to
               "warnings": prof.warnings,
               "peaks_source": f"{prof.peaks.source}; HBM {render.fmt_rate(prof.peaks.memory_bandwidth, 'B/s')}"}
     if fmt == "json":
-        text = render.to_json(prof.report(by=by, innermost=innermost, top=top))
+        text = render.to_json(prof.report(by=by, innermost=innermost, top=top, ops=df))
     elif fmt == "csv":
         text = render.to_csv(df)
     elif fmt == "markdown":

@@ -426,7 +426,6 @@ def _matched_label(names: list) -> str:
 
 def _title(res: DiffResult) -> str:
     from pathlib import Path
-    from profkit.render import fmt_time
     b, a = Path(res.before["trace"]).name, Path(res.after["trace"]).name
     return (f"{b} → {a} - {res.before['gpu']} - by {res.level} - verdict: {res.verdict} "
             f"({_signed(res.total['change_pct'])} over matched ops)")

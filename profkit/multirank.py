@@ -616,7 +616,7 @@ def to_markdown(res: MultiRankResult) -> str:
     c = res.communication or {}
     lines = [f"**{_title(res)}**", "", "### Ranks", ""] + tab(RANK_HEAD, s["ranks"], {3, 4, 5, 6, 7, 8, 9})
     lines += ["", "### Ops across ranks", ""] + tab(OPS_HEAD, s["ops"], {1, 2, 3, 4, 5})
-    lines += ["", f"### Stragglers", "", f"Rule: {STRAGGLER_RULE}.", ""]
+    lines += ["", "### Stragglers", "", f"Rule: {STRAGGLER_RULE}.", ""]
     lines += tab(STRAG_HEAD, s["stragglers"], {2, 3, 4, 5}) if s["stragglers"] else ["None found."]
     lines += ["", "### Communication", "",
               f"Link: {c.get('link') or 'unknown'} ({_bw(c.get('link_peak_bytes_per_s'))} per direction); "

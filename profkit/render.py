@@ -4,6 +4,7 @@ from __future__ import annotations
 import io
 import json
 import re
+from typing import Callable
 
 import pandas as pd
 from rich import box
@@ -110,18 +111,30 @@ def to_csv(df: pd.DataFrame) -> str:
     return out[CSV_COLUMNS].to_csv(index=False)
 
 
-def to_markdown(df: pd.DataFrame, header: dict) -> str:
-    def cell(x: object) -> str:
-        return str(x).replace("|", "\\|").replace("\n", " ")
+def markdown_cell(x: object) -> str:
+    """A Markdown table cell: pipes escaped, one line."""
+    return str(x).replace("|", "\\|").replace("\n", " ")
 
-    lines = [f"**{cell(header['trace'])}** on {cell(header['gpu'])}: total GPU time "
-             f"{fmt_time(header['total_gpu_time_ns'])}, ops by {header['level']}", "",
-             "| op | calls | GPU time | median | share | class | confidence | evidence | next step | op x | e2e x |",
+
+def markdown_ops_table(df: pd.DataFrame, cell: Callable[[object], str] = markdown_cell,
+                       times: str = "x") -> list[str]:
+    """The ops table as Markdown lines (header, rule, one line per op)."""
+    lines = [f"| op | calls | GPU time | median | share | class | confidence | evidence | next step "
+             f"| op {times} | e2e {times} |",
              "|---|---:|---:|---:|---:|---|---|---|---|---:|---:|"]
     for name, row in df.iterrows():
         lines.append("| " + " | ".join(cell(v) for v in [
             short_name(str(name), 60), int(row["count"]), fmt_time(row["gpu_time_ns"]),
             fmt_time(row["gpu_time_median_ns"]), f"{row['share']:.1%}", row["class"], row["confidence"],
-            evidence_text(row), f"{row['rung']}: {row['action']}", f"{row['expected_op_speedup']:.2f}",
-            f"{row['expected_end_to_end_speedup']:.3f}"]) + " |")
+            evidence_text(row), f"{row['rung']}: {row['action']}",
+            f"{float(row['expected_op_speedup']):.2f}",
+            f"{float(row['expected_end_to_end_speedup']):.3f}"]) + " |")
+    return lines
+
+
+def to_markdown(df: pd.DataFrame, header: dict) -> str:
+    cell = markdown_cell
+    lines = [f"**{cell(header['trace'])}** on {cell(header['gpu'])}: total GPU time "
+             f"{fmt_time(header['total_gpu_time_ns'])}, ops by {header['level']}", "",
+             *markdown_ops_table(df)]
     return "\n".join(lines) + "\n"

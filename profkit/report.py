@@ -19,7 +19,7 @@ import pandas as pd
 
 from profkit import __version__
 from profkit.errors import ProfkitError
-from profkit.render import evidence_text, fmt_rate, fmt_time, short_name
+from profkit.render import evidence_text, fmt_rate, fmt_time, markdown_ops_table, short_name
 
 TOP_OPS = 10
 TOP_SUGGESTIONS = 3
@@ -311,12 +311,5 @@ def render_markdown(s: Summary, df: pd.DataFrame, roof_note: str, notes: list[st
                  f"{float(r['expected_end_to_end_speedup']):.3f} |")
     L += ["", "## Roofline", "", "![roofline](roofline.png)", "", f"{_md(roof_note)}.", "",
           "## Timeline", "", "![timeline](timeline.png)", "", "## All ops", "",
-          "| op | calls | GPU time | median | share | class | confidence | evidence | next step | op × | e2e × |",
-          "|---|---:|---:|---:|---:|---|---|---|---|---:|---:|"]
-    for name, r in df.iterrows():
-        L.append("| " + " | ".join(_md(v) for v in [
-            short_name(str(name), 60), int(r["count"]), fmt_time(r["gpu_time_ns"]),
-            fmt_time(r["gpu_time_median_ns"]), f"{r['share']:.1%}", r["class"], r["confidence"],
-            evidence_text(r), f"{r['rung']}: {r['action']}", f"{float(r['expected_op_speedup']):.2f}",
-            f"{float(r['expected_end_to_end_speedup']):.3f}"]) + " |")
+          *markdown_ops_table(df, cell=_md, times="×")]
     return "\n".join(L) + "\n"

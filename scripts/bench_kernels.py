@@ -21,10 +21,8 @@ the weight/bias vectors) / median time, for every backend alike.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import csv
 import math
-import os
 import statistics
 import sys
 import time

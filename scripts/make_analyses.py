@@ -518,7 +518,7 @@ def _swap_check(case: Case, swap: dict, before, afters: list[tuple[str, object]]
     b = before.ops(by=case.by).loc[op]
     busy_b, span_b = float(b["busy_median_ns"]), float(b["gpu_time_median_ns"])
     pred_x = busy_b / (busy_b - saved_pred)
-    lines = [f"## The survey's prediction vs the measured swap", "",
+    lines = ["## The survey's prediction vs the measured swap", "",
              f"The survey predicts {_fmt_x(float(swap['expected_op_speedup']))} on "
              f"{render.short_name(str(swap['name']), 60)} and {_fmt_x(e2e, 3)} end to end: "
              f"{render.fmt_time(swap['_total'] * (1 - 1 / e2e))} of kernel time saved over "

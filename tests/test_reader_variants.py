@@ -6,7 +6,7 @@ import pytest
 from profkit.errors import ProfkitError
 from profkit.ops import group_ops
 from profkit.trace import Trace
-from synth import PID, TID, make_trace
+from synth import TID, make_trace
 
 # outer [0, 1000] holds inner [100, 500]; corr 1 launches from inner, corr 2 from outer only
 # (two kernels, like a graph launch), corr 3 from outside any range.

@@ -192,7 +192,9 @@ def _choose(op, verdict, work, peaks, text, kpc, span, busy, pct, under_graph):
         return (Rung.NONE, f"Leave it: at {pct:.0%} of its compute roof a new kernel would not pay; "
                            "to go faster, do less arithmetic or use a lower precision (bf16/fp8) if "
                            "accuracy allows", 1.0, f"roofline: {pct:.0%} of roof")
-    if _ATTN_RE.search(text) and (pct is None or pct < NEAR_ROOF):
+    # Attention advice only for an attention op, not for a range that merely contains one.
+    attention = bool(_ATTN_RE.search(str(op["name"]))) or (chain <= 2 and bool(_ATTN_RE.search(text)))
+    if attention and (pct is None or pct < NEAR_ROOF):
         return (Rung.LIBRARY, "use torch.nn.functional.scaled_dot_product_attention with the "
                               "flash / cuDNN backend in bf16", (TARGET_COMPUTE / pct) if pct else 1.0,
                 "roofline bound at 70% of compute" if pct else "no work counts")
@@ -201,6 +203,10 @@ def _choose(op, verdict, work, peaks, text, kpc, span, busy, pct, under_graph):
             return (Rung.LIBRARY, f"GEMM at {pct:.0%} of its roof: try torch.compile(mode='max-autotune') "
                                   "or cuBLASLt heuristics; keep dims multiples of 64; CUTLASS only for "
                                   "a custom epilogue", TARGET_COMPUTE / pct, "roofline bound at 70%")
+        if chain > 2:
+            return (Rung.NONE, f"a range of {chain:.0f} different kernels, GEMM-family among them: break "
+                               "it down with --by kernel or --by aten (capture with --aten/--ncu) before "
+                               "acting", 1.0, "no work counts: no estimate")
         return (Rung.NONE, "a GEMM-family kernel: measure before acting (capture with --ncu or --aten "
                            "to see how close it is to its roof)", 1.0, "no work counts: no estimate")
     if pct is not None:

@@ -117,3 +117,19 @@ def test_no_runtime_table_by_range_is_a_clear_error(tmp_path):
     with pytest.raises(ProfkitError, match="no CUDA runtime calls"):
         ops(p)
     assert ops(p, by="kernel")["gpu_time_ns"].sum() == 240
+
+
+def test_two_devices_and_streams(tmp_path):
+    """Work on two GPUs: per-kernel totals add up across devices, busy time is per device."""
+    kernels = [(200, 300, 1, 1, 0, 7), (250, 350, 2, 1, 1, 9), (400, 450, 3, 2, 1, 9)]
+    runtime = [(110, 120, 1), (130, 140, 2), (150, 160, 3)]
+    p = make_trace(tmp_path / "t.sqlite", kernels=kernels, runtime=runtime, nvtx=NVTX)
+    tr = Trace(p)
+    assert sorted(tr.activities["deviceId"].unique()) == [0, 1]
+    assert tr.total_gpu_time_ns == 100 + 100 + 50
+    # overlapping kernels on different devices are both busy time: 100 on device 0, 150 on device 1
+    assert tr.gpu_busy_ns == 100 + 150
+    o = group_ops(tr, by="kernel").ops
+    assert o.loc["kernel_a", "count"] == 2 and o.loc["kernel_a", "gpu_time_ns"] == 200
+    r = group_ops(tr, by="range").ops
+    assert r.loc["inner", "gpu_time_ns"] == 450 - 200 and r.loc["inner", "busy_ns"] == 200

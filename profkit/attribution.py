@@ -20,10 +20,6 @@ _ATEN_RE = re.compile(r"^(?P<op>aten::[A-Za-z0-9_.]+)(?P<rest>,.*)?$")
 _SIZES_RE = re.compile(r"sizes = (\[.*?\]\])|sizes = (\[\])")
 
 
-def is_aten_range(name: str) -> bool:
-    return name.startswith("aten::")
-
-
 def aten_key(name: str) -> str:
     """Group key for an emit_nvtx range: op name and input sizes (op_id and seq differ per call)."""
     m = _ATEN_RE.match(name)

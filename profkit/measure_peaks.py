@@ -66,7 +66,6 @@ def measure_gemm(torch: Any, precision: str, n: int = GEMM_N, reps: int = 10) ->
         b = torch.randn(n, n, device="cuda", dtype=dtype)
         c = torch.empty(n, n, device="cuda", dtype=dtype)
         ms = _median_ms(torch, lambda: torch.mm(a, b, out=c), warmup=3, reps=reps)
-        del a, b, c
     finally:
         torch.backends.cuda.matmul.allow_tf32 = old_tf32
     return 2.0 * n ** 3 / (ms * 1e-3)

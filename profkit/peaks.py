@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
@@ -155,6 +155,3 @@ def resolve_peaks(gpu: GpuInfo, peaks_file: Optional[str | Path] = None) -> tupl
     raise ProfkitError(f"unknown GPU {gpu.name!r} and the trace has no bandwidth/clock numbers: "
                        "pass --peaks FILE (write one with `profkit peaks -o FILE` on that GPU)")
 
-
-def with_launch_floor(peaks: Peaks, floor_ns: float) -> Peaks:
-    return replace(peaks, launch_floor_ns=floor_ns)

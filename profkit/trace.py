@@ -4,7 +4,6 @@ from __future__ import annotations
 import sqlite3
 from functools import cached_property
 from pathlib import Path
-from typing import Optional
 
 import pandas as pd
 
@@ -94,9 +93,3 @@ class Trace:
                 pairs = attribution.innermost_only(pairs, self.ranges)
             cache[key] = pairs
         return cache[key]
-
-    def describe(self) -> dict[str, Optional[object]]:
-        gpu = self.primary_gpu()
-        return {"path": self.path, "nsys_version": self.info.nsys_version, "gpu": gpu.name,
-                "activities": len(self.activities), "nvtx_ranges": len(self.ranges),
-                "total_gpu_time_ns": self.total_gpu_time_ns}

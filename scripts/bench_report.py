@@ -11,9 +11,7 @@ scripts/make_large_trace.py (a real trace repeated; the source is only read).
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -22,6 +20,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_classify  # noqa: E402
 import make_large_trace  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -30,20 +29,8 @@ LIMIT_S = 30.0
 
 
 def machine() -> dict[str, str]:
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
     import matplotlib
-    import numpy
-    import pandas
-    return {"date (UTC)": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"),
-            "nproc": str(os.cpu_count()), "cpu": cpu, "python": platform.python_version(),
-            "numpy": numpy.__version__, "pandas": pandas.__version__, "matplotlib": matplotlib.__version__}
+    return {**bench_classify.machine(), "matplotlib": matplotlib.__version__}
 
 
 def run_cli(trace: Path, out: Path, by: str) -> tuple[float, float, float]:

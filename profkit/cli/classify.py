@@ -23,15 +23,19 @@ from profkit.errors import ProfkitError
 EXAMPLE = Path(__file__).resolve().parent.parent / "data" / "example.sqlite"
 
 
+def refuse_overwriting_inputs(out: Path, inputs: list) -> None:
+    for src in inputs:
+        if out.exists() and Path(src).exists() and os.path.samefile(out, src):
+            raise ProfkitError(f"refusing to write over the input trace {src}; choose another -o file")
+
+
 def write_output(text: str, output: Optional[str], inputs: list[str]) -> None:
     """Print, or write ``output``; refuse to overwrite an input trace."""
     if output is None:
         click.echo(text, nl=False)
         return
     out = Path(output)
-    for src in inputs:
-        if out.exists() and os.path.samefile(out, src):
-            raise ProfkitError(f"refusing to write over the input trace {src}; choose another -o file")
+    refuse_overwriting_inputs(out, inputs)
     if out.parent and not out.parent.exists():
         raise ProfkitError(f"directory {out.parent} does not exist; create it or choose another -o file")
     try:
@@ -89,10 +93,8 @@ def classify(trace: tuple[str, ...], example: bool, by: str, innermost: bool, to
     else:
         width = shutil.get_terminal_size((200, 40)).columns if output is None else 200
         text = render.table(df, header, console_width=max(width, 120))
-    if fmt != "table" or output is not None:
-        pass
-    for w in prof.warnings:
-        if fmt != "table":
+    if fmt != "table":  # the table prints its own warnings
+        for w in prof.warnings:
             click.echo(f"profkit: warning: {w}", err=True)
     write_output(text, output, [path])
 
@@ -104,11 +106,8 @@ def _classify_ranks(paths: list[str], by: str, innermost: bool, top: Optional[in
     from profkit import multirank as mr
 
     files = mr.expand_inputs(paths)
-    if output is not None:
-        out = Path(output)
-        for src in files:
-            if out.exists() and src.exists() and os.path.samefile(out, src):
-                raise ProfkitError(f"refusing to write over the input trace {src}; choose another -o file")
+    if output is not None:  # before the work, not only when writing
+        refuse_overwriting_inputs(Path(output), files)
     cb, close = mr.progress_printer()
     try:
         res = mr.classify_ranks(files, by=by, innermost=innermost, top=top, peaks_file=peaks_file,

@@ -306,6 +306,23 @@ class TraceReader:
         acts = acts[ACTIVITY_COLUMNS].sort_values(["start", "end"], kind="stable").reset_index(drop=True)
         return acts
 
+    def api_calls(self) -> pd.DataFrame:
+        """Every CUDA runtime/driver API call: start, end, globalTid, correlationId, name.
+
+        Names are as the export stores them, versioned (``cudaStreamSynchronize_v3020``): match
+        them by prefix. Used to tell why the GPU waits (a synchronising call in flight, a launch
+        being issued) and by the rules that look for synchronisation and copies.
+        """
+        cols = ["start", "end", "globalTid", "correlationId", "name"]
+        if not self.runtime_table or "nameId" not in columns_of(self.conn, self.runtime_table):
+            return pd.DataFrame({c: pd.Series(dtype="int64" if c != "name" else "object") for c in cols})
+        df = pd.DataFrame(self.int_columns(self.runtime_table, {
+            "start": "a.start", "end": "a.\"end\"", "globalTid": "coalesce(a.globalTid, 0)",
+            "correlationId": "coalesce(a.correlationId, -1)", "nameId": "coalesce(a.nameId, -1)"}))
+        df["name"] = _lookup(df["nameId"], self.strings(), len(df))
+        df["name"] = df["name"].fillna("<unnamed call>")
+        return df[cols].sort_values(["start", "end"], kind="stable").reset_index(drop=True)
+
     # -- NVTX -----------------------------------------------------------------------------------
     def nvtx_ranges(self) -> pd.DataFrame:
         """Push/pop and start/end ranges: start, end, globalTid, name, domain, style.

@@ -42,6 +42,17 @@ class Trace:
             reader.close()
 
     @cached_property
+    def api_calls(self) -> pd.DataFrame:
+        """CUDA API calls (all of them, not only launches), read on first use."""
+        reader = TraceReader(self.path)
+        try:
+            return reader.api_calls()
+        except (sqlite3.DatabaseError, pd.errors.DatabaseError) as exc:
+            raise TraceError(f"{self.path}: damaged or truncated export ({exc}); export the trace again") from None
+        finally:
+            reader.close()
+
+    @cached_property
     def total_gpu_time_ns(self) -> int:
         """Sum of the durations of every kernel, memcpy and memset in the trace."""
         return int((self.activities["end"] - self.activities["start"]).sum())

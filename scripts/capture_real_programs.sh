@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# On a GPU machine: capture the real programs behind profkit's run-summary, rule and accuracy
+# tests with `profkit capture`, each next to the variant that applies the fix an expert would
+# make first. Usage: scripts/capture_real_programs.sh OUTDIR SECONDS STEP...
+# Steps: train train_fused train_kineto train_aten generate generate_static loader loader_fixed
+#        sync sync_fixed cnn_metrics train_ncu
+set -u
+out=${1:?usage: capture_real_programs.sh OUTDIR SECONDS STEP...}; budget=${2:?}; shift 2
+deadline=$(( $(date +%s) + budget ))
+mkdir -p "$out/traces" "$out/logs"
+export PYTHONUNBUFFERED=1
+W=scripts/workloads
+left() { echo $(( deadline - $(date +%s) )); }
+pk() {  # pk NAME [capture options] -- SCRIPT ARGS
+  local name=$1; shift
+  local t; t=$(left); [ "$t" -le 20 ] && { echo "== skip $name (no time left)"; return; }
+  echo "== $name ($(date -u +%T), ${t}s left)"
+  local s=$(date +%s)
+  timeout "$t" python3 -m profkit capture --force -o "$out/traces/$name.sqlite" "$@" \
+    > "$out/logs/$name.log" 2>&1 || echo "   $name failed: $(tail -3 "$out/logs/$name.log")"
+  echo "   $name took $(( $(date +%s) - s ))s"
+}
+for step in "$@"; do
+  case $step in
+    train)        pk train_llama $W/train_llama.py ;;
+    train_fused)  pk train_llama_fused $W/train_llama.py --fused ;;
+    train_aten)   pk train_llama_aten --aten $W/train_llama.py --steps 8 ;;
+    train_ncu)    pk train_llama_ncu --ncu --ncu-range ncu_iter --ncu-count 2000 $W/train_llama.py --steps 6 ;;
+    train_kineto) echo "== train_kineto"; timeout "$(left)" python3 $W/train_llama.py \
+                    --kineto "$out/traces/train_llama_kineto.json" > "$out/logs/train_kineto.log" 2>&1 \
+                    && gzip -f "$out/traces/train_llama_kineto.json" ;;
+    generate)     pk generate_llama $W/generate_llama.py ;;
+    generate_static) pk generate_llama_static $W/generate_llama.py --static ;;
+    loader)       pk loader_cnn $W/dataloader_cnn.py ;;
+    loader_fixed) pk loader_cnn_workers $W/dataloader_cnn.py --workers 8 --pin ;;
+    sync)         pk sync_loop $W/sync_loop.py ;;
+    sync_fixed)   pk sync_loop_nosync $W/sync_loop.py --no-sync ;;
+    cnn_metrics)  pk cnn_infer --nsys-args "--gpu-metrics-devices=0 --gpu-metrics-frequency=10000" \
+                    $W/cnn_infer.py ;;
+    *) echo "unknown step $step" ;;
+  esac
+done
+for t in "$out"/traces/*.sqlite; do
+  [ -f "$t" ] || continue
+  b=$(basename "$t" .sqlite)
+  nsys stats -q -r nvtx_gpu_proj_sum,cuda_gpu_kern_sum --format csv -o "$out/logs/$b" "$t" >/dev/null 2>&1
+done
+rm -f "$out"/traces/*.nsys-rep "$out"/traces/*.ncu-rep
+ls -la "$out"/traces

@@ -4,7 +4,9 @@ mature library -> torch.compile -> Triton -> CUDA C++ extension -> CUTLASS/CuTe
 
 Every estimate is a bound, with its formula in ``basis``: a roofline bound (the op at a target
 fraction of its roof), or a fusion bound ((kernels + launch gaps) / one fused kernel). The
-end-to-end gain is Amdahl's law over the trace's total GPU time.
+end-to-end gain is over the window's wall time: GPU time saved shortens the run only where the
+GPU was the bottleneck (the next work already queued), not where it waited for the host. The
+same saving over the window's GPU time is kept as ``expected_gpu_time_speedup``.
 """
 from __future__ import annotations
 
@@ -14,7 +16,6 @@ from typing import Optional
 
 from profkit import comm
 from profkit.classify import GEMM_RE, Verdict
-from profkit.estimate import amdahl
 from profkit.evidence import Work
 from profkit.model import BoundClass, Rung
 from profkit.peaks import Peaks
@@ -33,31 +34,54 @@ _GELU_RE = re.compile(r"gelu", re.I)
 _ATTN_RE = re.compile(r"attention|flash|fmha|sdpa|cudnn_attention", re.I)
 
 
+@dataclass(frozen=True)
+class Frame:
+    """What an op's saving is measured against: the window's GPU time and its wall time."""
+    gpu_time_ns: float
+    wall_ns: float
+
+
 @dataclass
 class Suggestion:
     rung: Rung
     action: str
     expected_op_speedup: float
-    expected_end_to_end_speedup: float
+    expected_end_to_end_speedup: float   # over the window's wall time
     basis: str
     worth_it: bool
+    expected_gpu_time_speedup: float = 1.0  # the same saving over the window's GPU time
 
     def as_dict(self) -> dict:
         return {"rung": self.rung.value, "action": self.action,
                 "expected_op_speedup": round(self.expected_op_speedup, 3),
                 "expected_end_to_end_speedup": round(self.expected_end_to_end_speedup, 4),
+                "expected_gpu_time_speedup": round(self.expected_gpu_time_speedup, 4),
                 "basis": self.basis, "worth_it": self.worth_it}
 
 
-def end_to_end(op: dict, op_speedup: float, total_gpu_ns: float) -> float:
-    """Amdahl over the trace's GPU time. The saving is counted on steady-state calls (median x
-    count) and never exceeds the op's own busy GPU time, so idle gaps cannot inflate it."""
-    if op_speedup <= 1.0 or total_gpu_ns <= 0:
-        return 1.0
+def gains(saved_ns: float, op_speedup: float, critical: float, frame: Frame) -> tuple[float, float]:
+    """(end to end on wall time, on GPU time) for ``saved_ns`` of GPU time saved.
+
+    On wall time only the critical share of the saving counts (``critical``: the share of the
+    op's GPU time after which the GPU was the bottleneck). Neither gain exceeds the op's own.
+    """
+    if op_speedup <= 1.0 or saved_ns <= 0:
+        return 1.0, 1.0
+    g = frame.gpu_time_ns / (frame.gpu_time_ns - saved_ns) if frame.gpu_time_ns > saved_ns else op_speedup
+    w_saved = saved_ns * min(max(critical, 0.0), 1.0)
+    w = frame.wall_ns / (frame.wall_ns - w_saved) if frame.wall_ns > w_saved else op_speedup
+    return min(w, op_speedup), min(g, op_speedup)
+
+
+def end_to_end(op: dict, op_speedup: float, frame: Frame) -> tuple[float, float]:
+    """Gains of making ``op`` ``op_speedup`` times faster. The saving is counted on steady-state
+    calls (median x count) and never exceeds the op's own busy GPU time, so idle gaps cannot
+    inflate it."""
+    if op_speedup <= 1.0:
+        return 1.0, 1.0
     steady = float(op["gpu_time_median_ns"]) * float(op["count"])
     saved = min(steady * (1.0 - 1.0 / op_speedup), float(op["busy_ns"]))
-    p = saved / total_gpu_ns / (1.0 - 1.0 / op_speedup)
-    return amdahl(min(p, 1.0), op_speedup)
+    return gains(saved, op_speedup, float(op.get("critical_fraction", 1.0)), frame)
 
 
 def _pattern(text: str) -> Optional[str]:
@@ -76,7 +100,7 @@ _FUSED_PASSES = {"add_rmsnorm": (5, 4), "add_layernorm": (5, 4), "softmax": (4, 
 
 
 def advise(op: dict, verdict: Verdict, work: Optional[Work], peaks: Peaks, kernel_names: list[str],
-           under_graph: bool, total_gpu_ns: float) -> Suggestion:
+           under_graph: bool, frame: Frame) -> Suggestion:
     span = float(op["gpu_time_median_ns"])
     busy = float(op["busy_median_ns"]) or span
     kpc = float(op["kernels_per_call"])
@@ -84,16 +108,18 @@ def advise(op: dict, verdict: Verdict, work: Optional[Work], peaks: Peaks, kerne
     pct = verdict.pct_of_roof
     rung, action, s, basis = _choose(op, verdict, work, peaks, text, kpc, span, busy, pct, under_graph)
     s = max(1.0, s)
-    e2e = end_to_end(op, s, total_gpu_ns)
+    e2e, e2e_gpu = end_to_end(op, s, frame)
     worth = rung is not Rung.NONE and e2e >= MIN_END_TO_END
     share = float(op["share"])
     what = "the work" if verdict.bound is BoundClass.COMMUNICATION else "a kernel"
     if rung is not Rung.NONE and not worth and s > 1.0:
+        waits = (" (the GPU mostly waits for the host after it)"
+                 if e2e_gpu >= MIN_END_TO_END else "")
         action = (f"Not worth {what}: {share:.1%} of GPU time, so even {s:.2f}x on "
-                  f"this op is {e2e:.3f}x end to end. (If it grows: {action})")
+                  f"this op is {e2e:.3f}x end to end{waits}. (If it grows: {action})")
     elif rung is not Rung.NONE and not worth and share < SMALL_SHARE:
         action = f"Not worth {what}: only {share:.1%} of GPU time. (If it grows: {action})"
-    return Suggestion(rung, action, s, e2e, basis, worth)
+    return Suggestion(rung, action, s, e2e, basis, worth, e2e_gpu)
 
 
 def _choose(op, verdict, work, peaks, text, kpc, span, busy, pct, under_graph):
@@ -219,7 +245,7 @@ def _choose(op, verdict, work, peaks, text, kpc, span, busy, pct, under_graph):
 
 def advise_pair(producer: dict, consumer: dict, kernel: str, pair_calls: int,
                 producer_work: Optional[Work], consumer_work: Optional[Work], peaks: Peaks,
-                total_gpu_ns: float) -> tuple[Suggestion, Suggestion]:
+                frame: Frame) -> tuple[Suggestion, Suggestion]:
     """A producer -> consumer pair that one bundled kernel fuses (aten level).
 
     The gain is counted once, on the consumer's row: (producer + consumer time per call) over the
@@ -238,18 +264,22 @@ def advise_pair(producer: dict, consumer: dict, kernel: str, pair_calls: int,
         t_fused = (float(producer["busy_median_ns"]) + float(consumer["busy_median_ns"])) * fused / eager
         basis = f"pair bound: (producer + consumer per call) / (their busy time x {fused}/{eager})"
     s = max(1.0, pair_ns / t_fused) if t_fused > 0 else 1.0
-    saved = min(pair_calls * pair_ns * (1.0 - 1.0 / s),
-                float(producer["busy_ns"]) + float(consumer["busy_ns"]))
-    e2e = total_gpu_ns / (total_gpu_ns - saved) if total_gpu_ns > saved else 1.0
+    busy = float(producer["busy_ns"]) + float(consumer["busy_ns"])
+    saved = min(pair_calls * pair_ns * (1.0 - 1.0 / s), busy)
+    crit = ((float(producer.get("critical_fraction", 1.0)) * float(producer["busy_ns"])
+             + float(consumer.get("critical_fraction", 1.0)) * float(consumer["busy_ns"])) / busy
+            if busy > 0 else 1.0)
+    e2e, e2e_gpu = gains(saved, s, crit, frame)
     worth = e2e >= MIN_END_TO_END
     pname, cname = str(producer["name"]).split(" [")[0], str(consumer["name"]).split(" [")[0]
     action = (f"fuse with the {pname} that feeds it ({pair_calls} calls) into the bundled "
               f"kernels.{kernel}: {eager} passes over HBM become {fused}")
     if not worth:
-        share = (float(producer["busy_ns"]) + float(consumer["busy_ns"])) / total_gpu_ns
+        share = busy / frame.gpu_time_ns
         action = (f"Not worth a kernel: the pair is {share:.1%} of GPU time, so even {s:.2f}x on it "
                   f"is {e2e:.3f}x end to end. (If it grows: {action})")
-    cons = Suggestion(Rung.TRITON, action, s, e2e, basis, worth)
+    cons = Suggestion(Rung.TRITON, action, s, e2e, basis, worth, e2e_gpu)
     prod = Suggestion(Rung.TRITON, f"part of the kernels.{kernel} fusion on the {cname} row "
-                                   "(its gain is counted there)", 1.0, 1.0, "counted on the consumer", worth)
+                                   "(its gain is counted there)", 1.0, 1.0, "counted on the consumer",
+                      worth, 1.0)
     return prod, cons

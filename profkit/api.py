@@ -7,6 +7,7 @@
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Optional
 
@@ -15,25 +16,74 @@ import pandas as pd
 
 from profkit import evidence as ev
 from profkit import patterns
-from profkit.advisor import Suggestion, advise, advise_pair
+from profkit.advisor import Frame, Suggestion, advise, advise_pair
 from profkit.attribution import aten_key
 from profkit.classify import classify_op
 from profkit.ops import group_ops
+from profkit.errors import ProfkitError
 from profkit.peaks import Peaks, resolve_peaks
+from profkit.run import RunSummary, critical_fraction, summarize, sync_intervals
 from profkit.trace import Trace
+from profkit.window import Window, find_window
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# Ranges that libraries open on their own (CUB/CCCL, cuBLAS, cuDNN, NCCL): not the user's.
+LIBRARY_RANGE_RE = re.compile(r"^(CCCL:|cub::|cublas|cuBLAS|cudnn|cuDNN|NCCL|nccl)")
 
 
 class Profile:
-    """One trace, its GPU's roofline ceilings, and the analyses over it."""
+    """One trace, its GPU's roofline ceilings, and the analyses over it.
 
-    def __init__(self, path: str | Path, peaks_file: Optional[str | Path] = None) -> None:
-        self.trace = Trace(path)
-        self.gpu = self.trace.primary_gpu()
+    ``window``: the stretch judged (profkit.window): ``auto`` (the iterations after the first),
+    ``all``, ``RANGE``, ``RANGE[i:j]`` or ``T0:T1`` seconds. ``trace`` is the windowed view that
+    every op, share and gain is computed on; ``full_trace`` the whole capture.
+    ``attribution``: ``process`` or ``thread`` (profkit.trace.Trace).
+    ``gains``: ``wall`` (default) judges end-to-end gains on the window's wall time; ``gpu``
+    on its GPU time alone, as if the GPU were always the bottleneck (kernel benchmarks).
+    """
+
+    def __init__(self, path: str | Path, peaks_file: Optional[str | Path] = None,
+                 window: str = "auto", attribution: str = "process", gains: str = "wall") -> None:
+        if gains not in ("wall", "gpu"):
+            raise ProfkitError(f"unknown gains frame {gains!r}: use wall or gpu")
+        self.gains = gains
+        self.full_trace = Trace(path, attribution=attribution)
+        self.window: Window = find_window(self.full_trace, window)
+        self.trace = (self.full_trace if self.window.is_all else
+                      self.full_trace.windowed(self.window.start_ns, self.window.end_ns))
+        self.gpu = self.full_trace.primary_gpu()
         self.peaks, self.warnings = resolve_peaks(self.gpu, peaks_file)
         names = self.trace.activities["name"].drop_duplicates().tolist()
         self.default_precision = ev.precision_of(names)
+        self.notes: list[str] = []
+        self._run: Optional[RunSummary] = None
+
+    def run(self) -> RunSummary:
+        """Where the window's wall time goes and the verdict for the whole program."""
+        if self._run is None:
+            self._run = summarize(self.full_trace, self.window, self.peaks.launch_floor_ns)
+        return self._run
+
+    def frame(self) -> Frame:
+        """What end-to-end gains are measured against: the window's GPU time and wall time."""
+        gpu = float(self.trace.total_gpu_time_ns)
+        return Frame(gpu_time_ns=gpu, wall_ns=gpu if self.gains == "gpu" else float(self.run().wall_time_ns))
+
+    def level_for(self, by: str) -> str:
+        """``by``, or the level an unannotated trace falls back to (with a note)."""
+        if by != "range":
+            return by
+        user = self.trace.user_ranges
+        user = user[~user["name"].str.match(LIBRARY_RANGE_RE)]
+        if len(user) and self.trace.linked_fraction > 0:
+            return by
+        aten = bool(self.trace.ranges["name"].str.startswith("aten::").any())
+        fallback = "aten" if aten else "kernel"
+        note = (f"no user NVTX ranges in the window: showing --by {fallback}; annotate steps "
+                "with NVTX ranges (profkit.annotate) for a per-range view")
+        if note not in self.notes:
+            self.notes.append(note)
+        return fallback
 
     @property
     def path(self) -> str:
@@ -46,11 +96,14 @@ class Profile:
         input sizes, from emit_nvtx). ``innermost``: with ``by="range"``, count each GPU activity
         only for the innermost range around its launch.
         """
+        by = self.level_for(by)
         groups = group_ops(self.trace, by=by, innermost=innermost)
         acts = self.trace.activities
         members_by_op = {op: groups.members["act_idx"].to_numpy()[ix]
                          for op, ix in groups.members.groupby("op", sort=False).indices.items()}
-        total = self.trace.total_gpu_time_ns
+        frame = self.frame()
+        crit = critical_fraction(acts, sync_intervals(self.full_trace)).to_numpy()
+        dur_all = (acts["end"] - acts["start"]).to_numpy(dtype="float64")
         rows, works = [], {}
         ops = groups.ops if top is None else groups.ops.head(top)
         for name, op in ops.iterrows():
@@ -58,6 +111,10 @@ class Profile:
             member_acts = acts.take(members_by_op.get(name, np.empty(0, dtype=np.int64)))
             knames = member_acts["name"].drop_duplicates().tolist()
             rec["distinct_kernels"] = len(knames)
+            idx = members_by_op.get(name, np.empty(0, dtype=np.int64))
+            d = dur_all[idx].sum()
+            rec["critical_fraction"] = (1.0 if self.gains == "gpu" else
+                                        float((crit[idx] * dur_all[idx]).sum() / d) if d > 0 else 0.0)
             precision = ev.precision_of(knames) or self.default_precision
             calls = int(op["count"])
             work = ev.from_ncu(member_acts, self.trace.ncu, calls)
@@ -69,7 +126,7 @@ class Profile:
                 work = ev.from_copies(member_acts, calls)
             verdict = classify_op(rec, work, self.peaks, knames[:20])
             under_graph = bool(member_acts["graphNodeId"].notna().any()) if len(member_acts) else False
-            sug = advise(rec, verdict, work, self.peaks, knames[:20], under_graph, total)
+            sug = advise(rec, verdict, work, self.peaks, knames[:20], under_graph, frame)
             rec.update({
                 "class": verdict.bound.value, "confidence": verdict.confidence,
                 "source": verdict.source.value, "reason": verdict.reason,
@@ -79,11 +136,12 @@ class Profile:
             rows.append(rec)
             works[name] = work
         if by == "aten":
-            self._apply_pairs(rows, works, total)
+            self._apply_pairs(rows, works, frame)
         df = pd.DataFrame(rows).set_index("name")
+        df.attrs["level"] = by
         return df
 
-    def _apply_pairs(self, rows: list[dict], works: dict, total: float) -> None:
+    def _apply_pairs(self, rows: list[dict], works: dict, frame: Frame) -> None:
         """Producer -> consumer pairs that a bundled kernel fuses get one joint suggestion."""
         by_name = {r["name"]: r for r in rows}
         names = self.trace.ranges_of_level("aten")["name"]
@@ -93,7 +151,7 @@ class Profile:
                     or prod.get("_paired") or cons.get("_paired"):
                 continue
             sp, sc = advise_pair(prod, cons, pair.kernel, pair.count, works.get(pair.producer),
-                                 works.get(pair.consumer), self.peaks, total)
+                                 works.get(pair.consumer), self.peaks, frame)
             prod.update(_suggestion_fields(sp), _paired=True)
             cons.update(_suggestion_fields(sc), _paired=True)
         for r in rows:
@@ -106,23 +164,49 @@ class Profile:
         ``ops``: the result of ``self.ops(by, innermost, top)`` if already computed.
         """
         df = self.ops(by=by, innermost=innermost, top=top) if ops is None else ops
+        level = df.attrs.get("level", by)
         return {
             "schema_version": SCHEMA_VERSION,
             "trace": self.path,
             "nsys_version": self.trace.info.nsys_version,
-            "level": by,
+            "level": level,
             "gpu": gpu_json(self.gpu.name, self.peaks),
+            "run": self.run_json(df),
             "total_gpu_time_ns": self.trace.total_gpu_time_ns,
             "gpu_busy_ns": self.trace.gpu_busy_ns,
             "warnings": list(self.warnings),
-            "ops": [op_json(name, row, by) for name, row in df.iterrows()],
+            "notes": list(self.notes),
+            "ops": [op_json(name, row, level) for name, row in df.iterrows()],
         }
+
+    def run_json(self, ops: Optional[pd.DataFrame] = None) -> dict:
+        """The `run` object: window, wall time, breakdown, verdict and the top three actions.
+
+        With ``ops``, op-level suggestions that pay join the program-level actions, all ranked
+        by expected gain on wall time.
+        """
+        out = self.run().as_dict()
+        actions = [a.as_dict() for a in self.run().actions]
+        if ops is not None and len(ops):
+            worth = ops[ops["worth_it"].astype(bool)]
+            for name, row in worth.iterrows():
+                actions.append({"rule": f"op:{row['rung']}", "action": f"{name}: {row['action']}",
+                                "expected_end_to_end_speedup":
+                                    round(float(row["expected_end_to_end_speedup"]), 3),
+                                "basis": row["basis"]})
+        actions.sort(key=lambda a: -a["expected_end_to_end_speedup"])
+        out["actions"] = actions[:3]
+        if actions and out["verdict"]["class"] == "gpu-bound":
+            out["verdict"]["action"] = actions[0]["action"]
+            out["verdict"]["expected_end_to_end_speedup"] = actions[0]["expected_end_to_end_speedup"]
+        return out
 
 
 def _suggestion_fields(sug: Suggestion) -> dict:
     return {"rung": sug.rung.value, "action": sug.action,
             "expected_op_speedup": sug.expected_op_speedup,
             "expected_end_to_end_speedup": sug.expected_end_to_end_speedup,
+            "expected_gpu_time_speedup": sug.expected_gpu_time_speedup,
             "basis": sug.basis, "worth_it": sug.worth_it}
 
 
@@ -158,10 +242,16 @@ def op_json(name: str, row: pd.Series, level: str) -> dict:
         "suggestion": {"rung": row["rung"], "action": row["action"],
                        "expected_op_speedup": round(float(row["expected_op_speedup"]), 3),
                        "expected_end_to_end_speedup": round(float(row["expected_end_to_end_speedup"]), 4),
+                       "expected_gpu_time_speedup": round(float(row["expected_gpu_time_speedup"]), 4),
                        "basis": row["basis"], "worth_it": bool(row["worth_it"])},
     }
 
 
-def load(path: str | Path, peaks: Optional[str | Path] = None) -> Profile:
-    """Open an Nsight Systems SQLite export for analysis (read-only; no torch or GPU needed)."""
-    return Profile(path, peaks_file=peaks)
+def load(path: str | Path, peaks: Optional[str | Path] = None, window: str = "auto",
+         attribution: str = "process", gains: str = "wall") -> Profile:
+    """Open an Nsight Systems SQLite export for analysis (read-only; no torch or GPU needed).
+
+    ``window="auto"`` judges the steady state (the iterations after the first); ``"all"`` the
+    whole capture. See Profile for ``attribution``.
+    """
+    return Profile(path, peaks_file=peaks, window=window, attribution=attribution, gains=gains)

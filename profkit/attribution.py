@@ -85,6 +85,32 @@ def range_activity_pairs(ranges: pd.DataFrame, acts: pd.DataFrame) -> pd.DataFra
     return pd.DataFrame({"range_idx": np.concatenate(out_r), "act_idx": np.concatenate(out_a)})
 
 
+def add_cross_thread_pairs(pairs: pd.DataFrame, ranges: pd.DataFrame, acts: pd.DataFrame,
+                           mains: dict[int, int]) -> pd.DataFrame:
+    """Also give work launched from a helper thread to the main thread's ranges open then.
+
+    PyTorch's autograd engine launches backward kernels from its own thread while the main
+    thread waits inside `backward`; per-thread projection leaves `backward` nearly empty. Each
+    activity launched from a thread other than its process's main thread (``mains``: pid ->
+    thread) is matched, as if launched there, against the main thread's ranges.
+    """
+    if not mains or acts.empty or ranges.empty:
+        return pairs
+    tid = acts["globalTid"]
+    main_of = np.right_shift(tid.fillna(0).to_numpy(np.int64), 24)
+    main_tid = pd.Series(main_of).map(mains).to_numpy()
+    helper = acts["api_start"].notna().to_numpy() & ~pd.isna(main_tid) & (tid.to_numpy() != main_tid)
+    if not helper.any():
+        return pairs
+    moved = acts[helper].assign(globalTid=main_tid[helper].astype(np.int64))
+    on_main = ranges[ranges["globalTid"].isin(list(mains.values()))]
+    extra = range_activity_pairs(on_main, moved)
+    if extra.empty:
+        return pairs
+    out = pd.concat([pairs, extra], ignore_index=True)
+    return out.drop_duplicates(["range_idx", "act_idx"]).reset_index(drop=True)
+
+
 def innermost_only(pairs: pd.DataFrame, ranges: pd.DataFrame) -> pd.DataFrame:
     """Keep, for each activity, only the innermost containing range (latest start, then shortest)."""
     if pairs.empty:

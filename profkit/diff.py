@@ -47,7 +47,7 @@ import pandas as pd
 from profkit.api import Profile, _num
 from profkit.errors import ProfkitError
 from profkit.ops import LEVELS, group_ops
-from profkit.render import short_name
+from profkit.render import fmt_time, short_name
 
 DIFF_SCHEMA_VERSION = 1
 NOISE_MIN_PCT = 3.0        # changes below this are never called a change
@@ -120,6 +120,7 @@ class DiffResult:
     only_before: list = field(default_factory=list)
     only_after: list = field(default_factory=list)
     warnings: list = field(default_factory=list)
+    run: dict = field(default_factory=dict)
 
     @property
     def verdict(self) -> str:
@@ -137,6 +138,7 @@ class DiffResult:
             "noise": {"min_pct": NOISE_MIN_PCT, "spread_factor": NOISE_SPREAD_FACTOR, "rule": NOISE_RULE},
             "verdict": self.verdict,
             "total": self.total,
+            "run": self.run,
             "ops": self.ops,
             "only_before": self.only_before,
             "only_after": self.only_after,
@@ -235,7 +237,9 @@ def diff(before: Profile, after: Profile, by: str = "range",
         removed, added, changed = _kernel_changes(b.kernels_of.get(nb, {}), sb["count"],
                                                   a.kernels_of.get(na, {}), sa["count"])
         pred_op = float(rb["expected_op_speedup"])
-        pred_e2e = float(rb["expected_end_to_end_speedup"])
+        # diff measures GPU time, so it checks the advisor's GPU-time figure; the wall-time side
+        # is compared run against run (``run`` in the result).
+        pred_e2e = float(rb.get("expected_gpu_time_speedup", rb["expected_end_to_end_speedup"]))
         meas_op = _ratio(med_b, med_a)
         saved = sb["count"] * (float(rb["busy_median_ns"]) - float(ra["busy_median_ns"]))
         meas_e2e = _ratio(T_b, T_b - saved) if T_b - saved > 0 else None
@@ -307,7 +311,28 @@ def diff(before: Profile, after: Profile, by: str = "range",
     }
     return DiffResult(level=by, before=_trace_json(before), after=_trace_json(after), same_trace=same,
                       renames=rename, total=total, ops=ops, only_before=only_before,
-                      only_after=only_after, warnings=warnings)
+                      only_after=only_after, warnings=warnings, run=run_change(before, after))
+
+
+def run_change(before: Profile, after: Profile) -> dict:
+    """Wall time per iteration before and after, beside what BEFORE's run summary predicted.
+
+    The measured speedup is the ratio of median iteration times (wall time of the windows when
+    either run has no iterations); the prediction is each of BEFORE's actions, so the user can
+    read the one they applied.
+    """
+    rb, ra = before.run(), after.run()
+    tb = rb.window.iteration_median_ns or rb.wall_time_ns
+    ta = ra.window.iteration_median_ns or ra.wall_time_ns
+    per = "iteration" if rb.window.iteration_median_ns and ra.window.iteration_median_ns else "window"
+    return {
+        "per": per, "before_ns": int(tb), "after_ns": int(ta),
+        "measured_speedup": _r(_ratio(tb, ta), 3),
+        "before_verdict": rb.verdict.value, "after_verdict": ra.verdict.value,
+        "before_gpu_idle_fraction": round(rb.gpu_idle_fraction, 4),
+        "after_gpu_idle_fraction": round(ra.gpu_idle_fraction, 4),
+        "predicted": [a.as_dict() for a in rb.actions[:3]],
+    }
 
 
 def _outermost(b: _Side, ops: list) -> list:
@@ -443,10 +468,26 @@ def to_table(res: DiffResult, console_width: int = 200) -> str:
         t.add_row(*_op_cells(op))
     buf = io.StringIO()
     console = Console(file=buf, width=console_width, force_terminal=False, color_system=None, soft_wrap=False)
+    for line in run_lines(res.run):
+        console.print(line, markup=False, highlight=False)
     console.print(t)
     for line in _detail_lines(res):
         console.print(line, markup=False, highlight=False)
     return buf.getvalue()
+
+
+def run_lines(run: dict) -> list[str]:
+    """Wall time per iteration, measured, beside BEFORE's predicted actions."""
+    if not run:
+        return []
+    out = [f"wall time per {run['per']}: {fmt_time(run['before_ns'])} -> {fmt_time(run['after_ns'])}, "
+           f"measured {_x(run['measured_speedup'], 3)} ({run['before_verdict']} -> "
+           f"{run['after_verdict']}; GPU idle {run['before_gpu_idle_fraction']:.0%} -> "
+           f"{run['after_gpu_idle_fraction']:.0%})"]
+    for a in run["predicted"]:
+        out.append(f"  BEFORE predicted {_x(a['expected_end_to_end_speedup'], 3)} for {a['rule']}: "
+                   f"{a['action']}")
+    return out
 
 
 def _cell(x: object) -> str:
@@ -460,5 +501,5 @@ def to_markdown(res: DiffResult) -> str:
     for op in res.ops:
         lines.append("| " + " | ".join(_cell(c) for c in _op_cells(op)) + " |")
     lines.append("")
-    lines += [f"- {_cell(line)}" for line in _detail_lines(res)]
+    lines += [f"- {_cell(line)}" for line in run_lines(res.run) + _detail_lines(res)]
     return "\n".join(lines) + "\n"

@@ -142,13 +142,14 @@ def _session_start_ns(path: str) -> Optional[int]:
 
 def analyze_rank(path: str, rank: int, by: str = "range", innermost: bool = False,
                  peaks_file: Optional[str] = None, n_ranks: Optional[int] = None,
-                 step_range: str = STEP_RANGE) -> RankResult:
+                 step_range: str = STEP_RANGE, window: str = "auto",
+                 attribution_mode: str = "process") -> RankResult:
     """Analyse one rank's export; never raises (a failure comes back as ``ok=False``)."""
     t0 = time.perf_counter()
     res = RankResult(rank=rank, path=str(path))
     try:
         from profkit.api import load
-        prof = load(path, peaks=peaks_file)
+        prof = load(path, peaks=peaks_file, window=window, attribution=attribution_mode)
         tr = prof.trace
         df = prof.ops(by=by, innermost=innermost)
         res.ops = df[[c for c in OP_COLUMNS if c in df.columns]].copy()
@@ -191,7 +192,8 @@ ProgressFn = Callable[[Optional[RankResult], int, int], None]  # (result or None
 def run_ranks(items: list[tuple[int, Path]], *, by: str = "range", innermost: bool = False,
               peaks_file: Optional[str] = None, workers: Optional[int] = None,
               dask: Optional[str] = None, dask_processes: bool = True,
-              progress: Optional[ProgressFn] = None) -> list[RankResult]:
+              progress: Optional[ProgressFn] = None, window: str = "auto",
+              attribution: str = "process") -> list[RankResult]:
     """Analyse every (rank, path) in parallel; results sorted by rank.
 
     ``dask``: None (local processes), ``"local"`` (a ``dask.distributed.LocalCluster`` started
@@ -200,7 +202,8 @@ def run_ranks(items: list[tuple[int, Path]], *, by: str = "range", innermost: bo
     1 runs in this process.
     """
     n = len(items)
-    kw = dict(by=by, innermost=innermost, peaks_file=peaks_file, n_ranks=n)
+    kw = dict(by=by, innermost=innermost, peaks_file=peaks_file, n_ranks=n, window=window,
+              attribution_mode=attribution)
     results: list[RankResult] = []
 
     def done(r: RankResult) -> None:
@@ -525,14 +528,16 @@ def classify_ranks(paths: Iterable[str | Path], by: str = "range", innermost: bo
                    top: Optional[int] = None, peaks_file: Optional[str] = None,
                    workers: Optional[int] = None, dask: Optional[str] = None,
                    dask_processes: bool = True,
-                   progress: Optional[ProgressFn] = None) -> MultiRankResult:
+                   progress: Optional[ProgressFn] = None, window: str = "auto",
+                   attribution: str = "process") -> MultiRankResult:
     """Expand ``paths`` (files or directories), analyse every rank in parallel, merge."""
     files = expand_inputs(paths)
     if not files:
         raise ProfkitError("no trace files given")
     items = rank_ids(files)
     results = run_ranks(items, by=by, innermost=innermost, peaks_file=peaks_file, workers=workers,
-                        dask=dask, dask_processes=dask_processes, progress=progress)
+                        dask=dask, dask_processes=dask_processes, progress=progress,
+                        window=window, attribution=attribution)
     return merge(results, by=by, top=top)
 
 

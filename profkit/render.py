@@ -15,7 +15,7 @@ CLASS_STYLE = {"compute": "bold magenta", "memory": "bold cyan", "launch": "bold
                "communication": "bold green"}
 CSV_COLUMNS = ["name", "level", "count", "gpu_time_ns", "gpu_time_median_ns", "share", "cpu_time_ns",
                "class", "confidence", "source", "reason", "rung", "action", "expected_op_speedup",
-               "expected_end_to_end_speedup"]
+               "expected_end_to_end_speedup", "expected_gpu_time_speedup"]
 
 
 def short_name(name: str, width: int = 60) -> str:
@@ -76,10 +76,43 @@ def evidence_text(row: pd.Series) -> str:
     return "; ".join(parts) + f" [{row['source']}]"
 
 
+_IDLE_LABELS = [("idle_host", "waiting for the CPU"), ("idle_sync", "after a sync"),
+                ("idle_memcpy_wait", "in CPU copies"), ("idle_other", "GPU-side gaps")]
+
+
+def run_lines(run: dict) -> list[str]:
+    """The run summary as a few plain lines: window, what was left out, where the wall time
+    goes, the verdict and the top actions (JSON ``run`` object in, text out)."""
+    w, b = run["window"], run["breakdown"]
+    wall = max(run["wall_time_ns"], 1)
+    pct = lambda k: f"{b.get(k, 0) / wall:.0%}"
+    it = (f"{run['iterations']} iterations, {fmt_time(run['iteration_time_median_ns'])} each (median), "
+          if run["iterations"] else "")
+    lines = [f"window   {w['source']}: {it}{fmt_time(wall)} wall"]
+    for ex in w["excluded"]:
+        lines.append(f"left out {fmt_time(ex['ns'])} {ex['what']}")
+    busy = run["gpu_busy_ns"] / wall
+    classes = ", ".join(f"{k} {pct(k)}" for k in ("compute", "memory", "launch", "communication")
+                        if b.get(k))
+    idle = ", ".join(f"{label} {pct(k)}" for k, label in _IDLE_LABELS if b.get(k))
+    lines.append(f"wall     GPU busy {busy:.0%} ({classes or 'none'}); GPU idle "
+                 f"{1 - busy:.0%} ({idle or 'none'})")
+    where = [(k, v) for k, v in run.get("idle_host_by_range", {}).items() if v / wall >= 0.05]
+    if where:
+        lines.append("         waiting for the CPU in: " + ", ".join(
+            f"{k} {v / wall:.0%}" for k, v in where[:3]))
+    v = run["verdict"]
+    lines.append(f"verdict  {v['class']}: {v['reason']}")
+    for i, a in enumerate(run["actions"], 1):
+        lines.append(f"{'actions' if i == 1 else '':8} {i}. {a['action']} "
+                     f"[{a['expected_end_to_end_speedup']:.2f}x end to end; {a['basis']}]")
+    return lines
+
+
 def table(df: pd.DataFrame, header: dict, console_width: int = 200) -> str:
     """The terminal table, as text (rich renders it; colours only on a terminal)."""
     t = Table(box=box.SIMPLE_HEAVY, show_lines=False, expand=False,
-              title=(f"{header['trace']} - {header['gpu']} - total GPU time "
+              title=(f"{header['trace']} - {header['gpu']} - GPU time in the window "
                      f"{fmt_time(header['total_gpu_time_ns'])} - by {header['level']}"))
     for col, just in [("op", "left"), ("calls", "right"), ("GPU time", "right"), ("median", "right"),
                       ("share", "right"), ("class", "left"), ("conf", "left"), ("evidence", "left"),
@@ -94,6 +127,9 @@ def table(df: pd.DataFrame, header: dict, console_width: int = 200) -> str:
     buf = io.StringIO()
     console = Console(file=buf, width=console_width, force_terminal=False, color_system=None,
                       soft_wrap=False)
+    if header.get("run"):
+        for line in run_lines(header["run"]):
+            console.print(line, markup=False, highlight=False, overflow="fold")
     console.print(t)
     for w in header.get("warnings", []):
         console.print(f"warning: {w}")
@@ -135,6 +171,8 @@ def markdown_ops_table(df: pd.DataFrame, cell: Callable[[object], str] = markdow
 def to_markdown(df: pd.DataFrame, header: dict) -> str:
     cell = markdown_cell
     lines = [f"**{cell(header['trace'])}** on {cell(header['gpu'])}: total GPU time "
-             f"{fmt_time(header['total_gpu_time_ns'])}, ops by {header['level']}", "",
-             *markdown_ops_table(df)]
+             f"{fmt_time(header['total_gpu_time_ns'])}, ops by {header['level']}", ""]
+    if header.get("run"):
+        lines += ["```", *run_lines(header["run"]), "```", ""]
+    lines += markdown_ops_table(df)
     return "\n".join(lines) + "\n"

@@ -146,6 +146,10 @@ def build(profile, out_dir: str | Path, fmt: str = "html", by: str = "range",
         notes.append(f"--by {by} is not possible here ({exc}); ops are kernels instead")
         by = "kernel"
         df = profile.ops(by=by)
+    if df.attrs.get("level", by) != by:  # an unannotated trace: the profile chose another level
+        notes.append(f"--by {by} is not possible here ({'; '.join(profile.notes)}); ops are "
+                     f"{df.attrs['level']}s instead")
+        by = df.attrs["level"]
     summary = summarize(profile, df, by)
     roof_png, tl_png, roof_note = _figures(profile, df, by, timeline_kw)
     if fmt == "html":

@@ -14,11 +14,22 @@ from profkit.peaks import GpuInfo
 from profkit.reader import ExportInfo, TraceReader
 
 
-class Trace:
-    """One Nsight Systems export: GPU activities, NVTX ranges, GPU info, merged counters."""
+ATTRIBUTIONS = ("process", "thread")
 
-    def __init__(self, path: str | Path) -> None:
+
+class Trace:
+    """One Nsight Systems export: GPU activities, NVTX ranges, GPU info, merged counters.
+
+    ``attribution``: ``process`` (default) also gives GPU work launched from a helper thread
+    (PyTorch's autograd engine, a loader thread) to the ranges open at that moment on the
+    process's main thread; ``thread`` keeps Nsight Systems' own per-thread projection.
+    """
+
+    def __init__(self, path: str | Path, attribution: str = "process") -> None:
+        if attribution not in ATTRIBUTIONS:
+            raise TraceError(f"unknown attribution {attribution!r}: use one of {', '.join(ATTRIBUTIONS)}")
         self.path = str(path)
+        self.attribution = attribution
         self._reader = TraceReader(path)
         try:
             self.info: ExportInfo = self._reader.export_info()
@@ -85,6 +96,33 @@ class Trace:
                 return self.gpus[int(dev)]
         return next(iter(self.gpus.values()))
 
+    def windowed(self, start_ns: int, end_ns: int) -> "Trace":
+        """A view of the same export holding only what the window [start_ns, end_ns] ran.
+
+        GPU work belongs to the window when its launch call does (the CPU runs ahead of the
+        GPU, so a step's kernels may finish after its range closes); work with no launch call
+        goes by its GPU start. Ranges and API calls go by their start.
+        """
+        view = object.__new__(Trace)
+        view.path, view.attribution, view.info, view.gpus, view.ncu = (
+            self.path, self.attribution, self.info, self.gpus, self.ncu)
+        a = self.activities
+        t = a["api_start"].where(a["api_start"].notna(), a["start"])
+        view.activities = a[(t >= start_ns) & (t <= end_ns)].reset_index(drop=True)
+        if view.activities.empty:
+            raise TraceError(f"{self.path}: no GPU activity in the window {start_ns / 1e9:.3f}-"
+                             f"{end_ns / 1e9:.3f} s; choose another --window (or --window all)")
+        r = self.ranges
+        view.__dict__["ranges"] = r[(r["start"] >= start_ns) & (r["start"] <= end_ns)].reset_index(drop=True)
+        c = self.api_calls
+        view.__dict__["api_calls"] = c[(c["start"] >= start_ns) & (c["start"] <= end_ns)].reset_index(drop=True)
+        return view
+
+    @cached_property
+    def user_ranges(self) -> pd.DataFrame:
+        """NVTX ranges that are not emit_nvtx's aten:: ranges."""
+        return self.ranges[~self._aten_mask]
+
     @cached_property
     def _aten_mask(self) -> pd.Series:
         return self.ranges["name"].str.startswith("aten::").astype(bool)
@@ -100,6 +138,10 @@ class Trace:
         if key not in cache:
             ranges = self.ranges_of_level(level)
             pairs = attribution.range_activity_pairs(ranges, self.activities)
+            if level == "range" and self.attribution == "process":
+                from profkit.window import main_threads
+                pairs = attribution.add_cross_thread_pairs(pairs, ranges, self.activities,
+                                                           main_threads(ranges))
             if innermost:
                 pairs = attribution.innermost_only(pairs, self.ranges)
             cache[key] = pairs

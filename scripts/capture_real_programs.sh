@@ -3,7 +3,7 @@
 # tests with `profkit capture`, each next to the variant that applies the fix an expert would
 # make first. Usage: scripts/capture_real_programs.sh OUTDIR SECONDS STEP...
 # Steps: train train_fused train_kineto train_aten generate generate_static loader loader_fixed
-#        sync sync_fixed cnn_metrics train_ncu
+#        sync sync_fixed cnn_metrics train_ncu sync_ncu cnn_ncu
 set -u
 out=${1:?usage: capture_real_programs.sh OUTDIR SECONDS STEP...}; budget=${2:?}; shift 2
 deadline=$(( $(date +%s) + budget ))
@@ -29,6 +29,8 @@ for step in "$@"; do
     train_kineto) echo "== train_kineto"; timeout "$(left)" python3 $W/train_llama.py \
                     --kineto "$out/traces/train_llama_kineto.json" > "$out/logs/train_kineto.log" 2>&1 \
                     && gzip -f "$out/traces/train_llama_kineto.json" ;;
+    sync_ncu)     pk sync_loop_ncu --ncu --ncu-range ncu_iter --ncu-count 500 $W/sync_loop.py --steps 6 ;;
+    cnn_ncu)      pk cnn_infer_ncu --ncu --ncu-range ncu_iter --ncu-count 500 $W/cnn_infer.py --iters 4 ;;
     generate)     pk generate_llama $W/generate_llama.py ;;
     generate_static) pk generate_llama_static $W/generate_llama.py --static ;;
     loader)       pk loader_cnn $W/dataloader_cnn.py ;;
@@ -36,7 +38,7 @@ for step in "$@"; do
     sync)         pk sync_loop $W/sync_loop.py ;;
     sync_fixed)   pk sync_loop_nosync $W/sync_loop.py --no-sync ;;
     cnn_metrics)  pk cnn_infer --nsys-args "--gpu-metrics-devices=0 --gpu-metrics-frequency=10000" \
-                    $W/cnn_infer.py ;;
+                    $W/cnn_infer.py && python3 scripts/trim_gpu_metrics.py "$out/traces/cnn_infer.sqlite" ;;
     *) echo "unknown step $step" ;;
   esac
 done

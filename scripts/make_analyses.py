@@ -43,6 +43,11 @@ from profkit import estimate, patterns, render  # noqa: E402
 from profkit.attribution import aten_key  # noqa: E402
 from profkit.diff import DiffResult, diff, to_markdown  # noqa: E402
 from profkit.ops import group_ops  # noqa: E402
+from functools import partial  # noqa: E402
+
+# The case studies measure kernels in benchmark scripts: the whole capture, per-thread
+# projection, and gains on GPU time (the scripts synchronise around each timed call).
+load_case = partial(profkit.load, window="all", attribution="thread", gains="gpu")
 
 DISAGREEMENT_PCT = 20.0   # predicted vs measured further apart than this needs a "why"
 NOTES_PLACEHOLDER = "WHY:"  # notes are inserted under this heading
@@ -327,7 +332,7 @@ def _baseline(case: Case, prof) -> list[str]:
                      f"({row['confidence']} confidence, evidence from {row['source']}): {row['reason']}")
         lines.append(f"  - next step ({row['rung']}): {row['action']}")
         lines.append(f"  - expected: {row['expected_op_speedup']:.2f}x on the op, "
-                     f"{row['expected_end_to_end_speedup']:.3f}x end to end "
+                     f"{row['expected_gpu_time_speedup']:.3f}x end to end "
                      f"({'worth it' if row['worth_it'] else 'not worth it'}); basis: {row['basis']}")
         pct = row["pct_of_roof"]
         if pct is not None and pct == pct and pct >= 1.0:
@@ -363,7 +368,7 @@ def _prediction_table(res: DiffResult, ops: tuple[str, ...]) -> list[str]:
     off = None if not p or m is None else (m / p - 1) * 100
     lines.append(f"| total (matched ops) | | | | {_fmt_x(p, 3)} | {_fmt_x(m, 3)} | {_fmt_pct(off)} |")
     lines += ["",
-              "Predicted = BEFORE's `expected_op_speedup` / `expected_end_to_end_speedup` (profkit "
+              "Predicted = BEFORE's `expected_op_speedup` / `expected_gpu_time_speedup` (profkit "
               "classify on BEFORE). Measured op = BEFORE median / AFTER median GPU time per call. "
               "Measured end to end = BEFORE's total GPU time (sum of kernel, memcpy and memset "
               "durations) with the op's kernel time replaced by AFTER's (per op: calls x busy median; "
@@ -423,7 +428,7 @@ def _ladder(case: Case, before, afters: list[tuple[str, object]], peaks) -> tupl
              "measured op x | off by | predicted e2e | measured e2e | off by |",
              "|---|---|---|---|---:|---:|---:|---:|---:|---:|"]
     off, heads = [], {}
-    befores = [(case.before, before)] + [(t, profkit.load(ROOT / t, peaks=peaks)) for t in case.ladder]
+    befores = [(case.before, before)] + [(t, load_case(ROOT / t, peaks=peaks)) for t in case.ladder]
     for bpath, bprof in befores:
         df = bprof.ops(by=case.by)
         for apath, aprof in afters:
@@ -452,12 +457,12 @@ def _ladder(case: Case, before, afters: list[tuple[str, object]], peaks) -> tupl
 
 def _survey(case: Case, peaks) -> tuple[list[str], Optional[dict], str]:
     """The top opportunities of ``case.survey`` by expected end-to-end gain; the swap op's row."""
-    prof = profkit.load(ROOT / case.survey, peaks=peaks)
+    prof = load_case(ROOT / case.survey, peaks=peaks)
     df = prof.ops(by=case.survey_by)
     pats = [re.compile(x) for x in case.survey_exclude]
     setup = df[[any(p.search(str(n)) for p in pats) for n in df.index]]
     ranked = df.drop(index=setup.index).sort_values(
-        ["expected_end_to_end_speedup", "gpu_time_ns"], ascending=False, kind="stable")
+        ["expected_gpu_time_speedup", "gpu_time_ns"], ascending=False, kind="stable")
     top = ranked.head(case.survey_top)
     total = prof.trace.total_gpu_time_ns
     lines = [f"## Where the time goes: profkit's top {case.survey_top} opportunities", "",
@@ -474,7 +479,7 @@ def _survey(case: Case, peaks) -> tuple[list[str], Optional[dict], str]:
         lines.append(f"| {i} | {render.short_name(str(name), 60)} | {int(row['count'])} | "
                      f"{float(row['share']):.1%} | {row['class']} | {render.evidence_text(row)} | "
                      f"{_fmt_x(row['expected_op_speedup'])} | "
-                     f"{_fmt_x(row['expected_end_to_end_speedup'], 3)} | "
+                     f"{_fmt_x(row['expected_gpu_time_speedup'], 3)} | "
                      f"{'yes' if row['worth_it'] else 'no'} | "
                      + ("below: the swap was captured" if is_swap else "not measured (no swap captured)")
                      + " |")
@@ -484,12 +489,12 @@ def _survey(case: Case, peaks) -> tuple[list[str], Optional[dict], str]:
                      f"(basis: {row['basis']})")
     lines.append("")
     if len(setup):
-        best = setup.sort_values("expected_end_to_end_speedup", ascending=False).iloc[0]
+        best = setup.sort_values("expected_gpu_time_speedup", ascending=False).iloc[0]
         lines += [f"Left out of the ranking: {len(setup)} one-off set-up ops (weight initialisation, "
                   f"matched by {', '.join(f'`{x}`' for x in case.survey_exclude)}), "
                   f"{float(setup['busy_ns'].sum()) / total:.1%} of the trace's GPU time; they run once "
                   f"before the first forward and not in a serving or training step. The best of them "
-                  f"would rank at {_fmt_x(float(best['expected_end_to_end_speedup']), 3)} end to end.", ""]
+                  f"would rank at {_fmt_x(float(best['expected_gpu_time_speedup']), 3)} end to end.", ""]
     if case.swap and swap_row is None:  # the swapped op is not in the top ranks: still check it
         names = [n for n in df.index if str(n).startswith(case.swap)]
         if not names:
@@ -504,7 +509,7 @@ def _survey(case: Case, peaks) -> tuple[list[str], Optional[dict], str]:
         rng = prof.ops(by="range")
         swap_row["_calls"] = int(rng.loc[case.ops[0], "count"]) if case.ops and case.ops[0] in rng.index else None
     head = "profkit's top {} in {}: {}".format(case.survey_top, _label(case.survey), ", ".join(
-        f"{str(n).split(' [')[0]} {_fmt_x(float(r['expected_end_to_end_speedup']), 3)}"
+        f"{str(n).split(' [')[0]} {_fmt_x(float(r['expected_gpu_time_speedup']), 3)}"
         for n, r in top.iterrows()))
     return lines, swap_row, head
 
@@ -513,7 +518,7 @@ def _swap_check(case: Case, swap: dict, before, afters: list[tuple[str, object]]
     """The survey's prediction for the swapped op vs the GPU time the swap saved per call of
     ``case.ops[0]`` (kernel time, the frame of the prediction)."""
     op = case.ops[0]
-    e2e = float(swap["expected_end_to_end_speedup"])
+    e2e = float(swap["expected_gpu_time_speedup"])
     saved_pred = swap["_total"] * (1 - 1 / e2e) / swap["_calls"]
     b = before.ops(by=case.by).loc[op]
     busy_b, span_b = float(b["busy_median_ns"]), float(b["gpu_time_median_ns"])
@@ -640,7 +645,7 @@ def render_case(case: Case, out_dir: Path) -> str:
         if not (ROOT / t).exists():
             raise FileNotFoundError(t)
     peaks = ROOT / case.peaks if case.peaks else None
-    before = profkit.load(ROOT / case.before, peaks=peaks)
+    before = load_case(ROOT / case.before, peaks=peaks)
     others = [t for t in case.traces()[1:] if t != case.before]
     lines = [f"# {case.title}", "",
              f"*Generated by `scripts/make_analyses.py` from `{case.before}`"
@@ -661,7 +666,7 @@ def render_case(case: Case, out_dir: Path) -> str:
         row = before.ops(by=case.by).loc[list(case.ops)[0] if case.ops else case.before_range]
         heads.append(f"{list(case.ops)[0] if case.ops else case.before_range}: {row['class']}-bound, "
                      f"{render.evidence_text(row)}; next step: {row['rung']}")
-    afters = [(t, before if t == case.before else profkit.load(ROOT / t, peaks=peaks))
+    afters = [(t, before if t == case.before else load_case(ROOT / t, peaks=peaks))
               for t in case.all_afters()]
     off: list = []
     bsrc = before.ops(by=case.by)["source"].to_dict() if afters else {}
@@ -672,7 +677,8 @@ def render_case(case: Case, out_dir: Path) -> str:
     for apath, after in afters:
         suffix = f": {_label(apath)}" if len(afters) > 1 else ""
         res = diff(before, after, by=case.by, rename=case.renames)
-        cmd = (f"profkit diff {case.before} {apath} --by {case.by}"
+        res.run = {}  # kernel studies compare GPU time; the scripts' wall time is set-up bound
+        cmd = (f"profkit diff {case.before} {apath} --by {case.by} --window all --attribution thread"
                + "".join(f" --match {k}={v}" for k, v in case.renames.items())
                + (f" --peaks {case.peaks}" if case.peaks else "") + " --format markdown")
         lines += [f"## Before → after{suffix}", "", f"`{cmd}`", "", to_markdown(res).rstrip(), ""]

@@ -17,8 +17,19 @@ TRACE = ROOT / "traces" / "micro_addnorm_gemm.sqlite"
 GOLDEN = ROOT / "tests" / "data" / "golden"
 
 
-def run(*args: str):
-    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+WHOLE = ("classify", "diff", "report", "roofline", "timeline", "export-perfetto")
+
+
+def whole(args: list) -> list:
+    """Golden outputs here are over the whole capture, per-thread projection (as Nsight Systems)."""
+    args = [str(a) for a in args]
+    if args and args[0] in WHOLE and "--window" not in args:
+        return [args[0], "--window", "all", "--attribution", "thread", *args[1:]]
+    return args
+
+
+def run(*args):
+    return CliRunner().invoke(main, whole(list(args)), catch_exceptions=False)
 
 
 def test_csv_output_is_exact():

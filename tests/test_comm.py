@@ -1,6 +1,8 @@
 """profkit.comm: NCCL kernels are communication, interval arithmetic for exposed time, bandwidth."""
 from __future__ import annotations
 
+from functools import partial
+
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +15,9 @@ from profkit import comm
 from profkit.cli import main
 from profkit.trace import Trace
 from synth import TID, make_trace
+
+# Golden numbers here are over the whole capture with Nsight Systems' per-thread projection.
+load_all = partial(profkit.load, window="all", attribution="thread")
 
 ROOT = Path(__file__).resolve().parents[1]
 DDP = ROOT / "traces" / "ddp2"
@@ -105,7 +110,7 @@ def test_no_nccl_kernels(tmp_path):
 
 
 def test_nccl_kernels_get_the_communication_class_in_single_trace_classify():
-    prof = profkit.load(DDP / "rank0.sqlite")
+    prof = load_all(DDP / "rank0.sqlite")
     k = prof.ops(by="kernel")
     nccl = np.array([comm.is_nccl_kernel(n) for n in k.index])
     assert nccl.sum() == 3
@@ -124,7 +129,7 @@ def test_nccl_kernels_get_the_communication_class_in_single_trace_classify():
 
 
 def test_single_trace_table_shows_the_communication_class():
-    res = CliRunner().invoke(main, ["classify", str(DDP / "rank0.sqlite"), "--by", "kernel", "--top", "5"],
+    res = CliRunner().invoke(main, ["classify", "--window", "all", "--attribution", "thread", str(DDP / "rank0.sqlite"), "--by", "kernel", "--top", "5"],
                              catch_exceptions=False)
     assert res.exit_code == 0 and "communication" in res.stdout
 

@@ -2,6 +2,8 @@
 hand-built traces whose every number is known, the JSON contract, the gate and bad input."""
 from __future__ import annotations
 
+from functools import partial
+
 import json
 import sqlite3
 from pathlib import Path
@@ -13,23 +15,37 @@ from click.testing import CliRunner
 
 import profkit
 from profkit.cli import main
-from profkit.diff import DIFF_SCHEMA_VERSION, diff, to_markdown
+from profkit.diff import DIFF_SCHEMA_VERSION, diff, run_lines, to_markdown
 from synth import TID, make_trace
+
+# Golden numbers here are over the whole capture with Nsight Systems' per-thread projection.
+load_all = partial(profkit.load, window="all", attribution="thread")
 
 ROOT = Path(__file__).resolve().parents[1]
 GRAPH = ROOT / "traces" / "micro_graph.sqlite"
 REF = ROOT / "tests" / "data" / "nsys_ref"
 
 
-def run(*args: str):
-    return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+WHOLE = ("classify", "diff", "report", "roofline", "timeline", "export-perfetto")
+
+
+def whole(args: list) -> list:
+    """Golden outputs here are over the whole capture, per-thread projection (as Nsight Systems)."""
+    args = [str(a) for a in args]
+    if args and args[0] in WHOLE and "--window" not in args:
+        return [args[0], "--window", "all", "--attribution", "thread", *args[1:]]
+    return args
+
+
+def run(*args):
+    return CliRunner().invoke(main, whole(list(args)), catch_exceptions=False)
 
 
 # --------------------------------------------------------------- real trace: CUDA graph replay
 
 @pytest.fixture(scope="module")
 def graph():
-    return profkit.load(GRAPH)
+    return load_all(GRAPH)
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +114,7 @@ def test_graph_replay_end_to_end_from_the_raw_trace(graph, graph_diff):
     # test; at the time of writing they were 18.046x and 1.788x, hand-checked against `classify`)
     row = graph.ops(by="range").loc["eager_chain"]
     op = graph_diff["ops"][0]
-    pred_op, pred_e2e = round(row["expected_op_speedup"], 3), round(row["expected_end_to_end_speedup"], 4)
+    pred_op, pred_e2e = round(row["expected_op_speedup"], 3), round(row["expected_gpu_time_speedup"], 4)
     assert op["predicted_op_speedup"] == pred_op
     assert op["predicted_end_to_end_speedup"] == pred_e2e
     assert op["suggestion"]["rung"] == row["rung"] and op["suggestion"]["action"] == row["action"]
@@ -129,7 +145,7 @@ def test_diff_is_stateless(graph):
 
 
 def test_kernel_level_across_traces_scales_to_call_count():
-    chain, g = profkit.load(ROOT / "traces" / "micro_chain.sqlite"), profkit.load(GRAPH)
+    chain, g = load_all(ROOT / "traces" / "micro_chain.sqlite"), load_all(GRAPH)
     d = diff(chain, g, by="kernel").to_json()
     assert d["level"] == "kernel" and len(d["ops"]) == 5
     assert [o["name"] for o in d["only_after"]] == [n for n in g.ops(by="kernel").index if "FillFunctor" in n]
@@ -170,8 +186,8 @@ def pair(tmp_path):
 
 def test_fusion_pair_exact(pair):
     before, after = pair
-    pb = profkit.load(before)
-    d = diff(pb, profkit.load(after)).to_json()
+    pb = load_all(before)
+    d = diff(pb, load_all(after)).to_json()
     op = d["ops"][0]
     assert op["name"] == op["after_name"] == "add_rmsnorm"
     assert op["before"]["gpu_time_median_ns"] == 85_000 and op["after"]["gpu_time_median_ns"] == 50_000
@@ -193,7 +209,7 @@ def test_fusion_pair_exact(pair):
 def test_spread_widens_the_noise_threshold(tmp_path):
     before = build(tmp_path / "b.sqlite", [[(4, 85_000)]] * 4)
     after = build(tmp_path / "a.sqlite", [[(4, d)] for d in (70_000, 80_000, 100_000, 110_000)])
-    op = diff(profkit.load(before), profkit.load(after)).to_json()["ops"][0]
+    op = diff(load_all(before), load_all(after)).to_json()["ops"][0]
     assert op["median_change_pct"] == round((90 / 85 - 1) * 100, 2) == 5.88  # above 3% ...
     assert op["after"]["spread"] == round(25 / 90, 4)                         # IQR 77.5..102.5
     assert op["threshold_pct"] == round(200 * 25 / 90, 2) == 55.56           # ... but within noise
@@ -206,7 +222,7 @@ def test_json_contract(pair):
     assert res.exit_code == 0, res.output
     d = json.loads(res.stdout)
     assert d["schema_version"] == DIFF_SCHEMA_VERSION == 1
-    assert set(d) == {"schema_version", "level", "before", "after", "same_trace", "renames", "noise",
+    assert set(d) == {"schema_version", "level", "before", "after", "same_trace", "renames", "noise", "run",
                       "verdict", "total", "ops", "only_before", "only_after", "warnings"}
     assert set(d["before"]) == {"trace", "gpu", "total_gpu_time_ns"}
     assert set(d["noise"]) == {"min_pct", "spread_factor", "rule"}
@@ -233,24 +249,25 @@ def test_markdown_is_exact(pair):
     before, after = pair
     res = run("diff", before, after, "--format", "markdown")
     assert res.exit_code == 0
-    pb = profkit.load(before).ops().loc["add_rmsnorm"]
+    pb = load_all(before).ops().loc["add_rmsnorm"]
     assert res.stdout == (
         "**before.sqlite → after.sqlite - NVIDIA H200 - by range - verdict: improvement (-41.2% over matched ops)**\n"
         "\n"
         "| op | calls | median per call | change | noise | verdict | class | kern/call | pred op x | meas op x | pred e2e | meas e2e |\n"
         "|---|---:|---:|---:|---:|---|---|---:|---:|---:|---:|---:|\n"
         f"| add_rmsnorm | 4 | 85.0 us → 50.0 us | -41.2% | ±3.0% | improvement | {pb['class']} | 2 → 1 | "
-        f"{pb['expected_op_speedup']:.2f}x | 1.70x | {pb['expected_end_to_end_speedup']:.3f}x | 1.600x |\n"
+        f"{pb['expected_op_speedup']:.2f}x | 1.70x | {pb['expected_gpu_time_speedup']:.3f}x | 1.600x |\n"
         "\n"
+        + "".join(f"- {line}\n" for line in run_lines(diff(load_all(before), load_all(after)).run)) +
         "- kernels in add_rmsnorm: removed kernel_a (1/call); removed kernel_b (1/call); added fused_add_rmsnorm (1/call)\n"
         "- total over matched ops add_rmsnorm, steady state (calls x median): 340.0 us → 200.0 us (-41.2%, noise ±3.0%): improvement\n"
         "- kernel time of matched ops: 320.0 us → 200.0 us (-37.5%); trace GPU time: 320.0 us → 200.0 us (-37.5%)\n"
         f"- end to end (BEFORE's GPU time, matched kernel time replaced by AFTER's): predicted "
-        f"{pb['expected_end_to_end_speedup']:.3f}x (from ops add_rmsnorm), measured 1.600x\n"
+        f"{pb['expected_gpu_time_speedup']:.3f}x (from ops add_rmsnorm), measured 1.600x\n"
         "- noise: a change is 'no change' when \\|change\\| <= max(3%, 2 x spread), spread = the larger of "
         "BEFORE's and AFTER's IQR/median of the op's per-call GPU spans; the total's threshold is "
         "max(3%, the matched ops' thresholds weighted by their steady-state time)\n")
-    assert res.stdout == to_markdown(diff(profkit.load(before), profkit.load(after)))
+    assert res.stdout == to_markdown(diff(load_all(before), load_all(after)))
 
 
 def test_table_names_the_verdict(pair):
@@ -321,8 +338,8 @@ def test_help():
 
 
 def test_total_threshold_is_the_time_weighted_op_threshold():
-    d = diff(profkit.load(ROOT / "traces" / "micro_gemm.sqlite"),
-             profkit.load(ROOT / "traces" / "micro_hinted.sqlite"), by="kernel").to_json()
+    d = diff(load_all(ROOT / "traces" / "micro_gemm.sqlite"),
+             load_all(ROOT / "traces" / "micro_hinted.sqlite"), by="kernel").to_json()
     ops = d["ops"]
     assert len(ops) == 2 and all(o["verdict"] == "no change" for o in ops)  # both within their noise
     w = [o["before"]["count"] * o["before"]["gpu_time_median_ns"] for o in ops]
@@ -333,8 +350,8 @@ def test_total_threshold_is_the_time_weighted_op_threshold():
 
 
 def test_nothing_matched_is_said():
-    d = diff(profkit.load(ROOT / "traces" / "micro_addnorm.sqlite"),
-             profkit.load(ROOT / "traces" / "micro_softmax.sqlite")).to_json()
+    d = diff(load_all(ROOT / "traces" / "micro_addnorm.sqlite"),
+             load_all(ROOT / "traces" / "micro_softmax.sqlite")).to_json()
     assert d["ops"] == [] and d["verdict"] == "no change"
     assert [o["name"] for o in d["only_before"]] == ["add_rmsnorm"]
     assert [o["name"] for o in d["only_after"]] == ["scaled_softmax"]

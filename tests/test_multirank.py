@@ -21,19 +21,35 @@ REF = ROOT / "tests" / "data" / "nsys_ref"
 NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<(unsigned long)4096>)"
 
 
-def run(*args: str):
-    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+WHOLE = ("classify", "diff", "report", "roofline", "timeline", "export-perfetto")
+
+
+def whole(args: list) -> list:
+    """Golden outputs here are over the whole capture, per-thread projection (as Nsight Systems)."""
+    args = [str(a) for a in args]
+    if args and args[0] in WHOLE and "--window" not in args:
+        return [args[0], "--window", "all", "--attribution", "thread", *args[1:]]
+    return args
+
+
+# Per-rank numbers here are checked against nsys: whole capture, per-thread projection.
+def classify_ranks(*args, **kw):
+    return mr.classify_ranks(*args, window="all", attribution="thread", **kw)
+
+
+def run(*args):
+    return CliRunner().invoke(main, whole(list(args)), catch_exceptions=False)
 
 
 # -- real traces: every number per rank equals nsys's ------------------------------------------------
 @pytest.fixture(scope="module")
 def ddp_kernel():
-    return mr.classify_ranks([DDP], by="kernel", workers=2)
+    return classify_ranks([DDP], by="kernel", workers=2)
 
 
 @pytest.fixture(scope="module")
 def ddp_range():
-    return mr.classify_ranks([DDP / "rank0.sqlite", DDP / "rank1.sqlite"], by="range", workers=1)
+    return classify_ranks([DDP / "rank0.sqlite", DDP / "rank1.sqlite"], by="range", workers=1)
 
 
 @pytest.mark.parametrize("rank", [0, 1])
@@ -135,7 +151,7 @@ def eight_ranks(tmp_path):
 
 def test_straggler_found_on_compute_and_its_op(eight_ranks):
     paths, compute = eight_ranks
-    res = mr.classify_ranks(paths, by="kernel", workers=1)
+    res = classify_ranks(paths, by="kernel", workers=1)
     assert [r.rank for r in res.ranks] == list(range(8))
     strag = {(s["rank"], s["metric"]) for s in res.stragglers}
     assert (5, "compute_busy") in strag and (5, "op:gemm_kernel") in strag
@@ -162,7 +178,7 @@ def test_straggler_found_on_compute_and_its_op(eight_ranks):
 
 def test_no_straggler_when_ranks_agree(tmp_path):
     paths = [make_rank(tmp_path / f"r{r}.sqlite", r, 400_000 + 1000 * r, 410_000) for r in range(6)]
-    res = mr.classify_ranks(paths, by="kernel", workers=1)
+    res = classify_ranks(paths, by="kernel", workers=1)
     assert res.stragglers == []
 
 
@@ -189,7 +205,7 @@ def with_bad_rank(tmp_path):
 
 def test_bad_rank_reported_while_the_others_finish(with_bad_rank):
     d, paths, bad, empty = with_bad_rank
-    res = mr.classify_ranks([d], by="kernel", workers=2)
+    res = classify_ranks([d], by="kernel", workers=2)
     assert [r.rank for r in res.good] == [0, 1, 2]
     assert [(r.rank, Path(r.path).name) for r in res.errors] == [(3, "rank3.sqlite"), (4, "rank4.sqlite")]
     assert "not an SQLite file" in res.errors[0].error and "rank3.sqlite" in res.errors[0].error
@@ -226,8 +242,8 @@ def test_cli_empty_directory(tmp_path):
 # -- Dask, formats ----------------------------------------------------------------------------------------
 def test_dask_local_cluster_gives_the_same_answer(eight_ranks):
     paths, _ = eight_ranks
-    local = mr.classify_ranks(paths, by="kernel", workers=1)
-    dask = mr.classify_ranks(paths, by="kernel", workers=2, dask="local", dask_processes=False)
+    local = classify_ranks(paths, by="kernel", workers=1)
+    dask = classify_ranks(paths, by="kernel", workers=2, dask="local", dask_processes=False)
     pd.testing.assert_frame_equal(local.ops, dask.ops)
     assert local.stragglers == dask.stragglers
     assert [r.rank for r in dask.ranks] == list(range(8))
@@ -235,7 +251,7 @@ def test_dask_local_cluster_gives_the_same_answer(eight_ranks):
 
 def test_dask_bad_rank_is_reported(with_bad_rank):
     d, *_ = with_bad_rank
-    res = mr.classify_ranks([d], by="kernel", workers=1, dask="local", dask_processes=False)
+    res = classify_ranks([d], by="kernel", workers=1, dask="local", dask_processes=False)
     assert [r.rank for r in res.errors] == [3, 4] and len(res.good) == 3
 
 

@@ -1,6 +1,8 @@
 """`profkit export-perfetto`: Chrome trace-event JSON with CPU-thread and GPU-stream tracks."""
 from __future__ import annotations
 
+from functools import partial
+
 import hashlib
 import io
 import json
@@ -14,13 +16,16 @@ from profkit import perfetto
 from profkit.cli import main
 from synth import PID, TID, make_trace
 
+# Golden numbers here are over the whole capture with Nsight Systems' per-thread projection.
+load_all = partial(profkit.load, window="all", attribution="thread")
+
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = ROOT / "traces"
 
 
 def export(trace: Path, by: str = "range") -> dict:
     buf = io.StringIO()
-    perfetto.write(profkit.load(trace), buf, by=by)
+    perfetto.write(load_all(trace), buf, by=by)
     return json.loads(buf.getvalue())
 
 
@@ -62,11 +67,11 @@ def test_synthetic_trace_events_are_exact(tmp_path):
 def test_real_trace_every_gpu_activity_exported_with_its_verdict(tmp_path):
     trace = TRACES / "micro_graph.sqlite"
     before = hashlib.sha256(trace.read_bytes()).hexdigest()
-    res = CliRunner().invoke(main, ["export-perfetto", str(trace), "-o", str(tmp_path / "g.json")],
+    res = CliRunner().invoke(main, ["export-perfetto", "--window", "all", "--attribution", "thread", str(trace), "-o", str(tmp_path / "g.json")],
                              catch_exceptions=False)
     assert res.exit_code == 0, res.stderr
     doc = json.loads((tmp_path / "g.json").read_text())
-    prof = profkit.load(trace)
+    prof = load_all(trace)
     acts = prof.trace.activities
     gpu = [e for e in doc["traceEvents"] if e["ph"] == "X" and e["pid"] >= perfetto.GPU_PID_BASE]
     assert len(gpu) == len(acts)
@@ -85,16 +90,16 @@ def test_real_trace_every_gpu_activity_exported_with_its_verdict(tmp_path):
 
 
 def test_cli_errors_are_one_line(tmp_path):
-    res = CliRunner().invoke(main, ["export-perfetto", str(tmp_path / "x.sqlite"), "-o", str(tmp_path / "o.json")])
+    res = CliRunner().invoke(main, ["export-perfetto", "--window", "all", "--attribution", "thread", str(tmp_path / "x.sqlite"), "-o", str(tmp_path / "o.json")])
     assert res.exit_code == 2 and res.stderr.startswith("profkit: error: trace not found")
-    res = CliRunner().invoke(main, ["export-perfetto", str(TRACES / "micro_graph.sqlite"),
+    res = CliRunner().invoke(main, ["export-perfetto", "--window", "all", "--attribution", "thread", str(TRACES / "micro_graph.sqlite"),
                                     "-o", str(tmp_path / "no" / "o.json")])
     assert res.exit_code == 2 and "does not exist" in res.stderr and len(res.stderr.strip().splitlines()) == 1
 
 
 def test_window_keeps_only_the_events_inside(tmp_path):
     trace = TRACES / "micro_graph.sqlite"
-    res = CliRunner().invoke(main, ["export-perfetto", str(trace), "-o", str(tmp_path / "w.json"),
+    res = CliRunner().invoke(main, ["export-perfetto", "--window", "all", "--attribution", "thread", str(trace), "-o", str(tmp_path / "w.json"),
                                     "--range", "graph_replay", "--instance", "3"], catch_exceptions=False)
     assert res.exit_code == 0, res.stderr
     doc = json.loads((tmp_path / "w.json").read_text())
@@ -102,6 +107,6 @@ def test_window_keeps_only_the_events_inside(tmp_path):
     assert 20 <= len(gpu) < 100     # the replay's 20 kernels and their neighbours, not all 423
     nvtx = [e["name"] for e in doc["traceEvents"] if e["ph"] == "X" and e["cat"] == "nvtx"]
     assert "graph_replay" in nvtx and len(nvtx) < 10
-    res = CliRunner().invoke(main, ["export-perfetto", str(trace), "-o", str(tmp_path / "x.json"),
+    res = CliRunner().invoke(main, ["export-perfetto", "--window", "all", "--attribution", "thread", str(trace), "-o", str(tmp_path / "x.json"),
                                     "--start", "later"])
     assert res.exit_code == 2 and res.stderr.startswith("profkit: error: --start")

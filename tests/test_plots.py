@@ -1,6 +1,8 @@
 """Roofline and timeline pictures: what is drawn (points, roofs, axes, lanes, gaps), not pixels."""
 from __future__ import annotations
 
+from functools import partial
+
 import hashlib
 import itertools
 import time
@@ -24,6 +26,9 @@ from profkit.plots.roofline import _roofs  # noqa: E402
 from profkit.plots.timeline import (COMPUTE, LAUNCH, MEMORY, OTHER, Lane, TimelineData,  # noqa: E402
                                     _coverage, _idle_gaps, parse_time)
 from synth import TID, make_trace  # noqa: E402
+
+# Golden numbers here are over the whole capture with Nsight Systems' per-thread projection.
+load_all = partial(profkit.load, window="all", attribution="thread")
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = ROOT / "traces"
@@ -52,7 +57,7 @@ def hinted_trace(path: Path) -> Path:
 # --- roofline ------------------------------------------------------------------------------------
 
 def test_roofline_real_hinted_trace_places_the_matmul_under_the_bf16_roof():
-    prof = profkit.load(TRACES / "micro_hinted.sqlite")
+    prof = load_all(TRACES / "micro_hinted.sqlite")
     fig = roofline(prof, by="range")
     ax = fig.axes[0]
     assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
@@ -92,7 +97,7 @@ def by_text(fig, gid):
 
 
 def test_roofline_aten_places_ops_with_counts_and_lists_the_rest():
-    prof = profkit.load(TRACES / "model_tiny_llama_aten.sqlite")
+    prof = load_all(TRACES / "model_tiny_llama_aten.sqlite")
     df = prof.ops(by="aten")
     fig = roofline(prof, by="aten", ops=df)
     d = fig.profkit_data
@@ -114,7 +119,7 @@ def test_roofline_aten_places_ops_with_counts_and_lists_the_rest():
 
 
 def test_roofline_labels_do_not_overlap_each_other_or_roof_labels():
-    prof = profkit.load(TRACES / "model_tiny_llama_aten.sqlite")
+    prof = load_all(TRACES / "model_tiny_llama_aten.sqlite")
     fig = roofline(prof, by="aten", label_top=10)
     r = fig.canvas.get_renderer()
     fig.canvas.draw()
@@ -143,14 +148,14 @@ def test_point_labels_are_short():
 
 
 def test_roofline_numbered_points_are_named_in_the_caption():
-    prof = profkit.load(TRACES / "model_tiny_llama_aten.sqlite")
+    prof = load_all(TRACES / "model_tiny_llama_aten.sqlite")
     fig = roofline(prof, by="aten", label_top=10)
     for t in by_gid(fig, "point-number"):
         assert f"{t.get_text()} = " in by_text(fig, "caption")
 
 
 def test_roofline_without_work_counts_places_nothing_and_says_so():
-    prof = profkit.load(TRACES / "micro_gemm.sqlite")
+    prof = load_all(TRACES / "micro_gemm.sqlite")
     fig = roofline(prof, by="range")
     assert fig.profkit_data.points.empty
     assert by_gid(fig, "points-") == []
@@ -159,7 +164,7 @@ def test_roofline_without_work_counts_places_nothing_and_says_so():
 
 
 def test_roofline_synthetic_points_classes_and_roofs(tmp_path):
-    prof = profkit.load(hinted_trace(tmp_path / "h.sqlite"))
+    prof = load_all(hinted_trace(tmp_path / "h.sqlite"))
     d = roofline_data(prof, by="range")
     assert sorted(d.points.index) == ["add", "gemm"]
     assert d.not_placed == ["plain"]
@@ -195,7 +200,7 @@ def test_peaks_file_without_the_precisions_used_still_draws_its_roofs(tmp_path):
     import json
     f = tmp_path / "peaks.json"
     f.write_text(json.dumps({"memory_bandwidth": 3e12, "flops": {"fp8": 2e15}, "source": "hand-written"}))
-    prof = profkit.load(TRACES / "micro_gemm.sqlite", peaks=f)
+    prof = load_all(TRACES / "micro_gemm.sqlite", peaks=f)
     d = roofline_data(prof)
     assert d.memory_bandwidth == 3e12 and d.peaks_source == "hand-written"
     assert d.roofs  # the spec table's roofs merged under the file's
@@ -217,7 +222,7 @@ def test_parse_time_units():
 
 
 def test_timeline_lanes_of_a_real_trace():
-    prof = profkit.load(TRACES / "micro_graph.sqlite")
+    prof = load_all(TRACES / "micro_graph.sqlite")
     fig = timeline(prof)
     d = fig.profkit_data
     kinds = [lane.kind for lane in d.lanes]
@@ -243,7 +248,7 @@ def test_timeline_lanes_of_a_real_trace():
 
 
 def test_timeline_range_window_zooms_to_one_instance():
-    prof = profkit.load(TRACES / "micro_graph.sqlite")
+    prof = load_all(TRACES / "micro_graph.sqlite")
     r = prof.trace.ranges
     third = r[r["name"] == "graph_replay"].sort_values("start").iloc[2]
     d = timeline_data(prof, range_name="graph_replay", instance=3)
@@ -260,7 +265,7 @@ def test_timeline_range_window_zooms_to_one_instance():
 
 
 def test_timeline_start_end_window_and_bad_windows():
-    prof = profkit.load(TRACES / "micro_graph.sqlite")
+    prof = load_all(TRACES / "micro_graph.sqlite")
     d = timeline_data(prof, start="90ms", end="91ms")
     assert d.window == (d.t0 + 90_000_000, d.t0 + 91_000_000)
     for lane in d.lanes:
@@ -292,7 +297,7 @@ def test_idle_gaps_and_coverage_are_exact():
 
 
 def test_timeline_synthetic_gaps_are_shaded_and_the_largest_labelled(tmp_path):
-    prof = profkit.load(hinted_trace(tmp_path / "h.sqlite"))
+    prof = load_all(hinted_trace(tmp_path / "h.sqlite"))
     d = timeline_data(prof)
     g = d.gaps[0]
     # GPU work: [1000,101000], [200000,210000], [300000,301000], [500000,501000].
@@ -331,8 +336,19 @@ def test_timeline_million_intervals_are_binned_not_looped():
 
 # --- CLI -----------------------------------------------------------------------------------------
 
+WHOLE = ("classify", "diff", "report", "roofline", "timeline", "export-perfetto")
+
+
+def whole(args: list) -> list:
+    """Golden outputs here are over the whole capture, per-thread projection (as Nsight Systems)."""
+    args = [str(a) for a in args]
+    if args and args[0] in WHOLE and "--window" not in args:
+        return [args[0], "--window", "all", "--attribution", "thread", *args[1:]]
+    return args
+
+
 def run(*args):
-    return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+    return CliRunner().invoke(main, whole(list(args)), catch_exceptions=False)
 
 
 def sha(path: Path) -> str:

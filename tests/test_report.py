@@ -1,6 +1,8 @@
 """`profkit report`: one self-contained, valid, escaped HTML page (and a Markdown variant)."""
 from __future__ import annotations
 
+from functools import partial
+
 import base64
 import hashlib
 import re
@@ -19,6 +21,9 @@ from profkit import report  # noqa: E402
 from profkit.cli import main  # noqa: E402
 from profkit.errors import ProfkitError  # noqa: E402
 from synth import TID, make_trace  # noqa: E402
+
+# Golden numbers here are over the whole capture with Nsight Systems' per-thread projection.
+load_all = partial(profkit.load, window="all", attribution="thread")
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = ROOT / "traces"
@@ -79,7 +84,7 @@ def parse(html_text: str) -> Page:
 def evil_report(tmp_path_factory):
     d = tmp_path_factory.mktemp("evil")
     trace = evil_trace(d / "evil.sqlite")
-    path = report.build(profkit.load(trace), d / "out")
+    path = report.build(load_all(trace), d / "out")
     return path, path.read_text(encoding="utf-8")
 
 
@@ -116,7 +121,7 @@ def test_html_sections(evil_report):
         assert words in body, words
     # The full table has one row per op.
     n_rows = text.split('id="all-ops"')[1].split("</table>")[0].count("<tr>") - 1
-    assert n_rows == len(profkit.load(evil_trace_path(evil_report)).ops())
+    assert n_rows == len(load_all(evil_trace_path(evil_report)).ops())
 
 
 def evil_trace_path(evil_report) -> Path:
@@ -140,7 +145,7 @@ def html_escaped(s: str) -> str:
 
 def test_long_kernel_names_are_short_with_the_full_name_on_hover(tmp_path):
     trace = evil_trace(tmp_path / "k.sqlite")
-    text = report.build(profkit.load(trace), tmp_path / "out", by="kernel").read_text()
+    text = report.build(load_all(trace), tmp_path / "out", by="kernel").read_text()
     page = parse(text)
     cells = [a for t, a in page.tags if t == "td" and a.get("class") == "op"]
     titles = [a["title"] for a in cells]
@@ -151,7 +156,7 @@ def test_long_kernel_names_are_short_with_the_full_name_on_hover(tmp_path):
 
 def test_markdown_report_has_pngs_beside_it(tmp_path):
     trace = evil_trace(tmp_path / "m.sqlite")
-    path = report.build(profkit.load(trace), tmp_path / "md", fmt="markdown")
+    path = report.build(load_all(trace), tmp_path / "md", fmt="markdown")
     assert path.name == "report.md"
     md = path.read_text()
     for png in ("roofline.png", "timeline.png"):
@@ -167,7 +172,7 @@ def test_gain_plan_counts_nested_ops_once(tmp_path):
     trace = make_trace(tmp_path / "n.sqlite", kernels=[(200, 300, 1, 1), (650, 700, 2, 1), (2200, 2400, 3, 2)],
                        runtime=[(110, 120, 1), (600, 610, 2), (2100, 2110, 3)],
                        nvtx=[(0, 1000, "outer", TID), (100, 500, "inner", TID), (2000, 3000, "side", TID)])
-    prof = profkit.load(trace)
+    prof = load_all(trace)
     df = pd.DataFrame({"worth_it": [True, True, True], "expected_end_to_end_speedup": [1.5, 1.25, 1.1],
                        "expected_op_speedup": [3.0, 2.0, 2.0], "class": ["launch", "memory", "memory"],
                        "rung": ["torch.compile", "triton", "triton"], "action": ["a", "b", "c"]},
@@ -182,13 +187,13 @@ def test_gain_plan_counts_nested_ops_once(tmp_path):
 def test_report_on_a_real_trace_via_cli(tmp_path):
     trace = TRACES / "micro_graph.sqlite"
     before = hashlib.sha256(trace.read_bytes()).hexdigest()
-    res = CliRunner().invoke(main, ["report", str(trace), "-o", str(tmp_path / "r")], catch_exceptions=False)
+    res = CliRunner().invoke(main, ["report", "--window", "all", "--attribution", "thread", str(trace), "-o", str(tmp_path / "r")], catch_exceptions=False)
     assert res.exit_code == 0, res.stderr
     text = (tmp_path / "r" / "index.html").read_text()
     page = parse(text)
     assert not page.errors
     assert "eager_chain" in text and "graph_replay" in text and "launch" in text
-    res = CliRunner().invoke(main, ["report", str(trace), "-o", str(tmp_path / "m"), "--format", "markdown"],
+    res = CliRunner().invoke(main, ["report", "--window", "all", "--attribution", "thread", str(trace), "-o", str(tmp_path / "m"), "--format", "markdown"],
                              catch_exceptions=False)
     assert res.exit_code == 0 and (tmp_path / "m" / "report.md").exists()
     assert hashlib.sha256(trace.read_bytes()).hexdigest() == before
@@ -196,7 +201,7 @@ def test_report_on_a_real_trace_via_cli(tmp_path):
 
 def test_report_timeline_leaves_out_the_set_up_before_the_first_range():
     from profkit.plots.timeline import trace_origin
-    prof = profkit.load(TRACES / "micro_graph.sqlite")
+    prof = load_all(TRACES / "micro_graph.sqlite")
     t0, _ = trace_origin(prof)
     first = int(prof.trace.ranges["start"].min()) - t0
     region = report._op_region(prof, "range")
@@ -206,7 +211,7 @@ def test_report_timeline_leaves_out_the_set_up_before_the_first_range():
 
 def test_report_falls_back_to_kernels_without_ranges(tmp_path):
     trace = make_trace(tmp_path / "n.sqlite", kernels=[(0, 1000, 1, 1)], runtime=[(0, 10, 1)], with_nvtx=False)
-    text = report.build(profkit.load(trace), tmp_path / "out").read_text()
+    text = report.build(load_all(trace), tmp_path / "out").read_text()
     assert "ops are kernels instead" in text and "kernel_a" in text
 
 
@@ -217,13 +222,13 @@ def test_report_falls_back_to_kernels_without_ranges(tmp_path):
 def test_report_output_errors(tmp_path, make_out, message):
     (tmp_path / "afile").write_text("x")
     with pytest.raises(ProfkitError, match=message):
-        report.build(profkit.load(TRACES / "micro_hinted.sqlite"), make_out(tmp_path))
-    res = CliRunner().invoke(main, ["report", str(TRACES / "micro_hinted.sqlite"), "-o", str(make_out(tmp_path))])
+        report.build(load_all(TRACES / "micro_hinted.sqlite"), make_out(tmp_path))
+    res = CliRunner().invoke(main, ["report", "--window", "all", "--attribution", "thread", str(TRACES / "micro_hinted.sqlite"), "-o", str(make_out(tmp_path))])
     assert res.exit_code == 2
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("profkit: error:"), res.stderr
 
 
 def test_report_missing_trace_is_one_line(tmp_path):
-    res = CliRunner().invoke(main, ["report", str(tmp_path / "nope.sqlite"), "-o", str(tmp_path / "o")])
+    res = CliRunner().invoke(main, ["report", "--window", "all", "--attribution", "thread", str(tmp_path / "nope.sqlite"), "-o", str(tmp_path / "o")])
     assert res.exit_code == 2 and res.stderr.strip() == f"profkit: error: trace not found: {tmp_path / 'nope.sqlite'}"

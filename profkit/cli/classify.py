@@ -15,7 +15,8 @@ import click
 
 from profkit import render
 from profkit.api import load
-from profkit.cli.common import EXIT_USAGE, by_option, fail, one_line_errors, output_options, peaks_option
+from profkit.cli.common import (EXIT_USAGE, by_option, fail, load_options, one_line_errors, output_options,
+                                peaks_option, window_options)
 from profkit.errors import ProfkitError
 
 # The class that profkit.comm adds (NCCL collectives); render's table styles it like the others.
@@ -54,6 +55,7 @@ def write_output(text: str, output: Optional[str], inputs: list[str]) -> None:
 @click.option("--top", type=click.IntRange(min=1), default=None, help="Show the N ops with the most GPU time.")
 @output_options
 @peaks_option
+@window_options
 @click.option("--workers", type=click.IntRange(min=1), default=None,
               help="Several ranks: local worker processes (default: CPU count); 1 runs in this process.")
 @click.option("--dask", "dask_address", default=None, metavar="ADDRESS",
@@ -78,14 +80,15 @@ def classify(trace: tuple[str, ...], example: bool, by: str, innermost: bool, to
         _classify_ranks(list(trace), by, innermost, top, fmt, output, peaks_file, workers, dask_address)
         return
     path = str(EXAMPLE) if not trace else trace[0]
-    prof = load(path, peaks=peaks_file)
+    prof = load(path, peaks=peaks_file, **load_options())
     df = prof.ops(by=by, innermost=innermost, top=top)
+    level = df.attrs.get("level", by)
     header = {"trace": Path(path).name, "gpu": prof.gpu.name,
-              "total_gpu_time_ns": prof.trace.total_gpu_time_ns, "level": by,
-              "warnings": prof.warnings,
+              "total_gpu_time_ns": prof.trace.total_gpu_time_ns, "level": level,
+              "warnings": prof.warnings + prof.notes, "run": prof.run_json(df),
               "peaks_source": f"{prof.peaks.source}; HBM {render.fmt_rate(prof.peaks.memory_bandwidth, 'B/s')}"}
     if fmt == "json":
-        text = render.to_json(prof.report(by=by, innermost=innermost, top=top, ops=df))
+        text = render.to_json(prof.report(by=level, innermost=innermost, top=top, ops=df))
     elif fmt == "csv":
         text = render.to_csv(df)
     elif fmt == "markdown":
@@ -94,7 +97,7 @@ def classify(trace: tuple[str, ...], example: bool, by: str, innermost: bool, to
         width = shutil.get_terminal_size((200, 40)).columns if output is None else 200
         text = render.table(df, header, console_width=max(width, 120))
     if fmt != "table":  # the table prints its own warnings
-        for w in prof.warnings:
+        for w in prof.warnings + prof.notes:
             click.echo(f"profkit: warning: {w}", err=True)
     write_output(text, output, [path])
 
@@ -111,7 +114,7 @@ def _classify_ranks(paths: list[str], by: str, innermost: bool, top: Optional[in
     cb, close = mr.progress_printer()
     try:
         res = mr.classify_ranks(files, by=by, innermost=innermost, top=top, peaks_file=peaks_file,
-                                workers=workers, dask=dask_address, progress=cb)
+                                workers=workers, dask=dask_address, progress=cb, **load_options())
     finally:
         close()
     if res.good:

@@ -63,3 +63,35 @@ def output_options(func: Callable[..., Any]) -> Callable[..., Any]:
         default="table", show_default=True, help="Output format.",
     )(func)
     return func
+
+
+def _remember(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    ctx.meta[f"profkit.{param.name}"] = value
+    return value
+
+
+def window_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """--window and --attribution: what part of the run is judged, and how GPU work finds its
+    range. Read them back with ``load_options()``, so commands keep their own signatures."""
+    func = click.option(
+        "--attribution", type=click.Choice(["process", "thread"]), default="process",
+        show_default=True, expose_value=False, callback=_remember, is_eager=False,
+        help="process: GPU work launched from helper threads (autograd) also counts for the "
+             "ranges open on the main thread; thread: Nsight Systems' per-thread projection.",
+    )(func)
+    func = click.option(
+        "--window", default="auto", show_default=True, metavar="auto|all|RANGE|RANGE[i:j]|T0:T1",
+        expose_value=False, callback=_remember,
+        help="The stretch to judge: auto = the iterations after the first (set-up is listed, not "
+             "counted); all = the whole capture; a range name (its instances after the first), "
+             "RANGE[i:j] (instances i..j-1) or T0:T1 in seconds.",
+    )(func)
+    return func
+
+
+def load_options() -> dict[str, str]:
+    """The --window/--attribution values of the running command (defaults outside click)."""
+    ctx = click.get_current_context(silent=True)
+    meta = ctx.meta if ctx is not None else {}
+    return {"window": meta.get("profkit.window", "auto"),
+            "attribution": meta.get("profkit.attribution", "process")}

@@ -11,7 +11,7 @@ from profkit import diff as diff_lib
 from profkit import render
 from profkit.api import load
 from profkit.cli.classify import write_output
-from profkit.cli.common import by_option, fail, one_line_errors, peaks_option
+from profkit.cli.common import by_option, fail, load_options, one_line_errors, peaks_option, window_options
 
 EXIT_GATE = 1
 
@@ -41,6 +41,7 @@ def _renames(pairs: tuple[str, ...]) -> dict:
 @click.option("-o", "--output", "output", type=click.Path(dir_okay=False), default=None,
               help="Write to this file instead of standard output.")
 @peaks_option
+@window_options
 @one_line_errors
 def diff(before: str, after: str, by: str, matches: tuple[str, ...], gate: Optional[float], fmt: str,
          output: Optional[str], peaks_file: Optional[str]) -> None:
@@ -53,7 +54,7 @@ def diff(before: str, after: str, by: str, matches: tuple[str, ...], gate: Optio
     speedup for BEFORE's op next to the measured one. Exit codes: 0 ok, 1 --gate tripped, 2 bad input.
     """
     renames = _renames(matches)
-    res = diff_lib.diff(load(before, peaks=peaks_file), load(after, peaks=peaks_file), by=by,
+    res = diff_lib.diff(load(before, peaks=peaks_file, **load_options()), load(after, peaks=peaks_file, **load_options()), by=by,
                         rename=renames)
     if fmt == "json":
         text = render.to_json(res.to_json())

@@ -7,7 +7,7 @@ from typing import Optional
 
 import click
 
-from profkit.cli.common import by_option, fail, one_line_errors, peaks_option
+from profkit.cli.common import by_option, fail, load_options, one_line_errors, peaks_option, window_options
 from profkit.errors import ProfkitError
 
 IMAGE_SUFFIXES = {".png", ".svg", ".pdf"}
@@ -20,7 +20,7 @@ def _load(trace: str, peaks_file: Optional[str]):
         raise ProfkitError(f"trace not found: {trace}")
     if Path(trace).is_dir():
         raise ProfkitError(f"{trace} is a directory; give an Nsight Systems .sqlite export")
-    return load(trace, peaks=peaks_file)
+    return load(trace, peaks=peaks_file, **load_options())
 
 
 def _check_output(output: str, trace: str, suffixes: Optional[set[str]] = None) -> Path:
@@ -53,6 +53,7 @@ def _save(fig, out: Path) -> None:
 @click.option("--labels", type=click.IntRange(min=0), default=8, show_default=True,
               help="Label this many ops (the largest), without overlap.")
 @peaks_option
+@window_options
 @one_line_errors
 def roofline(trace: str, output: str, by: str, top: Optional[int], labels: int,
              peaks_file: Optional[str]) -> None:
@@ -81,6 +82,7 @@ def roofline(trace: str, output: str, by: str, top: Optional[int], labels: int,
 @click.option("--range", "range_name", default=None, help="Zoom to one instance of the NVTX range NAME.")
 @click.option("--instance", type=int, default=1, show_default=True, help="With --range: which instance (1 = first).")
 @peaks_option
+@window_options
 @one_line_errors
 def timeline(trace: str, output: str, by: str, start: Optional[str], end: Optional[str],
              range_name: Optional[str], instance: int, peaks_file: Optional[str]) -> None:
@@ -105,6 +107,7 @@ def timeline(trace: str, output: str, by: str, start: Optional[str], end: Option
               help="html: DIR/index.html, one self-contained page; markdown: DIR/report.md with PNGs beside it.")
 @by_option
 @peaks_option
+@window_options
 @one_line_errors
 def report(trace: str, out_dir: str, fmt: str, by: str, peaks_file: Optional[str]) -> None:
     """Write a report of TRACE: summary, top ops and next steps, roofline, timeline, full table."""
@@ -129,6 +132,7 @@ def report(trace: str, out_dir: str, fmt: str, by: str, peaks_file: Optional[str
 @click.option("--range", "range_name", default=None, help="Only one instance of the NVTX range NAME.")
 @click.option("--instance", type=int, default=1, show_default=True, help="With --range: which instance (1 = first).")
 @peaks_option
+@window_options
 @one_line_errors
 def export_perfetto(trace: str, output: str, by: str, start: Optional[str], end: Optional[str],
                     range_name: Optional[str], instance: int, peaks_file: Optional[str]) -> None:

@@ -9,6 +9,7 @@ reads them once at the end.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 
 import torch
@@ -35,8 +36,9 @@ def main() -> None:
     x = torch.randn(2048, d, device="cuda")
     history: list = []
     nvtx = torch.cuda.nvtx
-    for _ in range(args.steps):
-        with nvtx.range("step"):
+    for i in range(args.steps):
+        mark = nvtx.range("ncu_iter") if i == args.steps // 2 else contextlib.nullcontext()
+        with mark, nvtx.range("step"):
             with torch.autocast("cuda", dtype=torch.bfloat16):
                 loss = model(x).float().pow(2).mean()
             loss.backward()

@@ -35,9 +35,9 @@ def main() -> None:
     nvtx = torch.cuda.nvtx
     prof = contextlib.nullcontext()
     if args.kineto:
+        # No schedule: every step is recorded, each marked ProfilerStep#N by p.step().
         prof = torch.profiler.profile(
-            activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA],
-            schedule=torch.profiler.schedule(wait=0, warmup=0, active=args.steps))
+            activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA])
     with prof as p:
         for i in range(args.steps):
             mark = nvtx.range("ncu_iter") if i == args.steps // 2 else contextlib.nullcontext()

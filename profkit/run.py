@@ -1,0 +1,332 @@
+"""The run before the ops: where a window's wall-clock time goes, and one verdict for the program.
+
+The window's wall time splits into GPU busy (the union of GPU activity on the busiest device,
+shared out by kernel family: compute, memory, launch, communication) and GPU idle, each idle
+gap given one cause from what the CPU was doing when the GPU ran dry:
+
+- ``idle_other``: the next work was already launched — the GPU waited on itself (launch
+  latency between kernels, a wait on another stream or event);
+- ``idle_sync``: the gap began while the CPU was blocked in a synchronising call
+  (device/stream/event synchronize, a synchronous memcpy, ``.item()``): the sync drained the
+  queue, so the CPU work after it ran with the GPU empty;
+- ``idle_memcpy_wait``: the CPU was inside a memcpy call (a pageable copy is staged by the CPU);
+- ``idle_host``: the CPU was elsewhere — Python, launch calls, data preparation.
+
+The parts add up to the wall time exactly. The verdict follows the largest part; each action
+carries an expected end-to-end speedup on wall time with its basis.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Optional
+
+import numpy as np
+import pandas as pd
+
+from profkit.window import Window, main_threads, top_level
+
+GPU_BOUND_IDLE = 0.20     # below this idle share of the wall time, the GPU sets the pace
+COMM_BOUND_SHARE = 0.30   # communication kernels over this share of the wall time
+DATA_SHARE = 0.50         # share of host idle inside data-loading ranges for a data-bound verdict
+
+SYNC_RE = re.compile(r"^cu(da)?(Device|Ctx|Stream|Event)Synchronize|^cudaMemcpy(2D|3D)?(_v\d+)?$|"
+                     r"^cuMemcpy(DtoH|HtoD|DtoD|2D|3D)?(_v\d+)?$|^cudaMemcpy(To|From)Symbol(_v\d+)?$")
+MEMCPY_RE = re.compile(r"^cu(da)?Memcpy")
+DATA_RE = re.compile(r"data|load|batch|fetch|input|prefetch|collate|dataset", re.I)
+NCCL_RE = re.compile(r"nccl", re.I)
+GEMM_RE = re.compile(r"gemm|nvjet|xmma|cutlass|wgmma|cublas|matmul|conv|cudnn|flash|fmha|attention|"
+                     r"sdpa|implicit_convolve", re.I)
+
+
+class RunClass(str, Enum):
+    """What sets the pace of the whole program in the window."""
+    GPU = "gpu-bound"
+    HOST = "host-bound"
+    DATA = "data-bound"
+    SYNC = "sync-bound"
+    COMMUNICATION = "communication-bound"
+
+
+@dataclass
+class Action:
+    rule: str
+    action: str
+    expected_end_to_end_speedup: float
+    basis: str
+
+    def as_dict(self) -> dict:
+        return {"rule": self.rule, "action": self.action,
+                "expected_end_to_end_speedup": round(float(self.expected_end_to_end_speedup), 3),
+                "basis": self.basis}
+
+
+@dataclass
+class RunSummary:
+    window: Window
+    wall_time_ns: int
+    gpu_busy_ns: int
+    breakdown: dict[str, int]
+    idle_host_by_range: dict[str, int]
+    sync_blocked_ns: int
+    launch_calls_ns: int
+    device: Optional[int]
+    verdict: RunClass
+    reason: str
+    actions: list[Action] = field(default_factory=list)
+
+    @property
+    def gpu_idle_fraction(self) -> float:
+        return 1.0 - self.gpu_busy_ns / self.wall_time_ns if self.wall_time_ns else 0.0
+
+    def as_dict(self) -> dict:
+        w = self.window
+        top = self.actions[0] if self.actions else None
+        return {
+            "window": w.as_dict(), "wall_time_ns": int(self.wall_time_ns),
+            "iterations": int(w.iterations), "iteration_time_median_ns": w.iteration_median_ns,
+            "gpu_busy_ns": int(self.gpu_busy_ns),
+            "gpu_idle_fraction": round(self.gpu_idle_fraction, 4),
+            "breakdown": {k: int(v) for k, v in self.breakdown.items()},
+            "idle_host_by_range": {k: int(v) for k, v in self.idle_host_by_range.items()},
+            "verdict": {"class": self.verdict.value, "reason": self.reason,
+                        "action": top.action if top else None,
+                        "expected_end_to_end_speedup":
+                            round(float(top.expected_end_to_end_speedup), 3) if top else 1.0},
+            "actions": [a.as_dict() for a in self.actions[:3]],
+        }
+
+
+def _merge(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Union of intervals sorted by start: merged starts, ends, and the first member of each."""
+    if len(start) == 0:
+        e = np.empty(0, dtype=np.int64)
+        return e, e, e
+    frontier = np.maximum.accumulate(end)
+    new = np.ones(len(start), dtype=bool)
+    new[1:] = start[1:] > frontier[:-1]
+    first = np.nonzero(new)[0]
+    last = np.append(first[1:], len(start)) - 1
+    return start[first], frontier[last], first
+
+
+def _in_flight(points: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """Whether each point lies inside one of the (merged, sorted) intervals [s, e]."""
+    if len(s) == 0:
+        return np.zeros(len(points), dtype=bool)
+    idx = np.searchsorted(s, points, side="right") - 1
+    ok = idx >= 0
+    out = np.zeros(len(points), dtype=bool)
+    out[ok] = e[idx[ok]] >= points[ok]
+    return out
+
+
+def _kernel_family(names: pd.Series, kinds: pd.Series, dur: np.ndarray, floor: float) -> np.ndarray:
+    """compute / memory / launch / communication by kernel family (names and durations only)."""
+    uniq = names.drop_duplicates()
+    nccl = names.map(dict(zip(uniq, uniq.str.contains(NCCL_RE)))).to_numpy(bool)
+    gemm = names.map(dict(zip(uniq, uniq.str.contains(GEMM_RE)))).to_numpy(bool)
+    out = np.where(gemm, "compute", "memory").astype(object)
+    tiny = (dur < 2.0 * floor) & (kinds.to_numpy() == "kernel") & ~gemm
+    out[tiny] = "launch"
+    out[nccl] = "communication"
+    return out
+
+
+def summarize(trace, window: Window, launch_floor_ns: float) -> RunSummary:
+    """Split the window's wall time into GPU busy by class and GPU idle by cause."""
+    w0, w1 = int(window.start_ns), int(window.end_ns)
+    wall = max(w1 - w0, 1)
+    acts = trace.activities
+    dev_time = (acts["end"] - acts["start"]).groupby(acts["deviceId"]).sum()
+    device = int(dev_time.idxmax()) if len(dev_time) else None
+    a = acts[(acts["deviceId"] == device) & (acts["end"] > w0) & (acts["start"] < w1)]
+    a = a.sort_values("start", kind="stable")
+    s = np.clip(a["start"].to_numpy(np.int64), w0, w1)
+    e = np.clip(a["end"].to_numpy(np.int64), w0, w1)
+    ms, me, first = _merge(s, e)
+    busy = int((me - ms).sum())
+
+    fam = _kernel_family(a["name"], a["kind"].astype(str), e - s, launch_floor_ns)
+    by_fam = pd.Series(e - s, dtype="float64").groupby(fam).sum() if len(a) else pd.Series(dtype=float)
+    total_dur = float(by_fam.sum())
+    breakdown: dict[str, int] = {}
+    for c in ("compute", "memory", "launch", "communication"):
+        breakdown[c] = int(round(busy * float(by_fam.get(c, 0.0)) / total_dur)) if total_dur else 0
+    fix = busy - sum(breakdown.values())  # rounding: the busy classes add up to busy exactly
+    if fix:
+        big = max(breakdown, key=breakdown.__getitem__)
+        breakdown[big] += fix
+
+    # Idle gaps: before the first busy stretch, between stretches, after the last.
+    gap_a = np.concatenate([[w0], me])
+    gap_b = np.concatenate([ms, [w1]])
+    nxt = np.concatenate([first, [-1]])  # the activity that ends each gap (none for the last)
+    keep = gap_b > gap_a
+    gap_a, gap_b, nxt = gap_a[keep], gap_b[keep], nxt[keep]
+    api_end = a["api_end"].to_numpy(dtype="float64")
+    launched = np.where(nxt >= 0, api_end[np.maximum(nxt, 0)], np.nan)
+    # The part of a gap after the next work was launched is the GPU waiting on itself.
+    host_end = np.where(np.isnan(launched), gap_b, np.clip(launched, gap_a, gap_b)).astype(np.int64)
+    other = gap_b - host_end
+    host_part = host_end - gap_a
+
+    calls = trace.api_calls
+    pid_tids = set(np.unique(a["globalTid"].dropna().to_numpy(np.int64)).tolist())
+    pids = {t >> 24 for t in pid_tids}
+    if len(calls):
+        calls = calls[np.isin(np.right_shift(calls["globalTid"].to_numpy(np.int64), 24), list(pids))]
+    sync = calls[calls["name"].str.match(SYNC_RE)] if len(calls) else calls
+    copy = calls[calls["name"].str.match(MEMCPY_RE)].sort_values("start") if len(calls) else calls
+    ss, se, _ = _merge(*(x.to_numpy(np.int64) for x in (sync.sort_values("start")["start"],
+                                                          sync.sort_values("start")["end"]))) \
+        if len(sync) else (np.empty(0, np.int64),) * 3
+    cs, ce, _ = _merge(copy["start"].to_numpy(np.int64), copy["end"].to_numpy(np.int64)) \
+        if len(copy) else (np.empty(0, np.int64),) * 3
+    is_sync = _in_flight(gap_a, ss, se) & (host_part > 0)
+    is_copy = ~is_sync & _in_flight(gap_a + host_part // 2, cs, ce) & (host_part > 0)
+    is_host = ~is_sync & ~is_copy
+    breakdown["idle_host"] = int(host_part[is_host].sum())
+    breakdown["idle_sync"] = int(host_part[is_sync].sum())
+    breakdown["idle_memcpy_wait"] = int(host_part[is_copy].sum())
+    breakdown["idle_other"] = int(other.sum())
+    # Anything left (rounding at the window's edges) is idle time of no known cause.
+    breakdown["idle_other"] += wall - sum(breakdown.values())
+
+    by_range = _host_idle_by_range(trace, gap_a[is_host] + host_part[is_host] // 2, host_part[is_host])
+    in_win = lambda df: df[(df["end"] > w0) & (df["start"] < w1)]
+    sync_blocked = int((np.minimum(in_win(sync)["end"], w1) - np.maximum(in_win(sync)["start"], w0)).sum()) \
+        if len(sync) else 0
+    launches = calls[calls["name"].str.contains("Launch", regex=False)] if len(calls) else calls
+    launch_ns = int((in_win(launches)["end"] - in_win(launches)["start"]).sum()) if len(launches) else 0
+    summary = RunSummary(window, wall, busy, breakdown, by_range, sync_blocked, launch_ns, device,
+                         RunClass.GPU, "")
+    summary.actions = run_actions(summary)
+    summary.verdict, summary.reason = _verdict(summary)
+    return summary
+
+
+def _host_idle_by_range(trace, at: np.ndarray, length: np.ndarray) -> dict[str, int]:
+    """Host-idle time by the top-level user range open on the main thread at each gap's middle."""
+    user = trace.user_ranges
+    if user.empty or len(at) == 0:
+        return {}
+    mains = main_threads(user)
+    top = top_level(user)
+    top = top[top["globalTid"].isin(list(mains.values()))].sort_values("start", kind="stable")
+    if top.empty:
+        return {}
+    st, en = top["start"].to_numpy(np.int64), top["end"].to_numpy(np.int64)
+    idx = np.searchsorted(st, at, side="right") - 1
+    ok = (idx >= 0)
+    ok[ok] = en[idx[ok]] >= at[ok]
+    names = np.where(ok, top["name"].to_numpy(object)[np.maximum(idx, 0)], "(outside any range)")
+    s = pd.Series(length).groupby(names).sum().sort_values(ascending=False)
+    return {str(k): int(v) for k, v in s.items() if v > 0}
+
+
+def _verdict(r: RunSummary) -> tuple[RunClass, str]:
+    wall = r.wall_time_ns
+    b = r.breakdown
+    idle = wall - r.gpu_busy_ns
+    if b["communication"] / wall >= COMM_BOUND_SHARE:
+        return RunClass.COMMUNICATION, (f"NCCL kernels run {b['communication'] / wall:.0%} of the "
+                                        "wall time")
+    if idle / wall < GPU_BOUND_IDLE:
+        return RunClass.GPU, f"the GPU is busy {r.gpu_busy_ns / wall:.0%} of the wall time"
+    causes = {"idle_host": b["idle_host"], "idle_sync": b["idle_sync"],
+              "idle_memcpy_wait": b["idle_memcpy_wait"], "idle_other": b["idle_other"]}
+    top = max(causes, key=causes.__getitem__)
+    share = f"the GPU is idle {idle / wall:.0%} of the wall time"
+    gain = {a.rule: a.expected_end_to_end_speedup for a in r.actions}
+    if top == "idle_sync":
+        sync_gain = gain.get("per-step-sync", 1.0)
+        if sync_gain >= max(gain.values(), default=1.0):
+            return RunClass.SYNC, (f"{share}, {b['idle_sync'] / wall:.0%} after a synchronising "
+                                   "call drained its queue")
+        return RunClass.HOST, (f"{share}, {b['idle_sync'] / wall:.0%} after a synchronising call "
+                               f"drained its queue; but the CPU's own work per step sets the pace, "
+                               f"so removing the syncs gains at most {sync_gain:.2f}x")
+    if top == "idle_memcpy_wait":
+        return RunClass.DATA, f"{share}, {b['idle_memcpy_wait'] / wall:.0%} while the CPU copies data"
+    if top == "idle_host":
+        data = sum(v for k, v in r.idle_host_by_range.items() if DATA_RE.search(k))
+        if b["idle_host"] and data / b["idle_host"] >= DATA_SHARE:
+            name = next(k for k in r.idle_host_by_range if DATA_RE.search(k))
+            return RunClass.DATA, (f"{share}, {data / wall:.0%} while the CPU is in `{name}` "
+                                   "(data loading)")
+        return RunClass.HOST, (f"{share}, {b['idle_host'] / wall:.0%} waiting for the CPU to "
+                               "launch the next work")
+    return RunClass.GPU, (f"{share}, mostly with the next work already queued "
+                          "(launch latency between short kernels, waits on other streams)")
+
+
+def _speedup(wall: float, new_wall: float) -> float:
+    return max(1.0, wall / max(new_wall, 1.0))
+
+
+def run_actions(r: RunSummary) -> list[Action]:
+    """Program-level actions for the idle causes, ranked by expected gain on wall time.
+
+    Each bound keeps the GPU work as it is: the run cannot get shorter than its GPU busy time
+    plus the gaps the GPU causes itself (``idle_other``).
+    """
+    wall = float(r.wall_time_ns)
+    b = r.breakdown
+    gpu_floor = float(r.gpu_busy_ns + b["idle_other"])
+    out: list[Action] = []
+    if b["idle_sync"] > 0.05 * wall:
+        # Without the sync the CPU runs ahead: a step takes the longer of its GPU time and its
+        # CPU time, and the CPU time no longer includes the time blocked in the sync.
+        new = max(gpu_floor, wall - r.sync_blocked_ns)
+        out.append(Action("per-step-sync", "remove the per-step synchronisation (`.item()`, `.cpu()`, "
+                          "printing a GPU tensor, cudaStreamSynchronize): keep values on the GPU and "
+                          "read them every N steps", _speedup(wall, new),
+                          f"wall / max(GPU busy + GPU-side gaps, wall - time blocked in syncs "
+                          f"{r.sync_blocked_ns / 1e6:.1f} ms)"))
+    data = sum(v for k, v in r.idle_host_by_range.items() if DATA_RE.search(k))
+    if data + b["idle_memcpy_wait"] > 0.05 * wall:
+        new = max(gpu_floor, wall - data - b["idle_memcpy_wait"])
+        out.append(Action("data-loading", "prepare batches off the critical path: DataLoader "
+                          "num_workers > 0, pin_memory=True, .to(device, non_blocking=True), "
+                          "prefetch", _speedup(wall, new),
+                          "wall / (wall - GPU idle while the CPU loads or copies data)"))
+    host = b["idle_host"] - data
+    if host > 0.05 * wall:
+        new = max(gpu_floor, wall - host)
+        out.append(Action("host-overhead", "cut the CPU cost per kernel: capture the step in a CUDA "
+                          "graph (torch.compile(mode=\"reduce-overhead\"), torch.cuda.graphs; for "
+                          "decode, a static KV cache), or give each launch more work (larger "
+                          "batches)", _speedup(wall, new),
+                          "upper bound: wall / (wall - GPU idle waiting for launches); Python "
+                          "outside the captured region stays"))
+    return sorted(out, key=lambda x: -x.expected_end_to_end_speedup)
+
+
+def sync_intervals(trace) -> tuple[np.ndarray, np.ndarray]:
+    """Merged intervals during which some thread was blocked in a synchronising CUDA call."""
+    calls = trace.api_calls
+    if calls.empty:
+        e = np.empty(0, dtype=np.int64)
+        return e, e
+    sync = calls[calls["name"].str.match(SYNC_RE)].sort_values("start", kind="stable")
+    ss, se, _ = _merge(sync["start"].to_numpy(np.int64), sync["end"].to_numpy(np.int64))
+    return ss, se
+
+
+def critical_fraction(acts: pd.DataFrame, sync: tuple[np.ndarray, np.ndarray]) -> pd.Series:
+    """Per activity: 1 where finishing it sooner would shorten the run, else 0.
+
+    It would when something waited for its end: the next activity on the device was already
+    launched (the GPU was behind the CPU), or the CPU was blocked in a synchronising call
+    (``sync``, from sync_intervals). Otherwise the GPU went idle after it until the host issued
+    more work, and a faster kernel only makes the GPU wait longer.
+    """
+    a = acts.sort_values(["deviceId", "start"], kind="stable")
+    nxt_api = a["api_end"].shift(-1)
+    same_dev = a["deviceId"].shift(-1) == a["deviceId"]
+    queued = same_dev & (nxt_api.isna() | (nxt_api <= a["end"]))
+    waited = _in_flight(a["end"].to_numpy(np.int64), *sync)
+    crit = pd.Series((queued.to_numpy() | waited).astype(float), index=a.index)
+    return crit.reindex(acts.index)

@@ -1,0 +1,315 @@
+"""The steady-state window: which stretch of a run to judge, and what was left out of it.
+
+A profile of a real program starts with one-off work — the model upload, each op's first-call
+set-up (cuBLAS/cuDNN handles, algorithm search), compilation and autotuning — that can dwarf
+the steady state the user wants to speed up. The window keeps the iterations after the first:
+
+- iterations come from a repeated top-level NVTX range on the busiest thread (``train_step``,
+  ``step``, …; step-like names win over other repeated ranges, then the longest in total);
+- with no such range, from the repeating kernel sequence: the kernel that recurs at the most
+  regular and longest period in launch order marks one iteration (a decode step, a batch);
+- ``--window`` overrides: ``all``, ``RANGE``, ``RANGE[i:j]`` (instances i..j-1, Python slice
+  rules) or ``T0:T1`` (seconds on the capture's timeline, as Nsight Systems shows it).
+
+Everything left out is listed with its duration, never hidden.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+import pandas as pd
+
+from profkit.errors import ProfkitError
+
+MIN_ITERATIONS = 3        # a range or kernel must recur this often to mark iterations
+REGULAR_FRACTION = 0.6    # share of kernel-sequence periods that must be equal
+STEP_NAME_RE = re.compile(r"step|iter|batch|train|epoch|infer|decode|forward_backward", re.I)
+COMPILE_RANGE_RE = re.compile(r"^(Torch-Compiled Region|CompiledFunction|TorchDynamo|inductor|"
+                              r"torch\.compile|compile_fx|.*autotun|.*benchmark_fusion)", re.I)
+_SLICE_RE = re.compile(r"^(?P<name>.+?)\[(?P<i>-?\d*):(?P<j>-?\d*)\]$")
+_TIME_RE = re.compile(r"^(?P<t0>\d+(\.\d*)?|\.\d+):(?P<t1>\d+(\.\d*)?|\.\d+)$")
+
+
+@dataclass
+class Window:
+    """The stretch of the capture that is judged, on the trace's ns timeline."""
+    start_ns: int
+    end_ns: int
+    source: str                       # how it was chosen, e.g. "nvtx train_step[1:12]"
+    iterations: int = 0               # iterations inside the window (0: none found)
+    iteration_ns: list[int] = field(default_factory=list)  # each iteration's wall time
+    delimiter: Optional[str] = None   # the range or kernel name that marks iterations
+    excluded: list[dict] = field(default_factory=list)     # [{"what", "ns"}]
+    is_all: bool = False
+
+    @property
+    def wall_ns(self) -> int:
+        return int(self.end_ns - self.start_ns)
+
+    @property
+    def iteration_median_ns(self) -> Optional[int]:
+        return int(np.median(self.iteration_ns)) if self.iteration_ns else None
+
+    def as_dict(self) -> dict:
+        return {"start_ns": int(self.start_ns), "end_ns": int(self.end_ns), "source": self.source,
+                "delimiter": self.delimiter, "excluded": list(self.excluded)}
+
+
+def _bounds(trace) -> tuple[int, int]:
+    """First and last timestamp of the busiest process's CUDA work (API calls, GPU activity).
+
+    Other processes (compile workers, loader workers) only touch CUDA at start-up or exit."""
+    acts = trace.activities
+    lo = [int(acts["start"].min())]
+    hi = [int(acts["end"].max())]
+    api = acts["api_start"].dropna()
+    if len(api):
+        lo.append(int(api.min()))
+    calls = trace.api_calls
+    pid = _primary_pid(trace)
+    if len(calls) and pid is not None:
+        calls = calls[np.right_shift(calls["globalTid"].to_numpy(np.int64), 24) == pid]
+    if len(calls):
+        lo.append(int(calls["start"].min()))
+        hi.append(int(calls["end"].max()))
+    return min(lo), max(hi)
+
+
+def main_threads(ranges: pd.DataFrame) -> dict[int, int]:
+    """Per process (globalTid >> 24), the thread whose user ranges cover the most time.
+
+    That is the thread that drives the program (opens `train_step`, waits in `backward`); helper
+    threads (PyTorch's autograd engine, loaders) open few or short ranges of their own.
+    """
+    if ranges.empty:
+        return {}
+    dur = (ranges["end"] - ranges["start"]).groupby(ranges["globalTid"]).sum()
+    out: dict[int, int] = {}
+    for tid, d in dur.sort_values(ascending=False).items():
+        out.setdefault(int(tid) >> 24, int(tid))
+    return out
+
+
+def top_level(ranges: pd.DataFrame) -> pd.DataFrame:
+    """Ranges not nested inside another range of the same thread."""
+    if ranges.empty:
+        return ranges
+    r = ranges.sort_values(["globalTid", "start", "end"], ascending=[True, True, False], kind="stable")
+    end = r["end"].to_numpy()
+    tid = r["globalTid"].to_numpy()
+    prev_max = pd.Series(end).groupby(tid).cummax().shift(1).to_numpy()
+    new_tid = np.ones(len(r), dtype=bool)
+    new_tid[1:] = tid[1:] != tid[:-1]
+    keep = new_tid | (r["start"].to_numpy() >= np.nan_to_num(prev_max, nan=-1))
+    return r[keep]
+
+
+def _primary_pid(trace) -> Optional[int]:
+    acts = trace.activities
+    if acts.empty:
+        return None
+    dur = (acts["end"] - acts["start"]).groupby(np.right_shift(acts["globalPid"].to_numpy(np.int64), 24)).sum()
+    return int(dur.idxmax())
+
+
+def _instances(trace, name: str) -> pd.DataFrame:
+    """Instances of one user range on the main thread of the busiest process, in time order."""
+    r = trace.ranges
+    r = r[r["name"] == name]
+    if r.empty:
+        raise ProfkitError(f"--window {name}: no NVTX range of that name in {trace.path}; "
+                           "see the range names with `profkit classify --window all --by range`")
+    mains = main_threads(trace.user_ranges)
+    pid = _primary_pid(trace)
+    main = mains.get(pid) if pid is not None else None
+    if main is not None and (r["globalTid"] == main).any():
+        r = r[r["globalTid"] == main]
+    return r.sort_values("start", kind="stable")
+
+
+def _gpu_end_of(trace, t0: int, t1: int) -> int:
+    """The end of the last GPU activity launched in [t0, t1] (the CPU runs ahead of the GPU)."""
+    acts = trace.activities
+    api = acts["api_start"]
+    sel = (api >= t0) & (api <= t1)
+    return int(acts.loc[sel, "end"].max()) if sel.any() else t1
+
+
+def _from_instances(trace, inst: pd.DataFrame, i: Optional[int], j: Optional[int],
+                    label: str) -> Window:
+    n = len(inst)
+    sel = inst.iloc[slice(i, j)]
+    if sel.empty:
+        raise ProfkitError(f"--window {label}: selects no instance (there are {n}); "
+                           f"use indices in 0..{n}")
+    starts = sel["start"].to_numpy(np.int64)
+    last = sel.iloc[-1]
+    start = int(starts[0])
+    end = max(int(last["end"]), _gpu_end_of(trace, int(last["start"]), int(last["end"])))
+    periods = np.diff(starts).tolist() + [int(end - starts[-1])]
+    lo = 0 if i is None else (i if i >= 0 else n + i)
+    hi = n if j is None else (j if j >= 0 else n + j)
+    return Window(start, end, f"nvtx {label}[{lo}:{hi}] of {n}", iterations=len(sel),
+                  iteration_ns=[int(p) for p in periods], delimiter=str(inst["name"].iat[0]))
+
+
+def _nvtx_delimiter(trace) -> Optional[str]:
+    user = trace.user_ranges
+    if user.empty:
+        return None
+    mains = main_threads(user)
+    pid = _primary_pid(trace)
+    main = mains.get(pid) if pid is not None else None
+    top = top_level(user)
+    if main is not None:
+        top = top[top["globalTid"] == main]
+    top = top[~top["name"].str.match(COMPILE_RANGE_RE)]
+    if top.empty:
+        return None
+    stats = top.assign(d=top["end"] - top["start"]).groupby("name")["d"].agg(["size", "sum"])
+    stats = stats[stats["size"] >= MIN_ITERATIONS]
+    if stats.empty:
+        return None
+    stats["steplike"] = [bool(STEP_NAME_RE.search(n)) for n in stats.index]
+    return str(stats.sort_values(["steplike", "sum"], ascending=False).index[0])
+
+
+def kernel_period(trace) -> Optional[tuple[str, np.ndarray]]:
+    """The kernel that marks iterations in an unannotated trace, and its launch times.
+
+    In launch order, a kernel that runs once per iteration recurs at a fixed distance (the
+    number of kernels in one iteration). Among kernels recurring at least MIN_ITERATIONS + 1
+    times with mostly equal distances, the longest distance is one whole iteration.
+    """
+    acts = trace.activities
+    k = acts[(acts["kind"] == "kernel") & acts["api_start"].notna()]
+    pid = _primary_pid(trace)
+    if pid is not None:
+        k = k[np.right_shift(k["globalPid"].to_numpy(np.int64), 24) == pid]
+    if len(k) < 2 * (MIN_ITERATIONS + 1):
+        return None
+    k = k.sort_values("api_start", kind="stable")
+    codes, uniq = pd.factorize(k["name"])
+    order = np.argsort(codes, kind="stable")
+    counts = np.bincount(codes)
+    splits = np.split(order, np.cumsum(counts)[:-1])
+    candidates: dict[int, int] = {}  # period -> the most frequent kernel recurring at it
+    for code, pos in enumerate(splits):
+        if len(pos) < MIN_ITERATIONS + 1:
+            continue
+        gaps = np.diff(pos)
+        vals, cnt = np.unique(gaps, return_counts=True)
+        mode, share = int(vals[cnt.argmax()]), cnt.max() / len(gaps)
+        if share < REGULAR_FRACTION or mode < 2:
+            continue
+        if mode not in candidates or len(pos) > len(splits[candidates[mode]]):
+            candidates[mode] = code
+    if not candidates:
+        return None
+    # The iteration is the shortest period at which the whole sequence repeats about as well as
+    # at any candidate period: a per-layer kernel recurs at a shorter distance, but the sequence
+    # does not repeat there across the end of a step.
+    fit = {p: float(np.mean(codes[:-p] == codes[p:])) for p in candidates if p < len(codes)}
+    if not fit:
+        return None
+    best_fit = max(fit.values())
+    period = min(p for p, f in fit.items() if f >= best_fit - 0.02)
+    pos = splits[candidates[period]]
+    return str(uniq[candidates[period]]), k["api_start"].to_numpy(np.int64)[pos]
+
+
+def steady_start(starts: np.ndarray, factor: float = 10.0) -> int:
+    """Index of the first iteration after the last set-up outlier (a period over ``factor`` times
+    the median: compilation, autotuning, a first call), keeping at least MIN_ITERATIONS."""
+    periods = np.diff(starts)
+    if len(periods) < MIN_ITERATIONS:
+        return 1
+    med = float(np.median(periods))
+    slow = np.nonzero(periods[: len(periods) - MIN_ITERATIONS + 1] > factor * med)[0]
+    return int(slow[-1]) + 1 if len(slow) else 1
+
+
+def _excluded(trace, w: Window, lo: int, hi: int) -> list[dict]:
+    """What the window leaves out, with durations: set-up before it, the tail after it."""
+    out: list[dict] = []
+    before = w.start_ns - lo
+    if before > 0:
+        acts = trace.activities
+        h2d = acts[(acts["kind"] == "memcpy") & (acts["start"] < w.start_ns)
+                   & acts["name"].str.contains("Host-to-Device", regex=False)]
+        what = "set-up before the window"
+        parts = []
+        if len(h2d):
+            mb = float(h2d["bytes"].fillna(0).sum()) / 1e6
+            parts.append(f"host-to-device copies (model upload) {mb:.0f} MB in "
+                         f"{_ms(int((h2d['end'] - h2d['start']).sum()))}")
+        comp = trace.user_ranges
+        comp = comp[comp["name"].str.match(COMPILE_RANGE_RE) & (comp["start"] < w.start_ns)]
+        if len(comp):
+            parts.append(f"torch.compile/autotuning ranges {_ms(int((comp['end'] - comp['start']).sum()))}")
+        if w.delimiter and not w.source.startswith("time"):
+            first = trace.ranges
+            first = first[(first["name"] == w.delimiter) & (first["start"] < w.start_ns)]
+            if len(first):
+                parts.append(f"first {len(first)} iteration(s) with first-call set-up "
+                             f"{_ms(int((first['end'] - first['start']).sum()))}")
+        out.append({"what": what + (": " + "; ".join(parts) if parts else ""), "ns": int(before)})
+    after = hi - w.end_ns
+    if after > 0:
+        out.append({"what": "after the window (last partial iteration, shutdown)", "ns": int(after)})
+    return out
+
+
+def _ms(ns: int) -> str:
+    return f"{ns / 1e9:.2f} s" if ns >= 1e9 else f"{ns / 1e6:.1f} ms"
+
+
+def find_window(trace, spec: str = "auto") -> Window:
+    """The window ``spec`` names (see the module docstring); ``auto`` finds the steady state."""
+    lo, hi = _bounds(trace)
+    spec = (spec or "auto").strip()
+    if spec == "all":
+        return Window(lo, hi, "all", is_all=True)
+    m = _TIME_RE.match(spec)
+    if m:
+        t0, t1 = int(float(m.group("t0")) * 1e9), int(float(m.group("t1")) * 1e9)
+        if t1 <= t0:
+            raise ProfkitError(f"--window {spec}: the end must be after the start")
+        if t0 >= hi or t1 <= lo:
+            raise ProfkitError(f"--window {spec}: outside the capture, whose CUDA work runs from "
+                               f"{lo / 1e9:.3f} s to {hi / 1e9:.3f} s")
+        w = Window(max(t0, lo), min(t1, hi), f"time {spec} s")
+    elif spec == "auto":
+        name = _nvtx_delimiter(trace)
+        if name is not None:
+            inst = _instances(trace, name)
+            w = _from_instances(trace, inst, 1, None, name)
+        else:
+            found = kernel_period(trace)
+            if found is None:
+                return Window(lo, hi, "all (no repeated NVTX range or kernel sequence found)",
+                              is_all=True)
+            kname, starts = found
+            if len(starts) < MIN_ITERATIONS + 1:
+                return Window(lo, hi, "all", is_all=True)
+            # Whole iterations after the first (and after any later set-up outlier), to the last.
+            first = steady_start(starts)
+            w = Window(int(starts[first]), int(starts[-1]), f"kernel sequence: iterations "
+                       f"{first}..{len(starts) - 1} of {len(starts)} repeats of one kernel",
+                       iterations=len(starts) - 1 - first,
+                       iteration_ns=[int(x) for x in np.diff(starts[first:])], delimiter=kname)
+    else:
+        sm = _SLICE_RE.match(spec)
+        name = sm.group("name") if sm else spec
+        inst = _instances(trace, name)
+        if sm:
+            i = int(sm.group("i")) if sm.group("i") else None
+            j = int(sm.group("j")) if sm.group("j") else None
+        else:
+            i, j = (1 if len(inst) > 1 else None), None
+        w = _from_instances(trace, inst, i, j, name)
+    w.excluded = _excluded(trace, w, lo, hi)
+    return w

@@ -17,7 +17,7 @@ from profkit import evidence as ev
 from profkit import patterns
 from profkit.advisor import Suggestion, advise, advise_pair
 from profkit.attribution import aten_key
-from profkit.classify import classify_op
+from profkit.classify import judge, launch_stats
 from profkit.ops import group_ops
 from profkit.peaks import Peaks, resolve_peaks
 from profkit.trace import Trace
@@ -32,8 +32,6 @@ class Profile:
         self.trace = Trace(path)
         self.gpu = self.trace.primary_gpu()
         self.peaks, self.warnings = resolve_peaks(self.gpu, peaks_file)
-        names = self.trace.activities["name"].drop_duplicates().tolist()
-        self.default_precision = ev.precision_of(names)
 
     @property
     def path(self) -> str:
@@ -58,16 +56,20 @@ class Profile:
             member_acts = acts.take(members_by_op.get(name, np.empty(0, dtype=np.int64)))
             knames = member_acts["name"].drop_duplicates().tolist()
             rec["distinct_kernels"] = len(knames)
-            precision = ev.precision_of(knames) or self.default_precision
+            # Element type from this op's own kernels (no trace-wide default: None = unknown).
+            dtype = _op_dtype(member_acts)
+            precision = dtype.precision
+            rec.update(launch_stats(member_acts, self.peaks.launch_floor_ns))
             calls = int(op["count"])
-            work = ev.from_ncu(member_acts, self.trace.ncu, calls)
-            if work is None and by == "aten":
-                work = ev.from_shapes(str(name), ev.ELEM_BYTES.get(precision or "", 2), precision)
-            if work is None:
-                work = ev.from_hint(groups.hints.get(name), precision)
-            if work is None:
-                work = ev.from_copies(member_acts, calls)
-            verdict = classify_op(rec, work, self.peaks, knames[:20])
+            # Best source first; exact copy bytes outrank a shape guess; judge() drops a source
+            # whose numbers land above a roof and says so in the evidence.
+            candidates = [lambda: ev.from_ncu(member_acts, self.trace.ncu, calls),
+                          lambda: ev.from_copies(member_acts, calls),
+                          lambda: ev.from_shapes(str(name), dtype) if by == "aten" else None,
+                          lambda: ev.from_hint(groups.hints.get(name), precision)]
+            verdict, work = judge(rec, candidates, self.peaks, knames[:20])
+            if work is not None and work.precision is not None:
+                precision = work.precision
             under_graph = bool(member_acts["graphNodeId"].notna().any()) if len(member_acts) else False
             sug = advise(rec, verdict, work, self.peaks, knames[:20], under_graph, total)
             rec.update({
@@ -117,6 +119,15 @@ class Profile:
             "warnings": list(self.warnings),
             "ops": [op_json(name, row, by) for name, row in df.iterrows()],
         }
+
+
+def _op_dtype(member_acts: pd.DataFrame) -> ev.OpDtype:
+    """The op's element type from its kernels, weighted by their GPU time."""
+    k = member_acts[member_acts["kind"].astype(str) == "kernel"]
+    if k.empty:
+        return ev.op_dtype([])
+    t = (k["end"] - k["start"]).groupby(k["name"].astype(str)).sum()
+    return ev.op_dtype(t.index.tolist(), t.to_numpy(dtype=float).tolist())
 
 
 def _suggestion_fields(sug: Suggestion) -> dict:

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 CLASS_STYLE = {"compute": "bold magenta", "memory": "bold cyan", "launch": "bold yellow",
+               "unknown": "dim",
                "communication": "bold green"}
 CSV_COLUMNS = ["name", "level", "count", "gpu_time_ns", "gpu_time_median_ns", "share", "cpu_time_ns",
                "class", "confidence", "source", "reason", "rung", "action", "expected_op_speedup",

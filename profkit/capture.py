@@ -408,20 +408,20 @@ def merge_existing(raw_csv: str | Path, trace: str | Path, output: Optional[str 
     frame = read_raw_csv(raw_csv)
     if output is None:
         target = src
-        merged = merge_ncu(target, frame, ncu_range)
+        merged = merge_ncu(target, frame, ncu_range, allow_fewer=force)
     else:
         target = Path(output)
         if target.exists() and not force:
             raise ProfkitError(f"output {target} exists; pass --force to replace it")
         if target.resolve() == src.resolve():
-            merged = merge_ncu(target, frame, ncu_range)
+            merged = merge_ncu(target, frame, ncu_range, allow_fewer=force)
         else:
             if not target.parent.is_dir():
                 raise ProfkitError(f"output directory {target.parent} does not exist")
             tmp = target.with_name(f".{target.name}.profkit-tmp-{os.getpid()}")
             try:
                 shutil.copyfile(src, tmp)
-                merged = merge_ncu(tmp, frame, ncu_range)
+                merged = merge_ncu(tmp, frame, ncu_range, allow_fewer=force)
                 os.replace(tmp, target)
             finally:
                 with contextlib.suppress(OSError):

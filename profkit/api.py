@@ -7,6 +7,7 @@
 """
 from __future__ import annotations
 
+from functools import cached_property
 from pathlib import Path
 from typing import Optional
 
@@ -14,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from profkit import evidence as ev
+from profkit import gpu_metrics
 from profkit import patterns
 from profkit.advisor import Suggestion, advise, advise_pair
 from profkit.attribution import aten_key
@@ -36,6 +38,11 @@ class Profile:
     @property
     def path(self) -> str:
         return self.trace.path
+
+    @cached_property
+    def gpu_samples(self) -> Optional[gpu_metrics.GpuMetrics]:
+        """nsys GPU-metrics samples (``capture --gpu-metrics``), None when the export has none."""
+        return gpu_metrics.read_gpu_metrics(self.path)
 
     def ops(self, by: str = "range", innermost: bool = False, top: Optional[int] = None) -> pd.DataFrame:
         """One row per op, sorted by GPU time: times, share, bound class, evidence and next step.
@@ -64,6 +71,8 @@ class Profile:
             # Best source first; exact copy bytes outrank a shape guess; judge() drops a source
             # whose numbers land above a roof and says so in the evidence.
             candidates = [lambda: ev.from_ncu(member_acts, self.trace.ncu, calls),
+                          lambda: gpu_metrics.from_gpu_metrics(member_acts, self.gpu_samples, calls,
+                                                               self.peaks.memory_bandwidth),
                           lambda: ev.from_copies(member_acts, calls),
                           lambda: ev.from_shapes(str(name), dtype) if by == "aten" else None,
                           lambda: ev.from_hint(groups.hints.get(name), precision)]

@@ -28,6 +28,8 @@ TINY_BUSY_SHARE = 0.5
 # Timeline-only GEMMs: a cuBLAS tile this narrow (the N or M side of nvjet's ``128x8``) serves a
 # skinny/decode GEMM that streams its weights: memory-bound.
 SKINNY_TILE = 16
+# GPU-metrics samples: with DRAM and the SMs both below this % of peak, neither bounds the op.
+LOW_ACTIVITY_PCT = 20.0
 # Achieved-to-roof ratios above this are impossible (the model is wrong). 1.0: no slack.
 MAX_PCT_OF_ROOF = 1.0
 # ...except within this margin: roofs are measurements (profkit peaks) or datasheet numbers with
@@ -104,7 +106,7 @@ def _rates(work: Work, time_ns: float, peaks: Peaks) -> dict:
         key = "gpu_metrics_dram_pct" if work.source is Source.GPU_METRICS else "ncu_dram_throughput_pct"
         ev[key] = work.dram_pct
     if work.sm_pct is not None:
-        key = "gpu_metrics_sm_active_pct" if work.source is Source.GPU_METRICS else "ncu_sm_throughput_pct"
+        key = "gpu_metrics_sm_pct" if work.source is Source.GPU_METRICS else "ncu_sm_throughput_pct"
         ev[key] = work.sm_pct
     if work.tensor_pct is not None:
         ev["gpu_metrics_tensor_active_pct"] = work.tensor_pct
@@ -139,7 +141,7 @@ def above_roof(verdict: Verdict, slack: float = 0.0) -> list[str]:
         if v is not None and v == v and v > MAX_PCT_OF_ROOF + slack:
             out.append(f"{key.replace('_', ' ')} {v:.0%}")
     for key in ("ncu_dram_throughput_pct", "ncu_sm_throughput_pct", "gpu_metrics_dram_pct",
-                "gpu_metrics_sm_active_pct", "gpu_metrics_tensor_active_pct"):
+                "gpu_metrics_sm_pct", "gpu_metrics_tensor_active_pct"):
         v = ev.get(key)
         if v is not None and v == v and v > 100.0 * MAX_PCT_OF_ROOF:
             out.append(f"{key} {v:.0f}%")
@@ -236,10 +238,15 @@ def classify_op(op: dict, work: Optional[Work], peaks: Peaks, kernel_names: list
     # load/store and issue activity with arithmetic, so it only decides when bytes are missing.
     if work is not None and work.source in (Source.NCU, Source.GPU_METRICS) \
             and not (work.bytes and work.flops) and work.dram_pct is not None \
-            and work.sm_pct is not None:
-        busy = max(work.sm_pct, work.tensor_pct or 0.0)
+            and (work.sm_pct is not None or work.tensor_pct is not None):
+        work_sm = work.sm_pct if work.sm_pct is not None else 0.0
+        busy = max(work_sm, work.tensor_pct or 0.0)
         bound = BoundClass.MEMORY if work.dram_pct >= busy else BoundClass.COMPUTE
         what = "ncu" if work.source is Source.NCU else "GPU metrics"
+        if work.source is Source.GPU_METRICS and max(work.dram_pct, busy) < LOW_ACTIVITY_PCT:
+            return Verdict(BoundClass.UNKNOWN, "low", source,
+                           f"GPU metrics: DRAM {work.dram_pct:.0f}% and SM {busy:.0f}% of peak: "
+                           "neither is busy (latency, synchronisation or a small grid)", ev, pct, ideal)
         return Verdict(bound, conf(CONFIDENCE[source]), source,
                        f"{what}: DRAM {work.dram_pct:.0f}% vs SM {busy:.0f}% of peak", ev, pct, ideal)
     if work is not None and work.bytes and work.flops is not None:

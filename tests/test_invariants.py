@@ -49,7 +49,7 @@ def test_no_row_above_a_roof(profiles, trace, by, innermost):
             if v is not None and v == v and v > 1.0:
                 bad.append((name[:60], key, v))
         for key in ("ncu_dram_throughput_pct", "ncu_sm_throughput_pct", "gpu_metrics_dram_pct",
-                    "gpu_metrics_tensor_active_pct", "gpu_metrics_sm_active_pct"):
+                    "gpu_metrics_tensor_active_pct", "gpu_metrics_sm_pct"):
             v = ev.get(key)
             if v is not None and v == v and v > 100.0:
                 bad.append((name[:60], key, v))

@@ -74,7 +74,8 @@ class Profile:
                           lambda: gpu_metrics.from_gpu_metrics(member_acts, self.gpu_samples, calls,
                                                                self.peaks.memory_bandwidth),
                           lambda: ev.from_copies(member_acts, calls),
-                          lambda: ev.from_shapes(str(name), dtype) if by == "aten" else None,
+                          lambda: ev.from_shapes(str(name), dtype, causal=ev.attention_causal(knames))
+                          if by == "aten" else None,
                           lambda: ev.from_hint(groups.hints.get(name), precision)]
             verdict, work = judge(rec, candidates, self.peaks, knames[:20])
             if work is not None and work.precision is not None:

@@ -11,6 +11,7 @@ above its roof) and the confidence drops to "low".
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -164,20 +165,54 @@ def from_copies(member_acts: pd.DataFrame, calls: int) -> Optional[Work]:
                 detail="bytes of the copies" + (" over the host link" if host else ""))
 
 
-def _attention_name(op_key: str) -> bool:
-    from profkit import flops as flop_model
-    return flop_model.normalize_op(op_key.split(" ", 1)[0]) in flop_model._ATTENTION
+def _top_level_args(name: str, start: int) -> list[str]:
+    """The comma-separated template arguments of the ``<...>`` opening at ``name[start]``."""
+    depth, cur, out = 0, [], []
+    for ch in name[start:]:
+        if ch == "<":
+            depth += 1
+            if depth == 1:
+                continue
+        elif ch == ">":
+            depth -= 1
+            if depth == 0:
+                out.append("".join(cur).strip())
+                return out
+        elif ch == "," and depth == 1:
+            out.append("".join(cur).strip())
+            cur = []
+            continue
+        cur.append(ch)
+    return out
+
+
+def attention_causal(kernel_names: list[str]) -> Optional[bool]:
+    """Whether the op's flash-attention kernels were built causal, where the name shows it.
+
+    FlashAttention-2 kernels (PyTorch's ``pytorch_flash::flash_fwd_kernel`` and the bwd ones)
+    take ``<Kernel_traits, Is_dropout, Is_causal, ...>``. cuDNN and memory-efficient kernels do
+    not name it: None (unknown)."""
+    seen = set()
+    for n in kernel_names:
+        m = re.search(r"flash_(?:fwd|bwd)\w*kernel<", n)
+        if not m:
+            continue
+        args = _top_level_args(n, m.end() - 1)
+        if len(args) >= 3 and args[2] in ("(bool)1", "true", "(bool)0", "false"):
+            seen.add(args[2] in ("(bool)1", "true"))
+    return seen.pop() if len(seen) == 1 else None
 
 
 def from_shapes(op_key: str, dtype: OpDtype | int | None = None,
-                precision: Optional[str] = None) -> Optional[Work]:
+                precision: Optional[str] = None, causal: Optional[bool] = None) -> Optional[Work]:
     """FLOPs and bytes from an aten op's input sizes (`aten::mm [[m, k], [k, n]]`).
 
     ``dtype``: the op's :class:`~profkit.dtypes.OpDtype` (from its kernels); an int is taken as
     bytes per element with ``precision`` (the older call form). Unknown element size: bytes at
     2 and 4 bytes per element, the lower one used and confidence capped at "low". Casts count
-    the source and destination types where the kernel names show them. Attention whose causal
-    flag is not recorded: the full count, with the causal (half) count as the fallback.
+    the source and destination types where the kernel names show them. ``causal``: attention
+    built causal (True: half the FLOPs), not (False), or unknown (None: the full count, with the
+    causal count as the fallback when the full one lands above the compute roof).
     """
     from profkit import flops as flop_model
     if isinstance(dtype, int):
@@ -198,7 +233,7 @@ def from_shapes(op_key: str, dtype: OpDtype | int | None = None,
                                    raw_sizes=call.raw_sizes)
 
     if fixed_eb is not None:
-        c = cost(fixed_eb)
+        c = cost(fixed_eb, causal=bool(causal))
         if c is None:
             return None
         notes: dict = {"element_type": dtype.precision or "/".join(dtype.candidates) or "unknown",
@@ -207,7 +242,7 @@ def from_shapes(op_key: str, dtype: OpDtype | int | None = None,
         prec = dtype.precision
     else:
         lo, hi = UNKNOWN_ELEM_BYTES
-        c, c_hi = cost(lo), cost(hi)
+        c, c_hi = cost(lo, causal=bool(causal)), cost(hi, causal=bool(causal))
         if c is None:
             return None
         notes = {"element_type": "unknown", "element_type_basis": dtype.basis,
@@ -221,7 +256,9 @@ def from_shapes(op_key: str, dtype: OpDtype | int | None = None,
                 detail=f"{c.kind}: {c.formula}" + ("" if fixed_eb is not None else
                        f" (element type unknown: bytes at {UNKNOWN_ELEM_BYTES[0]} B/element, "
                        f"{UNKNOWN_ELEM_BYTES[1]} B/element in the evidence)"))
-    if c.kind == "attention":
+    if c.kind == "attention" and causal is not None:
+        work.notes["causal"] = causal
+    if c.kind == "attention" and causal is None:
         eb = fixed_eb if fixed_eb is not None else UNKNOWN_ELEM_BYTES[0]
         cc = cost(eb, causal=True)
         if cc is not None:

@@ -140,3 +140,34 @@ def test_small_excess_over_a_measured_roof_is_clamped_not_dropped():
     v, used = judge(op_row(busy=1e6, kmed=1e6), [w], PEAKS, ["nvjet_sm90_tst_256x128_64x4"])
     assert used is w and v.pct_of_roof == 1.0 and v.evidence["pct_of_compute_roof"] == 1.0
     assert "noise" in v.evidence["warnings"][0]
+
+
+FLASH = ("void pytorch_flash::flash_fwd_kernel<pytorch_flash::Flash_fwd_kernel_traits<(int)128, "
+         "(int)128, (int)64, (int)4, (bool)0, (bool)0, cutlass::bfloat16_t, pytorch_flash::"
+         "Flash_kernel_traits<(int)128, (int)128, (int)64, (int)4, cutlass::bfloat16_t>>, (bool)0, "
+         "(bool){c}, (bool)0, (bool)0, (bool)1, (bool)1, (bool)0, (bool)0>(pytorch_flash::Flash_fwd_params)")
+
+
+def test_causal_flag_from_flash_kernel_names():
+    assert ev.attention_causal([FLASH.format(c=1)]) is True
+    assert ev.attention_causal([FLASH.format(c=0)]) is False
+    assert ev.attention_causal(["cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16"]) is None
+    q = "[4, 16, 4096, 128]"
+    key = f"aten::_scaled_dot_product_flash_attention [{q}, {q}, {q}]"
+    d = op_dtype([FLASH.format(c=1)])
+    assert d.precision == "bf16"
+    full = ev.from_shapes(key, d, causal=False)
+    half = ev.from_shapes(key, d, causal=True)
+    assert half.flops * 2 == full.flops and half.fallback is None and half.notes["causal"] is True
+
+
+def test_ncu_l2_resident_store_uses_l2_bytes():
+    # a 16.8 MB store that stays in L2: DRAM saw 33 kB, L2 saw the whole store
+    a = acts([("div_kernel", "kernel", 0, 10000)])
+    n = ncu_rows([(0, 10000.0, 33e3, 4e6, 0.0)])
+    n["l2_bytes"] = 2 * 16.8e6
+    w = ev.from_ncu(a, n, calls=1)
+    assert w.bytes_basis == "l2" and w.bytes == pytest.approx(33.6e6)
+    assert w.notes["dram_bytes_per_call"] == pytest.approx(33e3)
+    v = classify_op(op_row(busy=10000, kmed=10000), w, PEAKS, ["div_kernel"])
+    assert v.bound is BoundClass.MEMORY and v.evidence["bytes_basis"] == "l2"

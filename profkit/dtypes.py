@@ -189,12 +189,18 @@ def op_dtype(kernel_names: Sequence[str], durations: Optional[Iterable[float]] =
 
     heavy = [p for p in parsed if _GEMM_NAME.search(p[2])]
     floating = [p for p in parsed if p[0].precision in FLOATING]
-    heavy_cands = {c for d, _, _ in heavy for c in d.candidates}
-    if heavy and heavy_cands and vote(heavy) is None:
-        # e.g. cuDNN attention 'f16': only a sibling naming one of its candidates settles it
-        floating = [p for p in floating if p[0].precision in heavy_cands]
+    rest = parsed
+    if heavy:
+        # The heavy kernel with the most GPU time decides; when its own name is ambiguous
+        # (cuDNN attention 'f16'), helpers with fp32 scratch buffers must not decide for it:
+        # only a sibling naming one of its candidate types does.
+        top = max(heavy, key=lambda p: p[1])[0]
+        if top.precision is None and top.candidates:
+            heavy = [p for p in heavy if p[0].precision in top.candidates]
+            floating = [p for p in floating if p[0].precision in top.candidates]
+            rest = floating
     for group, what in ((heavy, "GEMM/attention kernel"), (floating, "kernel"),
-                        (parsed, "kernel")):
+                        (rest, "kernel")):
         prec = vote(group)
         if prec is not None:
             basis = next(d.basis for d, _, _ in group if d.precision == prec)

@@ -291,6 +291,26 @@ def cost_attention(sizes: Sequence[Shape], eb: int, causal: bool = False,
     return OpCost(flops, byt, "attention", formula)
 
 
+def cost_attention_backward(sizes: Sequence[Shape], eb: int, causal: bool = False,
+                            layout: str = "BHLD") -> Optional[OpCost]:
+    """SDPA backward (grad_out, q, k, v, out, ...): five matmuls over the score matrix (S
+    recomputed, dV, dP, dQ, dK) = 2.5x the forward's FLOPs; causal halves them. Bytes = dO + q +
+    k + v + out read, dq + dk + dv written (the ideal, fused kernel)."""
+    t = [s for s in sizes[:5]]
+    if len(t) < 5 or any(len(s) != 4 for s in t):
+        return None
+    do, q, k, v, o = t
+    fwd = cost_attention([q, k, v], eb, causal=causal, layout=layout)
+    if fwd is None:
+        return None
+    flops = 2.5 * fwd.flops
+    byt = float(numel(do) + numel(q) + numel(k) + numel(v) + numel(o)
+                + numel(q) + numel(k) + numel(v)) * eb
+    return OpCost(flops, byt, "attention",
+                  f"attention backward: 2.5 x ({fwd.formula.split(';')[0].split(': ', 1)[1]}) FLOP; "
+                  f"bytes = (dO + q + k + v + out read, dq + dk + dv written) * {eb}")
+
+
 # --- elementwise -----------------------------------------------------------------------------------
 # FLOPs per output element where 1 is too few (approximations of the usual CUDA code paths).
 ELEMENTWISE_FLOPS: dict[str, int] = {
@@ -510,6 +530,23 @@ FOREACH_FLOPS = {"addcmul": 3, "addcdiv": 3, "lerp": 3, "sqrt": 1, "div": 1, "mu
                  "sub": 1, "maximum": 1, "norm": 2, "zero": 0, "copy": 0}
 _FUSED_OPTIMIZERS = {"_fused_adam": (4, 3, 12), "_fused_adamw": (4, 3, 13),
                      "_fused_sgd": (3, 2, 3)}  # lists read, lists written, FLOP per element
+# Most tensor lists a foreach op takes (the rest of its arguments are scalars); emit_nvtx writes
+# the lists' tensors one after another, so the lists are recovered by splitting into this many
+# equal parts where the parts' shapes agree.
+FOREACH_MAX_LISTS = {"addcmul": 3, "addcdiv": 3, "lerp": 3, "add": 2, "sub": 2, "mul": 2,
+                     "div": 2, "maximum": 2, "minimum": 2, "pow": 2, "copy": 2, "clamp_min": 2,
+                     "clamp_max": 2, "_fused_adam": 5, "_fused_adamw": 5, "_fused_sgd": 3}
+
+
+def _split_lists(tensors: list, max_lists: int) -> list[list]:
+    """Split flattened list arguments into the largest number (<= max_lists) of equal-shaped lists."""
+    for k in range(min(max_lists, len(tensors)), 1, -1):
+        if len(tensors) % k == 0:
+            m = len(tensors) // k
+            parts = [tensors[i * m:(i + 1) * m] for i in range(k)]
+            if all(p == parts[0] for p in parts[1:]):
+                return parts
+    return [tensors]
 
 
 def cost_foreach(op: str, raw_sizes: Sequence, eb: int) -> Optional[OpCost]:
@@ -517,19 +554,27 @@ def cost_foreach(op: str, raw_sizes: Sequence, eb: int) -> Optional[OpCost]:
     list in place, or a new list) written once. Fused optimizers (``_fused_adam_`` ...): params,
     grads and moments read, params and moments written, at ``elem_bytes`` (fp32 master weights:
     pass 4)."""
-    lists = [e for e in raw_sizes if isinstance(e, list) and e and all(isinstance(t, list) for t in e)]
-    if not lists:
-        return None
-    n = sum(numel(t) for t in lists[0])
     base = op.split("::", 1)[-1].split(".", 1)[0]
     inplace = base.endswith("_")
     base = base.rstrip("_")
+    f = base[len("_foreach_"):] if base.startswith("_foreach_") else base
+    lists = [e for e in raw_sizes if isinstance(e, list) and e
+             and all(isinstance(t, list) for t in e) and any(e)]  # [[], []]: 0-dim steps
+    if not lists:
+        # emit_nvtx flattens tensor lists: [[a], [b], ..., []]; 0-dim tensors (steps) read []
+        flat = [list(e) for e in raw_sizes if isinstance(e, list) and e
+                and all(isinstance(d, int) for d in e)]
+        if not flat:
+            return None
+        lists = _split_lists(flat, FOREACH_MAX_LISTS.get(f, FOREACH_MAX_LISTS.get(base, 1)))
+    n = sum(numel(t) for t in lists[0])
     if base in _FUSED_OPTIMIZERS:
         reads, writes, per = _FUSED_OPTIMIZERS[base]
+        reads = max(reads, len(lists))  # amsgrad adds a fifth list, read and written
+        writes += len(lists) - 4 if len(lists) > 4 else 0
         return OpCost(float(per) * n, float((reads + writes) * n) * eb, "optimizer",
                       f"{base}: {per}*{n} FLOP; bytes = ({reads} lists read + {writes} written) "
                       f"* {n} * {eb} ({len(lists[0])} tensors)")
-    f = base[len("_foreach_"):] if base.startswith("_foreach_") else base
     per = FOREACH_FLOPS.get(f, ELEMENTWISE_FLOPS.get(f, 1))
     if f in ("zero", "copy") or f.startswith("norm"):
         per = FOREACH_FLOPS.get(f, 2)
@@ -559,6 +604,11 @@ _ATTENTION = {"scaled_dot_product_attention", "_scaled_dot_product_flash_attenti
               "_scaled_dot_product_attention_math", "_scaled_dot_product_flash_attention_for_cpu",
               "_flash_attention_forward", "_efficient_attention_forward",
               "_cudnn_attention_forward", "_scaled_dot_product_fused_attention_overrideable"}
+_ATTENTION_BWD = {"_scaled_dot_product_flash_attention_backward",
+                  "_scaled_dot_product_efficient_attention_backward",
+                  "_scaled_dot_product_cudnn_attention_backward", "_flash_attention_backward",
+                  "_efficient_attention_backward", "_cudnn_attention_backward"}
+_BLHD_ATTENTION_BWD = {"_flash_attention_backward", "_efficient_attention_backward"}
 _LAYER_NORM = {"layer_norm", "native_layer_norm"}
 _RMS_NORM = {"rms_norm", "_fused_rms_norm"}
 _SOFTMAX = {"softmax", "_softmax", "log_softmax", "_log_softmax", "_safe_softmax"}
@@ -592,6 +642,9 @@ def estimate(op: str, sizes: Sequence[Sequence[int]], elem_bytes: int = 2, *,
         if name in _ATTENTION:
             layout = "BLHD" if name in _BLHD_ATTENTION else "BHLD"
             return cost_attention(sz, eb, causal=causal, layout=layout)
+        if name in _ATTENTION_BWD:
+            layout = "BLHD" if name in _BLHD_ATTENTION_BWD else "BHLD"
+            return cost_attention_backward(sz, eb, causal=causal, layout=layout)
         if name in _LAYER_NORM:
             return cost_layer_norm(sz, eb)
         if name in _RMS_NORM:
@@ -627,7 +680,8 @@ def estimate_call(call: AtenCall, elem_bytes: int = 2, *, causal: bool = False) 
 
 def has_model(op: str) -> bool:
     name = normalize_op(op)
-    return (name in _GEMM or name in _CONV or name in _ATTENTION or name in _LAYER_NORM
+    return (name in _GEMM or name in _CONV or name in _ATTENTION or name in _ATTENTION_BWD
+            or name in _LAYER_NORM
             or name in _RMS_NORM or name in _SOFTMAX or name in _COPY or name in REDUCTION_OPS
             or name in ELEMENTWISE_OPS or name in VIEW_OPS or name.startswith("_foreach_")
             or name in _FUSED_OPTIMIZERS
@@ -650,6 +704,9 @@ WRAPPER_OPS: dict[str, tuple[str, ...]] = {
     "_scaled_dot_product_flash_attention": ("_flash_attention_forward",),
     "_scaled_dot_product_efficient_attention": ("_efficient_attention_forward",),
     "_scaled_dot_product_cudnn_attention": ("_cudnn_attention_forward",),
+    "_scaled_dot_product_flash_attention_backward": ("_flash_attention_backward",),
+    "_scaled_dot_product_efficient_attention_backward": ("_efficient_attention_backward",),
+    "_scaled_dot_product_cudnn_attention_backward": ("_cudnn_attention_backward",),
     "layer_norm": ("native_layer_norm",),
     "rms_norm": ("_fused_rms_norm",),
     "softmax": ("_softmax",), "log_softmax": ("_log_softmax",),

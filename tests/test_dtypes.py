@@ -61,3 +61,11 @@ def test_cast_kernel_names_source_and_destination():
 def test_unknown_is_unknown():
     d = op_dtype(["triton_poi_fused_add_0"])
     assert d.precision is None and not d.known and d.elem_bytes is None
+
+
+def test_cudnn_backward_helpers_with_float_buffers_do_not_decide():
+    bprop = "cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16_knob_26_64x64x64_1x4x1"
+    helper = ("void cudnn::fusion::compute_dot_do_o_specialized<(bool)1, (int)64>(const void *, "
+              "const float *, float *, unsigned int)")
+    d = op_dtype([bprop, helper], [1_000_000.0, 20_000.0])
+    assert d.precision is None and set(d.candidates) == {"bf16", "fp16"} and d.elem_bytes == 2

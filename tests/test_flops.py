@@ -307,3 +307,23 @@ def test_foreach_and_fused_optimizer():
         "[[]], [], [], [], [], [], [], []]"), 4)
     assert adam.kind == "optimizer" and adam.bytes == 7 * 32 * 4
     assert has_model("aten::_foreach_mul_") and has_model("aten::_fused_adamw_")
+
+
+def test_foreach_lists_flattened_by_emit_nvtx():
+    # _foreach_addcdiv_(self, tensor1, tensor2, value): three lists of two tensors, then a scalar
+    c = estimate_call(parse_aten_range(
+        "aten::_foreach_addcdiv_, op_id = 9, sizes = [[4, 8], [16], [4, 8], [16], [4, 8], [16], []]"), 4)
+    assert c.flops == 3 * 48 and c.bytes == (3 * 48 + 48) * 4
+    # _foreach_mul_(self, scalar): one list whose shapes do not repeat
+    c = estimate_call(parse_aten_range(
+        "aten::_foreach_mul_, op_id = 9, sizes = [[32, 8], [8, 8], [8], []]"), 4)
+    assert c.bytes == (328 + 328) * 4
+
+
+def test_attention_backward():
+    q = [8, 16, 512, 64]
+    fwd = estimate("aten::_cudnn_attention_forward", [q, q, q], 2)
+    bwd = estimate("aten::_cudnn_attention_backward", [q, q, q, q, q, [8, 16, 512, 1]], 2)
+    assert bwd.flops == 2.5 * fwd.flops and bwd.bytes == 8 * 8 * 16 * 512 * 64 * 2
+    assert estimate("aten::_cudnn_attention_backward", [q, q, q, q, q], 2, causal=True).flops \
+        == bwd.flops / 2

@@ -7,7 +7,9 @@ ids differ between GPU types and nsys versions. A sample at ``t`` describes ``[t
 
 Each op gets the samples that overlap its kernels' GPU intervals, weighted by the overlap, so a
 sample half inside an op counts half. The samples are device-wide: work of other streams that
-runs at the same time is mixed in, which the evidence says.
+runs at the same time is mixed in, which the evidence says. An op whose kernels fill less than
+MIN_PURITY of the samples they touch (kernels much shorter than the sample period) gets no
+reading: the numbers would be its neighbours'.
 
 Cost: one row per metric per sample. A 10 s ResNet-50 capture at 20 kHz gave 4.3 M rows and a
 143 MB SQLite on an H200; the default 10 kHz halves that (about 0.4 M rows and 7 MB per second
@@ -29,6 +31,9 @@ from profkit.model import Source
 DEFAULT_FREQUENCY_HZ = 10_000
 # Below this many sample-periods of overlap an op's reading is mostly noise from its neighbours.
 MIN_SAMPLE_PERIODS = 2.0
+# Share of the touched samples' time that must belong to the op: a 10 us kernel inside a 100 us
+# sample reads its neighbours' activity, not its own.
+MIN_PURITY = 0.5
 
 # metric -> name pattern (nsys writes e.g. "DRAM Read Bandwidth [Throughput %]")
 METRIC_PATTERNS = {
@@ -140,6 +145,9 @@ def from_gpu_metrics(member_acts: pd.DataFrame, gm: Optional[GpuMetrics], calls:
     total = float(w.sum())
     if total < MIN_SAMPLE_PERIODS * gm.period_ns:
         return None
+    purity = total / (float((w > 0).sum()) * gm.period_ns)
+    if purity < MIN_PURITY:
+        return None
 
     def mean(col: str) -> Optional[float]:
         if col not in s:
@@ -160,6 +168,7 @@ def from_gpu_metrics(member_acts: pd.DataFrame, gm: Optional[GpuMetrics], calls:
                 detail=(f"nsys GPU metrics: {total / gm.period_ns:.0f} sample periods at "
                         f"{1e9 / gm.period_ns:.0f} Hz over the op's kernels (device-wide: "
                         "concurrent work is mixed in); bytes = DRAM% x the bandwidth roof x busy time"))
+    work.notes["gpu_metrics_purity"] = purity
     if active is not None:
         work.notes["gpu_metrics_sms_active_pct"] = active
     return work

@@ -91,3 +91,20 @@ def test_overlap_weights_split_a_straddling_sample():
 def test_no_tables_no_tier(tmp_path):
     path = make_trace(tmp_path / "plain.sqlite", kernels=[(0, 10, 1, 1)], runtime=[(0, 1, 1)])
     assert read_gpu_metrics(path) is None
+
+
+def test_kernels_much_shorter_than_a_sample_get_no_reading(tmp_path):
+    # 10 us kernels, one per 100 us sample: each sample is 90% someone else's time
+    kernels, runtime, nvtx, phases = [], [], [], []
+    t = 1_000_000
+    for i in range(50):
+        runtime.append((t - 5000, t - 4000, i + 1))
+        nvtx.append((t - 6000, t - 3000, "tiny", TID))
+        kernels.append((t, t + 10_000, i + 1, 1))
+        phases.append((t, t + PERIOD, {9: 50}))
+        t += PERIOD
+    path = make_trace(tmp_path / "short.sqlite", kernels=kernels, runtime=runtime, nvtx=nvtx,
+                      strings={1: "k_small", 9: "cudaLaunchKernel"})
+    add_gpu_metrics(path, phases)
+    df = profkit.load(path).ops(by="range")
+    assert df.loc["tiny", "source"] != "gpu_metrics"

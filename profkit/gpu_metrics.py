@@ -12,7 +12,7 @@ MIN_PURITY of the samples they touch (kernels much shorter than the sample perio
 reading: the numbers would be its neighbours'.
 
 Cost: one row per metric per sample. A 10 s ResNet-50 capture at 20 kHz gave 4.3 M rows and a
-143 MB SQLite on an H200; the default 10 kHz halves that (about 0.4 M rows and 7 MB per second
+143 MB SQLite on an H200; the default 10 kHz halves that (about 0.2 M rows and 7 MB per second
 of capture), and resolves ops of 0.1 ms and longer.
 """
 from __future__ import annotations

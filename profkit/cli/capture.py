@@ -57,7 +57,7 @@ def _command_line(output, force, nsys_args, aten, ncu, ncu_range, ncu_count, ncu
                    "the script's repeated top-level NVTX range, else 200).")
 @click.option("--gpu-metrics", is_flag=True,
               help="Sample GPU metrics (DRAM, SM, tensor activity) on device 0 during the nsys "
-                   "pass: measured utilisation per op without replay. Costs about 0.4 M rows "
+                   "pass: measured utilisation per op without replay. Costs about 0.2 M rows "
                    "(~7 MB of SQLite) per second at 10 kHz.")
 @click.option("--gpu-metrics-frequency", type=int, default=10_000, show_default=True,
               help="Samples per second for --gpu-metrics.")

@@ -15,28 +15,34 @@ TRACES = sorted(p for p in (ROOT / "traces").rglob("*.sqlite"))
 PCT_KEYS = ("pct_of_roof", "pct_of_memory_roof", "pct_of_compute_roof")
 
 
+MEASURED = ROOT / "traces" / "peaks_h200.json"  # measured roofs sit below the datasheet's
+
+
 def _levels():
     for trace in TRACES:
-        for by, innermost in (("range", False), ("range", True), ("kernel", False), ("aten", False)):
-            yield pytest.param(trace, by, innermost,
-                               id=f"{trace.relative_to(ROOT / 'traces')}-{by}{'-inner' if innermost else ''}")
+        for peaks in (None, MEASURED):
+            for by, innermost in (("range", False), ("range", True), ("kernel", False),
+                                  ("aten", False)):
+                yield pytest.param(trace, peaks, by, innermost,
+                                   id=f"{trace.relative_to(ROOT / 'traces')}-{by}"
+                                      f"{'-inner' if innermost else ''}{'-measured' if peaks else ''}")
 
 
 @pytest.fixture(scope="module")
 def profiles():
     cache: dict = {}
-    def get(path):
-        if path not in cache:
+    def get(path, peaks):
+        if (path, peaks) not in cache:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                cache[path] = profkit.load(path)
-        return cache[path]
+                cache[(path, peaks)] = profkit.load(path, peaks=peaks)
+        return cache[(path, peaks)]
     return get
 
 
-@pytest.mark.parametrize("trace,by,innermost", list(_levels()))
-def test_no_row_above_a_roof(profiles, trace, by, innermost):
-    prof = profiles(trace)
+@pytest.mark.parametrize("trace,peaks,by,innermost", list(_levels()))
+def test_no_row_above_a_roof(profiles, trace, peaks, by, innermost):
+    prof = profiles(trace, peaks)
     try:
         df = prof.ops(by=by, innermost=innermost)
     except ProfkitError:

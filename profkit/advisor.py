@@ -84,7 +84,8 @@ def advise(op: dict, verdict: Verdict, work: Optional[Work], peaks: Peaks, kerne
     pct = verdict.pct_of_roof
     rung, action, s, basis = _choose(op, verdict, work, peaks, text, kpc, span, busy, pct, under_graph)
     s = max(1.0, s)
-    e2e = end_to_end(op, s, total_gpu_ns)
+    # Speeding one op up can never speed the whole run up more than the op itself.
+    e2e = min(end_to_end(op, s, total_gpu_ns), s)
     worth = rung is not Rung.NONE and e2e >= MIN_END_TO_END
     share = float(op["share"])
     what = "the work" if verdict.bound is BoundClass.COMMUNICATION else "a kernel"
@@ -245,6 +246,7 @@ def advise_pair(producer: dict, consumer: dict, kernel: str, pair_calls: int,
     saved = min(pair_calls * pair_ns * (1.0 - 1.0 / s),
                 float(producer["busy_ns"]) + float(consumer["busy_ns"]))
     e2e = total_gpu_ns / (total_gpu_ns - saved) if total_gpu_ns > saved else 1.0
+    e2e = min(e2e, s)  # never more end to end than on the pair itself
     worth = e2e >= MIN_END_TO_END
     pname, cname = str(producer["name"]).split(" [")[0], str(consumer["name"]).split(" [")[0]
     action = (f"fuse with the {pname} that feeds it ({pair_calls} calls) into the bundled "

@@ -471,7 +471,9 @@ def capture(script: str | Path, script_args: Sequence[str] = (), *, output: Opti
                                         f"{res.stderr.strip()[:300]}; the trace has no counters")
                 else:
                     try:  # a counter problem must not cost the nsys trace
-                        merged = merge_ncu(sqlite_tmp, read_raw_csv(csv_tmp), ncu_range, window)
+                        # both runs are ours: keep the pairs that line up, report the rest
+                        merged = merge_ncu(sqlite_tmp, read_raw_csv(csv_tmp), ncu_range, window,
+                                           allow_mismatch=True)
                         result.notes.append(f"ncu: {merged.summary()}")
                         meta["ncu_merge"] = merged.summary()
                     except ProfkitError as exc:
@@ -510,20 +512,20 @@ def merge_existing(raw_csv: str | Path, trace: str | Path, output: Optional[str 
     frame = read_raw_csv(raw_csv)
     if output is None:
         target = src
-        merged = merge_ncu(target, frame, ncu_range, allow_fewer=force)
+        merged = merge_ncu(target, frame, ncu_range, allow_fewer=force, allow_mismatch=force)
     else:
         target = Path(output)
         if target.exists() and not force:
             raise ProfkitError(f"output {target} exists; pass --force to replace it")
         if target.resolve() == src.resolve():
-            merged = merge_ncu(target, frame, ncu_range, allow_fewer=force)
+            merged = merge_ncu(target, frame, ncu_range, allow_fewer=force, allow_mismatch=force)
         else:
             if not target.parent.is_dir():
                 raise ProfkitError(f"output directory {target.parent} does not exist")
             tmp = target.with_name(f".{target.name}.profkit-tmp-{os.getpid()}")
             try:
                 shutil.copyfile(src, tmp)
-                merged = merge_ncu(tmp, frame, ncu_range, allow_fewer=force)
+                merged = merge_ncu(tmp, frame, ncu_range, allow_fewer=force, allow_mismatch=force)
                 os.replace(tmp, target)
             finally:
                 with contextlib.suppress(OSError):

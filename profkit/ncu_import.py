@@ -377,12 +377,15 @@ class MergeResult:
     unmatched: list[str] = field(default_factory=list)
     # pairs whose grid/block differ or that break launch order: the pairing is not trustworthy
     mismatched: list[str] = field(default_factory=list)
+    dropped: int = 0   # mismatched pairs left out (allow_mismatch)
 
     def summary(self) -> str:
         text = f"{self.matched} of {self.profiled} ncu kernels matched to nsys kernels"
         if self.mismatched:
             text += (f", {len(self.mismatched)} of them with a different grid/block or out of "
                      f"launch order (e.g. {self.mismatched[0][:120]})")
+            if self.dropped:
+                text += f"; those {self.dropped} left out"
         if self.unmatched:
             names = sorted(set(self.unmatched))
             more = f" (+{len(names) - 3} more)" if len(names) > 3 else ""
@@ -390,26 +393,49 @@ class MergeResult:
         return text
 
 
-def check_pairs(matched: pd.DataFrame) -> list[str]:
-    """The matched pairs that do not line up: a grid or block size that differs between ncu and
-    nsys (where both name it), or an nsys launch (correlation id) earlier than the one paired
-    with an earlier ncu kernel of the same process: ncu profiles in launch order."""
-    bad: list[str] = []
+def _longest_increasing(values: list[float]) -> set[int]:
+    """Indices of one longest strictly increasing subsequence of ``values``."""
+    import bisect
+    tails: list[float] = []
+    tail_idx: list[int] = []
+    prev = [-1] * len(values)
+    for i, v in enumerate(values):
+        k = bisect.bisect_left(tails, v)
+        if k == len(tails):
+            tails.append(v)
+            tail_idx.append(i)
+        else:
+            tails[k] = v
+            tail_idx[k] = i
+        prev[i] = tail_idx[k - 1] if k else -1
+    keep, i = set(), (tail_idx[-1] if tail_idx else -1)
+    while i >= 0:
+        keep.add(i)
+        i = prev[i]
+    return keep
+
+
+def check_pairs(matched: pd.DataFrame) -> dict[int, str]:
+    """The matched pairs that do not line up, by ncu id: a grid or block size that differs
+    between ncu and nsys (where both name it), or an nsys launch out of ncu's launch order (ncu
+    profiles in launch order; the fewest pairs that break the order are named, so one pair that
+    jumped ahead does not condemn every pair after it)."""
+    bad: dict[int, str] = {}
     ok = matched[matched["kernel_start"].notna()].sort_values("id")
     for r in ok.itertuples(index=False):
         for what in ("grid", "block"):
             a, b = getattr(r, what, None), getattr(r, f"nsys_{what}", None)
             if isinstance(a, str) and isinstance(b, str) and a != b:
-                bad.append(f"ncu #{r.id} {kernel_base_name(r.kernel_name)}: {what} ({a}) in ncu, "
-                           f"({b}) in nsys")
+                bad[int(r.id)] = (f"ncu #{r.id} {kernel_base_name(r.kernel_name)}: {what} ({a}) "
+                                  f"in ncu, ({b}) in nsys")
     if "nsys_corr" in ok:
         for _, g in ok.groupby("globalPid"):
-            corr = g["nsys_corr"].to_numpy(dtype=float)
-            prev = np.maximum.accumulate(np.concatenate([[-np.inf], corr[:-1]]))
-            for r, c, p in zip(g.itertuples(index=False), corr, prev):
-                if c < p:
-                    bad.append(f"ncu #{r.id} {kernel_base_name(r.kernel_name)}: paired with an "
-                               "nsys launch before the previous kernel's")
+            corr = g["nsys_corr"].astype(float).tolist()
+            keep = _longest_increasing(corr)
+            for j, r in enumerate(g.itertuples(index=False)):
+                if j not in keep and int(r.id) not in bad:
+                    bad[int(r.id)] = (f"ncu #{r.id} {kernel_base_name(r.kernel_name)}: its nsys "
+                                      "launch is out of ncu's launch order")
     return bad
 
 
@@ -419,7 +445,10 @@ def match_kernels(ncu: pd.DataFrame, nsys: pd.DataFrame) -> pd.DataFrame:
     Processes are paired by order of first kernel (the two runs have different pids); a device
     is honoured when both sides name it. Within a (process, device), the k-th ncu launch of a
     kernel is the k-th nsys launch of the same kernel: by exact demangled name when nsys has that
-    name, else by bare function name (:func:`kernel_base_name`).
+    name, else by bare function name (:func:`kernel_base_name`). Where both sides give grid and
+    block sizes they are part of the kernel's identity: a launch ncu saw with another geometry
+    (e.g. cuDNN picked another configuration in the second run) stays unmatched rather than
+    landing on the wrong kernel.
     """
     out = ncu.reset_index(drop=True).copy()
     out["globalPid"] = np.nan
@@ -436,15 +465,21 @@ def match_kernels(ncu: pd.DataFrame, nsys: pd.DataFrame) -> pd.DataFrame:
     pid_map = {p: (pids_nsys[i] if i < len(pids_nsys) else None) for i, p in enumerate(pids_ncu)}
     devices_nsys = set(nsys["deviceId"].dropna().astype(int))
 
+    use_geo = ("grid" in out and "block" in out and out["grid"].notna().all()
+               and out["block"].notna().all() and "grid" in nsys and nsys["grid"].notna().all())
+    geo_n = (lambda r: (r.grid, r.block)) if use_geo else (lambda r: ())
+    geo_c = (lambda r: (r["grid"], r["block"])) if use_geo else (lambda r: ())
+
     queues: dict[tuple, list] = {}
     for row in nsys.itertuples(index=False):
-        queues.setdefault(("x", row.globalPid, row.deviceId, row.demangled), []).append(row)
+        queues.setdefault(("x", row.globalPid, row.deviceId, row.demangled, *geo_n(row)),
+                          []).append(row)
     exact_names = {key[3] for key in queues}
     used_exact = {n for n in out["kernel_name"] if n in exact_names}
     for row in nsys.itertuples(index=False):
         if row.demangled not in used_exact:
-            queues.setdefault(("b", row.globalPid, row.deviceId, kernel_base_name(row.demangled)),
-                              []).append(row)
+            queues.setdefault(("b", row.globalPid, row.deviceId, kernel_base_name(row.demangled),
+                               *geo_n(row)), []).append(row)
     cursor: dict[tuple, int] = {}
     for i, row in out.sort_values("id").iterrows():
         gpid = pid_map.get(row["process_id"] if not pd.isna(row["process_id"]) else -1)
@@ -454,8 +489,8 @@ def match_kernels(ncu: pd.DataFrame, nsys: pd.DataFrame) -> pd.DataFrame:
                 and int(row["device"]) in devices_nsys else sorted(devices_nsys))
         name = row["kernel_name"]
         for dev in devs:
-            key = (("x", gpid, dev, name) if name in used_exact
-                   else ("b", gpid, dev, kernel_base_name(name)))
+            key = (("x", gpid, dev, name, *geo_c(row)) if name in used_exact
+                   else ("b", gpid, dev, kernel_base_name(name), *geo_c(row)))
             q = queues.get(key)
             n = cursor.get(key, 0)
             if q and n < len(q):
@@ -481,7 +516,7 @@ def merge_ncu(trace: str | Path, ncu: pd.DataFrame | str | Path,
 
     Refuses (:class:`ProfkitError`, nothing written) when pairs do not line up (grid, block or
     launch order differ: e.g. ncu skipped launches the matcher cannot see) unless
-    ``allow_mismatch``, and when the trace already holds more counter rows than this merge would
+    ``allow_mismatch``, which merges only the pairs that line up and reports the rest; and when the trace already holds more counter rows than this merge would
     write unless ``allow_fewer`` (``profkit capture --merge-ncu`` passes False: a later, smaller
     ncu pass must not silently drop counters).
     """
@@ -507,10 +542,11 @@ def merge_ncu(trace: str | Path, ncu: pd.DataFrame | str | Path,
             kernels = nsys_kernels(conn, range_expr, window)
         matched = match_kernels(frame, kernels)
         ok = matched["kernel_start"].notna()
-        rows = matched[ok]
+        bad = check_pairs(matched)
+        rows = matched[ok & ~matched["id"].isin(list(bad))]
         result = MergeResult(trace=trace, profiled=len(matched), matched=int(ok.sum()),
                              unmatched=list(matched.loc[~ok, "kernel_name"]),
-                             mismatched=check_pairs(matched))
+                             mismatched=list(bad.values()), dropped=len(bad))
         if result.mismatched and not allow_mismatch:
             raise ProfkitError(
                 f"ncu and nsys kernels do not line up: {result.summary()}. The counters would "
@@ -539,6 +575,11 @@ def merge_ncu(trace: str | Path, ncu: pd.DataFrame | str | Path,
             records.append(rec)
         with conn:
             conn.execute(create_table_sql())
+            # a table written by an older profkit lacks the newer columns
+            have = {r[1] for r in conn.execute(f"PRAGMA table_info({NCU_TABLE})")}
+            for c in cols:
+                if c not in have:
+                    conn.execute(f"ALTER TABLE {NCU_TABLE} ADD COLUMN {c} {NCU_COLUMNS[c]}")
             conn.execute(f"DELETE FROM {NCU_TABLE}")
             conn.executemany(f"INSERT INTO {NCU_TABLE} ({', '.join(cols)}) VALUES "
                              f"({', '.join('?' for _ in cols)})", records)

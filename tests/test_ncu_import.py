@@ -387,3 +387,24 @@ def test_hadd_without_hfma_or_hmul_is_a_conversion_not_flops():
     assert df.loc[1, "flops_fp16"] == 2000 + 40    # real half math: HADD2 x2, HFMA2 x4
     assert df.loc[0, "l2_bytes"] == pytest.approx(16.8e6)
     assert (df.loc[0, "grid"], df.loc[0, "block"]) == ("64,1,1", "128,1,1")
+
+
+@pytest.mark.skipif(not (REAL_CSV.exists() and REAL_TRACE.exists()),
+                    reason="real ncu/nsys fixtures not present")
+def test_other_geometry_stays_unmatched_and_mismatches_are_left_out(tmp_path):
+    """A second run that launched a kernel with another grid (cuDNN picked another config):
+    that launch stays unmatched; pairs out of launch order are dropped with allow_mismatch."""
+    copy = tmp_path / "real.sqlite"
+    shutil.copyfile(REAL_TRACE, copy)
+    df = read_raw_csv(REAL_CSV).copy()
+    df.loc[2, "grid"] = "999,1,1"
+    result = merge_ncu(copy, df)
+    assert result.matched == 58 and not result.mismatched
+    assert len(result.unmatched) == 1
+    moved = read_raw_csv(REAL_CSV).copy()
+    moved = pd.concat([moved.iloc[[20]], moved.drop(index=20)]).reset_index(drop=True)
+    moved["id"] = range(len(moved))  # ncu saw kernel 20 first: out of launch order
+    with pytest.raises(ProfkitError, match="do not line up"):
+        merge_ncu(copy, moved)
+    res = merge_ncu(copy, moved, allow_mismatch=True)
+    assert res.dropped > 0 and len(_rows(copy)) == res.matched - res.dropped

@@ -25,9 +25,9 @@ IDLE_LAUNCH_FRACTION = 0.5
 # take less than that floor per kernel.
 TINY_KERNEL_FACTOR = 3.0
 TINY_BUSY_SHARE = 0.5
-# Timeline-only GEMMs: a cuBLAS tile this narrow (the N or M side of nvjet's ``128x8``) serves a
-# skinny/decode GEMM that streams its weights: memory-bound.
-SKINNY_TILE = 16
+# Timeline-only GEMMs: a cuBLAS tile this narrow (the N or M side of nvjet's ``128x8`` or
+# ``24x64``) serves a skinny/decode GEMM that streams its weights: memory-bound.
+SKINNY_TILE = 32
 # GPU-metrics samples: with DRAM and the SMs both below this % of peak, neither bounds the op.
 LOW_ACTIVITY_PCT = 20.0
 # Achieved-to-roof ratios above this are impossible (the model is wrong). 1.0: no slack.
@@ -44,6 +44,11 @@ MEMORY_RE = re.compile(r"elementwise|reduce|norm|softmax|copy|memcpy|memset|fill
 # nvjet_sm90_tst_128x8_64x12_...: CTA tile M x N, then K x stages.
 _NVJET_TILE = re.compile(r"nvjet_(?:sm\d+_)?[a-z]{3}_(\d+)x(\d+)_")
 _XMMA_TILE = re.compile(r"tilesize(\d+)x(\d+)x\d+")
+# cutlass_tensorop_bf16_s16816fprop_optimized_bf16_256x64_32x4_nhwc: CTA tile, then K x stages
+_CUTLASS_TILE = re.compile(r"(?:tensorop|simt)_\w*?_(\d+)x(\d+)_\d+x\d+")
+# Library helper kernels that only move data (cuDNN layout padding/transposes, dtype converts):
+# their names carry "cudnn" but they are no GEMM.
+HELPER_RE = re.compile(r"Padding|nchwTo|nhwcTo|[Tt]ranspose|convert_|dot_do_o|reorder", re.I)
 _CONFIDENCE_ORDER = ["low", "medium", "high"]
 
 
@@ -174,7 +179,7 @@ def gemm_shape_hint(kernel_names: list[str]) -> Optional[str]:
     None when no name shows a tile."""
     tiles = []
     for n in kernel_names:
-        m = _NVJET_TILE.search(n) or _XMMA_TILE.search(n)
+        m = _NVJET_TILE.search(n) or _XMMA_TILE.search(n) or _CUTLASS_TILE.search(n)
         if m:
             tiles.append((int(m.group(1)), int(m.group(2))))
     if not tiles:
@@ -263,6 +268,10 @@ def classify_op(op: dict, work: Optional[Work], peaks: Peaks, kernel_names: list
         return Verdict(BoundClass.COMPUTE, "low", source, "FLOPs known, bytes unknown", ev, pct, ideal)
 
     text = " ".join([str(op["name"])] + kernel_names)
+    if kernel_names and all(HELPER_RE.search(n) for n in kernel_names):
+        return Verdict(BoundClass.MEMORY, "low", Source.TIMELINE,
+                       "library data-movement helper kernels (padding, layout, convert; timeline "
+                       "only)", ev)
     if GEMM_RE.search(text):
         shape = gemm_shape_hint(kernel_names)
         if shape == "skinny":

@@ -171,3 +171,14 @@ def test_ncu_l2_resident_store_uses_l2_bytes():
     assert w.notes["dram_bytes_per_call"] == pytest.approx(33e3)
     v = classify_op(op_row(busy=10000, kmed=10000), w, PEAKS, ["div_kernel"])
     assert v.bound is BoundClass.MEMORY and v.evidence["bytes_basis"] == "l2"
+
+
+def test_cutlass_tiles_and_cudnn_helpers():
+    op = op_row(busy=60000, kmed=60000)
+    big = "void cutlass__5x_cudnn::Kernel<cutlass_tensorop_bf16_s16816fprop_optimized_bf16_256x64_32x4_nhwc_align8>(T1::Params)"
+    assert classify_op(op, None, PEAKS, [big]).bound is BoundClass.COMPUTE
+    pad = ("void nhwcAddPaddingKernel<__nv_bfloat16, __nv_bfloat16, float, (bool)1, "
+           "(cudnnKernelDataType_t)0>(int, int, const T1 *, T2 *)")
+    assert classify_op(op, None, PEAKS, [pad]).bound is BoundClass.MEMORY
+    assert classify_op(op, None, PEAKS, ["nvjet_sm90_tst_24x64_64x16_4x2_h_bz_bias_TNN"]).bound \
+        is BoundClass.MEMORY

@@ -22,6 +22,10 @@ Reported per trace: class agreement by GPU time and by count (over kernel names 
 ratio of profkit's shape-model bytes per call to ncu's DRAM bytes per call for ops with
 counters, and the share of their GPU time within +-25%; and the number of rows above a roof at
 every level (with counters visible). Nothing is estimated: traces without counters are skipped and said so.
+
+``--remerge``: where ``STEM.ncu.csv`` lies beside ``STEM.sqlite``, merge it again into a temporary
+copy with the current matcher (pairs that do not line up left out) before measuring, so traces
+merged by an older profkit are judged on correctly paired counters.
 """
 from __future__ import annotations
 
@@ -105,8 +109,23 @@ def count_above_roof(prof) -> int:
     return n
 
 
-def measure(path: Path) -> TraceAccuracy:
-    res = TraceAccuracy(str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path))
+def remerged(path: Path, tmpdir: Path) -> tuple[Path, str]:
+    """A copy of ``path`` with its sibling ncu CSV merged again (or ``path`` itself)."""
+    import shutil
+
+    from profkit.ncu_import import merge_ncu, read_meta
+    csv = path.with_name(path.name[:-len(".sqlite")] + ".ncu.csv")
+    if not csv.exists():
+        return path, ""
+    copy = tmpdir / path.name
+    shutil.copyfile(path, copy)
+    rng = read_meta(path).get("ncu_range") or None
+    res = merge_ncu(copy, csv, rng, allow_mismatch=True)
+    return copy, res.summary()
+
+
+def measure(path: Path, label: Optional[str] = None) -> TraceAccuracy:
+    res = TraceAccuracy(label or str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         prof = profkit.load(path)
@@ -163,7 +182,11 @@ def render(results: list[TraceAccuracy]) -> str:
              f"duration; launch below {TINY_KERNEL_FACTOR:g}x the launch floor); the prediction is",
              "`profkit classify --by kernel` on the same trace with the counters hidden. Only kernel",
              "names that ncu profiled are compared, so a trace with counters on part of a run says",
-             "nothing about the rest.", "",
+             "nothing about the rest: \"kernel time with counters\" is that part (a training step",
+             "profiled with `--ncu-range` on the main thread has no counters on the backward kernels",
+             "that autograd launches from its own thread; `profkit capture --ncu` without a range now",
+             "profiles a whole iteration from every thread). The targets of a full labelled corpus",
+             "(agreement by GPU time over whole iterations) are not measured by these traces.", "",
              "| trace | kernel time with counters | kernel names | agreement by GPU time | by count | aten bytes / ncu DRAM bytes: median (ops) | aten GPU time within ±25% | rows above a roof |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in results:
@@ -190,11 +213,26 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("traces", nargs="*", type=Path)
     ap.add_argument("-o", "--out", type=Path, default=ROOT / "analyses" / "accuracy.md")
+    ap.add_argument("--remerge", action="store_true",
+                    help="merge each trace's sibling STEM.ncu.csv again with the current matcher")
     args = ap.parse_args(argv)
     traces = args.traces or sorted(p for p in (ROOT / "traces").rglob("*.sqlite"))
-    results = [measure(p.resolve()) for p in traces]
+    import tempfile
+    results, merges = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for p in traces:
+            label = str(p)
+            p = p.resolve()
+            if p.is_relative_to(ROOT):
+                label = str(p.relative_to(ROOT))
+            src, how = remerged(p, Path(tmp)) if args.remerge else (p, "")
+            if how:
+                merges.append(f"- {label}: {how}")
+            results.append(measure(src, label))
     results = [r for r in results if not r.note] or results
     text = render(results)
+    if merges:
+        text += "\nCounters merged again with the current matcher (`--remerge`):\n\n" + "\n".join(merges) + "\n"
     args.out.write_text(text)
     sys.stdout.write(text)
     return 0

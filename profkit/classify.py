@@ -252,6 +252,11 @@ def classify_op(op: dict, work: Optional[Work], peaks: Peaks, kernel_names: list
             return Verdict(BoundClass.UNKNOWN, "low", source,
                            f"GPU metrics: DRAM {work.dram_pct:.0f}% and SM {busy:.0f}% of peak: "
                            "neither is busy (latency, synchronisation or a small grid)", ev, pct, ideal)
+        if work.source is Source.GPU_METRICS:
+            # The measured utilisation of the binding unit is the op's place under its roof.
+            pct = min((work.dram_pct if bound is BoundClass.MEMORY else busy) / 100.0, 1.0)
+            ideal = pct * time_ns
+            ev["pct_of_roof"] = pct
         return Verdict(bound, conf(CONFIDENCE[source]), source,
                        f"{what}: DRAM {work.dram_pct:.0f}% vs SM {busy:.0f}% of peak", ev, pct, ideal)
     if work is not None and work.bytes and work.flops is not None:

@@ -108,3 +108,10 @@ def test_kernels_much_shorter_than_a_sample_get_no_reading(tmp_path):
     add_gpu_metrics(path, phases)
     df = profkit.load(path).ops(by="range")
     assert df.loc["tiny", "source"] != "gpu_metrics"
+
+
+def test_compute_bound_by_metrics_is_placed_by_its_busy_unit(trace):
+    df = profkit.load(trace).ops(by="range")
+    g = df.loc["gemm"]
+    assert g["pct_of_roof"] == pytest.approx(0.85)   # tensor active, not the 15% DRAM
+    assert g["expected_op_speedup"] < 1.5

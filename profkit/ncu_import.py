@@ -6,9 +6,11 @@ row per profiled kernel. Numbers may carry thousands separators ("1,048,576"); c
 not collect read "n/a" (or are absent) and become NULL.
 
 Rows go to ``PROFKIT_NCU_METRICS`` (columns: :data:`profkit.ncu.NCU_COLUMNS`). nsys's own tables
-are never altered. Each ncu kernel is matched to an nsys kernel row by name and launch order: the
-k-th launch of kernel N in ncu is the k-th launch of N in nsys (per process and device, and only
-among kernels launched inside the NVTX range when a range filter was used).
+are never altered. Each ncu kernel is matched to an nsys kernel row by name, grid and block (where
+both sides give them) and launch order: the k-th launch of kernel N in ncu is the k-th launch of
+N in nsys (per process and device, and only among kernels launched inside the NVTX range or time
+window when one was given). Pairs whose geometry differs or that break launch order are named,
+and the merge is refused unless the caller allows leaving them out (:func:`merge_ncu`).
 """
 from __future__ import annotations
 

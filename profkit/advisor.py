@@ -129,6 +129,10 @@ def _choose(op, verdict, work, peaks, text, kpc, span, busy, pct, under_graph):
         return (Rung.LIBRARY, *comm.advice_parts(op, verdict))
     floor = peaks.launch_floor_ns
     kmed = float(op["kernel_median_ns"])
+    if verdict.bound is BoundClass.UNKNOWN:  # no advice on a guess
+        return (Rung.NONE, "bound unknown: measure before acting (profkit capture --ncu, "
+                           "--gpu-metrics or --aten gives the evidence)", 1.0,
+                "bound unknown: no estimate")
     if verdict.bound is BoundClass.LAUNCH:
         pat = _pattern(text)
         bundled = f" (bundled: kernels.{pat})" if pat else ""

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import re
+from functools import cached_property
 from pathlib import Path
 from typing import Optional
 
@@ -15,10 +16,11 @@ import numpy as np
 import pandas as pd
 
 from profkit import evidence as ev
+from profkit import gpu_metrics
 from profkit import patterns
 from profkit.advisor import Frame, Suggestion, advise, advise_pair
 from profkit.attribution import aten_key
-from profkit.classify import classify_op
+from profkit.classify import judge, launch_stats
 from profkit.ops import group_ops
 from profkit.errors import ProfkitError
 from profkit.peaks import Peaks, resolve_peaks
@@ -53,8 +55,6 @@ class Profile:
                       self.full_trace.windowed(self.window.start_ns, self.window.end_ns))
         self.gpu = self.full_trace.primary_gpu()
         self.peaks, self.warnings = resolve_peaks(self.gpu, peaks_file)
-        names = self.trace.activities["name"].drop_duplicates().tolist()
-        self.default_precision = ev.precision_of(names)
         self.notes: list[str] = []
         self._run: Optional[RunSummary] = None
 
@@ -89,6 +89,11 @@ class Profile:
     def path(self) -> str:
         return self.trace.path
 
+    @cached_property
+    def gpu_samples(self) -> Optional[gpu_metrics.GpuMetrics]:
+        """nsys GPU-metrics samples (``capture --gpu-metrics``), None when the export has none."""
+        return gpu_metrics.read_gpu_metrics(self.path)
+
     def ops(self, by: str = "range", innermost: bool = False, top: Optional[int] = None) -> pd.DataFrame:
         """One row per op, sorted by GPU time: times, share, bound class, evidence and next step.
 
@@ -115,16 +120,23 @@ class Profile:
             d = dur_all[idx].sum()
             rec["critical_fraction"] = (1.0 if self.gains == "gpu" else
                                         float((crit[idx] * dur_all[idx]).sum() / d) if d > 0 else 0.0)
-            precision = ev.precision_of(knames) or self.default_precision
+            # Element type from this op's own kernels (no trace-wide default: None = unknown).
+            dtype = _op_dtype(member_acts)
+            precision = dtype.precision
+            rec.update(launch_stats(member_acts, self.peaks.launch_floor_ns))
             calls = int(op["count"])
-            work = ev.from_ncu(member_acts, self.trace.ncu, calls)
-            if work is None and by == "aten":
-                work = ev.from_shapes(str(name), ev.ELEM_BYTES.get(precision or "", 2), precision)
-            if work is None:
-                work = ev.from_hint(groups.hints.get(name), precision)
-            if work is None:
-                work = ev.from_copies(member_acts, calls)
-            verdict = classify_op(rec, work, self.peaks, knames[:20])
+            # Best source first; exact copy bytes outrank a shape guess; judge() drops a source
+            # whose numbers land above a roof and says so in the evidence.
+            candidates = [lambda: ev.from_ncu(member_acts, self.trace.ncu, calls),
+                          lambda: gpu_metrics.from_gpu_metrics(member_acts, self.gpu_samples, calls,
+                                                               self.peaks.memory_bandwidth),
+                          lambda: ev.from_copies(member_acts, calls),
+                          lambda: ev.from_shapes(str(name), dtype, causal=ev.attention_causal(knames))
+                          if by == "aten" else None,
+                          lambda: ev.from_hint(groups.hints.get(name), precision)]
+            verdict, work = judge(rec, candidates, self.peaks, knames[:20])
+            if work is not None and work.precision is not None:
+                precision = work.precision
             under_graph = bool(member_acts["graphNodeId"].notna().any()) if len(member_acts) else False
             sug = advise(rec, verdict, work, self.peaks, knames[:20], under_graph, frame)
             rec.update({
@@ -200,6 +212,15 @@ class Profile:
             out["verdict"]["action"] = actions[0]["action"]
             out["verdict"]["expected_end_to_end_speedup"] = actions[0]["expected_end_to_end_speedup"]
         return out
+
+
+def _op_dtype(member_acts: pd.DataFrame) -> ev.OpDtype:
+    """The op's element type from its kernels, weighted by their GPU time."""
+    k = member_acts[member_acts["kind"].astype(str) == "kernel"]
+    if k.empty:
+        return ev.op_dtype([])
+    t = (k["end"] - k["start"]).groupby(k["name"].astype(str)).sum()
+    return ev.op_dtype(t.index.tolist(), t.to_numpy(dtype=float).tolist())
 
 
 def _suggestion_fields(sug: Suggestion) -> dict:

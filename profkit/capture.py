@@ -16,6 +16,16 @@ Pass 2 (``--ncu``)::
     ncu --import DIR/.STEM.profkit-tmp-PID.ncu-rep --csv --page raw --print-units base \\
         --print-kernel-base demangled > STEM.ncu.csv
 
+``--gpu-metrics`` adds ``--gpu-metrics-devices=0 --gpu-metrics-frequency=F`` to pass 1 (default
+10 kHz; see :mod:`profkit.gpu_metrics` for what it costs).
+
+Without ``--ncu-range``, pass 2 profiles one complete steady-state iteration when the script
+has a repeated top-level NVTX range (``step``, ``iteration``...): the nsys pass names the
+instance (the second-to-last: the first is warm-up) and the kernels launched before it and in
+it, from every thread (backward runs on autograd's own thread, outside the range's per-thread
+NVTX stack), so ncu gets ``--launch-skip K --launch-count M`` and the merge only considers
+that instance's kernels. Without such a range it profiles the first ``--ncu-count`` kernels.
+
 Everything is written under temporary names beside the output and renamed at the end:
 ``STEM.sqlite`` (+ ``PROFKIT_META``, ``PROFKIT_NCU_METRICS``), ``STEM.nsys-rep`` and, with
 ``--ncu``, ``STEM.ncu-rep`` and ``STEM.ncu.csv``.
@@ -47,6 +57,8 @@ from profkit.ncu_import import (NCU_METRICS, NCU_SECTIONS, TENSOR_METRICS, merge
 NSYS_TRACE_FLAGS = ["-t", "cuda,nvtx,cublas,cudnn", "-s", "none", "--cpuctxsw", "none",
                     "--cuda-graph-trace=node"]
 DEFAULT_NCU_COUNT = 200
+# A top-level NVTX range repeated at least this often is taken as the script's iteration.
+MIN_ITERATIONS = 2
 HEARTBEAT_S = 30.0
 INTERRUPT_GRACE_S = 300.0
 
@@ -154,11 +166,78 @@ def script_command(python: str, script: Path, args: Sequence[str], aten: bool,
             "--exit-code-file", str(exit_code_file), "--", str(script), *args]
 
 
+def gpu_metrics_flags(frequency_hz: Optional[int]) -> list[str]:
+    """nsys flags for GPU-metrics sampling of device 0 at ``frequency_hz`` (None: off)."""
+    if not frequency_hz:
+        return []
+    return ["--gpu-metrics-devices=0", f"--gpu-metrics-frequency={int(frequency_hz)}"]
+
+
 def build_nsys_command(nsys: str, out_base: Path, app: Sequence[str],
-                       extra: Sequence[str] = ()) -> list[str]:
+                       extra: Sequence[str] = (), gpu_metrics_hz: Optional[int] = None) -> list[str]:
     """The nsys argv (no shell): profile with SQLite export to ``out_base``.{nsys-rep,sqlite}."""
-    return [nsys, "profile", *NSYS_TRACE_FLAGS, "--export", "sqlite", "-o", str(out_base),
-            *extra, *app]
+    return [nsys, "profile", *NSYS_TRACE_FLAGS, *gpu_metrics_flags(gpu_metrics_hz), "--export",
+            "sqlite", "-o", str(out_base), *extra, *app]
+
+
+@dataclass(frozen=True)
+class Iteration:
+    """One instance of the script's repeated top-level NVTX range, as ncu should profile it."""
+    name: str
+    index: int          # which instance (0-based) of ``instances``
+    instances: int
+    start: int          # ns, the range on the thread that pushed it
+    end: int
+    skip: int           # kernels launched (any thread) before ``start``
+    count: int          # kernels launched (any thread) in [start, end]
+
+
+def choose_iteration(sqlite_path: str | Path) -> Optional[Iteration]:
+    """The steady-state iteration to profile with ncu, from the nsys pass (see module doc).
+
+    Candidates: push/pop ranges with no enclosing range on their thread, whose text repeats at
+    least MIN_ITERATIONS times and that launch kernels; the one covering the most kernels wins.
+    Instance: the second-to-last (the first carries warm-up, the last may be cut short)."""
+    import sqlite3
+
+    import numpy as np
+    import pandas as pd
+
+    conn = sqlite3.connect(f"file:{Path(sqlite_path)}?mode=ro", uri=True)
+    try:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if not {"NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_KERNEL"} <= tables:
+            return None
+        text = "COALESCE(n.text, s.value)" if "StringIds" in tables else "n.text"
+        join = "LEFT JOIN StringIds s ON s.id = n.textId" if "StringIds" in tables else ""
+        nv = pd.read_sql_query(f"SELECT n.start, n.end, n.globalTid, {text} AS text FROM "
+                               f"NVTX_EVENTS n {join} WHERE n.eventType = 59 AND n.end IS NOT NULL",
+                               conn)
+        launches = pd.read_sql_query(
+            "SELECT r.start FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN CUPTI_ACTIVITY_KIND_KERNEL k "
+            "ON k.correlationId = r.correlationId AND k.globalPid = "
+            "r.globalTid - (r.globalTid % 16777216) ORDER BY r.start", conn)
+    finally:
+        conn.close()
+    if nv.empty or launches.empty:
+        return None
+    t = np.sort(launches["start"].to_numpy())
+    best: Optional[Iteration] = None
+    for tid, g in nv.groupby("globalTid"):
+        g = g.sort_values(["start", "end"], ascending=[True, False])
+        reach = np.maximum.accumulate(np.concatenate([[-1], g["end"].to_numpy()[:-1]]))
+        top = g[g["start"].to_numpy() > reach]   # not inside an earlier range of this thread
+        for name, inst in top.groupby("text"):
+            if not isinstance(name, str) or len(inst) < MIN_ITERATIONS:
+                continue
+            inst = inst.sort_values("start")
+            i = len(inst) - 2 if len(inst) >= 3 else len(inst) - 1
+            start, end = int(inst["start"].iat[i]), int(inst["end"].iat[i])
+            skip = int(np.searchsorted(t, start, side="left"))
+            count = int(np.searchsorted(t, end, side="right")) - skip
+            if count > 0 and (best is None or count > best.count):
+                best = Iteration(name, i, len(inst), start, end, skip, count)
+    return best
 
 
 def build_ncu_command(ncu: str, report_base: Path, app: Sequence[str],
@@ -298,7 +377,8 @@ def _nsys_sqlite(nsys: str, base: Path, say: Say, keep_as: Optional[Path] = None
 def capture(script: str | Path, script_args: Sequence[str] = (), *, output: Optional[str | Path] = None,
             force: bool = False, nsys_args: Optional[str | Sequence[str]] = None, aten: bool = False,
             ncu: bool = False, ncu_range: Optional[str] = None,
-            ncu_count: int = DEFAULT_NCU_COUNT, ncu_args: Optional[str | Sequence[str]] = None,
+            ncu_count: Optional[int] = None, ncu_args: Optional[str | Sequence[str]] = None,
+            gpu_metrics_hz: Optional[int] = None,
             python: Optional[str] = None, say: Say = _default_say,
             command_line: Optional[Sequence[str]] = None) -> CaptureResult:
     """Profile ``script`` and leave ``STEM.sqlite`` (+ ``.nsys-rep``); see the module docstring.
@@ -308,8 +388,10 @@ def capture(script: str | Path, script_args: Sequence[str] = (), *, output: Opti
     """
     script_p = check_script(script)
     out = resolve_output(script_p, output)
-    if ncu_count < 1:
+    if ncu_count is not None and ncu_count < 1:
         raise ProfkitError(f"--ncu-count must be at least 1, not {ncu_count}")
+    if gpu_metrics_hz is not None and gpu_metrics_hz < 1:
+        raise ProfkitError(f"--gpu-metrics-frequency must be at least 1 Hz, not {gpu_metrics_hz}")
     check_output(out, force, ncu)
     extra_nsys = split_extra(nsys_args, "--nsys-args")
     extra_ncu = split_extra(ncu_args, "--ncu-args")
@@ -326,7 +408,7 @@ def capture(script: str | Path, script_args: Sequence[str] = (), *, output: Opti
     passes = 2 if ncu else 1
     try:
         app = script_command(python, script_p, script_args, aten, code_file)
-        nsys_cmd = build_nsys_command(nsys, tmp_base, app, extra_nsys)
+        nsys_cmd = build_nsys_command(nsys, tmp_base, app, extra_nsys, gpu_metrics_hz)
         started = _dt.datetime.now(_dt.timezone.utc)
         p1 = run_pass(nsys_cmd, f"[1/{passes}] nsys profile", say)
         code = _read_exit_code(code_file)
@@ -352,11 +434,31 @@ def capture(script: str | Path, script_args: Sequence[str] = (), *, output: Opti
             with contextlib.suppress(OSError):
                 code_file.unlink()
             metrics = available_metrics(ncu_exe, NCU_METRICS)
-            ncu_cmd = build_ncu_command(ncu_exe, tmp_base, app, ncu_range, ncu_count, metrics,
-                                        extra_ncu)
+            it = None if ncu_range else choose_iteration(sqlite_tmp)
+            window = None
+            if it is not None:
+                count = it.count if ncu_count is None else min(ncu_count, it.count)
+                ncu_cmd = build_ncu_command(ncu_exe, tmp_base, app, None, count, metrics,
+                                            ["--launch-skip", str(it.skip), *extra_ncu])
+                window = (it.start, it.end)
+                result.notes.append(
+                    f"ncu: profiling iteration {it.index + 1} of {it.instances} of the NVTX range "
+                    f"'{it.name}' ({count} of its {it.count} kernels, after {it.skip} earlier "
+                    "launches)")
+                meta.update({"ncu_iteration": f"{it.name}#{it.index}", "ncu_window":
+                             f"{it.start},{it.end}", "ncu_launch_skip": it.skip})
+            else:
+                count = ncu_count or DEFAULT_NCU_COUNT
+                ncu_cmd = build_ncu_command(ncu_exe, tmp_base, app, ncu_range, count, metrics,
+                                            extra_ncu)
+                if not ncu_range:
+                    result.notes.append(
+                        f"ncu: no repeated top-level NVTX range to pick one iteration from: "
+                        f"profiling the first {count} kernels (warm-up included); wrap each "
+                        "step in an NVTX range or pass --ncu-range")
             meta.update({"ncu_command": shlex.join(ncu_cmd), "ncu_path": ncu_exe,
                          "ncu_version": nsys_locate.tool_version(ncu_exe),
-                         "ncu_range": ncu_range or "", "ncu_count": ncu_count})
+                         "ncu_range": ncu_range or "", "ncu_count": count})
             p2 = run_pass(ncu_cmd, f"[2/{passes}] ncu", say)
             result.interrupted = result.interrupted or p2.interrupted
             if rep_tmp.is_file():
@@ -369,7 +471,9 @@ def capture(script: str | Path, script_args: Sequence[str] = (), *, output: Opti
                                         f"{res.stderr.strip()[:300]}; the trace has no counters")
                 else:
                     try:  # a counter problem must not cost the nsys trace
-                        merged = merge_ncu(sqlite_tmp, read_raw_csv(csv_tmp), ncu_range)
+                        # both runs are ours: keep the pairs that line up, report the rest
+                        merged = merge_ncu(sqlite_tmp, read_raw_csv(csv_tmp), ncu_range, window,
+                                           allow_mismatch=True)
                         result.notes.append(f"ncu: {merged.summary()}")
                         meta["ncu_merge"] = merged.summary()
                     except ProfkitError as exc:
@@ -408,20 +512,20 @@ def merge_existing(raw_csv: str | Path, trace: str | Path, output: Optional[str 
     frame = read_raw_csv(raw_csv)
     if output is None:
         target = src
-        merged = merge_ncu(target, frame, ncu_range)
+        merged = merge_ncu(target, frame, ncu_range, allow_fewer=force, allow_mismatch=force)
     else:
         target = Path(output)
         if target.exists() and not force:
             raise ProfkitError(f"output {target} exists; pass --force to replace it")
         if target.resolve() == src.resolve():
-            merged = merge_ncu(target, frame, ncu_range)
+            merged = merge_ncu(target, frame, ncu_range, allow_fewer=force, allow_mismatch=force)
         else:
             if not target.parent.is_dir():
                 raise ProfkitError(f"output directory {target.parent} does not exist")
             tmp = target.with_name(f".{target.name}.profkit-tmp-{os.getpid()}")
             try:
                 shutil.copyfile(src, tmp)
-                merged = merge_ncu(tmp, frame, ncu_range)
+                merged = merge_ncu(tmp, frame, ncu_range, allow_fewer=force, allow_mismatch=force)
                 os.replace(tmp, target)
             finally:
                 with contextlib.suppress(OSError):

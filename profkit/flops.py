@@ -291,6 +291,26 @@ def cost_attention(sizes: Sequence[Shape], eb: int, causal: bool = False,
     return OpCost(flops, byt, "attention", formula)
 
 
+def cost_attention_backward(sizes: Sequence[Shape], eb: int, causal: bool = False,
+                            layout: str = "BHLD") -> Optional[OpCost]:
+    """SDPA backward (grad_out, q, k, v, out, ...): five matmuls over the score matrix (S
+    recomputed, dV, dP, dQ, dK) = 2.5x the forward's FLOPs; causal halves them. Bytes = dO + q +
+    k + v + out read, dq + dk + dv written (the ideal, fused kernel)."""
+    t = [s for s in sizes[:5]]
+    if len(t) < 5 or any(len(s) != 4 for s in t):
+        return None
+    do, q, k, v, o = t
+    fwd = cost_attention([q, k, v], eb, causal=causal, layout=layout)
+    if fwd is None:
+        return None
+    flops = 2.5 * fwd.flops
+    byt = float(numel(do) + numel(q) + numel(k) + numel(v) + numel(o)
+                + numel(q) + numel(k) + numel(v)) * eb
+    return OpCost(flops, byt, "attention",
+                  f"attention backward: 2.5 x ({fwd.formula.split(';')[0].split(': ', 1)[1]}) FLOP; "
+                  f"bytes = (dO + q + k + v + out read, dq + dk + dv written) * {eb}")
+
+
 # --- elementwise -----------------------------------------------------------------------------------
 # FLOPs per output element where 1 is too few (approximations of the usual CUDA code paths).
 ELEMENTWISE_FLOPS: dict[str, int] = {
@@ -319,23 +339,61 @@ ELEMENTWISE_OPS = {
 _ZERO_FLOP = {"fill", "zero"}
 
 
-def cost_elementwise(op: str, sizes: Sequence[Shape], eb: int) -> Optional[OpCost]:
+# Arguments of the functional overload as emit_nvtx lists them (tensors and scalars alike). A
+# further trailing tensor is the ``out=`` argument: written, never read.
+ELEMENTWISE_ARITY: dict[str, int] = {
+    "add": 3, "sub": 3, "rsub": 3, "mul": 2, "div": 2, "true_divide": 2, "maximum": 2,
+    "minimum": 2, "pow": 2, "fmod": 2, "remainder": 2, "eq": 2, "ne": 2, "lt": 2, "le": 2,
+    "gt": 2, "ge": 2, "logical_and": 2, "logical_or": 2, "bitwise_and": 2, "bitwise_or": 2,
+    "copysign": 2, "floor_divide": 2, "where": 3, "lerp": 3, "addcmul": 4, "addcdiv": 4,
+    "neg": 1, "abs": 1, "relu": 1, "silu": 1, "sigmoid": 1, "tanh": 1, "exp": 1, "exp2": 1,
+    "expm1": 1, "log": 1, "log2": 1, "log1p": 1, "sqrt": 1, "rsqrt": 1, "reciprocal": 1,
+    "square": 1, "sin": 1, "cos": 1, "erf": 1, "sign": 1, "sgn": 1, "floor": 1, "ceil": 1,
+    "trunc": 1, "logical_not": 1, "gelu": 2, "clamp": 3, "clamp_min": 2, "clamp_max": 2,
+}
+
+
+def split_out(op: str, sizes: Sequence[Shape], overload: str = "") -> tuple[list[Shape], Optional[Shape]]:
+    """(tensor inputs read, the ``out=`` tensor or None) of an elementwise call.
+
+    ``out=`` shows as one tensor entry past the functional overload's arguments (or as an
+    ``.out`` overload name, where the text keeps it)."""
+    entries = list(sizes)
+    arity = ELEMENTWISE_ARITY.get(op)
+    if entries and entries[-1] and (overload.startswith("out")
+                                    or (arity is not None and len(entries) == arity + 1)):
+        return _tensors(entries[:-1]), list(entries[-1])
+    return _tensors(entries), None
+
+
+def cost_elementwise(op: str, sizes: Sequence[Shape], eb: int, overload: str = "",
+                     out_eb: Optional[int] = None) -> Optional[OpCost]:
     """Elementwise: ``f`` FLOPs per output element (1, or :data:`ELEMENTWISE_FLOPS`); output =
-    broadcast of the tensor inputs; bytes = (all tensor inputs + output) * elem_bytes."""
-    tensors = _tensors(sizes)
-    if not tensors:
+    broadcast of the tensor inputs; bytes = (tensor inputs read + output written) * elem_bytes.
+    An ``out=`` tensor is written, not read; ``out_eb``: bytes per output element when the
+    output's type differs (comparisons write bool)."""
+    ins_t, out_t = split_out(op, sizes, overload)
+    if not ins_t and out_t is None:
         return None
-    out_shape = broadcast_shapes(*tensors)
+    if op in _ZERO_FLOP:
+        # fill_/zero_ write their only tensor
+        target = out_t or (ins_t[0] if ins_t else None)
+        out = numel(target)
+        return OpCost(0.0, float(out) * eb, "fill", f"{op}: 0 FLOP; bytes = {out} out * {eb}")
+    out_shape = broadcast_shapes(*ins_t) if ins_t else out_t
     if out_shape is None:
         return None
-    out = numel(out_shape)
-    if op in _ZERO_FLOP:
-        return OpCost(0.0, float(out) * eb, "fill", f"{op}: 0 FLOP; bytes = {out} out * {eb}")
+    out = numel(out_t) if out_t is not None else numel(out_shape)
+    oeb = eb if out_eb is None else out_eb
     per = ELEMENTWISE_FLOPS.get(op, 1)
-    ins = sum(numel(s) for s in tensors)
+    ins = sum(numel(s) for s in ins_t)
     note = f" (~{per} FLOP/element for {op})" if per != 1 else ""
-    return OpCost(float(per) * out, float(ins + out) * eb, "elementwise",
-                  f"{op}: {per}*{out} FLOP{note}; bytes = ({ins} in + {out} out) * {eb}")
+    where = " (out= written, not read)" if out_t is not None else ""
+    wbytes = f"{out} out * {oeb}" if oeb != eb else f"{out} out) * {eb}"
+    formula = (f"{op}: {per}*{out} FLOP{note}; bytes = ({ins} in + {wbytes}{where}"
+               if oeb == eb else
+               f"{op}: {per}*{out} FLOP{note}; bytes = {ins} in * {eb} + {wbytes}{where}")
+    return OpCost(float(per) * out, float(ins * eb + out * oeb), "elementwise", formula)
 
 
 # --- reductions, norms, softmax -------------------------------------------------------------------
@@ -440,17 +498,21 @@ def cost_index(sizes: Sequence[Shape], eb: int) -> Optional[OpCost]:
                   "(indices on leading dims assumed)")
 
 
-def cost_copy(op: str, sizes: Sequence[Shape], eb: int) -> Optional[OpCost]:
-    """copy_(dst, src) / to / _to_copy / contiguous / clone: 0 FLOPs; bytes = read + write of
-    the tensor (a dtype change is not visible in the shapes: elem_bytes both ways)."""
+def cost_copy(op: str, sizes: Sequence[Shape], eb: int, src_eb: Optional[int] = None,
+              dst_eb: Optional[int] = None) -> Optional[OpCost]:
+    """copy_(dst, src) / to / _to_copy / contiguous / clone: 0 FLOPs; bytes = read of the source
+    at its type + write of the destination at its type (a cast: ``src_eb`` != ``dst_eb``; each
+    defaults to ``elem_bytes``)."""
     if not sizes or not sizes[0]:
         return None
     if op == "copy" and len(sizes) > 1 and sizes[1]:
         n_src, n_dst = numel(sizes[1]), numel(sizes[0])
     else:
         n_src = n_dst = numel(sizes[0])
-    return OpCost(0.0, float(n_src + n_dst) * eb, "copy",
-                  f"{op}: 0 FLOP; bytes = ({n_src} read + {n_dst} written) * {eb}")
+    se, de = src_eb or eb, dst_eb or eb
+    body = (f"({n_src} read + {n_dst} written) * {eb}" if se == de == eb else
+            f"{n_src} read * {se} + {n_dst} written * {de} (a cast)")
+    return OpCost(0.0, float(n_src * se + n_dst * de), "copy", f"{op}: 0 FLOP; bytes = {body}")
 
 
 def cost_cat(sizes: Sequence[Shape], eb: int) -> Optional[OpCost]:
@@ -460,6 +522,69 @@ def cost_cat(sizes: Sequence[Shape], eb: int) -> Optional[OpCost]:
         return None
     n = sum(numel(s) for s in tensors)
     return OpCost(0.0, float(2 * n) * eb, "copy", f"cat: 0 FLOP; bytes = 2*{n}*{eb}")
+
+
+# --- foreach (tensor-list) ops and fused optimizers --------------------------------------------
+# FLOPs per element of the first list; fused Adam(W): moments, bias correction, update.
+FOREACH_FLOPS = {"addcmul": 3, "addcdiv": 3, "lerp": 3, "sqrt": 1, "div": 1, "mul": 1, "add": 1,
+                 "sub": 1, "maximum": 1, "norm": 2, "zero": 0, "copy": 0}
+_FUSED_OPTIMIZERS = {"_fused_adam": (4, 3, 12), "_fused_adamw": (4, 3, 13),
+                     "_fused_sgd": (3, 2, 3)}  # lists read, lists written, FLOP per element
+# Most tensor lists a foreach op takes (the rest of its arguments are scalars); emit_nvtx writes
+# the lists' tensors one after another, so the lists are recovered by splitting into this many
+# equal parts where the parts' shapes agree.
+FOREACH_MAX_LISTS = {"addcmul": 3, "addcdiv": 3, "lerp": 3, "add": 2, "sub": 2, "mul": 2,
+                     "div": 2, "maximum": 2, "minimum": 2, "pow": 2, "copy": 2, "clamp_min": 2,
+                     "clamp_max": 2, "_fused_adam": 5, "_fused_adamw": 5, "_fused_sgd": 3}
+
+
+def _split_lists(tensors: list, max_lists: int) -> list[list]:
+    """Split flattened list arguments into the largest number (<= max_lists) of equal-shaped lists."""
+    for k in range(min(max_lists, len(tensors)), 1, -1):
+        if len(tensors) % k == 0:
+            m = len(tensors) // k
+            parts = [tensors[i * m:(i + 1) * m] for i in range(k)]
+            if all(p == parts[0] for p in parts[1:]):
+                return parts
+    return [tensors]
+
+
+def cost_foreach(op: str, raw_sizes: Sequence, eb: int) -> Optional[OpCost]:
+    """``_foreach_<f>[_](lists..., scalars)``: every tensor list read once; the result (the first
+    list in place, or a new list) written once. Fused optimizers (``_fused_adam_`` ...): params,
+    grads and moments read, params and moments written, at ``elem_bytes`` (fp32 master weights:
+    pass 4)."""
+    base = op.split("::", 1)[-1].split(".", 1)[0]
+    inplace = base.endswith("_")
+    base = base.rstrip("_")
+    f = base[len("_foreach_"):] if base.startswith("_foreach_") else base
+    lists = [e for e in raw_sizes if isinstance(e, list) and e
+             and all(isinstance(t, list) for t in e) and any(e)]  # [[], []]: 0-dim steps
+    if not lists:
+        # emit_nvtx flattens tensor lists: [[a], [b], ..., []]; 0-dim tensors (steps) read []
+        flat = [list(e) for e in raw_sizes if isinstance(e, list) and e
+                and all(isinstance(d, int) for d in e)]
+        if not flat:
+            return None
+        lists = _split_lists(flat, FOREACH_MAX_LISTS.get(f, FOREACH_MAX_LISTS.get(base, 1)))
+    n = sum(numel(t) for t in lists[0])
+    if base in _FUSED_OPTIMIZERS:
+        reads, writes, per = _FUSED_OPTIMIZERS[base]
+        reads = max(reads, len(lists))  # amsgrad adds a fifth list, read and written
+        writes += len(lists) - 4 if len(lists) > 4 else 0
+        return OpCost(float(per) * n, float((reads + writes) * n) * eb, "optimizer",
+                      f"{base}: {per}*{n} FLOP; bytes = ({reads} lists read + {writes} written) "
+                      f"* {n} * {eb} ({len(lists[0])} tensors)")
+    per = FOREACH_FLOPS.get(f, ELEMENTWISE_FLOPS.get(f, 1))
+    if f in ("zero", "copy") or f.startswith("norm"):
+        per = FOREACH_FLOPS.get(f, 2)
+    read = sum(numel(t) for lst in lists for t in lst)
+    if f == "zero":
+        read = 0
+    written = n if not f.startswith("norm") else len(lists[0])
+    return OpCost(float(per) * n, float(read + written) * eb, "foreach",
+                  f"{base}: {per}*{n} FLOP over {len(lists[0])} tensors; bytes = ({read} read + "
+                  f"{written} written{' in place' if inplace else ''}) * {eb}")
 
 
 VIEW_OPS = {"view", "reshape", "_unsafe_view", "as_strided", "t", "transpose", "permute",
@@ -479,6 +604,11 @@ _ATTENTION = {"scaled_dot_product_attention", "_scaled_dot_product_flash_attenti
               "_scaled_dot_product_attention_math", "_scaled_dot_product_flash_attention_for_cpu",
               "_flash_attention_forward", "_efficient_attention_forward",
               "_cudnn_attention_forward", "_scaled_dot_product_fused_attention_overrideable"}
+_ATTENTION_BWD = {"_scaled_dot_product_flash_attention_backward",
+                  "_scaled_dot_product_efficient_attention_backward",
+                  "_scaled_dot_product_cudnn_attention_backward", "_flash_attention_backward",
+                  "_efficient_attention_backward", "_cudnn_attention_backward"}
+_BLHD_ATTENTION_BWD = {"_flash_attention_backward", "_efficient_attention_backward"}
 _LAYER_NORM = {"layer_norm", "native_layer_norm"}
 _RMS_NORM = {"rms_norm", "_fused_rms_norm"}
 _SOFTMAX = {"softmax", "_softmax", "log_softmax", "_log_softmax", "_safe_softmax"}
@@ -486,17 +616,25 @@ _COPY = {"copy", "to", "_to_copy", "contiguous", "clone"}
 
 
 def estimate(op: str, sizes: Sequence[Sequence[int]], elem_bytes: int = 2, *,
-             causal: bool = False) -> Optional[OpCost]:
+             causal: bool = False, src_elem_bytes: Optional[int] = None,
+             dst_elem_bytes: Optional[int] = None, raw_sizes: Optional[Sequence] = None
+             ) -> Optional[OpCost]:
     """FLOPs and ideal bytes of one call of ``op`` (``"aten::mm"`` or ``"mm"``) on ``sizes``.
 
     ``elem_bytes``: bytes per element (2 for bf16/fp16, 4 for fp32); ``causal``: the attention
-    was causal (the flash/efficient/cudnn variants' arguments do not show it). Returns None when
-    profkit has no model for the op or the shapes do not fit it.
+    was causal (the flash/efficient/cudnn variants' arguments do not show it);
+    ``src_elem_bytes``/``dst_elem_bytes``: a cast's source and destination element sizes (copy
+    ops; elementwise ops take ``dst_elem_bytes`` for their output); ``raw_sizes``: the
+    unflattened sizes (tensor lists kept), needed by foreach ops. Returns None when profkit has
+    no model for the op or the shapes do not fit it.
     """
     name = normalize_op(op)
     sz: list[Shape] = [[int(d) for d in s] if s else [] for s in (sizes or [])]
     eb = int(elem_bytes)
+    overload = op.split("::", 1)[-1].split(".", 1)[1] if "." in op.split("::", 1)[-1] else ""
     try:
+        if name.startswith("_foreach_") or name in _FUSED_OPTIMIZERS:
+            return cost_foreach(op, raw_sizes if raw_sizes is not None else [sz], eb)
         if name in _GEMM:
             return _GEMM[name](sz, eb)
         if name in _CONV:
@@ -504,6 +642,9 @@ def estimate(op: str, sizes: Sequence[Sequence[int]], elem_bytes: int = 2, *,
         if name in _ATTENTION:
             layout = "BLHD" if name in _BLHD_ATTENTION else "BHLD"
             return cost_attention(sz, eb, causal=causal, layout=layout)
+        if name in _ATTENTION_BWD:
+            layout = "BLHD" if name in _BLHD_ATTENTION_BWD else "BHLD"
+            return cost_attention_backward(sz, eb, causal=causal, layout=layout)
         if name in _LAYER_NORM:
             return cost_layer_norm(sz, eb)
         if name in _RMS_NORM:
@@ -519,13 +660,13 @@ def estimate(op: str, sizes: Sequence[Sequence[int]], elem_bytes: int = 2, *,
         if name == "index":
             return cost_index(sz, eb)
         if name in _COPY:
-            return cost_copy(name, sz, eb)
+            return cost_copy(name, sz, eb, src_elem_bytes, dst_elem_bytes)
         if name in ("cat", "stack", "concat", "concatenate"):
             return cost_cat(sz, eb)
         if name in REDUCTION_OPS:
             return cost_reduction(name, sz, eb)
         if name in ELEMENTWISE_OPS:
-            return cost_elementwise(name, sz, eb)
+            return cost_elementwise(name, sz, eb, overload, dst_elem_bytes)
         if name in VIEW_OPS:
             return OpCost(0.0, 0.0, "view", f"{name}: metadata only, no kernel")
     except (IndexError, ValueError, TypeError):
@@ -534,14 +675,16 @@ def estimate(op: str, sizes: Sequence[Sequence[int]], elem_bytes: int = 2, *,
 
 
 def estimate_call(call: AtenCall, elem_bytes: int = 2, *, causal: bool = False) -> Optional[OpCost]:
-    return estimate(call.op, call.sizes, elem_bytes, causal=causal)
+    return estimate(call.op, call.sizes, elem_bytes, causal=causal, raw_sizes=call.raw_sizes)
 
 
 def has_model(op: str) -> bool:
     name = normalize_op(op)
-    return (name in _GEMM or name in _CONV or name in _ATTENTION or name in _LAYER_NORM
+    return (name in _GEMM or name in _CONV or name in _ATTENTION or name in _ATTENTION_BWD
+            or name in _LAYER_NORM
             or name in _RMS_NORM or name in _SOFTMAX or name in _COPY or name in REDUCTION_OPS
-            or name in ELEMENTWISE_OPS or name in VIEW_OPS
+            or name in ELEMENTWISE_OPS or name in VIEW_OPS or name.startswith("_foreach_")
+            or name in _FUSED_OPTIMIZERS
             or name in ("embedding", "index_select", "gather", "index", "cat", "stack",
                         "concat", "concatenate"))
 
@@ -561,6 +704,9 @@ WRAPPER_OPS: dict[str, tuple[str, ...]] = {
     "_scaled_dot_product_flash_attention": ("_flash_attention_forward",),
     "_scaled_dot_product_efficient_attention": ("_efficient_attention_forward",),
     "_scaled_dot_product_cudnn_attention": ("_cudnn_attention_forward",),
+    "_scaled_dot_product_flash_attention_backward": ("_flash_attention_backward",),
+    "_scaled_dot_product_efficient_attention_backward": ("_efficient_attention_backward",),
+    "_scaled_dot_product_cudnn_attention_backward": ("_cudnn_attention_backward",),
     "layer_norm": ("native_layer_norm",),
     "rms_norm": ("_fused_rms_norm",),
     "softmax": ("_softmax",), "log_softmax": ("_log_softmax",),

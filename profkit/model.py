@@ -10,6 +10,7 @@ class BoundClass(str, Enum):
     MEMORY = "memory"     # bytes through HBM (or a host link): intensity below the ridge point
     LAUNCH = "launch"     # the fixed cost of launching kernels, not the work in them
     COMMUNICATION = "communication"  # NCCL collectives: bytes between GPUs (see profkit.comm)
+    UNKNOWN = "unknown"   # the evidence cannot decide (e.g. a GEMM seen on the timeline only)
 
 
 class Rung(str, Enum):
@@ -25,11 +26,12 @@ class Rung(str, Enum):
 class Source(str, Enum):
     """Where an op's work counts came from, best first."""
     NCU = "ncu"            # hardware counters merged from an Nsight Compute pass
+    GPU_METRICS = "gpu_metrics"  # nsys GPU-metrics samples (DRAM, SM, tensor activity) over the op
     SHAPES = "shapes"      # FLOPs/bytes from aten op shapes (emit_nvtx record_shapes)
     HINTS = "hints"        # FLOP/byte hints in the NVTX range name
     COPY = "copy"          # bytes of a memcpy/memset, exact from the trace
     TIMELINE = "timeline"  # durations, gaps and kernel names alone
 
 
-CONFIDENCE = {Source.NCU: "high", Source.SHAPES: "medium", Source.HINTS: "medium",
+CONFIDENCE = {Source.NCU: "high", Source.GPU_METRICS: "medium", Source.SHAPES: "medium", Source.HINTS: "medium",
               Source.COPY: "high", Source.TIMELINE: "low"}

@@ -35,6 +35,9 @@ NCU_COLUMNS: dict[str, str] = {
     "sm_throughput_pct": "REAL",       # sm__throughput.avg.pct_of_peak_sustained_elapsed
     "dram_throughput_pct": "REAL",     # gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed
     "achieved_occupancy_pct": "REAL",  # sm__warps_active.avg.pct_of_peak_sustained_active
+    "l2_bytes": "REAL",                # lts__t_bytes.sum: L2-side traffic (hits and misses)
+    "grid": "TEXT",                    # "x,y,z" as ncu reports it, checked against nsys
+    "block": "TEXT",                   # "x,y,z"
 }
 
 

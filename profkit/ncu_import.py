@@ -6,9 +6,11 @@ row per profiled kernel. Numbers may carry thousands separators ("1,048,576"); c
 not collect read "n/a" (or are absent) and become NULL.
 
 Rows go to ``PROFKIT_NCU_METRICS`` (columns: :data:`profkit.ncu.NCU_COLUMNS`). nsys's own tables
-are never altered. Each ncu kernel is matched to an nsys kernel row by name and launch order: the
-k-th launch of kernel N in ncu is the k-th launch of N in nsys (per process and device, and only
-among kernels launched inside the NVTX range when a range filter was used).
+are never altered. Each ncu kernel is matched to an nsys kernel row by name, grid and block (where
+both sides give them) and launch order: the k-th launch of kernel N in ncu is the k-th launch of
+N in nsys (per process and device, and only among kernels launched inside the NVTX range or time
+window when one was given). Pairs whose geometry differs or that break launch order are named,
+and the merge is refused unless the caller allows leaving them out (:func:`merge_ncu`).
 """
 from __future__ import annotations
 
@@ -34,6 +36,8 @@ NCU_SECTIONS = ["SpeedOfLight", "MemoryWorkloadAnalysis", "ComputeWorkloadAnalys
 
 # Non-tensor FLOPs: (metric, FLOPs per thread instruction). Half-precision instructions are
 # counted as packed (HADD2/HMUL2/HFMA2), the convention of ncu's own half-precision roofline.
+# A kernel with HADD but no HFMA/HMUL is converting 16-bit data to fp32 (HADD2.F32 with -RZ is
+# the compiler's bf16/fp16 -> fp32 move), not doing half-precision math: its HADDs are not FLOPs.
 FP64_METRICS = {"sm__sass_thread_inst_executed_op_dadd_pred_on.sum": 1,
                 "sm__sass_thread_inst_executed_op_dmul_pred_on.sum": 1,
                 "sm__sass_thread_inst_executed_op_dfma_pred_on.sum": 2}
@@ -71,9 +75,10 @@ DRAM_WRITE = "dram__bytes_write.sum"
 SM_PCT = "sm__throughput.avg.pct_of_peak_sustained_elapsed"
 DRAM_PCT = "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed"
 OCC_PCT = "sm__warps_active.avg.pct_of_peak_sustained_active"
+L2_BYTES = "lts__t_bytes.sum"
 
 NCU_METRICS: list[str] = [
-    TIME_METRIC, DRAM_READ, DRAM_WRITE, SM_PCT, DRAM_PCT, OCC_PCT,
+    TIME_METRIC, DRAM_READ, DRAM_WRITE, SM_PCT, DRAM_PCT, OCC_PCT, L2_BYTES,
     *FP64_METRICS, *FP32_METRICS, *FP16_METRICS, *TENSOR_METRICS,
 ]
 
@@ -167,6 +172,12 @@ def kernel_base_name(name: str) -> str:
 
 
 # --- parsing ----------------------------------------------------------------------------------
+def _geometry(cell: object) -> Optional[str]:
+    """'(256, 1, 1)' -> '256,1,1' (None when absent)."""
+    nums = re.findall(r"\d+", str(cell or ""))
+    return ",".join(nums) if len(nums) == 3 else None
+
+
 def read_raw_csv(source: str | Path | io.TextIOBase) -> pd.DataFrame:
     """One row per profiled kernel with profkit's columns (ns, FLOP, byte, %).
 
@@ -243,7 +254,10 @@ def read_raw_csv(source: str | Path | io.TextIOBase) -> pd.DataFrame:
     out["gpu_time_ns"] = metric(TIME_METRIC)
     out["flops_fp64"] = weighted(FP64_METRICS)
     out["flops_fp32"] = weighted(FP32_METRICS)
-    out["flops_fp16"] = weighted(FP16_METRICS)
+    hadd, hmul, hfma = (metric(m) * w for m, w in FP16_METRICS.items())
+    real_half = (hmul.fillna(0) + hfma.fillna(0)) > 0
+    fp16 = pd.concat([hadd.where(real_half, 0.0), hmul, hfma], axis=1).sum(axis=1, min_count=1)
+    out["flops_fp16"] = fp16
     tensor = {m: metric(m) for m in TENSOR_METRICS}
     for umbrella, splits in TENSOR_UMBRELLAS.items():
         has_umbrella = tensor[umbrella].notna()
@@ -262,6 +276,9 @@ def read_raw_csv(source: str | Path | io.TextIOBase) -> pd.DataFrame:
     out["sm_throughput_pct"] = metric(SM_PCT)
     out["dram_throughput_pct"] = metric(DRAM_PCT)
     out["achieved_occupancy_pct"] = metric(OCC_PCT)
+    out["l2_bytes"] = metric(L2_BYTES)
+    out["grid"] = body["Grid Size"].map(_geometry) if "Grid Size" in body else None
+    out["block"] = body["Block Size"].map(_geometry) if "Block Size" in body else None
     return out.sort_values("id", kind="stable").reset_index(drop=True)
 
 
@@ -299,17 +316,32 @@ def _has_table(conn: sqlite3.Connection, name: str) -> bool:
                         (name,)).fetchone() is not None
 
 
-def nsys_kernels(conn: sqlite3.Connection, range_expr: Optional[str] = None) -> pd.DataFrame:
-    """nsys kernel rows (start, deviceId, globalPid, demangled, short) in launch order."""
+def nsys_kernels(conn: sqlite3.Connection, range_expr: Optional[str] = None,
+                 window: Optional[tuple[int, int]] = None) -> pd.DataFrame:
+    """nsys kernel rows (start, deviceId, globalPid, demangled, short, grid, block) in launch
+    order; ``window``: only kernels launched (API call start) in ``[t0, t1]``."""
     if not _has_table(conn, "CUPTI_ACTIVITY_KIND_KERNEL"):
         raise TraceError("the trace has no CUPTI_ACTIVITY_KIND_KERNEL table (no kernels were "
                          "traced); capture with `profkit capture` (nsys -t cuda)")
+    have = {r[1] for r in conn.execute("PRAGMA table_info(CUPTI_ACTIVITY_KIND_KERNEL)")}
+    geo = all(c in have for c in ("gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ"))
+    geo_sql = (", k.gridX || ',' || k.gridY || ',' || k.gridZ AS grid, "
+               "k.blockX || ',' || k.blockY || ',' || k.blockZ AS block" if geo else
+               ", NULL AS grid, NULL AS block")
     k = pd.read_sql_query(
         "SELECT k.start, k.deviceId, k.globalPid, k.correlationId, "
-        "d.value AS demangled, s.value AS short FROM CUPTI_ACTIVITY_KIND_KERNEL k "
+        f"d.value AS demangled, s.value AS short{geo_sql} FROM CUPTI_ACTIVITY_KIND_KERNEL k "
         "LEFT JOIN StringIds d ON d.id = k.demangledName "
         "LEFT JOIN StringIds s ON s.id = k.shortName ORDER BY k.start", conn)
     k["demangled"] = k["demangled"].fillna(k["short"]).fillna("")
+    if window is not None and not k.empty and _has_table(conn, "CUPTI_ACTIVITY_KIND_RUNTIME"):
+        api = pd.read_sql_query("SELECT correlationId, globalTid, start AS api_start "
+                                "FROM CUPTI_ACTIVITY_KIND_RUNTIME", conn)
+        api["globalPid"] = api["globalTid"] - (api["globalTid"] % (1 << 24))
+        k = k.merge(api[["globalPid", "correlationId", "api_start"]],
+                    on=["globalPid", "correlationId"], how="left")
+        k = k[(k["api_start"] >= window[0]) & (k["api_start"] <= window[1])]
+        k = k.drop(columns="api_start").sort_values("start", kind="stable").reset_index(drop=True)
     match = range_matcher(range_expr)
     if match is None or k.empty:
         return k
@@ -345,14 +377,68 @@ class MergeResult:
     profiled: int = 0
     matched: int = 0
     unmatched: list[str] = field(default_factory=list)
+    # pairs whose grid/block differ or that break launch order: the pairing is not trustworthy
+    mismatched: list[str] = field(default_factory=list)
+    dropped: int = 0   # mismatched pairs left out (allow_mismatch)
 
     def summary(self) -> str:
         text = f"{self.matched} of {self.profiled} ncu kernels matched to nsys kernels"
+        if self.mismatched:
+            text += (f", {len(self.mismatched)} of them with a different grid/block or out of "
+                     f"launch order (e.g. {self.mismatched[0][:120]})")
+            if self.dropped:
+                text += f"; those {self.dropped} left out"
         if self.unmatched:
             names = sorted(set(self.unmatched))
             more = f" (+{len(names) - 3} more)" if len(names) > 3 else ""
             text += f"; unmatched: {', '.join(n[:60] for n in names[:3])}{more}"
         return text
+
+
+def _longest_increasing(values: list[float]) -> set[int]:
+    """Indices of one longest strictly increasing subsequence of ``values``."""
+    import bisect
+    tails: list[float] = []
+    tail_idx: list[int] = []
+    prev = [-1] * len(values)
+    for i, v in enumerate(values):
+        k = bisect.bisect_left(tails, v)
+        if k == len(tails):
+            tails.append(v)
+            tail_idx.append(i)
+        else:
+            tails[k] = v
+            tail_idx[k] = i
+        prev[i] = tail_idx[k - 1] if k else -1
+    keep, i = set(), (tail_idx[-1] if tail_idx else -1)
+    while i >= 0:
+        keep.add(i)
+        i = prev[i]
+    return keep
+
+
+def check_pairs(matched: pd.DataFrame) -> dict[int, str]:
+    """The matched pairs that do not line up, by ncu id: a grid or block size that differs
+    between ncu and nsys (where both name it), or an nsys launch out of ncu's launch order (ncu
+    profiles in launch order; the fewest pairs that break the order are named, so one pair that
+    jumped ahead does not condemn every pair after it)."""
+    bad: dict[int, str] = {}
+    ok = matched[matched["kernel_start"].notna()].sort_values("id")
+    for r in ok.itertuples(index=False):
+        for what in ("grid", "block"):
+            a, b = getattr(r, what, None), getattr(r, f"nsys_{what}", None)
+            if isinstance(a, str) and isinstance(b, str) and a != b:
+                bad[int(r.id)] = (f"ncu #{r.id} {kernel_base_name(r.kernel_name)}: {what} ({a}) "
+                                  f"in ncu, ({b}) in nsys")
+    if "nsys_corr" in ok:
+        for _, g in ok.groupby("globalPid"):
+            corr = g["nsys_corr"].astype(float).tolist()
+            keep = _longest_increasing(corr)
+            for j, r in enumerate(g.itertuples(index=False)):
+                if j not in keep and int(r.id) not in bad:
+                    bad[int(r.id)] = (f"ncu #{r.id} {kernel_base_name(r.kernel_name)}: its nsys "
+                                      "launch is out of ncu's launch order")
+    return bad
 
 
 def match_kernels(ncu: pd.DataFrame, nsys: pd.DataFrame) -> pd.DataFrame:
@@ -361,12 +447,18 @@ def match_kernels(ncu: pd.DataFrame, nsys: pd.DataFrame) -> pd.DataFrame:
     Processes are paired by order of first kernel (the two runs have different pids); a device
     is honoured when both sides name it. Within a (process, device), the k-th ncu launch of a
     kernel is the k-th nsys launch of the same kernel: by exact demangled name when nsys has that
-    name, else by bare function name (:func:`kernel_base_name`).
+    name, else by bare function name (:func:`kernel_base_name`). Where both sides give grid and
+    block sizes they are part of the kernel's identity: a launch ncu saw with another geometry
+    (e.g. cuDNN picked another configuration in the second run) stays unmatched rather than
+    landing on the wrong kernel.
     """
     out = ncu.reset_index(drop=True).copy()
     out["globalPid"] = np.nan
     out["deviceId"] = np.nan
     out["kernel_start"] = np.nan
+    out["nsys_grid"] = None
+    out["nsys_block"] = None
+    out["nsys_corr"] = np.nan
     if out.empty or nsys.empty:
         return out
     nsys = nsys.sort_values("start", kind="stable")
@@ -375,15 +467,21 @@ def match_kernels(ncu: pd.DataFrame, nsys: pd.DataFrame) -> pd.DataFrame:
     pid_map = {p: (pids_nsys[i] if i < len(pids_nsys) else None) for i, p in enumerate(pids_ncu)}
     devices_nsys = set(nsys["deviceId"].dropna().astype(int))
 
+    use_geo = ("grid" in out and "block" in out and out["grid"].notna().all()
+               and out["block"].notna().all() and "grid" in nsys and nsys["grid"].notna().all())
+    geo_n = (lambda r: (r.grid, r.block)) if use_geo else (lambda r: ())
+    geo_c = (lambda r: (r["grid"], r["block"])) if use_geo else (lambda r: ())
+
     queues: dict[tuple, list] = {}
     for row in nsys.itertuples(index=False):
-        queues.setdefault(("x", row.globalPid, row.deviceId, row.demangled), []).append(row)
+        queues.setdefault(("x", row.globalPid, row.deviceId, row.demangled, *geo_n(row)),
+                          []).append(row)
     exact_names = {key[3] for key in queues}
     used_exact = {n for n in out["kernel_name"] if n in exact_names}
     for row in nsys.itertuples(index=False):
         if row.demangled not in used_exact:
-            queues.setdefault(("b", row.globalPid, row.deviceId, kernel_base_name(row.demangled)),
-                              []).append(row)
+            queues.setdefault(("b", row.globalPid, row.deviceId, kernel_base_name(row.demangled),
+                               *geo_n(row)), []).append(row)
     cursor: dict[tuple, int] = {}
     for i, row in out.sort_values("id").iterrows():
         gpid = pid_map.get(row["process_id"] if not pd.isna(row["process_id"]) else -1)
@@ -393,8 +491,8 @@ def match_kernels(ncu: pd.DataFrame, nsys: pd.DataFrame) -> pd.DataFrame:
                 and int(row["device"]) in devices_nsys else sorted(devices_nsys))
         name = row["kernel_name"]
         for dev in devs:
-            key = (("x", gpid, dev, name) if name in used_exact
-                   else ("b", gpid, dev, kernel_base_name(name)))
+            key = (("x", gpid, dev, name, *geo_c(row)) if name in used_exact
+                   else ("b", gpid, dev, kernel_base_name(name), *geo_c(row)))
             q = queues.get(key)
             n = cursor.get(key, 0)
             if q and n < len(q):
@@ -402,16 +500,27 @@ def match_kernels(ncu: pd.DataFrame, nsys: pd.DataFrame) -> pd.DataFrame:
                 out.at[i, "globalPid"] = q[n].globalPid
                 out.at[i, "deviceId"] = q[n].deviceId
                 out.at[i, "kernel_start"] = q[n].start
+                out.at[i, "nsys_grid"] = getattr(q[n], "grid", None)
+                out.at[i, "nsys_block"] = getattr(q[n], "block", None)
+                out.at[i, "nsys_corr"] = q[n].correlationId
                 break
     return out
 
 
 def merge_ncu(trace: str | Path, ncu: pd.DataFrame | str | Path,
-              range_expr: Optional[str] = None) -> MergeResult:
+              range_expr: Optional[str] = None, window: Optional[tuple[int, int]] = None,
+              allow_mismatch: bool = False, allow_fewer: bool = True) -> MergeResult:
     """Write ``ncu`` (a :func:`read_raw_csv` frame or a CSV path) into ``trace``'s SQLite.
 
     Replaces any earlier ``PROFKIT_NCU_METRICS`` rows, in one transaction; nsys's tables are
-    only read. Unmatched ncu kernels are left out and listed in the result.
+    only read. Unmatched ncu kernels are left out and listed in the result. ``window``: only
+    nsys kernels launched in ``[t0, t1]`` (ns) are candidates (one iteration profiled by ncu).
+
+    Refuses (:class:`ProfkitError`, nothing written) when pairs do not line up (grid, block or
+    launch order differ: e.g. ncu skipped launches the matcher cannot see) unless
+    ``allow_mismatch``, which merges only the pairs that line up and reports the rest; and when the trace already holds more counter rows than this merge would
+    write unless ``allow_fewer`` (``profkit capture --merge-ncu`` passes False: a later, smaller
+    ncu pass must not silently drop counters).
     """
     trace = Path(trace)
     if not trace.is_file():
@@ -431,11 +540,26 @@ def merge_ncu(trace: str | Path, ncu: pd.DataFrame | str | Path,
             kernels = nsys_kernels(conn, range_expr)
         except sqlite3.DatabaseError as exc:
             raise TraceError(f"{trace} is not an nsys SQLite export ({exc})") from None
+        if window is not None:
+            kernels = nsys_kernels(conn, range_expr, window)
         matched = match_kernels(frame, kernels)
         ok = matched["kernel_start"].notna()
-        rows = matched[ok]
+        bad = check_pairs(matched)
+        rows = matched[ok & ~matched["id"].isin(list(bad))]
         result = MergeResult(trace=trace, profiled=len(matched), matched=int(ok.sum()),
-                             unmatched=list(matched.loc[~ok, "kernel_name"]))
+                             unmatched=list(matched.loc[~ok, "kernel_name"]),
+                             mismatched=list(bad.values()), dropped=len(bad))
+        if result.mismatched and not allow_mismatch:
+            raise ProfkitError(
+                f"ncu and nsys kernels do not line up: {result.summary()}. The counters would "
+                "land on the wrong kernels (was ncu run with --launch-skip, a kernel filter, or "
+                "on a run that launched different kernels?); nothing merged")
+        if not allow_fewer and _has_table(conn, NCU_TABLE):
+            before = conn.execute(f"SELECT count(*) FROM {NCU_TABLE}").fetchone()[0]
+            if before > len(rows):
+                raise ProfkitError(f"{trace} already holds counters for {before} kernels; this "
+                                   f"merge has {len(rows)}: refusing to replace them with fewer "
+                                   "(merge into a copy with -o)")
         cols = list(NCU_COLUMNS)
         records = []
         for r in rows.itertuples(index=False):
@@ -453,6 +577,11 @@ def merge_ncu(trace: str | Path, ncu: pd.DataFrame | str | Path,
             records.append(rec)
         with conn:
             conn.execute(create_table_sql())
+            # a table written by an older profkit lacks the newer columns
+            have = {r[1] for r in conn.execute(f"PRAGMA table_info({NCU_TABLE})")}
+            for c in cols:
+                if c not in have:
+                    conn.execute(f"ALTER TABLE {NCU_TABLE} ADD COLUMN {c} {NCU_COLUMNS[c]}")
             conn.execute(f"DELETE FROM {NCU_TABLE}")
             conn.executemany(f"INSERT INTO {NCU_TABLE} ({', '.join(cols)}) VALUES "
                              f"({', '.join('?' for _ in cols)})", records)

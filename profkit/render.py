@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 CLASS_STYLE = {"compute": "bold magenta", "memory": "bold cyan", "launch": "bold yellow",
+               "unknown": "dim",
                "communication": "bold green"}
 CSV_COLUMNS = ["name", "level", "count", "gpu_time_ns", "gpu_time_median_ns", "share", "cpu_time_ns",
                "class", "confidence", "source", "reason", "rung", "action", "expected_op_speedup",
@@ -121,7 +122,7 @@ def table(df: pd.DataFrame, header: dict, console_width: int = 200) -> str:
     for name, row in df.iterrows():
         t.add_row(short_name(str(name), 48), str(int(row["count"])), fmt_time(row["gpu_time_ns"]),
                   fmt_time(row["gpu_time_median_ns"]), f"{row['share']:.1%}",
-                  f"[{CLASS_STYLE[row['class']]}]{row['class']}[/]", row["confidence"],
+                  f"[{CLASS_STYLE.get(row['class'], 'dim')}]{row['class']}[/]", row["confidence"],
                   evidence_text(row), f"{row['rung']}: {row['action']}",
                   f"{row['expected_op_speedup']:.2f}", f"{row['expected_end_to_end_speedup']:.3f}")
     buf = io.StringIO()

@@ -683,3 +683,59 @@ def test_ncu_csv_that_cannot_be_merged_keeps_the_trace(tools, monkeypatch):
     assert "profkit: ncu counters not merged: " in r.stderr
     assert f"profkit capture --merge-ncu {tools.work / 's.ncu.csv'} {tools.work / 's.sqlite'}" \
         in r.stderr
+
+
+# --- default ncu coverage: one steady-state iteration --------------------------------------------------
+def test_ncu_without_range_profiles_one_steady_state_iteration(tools, monkeypatch):
+    csv = tools.tmp / "fake_ncu.csv"
+    csv.write_text(NCU_CSV)
+    monkeypatch.setenv("FAKE_NCU_CSV", str(csv))
+    # three instances of the top-level range "step", one kernel each: warm-up, steady, last
+    monkeypatch.setenv("FAKE_KERNELS", json.dumps([["void k_add<float>(int)", "k_add", "step"]] * 3))
+    _script(tools.work / "s.py", "print('x')\n")
+    r = _invoke(["--ncu", "s.py"])
+    assert r.exit_code == 0, r.stderr
+    (prof,) = [c for c in tools.calls() if c[0] == "ncu" and "--export" in c]
+    assert "--nvtx-include" not in prof   # backward runs on another thread: no per-thread filter
+    assert prof[prof.index("--launch-count") + 1] == "1"
+    assert prof[prof.index("--launch-skip") + 1] == "1"
+    assert "iteration 2 of 3 of the NVTX range 'step'" in r.stderr
+    con = sqlite3.connect(tools.work / "s.sqlite")
+    # the one profiled kernel lands on the second launch (1100 + 10), not the first
+    assert con.execute("SELECT kernel_start FROM PROFKIT_NCU_METRICS").fetchall() == [(1110,)]
+    meta = dict(con.execute("SELECT key, value FROM PROFKIT_META").fetchall())
+    assert meta["ncu_iteration"] == "step#1" and meta["ncu_launch_skip"] == "1"
+
+
+def test_ncu_without_any_repeated_range_says_so(tools, monkeypatch):
+    csv = tools.tmp / "fake_ncu.csv"
+    csv.write_text(NCU_CSV)
+    monkeypatch.setenv("FAKE_NCU_CSV", str(csv))
+    monkeypatch.setenv("FAKE_KERNELS", json.dumps([["void k_add<float>(int)", "k_add", None]]))
+    _script(tools.work / "s.py", "print('x')\n")
+    r = _invoke(["--ncu", "s.py"])
+    assert r.exit_code == 0, r.stderr
+    (prof,) = [c for c in tools.calls() if c[0] == "ncu" and "--export" in c]
+    assert prof[prof.index("--launch-count") + 1] == str(cap.DEFAULT_NCU_COUNT)
+    assert "no repeated top-level NVTX range" in r.stderr
+
+
+def test_gpu_metrics_flags_reach_nsys(tools):
+    _script(tools.work / "s.py", "print('x')\n")
+    r = _invoke(["--gpu-metrics", "s.py"])
+    assert r.exit_code == 0, r.stderr
+    (prof,) = [c for c in tools.calls() if c[:2] == ["nsys", "profile"]]
+    assert "--gpu-metrics-devices=0" in prof and "--gpu-metrics-frequency=10000" in prof
+    r = _invoke(["--force", "--gpu-metrics", "--gpu-metrics-frequency", "2000", "s.py"])
+    assert r.exit_code == 0, r.stderr
+    assert "--gpu-metrics-frequency=2000" in [c for c in tools.calls() if c[:2] == ["nsys", "profile"]][-1]
+
+
+@pytest.mark.skipif(not (Path(__file__).resolve().parents[1] / "traces" / "model_tiny_llama.sqlite").exists(),
+                    reason="real trace not present")
+def test_choose_iteration_on_a_real_trace():
+    trace = Path(__file__).resolve().parents[1] / "traces" / "model_tiny_llama.sqlite"
+    it = cap.choose_iteration(trace)
+    # 6 forward passes: the 5th (second-to-last) is profiled, with all its kernels
+    assert (it.name, it.index, it.instances) == ("forward", 4, 6)
+    assert it.count == 49 and it.skip > 0 and it.start < it.end

@@ -272,3 +272,58 @@ def test_opcost_intensity():
     c = estimate("aten::mm", [[4096, 4096], [4096, 4096]])
     assert c.intensity == pytest.approx(2 * 4096 ** 3 / (3 * 4096 ** 2 * 2))
     assert OpCost(1.0, 0.0, "x", "").intensity == float("inf")
+
+
+# --- byte model: out=, casts, foreach ---------------------------------------------------------------
+def test_out_tensor_is_written_not_read():
+    plain = estimate("aten::add", [[1024], [1024], []], 2)
+    out = estimate("aten::add", [[1024], [1024], [], [1024]], 2)
+    assert plain.bytes == out.bytes == 3 * 1024 * 2  # two reads, one write; out= adds no read
+    assert "out= written" in out.formula
+    assert estimate("aten::mul.out", [[64], [64], [64]], 4).bytes == 3 * 64 * 4
+
+
+def test_cast_counts_source_and_destination_types():
+    c = estimate("aten::_to_copy", [[1024, 1024], [], [], [], [], [], []], 2,
+                 src_elem_bytes=4, dst_elem_bytes=2)
+    assert c.bytes == 1024 * 1024 * (4 + 2)
+    same = estimate("aten::copy_", [[8, 8], [8, 8], []], 4)
+    assert same.bytes == 2 * 64 * 4
+
+
+def test_causal_attention_counts_half_the_flops():
+    q = [4, 16, 512, 128]
+    full = estimate("aten::_scaled_dot_product_cudnn_attention", [q, q, q], 2)
+    causal = estimate("aten::_scaled_dot_product_cudnn_attention", [q, q, q], 2, causal=True)
+    assert causal.flops * 2 == full.flops and causal.bytes == full.bytes
+
+
+def test_foreach_and_fused_optimizer():
+    c = estimate_call(parse_aten_range(
+        "aten::_foreach_add_, op_id = 3, sizes = [[[4, 8], [16]], [[4, 8], [16]], []]"), 4)
+    assert c.kind == "foreach" and c.flops == 48 and c.bytes == (96 + 48) * 4
+    adam = estimate_call(parse_aten_range(
+        "aten::_fused_adam_, op_id = 3, sizes = [[[4, 8]], [[4, 8]], [[4, 8]], [[4, 8]], [], "
+        "[[]], [], [], [], [], [], [], []]"), 4)
+    assert adam.kind == "optimizer" and adam.bytes == 7 * 32 * 4
+    assert has_model("aten::_foreach_mul_") and has_model("aten::_fused_adamw_")
+
+
+def test_foreach_lists_flattened_by_emit_nvtx():
+    # _foreach_addcdiv_(self, tensor1, tensor2, value): three lists of two tensors, then a scalar
+    c = estimate_call(parse_aten_range(
+        "aten::_foreach_addcdiv_, op_id = 9, sizes = [[4, 8], [16], [4, 8], [16], [4, 8], [16], []]"), 4)
+    assert c.flops == 3 * 48 and c.bytes == (3 * 48 + 48) * 4
+    # _foreach_mul_(self, scalar): one list whose shapes do not repeat
+    c = estimate_call(parse_aten_range(
+        "aten::_foreach_mul_, op_id = 9, sizes = [[32, 8], [8, 8], [8], []]"), 4)
+    assert c.bytes == (328 + 328) * 4
+
+
+def test_attention_backward():
+    q = [8, 16, 512, 64]
+    fwd = estimate("aten::_cudnn_attention_forward", [q, q, q], 2)
+    bwd = estimate("aten::_cudnn_attention_backward", [q, q, q, q, q, [8, 16, 512, 1]], 2)
+    assert bwd.flops == 2.5 * fwd.flops and bwd.bytes == 8 * 8 * 16 * 512 * 64 * 2
+    assert estimate("aten::_cudnn_attention_backward", [q, q, q, q, q], 2, causal=True).flops \
+        == bwd.flops / 2

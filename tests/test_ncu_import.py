@@ -334,3 +334,77 @@ def test_base_name_of_ncu_anonymous_namespace():
             "void at::native::normal_and_transform<c10::BFloat16, float>(at::TensorIteratorBase &, T3, "
             "T4)::[lambda(int) (instance 2)]>(long, at::PhiloxCudaState, T3, T4)")
     assert kernel_base_name(ncu) == kernel_base_name(nsys) == "distribution_elementwise_grid_stride_kernel"
+
+
+# --- the matcher refuses pairs that do not line up ---------------------------------------------
+@pytest.mark.skipif(not (REAL_CSV.exists() and REAL_TRACE.exists()),
+                    reason="real ncu/nsys fixtures not present")
+@pytest.mark.parametrize("skip", [1, 5, 10])
+def test_launch_skip_is_caught_by_grid_and_block(tmp_path, skip):
+    """ncu --launch-skip N: the k-th ncu launch is no longer the k-th nsys launch of a name."""
+    copy = tmp_path / "real.sqlite"
+    shutil.copyfile(REAL_TRACE, copy)
+    df = read_raw_csv(REAL_CSV)
+    with pytest.raises(ProfkitError, match="do not line up"):
+        merge_ncu(copy, df.iloc[skip:])
+    assert read_ncu_metrics(sqlite3.connect(copy)).empty  # nothing merged
+    result = merge_ncu(copy, df.iloc[skip:], allow_mismatch=True)
+    assert result.mismatched
+    full = merge_ncu(copy, df)
+    assert not full.mismatched and full.matched == 59
+    rows = read_ncu_metrics(sqlite3.connect(copy))
+    assert rows["grid"].notna().all() and rows["block"].notna().all()
+
+
+def test_merge_ncu_never_replaces_counters_with_fewer(trace, tmp_path):
+    from profkit.capture import merge_existing
+    csv_all = FIXTURE
+    merge_existing(csv_all, trace)
+    df = read_raw_csv(FIXTURE)
+    fewer = tmp_path / "fewer.csv"
+    # the same CSV with its last two kernels cut off
+    lines = FIXTURE.read_text().splitlines()
+    fewer.write_text("\n".join(lines[:-2]) + "\n")
+    assert len(read_raw_csv(fewer)) == len(df) - 2
+    with pytest.raises(ProfkitError, match="refusing to replace them with fewer"):
+        merge_existing(fewer, trace)
+    assert len(_rows(trace)) == len(df)
+    merge_existing(fewer, trace, force=True)
+    assert len(_rows(trace)) == len(df) - 2
+
+
+def test_hadd_without_hfma_or_hmul_is_a_conversion_not_flops():
+    head = ('"ID","Process ID","Kernel Name","Block Size","Grid Size","Device",'
+            '"sm__sass_thread_inst_executed_op_hadd_pred_on.sum",'
+            '"sm__sass_thread_inst_executed_op_hfma_pred_on.sum",'
+            '"sm__sass_thread_inst_executed_op_hmul_pred_on.sum","lts__t_bytes.sum"\n'
+            '"","","","","","","inst","inst","inst","Mbyte"\n')
+    rows = ('"0","1","k_convert","(128, 1, 1)","(64, 1, 1)","0","1000","0","0","16.8"\n'
+            '"1","1","k_half_math","(128, 1, 1)","(64, 1, 1)","0","1000","10","0","1"\n')
+    import io
+    df = read_raw_csv(io.StringIO(head + rows))
+    assert df.loc[0, "flops_fp16"] == 0            # HADD2.F32 moves: no half-precision math
+    assert df.loc[1, "flops_fp16"] == 2000 + 40    # real half math: HADD2 x2, HFMA2 x4
+    assert df.loc[0, "l2_bytes"] == pytest.approx(16.8e6)
+    assert (df.loc[0, "grid"], df.loc[0, "block"]) == ("64,1,1", "128,1,1")
+
+
+@pytest.mark.skipif(not (REAL_CSV.exists() and REAL_TRACE.exists()),
+                    reason="real ncu/nsys fixtures not present")
+def test_other_geometry_stays_unmatched_and_mismatches_are_left_out(tmp_path):
+    """A second run that launched a kernel with another grid (cuDNN picked another config):
+    that launch stays unmatched; pairs out of launch order are dropped with allow_mismatch."""
+    copy = tmp_path / "real.sqlite"
+    shutil.copyfile(REAL_TRACE, copy)
+    df = read_raw_csv(REAL_CSV).copy()
+    df.loc[2, "grid"] = "999,1,1"
+    result = merge_ncu(copy, df)
+    assert result.matched == 58 and not result.mismatched
+    assert len(result.unmatched) == 1
+    moved = read_raw_csv(REAL_CSV).copy()
+    moved = pd.concat([moved.iloc[[20]], moved.drop(index=20)]).reset_index(drop=True)
+    moved["id"] = range(len(moved))  # ncu saw kernel 20 first: out of launch order
+    with pytest.raises(ProfkitError, match="do not line up"):
+        merge_ncu(copy, moved)
+    res = merge_ncu(copy, moved, allow_mismatch=True)
+    assert res.dropped > 0 and len(_rows(copy)) == res.matched - res.dropped

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import matplotlib
 
-CLASSES = ("compute", "memory", "launch")
+CLASSES = ("compute", "memory", "launch", "unknown")
 CLASS_COLORS = {
     "compute": "#AA3377",   # purple
     "memory": "#4477AA",    # blue
     "launch": "#DDAA33",    # amber
+    "unknown": "#777777",   # dark grey: the evidence could not decide
 }
 OTHER_COLOR = "#BBBBBB"     # GPU work outside any op of the chosen level
 API_COLOR = "#66CCEE"       # CUDA API calls on the CPU
@@ -21,6 +22,7 @@ CLASS_LABELS = {
     "compute": "compute-bound",
     "memory": "memory-bound",
     "launch": "launch-bound",
+    "unknown": "bound unknown",
 }
 
 RC = {

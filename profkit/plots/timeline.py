@@ -20,10 +20,11 @@ from profkit.plots import style
 from profkit.render import fmt_time, short_name
 
 # Class codes of the intervals of a lane.
-COMPUTE, MEMORY, LAUNCH, OTHER, API = 0, 1, 2, 3, 4
-CODE_OF = {"compute": COMPUTE, "memory": MEMORY, "launch": LAUNCH}
+COMPUTE, MEMORY, LAUNCH, OTHER, API, UNKNOWN = 0, 1, 2, 3, 4, 5
+CODE_OF = {"compute": COMPUTE, "memory": MEMORY, "launch": LAUNCH, "unknown": UNKNOWN}
 CODE_COLORS = {COMPUTE: style.CLASS_COLORS["compute"], MEMORY: style.CLASS_COLORS["memory"],
-               LAUNCH: style.CLASS_COLORS["launch"], OTHER: style.OTHER_COLOR, API: style.API_COLOR}
+               LAUNCH: style.CLASS_COLORS["launch"], OTHER: style.OTHER_COLOR, API: style.API_COLOR,
+               UNKNOWN: style.CLASS_COLORS["unknown"]}
 EXACT_LIMIT = 3000         # intervals in a lane drawn one by one; more are binned per pixel column
 MAX_NVTX_DEPTH = 6         # NVTX nesting levels drawn per thread
 MAX_LABELS = 250           # range names written inside their bars
@@ -260,7 +261,7 @@ def _range_codes(rng: pd.DataFrame, level: str, profile, ops: Optional[pd.DataFr
         return np.full(len(rng), OTHER, np.int8)
     if ops is None or (len(ops) and ops["level"].iloc[0] != level):
         ops = profile.ops(by=level)
-    cls = ops["class"].map(CODE_OF).to_dict()
+    cls = {k: CODE_OF.get(v, OTHER) for k, v in ops["class"].items()}  # communication: OTHER
     idx, uniq = pd.factorize(rng["name"].astype(str))
     key = [attribution.aten_key(n) if level == "aten" else parse_range_name(n)[0] for n in uniq]
     per_name = np.array([cls.get(k, OTHER) for k in key] + [OTHER], dtype=np.int8)
@@ -380,14 +381,14 @@ def timeline(profile=None, by: str = "range", start: Optional[str | float] = Non
                 xs, xe = (s - origin) / div, (e - origin) / div
                 verts = np.stack([np.stack([xs, np.full(n, y0)], 1), np.stack([xs, np.full(n, y1)], 1),
                                   np.stack([xe, np.full(n, y1)], 1), np.stack([xe, np.full(n, y0)], 1)], 1)
-                colors = np.array([to_rgba(CODE_COLORS[int(c)]) for c in range(5)])[lane.code]
+                colors = np.array([to_rgba(CODE_COLORS[int(c)]) for c in range(len(CODE_COLORS))])[lane.code]
                 ax.add_collection(PolyCollection(verts, facecolors=colors, edgecolors="none",
                                                  gid=f"lane-{lane.key}", zorder=2))
                 if lane.kind == "nvtx" and lane.names is not None and labels_left > 0:
                     labels_left = _label_ranges(ax, lane, xs, xe, i, renderer, labels_left)
             else:
                 binned_lanes.append(lane.key)
-                cov = np.zeros((5, n_bins))
+                cov = np.zeros((len(CODE_COLORS), n_bins))
                 for c in np.unique(lane.code):
                     k = lane.code == c
                     cov[int(c)] = _coverage(s[k] - w0, e[k] - w0, edges - w0)
@@ -402,7 +403,7 @@ def timeline(profile=None, by: str = "range", start: Optional[str | float] = Non
                 m = len(idx)
                 verts = np.stack([np.stack([xs, np.full(m, y0)], 1), np.stack([xs, np.full(m, y1)], 1),
                                   np.stack([xe, np.full(m, y1)], 1), np.stack([xe, np.full(m, y0)], 1)], 1)
-                base = np.array([to_rgba(CODE_COLORS[int(c)]) for c in range(5)])[dom[idx]]
+                base = np.array([to_rgba(CODE_COLORS[int(c)]) for c in range(len(CODE_COLORS))])[dom[idx]]
                 base[:, 3] = alpha[idx]
                 ax.add_collection(PolyCollection(verts, facecolors=base, edgecolors="none",
                                                  gid=f"lane-{lane.key}", zorder=2))

@@ -1,0 +1,242 @@
+#!/usr/bin/env python3
+"""How often profkit's verdict without counters agrees with an ncu-derived truth.
+
+    python scripts/accuracy.py [TRACE.sqlite ...] [-o analyses/accuracy.md]
+
+Each trace must hold ncu counters (``PROFKIT_NCU_METRICS``, e.g. from ``profkit capture --ncu``,
+ideally one whole iteration). For every kernel name with counters:
+
+* **truth** (the rule): a kernel whose ncu duration is under TINY_KERNEL_FACTOR x the launch
+  floor is ``launch``; otherwise its measured roofline position decides: memory use = ncu DRAM
+  bytes / ncu duration / the bandwidth roof, compute use = ncu FLOPs (tensor + fp16/32/64
+  instruction counts) / ncu duration / the roof of the counted precision; ``memory`` when
+  memory use >= compute use, else ``compute``. (ncu's "SM throughput" is not used: it is the
+  busiest SM sub-unit, load/store included, so memory-bound elementwise kernels read high.)
+  A kernel name's truth is the GPU-time-weighted majority over its profiled launches.
+* **prediction**: ``profkit classify --by kernel`` on the same trace with the counters hidden
+  (what a user without an ncu pass sees: shapes are not available at kernel level, so this is
+  the timeline/name/GPU-metrics path).
+
+Reported per trace: class agreement by GPU time and by count (over kernel names with counters;
+``unknown`` counts as a disagreement); at the aten level (traces captured with ``--aten``), the
+ratio of profkit's shape-model bytes per call to ncu's DRAM bytes per call for ops with
+counters, and the share of their GPU time within +-25%; and the number of rows above a roof at
+every level (with counters visible). Nothing is estimated: traces without counters are skipped and said so.
+
+``--remerge``: where ``STEM.ncu.csv`` lies beside ``STEM.sqlite``, merge it again into a temporary
+copy with the current matcher (pairs that do not line up left out) before measuring, so traces
+merged by an older profkit are judged on correctly paired counters.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import profkit  # noqa: E402
+from profkit.classify import TINY_KERNEL_FACTOR  # noqa: E402
+from profkit.errors import ProfkitError  # noqa: E402
+
+PCT_KEYS = ("pct_of_roof", "pct_of_memory_roof", "pct_of_compute_roof")
+
+
+@dataclass
+class TraceAccuracy:
+    trace: str
+    kernels: int = 0                  # kernel names compared
+    gpu_ns: float = 0.0               # their GPU time
+    agree_ns: float = 0.0
+    agree_n: int = 0
+    byte_ratios: list[float] = field(default_factory=list)
+    bytes_ns: float = 0.0             # aten GPU time with both byte counts
+    bytes_ok_ns: float = 0.0          # ... of it within +-25%
+    above_roof: int = 0
+    confusion: dict = field(default_factory=dict)   # (truth, predicted) -> GPU ns
+    coverage: float = 0.0             # share of the trace's kernel time with counters
+    note: str = ""
+
+
+def truth_by_kernel(prof, floor_ns: float) -> pd.DataFrame:
+    """Per kernel name: truth class, ncu-time-weighted, and ncu DRAM bytes per launch."""
+    acts = prof.trace.activities
+    ncu = prof.trace.ncu
+    m = acts.merge(ncu, left_on=["globalPid", "deviceId", "start"],
+                   right_on=["globalPid", "deviceId", "kernel_start"], how="inner")
+    if m.empty:
+        return pd.DataFrame()
+    t = m["gpu_time_ns"].where(m["gpu_time_ns"] > 0, (m["end"] - m["start"]).astype(float))
+    dram_b = m["dram_bytes_read"].fillna(0) + m["dram_bytes_write"].fillna(0)
+    peaks = prof.peaks
+    mem_use = dram_b / t * 1e9 / peaks.memory_bandwidth
+    comp_use = np.zeros(len(m))
+    for col, prec in (("flops_fp64", "fp64"), ("flops_fp32", "fp32"), ("flops_fp16", "fp16")):
+        comp_use += (m[col].fillna(0) / t * 1e9 / peaks.compute_peak(prec)[1]).to_numpy()
+    tens_peak = m["tensor_precision"].map(lambda p: peaks.compute_peak(p if isinstance(p, str) else "bf16")[1])
+    comp_use += (m["flops_tensor"].fillna(0) / t * 1e9 / tens_peak).to_numpy()
+    cls = np.where(t < TINY_KERNEL_FACTOR * floor_ns, "launch",
+                   np.where(mem_use.to_numpy() >= comp_use, "memory", "compute"))
+    m = m.assign(t=t, truth=cls, dram_bytes=dram_b)
+    rows = []
+    for name, g in m.groupby("name", observed=True):
+        w = g.groupby("truth")["t"].sum()
+        rows.append({"name": name, "truth": w.idxmax(), "ncu_bytes": float(g["dram_bytes"].mean())})
+    return pd.DataFrame(rows).set_index("name")
+
+
+def count_above_roof(prof) -> int:
+    n = 0
+    for by in ("range", "kernel", "aten"):
+        try:
+            df = prof.ops(by=by)
+        except ProfkitError:
+            continue
+        for _, row in df.iterrows():
+            ev = row["evidence"]
+            for k in PCT_KEYS:
+                v = row["pct_of_roof"] if k == "pct_of_roof" else ev.get(k)
+                if v is not None and v == v and v > 1.0:
+                    n += 1
+                    break
+    return n
+
+
+def remerged(path: Path, tmpdir: Path) -> tuple[Path, str]:
+    """A copy of ``path`` with its sibling ncu CSV merged again (or ``path`` itself)."""
+    import shutil
+
+    from profkit.ncu_import import merge_ncu, read_meta
+    csv = path.with_name(path.name[:-len(".sqlite")] + ".ncu.csv")
+    if not csv.exists():
+        return path, ""
+    copy = tmpdir / path.name
+    shutil.copyfile(path, copy)
+    rng = read_meta(path).get("ncu_range") or None
+    res = merge_ncu(copy, csv, rng, allow_mismatch=True)
+    return copy, res.summary()
+
+
+def measure(path: Path, label: Optional[str] = None) -> TraceAccuracy:
+    res = TraceAccuracy(label or str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        prof = profkit.load(path, window="all", attribution="thread")  # counters may sit in set-up
+        if prof.trace.ncu.empty:
+            res.note = "no ncu counters: skipped"
+            return res
+        truth = truth_by_kernel(prof, prof.peaks.launch_floor_ns)
+        a = prof.trace.activities
+        k = a[a["kind"].astype(str) == "kernel"]
+        hit = k.merge(prof.trace.ncu[["globalPid", "deviceId", "kernel_start"]],
+                      left_on=["globalPid", "deviceId", "start"],
+                      right_on=["globalPid", "deviceId", "kernel_start"], how="inner")
+        total = float((k["end"] - k["start"]).sum())
+        res.coverage = float((hit["end"] - hit["start"]).sum()) / total if total else 0.0
+        res.above_roof = count_above_roof(prof)
+        blind = profkit.load(path, window="all", attribution="thread")
+        blind.trace.ncu = blind.trace.ncu.iloc[0:0]   # what profkit says without the counters
+        pred = blind.ops(by="kernel")
+        try:
+            seen_aten, blind_aten = prof.ops(by="aten"), blind.ops(by="aten")
+        except ProfkitError:
+            seen_aten = blind_aten = None
+    if seen_aten is not None:
+        for name, row in seen_aten.iterrows():
+            ncu_b = row["evidence"].get("dram_bytes_per_call")
+            if row["source"] != "ncu" or not ncu_b or name not in blind_aten.index:
+                continue
+            b = blind_aten.loc[name]
+            if b["source"] != "shapes" or not b["evidence"].get("bytes_per_call"):
+                continue
+            ratio = float(b["evidence"]["bytes_per_call"]) / float(ncu_b)
+            res.byte_ratios.append(ratio)
+            res.bytes_ns += float(row["gpu_time_ns"])
+            res.bytes_ok_ns += float(row["gpu_time_ns"]) if 0.75 <= ratio <= 1.25 else 0.0
+    for name, t in truth.iterrows():
+        if name not in pred.index:
+            continue
+        row = pred.loc[name]
+        ns = float(row["gpu_time_ns"])
+        ok = row["class"] == t["truth"]
+        res.kernels += 1
+        res.gpu_ns += ns
+        res.agree_ns += ns if ok else 0.0
+        res.agree_n += int(ok)
+        key = (t["truth"], row["class"])
+        res.confusion[key] = res.confusion.get(key, 0.0) + ns
+    return res
+
+
+def render(results: list[TraceAccuracy]) -> str:
+    lines = ["# Accuracy against ncu counters", "",
+             "Generated by `python scripts/accuracy.py` (rule and method in its docstring): the truth",
+             "per kernel name is its roofline position measured by ncu (DRAM bytes and FLOPs over ncu's",
+             f"duration; launch below {TINY_KERNEL_FACTOR:g}x the launch floor); the prediction is",
+             "`profkit classify --by kernel` on the same trace with the counters hidden. Only kernel",
+             "names that ncu profiled are compared, so a trace with counters on part of a run says",
+             "nothing about the rest: \"kernel time with counters\" is that part (a training step",
+             "profiled with `--ncu-range` on the main thread has no counters on the backward kernels",
+             "that autograd launches from its own thread; `profkit capture --ncu` without a range now",
+             "profiles a whole iteration from every thread). The targets of a full labelled corpus",
+             "(agreement by GPU time over whole iterations) are not measured by these traces.", "",
+             "| trace | kernel time with counters | kernel names | agreement by GPU time | by count | aten bytes / ncu DRAM bytes: median (ops) | aten GPU time within ±25% | rows above a roof |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in results:
+        if r.note:
+            lines.append(f"| {r.trace} | {r.note} | | | | | | |")
+            continue
+        by_t = r.agree_ns / r.gpu_ns if r.gpu_ns else float("nan")
+        by_n = r.agree_n / r.kernels if r.kernels else float("nan")
+        br = (f"{np.median(r.byte_ratios):.2f} ({len(r.byte_ratios)})" if r.byte_ratios else "—")
+        within = f"{r.bytes_ok_ns / r.bytes_ns:.0%}" if r.bytes_ns else "—"
+        lines.append(f"| {r.trace} | {r.coverage:.0%} | {r.kernels} | {by_t:.0%} | {by_n:.0%} | {br} | {within} | "
+                     f"{r.above_roof} |")
+    lines += ["", "Disagreements by GPU time (truth → predicted):", ""]
+    for r in results:
+        bad = {k: v for k, v in r.confusion.items() if k[0] != k[1]}
+        if bad and r.gpu_ns:
+            text = ", ".join(f"{a} → {b} {v / r.gpu_ns:.0%}" for (a, b), v in
+                             sorted(bad.items(), key=lambda kv: -kv[1]))
+            lines.append(f"- {r.trace}: {text}")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("traces", nargs="*", type=Path)
+    ap.add_argument("-o", "--out", type=Path, default=ROOT / "analyses" / "accuracy.md")
+    ap.add_argument("--remerge", action="store_true",
+                    help="merge each trace's sibling STEM.ncu.csv again with the current matcher")
+    args = ap.parse_args(argv)
+    traces = args.traces or sorted(p for p in (ROOT / "traces").rglob("*.sqlite"))
+    import tempfile
+    results, merges = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for p in traces:
+            label = str(p)
+            p = p.resolve()
+            if p.is_relative_to(ROOT):
+                label = str(p.relative_to(ROOT))
+            src, how = remerged(p, Path(tmp)) if args.remerge else (p, "")
+            if how:
+                merges.append(f"- {label}: {how}")
+            results.append(measure(src, label))
+    results = [r for r in results if not r.note] or results
+    text = render(results)
+    if merges:
+        text += "\nCounters merged again with the current matcher (`--remerge`):\n\n" + "\n".join(merges) + "\n"
+    args.out.write_text(text)
+    sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

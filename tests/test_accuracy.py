@@ -1,0 +1,39 @@
+"""The accuracy harness holds its floor on the committed traces with counters (see
+analyses/accuracy.md; the floors sit a little under the measured numbers)."""
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("accuracy", ROOT / "scripts" / "accuracy.py")
+acc = importlib.util.module_from_spec(spec)
+sys.modules["accuracy"] = acc
+spec.loader.exec_module(acc)
+
+FLOORS = {  # trace: (agreement by GPU time, aten bytes within +-25% by GPU time or None)
+    "traces/micro_addnorm_gemm_ncu.sqlite": (0.95, None),
+    "traces/fused_bias_gelu_torch_ncu.sqlite": (0.95, None),
+    "traces/model_tiny_llama.sqlite": (0.90, 0.70),
+    # real H200 captures (a Llama training step, ResNet-50 inference, a sync loop)
+    "traces/real/train_llama_ncu.sqlite": (0.90, None),
+    "traces/real/cnn_infer_ncu.sqlite": (0.90, None),
+    "traces/real/sync_loop_ncu.sqlite": (0.95, None),
+}
+
+
+@pytest.mark.parametrize("trace", sorted(FLOORS))
+def test_accuracy_floor(trace, tmp_path):
+    path = ROOT / trace
+    if not path.exists():
+        pytest.skip(f"{trace} not present")
+    src, _ = acc.remerged(path, tmp_path)  # counters paired by the current matcher
+    r = acc.measure(src)
+    agree, bytes_floor = FLOORS[trace]
+    assert r.kernels > 0 and r.agree_ns / r.gpu_ns >= agree
+    assert r.above_roof == 0
+    if bytes_floor is not None:
+        assert r.bytes_ns > 0 and r.bytes_ok_ns / r.bytes_ns >= bytes_floor

@@ -24,6 +24,7 @@ from profkit.classify import judge, launch_stats
 from profkit.ops import group_ops
 from profkit.errors import ProfkitError
 from profkit.peaks import Peaks, resolve_peaks
+from profkit.reader import match_names
 from profkit.run import RunSummary, critical_fraction, summarize, sync_intervals
 from profkit.trace import Trace
 from profkit.window import Window, find_window
@@ -74,7 +75,7 @@ class Profile:
         if by != "range":
             return by
         user = self.trace.user_ranges
-        user = user[~user["name"].str.match(LIBRARY_RANGE_RE)]
+        user = user[~match_names(user["name"], LIBRARY_RANGE_RE)]
         if len(user) and self.trace.linked_fraction > 0:
             return by
         aten = bool(self.trace.ranges["name"].str.startswith("aten::").any())

@@ -93,6 +93,25 @@ def columns_of(conn: sqlite3.Connection, table: str) -> set[str]:
     return {row[1] for row in conn.execute(f'PRAGMA table_info("{table}")')}
 
 
+def match_names(names: pd.Series, pattern: "re.Pattern[str]") -> np.ndarray:
+    """``pattern.match`` over a column of names, evaluated once per distinct name.
+
+    Traces repeat a few hundred names millions of times; matching each row would dominate."""
+    return match_names_all(names, [pattern])[0]
+
+
+def match_names_all(names: pd.Series, patterns: list) -> list[np.ndarray]:
+    """match_names for several patterns over one factorisation of ``names``."""
+    if len(names) == 0:
+        return [np.zeros(0, dtype=bool) for _ in patterns]
+    if isinstance(names.dtype, pd.CategoricalDtype):
+        codes, uniq = names.cat.codes.to_numpy(), names.cat.categories
+    else:
+        codes, uniq = pd.factorize(names)
+    # code -1 (missing name) takes the trailing False
+    return [np.array([bool(p.match(str(u))) for u in uniq] + [False])[codes] for p in patterns]
+
+
 def _lookup(ids: Optional[pd.Series], strings: dict[int, str], n: int) -> np.ndarray:
     """Map StringIds ids to text, looking each distinct id up once."""
     if ids is None:
@@ -306,22 +325,60 @@ class TraceReader:
         acts = acts[ACTIVITY_COLUMNS].sort_values(["start", "end"], kind="stable").reset_index(drop=True)
         return acts
 
-    def api_calls(self) -> pd.DataFrame:
-        """Every CUDA runtime/driver API call: start, end, globalTid, correlationId, name.
+    def api_calls(self, name_ids: Optional[list[int]] = None) -> pd.DataFrame:
+        """CUDA runtime/driver API calls: start, end, globalTid, correlationId, name.
 
+        ``name_ids``: only calls with these names (StringIds ids, see runtime_names), so a trace
+        with millions of launch calls is not read whole to find its few synchronize calls.
         Names are as the export stores them, versioned (``cudaStreamSynchronize_v3020``): match
-        them by prefix. Used to tell why the GPU waits (a synchronising call in flight, a launch
-        being issued) and by the rules that look for synchronisation and copies.
+        them by prefix.
         """
         cols = ["start", "end", "globalTid", "correlationId", "name"]
+        empty = pd.DataFrame({c: pd.Series(dtype="int64" if c != "name" else "object") for c in cols})
         if not self.runtime_table or "nameId" not in columns_of(self.conn, self.runtime_table):
-            return pd.DataFrame({c: pd.Series(dtype="int64" if c != "name" else "object") for c in cols})
+            return empty
+        where = ""
+        if name_ids is not None:
+            if not name_ids:
+                return empty
+            where = f"a.nameId IN ({','.join(str(int(i)) for i in name_ids)})"
         df = pd.DataFrame(self.int_columns(self.runtime_table, {
-            "start": "a.start", "end": "a.\"end\"", "globalTid": "coalesce(a.globalTid, 0)",
-            "correlationId": "coalesce(a.correlationId, -1)", "nameId": "coalesce(a.nameId, -1)"}))
+            "start": "a.start", "end": 'a."end"', "globalTid": "coalesce(a.globalTid, 0)",
+            "correlationId": "coalesce(a.correlationId, -1)", "nameId": "coalesce(a.nameId, -1)"},
+            where=where))
         df["name"] = _lookup(df["nameId"], self.strings(), len(df))
-        df["name"] = df["name"].fillna("<unnamed call>")
+        # Millions of calls, a few hundred names: a categorical keeps memory and matching cheap.
+        df["name"] = df["name"].fillna("<unnamed call>").astype("category")
         return df[cols].sort_values(["start", "end"], kind="stable").reset_index(drop=True)
+
+    def runtime_names(self) -> dict[int, str]:
+        """The distinct API call names of the trace, by StringIds id."""
+        if not self.runtime_table or "nameId" not in columns_of(self.conn, self.runtime_table):
+            return {}
+        strings = self.strings()
+        return {int(i): str(strings.get(int(i), "")) for (i,) in self.conn.execute(
+            f'SELECT DISTINCT nameId FROM "{self.runtime_table}"') if i is not None}
+
+    def api_time(self, name_ids: list[int], t0: int, t1: int, pid: Optional[int] = None) -> int:
+        """Time spent in API calls with these names (ids) that started in [t0, t1]."""
+        ids = [int(i) for i in name_ids]
+        if not ids or not self.runtime_table:
+            return 0
+        cond = " AND globalTid >> 24 = ?" if pid is not None else ""
+        row = self.conn.execute(
+            f'SELECT coalesce(sum("end" - start), 0) FROM "{self.runtime_table}" WHERE nameId IN '
+            f'({",".join(map(str, ids))}) AND start BETWEEN ? AND ?{cond}',
+            (t0, t1, *((pid,) if pid is not None else ()))).fetchone()
+        return int(row[0] or 0)
+
+    def api_span(self, pid: Optional[int] = None) -> Optional[tuple[int, int]]:
+        """First start and last end of the API calls (of one process: globalTid >> 24)."""
+        if not self.runtime_table:
+            return None
+        cond, args = ("WHERE globalTid >> 24 = ?", (pid,)) if pid is not None else ("", ())
+        row = self.conn.execute(f'SELECT min(start), max("end") FROM "{self.runtime_table}" {cond}',
+                                args).fetchone()
+        return None if row is None or row[0] is None else (int(row[0]), int(row[1]))
 
     # -- NVTX -----------------------------------------------------------------------------------
     def nvtx_ranges(self) -> pd.DataFrame:

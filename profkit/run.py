@@ -25,6 +25,7 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
+from profkit.reader import match_names_all
 from profkit.window import Window, main_threads, top_level
 
 GPU_BOUND_IDLE = 0.20     # below this idle share of the wall time, the GPU sets the pace
@@ -34,10 +35,11 @@ DATA_SHARE = 0.50         # share of host idle inside data-loading ranges for a 
 SYNC_RE = re.compile(r"^cu(da)?(Device|Ctx|Stream|Event)Synchronize|^cudaMemcpy(2D|3D)?(_v\d+)?$|"
                      r"^cuMemcpy(DtoH|HtoD|DtoD|2D|3D)?(_v\d+)?$|^cudaMemcpy(To|From)Symbol(_v\d+)?$")
 MEMCPY_RE = re.compile(r"^cu(da)?Memcpy")
+LAUNCH_RE = re.compile(r".*Launch")
 DATA_RE = re.compile(r"data|load|batch|fetch|input|prefetch|collate|dataset", re.I)
-NCCL_RE = re.compile(r"nccl", re.I)
-GEMM_RE = re.compile(r"gemm|nvjet|xmma|cutlass|wgmma|cublas|matmul|conv|cudnn|flash|fmha|attention|"
-                     r"sdpa|implicit_convolve", re.I)
+NCCL_RE = re.compile(r".*nccl", re.I)
+GEMM_RE = re.compile(r".*(gemm|nvjet|xmma|cutlass|wgmma|cublas|matmul|conv|cudnn|flash|fmha|attention|"
+                     r"sdpa|implicit_convolve)", re.I)
 
 
 class RunClass(str, Enum):
@@ -124,9 +126,7 @@ def _in_flight(points: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
 
 def _kernel_family(names: pd.Series, kinds: pd.Series, dur: np.ndarray, floor: float) -> np.ndarray:
     """compute / memory / launch / communication by kernel family (names and durations only)."""
-    uniq = names.drop_duplicates()
-    nccl = names.map(dict(zip(uniq, uniq.str.contains(NCCL_RE)))).to_numpy(bool)
-    gemm = names.map(dict(zip(uniq, uniq.str.contains(GEMM_RE)))).to_numpy(bool)
+    nccl, gemm = match_names_all(names, [NCCL_RE, GEMM_RE])
     out = np.where(gemm, "compute", "memory").astype(object)
     tiny = (dur < 2.0 * floor) & (kinds.to_numpy() == "kernel") & ~gemm
     out[tiny] = "launch"
@@ -172,18 +172,16 @@ def summarize(trace, window: Window, launch_floor_ns: float) -> RunSummary:
     other = gap_b - host_end
     host_part = host_end - gap_a
 
-    calls = trace.api_calls
-    pid_tids = set(np.unique(a["globalTid"].dropna().to_numpy(np.int64)).tolist())
-    pids = {t >> 24 for t in pid_tids}
-    if len(calls):
-        calls = calls[np.isin(np.right_shift(calls["globalTid"].to_numpy(np.int64), 24), list(pids))]
-    sync = calls[calls["name"].str.match(SYNC_RE)] if len(calls) else calls
-    copy = calls[calls["name"].str.match(MEMCPY_RE)].sort_values("start") if len(calls) else calls
-    ss, se, _ = _merge(*(x.to_numpy(np.int64) for x in (sync.sort_values("start")["start"],
-                                                          sync.sort_values("start")["end"]))) \
-        if len(sync) else (np.empty(0, np.int64),) * 3
-    cs, ce, _ = _merge(copy["start"].to_numpy(np.int64), copy["end"].to_numpy(np.int64)) \
-        if len(copy) else (np.empty(0, np.int64),) * 3
+    pids = {int(t) >> 24 for t in np.unique(a["globalTid"].dropna().to_numpy(np.int64))}
+
+    def of_process(df: pd.DataFrame) -> pd.DataFrame:
+        keep = np.isin(np.right_shift(df["globalTid"].to_numpy(np.int64), 24), list(pids))
+        return df[keep].sort_values("start", kind="stable")
+
+    sync = of_process(trace.api_calls_matching(SYNC_RE))
+    copy = of_process(trace.api_calls_matching(MEMCPY_RE))
+    ss, se, _ = _merge(sync["start"].to_numpy(np.int64), sync["end"].to_numpy(np.int64))
+    cs, ce, _ = _merge(copy["start"].to_numpy(np.int64), copy["end"].to_numpy(np.int64))
     is_sync = _in_flight(gap_a, ss, se) & (host_part > 0)
     is_copy = ~is_sync & _in_flight(gap_a + host_part // 2, cs, ce) & (host_part > 0)
     is_host = ~is_sync & ~is_copy
@@ -195,11 +193,9 @@ def summarize(trace, window: Window, launch_floor_ns: float) -> RunSummary:
     breakdown["idle_other"] += wall - sum(breakdown.values())
 
     by_range = _host_idle_by_range(trace, gap_a[is_host] + host_part[is_host] // 2, host_part[is_host])
-    in_win = lambda df: df[(df["end"] > w0) & (df["start"] < w1)]
-    sync_blocked = int((np.minimum(in_win(sync)["end"], w1) - np.maximum(in_win(sync)["start"], w0)).sum()) \
-        if len(sync) else 0
-    launches = calls[calls["name"].str.contains("Launch", regex=False)] if len(calls) else calls
-    launch_ns = int((in_win(launches)["end"] - in_win(launches)["start"]).sum()) if len(launches) else 0
+    sw = sync[(sync["end"] > w0) & (sync["start"] < w1)]
+    sync_blocked = int((np.minimum(sw["end"], w1) - np.maximum(sw["start"], w0)).sum())
+    launch_ns = sum(trace.api_time(LAUNCH_RE, w0, w1, pid) for pid in pids)
     summary = RunSummary(window, wall, busy, breakdown, by_range, sync_blocked, launch_ns, device,
                          RunClass.GPU, "")
     summary.actions = run_actions(summary)
@@ -306,12 +302,12 @@ def run_actions(r: RunSummary) -> list[Action]:
 
 def sync_intervals(trace) -> tuple[np.ndarray, np.ndarray]:
     """Merged intervals during which some thread was blocked in a synchronising CUDA call."""
-    calls = trace.api_calls
-    if calls.empty:
-        e = np.empty(0, dtype=np.int64)
-        return e, e
-    sync = calls[calls["name"].str.match(SYNC_RE)].sort_values("start", kind="stable")
+    cached = trace.__dict__.get("_sync_intervals")
+    if cached is not None:
+        return cached
+    sync = trace.api_calls_matching(SYNC_RE).sort_values("start", kind="stable")
     ss, se, _ = _merge(sync["start"].to_numpy(np.int64), sync["end"].to_numpy(np.int64))
+    trace.__dict__["_sync_intervals"] = (ss, se)
     return ss, se
 
 

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import sqlite3
+import re
 from functools import cached_property
+from typing import Optional
 from pathlib import Path
 
 import pandas as pd
@@ -15,6 +17,7 @@ from profkit.reader import ExportInfo, TraceReader
 
 
 ATTRIBUTIONS = ("process", "thread")
+_ATEN_PREFIX = re.compile(r"aten::")
 
 
 class Trace:
@@ -55,9 +58,48 @@ class Trace:
     @cached_property
     def api_calls(self) -> pd.DataFrame:
         """CUDA API calls (all of them, not only launches), read on first use."""
+        return self._in_window(self._read(lambda r: r.api_calls()))
+
+    def _in_window(self, calls: pd.DataFrame) -> pd.DataFrame:
+        w = self.__dict__.get("_window_ns")
+        if w is None:
+            return calls
+        return calls[(calls["start"] >= w[0]) & (calls["start"] <= w[1])].reset_index(drop=True)
+
+    def api_calls_matching(self, pattern: "re.Pattern[str]") -> pd.DataFrame:
+        """The API calls whose name ``pattern`` matches (read once per pattern; see api_calls)."""
+        cache = self.__dict__.setdefault("_api_by_pattern", {})
+        if pattern.pattern not in cache:
+            if "api_calls" in self.__dict__:  # already read whole (or a window view): filter it
+                c = self.api_calls
+                from profkit.reader import match_names
+                cache[pattern.pattern] = c[match_names(c["name"], pattern)].reset_index(drop=True)
+            else:
+                ids = self._name_ids(pattern)
+                cache[pattern.pattern] = self._in_window(self._read(lambda r: r.api_calls(ids)))
+        return cache[pattern.pattern]
+
+    @cached_property
+    def runtime_names(self) -> dict[int, str]:
+        """Distinct CUDA API call names by StringIds id (one scan of the runtime table)."""
+        return self._read(lambda r: r.runtime_names())
+
+    def _name_ids(self, pattern: "re.Pattern[str]") -> list[int]:
+        return [i for i, n in self.runtime_names.items() if pattern.match(n)]
+
+    def api_span(self, pid: Optional[int] = None) -> Optional[tuple[int, int]]:
+        """First start and last end of the CUDA API calls (of process ``pid``)."""
+        return self._read(lambda r: r.api_span(pid))
+
+    def api_time(self, pattern: "re.Pattern[str]", t0: int, t1: int, pid: Optional[int] = None) -> int:
+        """Time spent in API calls matching ``pattern`` that started in [t0, t1]."""
+        ids = self._name_ids(pattern)
+        return self._read(lambda r: r.api_time(ids, t0, t1, pid))
+
+    def _read(self, fn):
         reader = TraceReader(self.path)
         try:
-            return reader.api_calls()
+            return fn(reader)
         except (sqlite3.DatabaseError, pd.errors.DatabaseError) as exc:
             raise TraceError(f"{self.path}: damaged or truncated export ({exc}); export the trace again") from None
         finally:
@@ -106,6 +148,8 @@ class Trace:
         view = object.__new__(Trace)
         view.path, view.attribution, view.info, view.gpus, view.ncu = (
             self.path, self.attribution, self.info, self.gpus, self.ncu)
+        if "runtime_names" in self.__dict__:
+            view.__dict__["runtime_names"] = self.runtime_names
         a = self.activities
         t = a["api_start"].where(a["api_start"].notna(), a["start"])
         view.activities = a[(t >= start_ns) & (t <= end_ns)].reset_index(drop=True)
@@ -114,8 +158,8 @@ class Trace:
                              f"{end_ns / 1e9:.3f} s; choose another --window (or --window all)")
         r = self.ranges
         view.__dict__["ranges"] = r[(r["start"] >= start_ns) & (r["start"] <= end_ns)].reset_index(drop=True)
-        c = self.api_calls
-        view.__dict__["api_calls"] = c[(c["start"] >= start_ns) & (c["start"] <= end_ns)].reset_index(drop=True)
+        # API calls are read for the view on demand (rules); the run summary reads the full trace.
+        view.__dict__["_window_ns"] = (start_ns, end_ns)
         return view
 
     @cached_property
@@ -125,7 +169,8 @@ class Trace:
 
     @cached_property
     def _aten_mask(self) -> pd.Series:
-        return self.ranges["name"].str.startswith("aten::").astype(bool)
+        from profkit.reader import match_names
+        return pd.Series(match_names(self.ranges["name"], _ATEN_PREFIX), index=self.ranges.index)
 
     def ranges_of_level(self, level: str) -> pd.DataFrame:
         mask = self._aten_mask

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from profkit.errors import ProfkitError
+from profkit.reader import match_names
 
 MIN_ITERATIONS = 3        # a range or kernel must recur this often to mark iterations
 REGULAR_FRACTION = 0.6    # share of kernel-sequence periods that must be equal
@@ -68,13 +69,10 @@ def _bounds(trace) -> tuple[int, int]:
     api = acts["api_start"].dropna()
     if len(api):
         lo.append(int(api.min()))
-    calls = trace.api_calls
-    pid = _primary_pid(trace)
-    if len(calls) and pid is not None:
-        calls = calls[np.right_shift(calls["globalTid"].to_numpy(np.int64), 24) == pid]
-    if len(calls):
-        lo.append(int(calls["start"].min()))
-        hi.append(int(calls["end"].max()))
+    span = trace.api_span(_primary_pid(trace))
+    if span is not None:
+        lo.append(span[0])
+        hi.append(span[1])
     return min(lo), max(hi)
 
 
@@ -166,7 +164,7 @@ def _nvtx_delimiter(trace) -> Optional[str]:
     top = top_level(user)
     if main is not None:
         top = top[top["globalTid"] == main]
-    top = top[~top["name"].str.match(COMPILE_RANGE_RE)]
+    top = top[~match_names(top["name"], COMPILE_RANGE_RE)]
     if top.empty:
         return None
     stats = top.assign(d=top["end"] - top["start"]).groupby("name")["d"].agg(["size", "sum"])
@@ -238,8 +236,8 @@ def _excluded(trace, w: Window, lo: int, hi: int) -> list[dict]:
     before = w.start_ns - lo
     if before > 0:
         acts = trace.activities
-        h2d = acts[(acts["kind"] == "memcpy") & (acts["start"] < w.start_ns)
-                   & acts["name"].str.contains("Host-to-Device", regex=False)]
+        h2d = acts[(acts["kind"] == "memcpy") & (acts["start"] < w.start_ns)]
+        h2d = h2d[h2d["name"].str.contains("Host-to-Device", regex=False)]
         what = "set-up before the window"
         parts = []
         if len(h2d):
@@ -247,7 +245,7 @@ def _excluded(trace, w: Window, lo: int, hi: int) -> list[dict]:
             parts.append(f"host-to-device copies (model upload) {mb:.0f} MB in "
                          f"{_ms(int((h2d['end'] - h2d['start']).sum()))}")
         comp = trace.user_ranges
-        comp = comp[comp["name"].str.match(COMPILE_RANGE_RE) & (comp["start"] < w.start_ns)]
+        comp = comp[match_names(comp["name"], COMPILE_RANGE_RE) & (comp["start"] < w.start_ns).to_numpy()]
         if len(comp):
             parts.append(f"torch.compile/autotuning ranges {_ms(int((comp['end'] - comp['start']).sum()))}")
         if w.delimiter and not w.source.startswith("time"):

@@ -214,7 +214,7 @@ def kernel_period(trace) -> Optional[tuple[str, np.ndarray]]:
     if not fit:
         return None
     best_fit = max(fit.values())
-    period = min(p for p, f in fit.items() if f >= best_fit - 0.02)
+    period = min(p for p, f in fit.items() if f >= 0.95 * best_fit)
     pos = splits[candidates[period]]
     return str(uniq[candidates[period]]), k["api_start"].to_numpy(np.int64)[pos]
 

@@ -110,6 +110,12 @@ def run_lines(run: dict) -> list[str]:
     return lines
 
 
+def fence_safe(lines: list[str]) -> list[str]:
+    """Lines for a Markdown code block: a name holding a code fence must not end it early."""
+    fence = "`" * 3
+    return [x.replace(fence, "'" * 3) for x in lines]
+
+
 def table(df: pd.DataFrame, header: dict, console_width: int = 200) -> str:
     """The terminal table, as text (rich renders it; colours only on a terminal)."""
     t = Table(box=box.SIMPLE_HEAVY, show_lines=False, expand=False,
@@ -174,6 +180,6 @@ def to_markdown(df: pd.DataFrame, header: dict) -> str:
     lines = [f"**{cell(header['trace'])}** on {cell(header['gpu'])}: total GPU time "
              f"{fmt_time(header['total_gpu_time_ns'])}, ops by {header['level']}", ""]
     if header.get("run"):
-        lines += ["```", *run_lines(header["run"]), "```", ""]
+        lines += ["```", *fence_safe(run_lines(header["run"])), "```", ""]
     lines += markdown_ops_table(df)
     return "\n".join(lines) + "\n"

@@ -19,7 +19,7 @@ import pandas as pd
 
 from profkit import __version__
 from profkit.errors import ProfkitError
-from profkit.render import evidence_text, fmt_rate, fmt_time, markdown_ops_table, short_name
+from profkit.render import evidence_text, fence_safe, fmt_rate, fmt_time, markdown_ops_table, run_lines, short_name
 
 TOP_OPS = 10
 TOP_SUGGESTIONS = 3
@@ -41,6 +41,7 @@ class Summary:
     warnings: list[str]
     suggestions: list[dict] = field(default_factory=list)   # the top suggestions that add up
     combined_speedup: float = 1.0
+    run: dict = field(default_factory=dict)                  # Profile.run_json: window, breakdown, verdict
 
 
 def _gain_plan(profile, df: pd.DataFrame, by: str) -> tuple[list[dict], float]:
@@ -86,7 +87,8 @@ def summarize(profile, df: pd.DataFrame, by: str) -> Summary:
                    n_kernels=int((tr.activities["kind"] == "kernel").sum()),
                    peaks_source=str(peaks.source),
                    peaks_text=f"memory {fmt_rate(peaks.memory_bandwidth, 'B/s')}; {roofs}",
-                   warnings=list(profile.warnings), suggestions=plan, combined_speedup=combined)
+                   warnings=list(profile.warnings), suggestions=plan, combined_speedup=combined,
+                   run=profile.run_json(df))
 
 
 def _png(fig) -> bytes:
@@ -220,6 +222,8 @@ def render_html(s: Summary, df: pd.DataFrame, roof_png: bytes, tl_png: bytes, ro
     p.append(f"<header><h1>profkit report: {_e(s.trace)}</h1>\n"
              f"<p class=\"meta\">{_e(s.gpu)} · ops by {_e(s.level)} · peaks: {_e(s.peaks_source)} · "
              f"profkit {_e(__version__)} · {_e(now)}</p></header>\n")
+    if s.run:
+        p.append(_run_html(s.run))
     # Summary
     p.append('<section id="summary">\n<h2>Summary</h2>\n<div class="cards">\n')
     for k, v in [("GPU", s.gpu), ("total GPU time", fmt_time(s.total_gpu_time_ns)),
@@ -292,10 +296,31 @@ def _md(x: object) -> str:
     return html.escape(str(x), quote=False).replace("|", "\\|").replace("\n", " ")
 
 
+_BAR = [("compute", "#AA3377"), ("memory", "#228833"), ("launch", "#CCBB44"),
+        ("communication", "#4477AA"), ("idle_host", "#EE6677"), ("idle_sync", "#BB5566"),
+        ("idle_memcpy_wait", "#EE8866"), ("idle_other", "#BBBBBB")]
+
+
+def _run_html(run: dict) -> str:
+    """The run summary: a bar of the wall time's parts and the same lines the terminal prints."""
+    wall = max(run["wall_time_ns"], 1)
+    bar = "".join(f'<span title="{_e(k)} {v / wall:.1%}" style="display:inline-block;height:18px;'
+                  f'width:{100 * v / wall:.3f}%;background:{c}"></span>'
+                  for k, c in _BAR for v in [run["breakdown"].get(k, 0)] if v > 0)
+    legend = " · ".join(f'<span style="color:{c}">■</span> {_e(k)} {run["breakdown"].get(k, 0) / wall:.0%}'
+                        for k, c in _BAR if run["breakdown"].get(k, 0) > 0)
+    return ('<section id="run">\n<h2>Run</h2>\n'
+            f'<p><b>{_e(run["verdict"]["class"])}</b>: {_e(run["verdict"]["reason"])}</p>\n'
+            f'<div class="runbar" style="width:100%;white-space:nowrap;overflow:hidden">{bar}</div>\n'
+            f'<p class="meta">{legend}</p>\n<pre>{_e(chr(10).join(run_lines(run)))}</pre>\n</section>\n')
+
+
 def render_markdown(s: Summary, df: pd.DataFrame, roof_note: str, notes: list[str]) -> str:
     L = [f"# profkit report: {_md(s.trace)}", "",
-         f"{_md(s.gpu)} · ops by {s.level} · peaks: {_md(s.peaks_source)} · profkit {__version__}", "",
-         "## Summary", "",
+         f"{_md(s.gpu)} · ops by {s.level} · peaks: {_md(s.peaks_source)} · profkit {__version__}", ""]
+    if s.run:
+        L += ["## Run", "", "```", *fence_safe(run_lines(s.run)), "```", ""]
+    L += ["## Summary", "",
          f"- GPU: {_md(s.gpu)}",
          f"- Total GPU time: {fmt_time(s.total_gpu_time_ns)}",
          f"- GPU busy: {s.busy_fraction:.1%} of {fmt_time(s.gpu_span_ns)}",

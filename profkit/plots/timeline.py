@@ -180,6 +180,17 @@ def resolve_window(profile, start: Optional[str | float] = None, end: Optional[s
     return int(t0 + s), int(t0 + min(e, t_last - t0)), wlabel, focus, t0
 
 
+def run_caption(run: dict) -> str:
+    """One line: the run's verdict and where its steady-state wall time goes."""
+    wall = max(run["wall_time_ns"], 1)
+    b = run["breakdown"]
+    idle = ", ".join(f"{label} {b[k] / wall:.0%}" for k, label in
+                     (("idle_host", "CPU"), ("idle_sync", "sync"), ("idle_memcpy_wait", "copies"),
+                      ("idle_other", "GPU-side")) if b.get(k, 0) / wall >= 0.005)
+    return (f"steady state ({run['window']['source']}): {run['verdict']['class']}, GPU busy "
+            f"{run['gpu_busy_ns'] / wall:.0%} of {fmt_time(wall)}" + (f"; idle waiting on {idle}" if idle else ""))
+
+
 def timeline_data(profile, by: str = "range", start: Optional[str | float] = None,
                   end: Optional[str | float] = None, range_name: Optional[str] = None,
                   instance: int = 1, ops: Optional[pd.DataFrame] = None) -> TimelineData:
@@ -462,7 +473,9 @@ def timeline(profile=None, by: str = "range", start: Optional[str | float] = Non
 
         title = (f"Timeline: {data.trace} on {data.gpu}  ·  {data.window_label}: "
                  f"{fmt_time(w1 - w0)} from {fmt_time(w0 - data.t0)}")
-        ax.set_title(title, loc="left", pad=26)
+        if profile is not None and hasattr(profile, "run"):
+            title += "\n" + run_caption(profile.run().as_dict())
+        ax.set_title(title, loc="left", pad=26 + 14 * title.count("\n"))
         handles = [Patch(color=style.CLASS_COLORS[c], label=style.CLASS_LABELS[c]) for c in style.CLASSES]
         handles += [Patch(color=style.OTHER_COLOR, label="outside any op"),
                     Patch(color=style.API_COLOR, label="CUDA API call (launch)"),

@@ -10,6 +10,7 @@ Levels:
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,8 +20,20 @@ from profkit import attribution
 from profkit.errors import ProfkitError
 from profkit.hints import Hint, parse_range_name
 from profkit.trace import Trace
+from profkit.window import COMPILE_RANGE_RE
 
 LEVELS = ("range", "kernel", "aten")
+# emit_nvtx decorates every range it writes ("MmBackward0, seq = 12, op_id = 345, sizes = ...");
+# the decorations differ per call, so they are cut before ranges are grouped by name.
+_DECORATION_RE = re.compile(r",\s*(seq|op_id|stashed seq|sizes|input_op_ids|scope)\s*=.*$")
+COMPILE_ROW = "torch.compile (one-off)"
+
+
+def clean_range_name(name: str) -> str:
+    """The name a range is grouped under: emit_nvtx decorations cut, compiler internals as one."""
+    if COMPILE_RANGE_RE.match(name):
+        return COMPILE_ROW
+    return _DECORATION_RE.sub("", name)
 
 
 @dataclass
@@ -60,7 +73,7 @@ def group_ops(trace: Trace, by: str = "range", innermost: bool = False) -> OpGro
         if by == "aten":
             inst["op"] = inst["name"].map(attribution.aten_key)
         else:
-            parsed = {n: parse_range_name(n) for n in inst["name"].unique()}
+            parsed = {n: parse_range_name(clean_range_name(n)) for n in inst["name"].unique()}
             inst["op"] = inst["name"].map(lambda n: parsed[n][0])
             hints = _mean_hints(inst, parsed)
         members = pd.DataFrame({

@@ -174,3 +174,9 @@ def test_diff_measures_wall_time_per_iteration():
     assert run["per"] == "iteration"
     assert run["measured_speedup"] == round(b.window.iteration_median_ns / a.window.iteration_median_ns, 3)
     assert run["predicted"][0]["rule"] == "data-loading"
+
+
+def test_emit_nvtx_decorations_are_cut_before_grouping():
+    ops = profkit.load(REAL / "train_llama_aten.sqlite").ops(by="range")
+    assert len(ops) < 60  # about 900 rows when every op_id/seq made its own name
+    assert "MmBackward0" in ops.index and not any("op_id =" in n for n in ops.index)

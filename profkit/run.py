@@ -25,7 +25,6 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-from profkit.reader import match_names_all
 from profkit.window import Window, main_threads, top_level
 
 GPU_BOUND_IDLE = 0.20     # below this idle share of the wall time, the GPU sets the pace
@@ -124,13 +123,18 @@ def _in_flight(points: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
     return out
 
 
-def _kernel_family(names: pd.Series, kinds: pd.Series, dur: np.ndarray, floor: float) -> np.ndarray:
-    """compute / memory / launch / communication by kernel family (names and durations only)."""
-    nccl, gemm = match_names_all(names, [NCCL_RE, GEMM_RE])
-    out = np.where(gemm, "compute", "memory").astype(object)
-    tiny = (dur < 2.0 * floor) & (kinds.to_numpy() == "kernel") & ~gemm
-    out[tiny] = "launch"
-    out[nccl] = "communication"
+FAMILIES = ("compute", "memory", "launch", "communication")
+
+
+def _kernel_family(codes: np.ndarray, uniq: np.ndarray, is_kernel: np.ndarray, dur: np.ndarray,
+                   floor: float) -> np.ndarray:
+    """Index into FAMILIES per activity, by kernel family (names and durations only);
+    ``codes`` index the distinct names ``uniq`` (Trace.name_codes)."""
+    nccl = np.array([bool(NCCL_RE.match(str(u))) for u in uniq] + [False])[codes]
+    gemm = np.array([bool(GEMM_RE.match(str(u))) for u in uniq] + [False])[codes]
+    out = np.where(gemm, 0, 1).astype(np.int8)
+    out[(dur < 2.0 * floor) & is_kernel & ~gemm] = 2
+    out[nccl] = 3
     return out
 
 
@@ -141,19 +145,24 @@ def summarize(trace, window: Window, launch_floor_ns: float) -> RunSummary:
     acts = trace.activities
     dev_time = (acts["end"] - acts["start"]).groupby(acts["deviceId"]).sum()
     device = int(dev_time.idxmax()) if len(dev_time) else None
-    a = acts[(acts["deviceId"] == device) & (acts["end"] > w0) & (acts["start"] < w1)]
-    a = a.sort_values("start", kind="stable")
-    s = np.clip(a["start"].to_numpy(np.int64), w0, w1)
-    e = np.clip(a["end"].to_numpy(np.int64), w0, w1)
+    sel = ((acts["deviceId"] == device) & (acts["end"] > w0) & (acts["start"] < w1)).to_numpy()
+    codes, uniq = trace.name_codes
+    # Column arrays only: a million-row trace is not copied whole.
+    start = acts["start"].to_numpy(np.int64)[sel]
+    order = np.argsort(start, kind="stable")
+    col = lambda c, dtype=None: acts[c].to_numpy(dtype)[sel][order]  # noqa: E731
+    codes = codes[sel][order]
+    s = np.clip(start[order], w0, w1)
+    e = np.clip(col("end", np.int64), w0, w1)
     ms, me, first = _merge(s, e)
     busy = int((me - ms).sum())
 
-    fam = _kernel_family(a["name"], a["kind"].astype(str), e - s, launch_floor_ns)
-    by_fam = pd.Series(e - s, dtype="float64").groupby(fam).sum() if len(a) else pd.Series(dtype=float)
+    fam = _kernel_family(codes, uniq, col("kind", object) == "kernel", e - s, launch_floor_ns)
+    by_fam = np.bincount(fam, weights=(e - s).astype("float64"), minlength=len(FAMILIES))
     total_dur = float(by_fam.sum())
     breakdown: dict[str, int] = {}
-    for c in ("compute", "memory", "launch", "communication"):
-        breakdown[c] = int(round(busy * float(by_fam.get(c, 0.0)) / total_dur)) if total_dur else 0
+    for i, c in enumerate(FAMILIES):
+        breakdown[c] = int(round(busy * float(by_fam[i]) / total_dur)) if total_dur else 0
     fix = busy - sum(breakdown.values())  # rounding: the busy classes add up to busy exactly
     if fix:
         big = max(breakdown, key=breakdown.__getitem__)
@@ -165,14 +174,15 @@ def summarize(trace, window: Window, launch_floor_ns: float) -> RunSummary:
     nxt = np.concatenate([first, [-1]])  # the activity that ends each gap (none for the last)
     keep = gap_b > gap_a
     gap_a, gap_b, nxt = gap_a[keep], gap_b[keep], nxt[keep]
-    api_end = a["api_end"].to_numpy(dtype="float64")
+    api_end = col("api_end", "float64")
     launched = np.where(nxt >= 0, api_end[np.maximum(nxt, 0)], np.nan)
     # The part of a gap after the next work was launched is the GPU waiting on itself.
     host_end = np.where(np.isnan(launched), gap_b, np.clip(launched, gap_a, gap_b)).astype(np.int64)
     other = gap_b - host_end
     host_part = host_end - gap_a
 
-    pids = {int(t) >> 24 for t in np.unique(a["globalTid"].dropna().to_numpy(np.int64))}
+    tids = col("globalTid", "float64")
+    pids = {int(t) >> 24 for t in np.unique(tids[~np.isnan(tids)])}
 
     def of_process(df: pd.DataFrame) -> pd.DataFrame:
         keep = np.isin(np.right_shift(df["globalTid"].to_numpy(np.int64), 24), list(pids))
@@ -217,9 +227,16 @@ def _host_idle_by_range(trace, at: np.ndarray, length: np.ndarray) -> dict[str, 
     idx = np.searchsorted(st, at, side="right") - 1
     ok = (idx >= 0)
     ok[ok] = en[idx[ok]] >= at[ok]
-    names = np.where(ok, top["name"].to_numpy(object)[np.maximum(idx, 0)], "(outside any range)")
-    s = pd.Series(length).groupby(names).sum().sort_values(ascending=False)
-    return {str(k): int(v) for k, v in s.items() if v > 0}
+    # Sum by range name through integer codes: one slot per name plus one for "outside".
+    name_code, names = pd.factorize(top["name"])
+    slot = np.where(ok, name_code[np.maximum(idx, 0)], len(names))
+    sums = np.bincount(slot, weights=length.astype("float64"), minlength=len(names) + 1)
+    labels = [str(n) for n in names] + ["(outside any range)"]
+    pairs = sorted(((labels[i], int(v)) for i, v in enumerate(sums) if v > 0), key=lambda x: -x[1])
+    out: dict[str, int] = {}
+    for k, v in pairs:
+        out[k] = out.get(k, 0) + v
+    return out
 
 
 def _verdict(r: RunSummary) -> tuple[RunClass, str]:
@@ -319,10 +336,14 @@ def critical_fraction(acts: pd.DataFrame, sync: tuple[np.ndarray, np.ndarray]) -
     (``sync``, from sync_intervals). Otherwise the GPU went idle after it until the host issued
     more work, and a faster kernel only makes the GPU wait longer.
     """
-    a = acts.sort_values(["deviceId", "start"], kind="stable")
-    nxt_api = a["api_end"].shift(-1)
-    same_dev = a["deviceId"].shift(-1) == a["deviceId"]
-    queued = same_dev & (nxt_api.isna() | (nxt_api <= a["end"]))
-    waited = _in_flight(a["end"].to_numpy(np.int64), *sync)
-    crit = pd.Series((queued.to_numpy() | waited).astype(float), index=a.index)
-    return crit.reindex(acts.index)
+    dev = acts["deviceId"].to_numpy(np.int64)
+    end = acts["end"].to_numpy(np.int64)
+    api_end = acts["api_end"].to_numpy("float64")
+    order = np.lexsort((acts["start"].to_numpy(np.int64), dev))
+    d, e, nxt_api = dev[order], end[order], np.append(api_end[order][1:], np.nan)
+    same_dev = np.append(d[1:] == d[:-1], False)
+    queued = same_dev & (np.isnan(nxt_api) | (nxt_api <= e))
+    waited = _in_flight(e, *sync)
+    crit = np.empty(len(order), dtype=float)
+    crit[order] = (queued | waited).astype(float)
+    return pd.Series(crit, index=acts.index)

@@ -7,6 +7,7 @@ from functools import cached_property
 from typing import Optional
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from profkit import attribution
@@ -138,6 +139,15 @@ class Trace:
                 return self.gpus[int(dev)]
         return next(iter(self.gpus.values()))
 
+    @cached_property
+    def name_codes(self) -> tuple[np.ndarray, np.ndarray]:
+        """Activity names factorised once: (code per activity row, distinct names).
+
+        Million-row traces hold a few hundred kernel names; matching and grouping by code
+        instead of by string saves a factorisation per use."""
+        codes, uniq = pd.factorize(self.activities["name"])
+        return codes, np.asarray(uniq, dtype=object)
+
     def windowed(self, start_ns: int, end_ns: int) -> "Trace":
         """A view of the same export holding only what the window [start_ns, end_ns] ran.
 
@@ -152,7 +162,10 @@ class Trace:
             view.__dict__["runtime_names"] = self.runtime_names
         a = self.activities
         t = a["api_start"].where(a["api_start"].notna(), a["start"])
-        view.activities = a[(t >= start_ns) & (t <= end_ns)].reset_index(drop=True)
+        keep = ((t >= start_ns) & (t <= end_ns)).to_numpy()
+        view.activities = a[keep].reset_index(drop=True)
+        codes, uniq = self.name_codes
+        view.__dict__["name_codes"] = (codes[keep], uniq)
         if view.activities.empty:
             raise TraceError(f"{self.path}: no GPU activity in the window {start_ns / 1e9:.3f}-"
                              f"{end_ns / 1e9:.3f} s; choose another --window (or --window all)")

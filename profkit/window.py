@@ -183,14 +183,19 @@ def kernel_period(trace) -> Optional[tuple[str, np.ndarray]]:
     times with mostly equal distances, the longest distance is one whole iteration.
     """
     acts = trace.activities
-    k = acts[(acts["kind"] == "kernel") & acts["api_start"].notna()]
+    sel = ((acts["kind"] == "kernel") & acts["api_start"].notna()).to_numpy()
     pid = _primary_pid(trace)
     if pid is not None:
-        k = k[np.right_shift(k["globalPid"].to_numpy(np.int64), 24) == pid]
-    if len(k) < 2 * (MIN_ITERATIONS + 1):
+        sel = sel & (np.right_shift(acts["globalPid"].to_numpy(np.int64), 24) == pid)
+    if sel.sum() < 2 * (MIN_ITERATIONS + 1):
         return None
-    k = k.sort_values("api_start", kind="stable")
-    codes, uniq = pd.factorize(k["name"])
+    all_codes, all_uniq = trace.name_codes
+    k = acts[sel]
+    order = np.argsort(k["api_start"].to_numpy(), kind="stable")
+    k = k.iloc[order]
+    # Renumber to the names present, so bincount and the code list stay small and dense.
+    codes, present = pd.factorize(all_codes[sel][order])
+    uniq = all_uniq[present]
     order = np.argsort(codes, kind="stable")
     counts = np.bincount(codes)
     splits = np.split(order, np.cumsum(counts)[:-1])

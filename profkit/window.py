@@ -141,8 +141,8 @@ def _from_instances(trace, inst: pd.DataFrame, i: Optional[int], j: Optional[int
     n = len(inst)
     sel = inst.iloc[slice(i, j)]
     if sel.empty:
-        raise ProfkitError(f"--window {label}: selects no instance (there are {n}); "
-                           f"use indices in 0..{n}")
+        raise ProfkitError(f"--window {label}[{'' if i is None else i}:{'' if j is None else j}]: "
+                           f"selects no instance (there are {n}); use indices in 0..{n}")
     starts = sel["start"].to_numpy(np.int64)
     last = sel.iloc[-1]
     start = int(starts[0])

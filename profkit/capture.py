@@ -58,7 +58,6 @@ NSYS_TRACE_FLAGS = ["-t", "cuda,nvtx,cublas,cudnn", "-s", "none", "--cpuctxsw", 
                     "--cuda-graph-trace=node"]
 DEFAULT_NCU_COUNT = 200
 # A top-level NVTX range repeated at least this often is taken as the script's iteration.
-MIN_ITERATIONS = 2
 HEARTBEAT_S = 30.0
 INTERRUPT_GRACE_S = 300.0
 
@@ -195,49 +194,30 @@ class Iteration:
 def choose_iteration(sqlite_path: str | Path) -> Optional[Iteration]:
     """The steady-state iteration to profile with ncu, from the nsys pass (see module doc).
 
-    Candidates: push/pop ranges with no enclosing range on their thread, whose text repeats at
-    least MIN_ITERATIONS times and that launch kernels; the one covering the most kernels wins.
-    Instance: the second-to-last (the first carries warm-up, the last may be cut short)."""
-    import sqlite3
-
+    The iterations are the ones the analysis judges (profkit.window: the repeated top-level
+    range of the main thread); the instance is the second-to-last (the first carries warm-up,
+    the last may be cut short). Kernels are counted in launch order over all threads, so the
+    autograd thread's backward kernels are inside ``skip``/``count`` too."""
     import numpy as np
-    import pandas as pd
 
-    conn = sqlite3.connect(f"file:{Path(sqlite_path)}?mode=ro", uri=True)
+    from profkit.trace import Trace
+    from profkit.window import iteration_instances
+
     try:
-        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        if not {"NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_KERNEL"} <= tables:
-            return None
-        text = "COALESCE(n.text, s.value)" if "StringIds" in tables else "n.text"
-        join = "LEFT JOIN StringIds s ON s.id = n.textId" if "StringIds" in tables else ""
-        nv = pd.read_sql_query(f"SELECT n.start, n.end, n.globalTid, {text} AS text FROM "
-                               f"NVTX_EVENTS n {join} WHERE n.eventType = 59 AND n.end IS NOT NULL",
-                               conn)
-        launches = pd.read_sql_query(
-            "SELECT r.start FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN CUPTI_ACTIVITY_KIND_KERNEL k "
-            "ON k.correlationId = r.correlationId AND k.globalPid = "
-            "r.globalTid - (r.globalTid % 16777216) ORDER BY r.start", conn)
-    finally:
-        conn.close()
-    if nv.empty or launches.empty:
+        trace = Trace(sqlite_path)
+        found = iteration_instances(trace)
+    except ProfkitError:
         return None
-    t = np.sort(launches["start"].to_numpy())
-    best: Optional[Iteration] = None
-    for tid, g in nv.groupby("globalTid"):
-        g = g.sort_values(["start", "end"], ascending=[True, False])
-        reach = np.maximum.accumulate(np.concatenate([[-1], g["end"].to_numpy()[:-1]]))
-        top = g[g["start"].to_numpy() > reach]   # not inside an earlier range of this thread
-        for name, inst in top.groupby("text"):
-            if not isinstance(name, str) or len(inst) < MIN_ITERATIONS:
-                continue
-            inst = inst.sort_values("start")
-            i = len(inst) - 2 if len(inst) >= 3 else len(inst) - 1
-            start, end = int(inst["start"].iat[i]), int(inst["end"].iat[i])
-            skip = int(np.searchsorted(t, start, side="left"))
-            count = int(np.searchsorted(t, end, side="right")) - skip
-            if count > 0 and (best is None or count > best.count):
-                best = Iteration(name, i, len(inst), start, end, skip, count)
-    return best
+    if found is None:
+        return None
+    name, inst = found
+    i = len(inst) - 2 if len(inst) >= 3 else len(inst) - 1
+    start, end = int(inst["start"].iat[i]), int(inst["end"].iat[i])
+    acts = trace.activities
+    t = np.sort(acts.loc[acts["kind"] == "kernel", "api_start"].dropna().to_numpy())
+    skip = int(np.searchsorted(t, start, side="left"))
+    count = int(np.searchsorted(t, end, side="right")) - skip
+    return Iteration(name, i, len(inst), start, end, skip, count) if count > 0 else None
 
 
 def build_ncu_command(ncu: str, report_base: Path, app: Sequence[str],

@@ -175,6 +175,12 @@ def _nvtx_delimiter(trace) -> Optional[str]:
     return str(stats.sort_values(["steplike", "sum"], ascending=False).index[0])
 
 
+def iteration_instances(trace) -> Optional[tuple[str, pd.DataFrame]]:
+    """The range that marks iterations (as ``auto`` picks it) and its instances, or None."""
+    name = _nvtx_delimiter(trace)
+    return None if name is None else (name, _instances(trace, name))
+
+
 def kernel_period(trace) -> Optional[tuple[str, np.ndarray]]:
     """The kernel that marks iterations in an unannotated trace, and its launch times.
 

@@ -59,7 +59,8 @@ def write_sqlite(path):
     con.executescript("""
     CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT);
     CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER, end INTEGER, deviceId INTEGER,
-        globalPid INTEGER, correlationId INTEGER, demangledName INTEGER, shortName INTEGER);
+        globalPid INTEGER, correlationId INTEGER, demangledName INTEGER, shortName INTEGER,
+        streamId INTEGER);
     CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INTEGER, end INTEGER, globalTid INTEGER,
         correlationId INTEGER);
     CREATE TABLE NVTX_EVENTS (start INTEGER, end INTEGER, eventType INTEGER, text TEXT,
@@ -79,8 +80,8 @@ def write_sqlite(path):
         con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?,?,?,?)", (t, t + 5, tid, i + 1))
         if rng:
             con.execute("INSERT INTO NVTX_EVENTS VALUES (?,?,59,?,?,NULL)", (t - 1, t + 6, rng, tid))
-        con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?,?,?,?,?,?,?)",
-                    (t + 10, t + 20, 0, pid, i + 1, sid(dem), sid(short)))
+        con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?,?,?,?,?,?,?,?)",
+                    (t + 10, t + 20, 0, pid, i + 1, sid(dem), sid(short), 7))
         t += 100
     con.commit()
     con.close()

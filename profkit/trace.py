@@ -11,7 +11,16 @@ from profkit import attribution
 from profkit.errors import TraceError
 from profkit.ncu import read_ncu_metrics
 from profkit.peaks import GpuInfo
-from profkit.reader import ExportInfo, TraceReader
+from profkit.reader import REEXPORT, ExportInfo, TraceReader
+
+# What SQLite and pandas raise on a file that is broken below what the reader checks (pages
+# that no longer decode, a schema that no longer parses).
+READ_ERRORS = (sqlite3.Error, pd.errors.DatabaseError, UnicodeError)
+
+
+def _damaged(path: str, exc: Exception) -> TraceError:
+    return TraceError(f"{path}: damaged or truncated export ({exc.__class__.__name__}: {exc}); "
+                      f"{REEXPORT}")
 
 
 class Trace:
@@ -19,14 +28,15 @@ class Trace:
 
     def __init__(self, path: str | Path) -> None:
         self.path = str(path)
+        self.unclosed_ranges = 0  # NVTX ranges that never closed (set when ranges are read)
         self._reader = TraceReader(path)
         try:
             self.info: ExportInfo = self._reader.export_info()
             self.activities: pd.DataFrame = self._reader.activities()
             self.gpus: dict[int, GpuInfo] = self._reader.gpus()
             self.ncu: pd.DataFrame = read_ncu_metrics(self._reader.conn)
-        except (sqlite3.DatabaseError, pd.errors.DatabaseError) as exc:
-            raise TraceError(f"{path}: damaged or truncated export ({exc}); export the trace again") from None
+        except READ_ERRORS as exc:
+            raise _damaged(self.path, exc) from None
         finally:
             self._reader.close()
 
@@ -35,9 +45,11 @@ class Trace:
         """NVTX ranges, read on first use (the kernel level never needs them)."""
         reader = TraceReader(self.path)
         try:
-            return reader.nvtx_ranges()
-        except (sqlite3.DatabaseError, pd.errors.DatabaseError) as exc:
-            raise TraceError(f"{self.path}: damaged or truncated export ({exc}); export the trace again") from None
+            ranges = reader.nvtx_ranges()
+            self.unclosed_ranges = reader.unclosed_ranges
+            return ranges
+        except READ_ERRORS as exc:
+            raise _damaged(self.path, exc) from None
         finally:
             reader.close()
 
@@ -47,8 +59,8 @@ class Trace:
         reader = TraceReader(self.path)
         try:
             return reader.api_calls()
-        except (sqlite3.DatabaseError, pd.errors.DatabaseError) as exc:
-            raise TraceError(f"{self.path}: damaged or truncated export ({exc}); export the trace again") from None
+        except READ_ERRORS as exc:
+            raise _damaged(self.path, exc) from None
         finally:
             reader.close()
 

@@ -47,6 +47,11 @@ class Profile:
         only for the innermost range around its launch.
         """
         groups = group_ops(self.trace, by=by, innermost=innermost)
+        n_open = self.trace.unclosed_ranges if by != "kernel" else 0
+        note = (f"{n_open} NVTX range(s) never closed (the program ended or crashed inside them): "
+                "they end at the end of the capture")
+        if n_open and note not in self.warnings:
+            self.warnings.append(note)
         acts = self.trace.activities
         members_by_op = {op: groups.members["act_idx"].to_numpy()[ix]
                          for op, ix in groups.members.groupby("op", sort=False).indices.items()}

@@ -108,7 +108,15 @@ def _aggregate(inst: pd.DataFrame, members: pd.DataFrame, acts: pd.DataFrame,
         "cpu_time_ns": g["cpu_time_ns"].sum(),
         "kernels": g["n_acts"].sum(),
     })
-    ops["share"] = ops["busy_ns"] / total_gpu_ns if total_gpu_ns else 0.0
+    # An activity counts once per op for its share, however many instances of the op hold it
+    # (nested or never-closed ranges of one name): the share then cannot pass 100%. Without such
+    # overlaps the busy time (union per instance) is already at most the distinct-activity sum.
+    dur_all = (acts["end"] - acts["start"]).to_numpy()
+    distinct = members.drop_duplicates(["op", "act_idx"])
+    distinct_ns = pd.Series(dur_all[distinct["act_idx"].to_numpy()],
+                            index=distinct["op"].to_numpy()).groupby(level=0).sum()
+    share_ns = np.minimum(ops["busy_ns"], distinct_ns.reindex(ops.index).fillna(0))
+    ops["share"] = share_ns / total_gpu_ns if total_gpu_ns else 0.0
     ops["kernels_per_call"] = ops["kernels"] / ops["count"]
     # Median over calls, so a first call that waited on set-up does not decide the verdict.
     ops["busy_fraction"] = g["frac"].median()

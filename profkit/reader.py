@@ -19,7 +19,7 @@ import pandas as pd
 
 from profkit.errors import NoGpuActivityError, TraceError
 from profkit.peaks import GpuInfo
-from profkit.text import as_text
+from profkit.text import as_text, visible
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -196,7 +196,7 @@ class TraceReader:
             cc = (f"{rec['computeMajor']}.{rec['computeMinor']}"
                   if rec["computeMajor"] is not None else None)
             dev = rec["id"] if rec["id"] is not None else len(out)
-            out[dev] = GpuInfo(name=_opt_text(rec["name"]) or "unknown GPU", sm_count=rec["smCount"],
+            out[dev] = GpuInfo(name=visible(rec["name"] or "") or "unknown GPU", sm_count=rec["smCount"],
                                clock_hz=rec["clockRate"], memory_bandwidth=rec["memoryBandwidth"],
                                compute_capability=cc, l2_bytes=rec["l2CacheSize"],
                                total_memory=rec["totalMemory"])
@@ -207,7 +207,9 @@ class TraceReader:
             if "StringIds" in self.tables:
                 cur = self.conn.execute("SELECT id, value FROM StringIds")
                 # A damaged row (a text id, a blob or number for a name) must not raise later.
-                self._strings = {i: as_text(v) for i, v in cur.fetchall()
+                # Names are made visible here, once: a control character or escape sequence in a
+                # name the program chose must not act on the user's terminal in any output.
+                self._strings = {i: visible(v) for i, v in cur.fetchall()
                                  if isinstance(i, int) and v is not None}
             else:
                 self._strings = {}
@@ -290,7 +292,7 @@ class TraceReader:
         if col == "NULL" or is_id:
             return col, None
         values = self._query(f'SELECT "{col}" AS v FROM "{table}" ORDER BY rowid')["v"]
-        return col, values.map(lambda v: None if v is None else as_text(v))
+        return col, values.map(lambda v: None if v is None else visible(v))
 
     def _launch_calls(self, corr_sources: list[str]) -> pd.DataFrame:
         """Runtime calls that launched GPU work: correlationId, pid key, globalTid, start, end."""
@@ -441,7 +443,7 @@ class TraceReader:
         if "text" in cols:
             tx = self._query(f'SELECT rowid AS rowid, text FROM "{t}" AS a WHERE {where} AND a.text IS NOT NULL')
             if len(tx):
-                text = df["rowid"].map(tx.set_index("rowid")["text"].map(as_text)).astype(object)
+                text = df["rowid"].map(tx.set_index("rowid")["text"].map(visible)).astype(object)
         self.check_timestamps(t, df, cols=("start",))
         closed = df["end"].to_numpy() >= 0
         self.check_timestamps(t, df[closed])
@@ -485,5 +487,5 @@ class TraceReader:
             f'SELECT domainId, {text}, {text_id} FROM "{self.nvtx_table}" WHERE eventType = ?',
             (NVTX_DOMAIN_CREATE,)).fetchall()
         strings = self.strings()
-        return {d: (as_text(t) if t is not None else strings.get(tid, "")) for d, t, tid in rows
+        return {d: (visible(t) if t is not None else strings.get(tid, "")) for d, t, tid in rows
                 if isinstance(d, int)}

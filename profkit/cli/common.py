@@ -25,6 +25,11 @@ def fail(message: str, code: int = EXIT_USAGE) -> None:
     sys.exit(code)
 
 
+def warn(message: str) -> None:
+    """A warning: one line on stderr, names made harmless."""
+    click.echo(f"profkit: warning: {one_line(message)}", err=True)
+
+
 def one_line_errors(func: Callable[..., Any]) -> Callable[..., Any]:
     """Turn library errors (and the usual OS errors on user files) into one line and exit 2."""
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import io
 import math
+import os
 import re
 import sqlite3
 from dataclasses import dataclass, field
@@ -406,21 +407,35 @@ def match_kernels(ncu: pd.DataFrame, nsys: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def check_writable(trace: Path) -> None:
+    """A merge writes into the trace (and SQLite puts its journal beside it): say so up front."""
+    if not os.access(trace, os.W_OK) or not os.access(trace.parent, os.W_OK):
+        raise ProfkitError(f"{trace} is read-only (or its directory is): merge into a copy with "
+                           f"`profkit capture --merge-ncu RAW.csv {trace} -o COPY.sqlite`")
+
+
 def merge_ncu(trace: str | Path, ncu: pd.DataFrame | str | Path,
-              range_expr: Optional[str] = None) -> MergeResult:
+              range_expr: Optional[str] = None, force: bool = False) -> MergeResult:
     """Write ``ncu`` (a :func:`read_raw_csv` frame or a CSV path) into ``trace``'s SQLite.
 
     Replaces any earlier ``PROFKIT_NCU_METRICS`` rows, in one transaction; nsys's tables are
-    only read. Unmatched ncu kernels are left out and listed in the result.
+    only read. Unmatched ncu kernels are left out and listed in the result. A merge that would
+    lose data is refused and changes nothing unless ``force``: no kernel matched (a typo in the
+    range, the CSV of another program), or fewer matched than the counters already merged.
     """
     trace = Path(trace)
     if not trace.is_file():
         raise ProfkitError(f"trace not found: {trace}")
+    check_writable(trace)
     frame = ncu if isinstance(ncu, pd.DataFrame) else read_raw_csv(ncu)
     match = range_matcher(range_expr)
     if match is not None and "nvtx_stack" in frame and frame["nvtx_stack"].map(bool).any():
         # a CSV profiled without the range filter: keep the kernels ncu saw inside the range
         frame = frame[frame["nvtx_stack"].map(lambda st: any(match(n) for n in st))]
+        if frame.empty and not force:
+            raise ProfkitError(f"no kernel of the ncu CSV ran inside the NVTX range {range_expr!r}: "
+                               f"nothing merged, {trace} unchanged (check --ncu-range; --force "
+                               "merges anyway)")
     try:
         conn = sqlite3.connect(str(trace))
         conn.execute("PRAGMA schema_version")
@@ -451,11 +466,25 @@ def merge_ncu(trace: str | Path, ncu: pd.DataFrame | str | Path,
                 else:
                     rec.append(str(v))
             records.append(rec)
-        with conn:
-            conn.execute(create_table_sql())
-            conn.execute(f"DELETE FROM {NCU_TABLE}")
-            conn.executemany(f"INSERT INTO {NCU_TABLE} ({', '.join(cols)}) VALUES "
-                             f"({', '.join('?' for _ in cols)})", records)
+        existing = (conn.execute(f"SELECT count(*) FROM {NCU_TABLE}").fetchone()[0]
+                    if _has_table(conn, NCU_TABLE) else 0)
+        if not force and result.matched == 0:
+            raise ProfkitError(
+                f"{result.summary()}: nothing merged, {trace} unchanged (check --ncu-range and "
+                "that the CSV comes from the same program; --force merges anyway)")
+        if not force and result.matched < existing:
+            raise ProfkitError(
+                f"{result.summary()}, fewer than the {existing} counters already in {trace}: "
+                "nothing changed (--force replaces them)")
+        try:
+            with conn:
+                conn.execute(create_table_sql())
+                conn.execute(f"DELETE FROM {NCU_TABLE}")
+                conn.executemany(f"INSERT INTO {NCU_TABLE} ({', '.join(cols)}) VALUES "
+                                 f"({', '.join('?' for _ in cols)})", records)
+        except sqlite3.OperationalError as exc:  # read-only file system, locked by a writer
+            raise ProfkitError(f"cannot write into {trace} ({exc}): merge into a copy with "
+                               f"`profkit capture --merge-ncu RAW.csv {trace} -o COPY.sqlite`") from None
         return result
     finally:
         conn.close()

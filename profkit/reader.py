@@ -17,6 +17,7 @@ from urllib.parse import quote
 import numpy as np
 import pandas as pd
 
+from profkit import livefile
 from profkit.errors import NoGpuActivityError, TraceError
 from profkit.peaks import GpuInfo
 from profkit.text import as_text, visible
@@ -57,15 +58,27 @@ class ExportInfo:
     tables: list[str] = field(default_factory=list)
 
 
+def _unreadable(p: Path, message: str) -> TraceError:
+    """``message`` (the file looks damaged), unless the file is still being written: then the
+    answer is to wait, not to export again."""
+    why = livefile.still_written(p)
+    return TraceError(livefile.still_written_message(p, why) if why else message)
+
+
 def open_readonly(path: str | Path) -> sqlite3.Connection:
-    """Open ``path`` read-only, with checks that give one clear message for each bad input."""
+    """Open ``path`` read-only, with checks that give one clear message for each bad input.
+
+    Opened with ``mode=ro&immutable=1``: SQLite takes no lock and writes nothing beside the
+    file. A file that a live writer holds is refused with "still being written"; one whose
+    writer crashed (a hot journal) is read from a recovered private snapshot (profkit.livefile).
+    """
     p = Path(path)
     if not p.exists():
         raise TraceError(f"{p}: no such file; pass the .sqlite that `nsys export --type sqlite` wrote")
     if not p.is_file():
         raise TraceError(f"{p}: not a file; pass an .sqlite trace exported by Nsight Systems")
     if p.stat().st_size == 0:
-        raise TraceError(f"{p}: empty file (0 bytes); export the trace again with `nsys export --type sqlite`")
+        raise _unreadable(p, f"{p}: empty file (0 bytes); {REEXPORT}")
     try:
         with p.open("rb") as fh:
             head = fh.read(len(SQLITE_MAGIC))
@@ -76,22 +89,31 @@ def open_readonly(path: str | Path) -> sqlite3.Connection:
                 if p.suffix in (".nsys-rep", ".qdrep", ".qdstrm") else
                 "; export one with `nsys export --type sqlite report.nsys-rep`")
         raise TraceError(f"{p}: not an SQLite file{hint}")
-    uri = f"file:{quote(str(p.resolve()))}?mode=ro&immutable=1"
+    state, why = livefile.writer_state(p)
+    if state == "live":
+        raise TraceError(livefile.still_written_message(p, why))
+    target = p
+    if state == "crashed":
+        try:
+            target = livefile.recovered_snapshot(p)
+        except (OSError, sqlite3.Error) as exc:
+            raise TraceError(f"{p}: {why}, and recovering it failed ({exc}); {REEXPORT}") from None
+    uri = f"file:{quote(str(target.resolve()))}?mode=ro&immutable=1"
     try:
         conn = sqlite3.connect(uri, uri=True)
         conn.text_factory = _decode
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
     except sqlite3.DatabaseError as exc:
-        raise TraceError(f"{p}: damaged or truncated SQLite file ({exc}); {REEXPORT}") from None
+        raise _unreadable(p, f"{p}: damaged or truncated SQLite file ({exc}); {REEXPORT}") from None
     except UnicodeError:  # SQLite's own message quoted bytes of a damaged schema
-        raise TraceError(f"{p}: damaged or truncated SQLite file (the schema does not decode); "
-                         f"{REEXPORT}") from None
+        raise _unreadable(p, f"{p}: damaged or truncated SQLite file (the schema does not "
+                             f"decode); {REEXPORT}") from None
     return conn
 
 
 def damaged(path: str | Path, detail: str) -> TraceError:
     """The error for a file that cannot be read as it is: ``detail`` says where it is broken."""
-    return TraceError(f"{path}: damaged export: {detail}; {REEXPORT}")
+    return _unreadable(Path(path), f"{path}: damaged export: {detail}; {REEXPORT}")
 
 
 def _opt_text(value: object) -> Optional[str]:
@@ -139,7 +161,7 @@ class TraceReader:
         try:
             self.tables = list_tables(self.conn)
         except (sqlite3.DatabaseError, UnicodeError) as exc:
-            raise TraceError(f"{path}: damaged SQLite file ({exc}); export the trace again") from None
+            raise _unreadable(Path(path), f"{path}: damaged SQLite file ({exc}); {REEXPORT}") from None
         if not self.tables:
             raise TraceError(f"{path}: empty SQLite database, not an Nsight Systems export")
         self.kernel_table = resolve_table(self.tables, "CUPTI_ACTIVITY_KIND_KERNEL")
@@ -161,7 +183,8 @@ class TraceReader:
         try:
             return pd.read_sql_query(sql, self.conn, params=params)
         except (sqlite3.DatabaseError, pd.errors.DatabaseError) as exc:
-            raise TraceError(f"{self.path}: damaged or unreadable export ({exc}); export the trace again") from None
+            raise _unreadable(Path(self.path), f"{self.path}: damaged or unreadable export ({exc}); "
+                                               f"{REEXPORT}") from None
 
     # -- metadata -----------------------------------------------------------------------------
     def export_info(self) -> ExportInfo:

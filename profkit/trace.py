@@ -11,7 +11,7 @@ from profkit import attribution
 from profkit.errors import TraceError
 from profkit.ncu import read_ncu_metrics
 from profkit.peaks import GpuInfo
-from profkit.reader import REEXPORT, ExportInfo, TraceReader
+from profkit.reader import ExportInfo, TraceReader, damaged
 
 # What SQLite and pandas raise on a file that is broken below what the reader checks (pages
 # that no longer decode, a schema that no longer parses).
@@ -19,8 +19,7 @@ READ_ERRORS = (sqlite3.Error, pd.errors.DatabaseError, UnicodeError)
 
 
 def _damaged(path: str, exc: Exception) -> TraceError:
-    return TraceError(f"{path}: damaged or truncated export ({exc.__class__.__name__}: {exc}); "
-                      f"{REEXPORT}")
+    return damaged(path, f"{exc.__class__.__name__}: {exc}")
 
 
 class Trace:

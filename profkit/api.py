@@ -23,6 +23,9 @@ from profkit.peaks import Peaks, resolve_peaks
 from profkit.trace import Trace
 
 SCHEMA_VERSION = 1
+# Above this fraction of the roofline a measured op would beat the hardware: the work counts
+# behind it are wrong (timers and peaks are good to a few percent; 1.5x is far outside that).
+IMPOSSIBLE_PCT_OF_ROOF = 1.5
 
 
 class Profile:
@@ -34,6 +37,10 @@ class Profile:
         self.peaks, self.warnings = resolve_peaks(self.gpu, peaks_file)
         names = self.trace.activities["name"].drop_duplicates().tolist()
         self.default_precision = ev.precision_of(names)
+
+    def _warn(self, message: str) -> None:
+        if message not in self.warnings:
+            self.warnings.append(message)
 
     @property
     def path(self) -> str:
@@ -50,8 +57,8 @@ class Profile:
         n_open = self.trace.unclosed_ranges if by != "kernel" else 0
         note = (f"{n_open} NVTX range(s) never closed (the program ended or crashed inside them): "
                 "they end at the end of the capture")
-        if n_open and note not in self.warnings:
-            self.warnings.append(note)
+        if n_open:
+            self._warn(note)
         acts = self.trace.activities
         members_by_op = {op: groups.members["act_idx"].to_numpy()[ix]
                          for op, ix in groups.members.groupby("op", sort=False).indices.items()}
@@ -73,6 +80,14 @@ class Profile:
             if work is None:
                 work = ev.from_copies(member_acts, calls)
             verdict = classify_op(rec, work, self.peaks, knames[:20])
+            if (work is not None and work.source is ev.Source.HINTS and verdict.pct_of_roof
+                    and verdict.pct_of_roof > IMPOSSIBLE_PCT_OF_ROOF):
+                # Faster than the roofline allows: the hint (or the peaks) is wrong, so the
+                # verdict cannot be trusted, whatever the source's usual confidence.
+                verdict.confidence = "low"
+                self._warn(f"op {name}: its FLOP/byte hint means {verdict.pct_of_roof:.1f}x the "
+                           f"roofline of {self.peaks.gpu}, which cannot be: check the hint in the "
+                           "range name (or --peaks)")
             under_graph = bool(member_acts["graphNodeId"].notna().any()) if len(member_acts) else False
             sug = advise(rec, verdict, work, self.peaks, knames[:20], under_graph, total)
             rec.update({

@@ -17,7 +17,7 @@ import pandas as pd
 
 from profkit import attribution
 from profkit.errors import ProfkitError
-from profkit.hints import Hint, parse_range_name
+from profkit.hints import Hint, check_range_name, parse_range_name
 from profkit.trace import Trace
 
 LEVELS = ("range", "kernel", "aten")
@@ -60,6 +60,8 @@ def group_ops(trace: Trace, by: str = "range", innermost: bool = False) -> OpGro
         if by == "aten":
             inst["op"] = inst["name"].map(attribution.aten_key)
         else:
+            for n in inst["name"].unique():
+                check_range_name(n)  # an impossible hint is an error, not silently dropped
             parsed = {n: parse_range_name(n) for n in inst["name"].unique()}
             inst["op"] = inst["name"].map(lambda n: parsed[n][0])
             hints = _mean_hints(inst, parsed)

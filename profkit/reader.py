@@ -266,10 +266,19 @@ class TraceReader:
         if lo is None:
             return {k: np.empty(0, dtype=np.int64) for k in exprs}
         cond = f" AND ({where})" if where else ""
-        for first in range(lo, hi + 1, chunk):
+        first = lo
+        while first is not None:
+            # Chunks of ``chunk`` existing rows, not of rowid values: a damaged file can hold
+            # rowids far apart (1 and 2**62), which a stride over the range would walk forever.
+            last = self.conn.execute(
+                f'SELECT rowid FROM "{table}" WHERE rowid >= ? ORDER BY rowid LIMIT 1 OFFSET ?',
+                (first, chunk - 1)).fetchone()
+            last = hi if last is None else last[0]
             row = self.conn.execute(
                 f'SELECT count(*), {sel} FROM "{table}" AS a WHERE a.rowid BETWEEN ? AND ?{cond}',
-                (first, first + chunk - 1)).fetchone()
+                (first, last)).fetchone()
+            first = self.conn.execute(f'SELECT min(rowid) FROM "{table}" WHERE rowid > ?',
+                                      (last,)).fetchone()[0]
             n = row[0]
             for key, text in zip(exprs, row[1:]):
                 values = (np.fromstring(text, dtype=np.int64, sep=",") if text

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -353,7 +353,22 @@ class TraceReader:
         # The launch-call scan is the slowest query; SQLite releases the GIL, so it runs on its
         # own connection in a thread while the activity tables are read here.
         pool = ThreadPoolExecutor(max_workers=1)
-        calls_future = pool.submit(lambda: TraceReader(self.path)._launch_calls(sources))
+
+        def launch_calls() -> pd.DataFrame:
+            reader = TraceReader(self.path)
+            try:
+                return reader._launch_calls(sources)
+            finally:
+                reader.close()
+
+        calls_future = pool.submit(launch_calls)
+        try:
+            return self._activities(sources, calls_future)
+        finally:
+            # Also when reading failed here: the thread must not outlive the call.
+            pool.shutdown(wait=True)
+
+    def _activities(self, sources: list[str], calls_future: Future) -> pd.DataFrame:
         frames = []
         strings = self.strings()
         base = {"start": "a.start", "end": "a.end", "deviceId": "a.deviceId",
@@ -408,15 +423,11 @@ class TraceReader:
             frames.append(df)
         frames = [f for f in frames if len(f)]
         if not frames:
-            pool.shutdown(wait=True)
             raise NoGpuActivityError(
                 f"{self.path}: no GPU activity (no kernel, memcpy or memset rows); profile with "
                 "`nsys profile -t cuda,nvtx` (or `profkit capture`) and make sure the script runs GPU work")
         acts = pd.concat(frames, ignore_index=True)
-        try:
-            calls = calls_future.result()
-        finally:
-            pool.shutdown()
+        calls = calls_future.result()
         acts["pidkey"] = np.right_shift(acts["globalPid"].to_numpy(np.int64), 24)
         acts = acts.merge(calls, how="left", on=["correlationId", "pidkey"], sort=False)
         acts["graphNodeId"] = acts["graphNodeId"].where(acts["graphNodeId"] >= 0)

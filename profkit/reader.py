@@ -267,7 +267,13 @@ class TraceReader:
             return {k: np.empty(0, dtype=np.int64) for k in exprs}
         cond = f" AND ({where})" if where else ""
         first = lo
+        # A damaged b-tree can make the seeks below go backwards or never end: each chunk must
+        # move forward, and there cannot be more chunks than the table's rows need.
+        chunks_left = self.conn.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0] // chunk + 2
         while first is not None:
+            chunks_left -= 1
+            if chunks_left < 0:
+                raise damaged(self.path, f"{table}: its rows cannot be read in order")
             # Chunks of ``chunk`` existing rows, not of rowid values: a damaged file can hold
             # rowids far apart (1 and 2**62), which a stride over the range would walk forever.
             last = self.conn.execute(
@@ -277,8 +283,11 @@ class TraceReader:
             row = self.conn.execute(
                 f'SELECT count(*), {sel} FROM "{table}" AS a WHERE a.rowid BETWEEN ? AND ?{cond}',
                 (first, last)).fetchone()
-            first = self.conn.execute(f'SELECT min(rowid) FROM "{table}" WHERE rowid > ?',
-                                      (last,)).fetchone()[0]
+            nxt = self.conn.execute(f'SELECT min(rowid) FROM "{table}" WHERE rowid > ?',
+                                    (last,)).fetchone()[0]
+            if last < first or (nxt is not None and nxt <= last):
+                raise damaged(self.path, f"{table}: its rows cannot be read in order")
+            first = nxt
             n = row[0]
             for key, text in zip(exprs, row[1:]):
                 values = (np.fromstring(text, dtype=np.int64, sep=",") if text

@@ -13,6 +13,7 @@ import argparse
 import datetime as _dt
 import platform
 import random
+import signal
 import sys
 import tempfile
 import time
@@ -25,9 +26,20 @@ from mutate import mutate  # noqa: E402  (tests/ is put on the path just above)
 
 DEFAULT_TRACES = ["traces/micro_addnorm.sqlite", "traces/micro_hinted.sqlite",
                   "traces/micro_memcpy.sqlite", "traces/micro_addnorm_gemm_ncu.sqlite"]
+# The damaged trace is appended to each; GOOD stands for the unmutated trace, OUT for a file in
+# a temporary directory.
 COMMANDS = [["classify"], ["classify", "--by", "kernel", "--format", "json"],
             ["classify", "--format", "markdown"], ["classify", "--format", "csv"],
-            ["classify", "--by", "aten", "--innermost"]]
+            ["classify", "--by", "aten", "--innermost"], ["diff", "GOOD"],
+            ["diff", "--by", "kernel", "--format", "markdown", "GOOD"],
+            ["export-perfetto", "-o", "OUT"]]
+
+
+RUN_LIMIT_S = 60
+
+
+def _too_long(signum, frame) -> None:
+    raise TimeoutError(f"run took more than {RUN_LIMIT_S} s")
 
 
 def check(result) -> str | None:
@@ -57,10 +69,12 @@ def run(count: int, seed: int, traces: list[str], verbose: bool = False) -> tupl
     # Every damaged file is watched for a writer still appending before it is called damaged;
     # the mutated files are complete, so the wait would only slow the run down.
     saved_wait, livefile.GROWTH_WAIT_S = livefile.GROWTH_WAIT_S, 0.0
+    saved_handler = signal.signal(signal.SIGALRM, _too_long)
     try:
         return _run(count, seed, traces, verbose, main)
     finally:
         livefile.GROWTH_WAIT_S = saved_wait
+        signal.signal(signal.SIGALRM, saved_handler)
 
 
 def _run(count: int, seed: int, traces: list[str], verbose: bool, main) -> tuple[int, int, dict]:
@@ -77,8 +91,13 @@ def _run(count: int, seed: int, traces: list[str], verbose: bool, main) -> tuple
             data, what = mutate(good, rng)
             path = Path(tmp) / f"m{i}.sqlite"
             path.write_bytes(data)
-            cmd = rng.choice(COMMANDS)
-            result = runner.invoke(main, [*cmd, str(path)])
+            cmd = [{"GOOD": str(ROOT / name), "OUT": str(Path(tmp) / "out.json")}.get(a, a)
+                   for a in rng.choice(COMMANDS)]
+            signal.alarm(RUN_LIMIT_S)  # a run that never ends is a failure too, not a stuck fuzzer
+            try:
+                result = runner.invoke(main, [*cmd, str(path)])
+            finally:
+                signal.alarm(0)
             codes[result.exit_code] = codes.get(result.exit_code, 0) + 1
             why = check(result)
             if why or verbose:

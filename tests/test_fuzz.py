@@ -111,3 +111,12 @@ def test_fuzz_sample_through_a_real_process(tmp_path):
         assert "Traceback" not in p.stderr, (what, p.stderr)
         lines = p.stderr.splitlines()
         assert len(lines) <= 2 and not any(CONTROL_RE.search(x) for x in lines), (what, p.stderr)
+
+
+def test_rowids_far_apart_are_read_in_one_pass(tmp_path):
+    """A damaged rowid (1 ... 2**62) must not make the chunked reader walk the gap."""
+    path = damaged_copy(tmp_path, "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET rowid = 4611686018427387904 "
+                                  "WHERE rowid = (SELECT max(rowid) FROM CUPTI_ACTIVITY_KIND_KERNEL)")
+    r = classify("--by", "kernel", "--format", "csv", str(path))
+    assert r.exit_code == 0, r.output
+    assert r.stdout == classify("--by", "kernel", "--format", "csv", str(TRACES / "micro_addnorm.sqlite")).stdout

@@ -176,3 +176,12 @@ def test_names_wrap_at_word_boundaries():
     assert wrap_name("triton_poi_fused_add_native_layer_norm_0", 12).split("\n") == [
         "triton_poi_", "fused_add_", "native_", "layer_norm_0"]
     assert wrap_name("short", 12) == "short"
+
+
+def test_unknown_gpu_warning_goes_to_stderr(tmp_path):
+    path = make_trace(tmp_path / "t.sqlite", kernels=[(200, 300, 1, 1)], runtime=[(110, 120, 1)],
+                      nvtx=[(100, 400, "op", TID)], gpu_name="Mystery GPU 9000")
+    res = CliRunner().invoke(main, ["classify", str(path)])
+    assert res.exit_code == 0, res.output
+    assert "not in the spec table" in res.stderr and res.stderr.startswith("profkit: warning: ")
+    assert "warning" not in res.stdout

@@ -11,16 +11,21 @@ Locks are only queried (``F_GETLK``), never taken, so a writer is never blocked 
 from __future__ import annotations
 
 import atexit
-import fcntl
 import os
 import shutil
 import sqlite3
 import struct
+import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Optional
 from urllib.parse import quote
+
+try:
+    import fcntl
+except ImportError:  # Windows: no POSIX locks to query
+    fcntl = None  # type: ignore[assignment]
 
 # SQLite's lock bytes in the database file (os_unix.c): a write lock on any of them means a
 # writer holds RESERVED, PENDING or EXCLUSIVE.
@@ -33,12 +38,19 @@ SHM_DMS = 128
 JOURNAL_MAGIC = bytes.fromhex("d9d505f920a163d7")
 GROWTH_WAIT_S = 0.25           # how long to watch a file for a writer still appending
 
-_FLOCK = "hhqqi4x"             # struct flock on 64-bit Linux (and the BSDs' layout for the query)
+# struct flock on 64-bit Linux (l_type, l_whence, l_start, l_len, l_pid). Other systems order
+# the fields differently; there the lock query is skipped and the other signs (a journal, a
+# file still changing) decide.
+_FLOCK = "hhqqi4x"
+_LOCK_QUERY = (fcntl is not None and sys.platform.startswith("linux")
+               and struct.calcsize(_FLOCK) == 32)
 
 
 def _write_locked(path: Path, start: int, length: int, shared_too: bool = False) -> bool:
     """Whether another process holds a lock on [start, start+length) of ``path`` that would
     block a read lock (a write lock), or any lock at all with ``shared_too``."""
+    if not _LOCK_QUERY:
+        return False
     want = fcntl.F_WRLCK if shared_too else fcntl.F_RDLCK
     try:
         fd = os.open(path, os.O_RDONLY)

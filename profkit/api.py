@@ -86,6 +86,10 @@ class Profile:
             self.notes.append(note)
         return fallback
 
+    def _warn(self, message: str) -> None:
+        if message not in self.warnings:
+            self.warnings.append(message)
+
     @property
     def path(self) -> str:
         return self.trace.path
@@ -104,6 +108,11 @@ class Profile:
         """
         by = self.level_for(by)
         groups = group_ops(self.trace, by=by, innermost=innermost)
+        n_open = self.trace.unclosed_ranges if by != "kernel" else 0
+        note = (f"{n_open} NVTX range(s) never closed (the program ended or crashed inside them): "
+                "they end at the end of the capture")
+        if n_open:
+            self._warn(note)
         acts = self.trace.activities
         members_by_op = {op: groups.members["act_idx"].to_numpy()[ix]
                          for op, ix in groups.members.groupby("op", sort=False).indices.items()}
@@ -138,6 +147,15 @@ class Profile:
             verdict, work = judge(rec, candidates, self.peaks, knames[:20])
             if work is not None and work.precision is not None:
                 precision = work.precision
+            dropped = [w for w in verdict.evidence.get("warnings", [])
+                       if w.startswith(f"{ev.Source.HINTS.value} evidence dropped")]
+            if dropped:
+                # The hint was dropped for landing above a roof: faster than the hardware allows,
+                # so the hint (or the peaks) is wrong and the verdict rests on weaker evidence.
+                verdict.confidence = "low"
+                self._warn(f"op {name}: its FLOP/byte hint would run it faster than the roofline "
+                           f"of {self.peaks.gpu} allows, which cannot be: check the hint in the "
+                           "range name (or --peaks)")
             under_graph = bool(member_acts["graphNodeId"].notna().any()) if len(member_acts) else False
             sug = advise(rec, verdict, work, self.peaks, knames[:20], under_graph, frame)
             rec.update({

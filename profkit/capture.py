@@ -485,31 +485,41 @@ def capture(script: str | Path, script_args: Sequence[str] = (), *, output: Opti
 
 def merge_existing(raw_csv: str | Path, trace: str | Path, output: Optional[str | Path] = None,
                    force: bool = False, ncu_range: Optional[str] = None) -> tuple[Path, str]:
-    """Merge an ncu raw CSV into an existing trace (in place, or into a copy at ``output``)."""
+    """Merge an ncu raw CSV into an existing trace (in place, or into a copy at ``output``).
+
+    ``force``: replace an existing ``output``, and merge even when the merge would lose counters
+    (no kernel matched, or fewer than already merged); without it such a merge changes nothing.
+    """
     src = Path(trace)
     if not src.is_file():
         raise ProfkitError(f"trace not found: {trace}")
     frame = read_raw_csv(raw_csv)
     if output is None:
         target = src
-        merged = merge_ncu(target, frame, ncu_range, allow_fewer=force, allow_mismatch=force)
+        merged = merge_ncu(target, frame, ncu_range, force=force)
     else:
         target = Path(output)
         if target.exists() and not force:
             raise ProfkitError(f"output {target} exists; pass --force to replace it")
         if target.resolve() == src.resolve():
-            merged = merge_ncu(target, frame, ncu_range, allow_fewer=force, allow_mismatch=force)
+            merged = merge_ncu(target, frame, ncu_range, force=force)
         else:
             if not target.parent.is_dir():
                 raise ProfkitError(f"output directory {target.parent} does not exist")
             tmp = target.with_name(f".{target.name}.profkit-tmp-{os.getpid()}")
             try:
                 shutil.copyfile(src, tmp)
-                merged = merge_ncu(tmp, frame, ncu_range, allow_fewer=force, allow_mismatch=force)
+                os.chmod(tmp, 0o644)  # the copy is ours to write, even of a read-only input
+                merged = merge_ncu(tmp, frame, ncu_range, force=force)
+                write_meta(tmp, _merge_meta(merged.summary(), raw_csv, ncu_range))
                 os.replace(tmp, target)
             finally:
                 with contextlib.suppress(OSError):
                     tmp.unlink()
-    write_meta(target, {"ncu_merge": merged.summary(), "ncu_merged_from": str(raw_csv),
-                        "ncu_range": ncu_range or ""})
+            return target, merged.summary()
+    write_meta(target, _merge_meta(merged.summary(), raw_csv, ncu_range))
     return target, merged.summary()
+
+
+def _merge_meta(summary: str, raw_csv: str | Path, ncu_range: Optional[str]) -> dict[str, str]:
+    return {"ncu_merge": summary, "ncu_merged_from": str(raw_csv), "ncu_range": ncu_range or ""}

@@ -461,11 +461,12 @@ def to_table(res: DiffResult, console_width: int = 200) -> str:
     from rich import box
     from rich.console import Console
     from rich.table import Table
-    t = Table(box=box.SIMPLE_HEAVY, expand=False, title=_title(res))
+    from rich.markup import escape
+    t = Table(box=box.SIMPLE_HEAVY, expand=False, title=escape(_title(res)))
     for h in OP_HEADERS:
         t.add_column(h, justify="left" if h in ("op", "verdict", "class") else "right", overflow="fold")
     for op in res.ops:
-        t.add_row(*_op_cells(op))
+        t.add_row(*(escape(c) for c in _op_cells(op)))  # names are text, not rich markup
     buf = io.StringIO()
     console = Console(file=buf, width=console_width, force_terminal=False, color_system=None, soft_wrap=False)
     for line in run_lines(res.run):
@@ -491,7 +492,8 @@ def run_lines(run: dict) -> list[str]:
 
 
 def _cell(x: object) -> str:
-    return str(x).replace("|", "\\|").replace("\n", " ")
+    from profkit.render import markdown_cell
+    return markdown_cell(x)
 
 
 def to_markdown(res: DiffResult) -> str:

@@ -64,7 +64,8 @@ def _has(conn: sqlite3.Connection, table: str) -> bool:
 
 def read_gpu_metrics(path: str | Path) -> Optional[GpuMetrics]:
     """The export's GPU-metrics samples, or None when it has none."""
-    conn = sqlite3.connect(f"file:{Path(path)}?mode=ro", uri=True)
+    from profkit.reader import open_readonly  # read-only, no lock; crashed writers recovered
+    conn = open_readonly(path)
     try:
         if not (_has(conn, "GPU_METRICS") and _has(conn, "TARGET_INFO_GPU_METRICS")):
             return None

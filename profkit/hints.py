@@ -7,13 +7,23 @@ this form; any other tool can too, since it is only text.
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Optional
 
+from profkit.errors import ProfkitError
+
 _HINT_RE = re.compile(r"^(?P<name>.*?)\s*\{(?P<body>[^{}]*)\}\s*$")
 _PAIR_RE = re.compile(r"^\s*(?P<key>flops|bytes|precision)\s*=\s*(?P<value>[^,\s]+)\s*$")
 PRECISIONS = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8")
+# No single call of an op does more: 1e21 FLOPs is ~15 minutes at an H200's dense bf16 peak, and
+# 1e21 bytes would take years at its HBM bandwidth. A larger hint is a typo (a missing "e").
+MAX_HINT = 1e21
+
+
+class HintError(ProfkitError):
+    """A FLOP/byte hint in an NVTX range name that cannot be right."""
 
 
 @dataclass(frozen=True)
@@ -58,9 +68,35 @@ def parse_range_name(text: str) -> tuple[str, Optional[Hint]]:
                 num = float(raw)
             except ValueError:
                 return text, None
-            if not num >= 0:  # rejects NaN and negatives
+            if not 0 <= num <= MAX_HINT:  # rejects NaN, infinities, negatives and typos
                 return text, None
             values[key] = num
     if not values:
         return text, None
     return m.group("name"), Hint(**values)  # type: ignore[arg-type]
+
+
+def check_range_name(text: str) -> None:
+    """Raise :class:`HintError` (one line) when ``text`` carries a hint with an impossible value:
+    not a number, negative, NaN, infinite or beyond :data:`MAX_HINT`, or an unknown precision.
+    Braces that do not hold our keys are the user's own text and pass."""
+    m = _HINT_RE.match(text)
+    if not m or parse_range_name(text)[1] is not None:
+        return
+    for pair in m.group("body").split(","):
+        pm = _PAIR_RE.match(pair)
+        if not pm:
+            continue
+        key, raw = pm.group("key"), pm.group("value")
+        if key == "precision":
+            if raw not in PRECISIONS:
+                raise HintError(f"NVTX range {text!r}: precision={raw} is not one of "
+                                f"{', '.join(PRECISIONS)}; fix the range name (profkit.annotate writes it)")
+            continue
+        try:
+            num = float(raw)
+        except ValueError:
+            num = math.nan
+        if not 0 <= num <= MAX_HINT:
+            raise HintError(f"NVTX range {text!r}: {key}={raw} is not a count between 0 and "
+                            f"{MAX_HINT:g} per call; fix the range name (profkit.annotate writes it)")

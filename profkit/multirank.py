@@ -609,8 +609,7 @@ def _title(res: MultiRankResult) -> str:
 def to_markdown(res: MultiRankResult) -> str:
     s = _sections(res)
 
-    def cell(x: str) -> str:
-        return str(x).replace("|", "\\|").replace("\n", " ")
+    from profkit.render import markdown_cell as cell
 
     def tab(head, rows, right=()):
         out = ["| " + " | ".join(head) + " |",
@@ -619,7 +618,7 @@ def to_markdown(res: MultiRankResult) -> str:
         return out
 
     c = res.communication or {}
-    lines = [f"**{_title(res)}**", "", "### Ranks", ""] + tab(RANK_HEAD, s["ranks"], {3, 4, 5, 6, 7, 8, 9})
+    lines = [f"**{cell(_title(res))}**", "", "### Ranks", ""] + tab(RANK_HEAD, s["ranks"], {3, 4, 5, 6, 7, 8, 9})
     lines += ["", "### Ops across ranks", ""] + tab(OPS_HEAD, s["ops"], {1, 2, 3, 4, 5})
     lines += ["", "### Stragglers", "", f"Rule: {STRAGGLER_RULE}.", ""]
     lines += tab(STRAG_HEAD, s["stragglers"], {2, 3, 4, 5}) if s["stragglers"] else ["None found."]
@@ -628,9 +627,9 @@ def to_markdown(res: MultiRankResult) -> str:
               f"exposed = {c.get('exposed_rule', '')}.", ""]
     lines += tab(COMM_HEAD, s["comm"], {2, 3, 4, 5, 6, 7}) if s["comm"] else ["No NCCL kernels."]
     for n_ in c.get("notes", []):
-        lines.append(f"- note: {n_}")
+        lines.append(f"- note: {cell(n_)}")
     for w in _warnings(res):
-        lines.append(f"- warning: {w}")
+        lines.append(f"- warning: {cell(w)}")
     return "\n".join(lines) + "\n"
 
 
@@ -639,17 +638,18 @@ def to_table(res: MultiRankResult, console_width: int = 200) -> str:
 
     from rich import box
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
     s = _sections(res)
     buf = io.StringIO()
     con = Console(file=buf, width=console_width, force_terminal=False, color_system=None, soft_wrap=False)
 
     def tab(title, head, rows, right=()):
-        t = Table(box=box.SIMPLE_HEAVY, title=title, expand=False)
+        t = Table(box=box.SIMPLE_HEAVY, title=escape(title), expand=False)
         for i, h in enumerate(head):
             t.add_column(h, justify="right" if i in right else "left", overflow="fold")
         for r in rows:
-            t.add_row(*r)
+            t.add_row(*(escape(str(v)) for v in r))  # names are text, not rich markup
         con.print(t)
 
     tab(f"{_title(res)} - ranks", RANK_HEAD, s["ranks"], {3, 4, 5, 6, 7, 8, 9})
@@ -658,16 +658,16 @@ def to_table(res: MultiRankResult, console_width: int = 200) -> str:
         tab("stragglers", STRAG_HEAD, s["stragglers"], {2, 3, 4, 5})
     else:
         con.print("stragglers: none found")
-    con.print(f"straggler rule: {STRAGGLER_RULE}")
+    con.print(f"straggler rule: {STRAGGLER_RULE}", markup=False)
     c = res.communication or {}
     if s["comm"]:
         tab(f"communication - link {c.get('link') or 'unknown'} "
             f"({_bw(c.get('link_peak_bytes_per_s'))} per direction)", COMM_HEAD, s["comm"],
             {2, 3, 4, 5, 6, 7})
     for n_ in c.get("notes", []):
-        con.print(f"note: {n_}")
+        con.print(f"note: {n_}", markup=False)
     for w in _warnings(res):
-        con.print(f"warning: {w}")
+        con.print(f"warning: {w}", markup=False)
     return buf.getvalue()
 
 

@@ -55,4 +55,17 @@ def read_ncu_metrics(conn: sqlite3.Connection) -> pd.DataFrame:
         return pd.DataFrame({c: pd.Series(dtype="float64") for c in NCU_COLUMNS})
     have = {row[1] for row in conn.execute(f"PRAGMA table_info({NCU_TABLE})")}
     cols = ", ".join(c if c in have else f"NULL AS {c}" for c in NCU_COLUMNS)
-    return pd.read_sql_query(f"SELECT {cols} FROM {NCU_TABLE}", conn)
+    df = pd.read_sql_query(f"SELECT {cols} FROM {NCU_TABLE}", conn)
+    # A damaged or hand-edited row must not reach the arithmetic as text: a row whose key is
+    # not an integer cannot be matched to a kernel and is dropped; other non-numbers -> NaN.
+    keys = ["globalPid", "deviceId", "kernel_start"]
+    ok = df[keys].apply(lambda col: col.map(lambda v: isinstance(v, int))).all(axis=1)
+    df = df[ok].reset_index(drop=True)
+    for c, kind in NCU_COLUMNS.items():
+        if c in keys:
+            df[c] = df[c].astype("int64")
+        elif kind == "TEXT":
+            df[c] = df[c].map(lambda v: v if v is None or isinstance(v, str) else str(v))
+        else:
+            df[c] = pd.to_numeric(df[c], errors="coerce")
+    return df

@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import io
 import math
+import os
 import re
 import sqlite3
 from dataclasses import dataclass, field
@@ -507,29 +508,42 @@ def match_kernels(ncu: pd.DataFrame, nsys: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def check_writable(trace: Path) -> None:
+    """A merge writes into the trace (and SQLite puts its journal beside it): say so up front."""
+    if not os.access(trace, os.W_OK) or not os.access(trace.parent, os.W_OK):
+        raise ProfkitError(f"{trace} is read-only (or its directory is): merge into a copy with "
+                           f"`profkit capture --merge-ncu RAW.csv {trace} -o COPY.sqlite`")
+
+
 def merge_ncu(trace: str | Path, ncu: pd.DataFrame | str | Path,
               range_expr: Optional[str] = None, window: Optional[tuple[int, int]] = None,
-              allow_mismatch: bool = False, allow_fewer: bool = True) -> MergeResult:
+              allow_mismatch: bool = False, force: bool = False) -> MergeResult:
     """Write ``ncu`` (a :func:`read_raw_csv` frame or a CSV path) into ``trace``'s SQLite.
 
     Replaces any earlier ``PROFKIT_NCU_METRICS`` rows, in one transaction; nsys's tables are
     only read. Unmatched ncu kernels are left out and listed in the result. ``window``: only
     nsys kernels launched in ``[t0, t1]`` (ns) are candidates (one iteration profiled by ncu).
 
-    Refuses (:class:`ProfkitError`, nothing written) when pairs do not line up (grid, block or
-    launch order differ: e.g. ncu skipped launches the matcher cannot see) unless
-    ``allow_mismatch``, which merges only the pairs that line up and reports the rest; and when the trace already holds more counter rows than this merge would
-    write unless ``allow_fewer`` (``profkit capture --merge-ncu`` passes False: a later, smaller
-    ncu pass must not silently drop counters).
+    A merge that could put counters on the wrong kernels or lose data is refused
+    (:class:`ProfkitError`, nothing written) unless ``force``: pairs that do not line up (grid,
+    block or launch order differ: e.g. ncu skipped launches the matcher cannot see; with
+    ``allow_mismatch`` only the pairs that line up are merged and the rest reported); no kernel
+    matched (a typo in the range, the CSV of another program); or fewer kernels than the
+    counters already merged.
     """
     trace = Path(trace)
     if not trace.is_file():
         raise ProfkitError(f"trace not found: {trace}")
+    check_writable(trace)
     frame = ncu if isinstance(ncu, pd.DataFrame) else read_raw_csv(ncu)
     match = range_matcher(range_expr)
     if match is not None and "nvtx_stack" in frame and frame["nvtx_stack"].map(bool).any():
         # a CSV profiled without the range filter: keep the kernels ncu saw inside the range
         frame = frame[frame["nvtx_stack"].map(lambda st: any(match(n) for n in st))]
+        if frame.empty and not force:
+            raise ProfkitError(f"no kernel of the ncu CSV ran inside the NVTX range {range_expr!r}: "
+                               f"nothing merged, {trace} unchanged (check --ncu-range; --force "
+                               "merges anyway)")
     try:
         conn = sqlite3.connect(str(trace))
         conn.execute("PRAGMA schema_version")
@@ -549,17 +563,11 @@ def merge_ncu(trace: str | Path, ncu: pd.DataFrame | str | Path,
         result = MergeResult(trace=trace, profiled=len(matched), matched=int(ok.sum()),
                              unmatched=list(matched.loc[~ok, "kernel_name"]),
                              mismatched=list(bad.values()), dropped=len(bad))
-        if result.mismatched and not allow_mismatch:
+        if result.mismatched and not (allow_mismatch or force):
             raise ProfkitError(
                 f"ncu and nsys kernels do not line up: {result.summary()}. The counters would "
                 "land on the wrong kernels (was ncu run with --launch-skip, a kernel filter, or "
                 "on a run that launched different kernels?); nothing merged")
-        if not allow_fewer and _has_table(conn, NCU_TABLE):
-            before = conn.execute(f"SELECT count(*) FROM {NCU_TABLE}").fetchone()[0]
-            if before > len(rows):
-                raise ProfkitError(f"{trace} already holds counters for {before} kernels; this "
-                                   f"merge has {len(rows)}: refusing to replace them with fewer "
-                                   "(merge into a copy with -o)")
         cols = list(NCU_COLUMNS)
         records = []
         for r in rows.itertuples(index=False):
@@ -575,16 +583,30 @@ def merge_ncu(trace: str | Path, ncu: pd.DataFrame | str | Path,
                 else:
                     rec.append(str(v))
             records.append(rec)
-        with conn:
-            conn.execute(create_table_sql())
-            # a table written by an older profkit lacks the newer columns
-            have = {r[1] for r in conn.execute(f"PRAGMA table_info({NCU_TABLE})")}
-            for c in cols:
-                if c not in have:
-                    conn.execute(f"ALTER TABLE {NCU_TABLE} ADD COLUMN {c} {NCU_COLUMNS[c]}")
-            conn.execute(f"DELETE FROM {NCU_TABLE}")
-            conn.executemany(f"INSERT INTO {NCU_TABLE} ({', '.join(cols)}) VALUES "
-                             f"({', '.join('?' for _ in cols)})", records)
+        existing = (conn.execute(f"SELECT count(*) FROM {NCU_TABLE}").fetchone()[0]
+                    if _has_table(conn, NCU_TABLE) else 0)
+        if not force and len(rows) == 0:
+            raise ProfkitError(
+                f"{result.summary()}: nothing merged, {trace} unchanged (check --ncu-range and "
+                "that the CSV comes from the same program; --force merges anyway)")
+        if not force and len(rows) < existing:
+            raise ProfkitError(
+                f"{result.summary()}, fewer than the {existing} counters already in {trace}: "
+                "nothing changed (--force replaces them)")
+        try:
+            with conn:
+                conn.execute(create_table_sql())
+                # a table written by an older profkit lacks the newer columns
+                have = {r[1] for r in conn.execute(f"PRAGMA table_info({NCU_TABLE})")}
+                for c in cols:
+                    if c not in have:
+                        conn.execute(f"ALTER TABLE {NCU_TABLE} ADD COLUMN {c} {NCU_COLUMNS[c]}")
+                conn.execute(f"DELETE FROM {NCU_TABLE}")
+                conn.executemany(f"INSERT INTO {NCU_TABLE} ({', '.join(cols)}) VALUES "
+                                 f"({', '.join('?' for _ in cols)})", records)
+        except sqlite3.OperationalError as exc:  # read-only file system, locked by a writer
+            raise ProfkitError(f"cannot write into {trace} ({exc}): merge into a copy with "
+                               f"`profkit capture --merge-ncu RAW.csv {trace} -o COPY.sqlite`") from None
         return result
     finally:
         conn.close()

@@ -18,7 +18,7 @@ import pandas as pd
 
 from profkit import attribution
 from profkit.errors import ProfkitError
-from profkit.hints import Hint, parse_range_name
+from profkit.hints import Hint, check_range_name, parse_range_name
 from profkit.trace import Trace
 from profkit.window import COMPILE_RANGE_RE
 
@@ -73,6 +73,8 @@ def group_ops(trace: Trace, by: str = "range", innermost: bool = False) -> OpGro
         if by == "aten":
             inst["op"] = inst["name"].map(attribution.aten_key)
         else:
+            for n in inst["name"].unique():
+                check_range_name(n)  # an impossible hint is an error, not silently dropped
             parsed = {n: parse_range_name(clean_range_name(n)) for n in inst["name"].unique()}
             inst["op"] = inst["name"].map(lambda n: parsed[n][0])
             hints = _mean_hints(inst, parsed)
@@ -121,7 +123,15 @@ def _aggregate(inst: pd.DataFrame, members: pd.DataFrame, acts: pd.DataFrame,
         "cpu_time_ns": g["cpu_time_ns"].sum(),
         "kernels": g["n_acts"].sum(),
     })
-    ops["share"] = ops["busy_ns"] / total_gpu_ns if total_gpu_ns else 0.0
+    # An activity counts once per op for its share, however many instances of the op hold it
+    # (nested or never-closed ranges of one name): the share then cannot pass 100%. Without such
+    # overlaps the busy time (union per instance) is already at most the distinct-activity sum.
+    dur_all = (acts["end"] - acts["start"]).to_numpy()
+    distinct = members.drop_duplicates(["op", "act_idx"])
+    distinct_ns = pd.Series(dur_all[distinct["act_idx"].to_numpy()],
+                            index=distinct["op"].to_numpy()).groupby(level=0).sum()
+    share_ns = np.minimum(ops["busy_ns"], distinct_ns.reindex(ops.index).fillna(0))
+    ops["share"] = share_ns / total_gpu_ns if total_gpu_ns else 0.0
     ops["kernels_per_call"] = ops["kernels"] / ops["count"]
     # Median over calls, so a first call that waited on set-up does not decide the verdict.
     ops["busy_fraction"] = g["frac"].median()

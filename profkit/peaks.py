@@ -12,6 +12,7 @@ Keys missing from the file fall back to the spec table.
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -111,7 +112,26 @@ def derived_peaks(gpu: GpuInfo) -> Optional[Peaks]:
                  source="derived from the trace (bandwidth, SMs x clock); pass --peaks for better")
 
 
+PEAKS_KEYS = {"gpu", "source", "memory_bandwidth", "flops", "launch_floor_ns", "details"}
+FLOPS_KEYS = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8")
+
+
+def _positive(p: Path, where: str, value: object, upper: float) -> float:
+    """A finite number in (0, upper], or a one-line error naming the file and the key."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ProfkitError(f"peaks file {p}: {where} must be a number, not {value!r}")
+    if not (0 < value <= upper) or math.isnan(value):
+        raise ProfkitError(f"peaks file {p}: {where} = {value!r} is not a plausible peak "
+                           f"(expected a positive number up to {upper:g})")
+    return float(value)
+
+
 def load_peaks_file(path: str | Path, base: Optional[Peaks], gpu: GpuInfo) -> Peaks:
+    """The peaks in a JSON file from ``profkit peaks`` (keys it omits come from the spec table).
+
+    Every key is checked: an unknown key (a typo such as ``bandwidth``) or an implausible value is
+    an error rather than silently falling back to the spec table.
+    """
     p = Path(path)
     try:
         data = json.loads(p.read_text())
@@ -122,15 +142,26 @@ def load_peaks_file(path: str | Path, base: Optional[Peaks], gpu: GpuInfo) -> Pe
                            "write one with `profkit peaks -o FILE` on the GPU") from None
     if not isinstance(data, dict):
         raise ProfkitError(f"peaks file {p} must hold a JSON object")
-    try:
-        bw = data.get("memory_bandwidth", base.memory_bandwidth if base else None)
-        flops = dict(base.flops) if base else {}
-        flops.update({str(k): float(v) for k, v in (data.get("flops") or {}).items()})
-        floor = float(data.get("launch_floor_ns", base.launch_floor_ns if base
-                               else DEFAULT_LAUNCH_FLOOR_NS))
-    except (TypeError, ValueError, AttributeError):
-        raise ProfkitError(f"peaks file {p}: numbers expected in memory_bandwidth, flops, "
-                           "launch_floor_ns") from None
+    unknown = sorted(set(data) - PEAKS_KEYS)
+    if unknown:
+        raise ProfkitError(f"peaks file {p}: unknown key(s) {', '.join(map(repr, unknown))}; "
+                           f"expected {', '.join(sorted(PEAKS_KEYS))}")
+    if not {"memory_bandwidth", "flops", "launch_floor_ns"} & set(data):
+        raise ProfkitError(f"peaks file {p} sets none of memory_bandwidth, flops, launch_floor_ns")
+    bw = (_positive(p, "memory_bandwidth", data["memory_bandwidth"], 1e15)  # B/s; HBM is ~5e12
+          if "memory_bandwidth" in data else (base.memory_bandwidth if base else None))
+    flops = dict(base.flops) if base else {}
+    file_flops = data.get("flops", {})
+    if not isinstance(file_flops, dict):
+        raise ProfkitError(f"peaks file {p}: flops must be an object such as {{\"bf16\": 9.9e14}}")
+    for k, v in file_flops.items():
+        if k not in FLOPS_KEYS:
+            raise ProfkitError(f"peaks file {p}: flops has unknown precision {k!r}; expected "
+                               f"{', '.join(FLOPS_KEYS)}")
+        flops[k] = _positive(p, f"flops.{k}", v, 1e18)  # FLOP/s; an H200 does ~1e15
+    floor = (_positive(p, "launch_floor_ns", data["launch_floor_ns"], 1e6)
+             if "launch_floor_ns" in data else
+             (base.launch_floor_ns if base else DEFAULT_LAUNCH_FLOOR_NS))
     if not bw or not flops:
         raise ProfkitError(f"peaks file {p} needs memory_bandwidth and flops for {gpu.name}")
     source = str(data.get("source") or f"peaks file {p.name}")

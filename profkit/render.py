@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import io
+import textwrap
 import json
 import re
 from typing import Callable
@@ -9,7 +10,10 @@ from typing import Callable
 import pandas as pd
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+
+from profkit.text import visible
 
 CLASS_STYLE = {"compute": "bold magenta", "memory": "bold cyan", "launch": "bold yellow",
                "unknown": "dim",
@@ -81,6 +85,9 @@ _IDLE_LABELS = [("idle_host", "waiting for the CPU"), ("idle_sync", "after a syn
                 ("idle_memcpy_wait", "in CPU copies"), ("idle_other", "GPU-side gaps")]
 
 
+_ACTION_LINE = re.compile(r"^(actions| {7}) +\d\. ")
+
+
 def run_lines(run: dict) -> list[str]:
     """The run summary as a few plain lines: window, what was left out, where the wall time
     goes, the verdict and the top actions (JSON ``run`` object in, text out)."""
@@ -110,37 +117,89 @@ def run_lines(run: dict) -> list[str]:
     return lines
 
 
-def fence_safe(lines: list[str]) -> list[str]:
-    """Lines for a Markdown code block: a name holding a code fence must not end it early."""
-    fence = "`" * 3
-    return [x.replace(fence, "'" * 3) for x in lines]
+def markdown_run(run: dict) -> list[str]:
+    """The run summary as a Markdown list, escaped like every other Markdown cell (a range name
+    is text, never HTML)."""
+    return [f"- {markdown_cell(' '.join(line.split()))}" for line in run_lines(run)]
 
 
-def table(df: pd.DataFrame, header: dict, console_width: int = 200) -> str:
-    """The terminal table, as text (rich renders it; colours only on a terminal)."""
-    t = Table(box=box.SIMPLE_HEAVY, show_lines=False, expand=False,
-              title=(f"{header['trace']} - {header['gpu']} - GPU time in the window "
-                     f"{fmt_time(header['total_gpu_time_ns'])} - by {header['level']}"))
-    for col, just in [("op", "left"), ("calls", "right"), ("GPU time", "right"), ("median", "right"),
-                      ("share", "right"), ("class", "left"), ("conf", "left"), ("evidence", "left"),
-                      ("next step", "left"), ("op x", "right"), ("e2e x", "right")]:
-        t.add_column(col, justify=just, overflow="fold")
+# Terminal table columns, (header, justify), and the order in which they go when the terminal is
+# narrow: least useful first. The op, its time, share, class and next step always stay.
+TABLE_COLUMNS = [("op", "left"), ("calls", "right"), ("GPU time", "right"), ("median", "right"),
+                 ("share", "right"), ("class", "left"), ("conf", "left"), ("evidence", "left"),
+                 ("next step", "left"), ("op x", "right"), ("e2e x", "right")]
+DROP_ORDER = ["median", "op x", "conf", "calls", "evidence", "e2e x"]
+# Width each column needs to read well (the table's borders and padding come on top).
+_NEEDS = {"op": 26, "calls": 5, "GPU time": 9, "median": 9, "share": 6, "class": 8, "conf": 6,
+          "evidence": 34, "next step": 30, "op x": 5, "e2e x": 6}
+
+
+def table_columns(width: int, wide: bool = False) -> list[str]:
+    """The columns that fit ``width`` characters (all of them with ``wide``)."""
+    names = [c for c, _ in TABLE_COLUMNS]
+    if wide:
+        return names
+    for drop in DROP_ORDER:
+        if sum(_NEEDS[c] + 3 for c in names) <= width:
+            break
+        names.remove(drop)
+    return names
+
+
+def wrap_name(name: str, width: int) -> str:
+    """``name`` on lines of at most ``width``, broken after ``_ : , < ( space`` where it can be
+    (a kernel name has no spaces, so wrapping on spaces alone would cut it mid-word)."""
+    parts = re.split(r"(?<=[_:,<( ])", name)
+    lines, cur = [], ""
+    for p in parts:
+        if cur and len(cur) + len(p) > width:
+            lines.append(cur.rstrip())
+            cur = ""
+        cur += p
+    lines.append(cur.rstrip())
+    return "\n".join(lines)
+
+
+def table(df: pd.DataFrame, header: dict, console_width: int = 200, wide: bool = False) -> str:
+    """The terminal table, as text (rich renders it; colours only on a terminal).
+
+    Columns that do not fit ``console_width`` are left out, least useful first (``wide`` keeps
+    them all); op names wrap at word boundaries. Names are escaped: they are text, not markup.
+    """
+    cols = table_columns(console_width, wide)
+    title = (f"{visible(header['trace'])} - {header['gpu']} - GPU time in the window "
+             f"{fmt_time(header['total_gpu_time_ns'])} - by {header['level']}")
+    t = Table(box=box.SIMPLE_HEAVY, show_lines=False, expand=False, title=escape(title))
+    for col, just in TABLE_COLUMNS:
+        if col in cols:
+            t.add_column(col, justify=just, overflow="fold",
+                         max_width=(None if wide or col != "op" else 48))
+    op_width = 48 if wide or console_width >= 160 else _NEEDS["op"]
     for name, row in df.iterrows():
-        t.add_row(short_name(str(name), 48), str(int(row["count"])), fmt_time(row["gpu_time_ns"]),
-                  fmt_time(row["gpu_time_median_ns"]), f"{row['share']:.1%}",
-                  f"[{CLASS_STYLE.get(row['class'], 'dim')}]{row['class']}[/]", row["confidence"],
-                  evidence_text(row), f"{row['rung']}: {row['action']}",
-                  f"{row['expected_op_speedup']:.2f}", f"{row['expected_end_to_end_speedup']:.3f}")
+        cells = {"op": wrap_name(short_name(str(name), 48), op_width), "calls": str(int(row["count"])),
+                 "GPU time": fmt_time(row["gpu_time_ns"]), "median": fmt_time(row["gpu_time_median_ns"]),
+                 "share": f"{row['share']:.1%}", "class": row["class"], "conf": row["confidence"],
+                 "evidence": evidence_text(row), "next step": f"{row['rung']}: {row['action']}",
+                 "op x": f"{row['expected_op_speedup']:.2f}",
+                 "e2e x": f"{row['expected_end_to_end_speedup']:.3f}"}
+        t.add_row(*(f"[{CLASS_STYLE.get(row['class'], 'dim')}]{row['class']}[/]" if c == "class"
+                    else escape(cells[c]) for c in cols))
     buf = io.StringIO()
     console = Console(file=buf, width=console_width, force_terminal=False, color_system=None,
                       soft_wrap=False)
     if header.get("run"):
         for line in run_lines(header["run"]):
-            console.print(line, markup=False, highlight=False, overflow="fold")
+            # Continuation lines start under the text, not under the label ("verdict  ").
+            indent = " " * (12 if _ACTION_LINE.match(line) else 9)
+            wrapped = textwrap.fill(line, width=max(console_width - 1, 40), subsequent_indent=indent,
+                                    break_long_words=False, break_on_hyphens=False)
+            console.print(wrapped, markup=False, highlight=False, overflow="fold")
     console.print(t)
-    for w in header.get("warnings", []):
-        console.print(f"warning: {w}")
-    console.print(f"peaks: {header['peaks_source']}")
+    dropped = [c for c, _ in TABLE_COLUMNS if c not in cols]
+    if dropped:
+        console.print(f"not shown at {console_width} columns: {', '.join(dropped)} (--wide shows "
+                      "them; --format csv or json has everything)", markup=False, highlight=False)
+    console.print(f"peaks: {header['peaks_source']}", markup=False, highlight=False)
     return buf.getvalue()
 
 
@@ -155,8 +214,10 @@ def to_csv(df: pd.DataFrame) -> str:
 
 
 def markdown_cell(x: object) -> str:
-    """A Markdown table cell: pipes escaped, one line."""
-    return str(x).replace("|", "\\|").replace("\n", " ")
+    """A Markdown table cell: one line, pipes escaped, controls visible, and ``<`` as ``&lt;``:
+    Markdown renderers pass raw HTML through, so a range named ``<script>`` must arrive as text
+    (without a ``<`` no tag can open; the entity renders as ``<``)."""
+    return visible(str(x).replace("\n", " ")).replace("<", "&lt;").replace("|", "\\|")
 
 
 def markdown_ops_table(df: pd.DataFrame, cell: Callable[[object], str] = markdown_cell,
@@ -180,6 +241,6 @@ def to_markdown(df: pd.DataFrame, header: dict) -> str:
     lines = [f"**{cell(header['trace'])}** on {cell(header['gpu'])}: total GPU time "
              f"{fmt_time(header['total_gpu_time_ns'])}, ops by {header['level']}", ""]
     if header.get("run"):
-        lines += ["```", *fence_safe(run_lines(header["run"])), "```", ""]
+        lines += [*markdown_run(header["run"]), ""]
     lines += markdown_ops_table(df)
     return "\n".join(lines) + "\n"

@@ -19,7 +19,8 @@ import pandas as pd
 
 from profkit import __version__
 from profkit.errors import ProfkitError
-from profkit.render import evidence_text, fence_safe, fmt_rate, fmt_time, markdown_ops_table, run_lines, short_name
+from profkit.render import (evidence_text, fmt_rate, fmt_time, markdown_ops_table, markdown_run, run_lines,
+                            short_name)
 
 TOP_OPS = 10
 TOP_SUGGESTIONS = 3
@@ -319,7 +320,7 @@ def render_markdown(s: Summary, df: pd.DataFrame, roof_note: str, notes: list[st
     L = [f"# profkit report: {_md(s.trace)}", "",
          f"{_md(s.gpu)} · ops by {s.level} · peaks: {_md(s.peaks_source)} · profkit {__version__}", ""]
     if s.run:
-        L += ["## Run", "", "```", *fence_safe(run_lines(s.run)), "```", ""]
+        L += ["## Run", "", *markdown_run(s.run), ""]
     L += ["## Summary", "",
          f"- GPU: {_md(s.gpu)}",
          f"- Total GPU time: {fmt_time(s.total_gpu_time_ns)}",

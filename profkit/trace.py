@@ -14,7 +14,15 @@ from profkit import attribution
 from profkit.errors import TraceError
 from profkit.ncu import read_ncu_metrics
 from profkit.peaks import GpuInfo
-from profkit.reader import ExportInfo, TraceReader
+from profkit.reader import ExportInfo, TraceReader, damaged
+
+# What SQLite and pandas raise on a file that is broken below what the reader checks (pages
+# that no longer decode, a schema that no longer parses).
+READ_ERRORS = (sqlite3.Error, pd.errors.DatabaseError, UnicodeError)
+
+
+def _damaged(path: str, exc: Exception) -> TraceError:
+    return damaged(path, f"{exc.__class__.__name__}: {exc}")
 
 
 ATTRIBUTIONS = ("process", "thread")
@@ -34,14 +42,15 @@ class Trace:
             raise TraceError(f"unknown attribution {attribution!r}: use one of {', '.join(ATTRIBUTIONS)}")
         self.path = str(path)
         self.attribution = attribution
+        self.unclosed_ranges = 0  # NVTX ranges that never closed (set when ranges are read)
         self._reader = TraceReader(path)
         try:
             self.info: ExportInfo = self._reader.export_info()
             self.activities: pd.DataFrame = self._reader.activities()
             self.gpus: dict[int, GpuInfo] = self._reader.gpus()
             self.ncu: pd.DataFrame = read_ncu_metrics(self._reader.conn)
-        except (sqlite3.DatabaseError, pd.errors.DatabaseError) as exc:
-            raise TraceError(f"{path}: damaged or truncated export ({exc}); export the trace again") from None
+        except READ_ERRORS as exc:
+            raise _damaged(self.path, exc) from None
         finally:
             self._reader.close()
 
@@ -50,9 +59,11 @@ class Trace:
         """NVTX ranges, read on first use (the kernel level never needs them)."""
         reader = TraceReader(self.path)
         try:
-            return reader.nvtx_ranges()
-        except (sqlite3.DatabaseError, pd.errors.DatabaseError) as exc:
-            raise TraceError(f"{self.path}: damaged or truncated export ({exc}); export the trace again") from None
+            ranges = reader.nvtx_ranges()
+            self.unclosed_ranges = reader.unclosed_ranges
+            return ranges
+        except READ_ERRORS as exc:
+            raise _damaged(self.path, exc) from None
         finally:
             reader.close()
 
@@ -101,8 +112,8 @@ class Trace:
         reader = TraceReader(self.path)
         try:
             return fn(reader)
-        except (sqlite3.DatabaseError, pd.errors.DatabaseError) as exc:
-            raise TraceError(f"{self.path}: damaged or truncated export ({exc}); export the trace again") from None
+        except READ_ERRORS as exc:
+            raise _damaged(self.path, exc) from None
         finally:
             reader.close()
 
@@ -170,6 +181,7 @@ class Trace:
             raise TraceError(f"{self.path}: no GPU activity in the window {start_ns / 1e9:.3f}-"
                              f"{end_ns / 1e9:.3f} s; choose another --window (or --window all)")
         r = self.ranges
+        view.unclosed_ranges = self.unclosed_ranges
         view.__dict__["ranges"] = r[(r["start"] >= start_ns) & (r["start"] <= end_ns)].reset_index(drop=True)
         # API calls are read for the view on demand (rules); the run summary reads the full trace.
         view.__dict__["_window_ns"] = (start_ns, end_ns)

@@ -162,3 +162,37 @@ def test_bad_peaks_file(tmp_path):
 def test_level_without_ranges_is_explained():
     res = run("classify", str(ROOT / "traces" / "micro_chain.sqlite"), "--by", "aten")
     assert res.exit_code == 2 and "profkit capture --aten" in res.stderr
+
+
+@pytest.mark.parametrize("columns", [80, 100, 120])
+def test_table_fits_a_narrow_terminal(columns):
+    res = CliRunner().invoke(main, ["classify", str(TRACE)], env={"COLUMNS": str(columns)})
+    assert res.exit_code == 0, res.output
+    lines = res.stdout.splitlines()
+    assert max(len(x) for x in lines) <= columns
+    assert "next step" in res.stdout and "--wide" in res.stdout
+    assert "warning" not in res.stdout  # warnings go to stderr
+
+
+def test_wide_keeps_every_column():
+    res = CliRunner().invoke(main, ["classify", "--wide", str(TRACE)], env={"COLUMNS": "80"})
+    assert res.exit_code == 0
+    for col in ("median", "conf", "evidence", "op x", "e2e x"):
+        assert col in res.stdout
+    assert "not shown" not in res.stdout
+
+
+def test_names_wrap_at_word_boundaries():
+    from profkit.render import wrap_name
+    assert wrap_name("triton_poi_fused_add_native_layer_norm_0", 12).split("\n") == [
+        "triton_poi_", "fused_add_", "native_", "layer_norm_0"]
+    assert wrap_name("short", 12) == "short"
+
+
+def test_unknown_gpu_warning_goes_to_stderr(tmp_path):
+    path = make_trace(tmp_path / "t.sqlite", kernels=[(200, 300, 1, 1)], runtime=[(110, 120, 1)],
+                      nvtx=[(100, 400, "op", TID)], gpu_name="Mystery GPU 9000")
+    res = CliRunner().invoke(main, ["classify", str(path)])
+    assert res.exit_code == 0, res.output
+    assert "not in the spec table" in res.stderr and res.stderr.startswith("profkit: warning: ")
+    assert "warning" not in res.stdout

@@ -76,12 +76,15 @@ def test_interval_sweep_matches_brute_force():
 
 def _trace_with_overlap(tmp_path: Path) -> Path:
     """Compute [0, 100) and [150, 200) on stream 7; AllReduce [50, 180) on stream 13, inside a
-    range with a bytes hint; a second AllReduce [300, 340) with nothing beside it and no hint."""
+    range with a bytes hint; a second AllReduce [300, 340) with nothing beside it and no hint.
+    (Times relative to T0: the launches come before 0, and a trace holds no negative times.)"""
     strings = {1: "gemm_kernel", 2: ALLREDUCE, 9: "cudaLaunchKernel"}
-    kernels = [(0, 100, 1, 1, 0, 7), (150, 200, 2, 1, 0, 7), (50, 180, 3, 2, 0, 13),
-               (300, 340, 4, 2, 0, 13)]
-    runtime = [(-50, -49, 1), (-48, -47, 2), (-20, -19, 3), (250, 251, 4)]
-    nvtx = [(-30, -10, "ddp.allreduce {bytes=1.3e5}", TID)]
+    t0 = 1000
+    kernels = [(t0 + 0, t0 + 100, 1, 1, 0, 7), (t0 + 150, t0 + 200, 2, 1, 0, 7),
+               (t0 + 50, t0 + 180, 3, 2, 0, 13), (t0 + 300, t0 + 340, 4, 2, 0, 13)]
+    runtime = [(t0 - 50, t0 - 49, 1), (t0 - 48, t0 - 47, 2), (t0 - 20, t0 - 19, 3),
+               (t0 + 250, t0 + 251, 4)]
+    nvtx = [(t0 - 30, t0 - 10, "ddp.allreduce {bytes=1.3e5}", TID)]
     return make_trace(tmp_path / "t.sqlite", kernels=kernels, runtime=runtime, nvtx=nvtx,
                       strings=strings, nvtx_text_id=False)
 
@@ -104,7 +107,7 @@ def test_exposed_time_and_bandwidth_on_synthetic_trace(tmp_path):
 
 
 def test_no_nccl_kernels(tmp_path):
-    tr = Trace(make_trace(tmp_path / "t.sqlite", kernels=[(0, 10, 1, 1)], runtime=[(-5, -4, 1)]))
+    tr = Trace(make_trace(tmp_path / "t.sqlite", kernels=[(10, 20, 1, 1)], runtime=[(5, 6, 1)]))
     c = comm.analyze(tr)
     assert c.collectives.empty and c.comm_time_ns == 0 and c.notes == ["no NCCL kernels in this trace"]
 

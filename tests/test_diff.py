@@ -264,7 +264,7 @@ def test_markdown_is_exact(pair):
         "- kernel time of matched ops: 320.0 us → 200.0 us (-37.5%); trace GPU time: 320.0 us → 200.0 us (-37.5%)\n"
         f"- end to end (BEFORE's GPU time, matched kernel time replaced by AFTER's): predicted "
         f"{pb['expected_gpu_time_speedup']:.3f}x (from ops add_rmsnorm), measured 1.600x\n"
-        "- noise: a change is 'no change' when \\|change\\| <= max(3%, 2 x spread), spread = the larger of "
+        "- noise: a change is 'no change' when \\|change\\| &lt;= max(3%, 2 x spread), spread = the larger of "
         "BEFORE's and AFTER's IQR/median of the op's per-call GPU spans; the total's threshold is "
         "max(3%, the matched ops' thresholds weighted by their steady-state time)\n")
     assert res.stdout == to_markdown(diff(load_all(before), load_all(after)))

@@ -206,9 +206,9 @@ def test_merge_within_nvtx_range(trace):
     assert result.matched == 3
     # without the range the first add would pair with the fill kernel (same function name)
     assert list(_rows(trace)["kernel_start"]) == [1150, 1250, 1350]
-    merge_ncu(trace, df[df["id"] == 1], range_expr="add")   # hinted range matched by bare name
+    merge_ncu(trace, df[df["id"] == 1], range_expr="add", force=True)   # hinted range matched by bare name
     assert list(_rows(trace)["kernel_start"]) == [1150]
-    merge_ncu(trace, df[df["id"] == 2], range_expr="gemm/")  # range text through StringIds
+    merge_ncu(trace, df[df["id"] == 2], range_expr="gemm/", force=True)  # range text through StringIds
     assert list(_rows(trace)["kernel_start"]) == [1250]
 
 
@@ -319,7 +319,7 @@ def test_real_ncu_csv_merges_into_copy_of_real_trace(tmp_path):
     assert len(pairs) == 59
     assert all(kernel_base_name(n) == short for n, short in pairs)
     # with the range, only the kernels inside gemm_bf16_8192 are candidates
-    result = merge_ncu(copy, gemm, range_expr="gemm_bf16_8192")
+    result = merge_ncu(copy, gemm, range_expr="gemm_bf16_8192", force=True)
     assert result.matched == 10
     assert _sha(REAL_TRACE) == before
 
@@ -366,7 +366,7 @@ def test_merge_ncu_never_replaces_counters_with_fewer(trace, tmp_path):
     lines = FIXTURE.read_text().splitlines()
     fewer.write_text("\n".join(lines[:-2]) + "\n")
     assert len(read_raw_csv(fewer)) == len(df) - 2
-    with pytest.raises(ProfkitError, match="refusing to replace them with fewer"):
+    with pytest.raises(ProfkitError, match="fewer than the"):
         merge_existing(fewer, trace)
     assert len(_rows(trace)) == len(df)
     merge_existing(fewer, trace, force=True)
@@ -406,5 +406,46 @@ def test_other_geometry_stays_unmatched_and_mismatches_are_left_out(tmp_path):
     moved["id"] = range(len(moved))  # ncu saw kernel 20 first: out of launch order
     with pytest.raises(ProfkitError, match="do not line up"):
         merge_ncu(copy, moved)
-    res = merge_ncu(copy, moved, allow_mismatch=True)
+    res = merge_ncu(copy, moved, allow_mismatch=True, force=True)  # fewer than the 58 before
     assert res.dropped > 0 and len(_rows(copy)) == res.matched - res.dropped
+
+
+def test_cli_merge_that_would_lose_counters_changes_nothing(tmp_path):
+    t = make_trace(tmp_path / "t.sqlite")
+    assert _invoke(["--merge-ncu", str(FIXTURE), str(t)]).exit_code == 0
+    assert len(_rows(t)) == 5
+    before = _sha(t)
+    # a typo in the range: nothing matches; the five counters merged earlier must stay
+    r = _invoke(["--merge-ncu", str(FIXTURE), "--ncu-range", "stpe", str(t)])
+    assert r.exit_code == 2 and len(r.stderr.splitlines()) == 1
+    assert "'stpe'" in r.stderr and "unchanged" in r.stderr
+    assert _sha(t) == before
+    # fewer than already there: refused too, unless --force
+    r = _invoke(["--merge-ncu", str(FIXTURE), "--ncu-range", "step", str(t)])
+    assert r.exit_code == 2 and "fewer than the 5 counters already in" in r.stderr
+    assert _sha(t) == before
+    r = _invoke(["--merge-ncu", str(FIXTURE), "--ncu-range", "step", "--force", str(t)])
+    assert r.exit_code == 0 and len(_rows(t)) == 3
+    # into a copy: refused merges leave no copy behind
+    out = tmp_path / "copy.sqlite"
+    r = _invoke(["--merge-ncu", str(FIXTURE), "--ncu-range", "nope", "-o", str(out), str(t)])
+    assert r.exit_code == 2 and not out.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.sqlite"]
+
+
+def test_cli_merge_into_a_read_only_trace_points_to_a_copy(tmp_path, monkeypatch):
+    import os
+    t = make_trace(tmp_path / "t.sqlite")
+    before = _sha(t)
+    # root may write to a 0444 file, so the permission check is what is simulated here
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode, **kw: False if (mode & os.W_OK and str(p) == str(t))
+                        else real_access(p, mode, **kw))
+    r = _invoke(["--merge-ncu", str(FIXTURE), str(t)])
+    assert r.exit_code == 2
+    assert r.stderr.startswith(f"profkit: error: {t} is read-only") and "-o COPY.sqlite" in r.stderr
+    assert _sha(t) == before
+    out = tmp_path / "copy.sqlite"
+    r = _invoke(["--merge-ncu", str(FIXTURE), "-o", str(out), str(t)])
+    assert r.exit_code == 0, r.stderr
+    assert len(_rows(out)) == 5 and _sha(t) == before

@@ -132,7 +132,7 @@ def test_unannotated_generate_needs_no_options():
     assert res.exit_code == 0, res.output
     out = res.stdout
     assert "kernel sequence: iterations" in out and "verdict  host-bound" in out
-    assert "showing --by kernel" in out
+    assert "showing --by kernel" in res.stderr
 
 
 @pytest.mark.parametrize("name", PROGRAMS)

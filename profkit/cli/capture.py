@@ -40,9 +40,10 @@ def _command_line(output, force, nsys_args, aten, ncu, ncu_range, ncu_count, ncu
 @click.option("-o", "--output", type=click.Path(), default=None,
               help="Trace to write (.sqlite added). Default: traces/STEM.sqlite when ./traces "
                    "exists, else ./STEM.sqlite. The .nsys-rep is kept beside it.")
-@click.option("--force", is_flag=True, help="Replace existing output files. With --merge-ncu: "
-              "also replace counters with fewer, and merge only the ncu/nsys pairs that line up "
-              "when some do not (instead of refusing).")
+@click.option("--force", is_flag=True,
+              help="Replace existing output files. With --merge-ncu: also merge when no kernel, or "
+                   "fewer kernels than the counters already there, match, and merge only the "
+                   "ncu/nsys pairs that line up when some do not (otherwise refused).")
 @click.option("--nsys-args", default=None, metavar="TEXT",
               help='Extra nsys profile flags, shell-split: --nsys-args "--delay 5".')
 @click.option("--aten", is_flag=True,

@@ -16,8 +16,9 @@ import click
 from profkit import render
 from profkit.api import load
 from profkit.cli.common import (EXIT_USAGE, by_option, fail, load_options, one_line_errors, output_options,
-                                peaks_option, window_options)
+                                peaks_option, warn, window_options)
 from profkit.errors import ProfkitError
+from profkit.text import one_line
 
 # The class that profkit.comm adds (NCCL collectives); render's table styles it like the others.
 
@@ -28,6 +29,13 @@ def refuse_overwriting_inputs(out: Path, inputs: list) -> None:
     for src in inputs:
         if out.exists() and Path(src).exists() and os.path.samefile(out, src):
             raise ProfkitError(f"refusing to write over the input trace {src}; choose another -o file")
+
+
+def table_width(output: Optional[str], wide: bool) -> int:
+    """Columns for the table: the terminal's (or $COLUMNS; 80 fits), 200 into a file or a pipe;
+    at least 200 with --wide."""
+    width = shutil.get_terminal_size((200, 40)).columns if output is None else 200
+    return max(width, 200) if wide else width
 
 
 def write_output(text: str, output: Optional[str], inputs: list[str]) -> None:
@@ -56,6 +64,9 @@ def write_output(text: str, output: Optional[str], inputs: list[str]) -> None:
 @output_options
 @peaks_option
 @window_options
+@click.option("--wide", is_flag=True,
+              help="Table: keep every column even when the terminal is narrow (the table may then "
+                   "be wider than the terminal).")
 @click.option("--workers", type=click.IntRange(min=1), default=None,
               help="Several ranks: local worker processes (default: CPU count); 1 runs in this process.")
 @click.option("--dask", "dask_address", default=None, metavar="ADDRESS",
@@ -63,8 +74,8 @@ def write_output(text: str, output: Optional[str], inputs: list[str]) -> None:
                    "a LocalCluster here (--workers workers).")
 @one_line_errors
 def classify(trace: tuple[str, ...], example: bool, by: str, innermost: bool, top: Optional[int],
-             fmt: str, output: Optional[str], peaks_file: Optional[str], workers: Optional[int],
-             dask_address: Optional[str]) -> None:
+             fmt: str, output: Optional[str], peaks_file: Optional[str], wide: bool,
+             workers: Optional[int], dask_address: Optional[str]) -> None:
     """Classify each op of an Nsight Systems SQLite TRACE as compute-, memory- or launch-bound.
 
     NCCL collectives get their own class, communication. With no TRACE (or --example),
@@ -77,7 +88,8 @@ def classify(trace: tuple[str, ...], example: bool, by: str, innermost: bool, to
     if trace and example:
         fail("give a TRACE or --example, not both")
     if len(trace) > 1 or (len(trace) == 1 and Path(trace[0]).is_dir()):
-        _classify_ranks(list(trace), by, innermost, top, fmt, output, peaks_file, workers, dask_address)
+        _classify_ranks(list(trace), by, innermost, top, fmt, output, peaks_file, workers,
+                        dask_address, wide)
         return
     path = str(EXAMPLE) if not trace else trace[0]
     prof = load(path, peaks=peaks_file, **load_options())
@@ -94,17 +106,15 @@ def classify(trace: tuple[str, ...], example: bool, by: str, innermost: bool, to
     elif fmt == "markdown":
         text = render.to_markdown(df, header)
     else:
-        width = shutil.get_terminal_size((200, 40)).columns if output is None else 200
-        text = render.table(df, header, console_width=max(width, 120))
-    if fmt != "table":  # the table prints its own warnings
-        for w in prof.warnings + prof.notes:
-            click.echo(f"profkit: warning: {w}", err=True)
+        text = render.table(df, header, console_width=table_width(output, wide), wide=wide)
+    for w in prof.warnings + prof.notes:  # stderr, so that stdout holds only the answer
+        warn(w)
     write_output(text, output, [path])
 
 
 def _classify_ranks(paths: list[str], by: str, innermost: bool, top: Optional[int], fmt: str,
                     output: Optional[str], peaks_file: Optional[str], workers: Optional[int],
-                    dask_address: Optional[str]) -> None:
+                    dask_address: Optional[str], wide: bool = False) -> None:
     """Several ranks: merged output of the good ones; one error line per bad one, then exit 2."""
     from profkit import multirank as mr
 
@@ -125,17 +135,16 @@ def _classify_ranks(paths: list[str], by: str, innermost: bool, top: Optional[in
         elif fmt == "markdown":
             text = mr.to_markdown(res)
         else:
-            width = shutil.get_terminal_size((200, 40)).columns if output is None else 200
-            text = mr.to_table(res, console_width=max(width, 120))
+            text = mr.to_table(res, console_width=max(table_width(output, wide), 120))
         warned = set()
         for r in res.good:
             for w in r.warnings:
                 if w not in warned and fmt != "table":
                     warned.add(w)
-                    click.echo(f"profkit: warning: {w}", err=True)
+                    warn(w)
         write_output(text, output, [str(f) for f in files])
     for r in res.errors:
         where = "" if r.path in (r.error or "") else f" ({r.path})"  # the message names its file
-        click.echo(f"profkit: error: rank {r.rank}{where}: {r.error}", err=True)
+        click.echo(f"profkit: error: rank {r.rank}{where}: {one_line(r.error)}", err=True)
     if res.errors:
         sys.exit(EXIT_USAGE)

@@ -2,20 +2,32 @@
 from __future__ import annotations
 
 import functools
+import os
+import sqlite3
 import sys
 from typing import Any, Callable
 
 import click
 
 from profkit.errors import ProfkitError
+from profkit.text import one_line
 
 EXIT_USAGE = 2
+
+# What reading a damaged trace can raise from below profkit's own checks.
+UNEXPECTED = (sqlite3.Error, UnicodeError, ValueError, TypeError, ArithmeticError, KeyError,
+              IndexError, AttributeError)
 
 
 def fail(message: str, code: int = EXIT_USAGE) -> None:
     """Print one line on stderr and exit; never a traceback."""
-    click.echo(f"profkit: error: {message}", err=True)
+    click.echo(f"profkit: error: {one_line(message)}", err=True)
     sys.exit(code)
+
+
+def warn(message: str) -> None:
+    """A warning: one line on stderr, names made harmless."""
+    click.echo(f"profkit: warning: {one_line(message)}", err=True)
 
 
 def one_line_errors(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -29,6 +41,13 @@ def one_line_errors(func: Callable[..., Any]) -> Callable[..., Any]:
             fail(str(exc))
         except (OSError, MemoryError) as exc:
             fail(f"{exc.__class__.__name__}: {exc}")
+        except UNEXPECTED as exc:
+            # A file damaged in a way no check foresaw must still end in one line, not a
+            # traceback; PROFKIT_DEBUG=1 shows the traceback for a bug report.
+            if os.environ.get("PROFKIT_DEBUG"):
+                raise
+            fail(f"unexpected {exc.__class__.__name__} while analysing the input ({exc}); if the "
+                 "file is a fresh nsys export, please report it (PROFKIT_DEBUG=1 shows the traceback)")
 
     return wrapper
 

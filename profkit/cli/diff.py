@@ -11,7 +11,7 @@ from profkit import diff as diff_lib
 from profkit import render
 from profkit.api import load
 from profkit.cli.classify import write_output
-from profkit.cli.common import by_option, fail, load_options, one_line_errors, peaks_option, window_options
+from profkit.cli.common import by_option, fail, load_options, one_line_errors, peaks_option, warn, window_options
 
 EXIT_GATE = 1
 
@@ -65,7 +65,7 @@ def diff(before: str, after: str, by: str, matches: tuple[str, ...], gate: Optio
         text = diff_lib.to_table(res, console_width=max(width, 120))
     if fmt != "table":
         for w in res.warnings:
-            click.echo(f"profkit: warning: {w}", err=True)
+            warn(w)
     write_output(text, output, [before, after])
     if gate is not None:
         bad = res.regressions(gate)

@@ -120,8 +120,12 @@ def from_ncu(member_acts: pd.DataFrame, ncu: pd.DataFrame, calls: int) -> Option
     n = max(calls, 1)
     flops = sum(totals[c] for c in _FLOP_COLS)
     if totals["flops_tensor"] > 0:
-        prec = m["tensor_precision"].dropna()
-        precision = prec.mode().iat[0] if len(prec) else None
+        # The tensor precision that did most of the tensor work: kernels without tensor work
+        # (empty or missing precision) must not outvote the GEMMs.
+        tp = m[["tensor_precision", "flops_tensor"]].dropna()
+        tp = tp[tp["tensor_precision"].astype(str).str.fullmatch(r"[a-z0-9_]+") & (tp["flops_tensor"] > 0)]
+        precision = (str(tp.groupby("tensor_precision")["flops_tensor"].sum().idxmax())
+                     if len(tp) else None)
     elif flops > 0:
         precision = max(("fp64", "fp32", "fp16"), key=lambda p: totals[f"flops_{p}"])
     else:

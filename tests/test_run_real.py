@@ -180,3 +180,21 @@ def test_emit_nvtx_decorations_are_cut_before_grouping():
     ops = profkit.load(REAL / "train_llama_aten.sqlite").ops(by="range")
     assert len(ops) < 60  # about 900 rows when every op_id/seq made its own name
     assert "MmBackward0" in ops.index and not any("op_id =" in n for n in ops.index)
+
+
+def test_ncu_pass_without_a_range_covers_one_whole_iteration():
+    """Captured on the H200 with `profkit capture --ncu` and no --ncu-range: ncu profiled the
+    second-to-last `step`, every kernel of it (the autograd thread's backward included)."""
+    path = REAL / "sync_loop_ncu_auto.sqlite"
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    meta = dict(con.execute("SELECT key, value FROM PROFKIT_META"))
+    n_ncu = con.execute("SELECT count(*) FROM PROFKIT_NCU_METRICS").fetchone()[0]
+    t0, t1 = (int(x) for x in meta["ncu_window"].split(","))
+    launched = con.execute(
+        "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN CUPTI_ACTIVITY_KIND_RUNTIME r "
+        "ON r.correlationId = k.correlationId WHERE r.start BETWEEN ? AND ?", (t0, t1)).fetchone()[0]
+    con.close()
+    assert meta["ncu_iteration"] == "step#2" and n_ncu == launched == 62
+    # a range that mixes bf16 tensor-core GEMMs with fp32 helpers is judged on the bf16 roof
+    op = profkit.load(path).ops(by="range").loc["step"]
+    assert op["source"] == "ncu" and op["class"] == "compute" and 0.3 < op["pct_of_roof"] < 0.5

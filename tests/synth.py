@@ -71,3 +71,15 @@ def make_trace(path: Path, *, kernels: Iterable[tuple] = (), runtime: Iterable[t
     con.commit()
     con.close()
     return path
+
+
+WHOLE = ("classify", "diff", "report", "roofline", "timeline", "export-perfetto")
+
+
+def whole(args: list) -> list:
+    """CLI arguments for golden outputs over the whole capture with per-thread projection (as
+    Nsight Systems computes them): --window all --attribution thread unless a window is given."""
+    args = [str(a) for a in args]
+    if args and args[0] in WHOLE and "--window" not in args:
+        return [args[0], "--window", "all", "--attribution", "thread", *args[1:]]
+    return args

@@ -10,22 +10,11 @@ import pytest
 from click.testing import CliRunner
 
 from profkit.cli import main
-from synth import TID, make_trace
+from synth import TID, make_trace, whole
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACE = ROOT / "traces" / "micro_addnorm_gemm.sqlite"
 GOLDEN = ROOT / "tests" / "data" / "golden"
-
-
-WHOLE = ("classify", "diff", "report", "roofline", "timeline", "export-perfetto")
-
-
-def whole(args: list) -> list:
-    """Golden outputs here are over the whole capture, per-thread projection (as Nsight Systems)."""
-    args = [str(a) for a in args]
-    if args and args[0] in WHOLE and "--window" not in args:
-        return [args[0], "--window", "all", "--attribution", "thread", *args[1:]]
-    return args
 
 
 def run(*args):

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 import profkit
 from profkit.cli import main
 from profkit.diff import DIFF_SCHEMA_VERSION, diff, run_lines, to_markdown
-from synth import TID, make_trace
+from synth import TID, make_trace, whole
 
 # Golden numbers here are over the whole capture with Nsight Systems' per-thread projection.
 load_all = partial(profkit.load, window="all", attribution="thread")
@@ -24,17 +24,6 @@ load_all = partial(profkit.load, window="all", attribution="thread")
 ROOT = Path(__file__).resolve().parents[1]
 GRAPH = ROOT / "traces" / "micro_graph.sqlite"
 REF = ROOT / "tests" / "data" / "nsys_ref"
-
-
-WHOLE = ("classify", "diff", "report", "roofline", "timeline", "export-perfetto")
-
-
-def whole(args: list) -> list:
-    """Golden outputs here are over the whole capture, per-thread projection (as Nsight Systems)."""
-    args = [str(a) for a in args]
-    if args and args[0] in WHOLE and "--window" not in args:
-        return [args[0], "--window", "all", "--attribution", "thread", *args[1:]]
-    return args
 
 
 def run(*args):

@@ -13,23 +13,12 @@ from click.testing import CliRunner
 
 from profkit import multirank as mr
 from profkit.cli import main
-from synth import TID, make_trace
+from synth import TID, make_trace, whole
 
 ROOT = Path(__file__).resolve().parents[1]
 DDP = ROOT / "traces" / "ddp2"
 REF = ROOT / "tests" / "data" / "nsys_ref"
 NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<(unsigned long)4096>)"
-
-
-WHOLE = ("classify", "diff", "report", "roofline", "timeline", "export-perfetto")
-
-
-def whole(args: list) -> list:
-    """Golden outputs here are over the whole capture, per-thread projection (as Nsight Systems)."""
-    args = [str(a) for a in args]
-    if args and args[0] in WHOLE and "--window" not in args:
-        return [args[0], "--window", "all", "--attribution", "thread", *args[1:]]
-    return args
 
 
 # Per-rank numbers here are checked against nsys: whole capture, per-thread projection.

@@ -25,7 +25,7 @@ from profkit.plots import roofline, roofline_data, timeline, timeline_data  # no
 from profkit.plots.roofline import _roofs  # noqa: E402
 from profkit.plots.timeline import (COMPUTE, LAUNCH, MEMORY, OTHER, Lane, TimelineData,  # noqa: E402
                                     _coverage, _idle_gaps, parse_time)
-from synth import TID, make_trace  # noqa: E402
+from synth import TID, make_trace, whole  # noqa: E402
 
 # Golden numbers here are over the whole capture with Nsight Systems' per-thread projection.
 load_all = partial(profkit.load, window="all", attribution="thread")
@@ -335,17 +335,6 @@ def test_timeline_million_intervals_are_binned_not_looped():
 
 
 # --- CLI -----------------------------------------------------------------------------------------
-
-WHOLE = ("classify", "diff", "report", "roofline", "timeline", "export-perfetto")
-
-
-def whole(args: list) -> list:
-    """Golden outputs here are over the whole capture, per-thread projection (as Nsight Systems)."""
-    args = [str(a) for a in args]
-    if args and args[0] in WHOLE and "--window" not in args:
-        return [args[0], "--window", "all", "--attribution", "thread", *args[1:]]
-    return args
-
 
 def run(*args):
     return CliRunner().invoke(main, whole(list(args)), catch_exceptions=False)

@@ -18,13 +18,14 @@ import pandas as pd
 from profkit import evidence as ev
 from profkit import gpu_metrics
 from profkit import patterns
+from profkit import rules
 from profkit.advisor import Frame, Suggestion, advise, advise_pair
 from profkit.attribution import aten_key
 from profkit.classify import judge, launch_stats
 from profkit.ops import group_ops
 from profkit.errors import ProfkitError
 from profkit.peaks import Peaks, resolve_peaks
-from profkit.run import RunSummary, critical_fraction, summarize, sync_intervals
+from profkit.run import MIN_ACTION_GAIN, RunSummary, apply_actions, critical_fraction, summarize, sync_intervals
 from profkit.trace import Trace
 from profkit.window import Window, find_window
 
@@ -57,12 +58,22 @@ class Profile:
         self.peaks, self.warnings = resolve_peaks(self.gpu, peaks_file)
         self.notes: list[str] = []
         self._run: Optional[RunSummary] = None
+        self._findings: list = []
 
     def run(self) -> RunSummary:
         """Where the window's wall time goes and the verdict for the whole program."""
         if self._run is None:
-            self._run = summarize(self.full_trace, self.window, self.peaks.launch_floor_ns)
+            summary = summarize(self.full_trace, self.window, self.peaks.launch_floor_ns)
+            # Set first: rules may read the frame (wall time) while they run.
+            self._run = summary
+            self._findings = rules.evaluate(self, summary)
+            apply_actions(summary, self._findings)
         return self._run
+
+    def findings(self) -> list:
+        """Every rule's findings (profkit.rules), best expected gain on wall time first."""
+        self.run()
+        return list(self._findings)
 
     def frame(self) -> Frame:
         """What end-to-end gains are measured against: the window's GPU time and wall time."""
@@ -198,20 +209,36 @@ class Profile:
         by expected gain on wall time.
         """
         out = self.run().as_dict()
-        actions = [a.as_dict() for a in self.run().actions]
-        if ops is not None and len(ops):
-            worth = ops[ops["worth_it"].astype(bool)]
-            for name, row in worth.iterrows():
-                actions.append({"rule": f"op:{row['rung']}", "action": f"{name}: {row['action']}",
-                                "expected_end_to_end_speedup":
-                                    round(float(row["expected_end_to_end_speedup"]), 3),
-                                "basis": row["basis"]})
-        actions.sort(key=lambda a: -a["expected_end_to_end_speedup"])
+        actions = ranked_actions(self.findings(), ops)
         out["actions"] = actions[:3]
         if actions and out["verdict"]["class"] == "gpu-bound":
             out["verdict"]["action"] = actions[0]["action"]
             out["verdict"]["expected_end_to_end_speedup"] = actions[0]["expected_end_to_end_speedup"]
         return out
+
+
+def ranked_actions(findings: list, ops: Optional[pd.DataFrame] = None) -> list[dict]:
+    """Rule findings and op-level suggestions that pay, ranked by expected gain on wall time.
+
+    One action is counted once: an op row whose kernels a finding already claims (the rule
+    speaks for them, e.g. the foreach optimizer kernels), or whose action text repeats one
+    already listed, is left out.
+    """
+    actions = [f.as_action() for f in findings if f.expected_end_to_end_speedup >= MIN_ACTION_GAIN]
+    claimed = set().union(*(f.kernels for f in findings)) if findings else set()
+    seen = {a["action"] for a in actions}
+    if ops is not None and len(ops):
+        worth = ops[ops["worth_it"].astype(bool)]
+        for name, row in worth.iterrows():
+            if name in claimed or row["action"] in seen:
+                continue
+            seen.add(row["action"])
+            actions.append({"rule": f"op:{row['rung']}", "action": f"{name}: {row['action']}",
+                            "expected_end_to_end_speedup":
+                                round(float(row["expected_end_to_end_speedup"]), 3),
+                            "basis": row["basis"]})
+    actions.sort(key=lambda a: -a["expected_end_to_end_speedup"])
+    return actions
 
 
 def _op_dtype(member_acts: pd.DataFrame) -> ev.OpDtype:

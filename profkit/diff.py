@@ -331,7 +331,7 @@ def run_change(before: Profile, after: Profile) -> dict:
         "before_verdict": rb.verdict.value, "after_verdict": ra.verdict.value,
         "before_gpu_idle_fraction": round(rb.gpu_idle_fraction, 4),
         "after_gpu_idle_fraction": round(ra.gpu_idle_fraction, 4),
-        "predicted": [a.as_dict() for a in rb.actions[:3]],
+        "predicted": [a.as_action() for a in rb.top_actions()],
     }
 
 

@@ -306,6 +306,21 @@ class TraceReader:
         acts = acts[ACTIVITY_COLUMNS].sort_values(["start", "end"], kind="stable").reset_index(drop=True)
         return acts
 
+    def copy_memory_kinds(self) -> pd.DataFrame:
+        """Host-side memory of each memcpy: start, correlationId, copyKind, srcKind, dstKind.
+
+        Kinds follow ENUM_CUDA_MEM_KIND (0 pageable, 1 pinned, 2 device, ...): a host-to-device
+        copy from pageable memory is staged by the CPU and cannot overlap with its caller."""
+        t = self.memcpy_table
+        cols = ["start", "correlationId", "copyKind", "srcKind", "dstKind"]
+        if not t or not {"srcKind", "dstKind", "copyKind"} <= columns_of(self.conn, t):
+            return pd.DataFrame(columns=cols)
+        return pd.DataFrame(self.int_columns(t, {"start": "a.start",
+                                                 "correlationId": "coalesce(a.correlationId, -1)",
+                                                 "copyKind": "coalesce(a.copyKind, 0)",
+                                                 "srcKind": "coalesce(a.srcKind, -1)",
+                                                 "dstKind": "coalesce(a.dstKind, -1)"}))
+
     def api_calls(self) -> pd.DataFrame:
         """Every CUDA runtime/driver API call: start, end, globalTid, correlationId, name.
 

@@ -64,6 +64,17 @@ class Trace:
             reader.close()
 
     @cached_property
+    def copy_kinds(self) -> pd.DataFrame:
+        """Host memory kinds of the memcpys (pageable or pinned), read on first use."""
+        reader = TraceReader(self.path)
+        try:
+            return reader.copy_memory_kinds()
+        except (sqlite3.DatabaseError, pd.errors.DatabaseError) as exc:
+            raise TraceError(f"{self.path}: damaged or truncated export ({exc}); export the trace again") from None
+        finally:
+            reader.close()
+
+    @cached_property
     def total_gpu_time_ns(self) -> int:
         """Sum of the durations of every kernel, memcpy and memset in the trace."""
         return int((self.activities["end"] - self.activities["start"]).sum())

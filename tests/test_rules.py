@@ -181,6 +181,8 @@ def test_no_advice_contradicts_its_evidence(path):
     rms_model = norm_kind(kernels) is NormKind.RMS
     for by, name, row in _op_rows(path):
         a = str(row["action"])
+        # An op's end-to-end gain never exceeds its own gain.
+        assert 1.0 <= row["expected_end_to_end_speedup"] <= row["expected_op_speedup"] + 1e-9, (by, name)
         if FLASH.search(name):   # a flash / cuDNN attention kernel is never told to use one
             assert "flash / cuDNN backend" not in a, (by, name, a)
         if rms_model:            # an RMSNorm model is never pointed to the LayerNorm kernel

@@ -235,3 +235,10 @@ def test_reading_layers_never_import_the_rules_and_rules_never_render():
         bad = {m for m in _imports(f) if m.startswith(("profkit.plots", "profkit.render", "profkit.report",
                                                        "profkit.cli", "matplotlib"))}
         assert not bad, (f.name, bad)
+
+
+def test_with_aten_shapes_the_rules_name_weight_casts_and_the_logits():
+    f = finding("real/train_llama_aten", "PK202")
+    assert f.evidence["weight_casts_per_iteration"] == 30.0
+    f = finding("real/train_llama_aten", "PK203")
+    assert f.evidence["logits_shape"] == [4096, 32000] and f.evidence["fp32_logits_bytes"] == 524288000

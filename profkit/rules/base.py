@@ -11,6 +11,7 @@ largest gain that formula allows (``bound``): the consistency checks hold each f
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+import ast
 import re
 from enum import Enum
 from functools import cached_property
@@ -25,6 +26,9 @@ from profkit.run import critical_fraction, sync_intervals
 if TYPE_CHECKING:  # the facade imports the rules, never the other way at run time
     from profkit.api import Profile
     from profkit.run import RunSummary
+
+
+_SIZES_RE = re.compile(r"sizes = (\[.*?\]\])")
 
 
 class Scope(str, Enum):
@@ -146,6 +150,23 @@ class RuleContext:
         return speedup(wall, new), new, (
             f"wall / max(CPU time {self.host_floor_ns / 1e6:.1f} ms (wall - blocked in syncs), "
             f"wall - saved GPU time {saved_ns / 1e6:.2f} ms x critical share {crit:.2f})")
+
+    def aten_sizes(self, op: str) -> list[list]:
+        """Input sizes of each call of aten op ``op`` in the window (emit_nvtx record_shapes);
+        empty when the trace has no aten ranges."""
+        r = self.prof.trace.ranges
+        if r.empty:
+            return []
+        names = r.loc[r["name"].str.startswith(op + ",", na=False), "name"]
+        out = []
+        for n in names:
+            m = _SIZES_RE.search(n)
+            if m:
+                try:
+                    out.append(ast.literal_eval(m.group(1)))
+                except (ValueError, SyntaxError):
+                    continue
+        return out
 
     def window_kernel_names(self) -> list[str]:
         return self.kernels.index.tolist()

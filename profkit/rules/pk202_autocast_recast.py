@@ -12,6 +12,10 @@ Evidence
     Kernel names: fp32 -> bf16/fp16 cast kernels (``bfloat16_copy_kernel_cuda ... lambda(float)``),
     bf16/fp16 GEMMs (kernel dtype), and optimizer kernels on fp32 tensors (foreach or fused).
     The kernel names do not tell weight casts from activation casts: the bound counts all of them.
+    With aten shapes (``capture --aten``), the ``aten::_to_copy`` calls of tensors shaped like an
+    ``aten::linear`` weight are counted as the weight casts (train_llama_aten: 30 per step,
+    [1024, 1024] x 16, [2816, 1024] x 8, [1024, 2816] x 4, [32000, 1024] x 2: 0.70 GB of cast
+    traffic per step).
 Fix
     Keep bf16 weights for forward/backward and an fp32 master copy only in the optimizer (one cast
     per step after the update; e.g. FSDP ``MixedPrecision(param_dtype=torch.bfloat16)``), or
@@ -57,12 +61,21 @@ def detect(ctx: RuleContext) -> list[Finding]:
         return []
     total = float(casts["total_ns"].sum())
     crit = float(casts["critical_ns"].sum()) / total if total else 0.0
+    ev = {"casts_per_iteration": round(per_it, 1), "cast_kernel_ns": int(total),
+          "critical_share": round(crit, 3)}
+    # With aten shapes (capture --aten), name the weight casts: casts of a tensor shaped like
+    # the weight argument of an aten::linear call.
+    shapes = {tuple(sz[1]) for sz in ctx.aten_sizes("aten::linear") if len(sz) > 1 and len(sz[1]) == 2}
+    weights = [sz[0] for sz in ctx.aten_sizes("aten::_to_copy") if sz and tuple(sz[0]) in shapes]
+    if weights:
+        elems = sum(a * b for a, b in weights)
+        ev["weight_casts_per_iteration"] = round(len(weights) / max(ctx.iterations, 1), 1)
+        ev["weight_cast_bytes_per_iteration"] = int(6 * elems / max(ctx.iterations, 1))  # read 4, write 2
     g, _, basis = ctx.gpu_saving_gain(total, crit)
     return [Finding(RULE.code, RULE.name,
                     f"keep bf16 weights for the forward and backward and the fp32 master copy only in "
                     f"the optimizer (cast once per step), instead of autocast casting them again each "
                     f"step ({per_it:.0f} fp32 -> 16-bit cast kernels per iteration)", Rung.LIBRARY,
-                    {"casts_per_iteration": round(per_it, 1), "cast_kernel_ns": int(total),
-                     "critical_share": round(crit, 3)}, g,
+                    ev, g,
                     f"upper bound, all casts removed: cast kernels {ctx.per_iteration(total)}; {basis}",
                     g, None, Scope.OPS, frozenset(casts.index))]

@@ -49,13 +49,17 @@ def detect(ctx: RuleContext) -> list[Finding]:
     total = float(rows["total_ns"].sum())
     crit = float(rows["critical_ns"].sum()) / total if total else 0.0
     saved = total * (1.0 - 1.0 / OP_GAIN)
+    ev = {"log_softmax_kernel_ns": int(total), "median_call_ns": int(rows["median_ns"].max()),
+          "critical_share": round(crit, 3)}
+    shapes = [sz[0] for sz in ctx.aten_sizes("aten::_log_softmax") if sz and len(sz[0]) == 2]
+    if shapes:  # with aten shapes: tokens x vocab of the logits, and their fp32 bytes
+        tokens, vocab = max(shapes, key=lambda s: s[0] * s[1])
+        ev.update({"logits_shape": [tokens, vocab], "fp32_logits_bytes": int(4 * tokens * vocab)})
     g, _, basis = ctx.gpu_saving_gain(saved, crit)
     g = min(g, OP_GAIN)
     return [Finding(RULE.code, RULE.name,
                     "compute the loss without materialising fp32 logits: a fused linear-cross-entropy "
                     "(Liger-Kernel LigerFusedLinearCrossEntropyLoss) or a chunked bf16 loss",
-                    Rung.LIBRARY, {"log_softmax_kernel_ns": int(total),
-                                   "median_call_ns": int(rows["median_ns"].max()),
-                                   "critical_share": round(crit, 3)}, g,
+                    Rung.LIBRARY, ev, g,
                     f"log-softmax fwd+bwd {ctx.per_iteration(total)} / {OP_GAIN:.0f}; {basis}",
                     g, OP_GAIN, Scope.OPS, frozenset(rows.index))]

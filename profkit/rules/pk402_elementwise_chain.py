@@ -75,7 +75,7 @@ def detect(ctx: RuleContext) -> list[Finding]:
     if not chains or total < RULE.param("min_gpu_share") * float(dur.sum()):
         return []
     op_gain = total / (total - saved)
-    share = crit_ns / total
+    share = float(crit_ns / total)
     g, _, basis = ctx.gpu_saving_gain(saved, share)
     g = min(g, op_gain)
     return [Finding(RULE.code, RULE.name,

@@ -78,7 +78,11 @@ class Profile:
     def frame(self) -> Frame:
         """What end-to-end gains are measured against: the window's GPU time and wall time."""
         gpu = float(self.trace.total_gpu_time_ns)
-        return Frame(gpu_time_ns=gpu, wall_ns=gpu if self.gains == "gpu" else float(self.run().wall_time_ns))
+        if self.gains == "gpu":
+            return Frame(gpu_time_ns=gpu, wall_ns=gpu)
+        r = self.run()
+        return Frame(gpu_time_ns=gpu, wall_ns=float(r.wall_time_ns),
+                     host_floor_ns=float(max(r.wall_time_ns - r.sync_blocked_ns, 0)))
 
     def level_for(self, by: str) -> str:
         """``by``, or the level an unannotated trace falls back to (with a note)."""
@@ -120,7 +124,7 @@ class Profile:
         frame = self.frame()
         crit = critical_fraction(acts, sync_intervals(self.full_trace)).to_numpy()
         dur_all = (acts["end"] - acts["start"]).to_numpy(dtype="float64")
-        rows, works = [], {}
+        rows, works, kernels_of = [], {}, {}
         ops = groups.ops if top is None else groups.ops.head(top)
         for name, op in ops.iterrows():
             rec = {"name": name, **op.to_dict()}
@@ -158,10 +162,12 @@ class Profile:
             })
             rows.append(rec)
             works[name] = work
+            kernels_of[name] = set(knames)
         if by == "aten":
             self._apply_pairs(rows, works, frame)
         df = pd.DataFrame(rows).set_index("name")
         df.attrs["level"] = by
+        df.attrs["kernels_of"] = kernels_of  # for counting an action once (ranked_actions)
         return df
 
     def _apply_pairs(self, rows: list[dict], works: dict, frame: Frame) -> None:
@@ -209,7 +215,13 @@ class Profile:
         by expected gain on wall time.
         """
         out = self.run().as_dict()
-        actions = ranked_actions(self.findings(), ops)
+        findings = self.findings()
+        actions = ranked_actions(findings, ops)
+        # Every rule that fired, paying or not: "fused=True, but it will not shorten this step"
+        # is advice too (profkit rules --explain CODE gives the reasoning).
+        out["findings"] = [{"code": f.code, "rule": f.rule, "action": f.action,
+                            "expected_end_to_end_speedup": round(float(f.expected_end_to_end_speedup), 3),
+                            "bound": round(float(f.bound), 3)} for f in findings]
         out["actions"] = actions[:3]
         if actions and out["verdict"]["class"] == "gpu-bound":
             out["verdict"]["action"] = actions[0]["action"]
@@ -220,9 +232,9 @@ class Profile:
 def ranked_actions(findings: list, ops: Optional[pd.DataFrame] = None) -> list[dict]:
     """Rule findings and op-level suggestions that pay, ranked by expected gain on wall time.
 
-    One action is counted once: an op row whose kernels a finding already claims (the rule
-    speaks for them, e.g. the foreach optimizer kernels), or whose action text repeats one
-    already listed, is left out.
+    One action is counted once: an op row whose GPU work is mostly kernels a finding already
+    claims (the rule speaks for them, e.g. the foreach optimizer kernels under an `optimizer`
+    range), or whose action text repeats one already listed, is left out.
     """
     actions = [f.as_action() for f in findings if f.expected_end_to_end_speedup >= MIN_ACTION_GAIN]
     claimed = set().union(*(f.kernels for f in findings)) if findings else set()
@@ -230,7 +242,9 @@ def ranked_actions(findings: list, ops: Optional[pd.DataFrame] = None) -> list[d
     if ops is not None and len(ops):
         worth = ops[ops["worth_it"].astype(bool)]
         for name, row in worth.iterrows():
-            if name in claimed or row["action"] in seen:
+            kernels = ops.attrs.get("kernels_of", {}).get(name, {name})
+            if name in claimed or (kernels and len(kernels & claimed) * 2 >= len(kernels)) \
+                    or row["action"] in seen:
                 continue
             seen.add(row["action"])
             actions.append({"rule": f"op:{row['rung']}", "action": f"{name}: {row['action']}",

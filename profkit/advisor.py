@@ -31,6 +31,8 @@ _NORM_RE = re.compile(r"rms_?norm|layer_?norm|RMSNorm|LayerNorm", re.I)
 _ADD_RE = re.compile(r"add|residual", re.I)
 _SOFTMAX_RE = re.compile(r"softmax", re.I)
 _GELU_RE = re.compile(r"gelu", re.I)
+NCCL_SETUP_RE = re.compile(r"nccl(CommInit\w*|CommSplit|GetUniqueId|CommDestroy|CommAbort|"
+                           r"CommFinalize|CommRegister)", re.I)
 _ATTN_RE = re.compile(r"attention|flash|fmha|sdpa|cudnn_attention", re.I)
 
 
@@ -117,6 +119,10 @@ def advise(op: dict, verdict: Verdict, work: Optional[Work], peaks: Peaks, kerne
     kpc = float(op["kernels_per_call"])
     text = " ".join([str(op["name"])] + kernel_names)
     pct = verdict.pct_of_roof
+    if NCCL_SETUP_RE.search(str(op["name"])):
+        # Communicator set-up runs once: there is nothing to fuse or overlap.
+        return Suggestion(Rung.NONE, "Leave it: NCCL communicator set-up, a one-off before the "
+                          "steady state", 1.0, 1.0, "one-off set-up: no estimate", False, 1.0)
     if patterns.is_compiled(str(op["name"]), kernel_names):
         # torch.compile made these kernels: telling the user to compile them contradicts the
         # evidence; their next step is in the compiler's own settings, not a new kernel.
@@ -161,16 +167,21 @@ def _choose(op, verdict, work, peaks, text, kpc, span, busy, pct, under_graph, k
                     f"the GPU waits {gap / 1e3:.0f} us per kernel, far more than launching costs: the "
                     "host is busy with other work inside this range (compilation, autotuning, "
                     "synchronisation, data loading, Python); profile the CPU side (nsys -s cpu) — no "
-                    "kernel will help", span / max(busy, floor),
-                    f"host bound: span {span / 1e3:.1f} us / busy {busy / 1e3:.1f} us if the host work went away")
+                    "kernel will help", 1.0,
+                    f"host bound: no kernel gain (span {span / 1e3:.1f} us vs busy {busy / 1e3:.1f} us "
+                    "is the host's work)")
         if kpc >= 2 and under_graph:
             # Launch gaps are already gone: only fewer, larger kernels help.
+            # Fusion merges the distinct kernels of a call; repeats of one kernel (a loop inside
+            # the range) stay separate launches: kpc / chain kernels remain.
+            left = max(kpc / max(chain, 1.0), 1.0)
             return (Rung.TORCH_COMPILE,
                     f"these kernels already replay from a CUDA graph, so launches are cheap but each "
-                    f"kernel is tiny: fuse the {kpc:.0f} kernels of each call into one with "
+                    f"kernel is tiny: fuse the {chain:.0f} different kernels of each call with "
                     f"torch.compile{bundled}",
-                    span / max(floor, kmed),
-                    f"fusion bound: span {span / 1e3:.1f} us / one kernel {max(floor, kmed) / 1e3:.1f} us")
+                    span / (max(floor, kmed) * left),
+                    f"fusion bound: span {span / 1e3:.1f} us / ({left:.0f} fused kernel(s) x "
+                    f"{max(floor, kmed) / 1e3:.1f} us)")
         if kpc >= 2:
             return (Rung.TORCH_COMPILE,
                     f"the GPU waits on launches: fuse the {kpc:.0f} kernels of each call with "
@@ -223,8 +234,8 @@ def _choose(op, verdict, work, peaks, text, kpc, span, busy, pct, under_graph, k
                     span / fused_t, f"fusion bound: span / (busy / {chain:.0f} kernels)")
         if pct is not None:
             return (Rung.TRITON, f"at {pct:.0%} of the bandwidth roof: a Triton kernel with wide, "
-                                 "coalesced loads should reach ~90%", TARGET_MEMORY / pct,
-                    f"roofline bound: 90% / {pct:.0%}")
+                                 "coalesced loads should reach ~90%", _roof_gain(TARGET_MEMORY, pct, span, floor),
+                    f"roofline bound: 90% / {pct:.1%}, no kernel shorter than the launch floor")
         return (Rung.TORCH_COMPILE, "try torch.compile on the code around it; capture with --ncu "
                                     "to see how far it is from the bandwidth roof",
                 1.0, "no work counts: no estimate")
@@ -250,13 +261,15 @@ def _choose(op, verdict, work, peaks, text, kpc, span, busy, pct, under_graph, k
                 "already on the flash / cuDNN path: no estimate")
     if attention and (pct is None or pct < NEAR_ROOF):
         return (Rung.LIBRARY, "use torch.nn.functional.scaled_dot_product_attention with the "
-                              "flash / cuDNN backend in bf16", (TARGET_COMPUTE / pct) if pct else 1.0,
+                              "flash / cuDNN backend in bf16",
+                _roof_gain(TARGET_COMPUTE, pct, span, floor) if pct else 1.0,
                 "roofline bound at 70% of compute" if pct else "no work counts")
     if gemm:
         if pct is not None:
             return (Rung.LIBRARY, f"GEMM at {pct:.0%} of its roof: try torch.compile(mode='max-autotune') "
                                   "or cuBLASLt heuristics; keep dims multiples of 64; CUTLASS only for "
-                                  "a custom epilogue", TARGET_COMPUTE / pct, "roofline bound at 70%")
+                                  "a custom epilogue", _roof_gain(TARGET_COMPUTE, pct, span, floor),
+                    "roofline bound at 70%")
         if chain > 2:
             return (Rung.NONE, f"a range of {chain:.0f} different kernels, GEMM-family among them: break "
                                "it down with --by kernel or --by aten (capture with --aten/--ncu) before "
@@ -266,9 +279,17 @@ def _choose(op, verdict, work, peaks, text, kpc, span, busy, pct, under_graph, k
     if pct is not None:
         return (Rung.TRITON, f"compute-bound at {pct:.0%} of its roof: a Triton kernel (or CUTLASS "
                              "for a GEMM-like mainloop) could use the tensor cores",
-                TARGET_COMPUTE / pct, "roofline bound at 70%")
+                _roof_gain(TARGET_COMPUTE, pct, span, floor), "roofline bound at 70%")
     return (Rung.NONE, "measure before acting: capture with --ncu to read the counters", 1.0,
             "no work counts: no estimate")
+
+
+def _roof_gain(target: float, pct: float, span: float, floor: float) -> float:
+    """target / pct of roof, but no kernel runs shorter than the launch floor: a tiny kernel at
+    0.1% of its roof is not 900x from a good one."""
+    if not pct or pct <= 0:
+        return span / floor if floor else 1.0
+    return max(1.0, min(target / pct, span / floor if floor else target / pct))
 
 
 def advise_pair(producer: dict, consumer: dict, kernel: str, pair_calls: int,

@@ -159,8 +159,8 @@ COMPILED = re.compile(r"^triton_(poi|red|per|tem)_|Torch-Compiled Region|Compile
                       r"/compile/|autotun", re.I)
 
 
-def _op_rows(path: Path):
-    p = profkit.load(path)
+def _op_rows(path: Path, window: str = "auto"):
+    p = profkit.load(path, window=window)
     for by in ("range", "kernel", "aten"):
         try:
             df = p.ops(by=by)
@@ -207,6 +207,12 @@ def test_no_advice_contradicts_its_evidence(path):
 
 
 def test_nccl_set_up_is_never_advised():
+    for path in (ROOT / "traces" / "ddp2").glob("*.sqlite"):
+        for by, name, row in _op_rows(path, window="all"):
+            if re.search(r"CommInit", name):
+                assert row["rung"] == "none" and "one-off" in row["action"], (by, name, row["action"])
+            if re.search(r"nccl", name, re.I):
+                assert not re.search(r"\bfuse\b", str(row["action"])), (by, name, row["action"])
     # The whole capture, set-up included: the communicator's broadcast runs once, never per step.
     p = profkit.load(ROOT / "traces" / "ddp2" / "rank0.sqlite", window="all")
     for f in p.findings():

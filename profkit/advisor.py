@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from profkit import comm, patterns
-from profkit.classify import GEMM_RE, Verdict
+from profkit.classify import GEMM_RE, Verdict, gemm_shape_hint
 from profkit.evidence import Work
 from profkit.model import BoundClass, Rung
 from profkit.peaks import Peaks
@@ -31,6 +31,7 @@ _NORM_RE = re.compile(r"rms_?norm|layer_?norm|RMSNorm|LayerNorm", re.I)
 _ADD_RE = re.compile(r"add|residual", re.I)
 _SOFTMAX_RE = re.compile(r"softmax", re.I)
 _GELU_RE = re.compile(r"gelu", re.I)
+FUSED_OPTIMIZER_RE = re.compile(r"Fused(Adam|AdamW|Sgd|SGD|Adagrad)\w*Functor", re.I)
 NCCL_SETUP_RE = re.compile(r"nccl(CommInit\w*|CommSplit|GetUniqueId|CommDestroy|CommAbort|"
                            r"CommFinalize|CommRegister)", re.I)
 _ATTN_RE = re.compile(r"attention|flash|fmha|sdpa|cudnn_attention", re.I)
@@ -219,13 +220,24 @@ def _choose(op, verdict, work, peaks, text, kpc, span, busy, pct, under_graph, k
             return (Rung.NONE, f"Leave the kernel: at {pct:.0%} of the memory bandwidth roof a new "
                                f"kernel would not pay; to go faster, {less}", 1.0,
                     f"roofline: {pct:.0%} of roof")
+        if gemm and chain > 2:
+            # A range mixing GEMMs with many other kernels (a whole step): GEMM advice would be
+            # about the range's name, not its evidence.
+            return (Rung.NONE, f"a range of {chain:.0f} different kernels, GEMM-family among them: "
+                               "break it down with --by kernel or --by aten before acting", 1.0,
+                    "no single kernel family: no estimate")
         if gemm:
             tgt = (work.bytes / (TARGET_MEMORY * peaks.memory_bandwidth) * 1e9
                    if work is not None and work.bytes else None)
-            return (Rung.LIBRARY, "memory-bound GEMM (skinny: it streams the weights): batch more "
-                                  "tokens per call, or use weight-only int8/fp8 quantization "
-                                  "(fewer bytes per weight)", (span / tgt) if tgt else 1.0,
+            skinny = gemm_shape_hint(list(knames)) == "skinny"
+            what = ("memory-bound GEMM (skinny: it streams the weights)" if skinny else
+                    "memory-bound GEMM (few FLOPs per byte)")
+            return (Rung.LIBRARY, f"{what}: batch more tokens per call, or use weight-only int8/fp8 "
+                                  "quantization (fewer bytes per weight)", (span / tgt) if tgt else 1.0,
                     "roofline bound at 90% of bandwidth" if tgt else "no work counts")
+        if FUSED_OPTIMIZER_RE.search(text):
+            return (Rung.NONE, "Leave it: the optimizer already runs as the fused kernel "
+                               "(fused=True)", 1.0, "already fused: no estimate")
         if chain >= 2 and kpc >= 2:
             # Each of the `chain` distinct kernels makes a pass over the data; one fused pass remains.
             fused_t = max(floor * kpc / chain, busy / chain)

@@ -169,7 +169,7 @@ def _op_rows(path: Path, window: str = "auto"):
         if df.attrs.get("level") != by:
             continue
         for name, row in df.iterrows():
-            yield by, str(name), row
+            yield by, str(name), row, df.attrs["kernels_of"].get(name, set())
 
 
 @pytest.mark.parametrize("path", TRACES, ids=[p.name for p in TRACES])
@@ -179,8 +179,14 @@ def test_no_advice_contradicts_its_evidence(path):
     acts = profkit.load(path).full_trace.activities
     kernels = acts.loc[acts["kind"].astype(str) == "kernel", "name"].drop_duplicates().tolist()
     rms_model = norm_kind(kernels) is NormKind.RMS
-    for by, name, row in _op_rows(path):
+    from profkit.classify import gemm_shape_hint
+    for by, name, row, knames in _op_rows(path):
         a = str(row["action"])
+        if "skinny" in a:  # only GEMMs whose tiles say so are called skinny
+            assert gemm_shape_hint(sorted(knames)) == "skinny", (by, name, a)
+        if (by == "kernel" or re.search(r"optim", name, re.I)) and \
+                any(re.search(r"Fused(Adam|Sgd)\w*Functor", k) for k in knames):  # fused optimizer
+            assert row["rung"] != "torch.compile", (by, name, a)
         # An op's end-to-end gain never exceeds its own gain.
         assert 1.0 <= row["expected_end_to_end_speedup"] <= row["expected_op_speedup"] + 1e-9, (by, name)
         if FLASH.search(name):   # a flash / cuDNN attention kernel is never told to use one
@@ -208,8 +214,8 @@ def test_no_advice_contradicts_its_evidence(path):
 
 def test_nccl_set_up_is_never_advised():
     for path in (ROOT / "traces" / "ddp2").glob("*.sqlite"):
-        for by, name, row in _op_rows(path, window="all"):
-            if re.search(r"CommInit", name):
+        for by, name, row, _ in _op_rows(path, window="all"):
+            if re.search(r"CommInit", name):  # noqa: SIM102
                 assert row["rung"] == "none" and "one-off" in row["action"], (by, name, row["action"])
             if re.search(r"nccl", name, re.I):
                 assert not re.search(r"\bfuse\b", str(row["action"])), (by, name, row["action"])

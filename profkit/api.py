@@ -82,7 +82,7 @@ class Profile:
             return Frame(gpu_time_ns=gpu, wall_ns=gpu)
         r = self.run()
         return Frame(gpu_time_ns=gpu, wall_ns=float(r.wall_time_ns),
-                     host_floor_ns=float(max(r.wall_time_ns - r.sync_blocked_ns, 0)))
+                     host_floor_ns=r.host_floor_ns)
 
     def level_for(self, by: str) -> str:
         """``by``, or the level an unannotated trace falls back to (with a note)."""

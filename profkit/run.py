@@ -30,6 +30,7 @@ from profkit.window import Window, main_threads, top_level
 
 GPU_BOUND_IDLE = 0.20     # below this idle share of the wall time, the GPU sets the pace
 COMM_BOUND_SHARE = 0.30   # communication kernels over this share of the wall time
+LAUNCH_BLOCKED = 10.0     # a launch call this many times its median waited on a full queue
 MIN_ACTION_GAIN = 1.02    # below this expected gain on wall time, a finding is not an action
 DATA_SHARE = 0.50         # share of host idle inside data-loading ranges for a data-bound verdict
 
@@ -64,6 +65,15 @@ class RunSummary:
     verdict: RunClass
     reason: str
     actions: list = field(default_factory=list)  # profkit.rules Findings, best first
+    # Time the CPU sat waiting for the GPU outside synchronising calls: launch calls blocked on
+    # a full queue (their time beyond the median launch), and the tail after its last call.
+    cpu_wait_other_ns: int = 0
+
+    @property
+    def host_floor_ns(self) -> float:
+        """The CPU's own time in the window: wall minus every wait for the GPU (syncs, blocked
+        launches, the tail after its last call). No GPU saving takes the run below it."""
+        return float(max(self.wall_time_ns - self.sync_blocked_ns - self.cpu_wait_other_ns, 0))
 
     def top_actions(self, n: int = 3) -> list:
         """The findings that pay (at least MIN_ACTION_GAIN on wall time), best first."""
@@ -194,12 +204,29 @@ def summarize(trace, window: Window, launch_floor_ns: float) -> RunSummary:
         if len(sync) else 0
     launches = calls[calls["name"].str.contains("Launch", regex=False)] if len(calls) else calls
     launch_ns = int((in_win(launches)["end"] - in_win(launches)["start"]).sum()) if len(launches) else 0
+    cpu_wait = _cpu_wait_other(in_win(calls) if len(calls) else calls, in_win(launches) if len(launches)
+                               else launches, w0, w1)
     summary = RunSummary(window, wall, busy, breakdown, by_range, sync_blocked, launch_ns, device,
-                         RunClass.GPU, "")
+                         RunClass.GPU, "", cpu_wait_other_ns=cpu_wait)
     # Actions come from the rule catalogue (profkit.rules), which reads this summary; the facade
     # attaches them with apply_actions, so this module never imports the rules.
     summary.verdict, summary.reason = _verdict(summary)
     return summary
+
+
+def _cpu_wait_other(calls: pd.DataFrame, launches: pd.DataFrame, w0: int, w1: int) -> int:
+    """CPU time spent waiting for the GPU outside synchronising calls: launch calls that blocked
+    (a full launch queue: their time beyond LAUNCH_BLOCKED x the median launch), and the stretch
+    from the CPU's last call to the window's end (the GPU finishing queued work)."""
+    if calls.empty:
+        return 0
+    blocked = 0
+    if len(launches):
+        d = (launches["end"] - launches["start"]).to_numpy(np.int64)
+        med = float(np.median(d))
+        blocked = int(np.clip(d - med, 0, None)[d > LAUNCH_BLOCKED * med].sum())
+    tail = max(int(w1) - int(min(calls["end"].max(), w1)), 0)
+    return blocked + tail
 
 
 def _host_idle_by_range(trace, at: np.ndarray, length: np.ndarray) -> dict[str, int]:

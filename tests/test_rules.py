@@ -199,7 +199,8 @@ def test_no_advice_contradicts_its_evidence(path):
                 (by, name, a)
         if re.search(r"nccl", name, re.I):  # collectives are never told to fuse kernels
             assert not re.search(r"\bfuse\b", a), (by, name, a)
-        if by == "kernel" and kernel_dtype(name).precision in ("bf16", "fp16"):
+        if (by == "kernel" and kernel_dtype(name).precision in ("bf16", "fp16")) or \
+                row.get("precision") in ("bf16", "fp16"):  # bf16 GEMMs are never told to allow TF32
             assert "TF32" not in a, (by, name, a)
     for f in profkit.load(path).findings():
         if f.code == "PK301":
@@ -254,3 +255,15 @@ def test_with_aten_shapes_the_rules_name_weight_casts_and_the_logits():
     assert f.evidence["weight_casts_per_iteration"] == 30.0
     f = finding("real/train_llama_aten", "PK203")
     assert f.evidence["logits_shape"] == [4096, 32000] and f.evidence["fp32_logits_bytes"] == 524288000
+
+
+@pytest.mark.parametrize("name", ["fused_softmax_torch_ncu", "micro_graph", "micro_chain", "real/train_llama"])
+def test_report_headline_never_beats_its_ops_or_the_cpu(name):
+    from profkit import report
+    p = prof(name)
+    plan, combined = report._gain_plan(p, p.ops(by="range"), "range")
+    if plan:
+        assert combined <= max(x["expected_op_speedup"] for x in plan) + 1e-9
+    f = p.frame()
+    if f.host_floor_ns:
+        assert combined <= f.wall_ns / f.host_floor_ns + 1e-9

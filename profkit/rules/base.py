@@ -81,6 +81,13 @@ class Finding:
     scope: Scope = Scope.PROGRAM
     kernels: frozenset[str] = field(default_factory=frozenset)  # kernel names it claims
 
+    def __post_init__(self) -> None:
+        # Plain floats: numpy scalars would leak into the JSON and the reprs.
+        self.expected_end_to_end_speedup = float(self.expected_end_to_end_speedup)
+        self.bound = float(self.bound)
+        if self.expected_op_speedup is not None:
+            self.expected_op_speedup = float(self.expected_op_speedup)
+
     def as_action(self) -> dict:
         return {"rule": self.rule, "code": self.code, "action": self.action,
                 "expected_end_to_end_speedup": round(float(self.expected_end_to_end_speedup), 3),
@@ -134,12 +141,11 @@ class RuleContext:
         w = self.run.window
         return c[(c["start"] >= w.start_ns) & (c["start"] <= w.end_ns)]
 
-    @cached_property
+    @property
     def host_floor_ns(self) -> float:
-        """The CPU's own time for the window: wall minus the time it sat blocked waiting for the
-        GPU (in synchronising calls). A GPU-side saving cannot take the run below it: the host
-        still has to issue every launch."""
-        return max(self.wall_ns - float(self.run.sync_blocked_ns), 0.0)
+        """The CPU's own time for the window (RunSummary.host_floor_ns): a GPU-side saving cannot
+        take the run below it, the host still has to issue every launch."""
+        return self.run.host_floor_ns
 
     def gpu_saving_gain(self, saved_ns: float, critical_share: float) -> tuple[float, float, str]:
         """(gain on wall, new wall, basis) for ``saved_ns`` of GPU time saved, ``critical_share``
@@ -148,7 +154,7 @@ class RuleContext:
         crit = min(max(critical_share, 0.0), 1.0)
         new = max(self.host_floor_ns, wall - saved_ns * crit)
         return speedup(wall, new), new, (
-            f"wall / max(CPU time {self.host_floor_ns / 1e6:.1f} ms (wall - blocked in syncs), "
+            f"wall / max(CPU's own time {self.host_floor_ns / 1e6:.1f} ms, "
             f"wall - saved GPU time {saved_ns / 1e6:.2f} ms x critical share {crit:.2f})")
 
     def aten_sizes(self, op: str) -> list[list]:

@@ -103,8 +103,10 @@ def test_foreach_adamw_is_told_fused_but_promised_little_on_a_host_bound_step():
     assert 2.5 < f.expected_op_speedup <= 3.2
     # ...and next to nothing on wall time: the step is paced by the CPU (measured 15.29 -> 15.49 ms).
     assert f.expected_end_to_end_speedup < 1.02
-    measured = run_change(prof("real/train_llama"), prof("real/train_llama_fused"))["measured_speedup"]
-    assert abs(f.expected_end_to_end_speedup / measured - 1) < 0.25
+    rc = run_change(prof("real/train_llama"), prof("real/train_llama_fused"))
+    assert abs(f.expected_end_to_end_speedup / rc["measured_speedup"] - 1) < 0.25
+    # `profkit diff` shows the applied rule's prediction even when it is not a top action.
+    assert any(x["code"] == "PK201" for x in rc["findings"])
 
 
 def test_sync_is_not_advised_away_when_the_cpu_sets_the_pace():
@@ -267,3 +269,33 @@ def test_report_headline_never_beats_its_ops_or_the_cpu(name):
     f = p.frame()
     if f.host_floor_ns:
         assert combined <= f.wall_ns / f.host_floor_ns + 1e-9
+
+
+def _attention_trace(path: Path, fused: bool) -> Path:
+    """Three 'steps' of attention: QK^T GEMM, softmax, PV GEMM (math path), or one flash kernel."""
+    from tests.synth import TID, make_trace
+    strings = {1: "nvjet_sm90_tst_128x128_64x4_1x2_h_bz_NNT",
+               2: "void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, c10::BFloat16, float, "
+                  "c10::BFloat16, at::native::(anonymous namespace)::SoftMaxForwardEpilogue>",
+               3: "cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x64",
+               4: "step", 9: "cudaLaunchKernel"}
+    kernels, runtime, nvtx, corr = [], [], [], 0
+    for i in range(4):
+        t0 = i * 1_000_000
+        nvtx.append((t0, t0 + 900_000, "step", TID))
+        seq = [3] if fused else [1, 2, 1]
+        for j, k in enumerate(seq):
+            corr += 1
+            s = t0 + 10_000 + j * 200_000
+            runtime.append((s, s + 5_000, corr))
+            kernels.append((s + 6_000, s + 150_000, corr, k))
+    return make_trace(path, kernels=kernels, runtime=runtime, nvtx=nvtx, strings=strings)
+
+
+def test_attention_on_the_math_path_is_told_sdpa_and_flash_is_left_alone(tmp_path):
+    # No committed trace runs math-path attention: a hand-built one stands in for the trigger.
+    math = profkit.load(_attention_trace(tmp_path / "math.sqlite", fused=False))
+    f = next(f for f in math.findings() if f.code == "PK301")
+    assert "scaled_dot_product_attention" in f.action and f.expected_end_to_end_speedup <= f.bound
+    flash = profkit.load(_attention_trace(tmp_path / "flash.sqlite", fused=True))
+    assert "PK301" not in [f.code for f in flash.findings()]

@@ -32,6 +32,7 @@ CASES = {
     "PK301": (None, "real/train_llama"),
     "PK302": ("probe_h200_addnorm_gemm", "real/train_llama"),
     "PK303": ("real/generate_llama", "real/train_llama"),
+    "PK304": (None, "real/train_llama_aten"),
     "PK401": ("model_tiny_llama", "fused_add_rmsnorm_cuda"),
     "PK402": ("micro_chain", "real/cnn_infer"),
     "PK501": ("ddp2/rank0", "real/train_llama"),
@@ -299,3 +300,23 @@ def test_attention_on_the_math_path_is_told_sdpa_and_flash_is_left_alone(tmp_pat
     assert "scaled_dot_product_attention" in f.action and f.expected_end_to_end_speedup <= f.bound
     flash = profkit.load(_attention_trace(tmp_path / "flash.sqlite", fused=True))
     assert "PK301" not in [f.code for f in flash.findings()]
+
+
+def test_unaligned_gemm_is_told_to_pad_against_the_aligned_ones_rate(tmp_path):
+    # No committed trace has unaligned GEMM dims: a hand-built emit_nvtx trace stands in.
+    from tests.synth import TID, make_trace
+    shapes = {True: "[[4096, 1024], [1024, 4096]]", False: "[[4096, 1000], [1000, 4100]]"}
+    strings = {1: "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", 9: "cudaLaunchKernel"}
+    kernels, runtime, nvtx = [], [], []
+    for i in range(6):
+        aligned = i % 2 == 0
+        t0 = i * 1_000_000
+        nvtx.append((t0, t0 + 50_000, f"aten::mm, seq = {i}, op_id = {i + 1}, sizes = {shapes[aligned]}, "
+                                      "input_op_ids = [(0,-1), (0,-1)]", TID))
+        runtime.append((t0 + 1_000, t0 + 6_000, i + 1))
+        kernels.append((t0 + 7_000, t0 + 7_000 + (50_000 if aligned else 150_000), i + 1, 1))
+    p = profkit.load(make_trace(tmp_path / "mm.sqlite", kernels=kernels, runtime=runtime, nvtx=nvtx,
+                                strings=strings), window="all", gains="gpu")
+    f = next(f for f in p.findings() if f.code == "PK304")
+    assert "pad" in f.action and "aten::mm [[4096, 1000], [1000, 4100]]" in f.evidence["unaligned"]
+    assert 1.0 < f.expected_end_to_end_speedup <= f.expected_op_speedup <= 3.0

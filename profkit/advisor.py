@@ -111,6 +111,7 @@ def _pattern(text: str, kernel_names: tuple[str, ...] = (), op_name: str = "") -
 
 # Passes over the activation tensor: eager PyTorch vs the bundled fused kernel.
 _FUSED_PASSES = {"add_rmsnorm": (5, 4), "add_layernorm": (5, 4), "softmax": (4, 2), "bias_gelu": (4, 2)}
+FUSED_PASSES = _FUSED_PASSES  # public name for the rules (profkit.rules.pk401_eager_norm_fusion)
 
 
 def advise(op: dict, verdict: Verdict, work: Optional[Work], peaks: Peaks, kernel_names: list[str],

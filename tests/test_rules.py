@@ -320,3 +320,15 @@ def test_unaligned_gemm_is_told_to_pad_against_the_aligned_ones_rate(tmp_path):
     f = next(f for f in p.findings() if f.code == "PK304")
     assert "pad" in f.action and "aten::mm [[4096, 1000], [1000, 4100]]" in f.evidence["unaligned"]
     assert 1.0 < f.expected_end_to_end_speedup <= f.expected_op_speedup <= 3.0
+
+
+def test_fused_attention_in_fp32_is_told_bf16(tmp_path):
+    from tests.synth import make_trace
+    name = ("void fmha_cutlassF_f32_aligned_64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel<float, "
+            "cutlass::arch::Sm80, true, 64, 64, 64, true, true>::Params)")
+    kernels = [(i * 1_000_000 + 7_000, i * 1_000_000 + 900_000, i + 1, 1) for i in range(4)]
+    runtime = [(i * 1_000_000 + 1_000, i * 1_000_000 + 6_000, i + 1) for i in range(4)]
+    p = profkit.load(make_trace(tmp_path / "f32.sqlite", kernels=kernels, runtime=runtime,
+                                strings={1: name, 9: "cudaLaunchKernel"}), window="all")
+    f = next(f for f in p.findings() if f.code == "PK301")
+    assert "bf16" in f.action and f.expected_end_to_end_speedup <= f.expected_op_speedup == 2.0

@@ -31,7 +31,8 @@ from __future__ import annotations
 import numpy as np
 
 from profkit.model import Rung
-from profkit.rules.base import Finding, Param, RuleContext, RuleMeta, Table, iteration_bounds, speedup
+from profkit.rules.base import (Finding, Param, RuleContext, RuleMeta, Table, iteration_bounds,
+                                speedup)
 from profkit.run import DATA_RE
 
 RULE = RuleMeta(

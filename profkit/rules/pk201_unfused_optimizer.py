@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 
 from profkit.model import Rung
-from profkit.rules.base import matches, Finding, Param, RuleContext, RuleMeta, Scope, Table
+from profkit.rules.base import Finding, Param, RuleContext, RuleMeta, Scope, Table, matches
 
 RULE = RuleMeta(
     code="PK201", name="unfused-optimizer",

@@ -32,7 +32,7 @@ import re
 
 from profkit.dtypes import kernel_dtype
 from profkit.model import Rung
-from profkit.rules.base import matches, Finding, Param, RuleContext, RuleMeta, Scope, Table
+from profkit.rules.base import Finding, Param, RuleContext, RuleMeta, Scope, Table, matches
 
 RULE = RuleMeta(
     code="PK202", name="autocast-recast",

@@ -10,7 +10,7 @@ Why
 Evidence
     Kernel names: a (non-log) softmax kernel beside GEMMs, and no kernel matching flash / fmha /
     cuDNN SDPA / efficient_attention in the window. When a fused attention kernel is present the
-    rule stays quiet (already flash: leave it).
+    rule stays quiet (already flash: leave it), unless that kernel runs in fp32 (then: bf16).
 Fix
     ``torch.nn.functional.scaled_dot_product_attention`` in bf16/fp16 (flash or cuDNN backend:
     ``torch.nn.attention.sdpa_kernel``); HF: ``attn_implementation="sdpa"``.
@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import re
 
+from profkit.dtypes import kernel_dtype
 from profkit.model import Rung
 from profkit.patterns import FLASH_RE
-from profkit.rules.base import matches, Finding, Param, RuleContext, RuleMeta, Scope, Table
+from profkit.rules.base import Finding, Param, RuleContext, RuleMeta, Scope, Table, matches
 
 RULE = RuleMeta(
     code="PK301", name="attention-math-path",
@@ -40,10 +41,31 @@ LOG_RE = re.compile(r"LogSoftMax|log_softmax", re.I)
 GEMM_RE = re.compile(r"gemm|nvjet|xmma|cutlass|wgmma|bmm", re.I)
 
 
+def _fp32_flash(ctx: RuleContext, names) -> list[Finding]:
+    """Fused attention in fp32: the memory-efficient kernel runs, but on fp32 data without the
+    16-bit tensor-core path (flash needs bf16/fp16)."""
+    k = ctx.kernels
+    fp32 = [n for n in names[matches(names, FLASH_RE)] if kernel_dtype(n).precision == "fp32"]
+    if not fp32:
+        return []
+    rows = k.loc[fp32]
+    total = float(rows["total_ns"].sum())
+    crit = float(rows["critical_ns"].sum()) / total if total else 0.0
+    g, _, basis = ctx.gpu_saving_gain(total / 2.0, crit)
+    g = min(g, 2.0)
+    return [Finding(RULE.code, RULE.name,
+                    "attention runs in fp32: run it in bf16 (autocast) so SDPA can use the flash / "
+                    "cuDNN kernel", Rung.LIBRARY, {"fp32_attention_ns": int(total)}, g,
+                    f"fp32 attention {ctx.per_iteration(total)} / 2 (half the bytes per element); "
+                    f"{basis}", g, 2.0, Scope.OPS, frozenset(fp32))]
+
+
 def detect(ctx: RuleContext) -> list[Finding]:
     k = ctx.kernels
     names = k.index.to_series()
-    if matches(names, FLASH_RE).any() or not matches(names, GEMM_RE).any():
+    if matches(names, FLASH_RE).any():
+        return _fp32_flash(ctx, names)  # already fused: only its precision can be wrong
+    if not matches(names, GEMM_RE).any():
         return []
     soft = k[(matches(names, SOFTMAX_RE) & ~matches(names, LOG_RE)
               & ~names.str.contains(r"^triton_|_softmax_kernel$|softmax_reg_kernel", regex=True)).to_numpy()]

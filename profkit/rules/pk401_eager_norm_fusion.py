@@ -28,7 +28,7 @@ import re
 
 import numpy as np
 
-from profkit.advisor import _FUSED_PASSES
+from profkit.advisor import FUSED_PASSES
 from profkit.model import Rung
 from profkit.patterns import NormKind, norm_kind
 from profkit.rules.base import Finding, Param, RuleContext, RuleMeta, Scope, Table
@@ -81,7 +81,7 @@ def detect(ctx: RuleContext) -> list[Finding]:
             continue
         both = np.concatenate([np.array(idx), np.array(idx) - 1])
         total = float(dur[both].sum())
-        eager, fused = _FUSED_PASSES[kern]
+        eager, fused = FUSED_PASSES[kern]
         op_gain = eager / fused
         saved = total * (1.0 - fused / eager)
         share = float((dur[both] * crit[both]).sum() / total) if total else 0.0

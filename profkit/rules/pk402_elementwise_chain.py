@@ -27,7 +27,8 @@ import re
 import numpy as np
 
 from profkit.model import Rung
-from profkit.rules.base import Finding, Param, RuleContext, RuleMeta, Scope, Table, iteration_bounds, matches
+from profkit.rules.base import (Finding, Param, RuleContext, RuleMeta, Scope, Table,
+                                iteration_bounds, matches)
 from profkit.rules.pk202_autocast_recast import CAST_RE
 
 RULE = RuleMeta(

@@ -202,7 +202,8 @@ def _choose(op, verdict, work, peaks, text, kpc, span, busy, pct, under_graph, k
             return (Rung.NONE, "a copy: avoid it (keep the data on the GPU), use pinned memory with "
                                "non_blocking=True, and overlap it with compute on another stream",
                     1.0, "copies are removed, not sped up")
-        pat = _pattern(text, knames, str(op["name"])) if chain >= 2 else None  # one kernel per call is already fused
+        # One kernel per call is already fused.
+        pat = _pattern(text, knames, str(op["name"])) if chain >= 2 else None
         if pat:  # fusion removes bytes, so it pays even for an op already near the bandwidth roof
             eager, fused = _FUSED_PASSES[pat]
             if work is not None and work.bytes:
@@ -247,7 +248,8 @@ def _choose(op, verdict, work, peaks, text, kpc, span, busy, pct, under_graph, k
                     span / fused_t, f"fusion bound: span / (busy / {chain:.0f} kernels)")
         if pct is not None:
             return (Rung.TRITON, f"at {pct:.0%} of the bandwidth roof: a Triton kernel with wide, "
-                                 "coalesced loads should reach ~90%", _roof_gain(TARGET_MEMORY, pct, span, floor),
+                                 "coalesced loads should reach ~90%",
+                    _roof_gain(TARGET_MEMORY, pct, span, floor),
                     f"roofline bound: 90% / {pct:.1%}, no kernel shorter than the launch floor")
         return (Rung.TORCH_COMPILE, "try torch.compile on the code around it; capture with --ncu "
                                     "to see how far it is from the bandwidth roof",

@@ -25,7 +25,8 @@ from profkit.classify import judge, launch_stats
 from profkit.ops import group_ops
 from profkit.errors import ProfkitError
 from profkit.peaks import Peaks, resolve_peaks
-from profkit.run import MIN_ACTION_GAIN, RunSummary, apply_actions, critical_fraction, summarize, sync_intervals
+from profkit.run import (MIN_ACTION_GAIN, RunSummary, apply_actions, critical_fraction, summarize,
+                         sync_intervals)
 from profkit.trace import Trace
 from profkit.window import Window, find_window
 

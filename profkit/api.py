@@ -18,6 +18,7 @@ import pandas as pd
 from profkit import evidence as ev
 from profkit import gpu_metrics
 from profkit import patterns
+from profkit import rules
 from profkit.advisor import Frame, Suggestion, advise, advise_pair
 from profkit.attribution import aten_key
 from profkit.classify import judge, launch_stats
@@ -25,7 +26,8 @@ from profkit.ops import group_ops
 from profkit.errors import ProfkitError
 from profkit.peaks import Peaks, resolve_peaks
 from profkit.reader import match_names
-from profkit.run import RunSummary, critical_fraction, summarize, sync_intervals
+from profkit.run import (MIN_ACTION_GAIN, RunSummary, apply_actions, critical_fraction, summarize,
+                         sync_intervals)
 from profkit.trace import Trace
 from profkit.window import Window, find_window
 
@@ -58,17 +60,31 @@ class Profile:
         self.peaks, self.warnings = resolve_peaks(self.gpu, peaks_file)
         self.notes: list[str] = []
         self._run: Optional[RunSummary] = None
+        self._findings: list = []
 
     def run(self) -> RunSummary:
         """Where the window's wall time goes and the verdict for the whole program."""
         if self._run is None:
-            self._run = summarize(self.full_trace, self.window, self.peaks.launch_floor_ns)
+            summary = summarize(self.full_trace, self.window, self.peaks.launch_floor_ns)
+            # Set first: rules may read the frame (wall time) while they run.
+            self._run = summary
+            self._findings = rules.evaluate(self, summary)
+            apply_actions(summary, self._findings)
         return self._run
+
+    def findings(self) -> list:
+        """Every rule's findings (profkit.rules), best expected gain on wall time first."""
+        self.run()
+        return list(self._findings)
 
     def frame(self) -> Frame:
         """What end-to-end gains are measured against: the window's GPU time and wall time."""
         gpu = float(self.trace.total_gpu_time_ns)
-        return Frame(gpu_time_ns=gpu, wall_ns=gpu if self.gains == "gpu" else float(self.run().wall_time_ns))
+        if self.gains == "gpu":
+            return Frame(gpu_time_ns=gpu, wall_ns=gpu)
+        r = self.run()
+        return Frame(gpu_time_ns=gpu, wall_ns=float(r.wall_time_ns),
+                     host_floor_ns=r.host_floor_ns)
 
     def level_for(self, by: str) -> str:
         """``by``, or the level an unannotated trace falls back to (with a note)."""
@@ -119,7 +135,7 @@ class Profile:
         frame = self.frame()
         crit = critical_fraction(acts, sync_intervals(self.full_trace)).to_numpy()
         dur_all = (acts["end"] - acts["start"]).to_numpy(dtype="float64")
-        rows, works = [], {}
+        rows, works, kernels_of = [], {}, {}
         ops = groups.ops if top is None else groups.ops.head(top)
         for name, op in ops.iterrows():
             rec = {"name": name, **op.to_dict()}
@@ -166,10 +182,12 @@ class Profile:
             })
             rows.append(rec)
             works[name] = work
+            kernels_of[name] = set(knames)
         if by == "aten":
             self._apply_pairs(rows, works, frame)
         df = pd.DataFrame(rows).set_index("name")
         df.attrs["level"] = by
+        df.attrs["kernels_of"] = kernels_of  # for counting an action once (ranked_actions)
         return df
 
     def _apply_pairs(self, rows: list[dict], works: dict, frame: Frame) -> None:
@@ -217,20 +235,44 @@ class Profile:
         by expected gain on wall time.
         """
         out = self.run().as_dict()
-        actions = [a.as_dict() for a in self.run().actions]
-        if ops is not None and len(ops):
-            worth = ops[ops["worth_it"].astype(bool)]
-            for name, row in worth.iterrows():
-                actions.append({"rule": f"op:{row['rung']}", "action": f"{name}: {row['action']}",
-                                "expected_end_to_end_speedup":
-                                    round(float(row["expected_end_to_end_speedup"]), 3),
-                                "basis": row["basis"]})
-        actions.sort(key=lambda a: -a["expected_end_to_end_speedup"])
+        findings = self.findings()
+        actions = ranked_actions(findings, ops)
+        # Every rule that fired, paying or not: "fused=True, but it will not shorten this step"
+        # is advice too (profkit rules --explain CODE gives the reasoning).
+        out["findings"] = [{"code": f.code, "rule": f.rule, "action": f.action,
+                            "expected_end_to_end_speedup": round(float(f.expected_end_to_end_speedup), 3),
+                            "bound": round(float(f.bound), 3)} for f in findings]
         out["actions"] = actions[:3]
         if actions and out["verdict"]["class"] == "gpu-bound":
             out["verdict"]["action"] = actions[0]["action"]
             out["verdict"]["expected_end_to_end_speedup"] = actions[0]["expected_end_to_end_speedup"]
         return out
+
+
+def ranked_actions(findings: list, ops: Optional[pd.DataFrame] = None) -> list[dict]:
+    """Rule findings and op-level suggestions that pay, ranked by expected gain on wall time.
+
+    One action is counted once: an op row whose GPU work is mostly kernels a finding already
+    claims (the rule speaks for them, e.g. the foreach optimizer kernels under an `optimizer`
+    range), or whose action text repeats one already listed, is left out.
+    """
+    actions = [f.as_action() for f in findings if f.expected_end_to_end_speedup >= MIN_ACTION_GAIN]
+    claimed = set().union(*(f.kernels for f in findings)) if findings else set()
+    seen = {a["action"] for a in actions}
+    if ops is not None and len(ops):
+        worth = ops[ops["worth_it"].astype(bool)]
+        for name, row in worth.iterrows():
+            kernels = ops.attrs.get("kernels_of", {}).get(name, {name})
+            if name in claimed or (kernels and len(kernels & claimed) * 2 >= len(kernels)) \
+                    or row["action"] in seen:
+                continue
+            seen.add(row["action"])
+            actions.append({"rule": f"op:{row['rung']}", "action": f"{name}: {row['action']}",
+                            "expected_end_to_end_speedup":
+                                round(float(row["expected_end_to_end_speedup"]), 3),
+                            "basis": row["basis"]})
+    actions.sort(key=lambda a: -a["expected_end_to_end_speedup"])
+    return actions
 
 
 def _op_dtype(member_acts: pd.DataFrame) -> ev.OpDtype:

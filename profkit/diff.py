@@ -331,7 +331,12 @@ def run_change(before: Profile, after: Profile) -> dict:
         "before_verdict": rb.verdict.value, "after_verdict": ra.verdict.value,
         "before_gpu_idle_fraction": round(rb.gpu_idle_fraction, 4),
         "after_gpu_idle_fraction": round(ra.gpu_idle_fraction, 4),
-        "predicted": [a.as_dict() for a in rb.actions[:3]],
+        "predicted": [a.as_action() for a in rb.top_actions()],
+        # Every rule that fired on BEFORE, paying or not, so the change that was applied can be
+        # read against its own prediction (e.g. fused=True on a host-bound step: 1.01x).
+        "findings": [{"code": f.code, "rule": f.rule,
+                      "expected_end_to_end_speedup": round(float(f.expected_end_to_end_speedup), 3),
+                      "bound": round(float(f.bound), 3)} for f in before.findings()],
     }
 
 
@@ -488,6 +493,11 @@ def run_lines(run: dict) -> list[str]:
     for a in run["predicted"]:
         out.append(f"  BEFORE predicted {_x(a['expected_end_to_end_speedup'], 3)} for {a['rule']}: "
                    f"{a['action']}")
+    shown = {a.get("code") for a in run["predicted"]}
+    rest = [f for f in run.get("findings", []) if f["code"] not in shown]
+    if rest:
+        out.append("  other rules on BEFORE: " + ", ".join(
+            f"{f['code']} {f['rule']} {_x(f['expected_end_to_end_speedup'], 3)}" for f in rest))
     return out
 
 

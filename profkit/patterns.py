@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from enum import Enum
+from typing import Optional
 
 import pandas as pd
 
@@ -68,3 +70,57 @@ def fusable_pairs(aten_names: pd.Series, key_of) -> list[Pair]:
                 break
     pairs = [Pair(p, c, k, n) for (p, c, k), n in counts.items()]
     return sorted(pairs, key=lambda x: -x.count)
+
+
+class NormKind(str, Enum):
+    """Which normalisation a kernel or range runs: it picks the bundled kernel that fuses it."""
+    RMS = "rmsnorm"
+    LAYER = "layernorm"
+
+
+# PyTorch runs nn.RMSNorm through its layer-norm kernel with the template flag rms_norm=true
+# (`vectorized_layer_norm_kernel<T, float, (bool)1>`); HF Llama's RMSNorm is composed of
+# pow/mean/rsqrt kernels; and HF names its RMSNorm modules `input_layernorm`. So the kernel
+# names decide, and a range's name only when no kernel says.
+_LN_KERNEL_RE = re.compile(r"layer_?norm\w*<[^>]*\(bool\)(?P<rms>[01])>", re.I)
+_RMS_RE = re.compile(r"rms_?norm|rsqrt", re.I)
+_LAYER_RE = re.compile(r"layer_?norm", re.I)
+
+
+def norm_kind(kernel_names: list[str], op_name: str = "") -> Optional[NormKind]:
+    """RMSNorm or LayerNorm, from the kernels first (see above), then the op name."""
+    for k in kernel_names:
+        m = _LN_KERNEL_RE.search(k)
+        if m:
+            return NormKind.RMS if m.group("rms") == "1" else NormKind.LAYER
+    if any(_RMS_RE.search(k) for k in kernel_names):
+        return NormKind.RMS
+    if any(_LAYER_RE.search(k) for k in kernel_names):
+        return NormKind.LAYER
+    if _RMS_RE.search(op_name):
+        return NormKind.RMS
+    if _LAYER_RE.search(op_name):
+        return NormKind.LAYER
+    return None
+
+
+# Work that torch.compile already produced (Inductor's Triton kernels, compiled regions,
+# autotuning): advice to "use torch.compile" there contradicts the evidence.
+COMPILED_RE = re.compile(r"^triton_(poi|red|per|tem|for|spl)_|Torch-Compiled Region|CompiledFunction|"
+                         r"inductor|TorchDynamo|torch\.compile|/compile/|compile_fx|autotun|"
+                         r"benchmark_fusion", re.I)
+
+
+def is_compiled(op_name: str, kernel_names: list[str]) -> bool:
+    """Whether an op's range or kernels come from torch.compile / Inductor."""
+    return bool(COMPILED_RE.search(op_name)) or (
+        bool(kernel_names) and all(COMPILED_RE.search(k) for k in kernel_names))
+
+
+# Attention that already runs on a flash / memory-efficient / cuDNN fused kernel.
+FLASH_RE = re.compile(r"flash|fmha|cudnn\w*sdpa|sdpa\w*flash|_cudnn_attention|efficient_attention|"
+                      r"_scaled_dot_product_(flash|cudnn|efficient)", re.I)
+
+
+def on_flash_path(op_name: str, kernel_names: list[str]) -> bool:
+    return bool(FLASH_RE.search(op_name)) or any(FLASH_RE.search(k) for k in kernel_names)

@@ -464,6 +464,21 @@ class TraceReader:
         acts = acts[ACTIVITY_COLUMNS].sort_values(["start", "end"], kind="stable").reset_index(drop=True)
         return acts
 
+    def copy_memory_kinds(self) -> pd.DataFrame:
+        """Host-side memory of each memcpy: start, correlationId, copyKind, srcKind, dstKind.
+
+        Kinds follow ENUM_CUDA_MEM_KIND (0 pageable, 1 pinned, 2 device, ...): a host-to-device
+        copy from pageable memory is staged by the CPU and cannot overlap with its caller."""
+        t = self.memcpy_table
+        cols = ["start", "correlationId", "copyKind", "srcKind", "dstKind"]
+        if not t or not {"srcKind", "dstKind", "copyKind"} <= columns_of(self.conn, t):
+            return pd.DataFrame(columns=cols)
+        return pd.DataFrame(self.int_columns(t, {"start": "a.start",
+                                                 "correlationId": "coalesce(a.correlationId, -1)",
+                                                 "copyKind": "coalesce(a.copyKind, 0)",
+                                                 "srcKind": "coalesce(a.srcKind, -1)",
+                                                 "dstKind": "coalesce(a.dstKind, -1)"}))
+
     def api_calls(self, name_ids: Optional[list[int]] = None) -> pd.DataFrame:
         """CUDA runtime/driver API calls: start, end, globalTid, correlationId, name.
 
@@ -499,17 +514,14 @@ class TraceReader:
         return {int(i): str(strings.get(int(i), "")) for (i,) in self.conn.execute(
             f'SELECT DISTINCT nameId FROM "{self.runtime_table}"') if i is not None}
 
-    def api_time(self, name_ids: list[int], t0: int, t1: int, pid: Optional[int] = None) -> int:
-        """Time spent in API calls with these names (ids) that started in [t0, t1]."""
-        ids = [int(i) for i in name_ids]
-        if not ids or not self.runtime_table:
-            return 0
-        cond = " AND globalTid >> 24 = ?" if pid is not None else ""
-        row = self.conn.execute(
-            f'SELECT coalesce(sum("end" - start), 0) FROM "{self.runtime_table}" WHERE nameId IN '
-            f'({",".join(map(str, ids))}) AND start BETWEEN ? AND ?{cond}',
-            (t0, t1, *((pid,) if pid is not None else ()))).fetchone()
-        return int(row[0] or 0)
+    def api_last_end(self, t0: int, t1: int, pid: Optional[int] = None) -> Optional[int]:
+        """The latest end of an API call that started in [t0, t1] (of process ``pid``)."""
+        if not self.runtime_table:
+            return None
+        cond, args = (" AND globalTid >> 24 = ?", (pid,)) if pid is not None else ("", ())
+        row = self.conn.execute(f'SELECT max("end") FROM "{self.runtime_table}" WHERE start '
+                                f'BETWEEN ? AND ?{cond}', (t0, t1, *args)).fetchone()
+        return None if row is None or row[0] is None else int(row[0])
 
     def api_span(self, pid: Optional[int] = None) -> Optional[tuple[int, int]]:
         """First start and last end of the API calls (of one process: globalTid >> 24)."""

@@ -114,6 +114,10 @@ def run_lines(run: dict) -> list[str]:
     for i, a in enumerate(run["actions"], 1):
         lines.append(f"{'actions' if i == 1 else '':8} {i}. {a['action']} "
                      f"[{a['expected_end_to_end_speedup']:.2f}x end to end; {a['basis']}]")
+    fired = run.get("findings") or []
+    if fired:
+        lines.append("rules    " + ", ".join(f"{f['code']} {f['rule']} {f['expected_end_to_end_speedup']:.2f}x"
+                                             for f in fired) + " (profkit rules --explain CODE)")
     return lines
 
 

@@ -73,7 +73,14 @@ def _gain_plan(profile, df: pd.DataFrame, by: str) -> tuple[list[dict], float]:
                      "saved_fraction": f})
         if len(plan) == TOP_SUGGESTIONS:
             break
-    return plan, 1.0 / max(1.0 - saved, 1e-9)
+    combined = 1.0 / max(1.0 - saved, 1e-9)
+    # Savings that add up still cannot beat the best op's own gain (the run is at most all of
+    # those ops), nor take the run below the CPU's own time (Frame.host_floor_ns).
+    combined = min(combined, max(p["expected_op_speedup"] for p in plan))
+    frame = profile.frame()
+    if frame.host_floor_ns > 0:
+        combined = min(combined, frame.wall_ns / frame.host_floor_ns)
+    return plan, max(combined, 1.0)
 
 
 def summarize(profile, df: pd.DataFrame, by: str) -> Summary:

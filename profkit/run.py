@@ -12,8 +12,9 @@ gap given one cause from what the CPU was doing when the GPU ran dry:
 - ``idle_memcpy_wait``: the CPU was inside a memcpy call (a pageable copy is staged by the CPU);
 - ``idle_host``: the CPU was elsewhere — Python, launch calls, data preparation.
 
-The parts add up to the wall time exactly. The verdict follows the largest part; each action
-carries an expected end-to-end speedup on wall time with its basis.
+The parts add up to the wall time exactly. The verdict follows the largest part; the actions
+(profkit.rules, attached with ``apply_actions``) carry an expected end-to-end speedup on wall time
+with its basis.
 """
 from __future__ import annotations
 
@@ -29,6 +30,8 @@ from profkit.window import Window, main_threads, top_level
 
 GPU_BOUND_IDLE = 0.20     # below this idle share of the wall time, the GPU sets the pace
 COMM_BOUND_SHARE = 0.30   # communication kernels over this share of the wall time
+LAUNCH_BLOCKED = 10.0     # a launch call this many times its median waited on a full queue
+MIN_ACTION_GAIN = 1.02    # below this expected gain on wall time, a finding is not an action
 DATA_SHARE = 0.50         # share of host idle inside data-loading ranges for a data-bound verdict
 
 SYNC_RE = re.compile(r"^cu(da)?(Device|Ctx|Stream|Event)Synchronize|^cudaMemcpy(2D|3D)?(_v\d+)?$|"
@@ -51,19 +54,6 @@ class RunClass(str, Enum):
 
 
 @dataclass
-class Action:
-    rule: str
-    action: str
-    expected_end_to_end_speedup: float
-    basis: str
-
-    def as_dict(self) -> dict:
-        return {"rule": self.rule, "action": self.action,
-                "expected_end_to_end_speedup": round(float(self.expected_end_to_end_speedup), 3),
-                "basis": self.basis}
-
-
-@dataclass
 class RunSummary:
     window: Window
     wall_time_ns: int
@@ -75,7 +65,20 @@ class RunSummary:
     device: Optional[int]
     verdict: RunClass
     reason: str
-    actions: list[Action] = field(default_factory=list)
+    actions: list = field(default_factory=list)  # profkit.rules Findings, best first
+    # Time the CPU sat waiting for the GPU outside synchronising calls: launch calls blocked on
+    # a full queue (their time beyond the median launch), and the tail after its last call.
+    cpu_wait_other_ns: int = 0
+
+    @property
+    def host_floor_ns(self) -> float:
+        """The CPU's own time in the window: wall minus every wait for the GPU (syncs, blocked
+        launches, the tail after its last call). No GPU saving takes the run below it."""
+        return float(max(self.wall_time_ns - self.sync_blocked_ns - self.cpu_wait_other_ns, 0))
+
+    def top_actions(self, n: int = 3) -> list:
+        """The findings that pay (at least MIN_ACTION_GAIN on wall time), best first."""
+        return [a for a in self.actions if a.expected_end_to_end_speedup >= MIN_ACTION_GAIN][:n]
 
     @property
     def gpu_idle_fraction(self) -> float:
@@ -83,7 +86,8 @@ class RunSummary:
 
     def as_dict(self) -> dict:
         w = self.window
-        top = self.actions[0] if self.actions else None
+        paying = self.top_actions()
+        top = paying[0] if paying else None
         return {
             "window": w.as_dict(), "wall_time_ns": int(self.wall_time_ns),
             "iterations": int(w.iterations), "iteration_time_median_ns": w.iteration_median_ns,
@@ -95,7 +99,7 @@ class RunSummary:
                         "action": top.action if top else None,
                         "expected_end_to_end_speedup":
                             round(float(top.expected_end_to_end_speedup), 3) if top else 1.0},
-            "actions": [a.as_dict() for a in self.actions[:3]],
+            "actions": [a.as_action() for a in paying],
         }
 
 
@@ -205,12 +209,33 @@ def summarize(trace, window: Window, launch_floor_ns: float) -> RunSummary:
     by_range = _host_idle_by_range(trace, gap_a[is_host] + host_part[is_host] // 2, host_part[is_host])
     sw = sync[(sync["end"] > w0) & (sync["start"] < w1)]
     sync_blocked = int((np.minimum(sw["end"], w1) - np.maximum(sw["start"], w0)).sum())
-    launch_ns = sum(trace.api_time(LAUNCH_RE, w0, w1, pid) for pid in pids)
+    launches = of_process(trace.api_calls_matching(LAUNCH_RE))
+    launches = launches[(launches["end"] > w0) & (launches["start"] < w1)]
+    launch_ns = int((launches["end"] - launches["start"]).sum())
+    last_call = max((trace.api_last_end(w0, w1, pid) for pid in pids), default=None)
+    cpu_wait = _cpu_wait_other(launches, last_call, w1)
     summary = RunSummary(window, wall, busy, breakdown, by_range, sync_blocked, launch_ns, device,
-                         RunClass.GPU, "")
-    summary.actions = run_actions(summary)
+                         RunClass.GPU, "", cpu_wait_other_ns=cpu_wait)
+    # Actions come from the rule catalogue (profkit.rules), which reads this summary; the facade
+    # attaches them with apply_actions, so this module never imports the rules.
     summary.verdict, summary.reason = _verdict(summary)
     return summary
+
+
+def _cpu_wait_other(launches: pd.DataFrame, last_call_end: Optional[int], w1: int) -> int:
+    """CPU time spent waiting for the GPU outside synchronising calls: launch calls that blocked
+    (a full launch queue: their time beyond LAUNCH_BLOCKED x the median launch), and the stretch
+    from the CPU's last call in the window (``last_call_end``) to the window's end (the GPU
+    finishing queued work)."""
+    if last_call_end is None:
+        return 0
+    blocked = 0
+    if len(launches):
+        d = (launches["end"] - launches["start"]).to_numpy(np.int64)
+        med = float(np.median(d))
+        blocked = int(np.clip(d - med, 0, None)[d > LAUNCH_BLOCKED * med].sum())
+    tail = max(int(w1) - int(min(last_call_end, w1)), 0)
+    return blocked + tail
 
 
 def _host_idle_by_range(trace, at: np.ndarray, length: np.ndarray) -> dict[str, int]:
@@ -255,12 +280,14 @@ def _verdict(r: RunSummary) -> tuple[RunClass, str]:
     gain = {a.rule: a.expected_end_to_end_speedup for a in r.actions}
     if top == "idle_sync":
         sync_gain = gain.get("per-step-sync", 1.0)
-        if sync_gain >= max(gain.values(), default=1.0):
+        sync_bound = next((getattr(a, "bound", a.expected_end_to_end_speedup) for a in r.actions
+                           if a.rule == "per-step-sync"), 1.0)
+        if sync_gain > 1.0 and sync_gain >= max(gain.values(), default=1.0):
             return RunClass.SYNC, (f"{share}, {b['idle_sync'] / wall:.0%} after a synchronising "
                                    "call drained its queue")
         return RunClass.HOST, (f"{share}, {b['idle_sync'] / wall:.0%} after a synchronising call "
                                f"drained its queue; but the CPU's own work per step sets the pace, "
-                               f"so removing the syncs gains at most {sync_gain:.2f}x")
+                               f"so removing the syncs gains at most {sync_bound:.2f}x")
     if top == "idle_memcpy_wait":
         return RunClass.DATA, f"{share}, {b['idle_memcpy_wait'] / wall:.0%} while the CPU copies data"
     if top == "idle_host":
@@ -275,46 +302,11 @@ def _verdict(r: RunSummary) -> tuple[RunClass, str]:
                           "(launch latency between short kernels, waits on other streams)")
 
 
-def _speedup(wall: float, new_wall: float) -> float:
-    return max(1.0, wall / max(new_wall, 1.0))
-
-
-def run_actions(r: RunSummary) -> list[Action]:
-    """Program-level actions for the idle causes, ranked by expected gain on wall time.
-
-    Each bound keeps the GPU work as it is: the run cannot get shorter than its GPU busy time
-    plus the gaps the GPU causes itself (``idle_other``).
-    """
-    wall = float(r.wall_time_ns)
-    b = r.breakdown
-    gpu_floor = float(r.gpu_busy_ns + b["idle_other"])
-    out: list[Action] = []
-    if b["idle_sync"] > 0.05 * wall:
-        # Without the sync the CPU runs ahead: a step takes the longer of its GPU time and its
-        # CPU time, and the CPU time no longer includes the time blocked in the sync.
-        new = max(gpu_floor, wall - r.sync_blocked_ns)
-        out.append(Action("per-step-sync", "remove the per-step synchronisation (`.item()`, `.cpu()`, "
-                          "printing a GPU tensor, cudaStreamSynchronize): keep values on the GPU and "
-                          "read them every N steps", _speedup(wall, new),
-                          f"wall / max(GPU busy + GPU-side gaps, wall - time blocked in syncs "
-                          f"{r.sync_blocked_ns / 1e6:.1f} ms)"))
-    data = sum(v for k, v in r.idle_host_by_range.items() if DATA_RE.search(k))
-    if data + b["idle_memcpy_wait"] > 0.05 * wall:
-        new = max(gpu_floor, wall - data - b["idle_memcpy_wait"])
-        out.append(Action("data-loading", "prepare batches off the critical path: DataLoader "
-                          "num_workers > 0, pin_memory=True, .to(device, non_blocking=True), "
-                          "prefetch", _speedup(wall, new),
-                          "wall / (wall - GPU idle while the CPU loads or copies data)"))
-    host = b["idle_host"] - data
-    if host > 0.05 * wall:
-        new = max(gpu_floor, wall - host)
-        out.append(Action("host-overhead", "cut the CPU cost per kernel: capture the step in a CUDA "
-                          "graph (torch.compile(mode=\"reduce-overhead\"), torch.cuda.graphs; for "
-                          "decode, a static KV cache), or give each launch more work (larger "
-                          "batches)", _speedup(wall, new),
-                          "upper bound: wall / (wall - GPU idle waiting for launches); Python "
-                          "outside the captured region stays"))
-    return sorted(out, key=lambda x: -x.expected_end_to_end_speedup)
+def apply_actions(summary: RunSummary, actions: list) -> RunSummary:
+    """Attach the ranked program findings (profkit.rules) and decide the verdict with them."""
+    summary.actions = sorted(actions, key=lambda a: -a.expected_end_to_end_speedup)
+    summary.verdict, summary.reason = _verdict(summary)
+    return summary
 
 
 def sync_intervals(trace) -> tuple[np.ndarray, np.ndarray]:

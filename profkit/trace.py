@@ -103,10 +103,9 @@ class Trace:
         """First start and last end of the CUDA API calls (of process ``pid``)."""
         return self._read(lambda r: r.api_span(pid))
 
-    def api_time(self, pattern: "re.Pattern[str]", t0: int, t1: int, pid: Optional[int] = None) -> int:
-        """Time spent in API calls matching ``pattern`` that started in [t0, t1]."""
-        ids = self._name_ids(pattern)
-        return self._read(lambda r: r.api_time(ids, t0, t1, pid))
+    def api_last_end(self, t0: int, t1: int, pid: Optional[int] = None) -> Optional[int]:
+        """The latest end of a CUDA API call that started in [t0, t1] (of process ``pid``)."""
+        return self._read(lambda r: r.api_last_end(t0, t1, pid))
 
     def _read(self, fn):
         reader = TraceReader(self.path)
@@ -114,6 +113,17 @@ class Trace:
             return fn(reader)
         except READ_ERRORS as exc:
             raise _damaged(self.path, exc) from None
+        finally:
+            reader.close()
+
+    @cached_property
+    def copy_kinds(self) -> pd.DataFrame:
+        """Host memory kinds of the memcpys (pageable or pinned), read on first use."""
+        reader = TraceReader(self.path)
+        try:
+            return reader.copy_memory_kinds()
+        except (sqlite3.DatabaseError, pd.errors.DatabaseError) as exc:
+            raise TraceError(f"{self.path}: damaged or truncated export ({exc}); export the trace again") from None
         finally:
             reader.close()
 

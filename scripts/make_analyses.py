@@ -93,7 +93,9 @@ class Case:
 
 _HEADLINES: dict[str, str] = {}  # case name -> its headline numbers, filled by render_case
 OTHER_PAGES = (("kernels_h200.md", "benchmark of the bundled kernels on the H200 (scripts/bench_kernels.py)"),
-               ("report_benchmark.md", "`profkit report` on a 1M-kernel trace (scripts/bench_report.py)"))
+               ("report_benchmark.md", "`profkit report` on a 1M-kernel trace (scripts/bench_report.py)"),
+               ("closing_the_loop.md", "the rules' predictions against measured before/after pairs of real "
+                                       "programs (scripts/make_loop_page.py)"))
 
 
 class CaseError(Exception):

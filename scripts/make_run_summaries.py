@@ -37,8 +37,8 @@ PAIRS = [
     ("loader_cnn", "loader_cnn_workers", "DataLoader num_workers=8, pin_memory=True", "data-loading"),
     ("sync_loop", "sync_loop_nosync", "losses kept on the GPU, read once at the end", "per-step-sync"),
     ("generate_llama", "generate_llama_static", "static KV cache (generate() then compiles the "
-                                                "decode step with CUDA graphs)", "host-overhead"),
-    ("train_llama", "train_llama_fused", "AdamW(fused=True)", None),
+                                                "decode step)", "host-overhead"),
+    ("train_llama", "train_llama_fused", "AdamW(fused=True)", "unfused-optimizer"),
 ]
 
 
@@ -60,24 +60,20 @@ def build() -> str:
                   *render.run_lines(prof.run_json(ops)), "```", ""]
     lines += ["## Predicted vs measured", "",
               "Each program was captured again with the change applied. Measured = BEFORE's median "
-              "wall time per iteration / AFTER's (both under nsys). Predicted = BEFORE's run-level "
-              "action for that change (`profkit diff BEFORE AFTER` prints both).", "",
+              "wall time per iteration / AFTER's (both under nsys). Predicted = what the rule for "
+              "that change said on BEFORE (`profkit diff BEFORE AFTER` prints both).", "",
               "| before → after | change | per iteration | measured | predicted | verdict before → after |",
               "|---|---|---:|---:|---:|---|"]
     for b, a, change, rule in PAIRS:
         rc = run_change(_load(b), _load(a))
-        pred = next((x for x in rc["predicted"] if x["rule"] == rule), None)
-        p = f"{pred['expected_end_to_end_speedup']:.2f}x ({rule})" if pred else "no run-level rule"
+        pred = next((x for x in rc.get("findings", []) if x["rule"] == rule), None)
+        p = f"{pred['expected_end_to_end_speedup']:.2f}x ({pred['code']} {rule})" if pred else f"{rule} did not fire"
         lines.append(f"| {b} → {a} | {change} | {render.fmt_time(rc['before_ns'])} → "
                      f"{render.fmt_time(rc['after_ns'])} | {rc['measured_speedup']:.2f}x | {p} | "
                      f"{rc['before_verdict']} → {rc['after_verdict']} |")
-    lines += ["", "Where the two disagree, the model behind the prediction is named in its basis "
-              "(`profkit classify` prints it): the host-overhead figure is an upper bound that "
-              "assumes all host time between launches disappears, which CUDA graphs do not achieve "
-              "when Python outside the captured step remains (generate's loop); the sync rule "
-              "predicts little because the CPU's own work per step is longer than the GPU's, and the "
-              "measured run without the sync was slower still (its CPU time per step rose from "
-              "6.1 to 7.0 ms). The 2-GPU DDP step and a CNN-inference change were not re-captured.", ""]
+    lines += ["", "Why each prediction landed where it did, and what changed in the rules because of "
+              "it: [closing_the_loop.md](closing_the_loop.md). The 2-GPU DDP step and a "
+              "CNN-inference change were not re-captured.", ""]
     return "\n".join(lines)
 
 

@@ -180,7 +180,9 @@ def test_gain_plan_counts_nested_ops_once(tmp_path):
     plan, combined = report._gain_plan(prof, df, "range")
     assert [p["op"] for p in plan] == ["outer", "side"]        # inner is inside outer: not added again
     saved = (1 - 1 / 1.5) + (1 - 1 / 1.1)
-    assert combined == pytest.approx(1 / (1 - saved))
+    # Disjoint savings add up, but the run cannot get shorter than the CPU's own time.
+    f = prof.frame()
+    assert combined == pytest.approx(min(1 / (1 - saved), f.wall_ns / f.host_floor_ns))
     assert report._gain_plan(prof, df.assign(worth_it=False), "range") == ([], 1.0)
 
 

@@ -16,16 +16,17 @@ def main() -> None:
     profkit classify trace.sqlite  one row per op: GPU time, bound class, evidence, next step
     profkit diff before after      what changed, and predicted vs measured speedups
     profkit report trace -o DIR    an HTML page with the roofline, the timeline and the table
+    profkit rules [--explain CODE] the rules behind the advice
     """
 
 
 def _register() -> None:
     # One module per subcommand (plots holds the four picture/report commands).
-    from profkit.cli import capture, classify, diff, estimate, peaks, plots
+    from profkit.cli import capture, classify, diff, estimate, peaks, plots, rules
 
     for command in (classify.classify, capture.capture, diff.diff, estimate.estimate,
                     plots.report, plots.roofline, plots.timeline, plots.export_perfetto,
-                    peaks.peaks):
+                    peaks.peaks, rules.rules):
         main.add_command(command)
 
 

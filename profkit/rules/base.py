@@ -1,0 +1,195 @@
+"""What a rule is, what it sees, and what it returns.
+
+A rule is a module with a ``RULE`` (its metadata: a stable code like ``PK101``, a kebab-case name,
+a one-line description, the tables it needs, its parameters with defaults, an example trace) and
+a stateless ``detect(ctx) -> list[Finding]``. The module docstring is the rule's explanation
+(What / Why / Evidence / Fix / Expected gain / References), printed by ``profkit rules --explain``.
+
+Every Finding carries its gain on the window's wall time with the formula it rests on, and the
+largest gain that formula allows (``bound``): the consistency checks hold each finding to it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+import ast
+import re
+from enum import Enum
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Optional
+
+import numpy as np
+import pandas as pd
+
+from profkit.model import Rung
+from profkit.run import critical_fraction, sync_intervals
+
+if TYPE_CHECKING:  # the facade imports the rules, never the other way at run time
+    from profkit.api import Profile
+    from profkit.run import RunSummary
+
+
+_SIZES_RE = re.compile(r"sizes = (\[.*?\]\])")
+
+
+class Scope(str, Enum):
+    """What a finding is about: the whole program's pace, or a set of kernels."""
+    PROGRAM = "program"
+    OPS = "ops"
+
+
+class Table(str, Enum):
+    """Tables of an Nsight Systems export that a rule reads."""
+    KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
+    MEMCPY = "CUPTI_ACTIVITY_KIND_MEMCPY"
+    RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
+    NVTX = "NVTX_EVENTS"
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    default: float
+    help: str
+
+
+@dataclass(frozen=True)
+class RuleMeta:
+    code: str                       # stable: PK1xx program pace, PK2xx training step, PK3xx kernels
+    name: str                       # kebab-case
+    summary: str                    # one line
+    tables: tuple[Table, ...]
+    example: str                    # a committed trace that fires it
+    params: tuple[Param, ...] = ()
+    quiet_on: str = ""              # a committed trace that must not fire it
+
+    def param(self, name: str) -> float:
+        return next(p.default for p in self.params if p.name == name)
+
+
+@dataclass
+class Finding:
+    """One piece of advice, with the numbers it rests on."""
+    code: str
+    rule: str                        # the rule's kebab name (the `run.actions[].rule` field)
+    action: str
+    rung: Rung
+    evidence: dict[str, Any]
+    expected_end_to_end_speedup: float   # on the window's wall time
+    basis: str                           # the formula, with its numbers
+    bound: float                         # the most that basis allows (>= the expected gain)
+    expected_op_speedup: Optional[float] = None  # on the kernels it touches (ops scope)
+    scope: Scope = Scope.PROGRAM
+    kernels: frozenset[str] = field(default_factory=frozenset)  # kernel names it claims
+
+    def __post_init__(self) -> None:
+        # Plain floats: numpy scalars would leak into the JSON and the reprs.
+        self.expected_end_to_end_speedup = float(self.expected_end_to_end_speedup)
+        self.bound = float(self.bound)
+        if self.expected_op_speedup is not None:
+            self.expected_op_speedup = float(self.expected_op_speedup)
+
+    def as_action(self) -> dict:
+        return {"rule": self.rule, "code": self.code, "action": self.action,
+                "expected_end_to_end_speedup": round(float(self.expected_end_to_end_speedup), 3),
+                "basis": self.basis, "rung": self.rung.value}
+
+
+def speedup(wall: float, new_wall: float) -> float:
+    return max(1.0, wall / max(new_wall, 1.0))
+
+
+class RuleContext:
+    """What the rules read: the Profile (full trace, windowed trace, window, run summary), and
+    tables derived once from it (window activities by kernel name, window API calls)."""
+
+    def __init__(self, prof: "Profile", run: "RunSummary") -> None:
+        self.prof = prof
+        self.run = run
+
+    @property
+    def wall_ns(self) -> float:
+        return float(self.run.wall_time_ns)
+
+    @property
+    def iterations(self) -> int:
+        return int(self.run.window.iterations or 0)
+
+    @cached_property
+    def acts(self) -> pd.DataFrame:
+        """The window's GPU activities (launched inside it), with duration and critical share."""
+        a = self.prof.trace.activities.copy()
+        a["dur"] = (a["end"] - a["start"]).astype("int64")
+        a["critical"] = critical_fraction(a, sync_intervals(self.prof.full_trace)).to_numpy()
+        return a
+
+    @cached_property
+    def kernels(self) -> pd.DataFrame:
+        """Per kernel name: count, total and median ns, critical ns (GPU time something waited on)."""
+        a = self.acts[self.acts["kind"].astype(str) == "kernel"]
+        if a.empty:
+            return pd.DataFrame(columns=["count", "total_ns", "median_ns", "critical_ns"])
+        g = a.groupby("name", sort=False)
+        out = pd.DataFrame({"count": g.size(), "total_ns": g["dur"].sum(),
+                            "median_ns": g["dur"].median(),
+                            "critical_ns": (a["dur"] * a["critical"]).groupby(a["name"]).sum()})
+        return out.sort_values("total_ns", ascending=False)
+
+    @cached_property
+    def calls(self) -> pd.DataFrame:
+        """CUDA API calls of the window (names like cudaStreamSynchronize_v3020: match by prefix)."""
+        c = self.prof.trace.api_calls
+        w = self.run.window
+        return c[(c["start"] >= w.start_ns) & (c["start"] <= w.end_ns)]
+
+    @property
+    def host_floor_ns(self) -> float:
+        """The CPU's own time for the window (RunSummary.host_floor_ns): a GPU-side saving cannot
+        take the run below it, the host still has to issue every launch."""
+        return self.run.host_floor_ns
+
+    def gpu_saving_gain(self, saved_ns: float, critical_share: float) -> tuple[float, float, str]:
+        """(gain on wall, new wall, basis) for ``saved_ns`` of GPU time saved, ``critical_share``
+        of which was on the critical path; bounded by the host floor and the GPU floor."""
+        wall = self.wall_ns
+        crit = min(max(critical_share, 0.0), 1.0)
+        new = max(self.host_floor_ns, wall - saved_ns * crit)
+        return speedup(wall, new), new, (
+            f"wall / max(CPU's own time {self.host_floor_ns / 1e6:.1f} ms, "
+            f"wall - saved GPU time {saved_ns / 1e6:.2f} ms x critical share {crit:.2f})")
+
+    def aten_sizes(self, op: str) -> list[list]:
+        """Input sizes of each call of aten op ``op`` in the window (emit_nvtx record_shapes);
+        empty when the trace has no aten ranges."""
+        r = self.prof.trace.ranges
+        if r.empty:
+            return []
+        names = r.loc[r["name"].str.startswith(op + ",", na=False), "name"]
+        out = []
+        for n in names:
+            m = _SIZES_RE.search(n)
+            if m:
+                try:
+                    out.append(ast.literal_eval(m.group(1)))
+                except (ValueError, SyntaxError):
+                    continue
+        return out
+
+    def window_kernel_names(self) -> list[str]:
+        return self.kernels.index.tolist()
+
+    def per_iteration(self, ns: float) -> str:
+        it = self.iterations
+        return f"{ns / it / 1e6:.2f} ms per iteration" if it else f"{ns / 1e6:.2f} ms in the window"
+
+
+def iteration_bounds(run: "RunSummary") -> np.ndarray:
+    """Start of each iteration and the window's end (iterations are contiguous from its start)."""
+    w = run.window
+    if not w.iteration_ns:
+        return np.array([w.start_ns, w.end_ns], dtype=np.int64)
+    return np.concatenate([[w.start_ns], w.start_ns + np.cumsum(w.iteration_ns)]).astype(np.int64)
+
+
+def matches(names, rx: "re.Pattern[str]") -> np.ndarray:
+    """Which of ``names`` the compiled regex finds a match in (a boolean array)."""
+    return np.fromiter((bool(rx.search(str(n))) for n in names), dtype=bool, count=len(names))

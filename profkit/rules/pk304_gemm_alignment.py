@@ -1,0 +1,112 @@
+"""PK304 gemm-alignment: GEMM dimensions that are not multiples of 8 run slower than their FLOPs.
+
+What
+    ``aten::mm`` / ``addmm`` / ``bmm`` calls (emit_nvtx shapes) whose inner dimensions K or N are
+    not multiples of 8 elements (16-bit; 4 for fp32): a vocabulary of 32001, a hidden size of 1000.
+Why
+    Tensor-core GEMMs load operands in 16-byte vectors; an unaligned leading dimension forces
+    narrower loads or a slower kernel, and tiles of 64/128 waste the partial tile. Padding the
+    dimension (the extra rows are zeros or masked) restores the fast path.
+Evidence
+    The op's shapes (``capture --aten``), its achieved FLOP/s from those shapes and its GPU time,
+    against the median achieved FLOP/s of the aligned GEMMs of the same precision in the same
+    trace. Without an aligned GEMM to compare with, the rule stays quiet.
+Fix
+    Pad the dimension to a multiple of 64 (e.g. the vocabulary: ``pad_to_multiple_of=64`` in HF
+    ``resize_token_embeddings``), or choose model sizes that are multiples of 64.
+Expected gain
+    Per unaligned GEMM: (aligned median FLOP/s / its FLOP/s) / (padded FLOPs / FLOPs), at least
+    1; its saved time times its critical share, never below the CPU's own time.
+References
+    NVIDIA "Matrix Multiplication Background User's Guide" (tensor-core requirements, tile and
+    wave quantisation); HF ``resize_token_embeddings(pad_to_multiple_of=...)``.
+"""
+from __future__ import annotations
+
+import ast
+import re
+
+import numpy as np
+
+from profkit.model import Rung
+from profkit.rules.base import Finding, Param, RuleContext, RuleMeta, Scope, Table
+
+RULE = RuleMeta(
+    code="PK304", name="gemm-alignment",
+    summary="GEMM dims not multiples of 8 (16-bit) run below their FLOP rate: pad them to 64",
+    tables=(Table.KERNEL, Table.NVTX), example="(no committed trace has unaligned GEMMs)",
+    quiet_on="traces/real/train_llama_aten.sqlite",
+    params=(Param("pad_to", 64, "pad the unaligned dimension to a multiple of this"),))
+
+GEMM_OP_RE = re.compile(r"^aten::(mm|addmm|bmm) (\[.*\])$")
+ALIGN = {"bf16": 8, "fp16": 8, "fp8": 16, "fp32": 4, "tf32": 4}
+
+
+def _mkn(op: str, sizes: list) -> tuple[int, int, int] | None:
+    shapes = [s for s in sizes if isinstance(s, list) and len(s) >= 2]
+    if op == "addmm" and len(shapes) >= 3:
+        shapes = shapes[1:]
+    if len(shapes) < 2:
+        return None
+    a, b = shapes[0], shapes[1]
+    return int(a[-2]), int(a[-1]), int(b[-1])
+
+
+def _pad(x: int, to: int) -> int:
+    return -(-x // to) * to
+
+
+def detect(ctx: RuleContext) -> list[Finding]:
+    r = ctx.prof.trace.ranges
+    if r.empty or not r["name"].str.startswith("aten::mm").any() and \
+            not r["name"].str.startswith(("aten::addmm", "aten::bmm")).any():
+        return []
+    ops = ctx.prof.ops(by="aten")
+    rows = []
+    for name, row in ops.iterrows():
+        m = GEMM_OP_RE.match(str(name))
+        ev = row["evidence"]
+        rate, prec = ev.get("achieved_flops_per_s"), row.get("precision")
+        if not m or not rate or prec not in ALIGN:
+            continue
+        try:
+            mkn = _mkn(m.group(1), ast.literal_eval(m.group(2)))
+        except (ValueError, SyntaxError):
+            continue
+        if mkn is None:
+            continue
+        _, k, n = mkn
+        rows.append((str(name), prec, mkn, float(rate), k % ALIGN[prec] == 0 and n % ALIGN[prec] == 0, row))
+    out = []
+    to = int(RULE.param("pad_to"))
+    for prec in {x[1] for x in rows}:
+        ref = [x[3] for x in rows if x[1] == prec and x[4]]
+        bad = [x for x in rows if x[1] == prec and not x[4]]
+        if not ref or not bad:
+            continue
+        good = float(np.median(ref))
+        saved = crit_ns = total = 0.0
+        names, gains = [], []
+        for name, _, (mm, k, n), rate, _, row in bad:
+            pad = (_pad(k, to) * _pad(n, to)) / (k * n)
+            g = max(1.0, good / rate / pad)
+            t = float(row["gpu_time_median_ns"]) * float(row["count"])
+            total += t
+            saved += t * (1.0 - 1.0 / g)
+            crit_ns += t * float(row.get("critical_fraction", 1.0))
+            names.append(name)
+            gains.append(g)
+        if saved <= 0:
+            continue
+        op_gain = total / (total - saved)
+        e2e, _, basis = ctx.gpu_saving_gain(saved, crit_ns / total if total else 0.0)
+        e2e = min(e2e, op_gain)
+        out.append(Finding(RULE.code, RULE.name,
+                           f"pad the GEMM dimensions that are not multiples of {ALIGN[prec]} to multiples "
+                           f"of {to} ({len(names)} {prec} GEMM shapes, e.g. {names[0]})", Rung.LIBRARY,
+                           {"unaligned": names[:5], "aligned_median_flops_per_s": good,
+                            "op_gains": [round(g, 2) for g in gains[:5]]}, e2e,
+                           f"unaligned GEMMs {ctx.per_iteration(total)} at the aligned GEMMs' median "
+                           f"{good / 1e12:.0f} TFLOP/s over the padded FLOPs; {basis}", e2e, op_gain,
+                           Scope.OPS, frozenset()))
+    return out

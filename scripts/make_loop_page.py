@@ -1,0 +1,200 @@
+"""Write analyses/closing_the_loop.md: for each before/after pair of real programs, profkit's
+classification of BEFORE, its top suggestion, the rule that matches the change that was applied,
+and that rule's prediction against the measured change of wall time per step (profkit.diff.run_change).
+
+    python scripts/make_loop_page.py            # (re)write the page
+    python scripts/make_loop_page.py --check    # exit 1 when the committed page is stale
+
+The notes of each pair (what was applied, why prediction and measurement differ, what changed in
+the rule) are written by a person after looking at the numbers; everything else is computed.
+"""
+from __future__ import annotations
+
+import argparse
+import difflib
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import profkit  # noqa: E402
+from profkit.diff import run_change  # noqa: E402
+from profkit.render import fmt_time  # noqa: E402
+
+PAGE = ROOT / "analyses" / "closing_the_loop.md"
+TARGET = 0.25  # the issue's target: predicted within +-25% of measured
+
+
+@dataclass(frozen=True)
+class Pair:
+    name: str
+    before: str
+    after: str
+    applied: str                 # the change, in words
+    rule: str                    # the rule code whose advice the change follows
+    notes: str                   # why they agree or not, and what changed in the rule
+    before_window: str = "auto"
+    after_window: str = "auto"
+    unit_kernel: Optional[str] = None  # a kernel that runs once per unit (token): per-unit times
+
+
+PAIRS = (
+    Pair("Llama training step: foreach -> fused AdamW", "traces/real/train_llama.sqlite",
+         "traces/real/train_llama_fused.sqlite", "torch.optim.AdamW(..., fused=True)", "PK201",
+         "The optimizer's GPU time fell as the bytes predicted (~21 foreach passes -> 7 fused, "
+         "measured 22.2 -> 8.4 ms of optimizer kernels over the window, 2.65x against the 3.0x "
+         "pass bound), but the step did not get shorter: the CPU issues this step in about as much "
+         "time as the step takes (wall 172.9 ms, 1.0 ms of it blocked in syncs), so the GPU saving "
+         "lands in GPU idle time. Before this page the advice did not exist at all (the op table "
+         "listed each multi_tensor_apply kernel separately, and the issue saw a 9.1x claim); the "
+         "rule now bounds the saving by the CPU's own time per step and predicts about 1.01x. "
+         "The top suggestion for this step is PK103 (CUDA graphs), which was not applied."),
+    Pair("HF generate() decode: dynamic -> static KV cache", "traces/real/generate_llama.sqlite",
+         "traces/real/generate_llama_static.sqlite",
+         "generation_config.cache_implementation = \"static\" (transformers then compiles the "
+         "decode forward)", "PK103",
+         "Times are compared per token, counted from the argmax kernel that runs once per token "
+         "(the window's iterations are one token in both traces here). The old rule removed all host idle and said 39.6x; the decode step's CPU time is mostly not "
+         "in the launches. The rule now removes, per iteration, the launch calls and the host gaps "
+         "under 50 us between consecutive launches (the per-op dispatch cost a CUDA graph replaces) "
+         "and keeps the longer gaps (generate()'s Python between model calls): 2.43x. Measured "
+         "1.81x: the AFTER trace has no graph launches (no cudaGraphLaunch, no graph-node "
+         "kernels) — the compiled decode forward ran about 107 Triton/cuBLAS kernels per token "
+         "instead of 220, so launches and dispatch gaps shrank but did not vanish. The prediction "
+         "is for full capture; what was measured is a partial one."),
+    Pair("DataLoader-fed ResNet-18: num_workers=0 -> 8 workers + pin_memory",
+         "traces/real/loader_cnn.sqlite", "traces/real/loader_cnn_workers.sqlite",
+         "DataLoader(num_workers=8, pin_memory=True), .to(device, non_blocking=True)", "PK102",
+         "The GPU idle inside the `data` range is what the workers take off the critical path; the "
+         "rest of the step's CPU work stays. The old rule predicted the same (12.3x). The rule "
+         "now leaves the pageable-copy time to PK104, so the two are not counted twice. The "
+         "remaining gap to the GPU floor is the training step's own launch overhead (AFTER is "
+         "host-bound, PK103)."),
+    Pair("Per-step loss.item() -> losses kept on the GPU", "traces/real/sync_loop.sqlite",
+         "traces/real/sync_loop_nosync.sqlite", "bookkeeping on loss.detach() instead of loss.item()",
+         "PK101",
+         "The advice was wrong before: removing the sync was bounded at 1.11x (wall / (wall - "
+         "time blocked in syncs)) and measured 0.87x — the step got slower. The CPU's own work per "
+         "step (5.6 ms: launches plus ~2 ms of bookkeeping) is longer than the GPU's (3.1 ms), so "
+         "the CPU sets the pace with or without the sync; without it the CPU work also ran slower "
+         "(CPU time per step 5.6 -> 7.0 ms; these traces have no CPU sampling to say why). The rule "
+         "now expects no gain when the CPU's own work per step exceeds the GPU's, keeps the 1.11x "
+         "as the bound, and says to cut the CPU work first."),
+    Pair("Tiny elementwise chain: eager -> CUDA graph replay (one trace, two ranges)",
+         "traces/micro_graph.sqlite", "traces/micro_graph.sqlite", "torch.cuda.graphs capture and replay",
+         "PK103",
+         "A microbenchmark, kept as a check of the CUDA-graph estimate on a case the graph fully "
+         "captures. The prediction keeps the GPU floor (busy + GPU-side gaps) as it was; replay "
+         "also shortens the GPU-side gaps between kernels, so the measurement beats it.",
+         before_window="eager_chain", after_window="graph_replay"),
+)
+
+NOT_RECAPTURED = (
+    "Not re-captured: the CNN-inference loop (traces/real/cnn_infer*, GPU-bound, no AFTER variant) "
+    "and the 2-GPU DDP step (traces/ddp2, set-up and per-step all-reduce, no AFTER variant). "
+    "Their rules (PK302/PK303 for GEMMs, PK501 for exposed NCCL time) have predictions but no "
+    "measurement here.")
+
+
+def _x(v: Optional[float]) -> str:
+    return "–" if v is None else f"{v:.2f}x"
+
+
+def _units(prof, kernel_re: Optional[str]) -> float:
+    """Units (tokens) per iteration: how often a once-per-unit kernel runs per iteration."""
+    if not kernel_re or not prof.window.iterations:
+        return 1.0
+    a = prof.trace.activities
+    n = int(a["name"].astype(str).str.contains(kernel_re, regex=True).sum())
+    return max(round(n / prof.window.iterations), 1)
+
+
+def _row(p: Pair) -> dict:
+    b = profkit.load(ROOT / p.before, window=p.before_window)
+    a = profkit.load(ROOT / p.after, window=p.after_window)
+    rc = run_change(b, a)
+    ub, ua = _units(b, p.unit_kernel), _units(a, p.unit_kernel)
+    tb, ta = rc["before_ns"] / ub, rc["after_ns"] / ua
+    measured = tb / ta
+    found = {f.code: f for f in b.findings()}
+    f = found.get(p.rule)
+    top = b.run().top_actions(1)
+    predicted = f.expected_end_to_end_speedup if f else None
+    off = (measured / predicted - 1.0) if predicted else None
+    return {"pair": p, "run": b.run(), "rc": rc, "tb": tb, "ta": ta, "units": (ub, ua),
+            "measured": measured, "finding": f, "predicted": predicted, "off": off,
+            "top": top[0] if top else None}
+
+
+def render() -> str:
+    rows = [_row(p) for p in PAIRS]
+    out = ["# Closing the loop: profkit's advice against measured before/after pairs", "",
+           "Generated by `python scripts/make_loop_page.py` from committed traces (H200); do not "
+           "edit by hand. For each pair: profkit's verdict on BEFORE, its top suggestion, the rule "
+           "whose advice the applied change follows, that rule's predicted gain on wall time per "
+           "step, and the measured change (`profkit diff BEFORE AFTER`: median iteration wall "
+           f"time). Target: within ±{TARGET:.0%}.", "", NOT_RECAPTURED, "",
+           "| pair | BEFORE verdict | top suggestion | applied (rule) | predicted | measured | off by |",
+           "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        p, top = r["pair"], r["top"]
+        off = "–" if r["off"] is None else f"{r['off']:+.0%}"
+        ok = "" if r["off"] is None or abs(r["off"]) <= TARGET else " (outside target)"
+        out.append(f"| {p.name} | {r['run'].verdict.value} | "
+                   f"{top.code + ' ' + top.rule + ' ' + _x(top.expected_end_to_end_speedup) if top else '–'} | "
+                   f"{p.rule} | {_x(r['predicted'])} | {_x(r['measured'])} | {off}{ok} |")
+    out.append("")
+    for r in rows:
+        p, f, rc = r["pair"], r["finding"], r["rc"]
+        unit = "token" if r["units"] != (1.0, 1.0) or p.unit_kernel else rc["per"]
+        out += [f"## {p.name}", "",
+                f"- BEFORE `{p.before}` (window {p.before_window}), AFTER `{p.after}` (window "
+                f"{p.after_window}); applied: {p.applied}.",
+                f"- BEFORE: {r['run'].verdict.value} — {r['run'].reason}."]
+        for i, a in enumerate(r["run"].top_actions(), 1):
+            out.append(f"  {i}. {a.code} {a.rule}: {a.action} [{_x(a.expected_end_to_end_speedup)}; {a.basis}]")
+        if f is not None:
+            out.append(f"- {f.code} {f.rule} (the applied change): {f.action} — predicted "
+                       f"{_x(f.expected_end_to_end_speedup)} (bound {_x(f.bound)}); basis: {f.basis}.")
+        else:
+            out.append(f"- {p.rule} did not fire on BEFORE.")
+        out.append(f"- Measured: {fmt_time(r['tb'])} -> {fmt_time(r['ta'])} per {unit} "
+                   f"({_x(r['measured'])}; {rc['before_verdict']} -> {rc['after_verdict']}, GPU idle "
+                   f"{rc['before_gpu_idle_fraction']:.0%} -> {rc['after_gpu_idle_fraction']:.0%}).")
+        if r["units"] != (1.0, 1.0):
+            out.append(f"- Units per iteration: BEFORE {r['units'][0]:.0f}, AFTER {r['units'][1]:.0f} "
+                       "(tokens, counted from the once-per-token argmax kernel).")
+        out += ["", p.notes, ""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+# generate_llama's iterations are tokens in BEFORE and token pairs in AFTER: count argmax kernels.
+PAIRS = tuple(Pair(**{**p.__dict__, "unit_kernel": r"ArgMaxOps"}) if "generate" in p.before else p
+              for p in PAIRS)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="exit 1 when the committed page is stale")
+    args = ap.parse_args(argv)
+    text = render()
+    if args.check:
+        old = PAGE.read_text() if PAGE.exists() else ""
+        if old != text:
+            sys.stderr.writelines(difflib.unified_diff(old.splitlines(True), text.splitlines(True),
+                                                       str(PAGE), "fresh"))
+            print(f"{PAGE.name} differs from a fresh run", file=sys.stderr)
+            return 1
+        print("no drift")
+        return 0
+    PAGE.write_text(text)
+    print(f"wrote {PAGE.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,382 @@
+"""The rule catalogue (profkit/rules): each rule fires on a real trace and stays quiet on another,
+its gains stay within what their basis allows, and no advice contradicts its own evidence."""
+from __future__ import annotations
+
+import ast
+import json
+import re
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import profkit
+from profkit import rules
+from profkit.cli import main
+from profkit.diff import run_change
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACES = sorted([*ROOT.glob("traces/*.sqlite"), *ROOT.glob("traces/real/*.sqlite"),
+                 *ROOT.glob("traces/ddp2/*.sqlite")])
+SECTIONS = ("What", "Why", "Evidence", "Fix", "Expected gain", "References")
+
+# code -> (trace that fires it, trace that must not); None: no committed trace fires it.
+CASES = {
+    "PK101": ("real/sync_loop", "real/sync_loop_nosync"),
+    "PK102": ("real/loader_cnn", "real/loader_cnn_workers"),
+    "PK103": ("real/generate_llama", "real/cnn_infer"),
+    "PK104": ("real/loader_cnn", "real/loader_cnn_workers"),
+    "PK201": ("real/train_llama", "real/train_llama_fused"),
+    "PK202": ("real/train_llama", "real/generate_llama"),
+    "PK203": ("real/train_llama", "real/sync_loop"),
+    "PK301": (None, "real/train_llama"),
+    "PK302": ("probe_h200_addnorm_gemm", "real/train_llama"),
+    "PK303": ("real/generate_llama", "real/train_llama"),
+    "PK304": (None, "real/train_llama_aten"),
+    "PK401": ("model_tiny_llama", "fused_add_rmsnorm_cuda"),
+    "PK402": ("micro_chain", "real/cnn_infer"),
+    "PK501": ("ddp2/rank0", "real/train_llama"),
+}
+
+_cache: dict[str, profkit.api.Profile] = {}
+
+
+def prof(name: str) -> profkit.api.Profile:
+    if name not in _cache:
+        _cache[name] = profkit.load(ROOT / "traces" / f"{name}.sqlite")
+    return _cache[name]
+
+
+def codes(name: str) -> list[str]:
+    return [f.code for f in prof(name).findings()]
+
+
+def finding(name: str, code: str) -> rules.Finding:
+    return next(f for f in prof(name).findings() if f.code == code)
+
+
+# -- the catalogue -------------------------------------------------------------------------------
+def test_every_rule_is_registered_once_with_its_metadata_and_explanation():
+    seen = set()
+    for mod in rules.RULES:
+        m = mod.RULE
+        assert re.fullmatch(r"PK\d{3}", m.code) and re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", m.name)
+        assert m.code not in seen and m.name not in seen
+        seen |= {m.code, m.name}
+        assert callable(mod.detect) and m.tables and m.summary
+        text = rules.explain(m.code)
+        for s in SECTIONS:
+            assert re.search(rf"^{s}$", text, re.M), (m.code, s)
+        assert mod.__name__.split(".")[-1].startswith(m.code.lower())
+    assert set(CASES) == {m.RULE.code for m in rules.RULES}
+
+
+@pytest.mark.parametrize("code", sorted(CASES))
+def test_rule_fires_on_its_trace_and_not_on_the_other(code):
+    fire, quiet = CASES[code]
+    if fire is not None:
+        assert code in codes(fire), f"{code} should fire on {fire}"
+        assert rules.get(code).RULE.example.startswith(f"traces/{fire}.sqlite")
+    assert code not in codes(quiet), f"{code} must not fire on {quiet}"
+
+
+def test_cli_lists_explains_and_speaks_json():
+    r = CliRunner().invoke(main, ["rules"])
+    assert r.exit_code == 0
+    for mod in rules.RULES:
+        assert mod.RULE.code in r.output and mod.RULE.name in r.output
+    r = CliRunner().invoke(main, ["rules", "--explain", "pk201"])
+    assert r.exit_code == 0 and "fused=True" in r.output and "Expected gain" in r.output
+    r = CliRunner().invoke(main, ["rules", "--json"])
+    rows = json.loads(r.output)
+    assert [x["code"] for x in rows] == [m.RULE.code for m in rules.RULES]
+    r = CliRunner().invoke(main, ["rules", "--explain", "unfused-optimizer", "--json"])
+    assert json.loads(r.output)["code"] == "PK201"
+    r = CliRunner().invoke(main, ["rules", "--explain", "PK999"])
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1 and "no rule" in r.stderr
+
+
+# -- the rules' judgements on the real programs --------------------------------------------------
+def test_foreach_adamw_is_told_fused_but_promised_little_on_a_host_bound_step():
+    f = finding("real/train_llama", "PK201")
+    assert "fused=True" in f.action and f.evidence["fused_passes"] == 7
+    # ~21 foreach passes vs 7 fused: at most 3x on the optimizer's own time...
+    assert 2.5 < f.expected_op_speedup <= 3.2
+    # ...and next to nothing on wall time: the step is paced by the CPU (measured 15.29 -> 15.49 ms).
+    assert f.expected_end_to_end_speedup < 1.02
+    rc = run_change(prof("real/train_llama"), prof("real/train_llama_fused"))
+    assert abs(f.expected_end_to_end_speedup / rc["measured_speedup"] - 1) < 0.25
+    # `profkit diff` shows the applied rule's prediction even when it is not a top action.
+    assert any(x["code"] == "PK201" for x in rc["findings"])
+
+
+def test_sync_is_not_advised_away_when_the_cpu_sets_the_pace():
+    f = finding("real/sync_loop", "PK101")
+    assert f.expected_end_to_end_speedup == 1.0 and 1.05 < f.bound < 1.2
+    assert "leave the per-step sync" in f.action
+    r = prof("real/sync_loop").run()
+    assert r.verdict.value == "host-bound" and "gains at most 1.11x" in r.reason
+
+
+def test_data_loading_prediction_matches_the_workers_variant():
+    f = finding("real/loader_cnn", "PK102")
+    assert prof("real/loader_cnn").run().top_actions()[0].rule == "data-loading"
+    measured = run_change(prof("real/loader_cnn"), prof("real/loader_cnn_workers"))["measured_speedup"]
+    assert abs(f.expected_end_to_end_speedup / measured - 1) < 0.25
+
+
+def test_decode_loop_estimate_rests_on_launch_time_not_on_all_host_idle():
+    f = finding("real/generate_llama", "PK103")
+    assert f.bound > 30                      # every host gap removed: the old 39x
+    assert 1.5 < f.expected_end_to_end_speedup < 3.0
+    assert "cache_implementation=\"static\"" in f.action and "launch calls" in f.basis
+
+
+def test_norm_fusion_names_the_kernel_for_the_norm_that_runs():
+    assert finding("model_tiny_llama", "PK401").evidence["kernel"] == "add_rmsnorm"
+    assert finding("fused_add_layernorm_torch", "PK401").evidence["kernel"] == "add_layernorm"
+    assert finding("fused_bias_gelu_torch", "PK401").evidence["kernel"] == "bias_gelu"
+
+
+# -- consistency: over every committed trace -----------------------------------------------------
+@pytest.mark.parametrize("path", TRACES, ids=[p.name for p in TRACES])
+def test_findings_stay_within_their_basis_and_are_counted_once(path):
+    p = _loaded(path)
+    fs = p.findings()
+    for f in fs:
+        assert 1.0 <= f.expected_end_to_end_speedup <= f.bound + 1e-9, (f.code, f.basis)
+        if f.expected_op_speedup is not None:
+            assert f.expected_end_to_end_speedup <= f.expected_op_speedup + 1e-9, f.code
+    out = p.run_json(_ops(path, "kernel"))
+    acts = [a["action"] for a in out["actions"]]
+    assert len(acts) == len(set(acts))
+    claimed = set().union(*(f.kernels for f in fs)) if fs else set()
+    assert not any(a["action"].split(": ", 1)[0] in claimed for a in out["actions"]
+                   if a["rule"].startswith("op:"))
+    assert out["verdict"]["expected_end_to_end_speedup"] == (
+        out["actions"][0]["expected_end_to_end_speedup"] if out["actions"] else 1.0)
+
+
+FLASH = re.compile(r"flash|fmha|cudnn\w*sdpa|_cudnn_attention|efficient_attention", re.I)
+COMPILED = re.compile(r"^triton_(poi|red|per|tem)_|Torch-Compiled Region|CompiledFunction|inductor|"
+                      r"/compile/|autotun", re.I)
+
+
+_loaded_cache: dict = {}
+_ops_cache: dict = {}
+
+
+def _loaded(path: Path, window: str = "auto") -> profkit.api.Profile:
+    """One Profile per trace and window for the sweeps below (loading is most of their time)."""
+    key = (str(path), window)
+    if key not in _loaded_cache:
+        _loaded_cache[key] = profkit.load(path, window=window)
+    return _loaded_cache[key]
+
+
+def _ops(path: Path, by: str, window: str = "auto"):
+    key = (str(path), by, window)
+    if key not in _ops_cache:
+        try:
+            _ops_cache[key] = _loaded(path, window).ops(by=by)
+        except profkit.errors.ProfkitError:
+            _ops_cache[key] = None
+    return _ops_cache[key]
+
+
+def _op_rows(path: Path, window: str = "auto"):
+    for by in ("range", "kernel", "aten"):
+        df = _ops(path, by, window)
+        if df is None:
+            continue
+        if df.attrs.get("level") != by:
+            continue
+        for name, row in df.iterrows():
+            yield by, str(name), row, df.attrs["kernels_of"].get(name, set())
+
+
+@pytest.mark.parametrize("path", TRACES, ids=[p.name for p in TRACES])
+def test_no_advice_contradicts_its_evidence(path):
+    from profkit.dtypes import kernel_dtype
+    from profkit.patterns import NormKind, norm_kind
+    acts = _loaded(path).full_trace.activities
+    kernels = acts.loc[acts["kind"].astype(str) == "kernel", "name"].drop_duplicates().tolist()
+    rms_model = norm_kind(kernels) is NormKind.RMS
+    from profkit.classify import gemm_shape_hint
+    for by, name, row, knames in _op_rows(path):
+        a = str(row["action"])
+        if "skinny" in a:  # only GEMMs whose tiles say so are called skinny
+            assert gemm_shape_hint(sorted(knames)) == "skinny", (by, name, a)
+        if (by == "kernel" or re.search(r"optim", name, re.I)) and \
+                any(re.search(r"Fused(Adam|Sgd)\w*Functor", k) for k in knames):  # fused optimizer
+            assert row["rung"] != "torch.compile", (by, name, a)
+        # An op's end-to-end gain never exceeds its own gain.
+        assert 1.0 <= row["expected_end_to_end_speedup"] <= row["expected_op_speedup"] + 1e-9, (by, name)
+        if FLASH.search(name):   # a flash / cuDNN attention kernel is never told to use one
+            assert "flash / cuDNN backend" not in a, (by, name, a)
+        if rms_model:            # an RMSNorm model is never pointed to the LayerNorm kernel
+            assert "add_layernorm" not in a, (by, name, a)
+        if COMPILED.search(name):  # inside torch.compile: never "use torch.compile"
+            assert row["rung"] != "torch.compile", (by, name, a)
+            assert not re.search(r"(use|try|with|fuse\b.*\bwith) torch\.compile|torch\.compile the", a), \
+                (by, name, a)
+        if re.search(r"nccl", name, re.I):  # collectives are never told to fuse kernels
+            assert not re.search(r"\bfuse\b", a), (by, name, a)
+        if (by == "kernel" and kernel_dtype(name).precision in ("bf16", "fp16")) or \
+                row.get("precision") in ("bf16", "fp16"):  # bf16 GEMMs are never told to allow TF32
+            assert "TF32" not in a, (by, name, a)
+    for f in _loaded(path).findings():
+        if f.code == "PK301":
+            assert not any(FLASH.search(k) for k in kernels)
+        if f.code == "PK302":
+            assert all(kernel_dtype(k).precision == "fp32" for k in f.kernels)
+        if f.code == "PK402":
+            assert not any(COMPILED.search(k) for k in f.kernels)
+        if f.code == "PK401" and rms_model:
+            assert f.evidence["kernel"] != "add_layernorm"
+
+
+def test_nccl_set_up_is_never_advised():
+    for path in (ROOT / "traces" / "ddp2").glob("*.sqlite"):
+        for by, name, row, _ in _op_rows(path, window="all"):
+            if re.search(r"CommInit", name):  # noqa: SIM102
+                assert row["rung"] == "none" and "one-off" in row["action"], (by, name, row["action"])
+            if re.search(r"nccl", name, re.I):
+                assert not re.search(r"\bfuse\b", str(row["action"])), (by, name, row["action"])
+    # The whole capture, set-up included: the communicator's broadcast runs once, never per step.
+    p = profkit.load(ROOT / "traces" / "ddp2" / "rank0.sqlite", window="all")
+    for f in p.findings():
+        if f.code == "PK501":
+            assert not any("Broadcast" in k for k in f.kernels)
+    f = finding("ddp2/rank0", "PK501")
+    assert all("AllReduce" in k for k in f.kernels)
+
+
+# -- layering ------------------------------------------------------------------------------------
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            out.add(node.module)
+        elif isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+    return out
+
+
+def test_reading_layers_never_import_the_rules_and_rules_never_render():
+    for mod in ("reader", "trace", "window", "run", "attribution", "ops"):
+        assert not any(m.startswith("profkit.rules") for m in _imports(ROOT / "profkit" / f"{mod}.py")), mod
+    for f in (ROOT / "profkit" / "rules").glob("*.py"):
+        bad = {m for m in _imports(f) if m.startswith(("profkit.plots", "profkit.render", "profkit.report",
+                                                       "profkit.cli", "matplotlib"))}
+        assert not bad, (f.name, bad)
+
+
+def test_with_aten_shapes_the_rules_name_weight_casts_and_the_logits():
+    f = finding("real/train_llama_aten", "PK202")
+    assert f.evidence["weight_casts_per_iteration"] == 30.0
+    f = finding("real/train_llama_aten", "PK203")
+    assert f.evidence["logits_shape"] == [4096, 32000] and f.evidence["fp32_logits_bytes"] == 524288000
+
+
+@pytest.mark.parametrize("name", ["fused_softmax_torch_ncu", "micro_graph", "micro_chain", "real/train_llama"])
+def test_report_headline_never_beats_its_ops_or_the_cpu(name):
+    from profkit import report
+    p = prof(name)
+    plan, combined = report._gain_plan(p, p.ops(by="range"), "range")
+    if plan:
+        assert combined <= max(x["expected_op_speedup"] for x in plan) + 1e-9
+    f = p.frame()
+    if f.host_floor_ns:
+        assert combined <= f.wall_ns / f.host_floor_ns + 1e-9
+
+
+def _attention_trace(path: Path, fused: bool) -> Path:
+    """Three 'steps' of attention: QK^T GEMM, softmax, PV GEMM (math path), or one flash kernel."""
+    from tests.synth import TID, make_trace
+    strings = {1: "nvjet_sm90_tst_128x128_64x4_1x2_h_bz_NNT",
+               2: "void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, c10::BFloat16, float, "
+                  "c10::BFloat16, at::native::(anonymous namespace)::SoftMaxForwardEpilogue>",
+               3: "cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x64",
+               4: "step", 9: "cudaLaunchKernel"}
+    kernels, runtime, nvtx, corr = [], [], [], 0
+    for i in range(4):
+        t0 = i * 1_000_000
+        nvtx.append((t0, t0 + 900_000, "step", TID))
+        seq = [3] if fused else [1, 2, 1]
+        for j, k in enumerate(seq):
+            corr += 1
+            s = t0 + 10_000 + j * 200_000
+            runtime.append((s, s + 5_000, corr))
+            kernels.append((s + 6_000, s + 150_000, corr, k))
+    return make_trace(path, kernels=kernels, runtime=runtime, nvtx=nvtx, strings=strings)
+
+
+def test_attention_on_the_math_path_is_told_sdpa_and_flash_is_left_alone(tmp_path):
+    # No committed trace runs math-path attention: a hand-built one stands in for the trigger.
+    math = profkit.load(_attention_trace(tmp_path / "math.sqlite", fused=False))
+    f = next(f for f in math.findings() if f.code == "PK301")
+    assert "scaled_dot_product_attention" in f.action and f.expected_end_to_end_speedup <= f.bound
+    flash = profkit.load(_attention_trace(tmp_path / "flash.sqlite", fused=True))
+    assert "PK301" not in [f.code for f in flash.findings()]
+
+
+def test_unaligned_gemm_is_told_to_pad_against_the_aligned_ones_rate(tmp_path):
+    # No committed trace has unaligned GEMM dims: a hand-built emit_nvtx trace stands in.
+    from tests.synth import TID, make_trace
+    shapes = {True: "[[4096, 1024], [1024, 4096]]", False: "[[4096, 1000], [1000, 4100]]"}
+    strings = {1: "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", 9: "cudaLaunchKernel"}
+    kernels, runtime, nvtx = [], [], []
+    for i in range(6):
+        aligned = i % 2 == 0
+        t0 = i * 1_000_000
+        nvtx.append((t0, t0 + 50_000, f"aten::mm, seq = {i}, op_id = {i + 1}, sizes = {shapes[aligned]}, "
+                                      "input_op_ids = [(0,-1), (0,-1)]", TID))
+        runtime.append((t0 + 1_000, t0 + 6_000, i + 1))
+        kernels.append((t0 + 7_000, t0 + 7_000 + (50_000 if aligned else 150_000), i + 1, 1))
+    p = profkit.load(make_trace(tmp_path / "mm.sqlite", kernels=kernels, runtime=runtime, nvtx=nvtx,
+                                strings=strings), window="all", gains="gpu")
+    f = next(f for f in p.findings() if f.code == "PK304")
+    assert "pad" in f.action and "aten::mm [[4096, 1000], [1000, 4100]]" in f.evidence["unaligned"]
+    assert 1.0 < f.expected_end_to_end_speedup <= f.expected_op_speedup <= 3.0
+
+
+def test_fused_attention_in_fp32_is_told_bf16(tmp_path):
+    from tests.synth import make_trace
+    name = ("void fmha_cutlassF_f32_aligned_64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel<float, "
+            "cutlass::arch::Sm80, true, 64, 64, 64, true, true>::Params)")
+    kernels = [(i * 1_000_000 + 7_000, i * 1_000_000 + 900_000, i + 1, 1) for i in range(4)]
+    runtime = [(i * 1_000_000 + 1_000, i * 1_000_000 + 6_000, i + 1) for i in range(4)]
+    p = profkit.load(make_trace(tmp_path / "f32.sqlite", kernels=kernels, runtime=runtime,
+                                strings={1: name, 9: "cudaLaunchKernel"}), window="all")
+    f = next(f for f in p.findings() if f.code == "PK301")
+    assert "bf16" in f.action and f.expected_end_to_end_speedup <= f.expected_op_speedup == 2.0
+
+
+def test_sync_is_advised_away_when_the_gpu_work_sets_the_step(tmp_path):
+    # A step the GPU paces: 1 ms of kernels, a sync that waits for them, then 0.4 ms of CPU
+    # work with the GPU empty. Without the sync the CPU work hides under the next step's kernels.
+    import sqlite3
+    from tests.synth import TID, make_trace
+    kernels, runtime, nvtx = [], [], []
+    step = 1_500_000
+    for i in range(6):
+        t0 = i * step
+        nvtx.append((t0, t0 + step - 1_000, "step", TID))
+        runtime.append((t0 + 1_000, t0 + 6_000, i + 1))
+        kernels.append((t0 + 10_000, t0 + 1_010_000, i + 1, 1))
+    path = make_trace(tmp_path / "sync.sqlite", kernels=kernels, runtime=runtime, nvtx=nvtx,
+                      strings={1: "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", 9: "cudaLaunchKernel",
+                               10: "cudaStreamSynchronize_v3020"})
+    con = sqlite3.connect(path)
+    con.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?,?,0,?,?,10,0)",
+                    [(i * step + 7_000, i * step + 1_011_000, TID, 100 + i) for i in range(6)])
+    con.commit()
+    con.close()
+    p = profkit.load(path)
+    assert p.run().verdict.value == "sync-bound"
+    f = next(f for f in p.findings() if f.code == "PK101")
+    assert f.rung.value == "library" and "remove the per-step synchronisation" in f.action
+    # 1.5 ms per step -> max(1.0 ms GPU, 0.5 ms CPU): 1.5x at most.
+    assert 1.4 < f.expected_end_to_end_speedup <= f.bound <= 1.5

@@ -182,17 +182,22 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--check", action="store_true", help="exit 1 when the committed page is stale")
     args = ap.parse_args(argv)
     text = render()
-    if args.check:
-        old = PAGE.read_text() if PAGE.exists() else ""
+    return write_or_check(PAGE, text, args.check)
+
+
+def write_or_check(page: Path, text: str, check: bool) -> int:
+    """Write a generated page, or with ``check`` exit 1 (showing the diff) when it is stale."""
+    if check:
+        old = page.read_text() if page.exists() else ""
         if old != text:
             sys.stderr.writelines(difflib.unified_diff(old.splitlines(True), text.splitlines(True),
-                                                       str(PAGE), "fresh"))
-            print(f"{PAGE.name} differs from a fresh run", file=sys.stderr)
+                                                       str(page), "fresh"))
+            print(f"{page.name} differs from a fresh run", file=sys.stderr)
             return 1
-        print("no drift")
+        print(f"{page.name}: no drift")
         return 0
-    PAGE.write_text(text)
-    print(f"wrote {PAGE.relative_to(ROOT)}")
+    page.write_text(text)
+    print(f"wrote {page.relative_to(ROOT)}")
     return 0
 
 

@@ -17,6 +17,7 @@ sys.path.insert(0, str(ROOT))
 import profkit  # noqa: E402
 from profkit import render  # noqa: E402
 from profkit.diff import run_change  # noqa: E402
+from make_loop_page import write_or_check  # noqa: E402  (scripts/ is on sys.path)
 
 PAGE = ROOT / "analyses" / "run_summaries.md"
 REAL = "traces/real"
@@ -81,16 +82,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--check", action="store_true")
     args = ap.parse_args()
-    text = build()
-    if args.check:
-        if not PAGE.exists() or PAGE.read_text() != text:
-            print(f"{PAGE.relative_to(ROOT)} is stale: run scripts/make_run_summaries.py")
-            return 1
-        print("run summaries: no drift")
-        return 0
-    PAGE.write_text(text)
-    print(f"wrote {PAGE.relative_to(ROOT)}")
-    return 0
+    return write_or_check(PAGE, build(), args.check)
 
 
 if __name__ == "__main__":

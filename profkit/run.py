@@ -37,7 +37,6 @@ DATA_SHARE = 0.50         # share of host idle inside data-loading ranges for a 
 SYNC_RE = re.compile(r"^cu(da)?(Device|Ctx|Stream|Event)Synchronize|^cudaMemcpy(2D|3D)?(_v\d+)?$|"
                      r"^cuMemcpy(DtoH|HtoD|DtoD|2D|3D)?(_v\d+)?$|^cudaMemcpy(To|From)Symbol(_v\d+)?$")
 MEMCPY_RE = re.compile(r"^cu(da)?Memcpy")
-LAUNCH_RE = re.compile(r".*Launch")
 DATA_RE = re.compile(r"data|load|batch|fetch|input|prefetch|collate|dataset", re.I)
 NCCL_RE = re.compile(r".*nccl", re.I)
 GEMM_RE = re.compile(r".*(gemm|nvjet|xmma|cutlass|wgmma|cublas|matmul|conv|cudnn|flash|fmha|attention|"
@@ -209,7 +208,7 @@ def summarize(trace, window: Window, launch_floor_ns: float) -> RunSummary:
     by_range = _host_idle_by_range(trace, gap_a[is_host] + host_part[is_host] // 2, host_part[is_host])
     sw = sync[(sync["end"] > w0) & (sync["start"] < w1)]
     sync_blocked = int((np.minimum(sw["end"], w1) - np.maximum(sw["start"], w0)).sum())
-    launches = of_process(trace.api_calls_matching(LAUNCH_RE))
+    launches = of_process(trace.launch_calls)
     launches = launches[(launches["end"] > w0) & (launches["start"] < w1)]
     launch_ns = int((launches["end"] - launches["start"]).sum())
     last_call = max((trace.api_last_end(w0, w1, pid) for pid in pids), default=None)

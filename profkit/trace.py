@@ -92,6 +92,23 @@ class Trace:
         return cache[pattern.pattern]
 
     @cached_property
+    def launch_calls(self) -> pd.DataFrame:
+        """The API calls that launched kernels (cudaLaunchKernel, cuLaunchKernelEx, a graph
+        launch): start, end, globalTid, correlationId.
+
+        Taken from the kernels' own launch calls (one row per correlation id and process), so a
+        trace with a million launches is not read twice."""
+        a = self.activities
+        a = a[a["api_start"].notna() & (a["kind"] == "kernel")]
+        pid = np.right_shift(a["globalPid"].to_numpy(np.int64), 24)
+        calls = pd.DataFrame({"start": a["api_start"].to_numpy(np.int64),
+                              "end": a["api_end"].to_numpy(np.int64),
+                              "globalTid": a["globalTid"].to_numpy(np.int64),
+                              "correlationId": a["correlationId"].to_numpy(np.int64), "pid": pid})
+        calls = calls.drop_duplicates(["pid", "correlationId"])
+        return calls.drop(columns="pid").sort_values("start", kind="stable").reset_index(drop=True)
+
+    @cached_property
     def runtime_names(self) -> dict[int, str]:
         """Distinct CUDA API call names by StringIds id (one scan of the runtime table)."""
         return self._read(lambda r: r.runtime_names())

@@ -294,7 +294,7 @@ def test_report_headline_never_beats_its_ops_or_the_cpu(name):
 
 def _attention_trace(path: Path, fused: bool) -> Path:
     """Three 'steps' of attention: QK^T GEMM, softmax, PV GEMM (math path), or one flash kernel."""
-    from tests.synth import TID, make_trace
+    from synth import TID, make_trace
     strings = {1: "nvjet_sm90_tst_128x128_64x4_1x2_h_bz_NNT",
                2: "void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, c10::BFloat16, float, "
                   "c10::BFloat16, at::native::(anonymous namespace)::SoftMaxForwardEpilogue>",
@@ -324,7 +324,7 @@ def test_attention_on_the_math_path_is_told_sdpa_and_flash_is_left_alone(tmp_pat
 
 def test_unaligned_gemm_is_told_to_pad_against_the_aligned_ones_rate(tmp_path):
     # No committed trace has unaligned GEMM dims: a hand-built emit_nvtx trace stands in.
-    from tests.synth import TID, make_trace
+    from synth import TID, make_trace
     shapes = {True: "[[4096, 1024], [1024, 4096]]", False: "[[4096, 1000], [1000, 4100]]"}
     strings = {1: "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", 9: "cudaLaunchKernel"}
     kernels, runtime, nvtx = [], [], []
@@ -343,7 +343,7 @@ def test_unaligned_gemm_is_told_to_pad_against_the_aligned_ones_rate(tmp_path):
 
 
 def test_fused_attention_in_fp32_is_told_bf16(tmp_path):
-    from tests.synth import make_trace
+    from synth import make_trace
     name = ("void fmha_cutlassF_f32_aligned_64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel<float, "
             "cutlass::arch::Sm80, true, 64, 64, 64, true, true>::Params)")
     kernels = [(i * 1_000_000 + 7_000, i * 1_000_000 + 900_000, i + 1, 1) for i in range(4)]
@@ -358,7 +358,7 @@ def test_sync_is_advised_away_when_the_gpu_work_sets_the_step(tmp_path):
     # A step the GPU paces: 1 ms of kernels, a sync that waits for them, then 0.4 ms of CPU
     # work with the GPU empty. Without the sync the CPU work hides under the next step's kernels.
     import sqlite3
-    from tests.synth import TID, make_trace
+    from synth import TID, make_trace
     kernels, runtime, nvtx = [], [], []
     step = 1_500_000
     for i in range(6):

@@ -118,6 +118,10 @@ class RuleContext:
     def acts(self) -> pd.DataFrame:
         """The window's GPU activities (launched inside it), with duration and critical share."""
         a = self.prof.trace.activities.copy()
+        # Names as a categorical over the trace's one factorisation: the rules match and group
+        # by name many times, once per distinct name rather than once per kernel.
+        codes, uniq = self.prof.trace.name_codes
+        a["name"] = pd.Categorical.from_codes(codes, categories=pd.Index(uniq))
         a["dur"] = (a["end"] - a["start"]).astype("int64")
         a["critical"] = critical_fraction(a, sync_intervals(self.prof.full_trace)).to_numpy()
         return a
@@ -128,16 +132,25 @@ class RuleContext:
         a = self.acts[self.acts["kind"].astype(str) == "kernel"]
         if a.empty:
             return pd.DataFrame(columns=["count", "total_ns", "median_ns", "critical_ns"])
-        g = a.groupby("name", sort=False)
+        g = a.groupby("name", sort=False, observed=True)
         out = pd.DataFrame({"count": g.size(), "total_ns": g["dur"].sum(),
                             "median_ns": g["dur"].median(),
-                            "critical_ns": (a["dur"] * a["critical"]).groupby(a["name"]).sum()})
+                            "critical_ns": (a["dur"] * a["critical"]).groupby(
+                                a["name"], observed=True).sum()})
+        out.index = out.index.astype(object)
         return out.sort_values("total_ns", ascending=False)
 
     @cached_property
     def calls(self) -> pd.DataFrame:
         """CUDA API calls of the window (names like cudaStreamSynchronize_v3020: match by prefix)."""
-        c = self.prof.trace.api_calls
+        return self._in_window(self.prof.trace.api_calls)
+
+    @cached_property
+    def launches(self) -> pd.DataFrame:
+        """The window's calls that issued GPU work (Trace.launch_calls): start, end, globalTid."""
+        return self._in_window(self.prof.full_trace.launch_calls)
+
+    def _in_window(self, c: pd.DataFrame) -> pd.DataFrame:
         w = self.run.window
         return c[(c["start"] >= w.start_ns) & (c["start"] <= w.end_ns)]
 
@@ -191,5 +204,18 @@ def iteration_bounds(run: "RunSummary") -> np.ndarray:
 
 
 def matches(names, rx: "re.Pattern[str]") -> np.ndarray:
-    """Which of ``names`` the compiled regex finds a match in (a boolean array)."""
-    return np.fromiter((bool(rx.search(str(n))) for n in names), dtype=bool, count=len(names))
+    """Which of ``names`` the compiled regex finds a match in (a boolean array), searched once
+    per distinct name: a trace repeats a few hundred kernel names millions of times."""
+    return lookup(names, lambda n: bool(rx.search(n))).astype(bool)
+
+
+def lookup(names, fn) -> np.ndarray:
+    """``fn(name)`` for each of ``names``, evaluated once per distinct name (an object array)."""
+    if isinstance(getattr(names, "dtype", None), pd.CategoricalDtype):
+        codes, uniq = np.asarray(names.cat.codes), names.cat.categories
+    else:
+        codes, uniq = pd.factorize(pd.Series(names, dtype=object))
+    values = np.empty(len(uniq) + 1, dtype=object)
+    values[:-1] = [fn(str(u)) for u in uniq]
+    values[-1] = None  # code -1: a missing name
+    return values[codes]

@@ -47,8 +47,7 @@ RULE = RuleMeta(
 
 def _removable(ctx: RuleContext, bounds: np.ndarray) -> np.ndarray:
     """Per iteration: launch-call time plus short gaps between consecutive launches."""
-    calls = ctx.calls
-    launches = calls[calls["name"].str.contains("Launch", regex=False)]
+    launches = ctx.launches
     if launches.empty:
         return np.zeros(len(bounds) - 1)
     pid = np.right_shift(launches["globalTid"].to_numpy(np.int64), 24)

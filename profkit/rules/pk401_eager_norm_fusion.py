@@ -31,7 +31,7 @@ import numpy as np
 from profkit.advisor import FUSED_PASSES
 from profkit.model import Rung
 from profkit.patterns import NormKind, norm_kind
-from profkit.rules.base import Finding, Param, RuleContext, RuleMeta, Scope, Table
+from profkit.rules.base import Finding, Param, RuleContext, RuleMeta, Scope, Table, lookup, matches
 
 RULE = RuleMeta(
     code="PK401", name="eager-norm-fusion",
@@ -62,18 +62,26 @@ def _consumer(name: str) -> str | None:
 
 def detect(ctx: RuleContext) -> list[Finding]:
     a = ctx.acts[ctx.acts["kind"].astype(str) == "kernel"].sort_values(["streamId", "start"], kind="stable")
-    names = a["name"].to_numpy(object)
+    names = a["name"]
     dur = a["dur"].to_numpy(np.float64)
     crit = a["critical"].to_numpy(np.float64)
     stream = a["streamId"].to_numpy()
     found: dict[str, list] = {}
-    for i in range(1, len(a)):
-        kern = _consumer(names[i])
-        if kern is None or stream[i] != stream[i - 1]:
-            continue
-        prod_ok = SCALE_RE.search(names[i - 1]) if kern == "softmax" else ADD_RE.search(names[i - 1])
-        if prod_ok:
-            found.setdefault(kern, []).append(i)
+    if len(a) > 1:
+        # Names are classified once each; pairs are then found with array comparisons.
+        consumer = lookup(names, _consumer)
+        is_add, is_scale = matches(names, ADD_RE), matches(names, SCALE_RE)
+        same = np.zeros(len(a), dtype=bool)
+        same[1:] = stream[1:] == stream[:-1]
+        prev_add = np.zeros(len(a), dtype=bool)
+        prev_add[1:] = is_add[:-1]
+        prev_scale = np.zeros(len(a), dtype=bool)
+        prev_scale[1:] = is_scale[:-1]
+        for kern in ("add_layernorm", "add_rmsnorm", "bias_gelu", "softmax"):
+            prod = prev_scale if kern == "softmax" else prev_add
+            idx = np.flatnonzero((consumer == kern) & same & prod)
+            if len(idx):
+                found[kern] = idx.tolist()
     out = []
     for kern, idx in found.items():
         per_it = len(idx) / max(ctx.iterations, 1)
@@ -93,5 +101,5 @@ def detect(ctx: RuleContext) -> list[Finding]:
                            {"kernel": kern, "pairs": len(idx), "pair_kernel_ns": int(total),
                             "critical_share": round(share, 3)}, g,
                            f"pairs {ctx.per_iteration(total)} x (1 - {fused}/{eager}); {basis}", g,
-                           op_gain, Scope.OPS, frozenset(names[both].tolist())))
+                           op_gain, Scope.OPS, frozenset(names.iloc[both].astype(str).tolist())))
     return out

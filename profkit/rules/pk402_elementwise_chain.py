@@ -47,7 +47,7 @@ def detect(ctx: RuleContext) -> list[Finding]:
     a = ctx.acts[ctx.acts["kind"].astype(str) == "kernel"].sort_values(["streamId", "start"], kind="stable")
     if a.empty:
         return []
-    names = a["name"].astype(str)
+    names = a["name"]
     ok = (matches(names, ELEMENTWISE_RE) & ~matches(names, CAST_RE)
           & (a["dur"] < RULE.param("max_kernel_us") * 1e3)).to_numpy()
     stream = a["streamId"].to_numpy()
@@ -60,19 +60,23 @@ def detect(ctx: RuleContext) -> list[Finding]:
     brk = np.ones(len(a), dtype=bool)
     brk[1:] = ~(ok[1:] & ok[:-1] & (stream[1:] == stream[:-1]) & (it[1:] == it[:-1]))
     run_id = np.cumsum(brk)
-    saved = total = crit_ns = 0.0
-    chains, members = 0, set()
     n_min = int(RULE.param("min_chain"))
-    for rid in np.unique(run_id[ok]):
-        ix = np.flatnonzero((run_id == rid) & ok)
-        if len(ix) < n_min:
-            continue
-        chains += 1
-        t = dur[ix].sum()
-        total += t
-        saved += t - dur[ix].max()
-        crit_ns += float((dur[ix] * crit[ix]).sum())
-        members.update(names.iloc[ix].tolist())
+    # Per run of qualifying kernels: its length, time, longest kernel and critical time.
+    rid = run_id[ok]
+    n_runs = int(run_id.max()) + 1
+    count = np.bincount(rid, minlength=n_runs)
+    t_run = np.bincount(rid, weights=dur[ok], minlength=n_runs)
+    c_run = np.bincount(rid, weights=(dur * crit)[ok], minlength=n_runs)
+    longest = np.zeros(n_runs)
+    np.maximum.at(longest, rid, dur[ok])
+    chain = count >= n_min
+    chains = int(chain.sum())
+    total = float(t_run[chain].sum())
+    saved = float((t_run - longest)[chain].sum())
+    crit_ns = float(c_run[chain].sum())
+    in_chain = np.zeros(len(a), dtype=bool)
+    in_chain[np.flatnonzero(ok)] = chain[rid]
+    members = {str(n) for n in names[in_chain].unique()}
     if not chains or total < RULE.param("min_gpu_share") * float(dur.sum()):
         return []
     op_gain = total / (total - saved)

@@ -77,6 +77,12 @@ class Profile:
         self.run()
         return list(self._findings)
 
+    @cached_property
+    def critical(self) -> np.ndarray:
+        """Per activity of the window: 1 where finishing it sooner would shorten the run
+        (run.critical_fraction), computed once for the op table and the rules."""
+        return critical_fraction(self.trace.activities, sync_intervals(self.full_trace)).to_numpy()
+
     def frame(self) -> Frame:
         """What end-to-end gains are measured against: the window's GPU time and wall time."""
         gpu = float(self.trace.total_gpu_time_ns)
@@ -133,7 +139,7 @@ class Profile:
         members_by_op = {op: groups.members["act_idx"].to_numpy()[ix]
                          for op, ix in groups.members.groupby("op", sort=False).indices.items()}
         frame = self.frame()
-        crit = critical_fraction(acts, sync_intervals(self.full_trace)).to_numpy()
+        crit = self.critical
         dur_all = (acts["end"] - acts["start"]).to_numpy(dtype="float64")
         rows, works, kernels_of = [], {}, {}
         ops = groups.ops if top is None else groups.ops.head(top)

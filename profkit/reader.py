@@ -425,6 +425,13 @@ class TraceReader:
             df["short_name"] = df["short_name"].fillna(df["name"])
             df["bytes"] = np.nan
             df["kind"] = "kernel"
+            # An integer key per name (its string id; the short name's when the full one is
+            # missing), so names can be coded without hashing a million strings.
+            nid = df["name_id"] if "name_id" in df else pd.Series(-1, index=df.index)
+            sid = df["short_id"] if "short_id" in df else pd.Series(-1, index=df.index)
+            df["name_key"] = np.where(nid >= 0, nid, np.where(sid >= 0, -(2 ** 40) - sid, -4))
+            if full_text is not None:  # names stored as text: no ids to key them by
+                df["name_key"] = -(2 ** 41) - pd.factorize(df["name"])[0]
             frames.append(df.drop(columns=["name_id", "short_id"], errors="ignore"))
         if self.memcpy_table:
             t = self.memcpy_table
@@ -440,6 +447,7 @@ class TraceReader:
             df["name"] = "[CUDA memcpy " + df["copyKind"].map(labels).fillna("Unknown") + "]"
             df["short_name"] = df["name"]
             df["kind"] = "memcpy"
+            df["name_key"] = -10 - df["copyKind"]
             frames.append(df.drop(columns=["copyKind"]))
         if self.memset_table:
             t = self.memset_table
@@ -448,6 +456,7 @@ class TraceReader:
             df["name"] = "[CUDA memset]"
             df["short_name"] = df["name"]
             df["kind"] = "memset"
+            df["name_key"] = -5
             frames.append(df)
         frames = [f for f in frames if len(f)]
         if not frames:
@@ -461,7 +470,13 @@ class TraceReader:
         acts["graphNodeId"] = acts["graphNodeId"].where(acts["graphNodeId"] >= 0)
         acts["bytes"] = acts["bytes"].astype("float64")
         acts["kind"] = acts["kind"].astype("category")
-        acts = acts[ACTIVITY_COLUMNS].sort_values(["start", "end"], kind="stable").reset_index(drop=True)
+        acts = acts[ACTIVITY_COLUMNS + ["name_key"]].sort_values(["start", "end"], kind="stable")
+        acts = acts.reset_index(drop=True)
+        # Names coded once here, from the integer keys (see Trace.name_codes).
+        codes, _ = pd.factorize(acts.pop("name_key").to_numpy(np.int64))
+        _, first = np.unique(codes, return_index=True)
+        remap, names = pd.factorize(acts["name"].to_numpy(object)[first])  # equal texts: one code
+        acts.attrs["name_codes"] = (remap[codes].astype(np.int64), np.asarray(names, dtype=object))
         return acts
 
     def copy_memory_kinds(self) -> pd.DataFrame:
@@ -482,7 +497,7 @@ class TraceReader:
     def api_calls(self, name_ids: Optional[list[int]] = None) -> pd.DataFrame:
         """CUDA runtime/driver API calls: start, end, globalTid, correlationId, name.
 
-        ``name_ids``: only calls with these names (StringIds ids, see runtime_names), so a trace
+        ``name_ids``: only calls with these names (StringIds ids, see Trace._name_ids), so a trace
         with millions of launch calls is not read whole to find its few synchronize calls.
         Names are as the export stores them, versioned (``cudaStreamSynchronize_v3020``): match
         them by prefix.
@@ -505,23 +520,6 @@ class TraceReader:
         # Millions of calls, a few hundred names: a categorical keeps memory and matching cheap.
         df["name"] = df["name"].fillna("<unnamed call>").astype("category")
         return df[cols].sort_values(["start", "end"], kind="stable").reset_index(drop=True)
-
-    def runtime_names(self) -> dict[int, str]:
-        """The distinct API call names of the trace, by StringIds id."""
-        if not self.runtime_table or "nameId" not in columns_of(self.conn, self.runtime_table):
-            return {}
-        strings = self.strings()
-        return {int(i): str(strings.get(int(i), "")) for (i,) in self.conn.execute(
-            f'SELECT DISTINCT nameId FROM "{self.runtime_table}"') if i is not None}
-
-    def api_last_end(self, t0: int, t1: int, pid: Optional[int] = None) -> Optional[int]:
-        """The latest end of an API call that started in [t0, t1] (of process ``pid``)."""
-        if not self.runtime_table:
-            return None
-        cond, args = (" AND globalTid >> 24 = ?", (pid,)) if pid is not None else ("", ())
-        row = self.conn.execute(f'SELECT max("end") FROM "{self.runtime_table}" WHERE start '
-                                f'BETWEEN ? AND ?{cond}', (t0, t1, *args)).fetchone()
-        return None if row is None or row[0] is None else int(row[0])
 
     def api_span(self, pid: Optional[int] = None) -> Optional[tuple[int, int]]:
         """First start and last end of the API calls (of one process: globalTid >> 24)."""

@@ -26,6 +26,7 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
+from profkit.reader import match_names
 from profkit.window import Window, main_threads, top_level
 
 GPU_BOUND_IDLE = 0.20     # below this idle share of the wall time, the GPU sets the pace
@@ -37,6 +38,8 @@ DATA_SHARE = 0.50         # share of host idle inside data-loading ranges for a 
 SYNC_RE = re.compile(r"^cu(da)?(Device|Ctx|Stream|Event)Synchronize|^cudaMemcpy(2D|3D)?(_v\d+)?$|"
                      r"^cuMemcpy(DtoH|HtoD|DtoD|2D|3D)?(_v\d+)?$|^cudaMemcpy(To|From)Symbol(_v\d+)?$")
 MEMCPY_RE = re.compile(r"^cu(da)?Memcpy")
+# One read of the API table serves both (a trace can hold millions of other calls).
+SYNC_OR_COPY_RE = re.compile(f"(?:{SYNC_RE.pattern})|(?:{MEMCPY_RE.pattern})")
 DATA_RE = re.compile(r"data|load|batch|fetch|input|prefetch|collate|dataset", re.I)
 NCCL_RE = re.compile(r".*nccl", re.I)
 GEMM_RE = re.compile(r".*(gemm|nvjet|xmma|cutlass|wgmma|cublas|matmul|conv|cudnn|flash|fmha|attention|"
@@ -191,8 +194,9 @@ def summarize(trace, window: Window, launch_floor_ns: float) -> RunSummary:
         keep = np.isin(np.right_shift(df["globalTid"].to_numpy(np.int64), 24), list(pids))
         return df[keep].sort_values("start", kind="stable")
 
-    sync = of_process(trace.api_calls_matching(SYNC_RE))
-    copy = of_process(trace.api_calls_matching(MEMCPY_RE))
+    sync_or_copy = trace.api_calls_matching(SYNC_OR_COPY_RE)
+    sync = of_process(sync_or_copy[match_names(sync_or_copy["name"], SYNC_RE)])
+    copy = of_process(sync_or_copy[match_names(sync_or_copy["name"], MEMCPY_RE)])
     ss, se, _ = _merge(sync["start"].to_numpy(np.int64), sync["end"].to_numpy(np.int64))
     cs, ce, _ = _merge(copy["start"].to_numpy(np.int64), copy["end"].to_numpy(np.int64))
     is_sync = _in_flight(gap_a, ss, se) & (host_part > 0)
@@ -211,7 +215,12 @@ def summarize(trace, window: Window, launch_floor_ns: float) -> RunSummary:
     launches = of_process(trace.launch_calls)
     launches = launches[(launches["end"] > w0) & (launches["start"] < w1)]
     launch_ns = int((launches["end"] - launches["start"]).sum())
-    last_call = max((trace.api_last_end(w0, w1, pid) for pid in pids), default=None)
+    # The CPU's last call in the window: a launch, a sync or a copy (what a step's CPU side ends
+    # with), from the calls already read rather than another scan of the API table.
+    ends = [df.loc[(df["start"] >= w0) & (df["start"] <= w1), "end"]
+            for df in (launches, sync, copy) if len(df)]
+    ends = [e for e in ends if len(e)]
+    last_call = int(max(e.max() for e in ends)) if ends else None
     cpu_wait = _cpu_wait_other(launches, last_call, w1)
     summary = RunSummary(window, wall, busy, breakdown, by_range, sync_blocked, launch_ns, device,
                          RunClass.GPU, "", cpu_wait_other_ns=cpu_wait)
@@ -313,7 +322,8 @@ def sync_intervals(trace) -> tuple[np.ndarray, np.ndarray]:
     cached = trace.__dict__.get("_sync_intervals")
     if cached is not None:
         return cached
-    sync = trace.api_calls_matching(SYNC_RE).sort_values("start", kind="stable")
+    calls = trace.api_calls_matching(SYNC_OR_COPY_RE)
+    sync = calls[match_names(calls["name"], SYNC_RE)].sort_values("start", kind="stable")
     ss, se, _ = _merge(sync["start"].to_numpy(np.int64), sync["end"].to_numpy(np.int64))
     trace.__dict__["_sync_intervals"] = (ss, se)
     return ss, se

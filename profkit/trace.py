@@ -109,20 +109,18 @@ class Trace:
         return calls.drop(columns="pid").sort_values("start", kind="stable").reset_index(drop=True)
 
     @cached_property
-    def runtime_names(self) -> dict[int, str]:
-        """Distinct CUDA API call names by StringIds id (one scan of the runtime table)."""
-        return self._read(lambda r: r.runtime_names())
+    def strings(self) -> dict[int, str]:
+        """The export's string table (StringIds), read once."""
+        return self._read(lambda r: r.strings())
 
     def _name_ids(self, pattern: "re.Pattern[str]") -> list[int]:
-        return [i for i, n in self.runtime_names.items() if pattern.match(n)]
+        # Ids of every string the pattern matches: API names are among them, and the runtime
+        # table only holds API names, so no scan of it is needed to list them.
+        return [int(i) for i, n in self.strings.items() if isinstance(n, str) and pattern.match(n)]
 
     def api_span(self, pid: Optional[int] = None) -> Optional[tuple[int, int]]:
         """First start and last end of the CUDA API calls (of process ``pid``)."""
         return self._read(lambda r: r.api_span(pid))
-
-    def api_last_end(self, t0: int, t1: int, pid: Optional[int] = None) -> Optional[int]:
-        """The latest end of a CUDA API call that started in [t0, t1] (of process ``pid``)."""
-        return self._read(lambda r: r.api_last_end(t0, t1, pid))
 
     def _read(self, fn):
         reader = TraceReader(self.path)
@@ -183,6 +181,9 @@ class Trace:
 
         Million-row traces hold a few hundred kernel names; matching and grouping by code
         instead of by string saves a factorisation per use."""
+        coded = self.activities.attrs.get("name_codes")
+        if coded is not None and len(coded[0]) == len(self.activities):
+            return coded  # made by the reader from the names' integer keys
         codes, uniq = pd.factorize(self.activities["name"])
         return codes, np.asarray(uniq, dtype=object)
 
@@ -196,8 +197,8 @@ class Trace:
         view = object.__new__(Trace)
         view.path, view.attribution, view.info, view.gpus, view.ncu = (
             self.path, self.attribution, self.info, self.gpus, self.ncu)
-        if "runtime_names" in self.__dict__:
-            view.__dict__["runtime_names"] = self.runtime_names
+        if "strings" in self.__dict__:
+            view.__dict__["strings"] = self.strings
         a = self.activities
         t = a["api_start"].where(a["api_start"].notna(), a["start"])
         keep = ((t >= start_ns) & (t <= end_ns)).to_numpy()
@@ -209,7 +210,10 @@ class Trace:
                              f"{end_ns / 1e9:.3f} s; choose another --window (or --window all)")
         r = self.ranges
         view.unclosed_ranges = self.unclosed_ranges
-        view.__dict__["ranges"] = r[(r["start"] >= start_ns) & (r["start"] <= end_ns)].reset_index(drop=True)
+        in_window = ((r["start"] >= start_ns) & (r["start"] <= end_ns)).to_numpy()
+        view.__dict__["ranges"] = r[in_window].reset_index(drop=True)
+        if "_aten_mask" in self.__dict__:  # names already matched: the view's are a subset
+            view.__dict__["_aten_mask"] = pd.Series(self._aten_mask.to_numpy()[in_window])
         # API calls are read for the view on demand (rules); the run summary reads the full trace.
         view.__dict__["_window_ns"] = (start_ns, end_ns)
         return view

@@ -21,7 +21,6 @@ import numpy as np
 import pandas as pd
 
 from profkit.model import Rung
-from profkit.run import critical_fraction, sync_intervals
 
 if TYPE_CHECKING:  # the facade imports the rules, never the other way at run time
     from profkit.api import Profile
@@ -123,7 +122,7 @@ class RuleContext:
         codes, uniq = self.prof.trace.name_codes
         a["name"] = pd.Categorical.from_codes(codes, categories=pd.Index(uniq))
         a["dur"] = (a["end"] - a["start"]).astype("int64")
-        a["critical"] = critical_fraction(a, sync_intervals(self.prof.full_trace)).to_numpy()
+        a["critical"] = self.prof.critical
         return a
 
     @cached_property

@@ -29,7 +29,7 @@ import re
 import numpy as np
 
 from profkit.model import Rung
-from profkit.rules.base import Finding, Param, RuleContext, RuleMeta, Scope, Table
+from profkit.rules.base import Finding, Param, RuleContext, RuleMeta, Scope, Table, matches
 
 RULE = RuleMeta(
     code="PK304", name="gemm-alignment",
@@ -52,14 +52,16 @@ def _mkn(op: str, sizes: list) -> tuple[int, int, int] | None:
     return int(a[-2]), int(a[-1]), int(b[-1])
 
 
+ATEN_GEMM_RE = re.compile(r"^aten::(mm|addmm|bmm)")
+
+
 def _pad(x: int, to: int) -> int:
     return -(-x // to) * to
 
 
 def detect(ctx: RuleContext) -> list[Finding]:
     r = ctx.prof.trace.ranges
-    if r.empty or not r["name"].str.startswith("aten::mm").any() and \
-            not r["name"].str.startswith(("aten::addmm", "aten::bmm")).any():
+    if r.empty or not matches(r["name"], ATEN_GEMM_RE).any():
         return []
     ops = ctx.prof.ops(by="aten")
     rows = []

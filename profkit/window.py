@@ -27,6 +27,7 @@ from profkit.reader import match_names
 
 MIN_ITERATIONS = 3        # a range or kernel must recur this often to mark iterations
 REGULAR_FRACTION = 0.6    # share of kernel-sequence periods that must be equal
+MIN_ITERATION_SHARE = 0.5  # the iterations must launch at least this share of the kernel time
 STEP_NAME_RE = re.compile(r"step|iter|batch|train|epoch|infer|decode|forward_backward", re.I)
 COMPILE_RANGE_RE = re.compile(r"^(Torch-Compiled Region|CompiledFunction|TorchDynamo|inductor|"
                               r"torch\.compile|compile_fx|.*autotun|.*benchmark_fusion)", re.I)
@@ -126,6 +127,19 @@ def _instances(trace, name: str) -> pd.DataFrame:
     if main is not None and (r["globalTid"] == main).any():
         r = r[r["globalTid"] == main]
     return r.sort_values("start", kind="stable")
+
+
+def _kernel_share(trace, inst: pd.DataFrame) -> float:
+    """Share of the capture's kernel time launched inside the span of ``inst`` (first to last)."""
+    acts = trace.activities
+    k = acts[acts["kind"] == "kernel"]
+    dur = (k["end"] - k["start"]).to_numpy(dtype="float64")
+    total = float(dur.sum())
+    if total <= 0 or inst.empty:
+        return 0.0
+    t = k["api_start"].to_numpy(dtype="float64")
+    inside = (t >= float(inst["start"].min())) & (t <= float(inst["end"].max()))
+    return float(dur[inside].sum()) / total
 
 
 def _gpu_end_of(trace, t0: int, t1: int) -> int:
@@ -293,6 +307,13 @@ def find_window(trace, spec: str = "auto") -> Window:
         w = Window(max(t0, lo), min(t1, hi), f"time {spec} s")
     elif spec == "auto":
         name = _nvtx_delimiter(trace)
+        share = _kernel_share(trace, _instances(trace, name)) if name is not None else 0.0
+        if name is not None and share < MIN_ITERATION_SHARE:
+            # A script of several phases (benchmarks one op after another), not a loop: the
+            # repeated range is one phase, and judging it alone would hide the others.
+            return Window(lo, hi, f"all (the repeated range {name} holds only {share:.0%} of the "
+                                  "kernel time: no loop to take iterations from; --window NAME "
+                                  "picks one)", is_all=True)
         if name is not None:
             inst = _instances(trace, name)
             w = _from_instances(trace, inst, 1, None, name)

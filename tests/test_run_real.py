@@ -198,3 +198,10 @@ def test_ncu_pass_without_a_range_covers_one_whole_iteration():
     # a range that mixes bf16 tensor-core GEMMs with fp32 helpers is judged on the bf16 roof
     op = profkit.load(path).ops(by="range").loc["step"]
     assert op["source"] == "ncu" and op["class"] == "compute" and 0.3 < op["pct_of_roof"] < 0.5
+
+
+def test_a_script_of_phases_is_judged_whole():
+    """The bundled example benchmarks four ops one after another: no loop, so no iterations."""
+    from profkit.cli.classify import EXAMPLE
+    w = profkit.load(EXAMPLE).window
+    assert w.is_all and "holds only 1% of the kernel time" in w.source

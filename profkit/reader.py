@@ -144,23 +144,25 @@ def columns_of(conn: sqlite3.Connection, table: str) -> set[str]:
     return {row[1] for row in conn.execute(f'PRAGMA table_info("{table}")')}
 
 
-def match_names(names: pd.Series, pattern: "re.Pattern[str]") -> np.ndarray:
-    """``pattern.match`` over a column of names, evaluated once per distinct name.
+def per_name(names, fn) -> np.ndarray:
+    """``fn(name)`` for each of ``names`` (a column or array), evaluated once per distinct name;
+    an object array, None for a missing name.
 
-    Traces repeat a few hundred names millions of times; matching each row would dominate."""
-    return match_names_all(names, [pattern])[0]
-
-
-def match_names_all(names: pd.Series, patterns: list) -> list[np.ndarray]:
-    """match_names for several patterns over one factorisation of ``names``."""
-    if len(names) == 0:
-        return [np.zeros(0, dtype=bool) for _ in patterns]
-    if isinstance(names.dtype, pd.CategoricalDtype):
-        codes, uniq = names.cat.codes.to_numpy(), names.cat.categories
+    Traces repeat a few hundred names millions of times; calling ``fn`` per row would dominate.
+    A categorical column is used through its codes, with no factorisation at all."""
+    if isinstance(getattr(names, "dtype", None), pd.CategoricalDtype):
+        codes, uniq = np.asarray(names.cat.codes), names.cat.categories
     else:
-        codes, uniq = pd.factorize(names)
-    # code -1 (missing name) takes the trailing False
-    return [np.array([bool(p.match(str(u))) for u in uniq] + [False])[codes] for p in patterns]
+        codes, uniq = pd.factorize(pd.Series(names, dtype=object))
+    values = np.empty(len(uniq) + 1, dtype=object)
+    values[:-1] = [fn(str(u)) for u in uniq]
+    values[-1] = None  # code -1: a missing name
+    return values[codes]
+
+
+def match_names(names: pd.Series, pattern: "re.Pattern[str]") -> np.ndarray:
+    """``pattern.match`` over a column of names, evaluated once per distinct name (per_name)."""
+    return per_name(names, lambda n: bool(pattern.match(n))).astype(bool)
 
 
 def _lookup(ids: Optional[pd.Series], strings: dict[int, str], n: int) -> np.ndarray:

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from profkit.model import Rung
+from profkit.reader import per_name
 
 if TYPE_CHECKING:  # the facade imports the rules, never the other way at run time
     from profkit.api import Profile
@@ -204,17 +205,5 @@ def iteration_bounds(run: "RunSummary") -> np.ndarray:
 
 def matches(names, rx: "re.Pattern[str]") -> np.ndarray:
     """Which of ``names`` the compiled regex finds a match in (a boolean array), searched once
-    per distinct name: a trace repeats a few hundred kernel names millions of times."""
-    return lookup(names, lambda n: bool(rx.search(n))).astype(bool)
-
-
-def lookup(names, fn) -> np.ndarray:
-    """``fn(name)`` for each of ``names``, evaluated once per distinct name (an object array)."""
-    if isinstance(getattr(names, "dtype", None), pd.CategoricalDtype):
-        codes, uniq = np.asarray(names.cat.codes), names.cat.categories
-    else:
-        codes, uniq = pd.factorize(pd.Series(names, dtype=object))
-    values = np.empty(len(uniq) + 1, dtype=object)
-    values[:-1] = [fn(str(u)) for u in uniq]
-    values[-1] = None  # code -1: a missing name
-    return values[codes]
+    per distinct name (profkit.reader.per_name)."""
+    return per_name(names, lambda n: bool(rx.search(n))).astype(bool)

@@ -31,7 +31,8 @@ import numpy as np
 from profkit.advisor import FUSED_PASSES
 from profkit.model import Rung
 from profkit.patterns import NormKind, norm_kind
-from profkit.rules.base import Finding, Param, RuleContext, RuleMeta, Scope, Table, lookup, matches
+from profkit.reader import per_name
+from profkit.rules.base import Finding, Param, RuleContext, RuleMeta, Scope, Table, matches
 
 RULE = RuleMeta(
     code="PK401", name="eager-norm-fusion",
@@ -69,7 +70,7 @@ def detect(ctx: RuleContext) -> list[Finding]:
     found: dict[str, list] = {}
     if len(a) > 1:
         # Names are classified once each; pairs are then found with array comparisons.
-        consumer = lookup(names, _consumer)
+        consumer = per_name(names, _consumer)
         is_add, is_scale = matches(names, ADD_RE), matches(names, SCALE_RE)
         same = np.zeros(len(a), dtype=bool)
         same[1:] = stream[1:] == stream[:-1]

@@ -185,8 +185,9 @@ def render(results: list[TraceAccuracy]) -> str:
              "nothing about the rest: \"kernel time with counters\" is that part (a training step",
              "profiled with `--ncu-range` on the main thread has no counters on the backward kernels",
              "that autograd launches from its own thread; `profkit capture --ncu` without a range now",
-             "profiles a whole iteration from every thread). The targets of a full labelled corpus",
-             "(agreement by GPU time over whole iterations) are not measured by these traces.", "",
+             "profiles a whole iteration from every thread). Two traces hold counters on every kernel of",
+             "one whole steady-state iteration (`*_ncu_auto`: the training step with forward, backward",
+             "and optimizer, and the sync loop); the others cover part of an iteration only.", "",
              "| trace | kernel time with counters | kernel names | agreement by GPU time | by count | aten bytes / ncu DRAM bytes: median (ops) | aten GPU time within ±25% | rows above a roof |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in results:

@@ -22,6 +22,9 @@ FLOORS = {  # trace: (agreement by GPU time, aten bytes within +-25% by GPU time
     "traces/real/train_llama_ncu.sqlite": (0.90, None),
     "traces/real/cnn_infer_ncu.sqlite": (0.90, None),
     "traces/real/sync_loop_ncu.sqlite": (0.95, None),
+    # counters on every kernel of one whole steady-state iteration (all threads)
+    "traces/real/train_llama_ncu_auto.sqlite": (0.95, None),
+    "traces/real/sync_loop_ncu_auto.sqlite": (0.95, None),
 }
 
 

@@ -101,7 +101,7 @@ def test_backward_gets_the_work_the_autograd_thread_launches(profiles):
         assert low * launched <= got <= high * launched, (attribution, got, launched)
 
 
-@pytest.mark.parametrize("name", ["train_llama", "loader_cnn", "sync_loop", "cnn_infer"])
+@pytest.mark.parametrize("name", ["train_llama", "loader_cnn", "sync_loop", "cnn_infer", "train_llama_ncu_auto"])
 def test_thread_attribution_still_equals_nsys(name):
     ref = pd.read_csv(REF / f"{name}_nvtx_gpu_proj_sum.csv")
     ref["Range"] = ref["Range"].str.lstrip(":")

@@ -461,24 +461,45 @@ def _title(res: DiffResult) -> str:
             f"({_signed(res.total['change_pct'])} over matched ops)")
 
 
-def to_table(res: DiffResult, console_width: int = 200) -> str:
+# Columns left out first when the terminal is narrow (``--wide`` keeps them all), and the width
+# each needs to read well; op, the medians and the two end-to-end figures always stay.
+DIFF_DROP_ORDER = ["kern/call", "noise", "class", "calls", "pred op x", "meas op x", "verdict"]
+_DIFF_NEEDS = {"op": 20, "calls": 7, "median per call": 19, "change": 7, "noise": 7, "verdict": 11,
+               "class": 8, "kern/call": 9, "pred op x": 6, "meas op x": 6, "pred e2e": 7, "meas e2e": 7}
+
+
+def to_table(res: DiffResult, console_width: int = 200, wide: bool = False) -> str:
     import io
+    import textwrap
     from rich import box
     from rich.console import Console
     from rich.table import Table
     from rich.markup import escape
+    from profkit.render import fit_columns
+    keep = fit_columns(OP_HEADERS, _DIFF_NEEDS, DIFF_DROP_ORDER, console_width, wide)
+    cols = [OP_HEADERS[i] for i in keep]
     t = Table(box=box.SIMPLE_HEAVY, expand=False, title=escape(_title(res)))
-    for h in OP_HEADERS:
+    for h in cols:
         t.add_column(h, justify="left" if h in ("op", "verdict", "class") else "right", overflow="fold")
     for op in res.ops:
-        t.add_row(*(escape(c) for c in _op_cells(op)))  # names are text, not rich markup
+        cells = _op_cells(op)
+        t.add_row(*(escape(cells[i]) for i in keep))  # names are text, not rich markup
     buf = io.StringIO()
     console = Console(file=buf, width=console_width, force_terminal=False, color_system=None, soft_wrap=False)
+
+    def say(line: str, indent: int) -> None:
+        console.print(textwrap.fill(line, width=max(console_width - 1, 40), subsequent_indent=" " * indent,
+                                    break_long_words=False, break_on_hyphens=False),
+                      markup=False, highlight=False, overflow="fold")
     for line in run_lines(res.run):
-        console.print(line, markup=False, highlight=False)
+        say(line, 2)
     console.print(t)
+    dropped = [c for c in OP_HEADERS if c not in cols]
+    if dropped:
+        say(f"not shown at {console_width} columns: {', '.join(dropped)} (--wide shows them; "
+            "--format json has everything)", 2)
     for line in _detail_lines(res):
-        console.print(line, markup=False, highlight=False)
+        say(line, 2)
     return buf.getvalue()
 
 

@@ -597,6 +597,16 @@ OPS_HEAD = ["op", "ranks", "min", "median", "max", "share", "class", "next step 
 STRAG_HEAD = ["rank", "metric", "value", "median", "threshold", "excess"]
 COMM_HEAD = ["collective kernel", "kind", "median", "max", "exposed (median)", "exposed %",
              "bus bw (median)", "of link peak", "next step"]
+# Narrow terminals: each table drops these columns first to last until it fits (--wide keeps all).
+_DROP = {"ranks": ["file", "analysis", "steps", "comm", "status", "compute busy"],
+         "ops": ["ranks", "min", "max", "class"],
+         "stragglers": ["threshold"],
+         "comm": ["kind", "max", "bus bw (median)", "of link peak", "exposed (median)"]}
+_NEEDS = {"rank": 4, "file": 14, "status": 6, "step (median)": 13, "steps": 5, "GPU busy": 9,
+          "compute busy": 12, "comm": 9, "comm exposed": 12, "analysis": 8, "op": 20, "ranks": 5,
+          "min": 14, "median": 9, "max": 14, "share": 6, "class": 8, "next step (median rank)": 30,
+          "metric": 14, "value": 9, "threshold": 9, "excess": 7, "collective kernel": 22, "kind": 10,
+          "exposed %": 9, "bus bw (median)": 12, "of link peak": 7, "next step": 30}
 
 
 def _title(res: MultiRankResult) -> str:
@@ -633,29 +643,36 @@ def to_markdown(res: MultiRankResult) -> str:
     return "\n".join(lines) + "\n"
 
 
-def to_table(res: MultiRankResult, console_width: int = 200) -> str:
+def to_table(res: MultiRankResult, console_width: int = 200, wide: bool = False) -> str:
     import io
 
     from rich import box
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
+
+    from profkit.render import fit_columns
     s = _sections(res)
     buf = io.StringIO()
     con = Console(file=buf, width=console_width, force_terminal=False, color_system=None, soft_wrap=False)
 
-    def tab(title, head, rows, right=()):
+    dropped: list[str] = []
+
+    def tab(title, head, rows, right=(), drop=()):
+        keep = fit_columns(head, _NEEDS, list(drop), console_width, wide)
+        dropped.extend(head[i] for i in range(len(head)) if i not in keep and head[i] not in dropped)
         t = Table(box=box.SIMPLE_HEAVY, title=escape(title), expand=False)
-        for i, h in enumerate(head):
-            t.add_column(h, justify="right" if i in right else "left", overflow="fold")
+        for i in keep:
+            t.add_column(head[i], justify="right" if i in right else "left", overflow="fold")
         for r in rows:
-            t.add_row(*(escape(str(v)) for v in r))  # names are text, not rich markup
+            t.add_row(*(escape(str(r[i])) for i in keep))  # names are text, not rich markup
         con.print(t)
 
-    tab(f"{_title(res)} - ranks", RANK_HEAD, s["ranks"], {3, 4, 5, 6, 7, 8, 9})
-    tab("ops across ranks (class and next step from the median rank)", OPS_HEAD, s["ops"], {1, 2, 3, 4, 5})
+    tab(f"{_title(res)} - ranks", RANK_HEAD, s["ranks"], {3, 4, 5, 6, 7, 8, 9}, _DROP["ranks"])
+    tab("ops across ranks (class and next step from the median rank)", OPS_HEAD, s["ops"], {1, 2, 3, 4, 5},
+        _DROP["ops"])
     if s["stragglers"]:
-        tab("stragglers", STRAG_HEAD, s["stragglers"], {2, 3, 4, 5})
+        tab("stragglers", STRAG_HEAD, s["stragglers"], {2, 3, 4, 5}, _DROP["stragglers"])
     else:
         con.print("stragglers: none found")
     con.print(f"straggler rule: {STRAGGLER_RULE}", markup=False)
@@ -663,7 +680,10 @@ def to_table(res: MultiRankResult, console_width: int = 200) -> str:
     if s["comm"]:
         tab(f"communication - link {c.get('link') or 'unknown'} "
             f"({_bw(c.get('link_peak_bytes_per_s'))} per direction)", COMM_HEAD, s["comm"],
-            {2, 3, 4, 5, 6, 7})
+            {2, 3, 4, 5, 6, 7}, _DROP["comm"])
+    if dropped:
+        con.print(f"not shown at {console_width} columns: {', '.join(dropped)} (--wide shows them; "
+                  "--format json has everything)", markup=False)
     for n_ in c.get("notes", []):
         con.print(f"note: {n_}", markup=False)
     for w in _warnings(res):

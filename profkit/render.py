@@ -150,6 +150,20 @@ def table_columns(width: int, wide: bool = False) -> list[str]:
     return names
 
 
+def fit_columns(heads: list[str], needs: dict[str, int], drop_order: list[str], width: int,
+                wide: bool = False) -> list[int]:
+    """Indices of ``heads`` that fit ``width`` characters, dropping ``drop_order`` first to last
+    until they do (all of them with ``wide``). ``needs`` is each column's readable width."""
+    names = list(heads)
+    if not wide:
+        for drop in drop_order:
+            if sum(needs.get(c, 8) + 3 for c in names) <= width:
+                break
+            if drop in names:
+                names.remove(drop)
+    return [heads.index(c) for c in names]
+
+
 def wrap_name(name: str, width: int) -> str:
     """``name`` on lines of at most ``width``, broken after ``_ : , < ( space`` where it can be
     (a kernel name has no spaces, so wrapping on spaces alone would cut it mid-word)."""

@@ -185,3 +185,19 @@ def test_unknown_gpu_warning_goes_to_stderr(tmp_path):
     assert res.exit_code == 0, res.output
     assert "not in the spec table" in res.stderr and res.stderr.startswith("profkit: warning: ")
     assert "warning" not in res.stdout
+
+
+@pytest.mark.parametrize("columns", [80, 100])
+@pytest.mark.parametrize("command", [
+    ["diff", str(ROOT / "traces" / "real" / "train_llama.sqlite"),
+     str(ROOT / "traces" / "real" / "train_llama_fused.sqlite")],
+    ["classify", str(ROOT / "traces" / "ddp2")],
+])
+def test_diff_and_multirank_tables_fit_a_narrow_terminal(command, columns):
+    res = CliRunner().invoke(main, command, env={"COLUMNS": str(columns)})
+    assert res.exit_code == 0, res.output
+    assert max(len(x) for x in res.stdout.splitlines()) <= columns
+    assert "not shown" in res.stdout and "--wide" in res.stdout
+    wide = CliRunner().invoke(main, [*command, "--wide"], env={"COLUMNS": str(columns)})
+    assert wide.exit_code == 0 and "not shown" not in wide.stdout
+    assert max(len(x) for x in wide.stdout.splitlines()) > columns  # every column kept

@@ -135,7 +135,7 @@ def _classify_ranks(paths: list[str], by: str, innermost: bool, top: Optional[in
         elif fmt == "markdown":
             text = mr.to_markdown(res)
         else:
-            text = mr.to_table(res, console_width=max(table_width(output, wide), 120))
+            text = mr.to_table(res, console_width=table_width(output, wide), wide=wide)
         warned = set()
         for r in res.good:
             for w in r.warnings:

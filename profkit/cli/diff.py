@@ -1,7 +1,6 @@
 """`profkit diff`: compare two traces op by op, with a verdict and a CI gate."""
 from __future__ import annotations
 
-import shutil
 import sys
 from typing import Optional
 
@@ -10,7 +9,7 @@ import click
 from profkit import diff as diff_lib
 from profkit import render
 from profkit.api import load
-from profkit.cli.classify import write_output
+from profkit.cli.classify import table_width, write_output
 from profkit.cli.common import by_option, fail, load_options, one_line_errors, peaks_option, warn, window_options
 
 EXIT_GATE = 1
@@ -40,11 +39,14 @@ def _renames(pairs: tuple[str, ...]) -> dict:
               show_default=True, help="Output format.")
 @click.option("-o", "--output", "output", type=click.Path(dir_okay=False), default=None,
               help="Write to this file instead of standard output.")
+@click.option("--wide", is_flag=True,
+              help="Table: keep every column, however narrow the terminal (lines may then be wider "
+                   "than the terminal).")
 @peaks_option
 @window_options
 @one_line_errors
 def diff(before: str, after: str, by: str, matches: tuple[str, ...], gate: Optional[float], fmt: str,
-         output: Optional[str], peaks_file: Optional[str]) -> None:
+         output: Optional[str], peaks_file: Optional[str], wide: bool) -> None:
     """Compare the ops of two Nsight Systems SQLite traces, BEFORE and AFTER a change.
 
     Ops are matched by name (at --by range: the NVTX range name, so kernels that fusion renamed
@@ -61,8 +63,7 @@ def diff(before: str, after: str, by: str, matches: tuple[str, ...], gate: Optio
     elif fmt == "markdown":
         text = diff_lib.to_markdown(res)
     else:
-        width = shutil.get_terminal_size((200, 40)).columns if output is None else 200
-        text = diff_lib.to_table(res, console_width=max(width, 120))
+        text = diff_lib.to_table(res, console_width=table_width(output, wide), wide=wide)
     if fmt != "table":
         for w in res.warnings:
             warn(w)

@@ -74,8 +74,8 @@ def _plan(func: Any) -> _Plan:
     args = []
     for i, a in enumerate(schema.arguments):
         t = str(a.type)
-        kind = ("tensors" if t.startswith("List[Tensor") or t.startswith("Tensor?[]")
-                or t.startswith("Tensor[]") else
+        kind = ("tensors" if (t.startswith("List[") and "Tensor" in t) or t.endswith("[]")
+                and t.startswith("Tensor") else
                 "tensor" if t.startswith("Tensor") else
                 "scalar" if a.name in _SCALARS else "other")
         is_out = bool(a.kwarg_only and a.alias_info is not None and a.alias_info.is_write)
@@ -181,7 +181,10 @@ class AtenRecorder:
             plan = self.plans[func] = _plan(func)
         if plan.skip:
             return func(*args, **kwargs)
-        text = self.describe(plan, args, kwargs)
+        try:
+            text = self.describe(plan, args, kwargs)
+        except Exception:  # an argument of a kind not foreseen: the op name alone, never a crash
+            text = plan.name
         known = self.outputs.get(text)
         if self.count_threads:
             counts = self.per_thread.setdefault(threading.get_ident(), {})

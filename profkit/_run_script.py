@@ -1,11 +1,13 @@
 """Bootstrap that runs a user's script the way ``python script.py args…`` would, under the profiler.
 
-    python -m profkit._run_script [--aten] [--exit-code-file FILE] [--] script.py [args…]
+    python -m profkit._run_script [--aten[=recorder|emit_nvtx]] [--exit-code-file FILE] [--] script.py [args…]
 
 * ``sys.argv`` is ``[script.py, args…]``, ``sys.path[0]`` is the script's folder and the script
   runs as ``__main__`` (through :func:`runpy.run_path`), so the script needs no edits.
-* ``--aten`` wraps the run in ``torch.autograd.profiler.emit_nvtx(record_shapes=True)`` so every
-  aten:: op becomes an NVTX range carrying its input shapes (``profkit classify --by aten``).
+* ``--aten`` (``--aten=recorder``) runs the script under profkit's aten recorder
+  (:mod:`profkit.recorder`): every aten:: op becomes an NVTX range with its input shapes, element
+  types, contiguity and cost-changing arguments. ``--aten=emit_nvtx`` uses
+  ``torch.autograd.profiler.emit_nvtx(record_shapes=True)`` instead (shapes only).
 * ``--exit-code-file`` records the script's exit status, which nsys/ncu do not pass on reliably.
 """
 from __future__ import annotations
@@ -18,14 +20,19 @@ import traceback
 from typing import Optional
 
 
-def _parse(argv: list[str]) -> tuple[bool, Optional[str], list[str]]:
-    aten = False
+ATEN_SOURCES = ("recorder", "emit_nvtx")
+
+
+def _parse(argv: list[str]) -> tuple[Optional[str], Optional[str], list[str]]:
+    aten: Optional[str] = None
     code_file: Optional[str] = None
     i = 0
     while i < len(argv):
         arg = argv[i]
         if arg == "--aten":
-            aten = True
+            aten = "recorder"
+        elif arg.startswith("--aten=") and arg.split("=", 1)[1] in ATEN_SOURCES:
+            aten = arg.split("=", 1)[1]
         elif arg == "--exit-code-file" and i + 1 < len(argv):
             i += 1
             code_file = argv[i]
@@ -63,18 +70,22 @@ def _print_user_traceback(exc: BaseException, script: str) -> None:
     traceback.print_exception(type(exc), exc, tb)
 
 
-def _aten_context() -> contextlib.AbstractContextManager:
+def _aten_context(source: str) -> contextlib.AbstractContextManager:
     try:
         import torch  # noqa: F401
         from torch.autograd.profiler import emit_nvtx
+        from profkit.recorder import recorder
     except Exception as exc:  # ImportError, or a broken install
         print(f"profkit: error: --aten needs PyTorch in this Python ({sys.executable}): {exc}",
               file=sys.stderr)
         raise SystemExit(2)
-    return emit_nvtx(record_shapes=True)
+    return emit_nvtx(record_shapes=True) if source == "emit_nvtx" else recorder()
 
 
-def run(script: str, args: list[str], aten: bool = False) -> int:
+def run(script: str, args: list[str], aten: Optional[str] = None) -> int:
+    """``aten``: None, ``"recorder"`` or ``"emit_nvtx"`` (True: the recorder)."""
+    if aten is True:
+        aten = "recorder"
     """Run ``script`` as ``__main__`` with ``args``; return its exit status."""
     sys.argv = [script, *args]
     script_dir = os.path.dirname(os.path.abspath(script))
@@ -83,11 +94,13 @@ def run(script: str, args: list[str], aten: bool = False) -> int:
     else:
         sys.path.insert(0, script_dir)
     try:
-        ctx = _aten_context() if aten else contextlib.nullcontext()
+        ctx = _aten_context(str(aten)) if aten else contextlib.nullcontext()
         try:
             ctx.__enter__()
         except Exception as exc:  # e.g. torch without CUDA
-            print(f"profkit: error: --aten: torch.autograd.profiler.emit_nvtx could not start "
+            what = ("torch.autograd.profiler.emit_nvtx" if aten == "emit_nvtx"
+                    else "the aten recorder")
+            print(f"profkit: error: --aten: {what} could not start "
                   f"({type(exc).__name__}: {exc})", file=sys.stderr)
             return 2
         try:
@@ -112,7 +125,8 @@ def run(script: str, args: list[str], aten: bool = False) -> int:
 def main(argv: Optional[list[str]] = None) -> int:
     aten, code_file, rest = _parse(list(sys.argv[1:] if argv is None else argv))
     if not rest:
-        print("usage: python -m profkit._run_script [--aten] [--exit-code-file FILE] "
+        print("usage: python -m profkit._run_script [--aten[=recorder|emit_nvtx]] "
+              "[--exit-code-file FILE] "
               "script.py [args...]", file=sys.stderr)
         return 2
     code = run(rest[0], rest[1:], aten=aten)

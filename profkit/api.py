@@ -20,7 +20,9 @@ from profkit import gpu_metrics
 from profkit import patterns
 from profkit import rules
 from profkit.advisor import Frame, Suggestion, advise, advise_pair
+from profkit import aten_record
 from profkit.attribution import aten_key
+from profkit.dtypes import recorded_dtype
 from profkit.classify import judge, launch_stats
 from profkit.ops import group_ops
 from profkit.errors import ProfkitError
@@ -142,6 +144,9 @@ class Profile:
         crit = self.critical
         dur_all = (acts["end"] - acts["start"]).to_numpy(dtype="float64")
         rows, works, kernels_of = [], {}, {}
+        # profkit's recorder writes each op's types and arguments: they outrank kernel names.
+        records = (aten_record.records_by_key(groups.instances["name"], aten_key)
+                   if by == "aten" else {})
         ops = groups.ops if top is None else groups.ops.head(top)
         for name, op in ops.iterrows():
             rec = {"name": name, **op.to_dict()}
@@ -153,8 +158,12 @@ class Profile:
             rec["critical_fraction"] = (1.0 if self.gains == "gpu" else
                                         float((crit[idx] * dur_all[idx]).sum() / d) if d > 0 else 0.0)
             # Element type from this op's own kernels (no trace-wide default: None = unknown).
-            dtype = _op_dtype(member_acts)
+            record = records.get(name)
+            recorded = recorded_dtype(record) if record is not None else None
+            dtype = recorded or _op_dtype(member_acts)
             precision = dtype.precision
+            causal = (record.causal if record is not None and record.causal is not None
+                      else ev.attention_causal(knames))
             rec.update(launch_stats(member_acts, self.peaks.launch_floor_ns))
             calls = int(op["count"])
             # Best source first; exact copy bytes outrank a shape guess; judge() drops a source
@@ -163,7 +172,7 @@ class Profile:
                           lambda: gpu_metrics.from_gpu_metrics(member_acts, self.gpu_samples, calls,
                                                                self.peaks.memory_bandwidth),
                           lambda: ev.from_copies(member_acts, calls),
-                          lambda: ev.from_shapes(str(name), dtype, causal=ev.attention_causal(knames))
+                          lambda: ev.from_shapes(str(name), dtype, causal=causal, record=record)
                           if by == "aten" else None,
                           lambda: ev.from_hint(groups.hints.get(name), precision)]
             verdict, work = judge(rec, candidates, self.peaks, knames[:20])

@@ -15,13 +15,20 @@ import re
 import numpy as np
 import pandas as pd
 
+from profkit import aten_record
+
 # emit_nvtx writes "aten::addmm, seq = 3, op_id = 7, sizes = [[...]], input_op_ids = [...]"
 _ATEN_RE = re.compile(r"^(?P<op>aten::[A-Za-z0-9_.]+)(?P<rest>,.*)?$")
 _SIZES_RE = re.compile(r"sizes = (\[.*?\]\])|sizes = (\[\])")
 
 
 def aten_key(name: str) -> str:
-    """Group key for an emit_nvtx range: op name and input sizes (op_id and seq differ per call)."""
+    """Group key for an aten range: op name and input sizes (op_id and seq differ per call); a
+    range of profkit's recorder adds its record (types, arguments), so a bf16 and an fp32 call
+    of one shape are two ops."""
+    recorded = aten_record.group_key(name)
+    if recorded is not None:
+        return recorded
     m = _ATEN_RE.match(name)
     if not m:
         return name

@@ -4,7 +4,7 @@ Pass 1 (always)::
 
     nsys profile -t cuda,nvtx,cublas,cudnn -s none --cpuctxsw none --cuda-graph-trace=node \\
         --export sqlite -o DIR/.STEM.profkit-tmp-PID [--nsys-args …] \\
-        PYTHON -m profkit._run_script [--aten] --exit-code-file F -- script.py args…
+        PYTHON -m profkit._run_script [--aten=recorder|emit_nvtx] --exit-code-file F -- script.py args…
 
 Pass 2 (``--ncu``)::
 
@@ -159,9 +159,13 @@ def _profkit_root() -> str:
     return str(Path(__file__).resolve().parent.parent)
 
 
+ATEN_SOURCES = ("recorder", "emit_nvtx")
+
+
 def script_command(python: str, script: Path, args: Sequence[str], aten: bool,
-                   exit_code_file: Path) -> list[str]:
-    return [python, "-m", "profkit._run_script", *(["--aten"] if aten else []),
+                   exit_code_file: Path, aten_source: str = "recorder") -> list[str]:
+    flag = ["--aten"] if aten_source == "recorder" else [f"--aten={aten_source}"]
+    return [python, "-m", "profkit._run_script", *(flag if aten else []),
             "--exit-code-file", str(exit_code_file), "--", str(script), *args]
 
 
@@ -358,7 +362,7 @@ def capture(script: str | Path, script_args: Sequence[str] = (), *, output: Opti
             force: bool = False, nsys_args: Optional[str | Sequence[str]] = None, aten: bool = False,
             ncu: bool = False, ncu_range: Optional[str] = None,
             ncu_count: Optional[int] = None, ncu_args: Optional[str | Sequence[str]] = None,
-            gpu_metrics_hz: Optional[int] = None,
+            gpu_metrics_hz: Optional[int] = None, aten_source: str = "recorder",
             python: Optional[str] = None, say: Say = _default_say,
             command_line: Optional[Sequence[str]] = None) -> CaptureResult:
     """Profile ``script`` and leave ``STEM.sqlite`` (+ ``.nsys-rep``); see the module docstring.
@@ -366,6 +370,9 @@ def capture(script: str | Path, script_args: Sequence[str] = (), *, output: Opti
     Returns the script's exit status (130 after Ctrl-C) with the files written. Problems the
     user can fix raise :class:`ProfkitError` before anything runs.
     """
+    if aten_source not in ATEN_SOURCES:
+        raise ProfkitError(f"--aten-source must be one of {', '.join(ATEN_SOURCES)}, "
+                           f"not {aten_source!r}")
     script_p = check_script(script)
     out = resolve_output(script_p, output)
     if ncu_count is not None and ncu_count < 1:
@@ -387,7 +394,7 @@ def capture(script: str | Path, script_args: Sequence[str] = (), *, output: Opti
     result = CaptureResult(trace=None, exit_code=0)
     passes = 2 if ncu else 1
     try:
-        app = script_command(python, script_p, script_args, aten, code_file)
+        app = script_command(python, script_p, script_args, aten, code_file, aten_source)
         nsys_cmd = build_nsys_command(nsys, tmp_base, app, extra_nsys, gpu_metrics_hz)
         started = _dt.datetime.now(_dt.timezone.utc)
         p1 = run_pass(nsys_cmd, f"[1/{passes}] nsys profile", say)
@@ -403,6 +410,7 @@ def capture(script: str | Path, script_args: Sequence[str] = (), *, output: Opti
             "captured_at": started.isoformat(timespec="seconds"),
             "script": str(script_p), "script_args": shlex.join(script_args),
             "script_exit_code": result.exit_code, "aten": int(aten),
+            "aten_source": aten_source if aten else "",
             "nsys_command": shlex.join(nsys_cmd), "nsys_path": nsys,
             "nsys_version": nsys_locate.tool_version(nsys),
             "python": f"{platform.python_implementation()} {platform.python_version()} ({python})",

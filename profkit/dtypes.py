@@ -212,3 +212,49 @@ def op_dtype(kernel_names: Sequence[str], durations: Optional[Iterable[float]] =
                        candidates=cands)
     return OpDtype(None, "no kernel of the op names its element type",
                    candidates=("bf16", "fp32"))
+
+
+# Recorded element types (profkit.aten_record names) -> precisions; the rest have no roof.
+_RECORDED = {"fp64": "fp64", "fp32": "fp32", "tf32": "tf32", "bf16": "bf16", "fp16": "fp16",
+             "fp8": "fp8", "fp8e4m3": "fp8", "fp8e5m2": "fp8", "int64": "int64",
+             "int32": "int32", "int8": "int8", "uint8": "int8", "bool": "bool"}
+_CASTS = {"_to_copy", "to", "copy", "copy_", "clone", "contiguous"}
+
+
+def recorded_dtype(record) -> Optional[OpDtype]:
+    """The op's element type from profkit's aten record (:class:`profkit.aten_record.AtenRecord`),
+    which outranks kernel names: the floating input with the most elements decides (integer
+    inputs only when none is floating; outputs or ``dtype=`` for ops without tensor inputs).
+    Casts get their source and destination types; other ops their output type as ``dst`` where it
+    differs (comparisons write bool). None when the record names no type profkit models."""
+    from profkit.flops import numel
+
+    ins = [(d, numel(s)) for d, s in zip(record.in_dtypes, record.sizes) if d is not None]
+    outs = record.out_dtypes
+    weights: dict[str, int] = {}
+    floating = [(d, n) for d, n in ins if _RECORDED.get(d) in FLOATING]
+    for d, n in (floating or ins):
+        weights[d] = weights.get(d, 0) + max(n, 1)
+    chosen = max(weights, key=weights.__getitem__) if weights else (
+        outs[0] if outs else record.dtype)
+    prec = _RECORDED.get(chosen or "")
+    if prec is None:
+        return None
+    name = record.op.split("::", 1)[-1].split(".", 1)[0]
+    src = dst = None
+    if name in _CASTS:
+        tensors = [d for d in record.in_dtypes if d is not None]
+        if name in ("copy", "copy_") and len(tensors) >= 2:
+            src, dst = tensors[1], tensors[0]
+        elif tensors:
+            src = tensors[0]
+            dst = record.dtype or (outs[0] if outs else None) or src
+        src, dst = _RECORDED.get(src or ""), _RECORDED.get(dst or "")
+        if src and dst:
+            prec = src if ELEM_BYTES[src] >= ELEM_BYTES[dst] else dst
+    elif outs and _RECORDED.get(outs[0]) and _RECORDED.get(outs[0]) != prec:
+        dst = _RECORDED[outs[0]]
+    what = f"recorded by profkit's aten recorder: inputs {','.join(dict.fromkeys(record.tensor_dtypes)) or 'none'}"
+    if outs:
+        what += f", outputs {','.join(dict.fromkeys(outs))}"
+    return OpDtype(prec, what, src=src, dst=dst)

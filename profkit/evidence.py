@@ -207,8 +207,23 @@ def attention_causal(kernel_names: list[str]) -> Optional[bool]:
     return seen.pop() if len(seen) == 1 else None
 
 
+def _record_out_elems(record, call) -> Optional[int]:
+    """A reduction's output size from the record: its outputs, else the input and ``dim``."""
+    from profkit import flops as flop_model
+    if record is None or flop_model.normalize_op(call.op) not in flop_model.REDUCTION_OPS:
+        return None
+    if record.outputs:
+        shape = record.outputs[0][1]
+        if shape is not None:
+            return flop_model.numel(shape)
+    if record.dim is not None and call.sizes and call.sizes[0]:
+        return flop_model.reduced_elems(call.sizes[0], record.dim)
+    return None
+
+
 def from_shapes(op_key: str, dtype: OpDtype | int | None = None,
-                precision: Optional[str] = None, causal: Optional[bool] = None) -> Optional[Work]:
+                precision: Optional[str] = None, causal: Optional[bool] = None,
+                record=None) -> Optional[Work]:
     """FLOPs and bytes from an aten op's input sizes (`aten::mm [[m, k], [k, n]]`).
 
     ``dtype``: the op's :class:`~profkit.dtypes.OpDtype` (from its kernels); an int is taken as
@@ -216,7 +231,9 @@ def from_shapes(op_key: str, dtype: OpDtype | int | None = None,
     2 and 4 bytes per element, the lower one used and confidence capped at "low". Casts count
     the source and destination types where the kernel names show them. ``causal``: attention
     built causal (True: half the FLOPs), not (False), or unknown (None: the full count, with the
-    causal count as the fallback when the full one lands above the compute roof).
+    causal count as the fallback when the full one lands above the compute roof). ``record``:
+    the op's :class:`~profkit.aten_record.AtenRecord` (profkit's recorder), for what the
+    shapes alone do not show: a reduction's output size.
     """
     from profkit import flops as flop_model
     if isinstance(dtype, int):
@@ -234,7 +251,9 @@ def from_shapes(op_key: str, dtype: OpDtype | int | None = None,
     def cost(eb: int, causal: bool = False):
         return flop_model.estimate(call.op, call.sizes, elem_bytes=eb, causal=causal,
                                    src_elem_bytes=src_eb, dst_elem_bytes=dst_eb,
-                                   raw_sizes=call.raw_sizes)
+                                   raw_sizes=call.raw_sizes, out_elems=out_elems)
+
+    out_elems = _record_out_elems(record, call)
 
     if fixed_eb is not None:
         c = cost(fixed_eb, causal=bool(causal))

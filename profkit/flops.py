@@ -402,13 +402,29 @@ REDUCTION_OPS = {"sum": 1, "mean": 1, "amax": 1, "amin": 1, "max": 1, "min": 1, 
                  "argmax": 1, "argmin": 1, "any": 1, "all": 1}
 
 
-def cost_reduction(op: str, sizes: Sequence[Shape], eb: int) -> Optional[OpCost]:
+def reduced_elems(shape: Sequence[int], dims: Optional[Sequence[int]]) -> int:
+    """Elements left after reducing ``shape`` over ``dims`` (None or empty: all of them)."""
+    if not dims:
+        return 1
+    nd = len(shape)
+    gone = {d % nd for d in dims if -nd <= d < nd} if nd else set()
+    return numel([s for i, s in enumerate(shape) if i not in gone])
+
+
+def cost_reduction(op: str, sizes: Sequence[Shape], eb: int,
+                   out_elems: Optional[int] = None, out_eb: Optional[int] = None) -> Optional[OpCost]:
     """Reduction over some dims: ``f`` FLOPs per input element; bytes = input read (the reduced
-    output is assumed small: the dims are int lists that emit_nvtx does not record)."""
+    output is assumed small: the dims are int lists that emit_nvtx does not record) plus, when
+    the output size is known (profkit's recorder records dims or outputs), the output written."""
     if not sizes or not sizes[0]:
         return None
     n = numel(sizes[0])
     per = REDUCTION_OPS[op]
+    if out_elems is not None:
+        oeb = out_eb or eb
+        return OpCost(float(per) * n, float(n * eb + out_elems * oeb), "reduction",
+                      f"{op}: {per}*{n} FLOP; bytes = {n} in * {eb} + {out_elems} out * {oeb} "
+                      "(output size recorded)")
     return OpCost(float(per) * n, float(n) * eb, "reduction",
                   f"{op}: {per}*{n} FLOP; bytes = {n} in * {eb} (output assumed small)")
 
@@ -617,15 +633,16 @@ _COPY = {"copy", "to", "_to_copy", "contiguous", "clone"}
 
 def estimate(op: str, sizes: Sequence[Sequence[int]], elem_bytes: int = 2, *,
              causal: bool = False, src_elem_bytes: Optional[int] = None,
-             dst_elem_bytes: Optional[int] = None, raw_sizes: Optional[Sequence] = None
-             ) -> Optional[OpCost]:
+             dst_elem_bytes: Optional[int] = None, raw_sizes: Optional[Sequence] = None,
+             out_elems: Optional[int] = None) -> Optional[OpCost]:
     """FLOPs and ideal bytes of one call of ``op`` (``"aten::mm"`` or ``"mm"``) on ``sizes``.
 
     ``elem_bytes``: bytes per element (2 for bf16/fp16, 4 for fp32); ``causal``: the attention
     was causal (the flash/efficient/cudnn variants' arguments do not show it);
     ``src_elem_bytes``/``dst_elem_bytes``: a cast's source and destination element sizes (copy
     ops; elementwise ops take ``dst_elem_bytes`` for their output); ``raw_sizes``: the
-    unflattened sizes (tensor lists kept), needed by foreach ops. Returns None when profkit has
+    unflattened sizes (tensor lists kept), needed by foreach ops; ``out_elems``: the output's
+    element count where recorded (reductions: output written). Returns None when profkit has
     no model for the op or the shapes do not fit it.
     """
     name = normalize_op(op)
@@ -664,7 +681,7 @@ def estimate(op: str, sizes: Sequence[Sequence[int]], elem_bytes: int = 2, *,
         if name in ("cat", "stack", "concat", "concatenate"):
             return cost_cat(sz, eb)
         if name in REDUCTION_OPS:
-            return cost_reduction(name, sz, eb)
+            return cost_reduction(name, sz, eb, out_elems, dst_elem_bytes)
         if name in ELEMENTWISE_OPS:
             return cost_elementwise(name, sz, eb, overload, dst_elem_bytes)
         if name in VIEW_OPS:

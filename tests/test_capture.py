@@ -537,7 +537,8 @@ def _bootstrap(tmp_path, body, *args, aten=False):
     script = _script(tmp_path / "user.py", body)
     code = tmp_path / "code.txt"
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    cmd = [sys.executable, "-m", "profkit._run_script", *(["--aten"] if aten else []),
+    flag = [] if not aten else ["--aten"] if aten is True else [f"--aten={aten}"]
+    cmd = [sys.executable, "-m", "profkit._run_script", *flag,
            "--exit-code-file", str(code), "--", str(script), *args]
     res = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path)
     return res, code.read_text() if code.exists() else None
@@ -588,9 +589,22 @@ def test_bootstrap_aten_wraps_emit_nvtx(tmp_path, monkeypatch):
     script = _script(tmp_path / "u.py", "import sys\nRESULT = sys.argv\n")
     monkeypatch.setattr(sys, "argv", list(sys.argv))
     monkeypatch.setattr(sys, "path", list(sys.path))
-    assert _run_script.run(str(script), ["a"], aten=True) == 0
+    assert _run_script.run(str(script), ["a"], aten="emit_nvtx") == 0
     assert seen == {"record_shapes": True, "entered": True, "exited": True}
     assert sys.argv == [str(script), "a"]
+
+
+def test_bootstrap_aten_uses_the_recorder_by_default(tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    from profkit import _run_script, recorder
+    texts = []
+    monkeypatch.setattr(recorder, "nvtx_functions", lambda: (texts.append, lambda: None))
+    script = _script(tmp_path / "u.py", "import torch\nRESULT = torch.ones(3) + 1\n")
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    assert _run_script.run(str(script), [], aten=True) == 0
+    assert any(t.startswith("aten::add.Tensor, sizes = [[3], [], []], pk = in=fp32,-*2 ")
+               for t in texts), texts
 
 
 # --- Ctrl-C ------------------------------------------------------------------------------------------
@@ -654,6 +668,15 @@ def test_aten_flag_reaches_bootstrap(tools):
     (call,) = [c for c in tools.calls() if c[1] == "profile"]
     i = call.index("profkit._run_script")
     assert call[i + 1] == "--aten"
+    meta = dict(sqlite3.connect(tools.work / "s.sqlite").execute(
+        "SELECT key, value FROM PROFKIT_META").fetchall())
+    assert (meta["aten"], meta["aten_source"]) == ("1", "recorder")
+    r = _invoke(["--aten", "--aten-source", "emit_nvtx", "--force", "s.py"])
+    call = [c for c in tools.calls() if c[1] == "profile"][-1]
+    assert call[call.index("profkit._run_script") + 1] == "--aten=emit_nvtx"
+    meta = dict(sqlite3.connect(tools.work / "s.sqlite").execute(
+        "SELECT key, value FROM PROFKIT_META").fetchall())
+    assert meta["aten_source"] == "emit_nvtx"
     # CPU-only torch here: emit_nvtx cannot start, which is said in one line (status 2)
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
@@ -665,12 +688,20 @@ def test_bootstrap_aten_without_cuda_is_one_line(tmp_path):
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
         pytest.skip("has CUDA")
-    res, code = _bootstrap(tmp_path, "print('never')\n", aten=True)
+    res, code = _bootstrap(tmp_path, "print('never')\n", aten="emit_nvtx")
     assert (res.returncode, code) == (2, "2")
     assert res.stdout == ""
     assert res.stderr.startswith("profkit: error: --aten: torch.autograd.profiler.emit_nvtx "
                                  "could not start (")
     assert len(res.stderr.splitlines()) == 1
+    try:
+        import nvtx  # noqa: F401
+    except ImportError:  # the recorder needs CUDA's NVTX binding or the nvtx package
+        res, code = _bootstrap(tmp_path, "print('never')\n", aten=True)
+        assert (res.returncode, code) == (2, "2")
+        assert res.stderr == ("profkit: error: --aten: the aten recorder could not start "
+                              "(RuntimeError: no NVTX to write to: this torch has no CUDA NVTX "
+                              "binding and the nvtx package is not installed)\n")
 
 
 def test_ncu_csv_that_cannot_be_merged_keeps_the_trace(tools, monkeypatch):

@@ -21,13 +21,14 @@ def _say(msg: str) -> None:
 
 
 def _command_line(output, force, nsys_args, aten, ncu, ncu_range, ncu_count, ncu_args, script,
-                  script_args, gpu_metrics_hz=None) -> list[str]:
+                  script_args, gpu_metrics_hz=None, aten_source="recorder") -> list[str]:
     argv = ["profkit", "capture"]
     if output:
         argv += ["-o", output]
     argv += ["--force"] if force else []
     argv += ["--nsys-args", nsys_args] if nsys_args else []
     argv += ["--aten"] if aten else []
+    argv += ["--aten-source", aten_source] if aten and aten_source != "recorder" else []
     argv += ["--gpu-metrics", "--gpu-metrics-frequency", str(gpu_metrics_hz)] if gpu_metrics_hz else []
     if ncu:
         argv += ["--ncu"] + (["--ncu-count", str(ncu_count)] if ncu_count else [])
@@ -47,8 +48,13 @@ def _command_line(output, force, nsys_args, aten, ncu, ncu_range, ncu_count, ncu
 @click.option("--nsys-args", default=None, metavar="TEXT",
               help='Extra nsys profile flags, shell-split: --nsys-args "--delay 5".')
 @click.option("--aten", is_flag=True,
-              help="Run under torch.autograd.profiler.emit_nvtx(record_shapes=True): one NVTX "
-                   "range per aten:: op with its input shapes (for classify --by aten).")
+              help="One NVTX range per aten:: op (for classify --by aten): with profkit's "
+                   "recorder, its input shapes, element types, contiguity and cost-changing "
+                   "arguments (is_causal, dim, out=).")
+@click.option("--aten-source", type=click.Choice(["recorder", "emit_nvtx"]), default="recorder",
+              show_default=True,
+              help="What writes the --aten ranges: profkit's recorder, or "
+                   "torch.autograd.profiler.emit_nvtx(record_shapes=True) (shapes only).")
 @click.option("--ncu", is_flag=True,
               help="Add a second run under Nsight Compute and merge per-kernel counters "
                    "(FLOPs per precision, DRAM bytes, throughputs) into the trace.")
@@ -72,7 +78,8 @@ def _command_line(output, force, nsys_args, aten, ncu, ncu_range, ncu_count, ncu
 @click.argument("script")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 @one_line_errors
-def capture(output: Optional[str], force: bool, nsys_args: Optional[str], aten: bool, ncu: bool,
+def capture(output: Optional[str], force: bool, nsys_args: Optional[str], aten: bool,
+            aten_source: str, ncu: bool,
             ncu_range: Optional[str], ncu_count: Optional[int], gpu_metrics: bool,
             gpu_metrics_frequency: int, ncu_args: Optional[str],
             merge_csv: Optional[str], script: str, script_args: tuple[str, ...]) -> None:
@@ -98,9 +105,11 @@ def capture(output: Optional[str], force: bool, nsys_args: Optional[str], aten: 
     hz = gpu_metrics_frequency if gpu_metrics else None
     result = cap.capture(script, list(script_args), output=output, force=force,
                          nsys_args=nsys_args, aten=aten, ncu=ncu, ncu_range=ncu_range,
-                         ncu_count=ncu_count, ncu_args=ncu_args, gpu_metrics_hz=hz, say=_say,
+                         ncu_count=ncu_count, ncu_args=ncu_args, gpu_metrics_hz=hz,
+                         aten_source=aten_source, say=_say,
                          command_line=_command_line(output, force, nsys_args, aten, ncu, ncu_range,
-                                                    ncu_count, ncu_args, script, script_args, hz))
+                                                    ncu_count, ncu_args, script, script_args, hz,
+                                                    aten_source))
     for note in result.notes:
         _say(f"profkit: {note}")
     extra = ", ".join(str(p) for k, p in result.files.items() if k != "sqlite")

@@ -2,8 +2,8 @@
 # On a GPU machine: capture the real programs behind profkit's run-summary, rule and accuracy
 # tests with `profkit capture`, each next to the variant that applies the fix an expert would
 # make first. Usage: scripts/capture_real_programs.sh OUTDIR SECONDS STEP...
-# Steps: train train_fused train_kineto train_aten train_rec generate generate_static loader loader_fixed
-#        sync sync_fixed cnn_metrics train_ncu train_ncu_auto sync_ncu cnn_ncu
+# Steps: train train_fused train_kineto train_aten train_rec generate generate_static generate_graphs
+#        loader loader_fixed sync sync_fixed cnn_metrics cnn_compiled train_ncu train_ncu_auto sync_ncu cnn_ncu
 set -u
 out=${1:?usage: capture_real_programs.sh OUTDIR SECONDS STEP...}; budget=${2:?}; shift 2
 deadline=$(( $(date +%s) + budget ))
@@ -35,12 +35,14 @@ for step in "$@"; do
     cnn_ncu)      pk cnn_infer_ncu --ncu --ncu-range ncu_iter --ncu-count 500 $W/cnn_infer.py --iters 4 ;;
     generate)     pk generate_llama $W/generate_llama.py ;;
     generate_static) pk generate_llama_static $W/generate_llama.py --static ;;
+    generate_graphs) pk generate_llama_graphs $W/generate_llama.py --static --graphs ;;
     loader)       pk loader_cnn $W/dataloader_cnn.py ;;
     loader_fixed) pk loader_cnn_workers $W/dataloader_cnn.py --workers 8 --pin ;;
     sync)         pk sync_loop $W/sync_loop.py ;;
     sync_fixed)   pk sync_loop_nosync $W/sync_loop.py --no-sync ;;
     cnn_metrics)  pk cnn_infer --nsys-args "--gpu-metrics-devices=0 --gpu-metrics-frequency=10000" \
                     $W/cnn_infer.py && python3 scripts/trim_gpu_metrics.py "$out/traces/cnn_infer.sqlite" ;;
+    cnn_compiled) pk cnn_infer_compiled $W/cnn_infer.py --compile --iters 20 ;;
     *) echo "unknown step $step" ;;
   esac
 done

@@ -31,7 +31,12 @@ def test_check_mode(capsys):
 
 def test_page_states_what_was_not_recaptured_and_where_advice_was_wrong():
     text = mlp.PAGE.read_text()
-    assert "Not re-captured: the CNN-inference loop" in text and "2-GPU DDP step" in text
+    assert "ResNet-50 inference" in text and "2-GPU DDP step" in text and "CUDA graphs" in text
     assert "The advice was wrong before" in text
+    # A pair whose AFTER trace is absent shows the prediction and "not captured", nothing made up.
+    for p in mlp.PAIRS:
+        if not (mlp.ROOT / p.after).exists():
+            row = next(l for l in text.splitlines() if l.startswith(f"| {p.name} |"))
+            assert "| not captured |" in row and f"| {p.rule} |" in row
     # Every pair's predicted and measured numbers are in the table.
     assert text.count("| PK") >= len(mlp.PAIRS)

@@ -18,7 +18,7 @@ from profkit.rules import (pk101_per_step_sync, pk102_data_loading, pk103_host_o
                            pk104_pageable_copy, pk201_unfused_optimizer, pk202_autocast_recast,
                            pk203_fp32_logits_loss, pk301_attention_path, pk302_fp32_gemm,
                            pk303_gemm_shape, pk304_gemm_alignment, pk401_eager_norm_fusion,
-                           pk402_elementwise_chain, pk501_nccl_exposed)
+                           pk402_elementwise_chain, pk403_inference_bn_fold, pk501_nccl_exposed)
 from profkit.rules.base import Finding, RuleContext, RuleMeta, Scope
 
 if TYPE_CHECKING:
@@ -29,7 +29,7 @@ RULES: tuple[ModuleType, ...] = (
     pk101_per_step_sync, pk102_data_loading, pk103_host_overhead, pk104_pageable_copy,
     pk201_unfused_optimizer, pk202_autocast_recast, pk203_fp32_logits_loss,
     pk301_attention_path, pk302_fp32_gemm, pk303_gemm_shape, pk304_gemm_alignment,
-    pk401_eager_norm_fusion, pk402_elementwise_chain, pk501_nccl_exposed)
+    pk401_eager_norm_fusion, pk402_elementwise_chain, pk403_inference_bn_fold, pk501_nccl_exposed)
 
 __all__ = ["RULES", "Finding", "RuleContext", "RuleMeta", "Scope", "evaluate", "get", "explain"]
 

@@ -2,6 +2,12 @@
 
     torchrun --nproc-per-node 2 scripts/workloads/ddp_step.py            # NCCL, one GPU a rank
     torchrun --nproc-per-node 2 scripts/workloads/ddp_step.py --cpu      # gloo on CPU (logic test)
+    torchrun --nproc-per-node 2 scripts/workloads/ddp_step.py --no-sync  # the fix profkit advises
+
+Each step ends with ``torch.cuda.synchronize()`` and rank 0 prints ``loss.item()``: the GPU
+drains its queue every step and idles while the CPU starts the next one. ``--no-sync`` is the
+fix (profkit rule PK101): no per-step synchronisation; losses stay on the GPU and are read once
+after the last step.
 
 Model: a stack of pre-norm MLP blocks (LayerNorm -> Linear(d, 4d) -> GELU -> Linear(4d, d) +
 residual), hidden 2048, 2 blocks: 67M parameters, 268 MB of fp32 gradients per step, which DDP
@@ -77,6 +83,8 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=8192, help="tokens per rank per step")
     ap.add_argument("--threaded-backward", action="store_true",
                     help="leave autograd's device threads on (backward kernels then launch off the main thread)")
+    ap.add_argument("--no-sync", action="store_true",
+                    help="no per-step synchronisation: losses kept on the GPU, read after the last step")
     args = ap.parse_args()
 
     rank = int(os.environ.get("RANK", "0"))
@@ -108,6 +116,7 @@ def main() -> None:
     amp = (torch.autocast("cuda", dtype=torch.bfloat16) if not args.cpu else contextlib.nullcontext())
 
     nparams = sum(p.numel() for p in model.parameters())
+    losses = []
     t0 = time.perf_counter()
     with torch.autograd.set_multithreading_enabled(args.threaded_backward):
         for step in range(args.steps):
@@ -120,11 +129,19 @@ def main() -> None:
                 with rng("optimizer"):
                     opt.step()
                     opt.zero_grad(set_to_none=True)
+            if args.no_sync:
+                losses.append(loss.detach())
+                continue
             if not args.cpu:
                 torch.cuda.synchronize()
             if rank == 0:
                 print(f"step {step} loss {loss.item():.5f}", flush=True)
+    if not args.cpu:
+        torch.cuda.synchronize()
     dt = time.perf_counter() - t0
+    if losses and rank == 0:
+        for step, v in enumerate(torch.stack(losses).tolist()):
+            print(f"step {step} loss {v:.5f}", flush=True)
     # every rank must end with the same weights (DDP averaged the gradients)
     w = torch.cat([p.detach().reshape(-1)[:1000] for p in model.parameters()])
     ws = [torch.zeros_like(w) for _ in range(world)]

@@ -1,10 +1,17 @@
 """HF `generate()` decode with no NVTX at all: a 4-layer Llama (random weights), bf16, batch 1.
 
-    python generate_llama.py [--new-tokens 64] [--static]
+    python generate_llama.py [--new-tokens 64] [--static [--graphs]]
 
-``--static`` is the expert's fix for a host-bound decode loop: a static KV cache, with which
-transformers compiles the decoding forward (mode="reduce-overhead"), so each token replays a
-CUDA graph.
+``--static`` sets a static KV cache, with which transformers compiles the decoding forward. On
+the H200 capture (torch 2.11, transformers 5.17) that compiled forward ran as ~107 Triton and
+cuBLAS launches per token and no CUDA graph: half of what profkit's host-overhead rule (PK103)
+assumes, which is the whole decode step replayed as one graph.
+
+``--static --graphs`` applies what PK103 says: the decode forward compiled with
+``CompileConfig(fullgraph=True, dynamic=False, mode="reduce-overhead")``, so CUDA graph trees
+record it once per shape and replay it every token; one warm-up generate() (compilation, graph
+recording) runs before the measured ones. It prints Inductor's CUDA-graph counters at the end
+and logs why graphs were skipped, if they were (``perf_hints``).
 """
 from __future__ import annotations
 
@@ -20,7 +27,12 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--runs", type=int, default=2)
     ap.add_argument("--static", action="store_true")
+    ap.add_argument("--graphs", action="store_true",
+                    help="with --static: compile the decode forward with mode='reduce-overhead' "
+                         "(CUDA graphs), fullgraph, static shapes; one warm-up generate()")
     args = ap.parse_args()
+    if args.graphs and not args.static:
+        ap.error("--graphs needs --static (CUDA graphs need the static KV cache's fixed addresses)")
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=32000, hidden_size=1024, intermediate_size=2816,
                       num_hidden_layers=4, num_attention_heads=16, num_key_value_heads=16,
@@ -30,15 +42,26 @@ def main() -> None:
               pad_token_id=0)
     if args.static:
         model.generation_config.cache_implementation = "static"  # generate() then compiles
+    warmup = 0
+    if args.graphs:
+        from transformers import CompileConfig
+        torch._logging.set_logs(perf_hints=True)  # "skipping cudagraphs due to ..." if any
+        model.generation_config.compile_config = CompileConfig(
+            fullgraph=True, dynamic=False, backend="inductor", mode="reduce-overhead")
+        warmup = 1
     prompt = torch.randint(0, cfg.vocab_size, (1, 32), device="cuda")
-    for r in range(args.runs):
+    for r in range(-warmup, args.runs):
         t0 = time.perf_counter()
         with torch.no_grad():
             out = model.generate(prompt, **kw)
         torch.cuda.synchronize()
         dt = time.perf_counter() - t0
-        print(f"run {r}: {out.shape[1] - prompt.shape[1]} tokens in {dt * 1e3:.1f} ms "
-              f"({dt / args.new_tokens * 1e3:.2f} ms/token)")
+        print(f"{'warm-up' if r < 0 else f'run {r}'}: {out.shape[1] - prompt.shape[1]} tokens in "
+              f"{dt * 1e3:.1f} ms ({dt / args.new_tokens * 1e3:.2f} ms/token)", flush=True)
+    if args.graphs:
+        from torch._dynamo.utils import counters
+        print("inductor counters:", {k: v for k, v in counters["inductor"].items() if "cudagraph" in k},
+              flush=True)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """profkit bundled fused kernels: residual add + RMSNorm / LayerNorm, bias + GELU, row softmax.
 
-Each op has three backends picked by ``backend=``: ``"triton"``, ``"cuda"`` (a CUDA C++ extension
+Each op has backends picked by ``backend=``: ``"auto"`` (default: the CUDA extension when it builds, Triton where it is faster or the extension is unavailable), ``"triton"``, ``"cuda"`` (a CUDA C++ extension
 built on first use) and ``"torch"`` (the plain PyTorch baseline).  The ops are registered as real
 custom ops in the ``profkit_kernels`` torch.library namespace (see ``kernels/_library.py``).
 
@@ -22,7 +22,7 @@ __all__ = [
     "BACKENDS",
 ]
 
-BACKENDS = ("triton", "cuda", "torch")
+BACKENDS = ("auto", "triton", "cuda", "torch")
 _OPS = {"add_rmsnorm", "add_rmsnorm_", "add_layernorm", "bias_gelu", "softmax"}
 
 

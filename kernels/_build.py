@@ -18,6 +18,13 @@ SOURCES = ("add_rmsnorm.cu", "add_layernorm.cu", "bias_gelu.cu", "softmax.cu")
 
 _LOADED = False
 _LOCK = threading.Lock()
+_LIB_PATH: str | None = None
+
+# Launch variant of each CUDA op: 1 = current launch configuration / kernel body, 0 = the previous
+# one (kept so a benchmark can time both in one run; see kernels/csrc/common.h).  The choice lives
+# here, in Python, so switching it needs no rebuild.  PROFKIT_KERNELS_LAUNCH=legacy selects 0 for all.
+LAUNCH_OPS = ("add_rmsnorm", "add_layernorm", "softmax", "bias_gelu")  # = OpId order in common.h
+LAUNCH_DEFAULTS = {"add_rmsnorm": 1, "add_layernorm": 1, "softmax": 1, "bias_gelu": 1}
 
 
 class KernelBuildError(RuntimeError):
@@ -43,7 +50,7 @@ def ensure_loaded() -> None:
 
 
 def _load() -> None:
-    global _LOADED
+    global _LOADED, _LIB_PATH
     with _LOCK:
         if _LOADED:
             return
@@ -79,7 +86,7 @@ def _load() -> None:
                 flush=True,
             )
         try:
-            cpp_extension.load(
+            path = cpp_extension.load(
                 name=name,
                 sources=sources,
                 extra_include_paths=[str(CSRC)],
@@ -101,4 +108,44 @@ def _load() -> None:
                 f"building the profkit CUDA extension in {build_dir} failed "
                 f"(set PROFKIT_KERNELS_VERBOSE=1 for the full compiler output):\n{tail}"
             ) from None
+        _LIB_PATH = path if isinstance(path, str) else None
         _LOADED = True
+        legacy = os.environ.get("PROFKIT_KERNELS_LAUNCH", "") == "legacy"
+        for op, v in LAUNCH_DEFAULTS.items():
+            try:
+                set_launch_variant(op, 0 if legacy else v)
+            except KernelBuildError:
+                break  # an extension without the switch: its built-in configuration stays
+
+
+def _lib():
+    import ctypes
+
+    if not _LOADED or _LIB_PATH is None:
+        raise KernelBuildError("the CUDA extension is not loaded (call ensure_loaded() first).")
+    lib = ctypes.CDLL(_LIB_PATH)  # the already-loaded library: same handle, no second copy
+    try:
+        fn = lib.profkit_kernels_set_launch_variant
+    except AttributeError:
+        raise KernelBuildError("this build of the CUDA extension has no launch-variant switch.") from None
+    fn.argtypes, fn.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    get = lib.profkit_kernels_get_launch_variant
+    get.argtypes, get.restype = [ctypes.c_int], ctypes.c_int
+    return fn, get
+
+
+def set_launch_variant(op: str, variant: int) -> int:
+    """Select the launch configuration of one CUDA op (1 current, 0 previous); returns the old one.
+
+    Read at each launch on the host, so it applies to the next call (and to CUDA graphs captured
+    after it)."""
+    fn, _ = _lib()
+    old = fn(LAUNCH_OPS.index(op), int(variant))
+    if old < 0:
+        raise ValueError(f"bad launch variant {variant!r} for {op!r} (0 or 1).")
+    return old
+
+
+def get_launch_variant(op: str) -> int:
+    _, get = _lib()
+    return get(LAUNCH_OPS.index(op))

@@ -1,16 +1,24 @@
 """Typed public wrappers: host-side checks, then the custom op of the chosen backend.
 
-    out, residual_out = add_rmsnorm(x, residual, weight, eps, backend="triton")
+    out, residual_out = add_rmsnorm(x, residual, weight, eps)            # backend="auto"
     out = add_rmsnorm_(x, residual, weight, eps)          # residual <- x + residual, in place
     out, residual_out = add_layernorm(x, residual, weight, bias, eps)
     y = bias_gelu(x, bias, approximate="none" | "tanh")
     y = softmax(x, scale=1.0)                             # over the last dim
 
-backend: "triton" (default), "cuda" (CUDA C++ extension, built on first use) or "torch" (the eager
-baseline in kernels/baselines.py).  CPU tensors run the float reference for "triton"/"cuda".
+backend: "auto" (default, see choose_backend), "triton", "cuda" (CUDA C++ extension, built on
+first use) or "torch" (the eager baseline in kernels/baselines.py).  CPU tensors run the float
+reference for "auto"/"triton"/"cuda".
+
+Host cost per call matters as much as GPU time at decode shapes (a 1x4096 kernel runs ~2 µs on an
+H200), so the common path is kept short: one cheap validity test (the detailed checks with their
+error messages run only when it fails), the resolved OpOverload cached per (op, backend), and the
+Python autograd wrapper of the custom op skipped when no input requires grad.
 """
 from __future__ import annotations
 
+import os
+import warnings
 from typing import Literal
 
 import torch
@@ -18,13 +26,15 @@ from torch import Tensor
 
 from kernels import _library, baselines
 
-Backend = Literal["triton", "cuda", "torch"]
+Backend = Literal["auto", "triton", "cuda", "torch"]
+BACKENDS = ("auto", "triton", "cuda", "torch")
 _SUPPORTED = (torch.float32, torch.float16, torch.bfloat16)
+_GPU_DTYPES = frozenset(_SUPPORTED)
 
 
 def _check_backend(backend: str) -> None:
-    if backend not in ("triton", "cuda", "torch"):
-        raise ValueError(f'backend must be "triton", "cuda" or "torch", got {backend!r}.')
+    if backend not in BACKENDS:
+        raise ValueError(f'backend must be "auto", "triton", "cuda" or "torch", got {backend!r}.')
 
 
 def _check_tensor(name: str, t: object) -> None:
@@ -32,7 +42,7 @@ def _check_tensor(name: str, t: object) -> None:
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}.")
 
 
-def _check_common(backend: str, x: Tensor, named: dict[str, Tensor], vectors: dict[str, Tensor]):
+def _check_common(x: Tensor, named: dict[str, Tensor], vectors: dict[str, Tensor]):
     """Device, dtype and shape agreement for x, same-shape tensors `named` and (hidden,) `vectors`."""
     _check_tensor("x", x)
     for name, t in {**named, **vectors}.items():
@@ -58,37 +68,185 @@ def _check_common(backend: str, x: Tensor, named: dict[str, Tensor], vectors: di
             raise ValueError(
                 f"{name} must have shape ({x.shape[-1]},) (the hidden size of x), got {tuple(t.shape)}."
             )
+
+
+def _fast_ok(x, same=(), vectors=()) -> bool:
+    """The common case in one expression (about 1 µs); False sends the call to _check_common."""
+    try:
+        dt, dev = x.dtype, x.device
+        if dt not in _GPU_DTYPES or x.dim() < 1:
+            return False
+        hidden = x.shape[-1:]
+        for t in same:
+            if t.dtype is not dt or t.shape != x.shape or t.device != dev:
+                return False
+        for t in vectors:
+            if t.dtype is not dt or t.shape != hidden or t.device != dev:
+                return False
+        return True
+    except AttributeError:  # not a tensor
+        return False
+
+
+# ----------------------------------------------------------------------------------------------
+# backend="auto"
+# ----------------------------------------------------------------------------------------------
+# State of the CUDA extension for "auto": None = not tried yet, True = loaded, False = unavailable
+# (no GPU toolchain or a build error: warned once, then Triton).
+_CUDA_STATE: bool | None = None
+_TRITON_OK: bool | None = None
+
+# Where Triton's kernel is faster on the GPU than the CUDA extension's, by the H200 measurements
+# of the previous CUDA kernels (bf16, CUDA-graph replays, µs, cuda vs triton): softmax 1x4096
+# 2.15 vs 1.85, 16x4096 2.29 vs 2.23, 64x8192 3.46 vs 3.24, 4096x4096 19.76 vs 18.92; add_layernorm
+# 1x4096 2.27 vs 2.13, 64x8192 4.63 vs 3.91, 4096x4096 36.90 vs 36.54; bias_gelu 4096x4096 25.78
+# vs 24.10.  The CUDA extension's host cost per plain launch is 2-3x lower (softmax 35 vs 102 µs,
+# add_rmsnorm 42-50 vs 83-145 µs on that machine), so:
+#   * while a CUDA graph is being captured (host cost paid once, at capture) -> the GPU-time winner;
+#   * in plain eager code -> Triton only where its GPU time alone exceeds its host cost, i.e. at
+#     least _EAGER_TRITON_MIN_ELEMS elements (>= ~100 µs of GPU work; below that the call is
+#     host-bound and the extension's shorter launch path wins).
+# Ops not listed (add_rmsnorm, add_rmsnorm_) always take the extension: it is at or ahead of Triton
+# at every measured shape.
+_TRITON_GPU_FASTER = {
+    "softmax": lambda rows, n: True,
+    "add_layernorm": lambda rows, n: rows <= 264 or rows * n >= 4096 * 4096,
+    "bias_gelu": lambda rows, n: rows * n >= 4096 * 4096,
+}
+_EAGER_TRITON_MIN_ELEMS = 32 * 2**20
+
+
+def _cuda_available() -> bool:
+    """Build/load the extension once for "auto"; on failure warn once and remember."""
+    global _CUDA_STATE
+    if _CUDA_STATE is None:
+        from kernels import _build
+
+        if os.environ.get("PROFKIT_KERNELS_AUTO_NO_CUDA") == "1":
+            _CUDA_STATE = False
+            return False
+        try:
+            _build.ensure_loaded()
+            _CUDA_STATE = True
+        except _build.KernelBuildError as exc:
+            _CUDA_STATE = False
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            warnings.warn(
+                f'profkit kernels: backend="auto" cannot use the CUDA extension ({first}); '
+                'using Triton (or PyTorch) instead.',
+                RuntimeWarning,
+                stacklevel=4,
+            )
+    return _CUDA_STATE
+
+
+def _triton_available() -> bool:
+    global _TRITON_OK
+    if _TRITON_OK is None:
+        try:
+            import triton  # noqa: F401
+
+            _TRITON_OK = True
+        except ImportError:
+            _TRITON_OK = False
+    return _TRITON_OK
+
+
+def choose_backend(op: str, x: Tensor, *, capturing: bool | None = None) -> str:
+    """The backend "auto" runs for op on x: "cuda", "triton" or "torch" (see the table above).
+
+    CPU tensors -> "triton" (its CPU kernel is the float reference).  CUDA tensors -> the CUDA
+    extension if it builds/loads, with Triton for the shapes where Triton's GPU time is lower and
+    its host cost is hidden (under CUDA-graph capture, or large tensors); Triton if the extension
+    is unavailable; the PyTorch baseline if neither is.
+    """
+    if not x.is_cuda:
+        return "triton"
+    if torch.compiler.is_compiling():
+        # host cost is compiled away; no build attempt while tracing
+        return "cuda" if _CUDA_STATE else ("triton" if _triton_available() else "torch")
+    has_cuda = _cuda_available()
+    has_triton = _triton_available()
+    if not has_cuda:
+        return "triton" if has_triton else "torch"
+    faster = _TRITON_GPU_FASTER.get(op)
+    if faster is None or not has_triton:
+        return "cuda"
+    n = x.shape[-1]
+    rows = x.numel() // n if n else 0
+    if not faster(rows, n):
+        return "cuda"
+    if capturing is None:
+        capturing = torch.cuda.is_current_stream_capturing()
+    return "triton" if capturing or rows * n >= _EAGER_TRITON_MIN_ELEMS else "cuda"
+
+
+# ----------------------------------------------------------------------------------------------
+# dispatch
+# ----------------------------------------------------------------------------------------------
+_OPS: dict[tuple[str, str], object] = {}
+_below_autograd = torch._C._AutoDispatchBelowAutograd
+_any_requires_grad = torch._C._any_requires_grad
+
+
+def _op(name: str, backend: str):
+    """The resolved OpOverload (torch.ops.profkit_kernels.<name>_<backend>.default), cached."""
+    try:
+        return _OPS[(name, backend)]
+    except KeyError:
+        op = getattr(torch.ops.profkit_kernels, f"{name}_{backend}").default
+        _OPS[(name, backend)] = op
+        return op
+
+
+def _resolve(op: str, backend: str, x: Tensor) -> str:
+    if backend == "auto":
+        return choose_backend(op, x)
     if backend == "cuda" and x.is_cuda:
         from kernels import _build
 
         _build.ensure_loaded()
+    return backend
 
 
-def _op(name: str, backend: str):
-    return getattr(torch.ops.profkit_kernels, f"{name}_{backend}")
+def _call(name: str, backend: str, *args):
+    """Run the custom op; below the autograd key when no input requires grad (same result as the
+    registered autograd wrapper's no-grad branch, without its Python frames)."""
+    op = _op(name, backend)
+    if torch.compiler.is_compiling() or (torch.is_grad_enabled() and _any_requires_grad(*args)):
+        return op(*args)
+    with _below_autograd():
+        return op(*args)
 
 
 def add_rmsnorm(
-    x: Tensor, residual: Tensor, weight: Tensor, eps: float = 1e-6, *, backend: Backend = "triton"
+    x: Tensor, residual: Tensor, weight: Tensor, eps: float = 1e-6, *, backend: Backend = "auto"
 ) -> tuple[Tensor, Tensor]:
     """Return (rms_norm(x + residual) * weight, x + residual), one pass over the data."""
-    _check_backend(backend)
-    _check_common(backend, x, {"residual": residual}, {"weight": weight})
+    if backend not in BACKENDS:
+        _check_backend(backend)
+    if not _fast_ok(x, (residual,), (weight,)):
+        _check_common(x, {"residual": residual}, {"weight": weight})
+    backend = _resolve("add_rmsnorm", backend, x)
     if backend == "torch":
         return baselines.add_rmsnorm(x, residual, weight, eps)
-    return _op("add_rmsnorm", backend)(x.contiguous(), residual.contiguous(), weight.contiguous(), float(eps))
+    return _call("add_rmsnorm", backend, x.contiguous(), residual.contiguous(), weight.contiguous(), float(eps))
 
 
 def add_rmsnorm_(
-    x: Tensor, residual: Tensor, weight: Tensor, eps: float = 1e-6, *, backend: Backend = "triton"
+    x: Tensor, residual: Tensor, weight: Tensor, eps: float = 1e-6, *, backend: Backend = "auto"
 ) -> Tensor:
     """In place: residual <- x + residual; return rms_norm(residual) * weight (inference engines)."""
-    _check_backend(backend)
-    _check_common(backend, x, {"residual": residual}, {"weight": weight})
+    if backend not in BACKENDS:
+        _check_backend(backend)
+    if not _fast_ok(x, (residual,), (weight,)):
+        _check_common(x, {"residual": residual}, {"weight": weight})
     if not residual.is_contiguous():
         raise ValueError("residual must be contiguous for the in-place add_rmsnorm_ (it is written in place).")
+    backend = _resolve("add_rmsnorm_", backend, x)
     if backend == "torch":
         return baselines.add_rmsnorm_(x, residual, weight, eps)
+    # no autograd is registered for the mutating variant: a direct call
     return _op("add_rmsnorm_inplace", backend)(x.contiguous(), residual, weight.contiguous(), float(eps))
 
 
@@ -99,34 +257,45 @@ def add_layernorm(
     bias: Tensor,
     eps: float = 1e-5,
     *,
-    backend: Backend = "triton",
+    backend: Backend = "auto",
 ) -> tuple[Tensor, Tensor]:
     """Return (layer_norm(x + residual) * weight + bias, x + residual), one pass over the data."""
-    _check_backend(backend)
-    _check_common(backend, x, {"residual": residual}, {"weight": weight, "bias": bias})
+    if backend not in BACKENDS:
+        _check_backend(backend)
+    if not _fast_ok(x, (residual,), (weight, bias)):
+        _check_common(x, {"residual": residual}, {"weight": weight, "bias": bias})
+    backend = _resolve("add_layernorm", backend, x)
     if backend == "torch":
         return baselines.add_layernorm(x, residual, weight, bias, eps)
-    return _op("add_layernorm", backend)(
-        x.contiguous(), residual.contiguous(), weight.contiguous(), bias.contiguous(), float(eps)
+    return _call(
+        "add_layernorm", backend, x.contiguous(), residual.contiguous(), weight.contiguous(), bias.contiguous(),
+        float(eps),
     )
 
 
 def bias_gelu(
-    x: Tensor, bias: Tensor, approximate: Literal["none", "tanh"] = "none", *, backend: Backend = "triton"
+    x: Tensor, bias: Tensor, approximate: Literal["none", "tanh"] = "none", *, backend: Backend = "auto"
 ) -> Tensor:
     """Return gelu(x + bias) with the erf ("none") or tanh form, bias broadcast over the last dim."""
-    _check_backend(backend)
-    _library._check_approximate(approximate)
-    _check_common(backend, x, {}, {"bias": bias})
+    if backend not in BACKENDS:
+        _check_backend(backend)
+    if approximate != "none" and approximate != "tanh":
+        _library._check_approximate(approximate)
+    if not _fast_ok(x, (), (bias,)):
+        _check_common(x, {}, {"bias": bias})
+    backend = _resolve("bias_gelu", backend, x)
     if backend == "torch":
         return baselines.bias_gelu(x, bias, approximate)
-    return _op("bias_gelu", backend)(x.contiguous(), bias.contiguous(), approximate)
+    return _call("bias_gelu", backend, x.contiguous(), bias.contiguous(), approximate)
 
 
-def softmax(x: Tensor, scale: float = 1.0, *, backend: Backend = "triton") -> Tensor:
+def softmax(x: Tensor, scale: float = 1.0, *, backend: Backend = "auto") -> Tensor:
     """Return softmax(x * scale) over the last dimension."""
-    _check_backend(backend)
-    _check_common(backend, x, {}, {})
+    if backend not in BACKENDS:
+        _check_backend(backend)
+    if not _fast_ok(x):
+        _check_common(x, {}, {})
+    backend = _resolve("softmax", backend, x)
     if backend == "torch":
         return baselines.softmax(x, scale)
-    return _op("softmax", backend)(x.contiguous(), float(scale))
+    return _call("softmax", backend, x.contiguous(), float(scale))

@@ -39,6 +39,26 @@ def _rows_class(rows: int) -> int:
 
 
 # ----------------------------------------------------------------------------------------------
+# shared row prologue of the add+norm kernels
+# ----------------------------------------------------------------------------------------------
+@triton.jit
+def _add_rows(X, R, RES_OUT, offs, mask, STORE: tl.constexpr, STREAM: tl.constexpr):
+    """h = x + residual rounded to the output dtype (as eager's `x + r`), returned in fp32; stored
+    to RES_OUT when STORE.  STREAM: the row is read once (evict_first); the looping path re-reads
+    it and keeps the default policy.  One body for add+RMSNorm and add+LayerNorm, every pass."""
+    if STREAM:
+        x = tl.load(X + offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+        r = tl.load(R + offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+    else:
+        x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
+        r = tl.load(R + offs, mask=mask, other=0.0).to(tl.float32)
+    h = (x + r).to(RES_OUT.dtype.element_ty)
+    if STORE:
+        tl.store(RES_OUT + offs, h, mask=mask)
+    return h.to(tl.float32)
+
+
+# ----------------------------------------------------------------------------------------------
 # residual add + RMSNorm
 # ----------------------------------------------------------------------------------------------
 # restore_value: tuning runs the kernel several times, and the in-place variant writes R.
@@ -52,11 +72,7 @@ def _add_rmsnorm_kernel(
     if SINGLE:
         cols = tl.arange(0, BLOCK)
         mask = cols < N
-        x = tl.load(X + base + cols, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
-        r = tl.load(R + base + cols, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
-        h = (x + r).to(RES_OUT.dtype.element_ty)
-        tl.store(RES_OUT + base + cols, h, mask=mask)
-        hf = h.to(tl.float32)
+        hf = _add_rows(X, R, RES_OUT, base + cols, mask, True, True)
         rstd = tl.rsqrt(tl.sum(hf * hf, axis=0) / N + eps)
         w = tl.load(W + cols, mask=mask, other=0.0, eviction_policy="evict_last").to(tl.float32)
         tl.store(OUT + base + cols, (hf * rstd * w).to(OUT.dtype.element_ty), mask=mask)
@@ -67,9 +83,7 @@ def _add_rmsnorm_kernel(
             start = it * BLOCK
             cols = start + tl.arange(0, BLOCK)
             mask = cols < N
-            x = tl.load(X + base + cols, mask=mask, other=0.0).to(tl.float32)
-            r = tl.load(R + base + cols, mask=mask, other=0.0).to(tl.float32)
-            hf = (x + r).to(RES_OUT.dtype.element_ty).to(tl.float32)
+            hf = _add_rows(X, R, RES_OUT, base + cols, mask, False, False)
             acc += hf * hf
         rstd = tl.rsqrt(tl.sum(acc, axis=0) / N + eps)
         # pass 2: recompute h, write both outputs
@@ -77,12 +91,9 @@ def _add_rmsnorm_kernel(
             start = it * BLOCK
             cols = start + tl.arange(0, BLOCK)
             mask = cols < N
-            x = tl.load(X + base + cols, mask=mask, other=0.0).to(tl.float32)
-            r = tl.load(R + base + cols, mask=mask, other=0.0).to(tl.float32)
-            h = (x + r).to(RES_OUT.dtype.element_ty)
-            tl.store(RES_OUT + base + cols, h, mask=mask)
+            hf = _add_rows(X, R, RES_OUT, base + cols, mask, True, False)
             w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
-            tl.store(OUT + base + cols, (h.to(tl.float32) * rstd * w).to(OUT.dtype.element_ty), mask=mask)
+            tl.store(OUT + base + cols, (hf * rstd * w).to(OUT.dtype.element_ty), mask=mask)
 
 
 def _row_config(n: int, max_single: int | None) -> dict:
@@ -151,11 +162,7 @@ def _add_layernorm_kernel(
     if SINGLE:
         cols = tl.arange(0, BLOCK)
         mask = cols < N
-        x = tl.load(X + base + cols, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
-        r = tl.load(R + base + cols, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
-        h = (x + r).to(RES_OUT.dtype.element_ty)
-        tl.store(RES_OUT + base + cols, h, mask=mask)
-        hf = h.to(tl.float32)
+        hf = _add_rows(X, R, RES_OUT, base + cols, mask, True, True)
         mean = tl.sum(hf, axis=0) / N
         d = tl.where(mask, hf - mean, 0.0)
         rstd = tl.rsqrt(tl.sum(d * d, axis=0) / N + eps)
@@ -168,31 +175,24 @@ def _add_layernorm_kernel(
             start = it * BLOCK
             cols = start + tl.arange(0, BLOCK)
             mask = cols < N
-            x = tl.load(X + base + cols, mask=mask, other=0.0).to(tl.float32)
-            r = tl.load(R + base + cols, mask=mask, other=0.0).to(tl.float32)
-            acc += (x + r).to(RES_OUT.dtype.element_ty).to(tl.float32)
+            acc += _add_rows(X, R, RES_OUT, base + cols, mask, False, False)
         mean = tl.sum(acc, axis=0) / N
         acc2 = tl.zeros([BLOCK], dtype=tl.float32)
         for it in range(N_ITERS):
             start = it * BLOCK
             cols = start + tl.arange(0, BLOCK)
             mask = cols < N
-            x = tl.load(X + base + cols, mask=mask, other=0.0).to(tl.float32)
-            r = tl.load(R + base + cols, mask=mask, other=0.0).to(tl.float32)
-            d = tl.where(mask, (x + r).to(RES_OUT.dtype.element_ty).to(tl.float32) - mean, 0.0)
+            d = tl.where(mask, _add_rows(X, R, RES_OUT, base + cols, mask, False, False) - mean, 0.0)
             acc2 += d * d
         rstd = tl.rsqrt(tl.sum(acc2, axis=0) / N + eps)
         for it in range(N_ITERS):
             start = it * BLOCK
             cols = start + tl.arange(0, BLOCK)
             mask = cols < N
-            x = tl.load(X + base + cols, mask=mask, other=0.0).to(tl.float32)
-            r = tl.load(R + base + cols, mask=mask, other=0.0).to(tl.float32)
-            h = (x + r).to(RES_OUT.dtype.element_ty)
-            tl.store(RES_OUT + base + cols, h, mask=mask)
+            hf = _add_rows(X, R, RES_OUT, base + cols, mask, True, False)
             w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
             b = tl.load(B + cols, mask=mask, other=0.0).to(tl.float32)
-            y = (h.to(tl.float32) - mean) * rstd * w + b
+            y = (hf - mean) * rstd * w + b
             tl.store(OUT + base + cols, y.to(OUT.dtype.element_ty), mask=mask)
 
 

@@ -9,12 +9,16 @@
 namespace profkit_kernels {
 namespace {
 
-template <typename T, int VEC, int ITEMS>
+// WELFORD (launch variant 1): the mean and the centred sum of squares come out of ONE block
+// reduction of per-thread (count, mean, M2) partials (Chan's pairwise combine, as stable as the
+// two-pass form): one barrier instead of four.  !WELFORD (variant 0, previous): a block sum for the
+// mean, then a block sum of squared deviations.
+template <typename T, int VEC, int ITEMS, bool WELFORD>
 __global__ void __launch_bounds__(kMaxThreads) add_layernorm_reg_kernel(
-    const T* __restrict__ x, const T* __restrict__ r, const T* __restrict__ w, const T* __restrict__ b,
-    T* __restrict__ out, T* __restrict__ res_out, int64_t n, float eps) {
+    const T* __restrict__ x, const T* r, const T* __restrict__ w, const T* __restrict__ b,
+    T* __restrict__ out, T* res_out, int64_t n, float eps) {
   using V = Vec<T, VEC>;
-  __shared__ float smem[32];
+  __shared__ float smem[96];
   const int64_t row = blockIdx.x;
   const int nvec = static_cast<int>(n / VEC);
   const V* xv = reinterpret_cast<const V*>(x + row * n);
@@ -29,46 +33,59 @@ __global__ void __launch_bounds__(kMaxThreads) add_layernorm_reg_kernel(
   constexpr bool kPrefetchWB = ITEMS <= 2;  // the decode configurations
   constexpr int kW = kPrefetchWB ? ITEMS : 1;
   V xa[ITEMS], h[ITEMS], wa[kW], ba[kW];
-#pragma unroll
-  for (int i = 0; i < ITEMS; ++i) {
-    const int idx = threadIdx.x + i * blockDim.x;
-    if (idx < nvec) {
-      xa[i] = xv[idx];
-      h[i] = rv[idx];
-      if constexpr (kPrefetchWB) {
-        wa[i] = wv[idx];
-        ba[i] = bv[idx];
-      }
-    }
+  // Shared prologue (common.h): every load is issued before the first store.
+  load_row<T, VEC, ITEMS>(xv, xa, nvec);
+  load_row<T, VEC, ITEMS>(rv, h, nvec);
+  if constexpr (kPrefetchWB) {
+    load_row<T, VEC, ITEMS>(wv, wa, nvec);
+    load_row<T, VEC, ITEMS>(bv, ba, nvec);
   }
+  const int count = add_round_store<T, VEC, ITEMS>(xa, h, hv, nvec);
   float sum = 0.f;
 #pragma unroll
   for (int i = 0; i < ITEMS; ++i) {
     const int idx = threadIdx.x + i * blockDim.x;
     if (idx < nvec) {
 #pragma unroll
-      for (int j = 0; j < VEC; ++j) {
-        const T t = from_f<T>(to_f(xa[i].v[j]) + to_f(h[i].v[j]));
-        h[i].v[j] = t;
-        sum += to_f(t);
-      }
-      hv[idx] = h[i];
+      for (int j = 0; j < VEC; ++j) sum += to_f(h[i].v[j]);
     }
   }
-  const float mean = block_sum(sum, smem) / static_cast<float>(n);
-  float sq = 0.f;
+  float mean, rstd;
+  if constexpr (WELFORD) {
+    // this thread's (count, mean, M2), then one block-wide combine
+    float cnt = static_cast<float>(count);
+    float tm = count > 0 ? __fdividef(sum, cnt) : 0.f;
+    float m2 = 0.f;
 #pragma unroll
-  for (int i = 0; i < ITEMS; ++i) {
-    const int idx = threadIdx.x + i * blockDim.x;
-    if (idx < nvec) {
+    for (int i = 0; i < ITEMS; ++i) {
+      const int idx = threadIdx.x + i * blockDim.x;
+      if (idx < nvec) {
 #pragma unroll
-      for (int j = 0; j < VEC; ++j) {
-        const float d = to_f(h[i].v[j]) - mean;
-        sq += d * d;
+        for (int j = 0; j < VEC; ++j) {
+          const float d = to_f(h[i].v[j]) - tm;
+          m2 += d * d;
+        }
       }
     }
+    block_welford_first(cnt, tm, m2, smem);
+    mean = tm;
+    rstd = rsqrtf(m2 / static_cast<float>(n) + eps);
+  } else {
+    mean = block_sum_first(sum, smem) / static_cast<float>(n);
+    float sq = 0.f;
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i) {
+      const int idx = threadIdx.x + i * blockDim.x;
+      if (idx < nvec) {
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+          const float d = to_f(h[i].v[j]) - mean;
+          sq += d * d;
+        }
+      }
+    }
+    rstd = rsqrtf(block_sum(sq, smem) / static_cast<float>(n) + eps);
   }
-  const float rstd = rsqrtf(block_sum(sq, smem) / static_cast<float>(n) + eps);
 #pragma unroll
   for (int i = 0; i < ITEMS; ++i) {
     const int idx = threadIdx.x + i * blockDim.x;
@@ -133,16 +150,25 @@ __global__ void __launch_bounds__(kMaxThreads) add_layernorm_loop_kernel(
   }
 }
 
-template <typename T, int VEC>
-void launch(const RowPlan& p, int64_t rows, const T* x, const T* r, const T* w, const T* b, T* out,
-            T* res_out, int64_t n, float eps, cudaStream_t s) {
+template <typename T, int VEC, bool WELFORD>
+void launch_v(const RowPlan& p, int64_t rows, const T* x, const T* r, const T* w, const T* b, T* out,
+              T* res_out, int64_t n, float eps, cudaStream_t s) {
   switch (p.items) {
-    case 1: add_layernorm_reg_kernel<T, VEC, 1><<<rows, p.threads, 0, s>>>(x, r, w, b, out, res_out, n, eps); break;
-    case 2: add_layernorm_reg_kernel<T, VEC, 2><<<rows, p.threads, 0, s>>>(x, r, w, b, out, res_out, n, eps); break;
-    case 4: add_layernorm_reg_kernel<T, VEC, 4><<<rows, p.threads, 0, s>>>(x, r, w, b, out, res_out, n, eps); break;
-    case 8: add_layernorm_reg_kernel<T, VEC, 8><<<rows, p.threads, 0, s>>>(x, r, w, b, out, res_out, n, eps); break;
+    case 1: add_layernorm_reg_kernel<T, VEC, 1, WELFORD><<<rows, p.threads, 0, s>>>(x, r, w, b, out, res_out, n, eps); break;
+    case 2: add_layernorm_reg_kernel<T, VEC, 2, WELFORD><<<rows, p.threads, 0, s>>>(x, r, w, b, out, res_out, n, eps); break;
+    case 4: add_layernorm_reg_kernel<T, VEC, 4, WELFORD><<<rows, p.threads, 0, s>>>(x, r, w, b, out, res_out, n, eps); break;
+    case 8: add_layernorm_reg_kernel<T, VEC, 8, WELFORD><<<rows, p.threads, 0, s>>>(x, r, w, b, out, res_out, n, eps); break;
     default: add_layernorm_loop_kernel<T, VEC><<<rows, p.threads, 0, s>>>(x, r, w, b, out, res_out, n, eps); break;
   }
+}
+
+template <typename T, int VEC>
+void launch(const RowPlan& p, int variant, int64_t rows, const T* x, const T* r, const T* w, const T* b, T* out,
+            T* res_out, int64_t n, float eps, cudaStream_t s) {
+  if (variant == 0)
+    launch_v<T, VEC, false>(p, rows, x, r, w, b, out, res_out, n, eps, s);
+  else
+    launch_v<T, VEC, true>(p, rows, x, r, w, b, out, res_out, n, eps, s);
 }
 
 std::tuple<at::Tensor, at::Tensor> add_layernorm_cuda(const at::Tensor& x, const at::Tensor& residual,
@@ -163,7 +189,8 @@ std::tuple<at::Tensor, at::Tensor> add_layernorm_cuda(const at::Tensor& x, const
   const int64_t n = x.size(-1);
   const int64_t rows = x.numel() / n;
   TORCH_CHECK(rows < (int64_t{1} << 31), "too many rows for one launch.");
-  const RowPlan p = plan_rows(rows, n, x.element_size(), {&x, &residual, &weight, &bias, &out, &res_out});
+  const int variant = launch_variant(kOpAddLayernorm);
+  const RowPlan p = plan_rows(rows, n, x.element_size(), {&x, &residual, &weight, &bias, &out, &res_out}, variant);
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   PROFKIT_DISPATCH_FLOATING(x.scalar_type(), "add_layernorm", [&] {
     constexpr int V16 = vec16<scalar_t>();
@@ -174,9 +201,9 @@ std::tuple<at::Tensor, at::Tensor> add_layernorm_cuda(const at::Tensor& x, const
     scalar_t* op = out.data_ptr<scalar_t>();
     scalar_t* hp = res_out.data_ptr<scalar_t>();
     if (p.vec == V16)
-      launch<scalar_t, V16>(p, rows, xp, rp, wp, bp, op, hp, n, static_cast<float>(eps), stream);
+      launch<scalar_t, V16>(p, variant, rows, xp, rp, wp, bp, op, hp, n, static_cast<float>(eps), stream);
     else
-      launch<scalar_t, 1>(p, rows, xp, rp, wp, bp, op, hp, n, static_cast<float>(eps), stream);
+      launch<scalar_t, 1>(p, variant, rows, xp, rp, wp, bp, op, hp, n, static_cast<float>(eps), stream);
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return {out, res_out};

@@ -29,16 +29,11 @@ __global__ void __launch_bounds__(kMaxThreads) add_rmsnorm_reg_kernel(
   // latency and the extra registers would only lower occupancy.
   constexpr bool kPrefetchW = ITEMS <= 2;  // the decode configurations
   V xa[ITEMS], h[ITEMS], wa[kPrefetchW ? ITEMS : 1];
-  // All loads are issued before any store (residual and residual_out may alias in place).
-#pragma unroll
-  for (int i = 0; i < ITEMS; ++i) {
-    const int idx = threadIdx.x + i * blockDim.x;
-    if (idx < nvec) {
-      xa[i] = xv[idx];
-      h[i] = rv[idx];
-      if constexpr (kPrefetchW) wa[i] = wv[idx];
-    }
-  }
+  // Shared prologue (common.h): every load is issued before the first store.
+  load_row<T, VEC, ITEMS>(xv, xa, nvec);
+  load_row<T, VEC, ITEMS>(rv, h, nvec);
+  if constexpr (kPrefetchW) load_row<T, VEC, ITEMS>(wv, wa, nvec);
+  add_round_store<T, VEC, ITEMS>(xa, h, hv, nvec);
   float ss = 0.f;
 #pragma unroll
   for (int i = 0; i < ITEMS; ++i) {
@@ -46,15 +41,12 @@ __global__ void __launch_bounds__(kMaxThreads) add_rmsnorm_reg_kernel(
     if (idx < nvec) {
 #pragma unroll
       for (int j = 0; j < VEC; ++j) {
-        const T t = from_f<T>(to_f(xa[i].v[j]) + to_f(h[i].v[j]));
-        h[i].v[j] = t;
-        const float f = to_f(t);
+        const float f = to_f(h[i].v[j]);
         ss += f * f;
       }
-      hv[idx] = h[i];
     }
   }
-  ss = block_sum(ss, smem);
+  ss = block_sum_first(ss, smem);
   const float rstd = rsqrtf(ss / static_cast<float>(n) + eps);
 #pragma unroll
   for (int i = 0; i < ITEMS; ++i) {
@@ -135,7 +127,8 @@ void run(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weig
   const int64_t n = x.size(-1);
   const int64_t rows = x.numel() / n;
   TORCH_CHECK(rows < (int64_t{1} << 31), "too many rows for one launch.");
-  const RowPlan p = plan_rows(rows, n, x.element_size(), {&x, &residual, &weight, &out, &res_out});
+  const RowPlan p = plan_rows(rows, n, x.element_size(), {&x, &residual, &weight, &out, &res_out},
+                             launch_variant(kOpAddRmsnorm));
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   PROFKIT_DISPATCH_FLOATING(x.scalar_type(), "add_rmsnorm", [&] {
     constexpr int V16 = vec16<scalar_t>();
@@ -173,6 +166,22 @@ at::Tensor add_rmsnorm_inplace_cuda(const at::Tensor& x, at::Tensor& residual, c
 
 }  // namespace
 }  // namespace profkit_kernels
+
+// Launch-variant switch for benchmarks (kernels/_build.py calls it through ctypes): op is an OpId,
+// variant 0 (previous launch configuration) or 1 (current).  Returns the old value, or -1 if op or
+// variant is out of range.
+extern "C" __attribute__((visibility("default"))) int profkit_kernels_set_launch_variant(int op, int variant) {
+  if (op < 0 || op >= profkit_kernels::kNumOps || variant < 0 || variant > 1) return -1;
+  int* v = profkit_kernels::launch_variants();
+  const int old = v[op];
+  v[op] = variant;
+  return old;
+}
+
+extern "C" __attribute__((visibility("default"))) int profkit_kernels_get_launch_variant(int op) {
+  if (op < 0 || op >= profkit_kernels::kNumOps) return -1;
+  return profkit_kernels::launch_variants()[op];
+}
 
 // Only the CUDA kernels are registered here; the schemas are defined once, in Python.
 TORCH_LIBRARY_IMPL(profkit_kernels, CUDA, m) {

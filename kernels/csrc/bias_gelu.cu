@@ -81,10 +81,67 @@ void launch_cfg(bool tanh_form, const T* x, const T* b, T* out, int64_t total_ve
     bias_gelu_kernel<T, VEC, false, kThreads, kUnroll><<<blocks, kThreads, 0, s>>>(x, b, out, total_vec, row_vec);
 }
 
+// Launch variant 1: a 2-D grid, blockIdx.x over column vectors of a row, blockIdx.y over groups of
+// kRows rows.  Each thread loads its bias vector once (the column index IS the bias index: no
+// integer modulo before the loads) and reuses it for kRows rows, whose x vectors are all loaded
+// before any math (kRows vectors in flight per thread).  Grid-strides over row groups past 65535.
+template <typename T, int VEC, bool TANH, int kRows>
+__global__ void __launch_bounds__(256) bias_gelu_rows_kernel(const T* __restrict__ x, const T* __restrict__ b,
+                                                            T* __restrict__ out, int64_t rows, int64_t row_vec) {
+  using V = Vec<T, VEC>;
+  const int64_t col = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (col >= row_vec) return;  // no barriers below: an early exit is safe
+  const V* xv = reinterpret_cast<const V*>(x);
+  const V* bv = reinterpret_cast<const V*>(b);
+  V* ov = reinterpret_cast<V*>(out);
+  const V bb = bv[col];
+  for (int64_t r0 = static_cast<int64_t>(blockIdx.y) * kRows; r0 < rows; r0 += static_cast<int64_t>(gridDim.y) * kRows) {
+    V xa[kRows];
+#pragma unroll
+    for (int u = 0; u < kRows; ++u) {
+      if (r0 + u < rows) xa[u] = xv[(r0 + u) * row_vec + col];
+    }
+#pragma unroll
+    for (int u = 0; u < kRows; ++u) {
+      if (r0 + u < rows) {
+        V o;
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) o.v[j] = from_f<T>(gelu<TANH>(to_f(xa[u].v[j]) + to_f(bb.v[j])));
+        ov[(r0 + u) * row_vec + col] = o;
+      }
+    }
+  }
+}
+
+template <typename T, int VEC, int kRows>
+void launch_rows_cfg(bool tanh_form, int threads, const T* x, const T* b, T* out, int64_t rows, int64_t row_vec,
+                     cudaStream_t s) {
+  const int64_t gx = (row_vec + threads - 1) / threads;
+  int64_t gy = (rows + kRows - 1) / kRows;
+  gy = gy > 65535 ? 65535 : gy;
+  TORCH_CHECK(gx < (int64_t{1} << 31), "hidden size too large for one launch.");
+  const dim3 grid(static_cast<unsigned int>(gx), static_cast<unsigned int>(gy), 1u);
+  if (tanh_form)
+    bias_gelu_rows_kernel<T, VEC, true, kRows><<<grid, threads, 0, s>>>(x, b, out, rows, row_vec);
+  else
+    bias_gelu_rows_kernel<T, VEC, false, kRows><<<grid, threads, 0, s>>>(x, b, out, rows, row_vec);
+}
+
 template <typename T, int VEC>
-void launch(bool tanh_form, const T* x, const T* b, T* out, int64_t numel, int64_t n, cudaStream_t s) {
+void launch(int variant, bool tanh_form, const T* x, const T* b, T* out, int64_t numel, int64_t n, cudaStream_t s) {
   const int64_t total_vec = numel / VEC;
   const int64_t row_vec = n / VEC;
+  const int64_t rows = numel / n;
+  if (variant == 1 && row_vec >= 64) {
+    // Large tensors: 256 threads x 4 rows in flight each.  Small (decode) tensors: 128 threads x
+    // 1 row, so that 16 x 4096 bf16 still spreads over 64 blocks.
+    if (total_vec >= int64_t{132} * 4 * 256 * 4 && rows >= 4)
+      launch_rows_cfg<T, VEC, 4>(tanh_form, 256, x, b, out, rows, row_vec, s);
+    else
+      launch_rows_cfg<T, VEC, 1>(tanh_form, 128, x, b, out, rows, row_vec, s);
+    return;
+  }
+  // Variant 0 (previous), and rows narrower than 64 vectors: the flattened 1-D kernel.
   // Large tensors: 256 threads x 4 vectors in flight each.  Small (decode) tensors: 128 threads x 1
   // vector, so that even 16 x 4096 elements spread over 64 blocks instead of 8.
   if (total_vec >= int64_t{132} * 4 * 256 * 4)
@@ -107,6 +164,7 @@ at::Tensor bias_gelu_cuda(const at::Tensor& x, const at::Tensor& bias, c10::stri
   const bool aligned = n % v16 == 0 && reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0 &&
                        reinterpret_cast<uintptr_t>(bias.data_ptr()) % 16 == 0 &&
                        reinterpret_cast<uintptr_t>(out.data_ptr()) % 16 == 0;
+  const int variant = launch_variant(kOpBiasGelu);
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   PROFKIT_DISPATCH_FLOATING(x.scalar_type(), "bias_gelu", [&] {
     constexpr int V16 = vec16<scalar_t>();
@@ -114,9 +172,9 @@ at::Tensor bias_gelu_cuda(const at::Tensor& x, const at::Tensor& bias, c10::stri
     const scalar_t* bp = bias.data_ptr<scalar_t>();
     scalar_t* op = out.data_ptr<scalar_t>();
     if (aligned)
-      launch<scalar_t, V16>(tanh_form, xp, bp, op, x.numel(), n, stream);
+      launch<scalar_t, V16>(variant, tanh_form, xp, bp, op, x.numel(), n, stream);
     else
-      launch<scalar_t, 1>(tanh_form, xp, bp, op, x.numel(), n, stream);
+      launch<scalar_t, 1>(variant, tanh_form, xp, bp, op, x.numel(), n, stream);
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return out;

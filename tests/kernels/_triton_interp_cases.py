@@ -83,6 +83,30 @@ for ms in (None, 128):
     if not (torch.equal(out.isnan(), base.isnan()) and torch.allclose(out[2], base[2], atol=1e-6)):
         failures.append(f"softmax special values (max_single={ms}) differ from eager")
 
+# The shared @triton.jit row prologue (_add_rows) on its own, in a tiny kernel: h = round(x + r).
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+
+@triton.jit
+def _probe(X, R, H, F, N, BLOCK: tl.constexpr):
+    cols = tl.arange(0, BLOCK)
+    mask = cols < N
+    hf = tk._add_rows(X, R, H, cols, mask, True, True)
+    tl.store(F + cols, hf, mask=mask)
+
+
+for dtype in (torch.float32, torch.bfloat16):
+    xs, rs = torch.randn(100, dtype=dtype), torch.randn(100, dtype=dtype)
+    hs, fs = nan_like(xs), torch.full((100,), float("nan"))
+    _probe[(1,)](xs, rs, hs, fs, 100, BLOCK=128)
+    want = (xs.double() + rs.double()).to(dtype)
+    n_cases += 1
+    # (the interpreter's fp32 -> bf16 conversion may round differently: compare within tolerance)
+    if not (rel_err(hs, want.double()) <= TOL[dtype] and torch.equal(fs, hs.float())):
+        failures.append(f"_add_rows {dtype}: stored/returned h differs from round(x + r)")
+
+
 print(f"triton interpreter: {n_cases} cases, {len(failures)} failures, seed {seed}")
 for f in failures:
     print("FAIL", f)

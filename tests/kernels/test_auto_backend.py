@@ -1,0 +1,136 @@
+"""backend="auto" selection, the cheap host-side path, and the benchmark's optional-peer path (CPU)."""
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import warnings
+
+import pytest
+import torch
+
+import kernels
+from kernels import ops
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+class FakeCuda:
+    """Stands in for a CUDA tensor in choose_backend (which only reads is_cuda, shape, numel)."""
+
+    is_cuda = True
+
+    def __init__(self, rows, n):
+        self.shape = (rows, n)
+        self._numel = rows * n
+
+    def numel(self):
+        return self._numel
+
+
+@pytest.fixture
+def state(monkeypatch):
+    def set_state(cuda, triton=True):
+        monkeypatch.setattr(ops, "_CUDA_STATE", cuda)
+        monkeypatch.setattr(ops, "_TRITON_OK", triton)
+
+    return set_state
+
+
+def test_auto_is_the_default_and_matches_reference_on_cpu():
+    x, r, w = torch.randn(3, 100), torch.randn(3, 100), torch.randn(100)
+    assert ops.choose_backend("add_rmsnorm", x) == "triton"  # CPU: the float reference
+    a = kernels.add_rmsnorm(x, r, w)
+    b = kernels.add_rmsnorm(x, r, w, backend="triton")
+    assert all(torch.equal(p, q) for p, q in zip(a, b))
+
+
+def test_auto_prefers_the_extension_in_eager_code(state):
+    state(True)
+    for op in ("add_rmsnorm", "add_rmsnorm_", "softmax", "add_layernorm", "bias_gelu"):
+        assert ops.choose_backend(op, FakeCuda(1, 4096), capturing=False) == "cuda"
+        assert ops.choose_backend(op, FakeCuda(4096, 4096), capturing=False) == "cuda"
+
+
+def test_auto_takes_triton_where_faster_on_gpu_and_host_cost_is_hidden(state):
+    state(True)
+    # under graph capture the host cost is paid once: GPU-time winner
+    assert ops.choose_backend("softmax", FakeCuda(1, 4096), capturing=True) == "triton"
+    assert ops.choose_backend("add_layernorm", FakeCuda(64, 8192), capturing=True) == "triton"
+    assert ops.choose_backend("add_layernorm", FakeCuda(1024, 4096), capturing=True) == "cuda"
+    assert ops.choose_backend("bias_gelu", FakeCuda(16, 4096), capturing=True) == "cuda"
+    assert ops.choose_backend("add_rmsnorm", FakeCuda(1, 4096), capturing=True) == "cuda"
+    # eager: only large tensors
+    assert ops.choose_backend("softmax", FakeCuda(16384, 8192), capturing=False) == "triton"
+    assert ops.choose_backend("add_rmsnorm", FakeCuda(65536, 8192), capturing=False) == "cuda"
+
+
+def test_auto_falls_back_without_the_extension(state):
+    state(False)
+    assert ops.choose_backend("add_rmsnorm", FakeCuda(16, 4096), capturing=False) == "triton"
+    state(False, triton=False)
+    assert ops.choose_backend("add_rmsnorm", FakeCuda(16, 4096), capturing=False) == "torch"
+    state(True, triton=False)
+    assert ops.choose_backend("softmax", FakeCuda(1, 4096), capturing=True) == "cuda"
+
+
+def test_auto_warns_once_when_the_extension_cannot_build(monkeypatch):
+    from kernels import _build
+
+    calls = []
+
+    def fail():
+        calls.append(1)
+        raise _build.KernelBuildError('backend="cuda" needs a CUDA device\nmore detail')
+
+    monkeypatch.setattr(ops, "_CUDA_STATE", None)
+    monkeypatch.setattr(_build, "ensure_loaded", fail)
+    with pytest.warns(RuntimeWarning, match="cannot use the CUDA extension"):
+        assert ops._cuda_available() is False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert ops._cuda_available() is False  # no second build attempt, no second warning
+    assert len(calls) == 1
+
+
+def test_fast_check_agrees_with_the_detailed_checks():
+    x, w = torch.randn(4, 64), torch.randn(64)
+    assert ops._fast_ok(x, (x,), (w,))
+    for bad in ((x.half(),), (torch.randn(4, 32),), ("not a tensor",)):
+        assert not ops._fast_ok(x, bad, (w,))
+    assert not ops._fast_ok(x, (x,), (torch.randn(32),))
+    assert not ops._fast_ok(x.double(), (x.double(),), (w.double(),))  # goes to the detailed path
+    assert not ops._fast_ok(torch.tensor(1.0))
+    kernels.add_rmsnorm(x.double(), x.double(), w.double())  # float64 on CPU still accepted
+
+
+def test_no_grad_path_skips_autograd_but_grad_path_keeps_it():
+    x = torch.randn(3, 64, requires_grad=True)
+    r, w = torch.randn(3, 64), torch.randn(64)
+    out, h = kernels.add_rmsnorm(x, r, w)
+    assert out.requires_grad
+    out.sum().backward()
+    assert x.grad is not None and torch.isfinite(x.grad).all()
+    with torch.no_grad():
+        out2, _ = kernels.add_rmsnorm(x, r, w)
+    assert not out2.requires_grad
+    torch.testing.assert_close(out2, out.detach())
+
+
+def _load_bench():
+    spec = importlib.util.spec_from_file_location("bench_kernels", os.path.join(ROOT, "scripts", "bench_kernels.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_bench_peers_are_optional():
+    bench = _load_bench()
+    peers = bench.find_peers()
+    assert bench.liger_fn("bias_gelu") is None  # no Liger equivalent
+    if "liger" not in peers:
+        assert bench.liger_fn("add_rmsnorm") is None  # skipped cleanly when absent
+    else:
+        assert callable(bench.liger_fn("add_rmsnorm"))
+    assert bench.make_fn("bias_gelu", "liger") is None
+    assert callable(bench.make_fn("softmax", "auto")) and callable(bench.make_fn("softmax", "cuda_v0"))

@@ -96,24 +96,21 @@ def _fast_ok(x, same=(), vectors=()) -> bool:
 _CUDA_STATE: bool | None = None
 _TRITON_OK: bool | None = None
 
-# Where Triton's kernel is faster on the GPU than the CUDA extension's, by the H200 measurements
-# of the previous CUDA kernels (bf16, CUDA-graph replays, µs, cuda vs triton): softmax 1x4096
-# 2.15 vs 1.85, 16x4096 2.29 vs 2.23, 64x8192 3.46 vs 3.24, 4096x4096 19.76 vs 18.92; add_layernorm
-# 1x4096 2.27 vs 2.13, 64x8192 4.63 vs 3.91, 4096x4096 36.90 vs 36.54; bias_gelu 4096x4096 25.78
-# vs 24.10.  The CUDA extension's host cost per plain launch is 2-3x lower (softmax 35 vs 102 µs,
-# add_rmsnorm 42-50 vs 83-145 µs on that machine), so:
-#   * while a CUDA graph is being captured (host cost paid once, at capture) -> the GPU-time winner;
-#   * in plain eager code -> Triton only where its GPU time alone exceeds its host cost, i.e. at
-#     least _EAGER_TRITON_MIN_ELEMS elements (>= ~100 µs of GPU work; below that the call is
-#     host-bound and the extension's shorter launch path wins).
-# Ops not listed (add_rmsnorm, add_rmsnorm_) always take the extension: it is at or ahead of Triton
-# at every measured shape.
+# Where Triton's kernel is clearly faster on the GPU than the CUDA extension's (H200, bf16, CUDA
+# graph replays, µs, cuda vs triton, 2026-11-30, analyses/kernels_h200.md): add_layernorm
+# 16384x4096 143.2 vs 138.8, 65536x8192 1128 vs 1073 (3-5%).  Everywhere else the extension is
+# ahead or within a few percent (softmax 16x4096 2.30 vs 2.36, 1x4096 2.16 vs 2.09; add_rmsnorm
+# and bias_gelu ahead at every shape), and its host cost per plain launch is 3-6x lower (softmax
+# 15-25 vs 45-80 µs), which decides any call whose GPU time is shorter than Triton's launcher.
+# So Triton only above _TRITON_MIN_ELEMS elements, where the GPU work (>= ~100 µs) hides it.
+#
+# The choice depends on the shape alone, never on whether a CUDA graph is being captured: a
+# backend first used inside a capture would compile (and autotune) there, which invalidates the
+# capture, and warm-up outside the capture would have run the other backend.
 _TRITON_GPU_FASTER = {
-    "softmax": lambda rows, n: True,
-    "add_layernorm": lambda rows, n: rows <= 264 or rows * n >= 4096 * 4096,
-    "bias_gelu": lambda rows, n: rows * n >= 4096 * 4096,
+    "add_layernorm": lambda rows, n: True,
 }
-_EAGER_TRITON_MIN_ELEMS = 32 * 2**20
+_TRITON_MIN_ELEMS = 32 * 2**20
 
 
 def _cuda_available() -> bool:
@@ -152,13 +149,13 @@ def _triton_available() -> bool:
     return _TRITON_OK
 
 
-def choose_backend(op: str, x: Tensor, *, capturing: bool | None = None) -> str:
+def choose_backend(op: str, x: Tensor) -> str:
     """The backend "auto" runs for op on x: "cuda", "triton" or "torch" (see the table above).
 
     CPU tensors -> "triton" (its CPU kernel is the float reference).  CUDA tensors -> the CUDA
     extension if it builds/loads, with Triton for the shapes where Triton's GPU time is lower and
-    its host cost is hidden (under CUDA-graph capture, or large tensors); Triton if the extension
-    is unavailable; the PyTorch baseline if neither is.
+    the tensor is large enough to hide its launcher; Triton if the extension is unavailable; the
+    PyTorch baseline if neither is.  The same shape always gets the same backend.
     """
     if not x.is_cuda:
         return "triton"
@@ -174,11 +171,7 @@ def choose_backend(op: str, x: Tensor, *, capturing: bool | None = None) -> str:
         return "cuda"
     n = x.shape[-1]
     rows = x.numel() // n if n else 0
-    if not faster(rows, n):
-        return "cuda"
-    if capturing is None:
-        capturing = torch.cuda.is_current_stream_capturing()
-    return "triton" if capturing or rows * n >= _EAGER_TRITON_MIN_ELEMS else "cuda"
+    return "triton" if rows * n >= _TRITON_MIN_ELEMS and faster(rows, n) else "cuda"
 
 
 # ----------------------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ Forward passes only, bf16, under NVTX ranges `forward` and `layer{i}`; run it un
 `torch.autograd.profiler.emit_nvtx(record_shapes=True)` (``--emit-nvtx``, or
 ``profkit capture --aten``) to get the aten:: ranges with shapes.
 
-    python scripts/workloads/tiny_llama.py [--emit-nvtx] [--steps 6] [--fused triton|cuda]
+    python scripts/workloads/tiny_llama.py [--emit-nvtx] [--steps 6] [--fused auto|triton|cuda]
 """
 from __future__ import annotations
 
@@ -102,7 +102,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--emit-nvtx", action="store_true", help="record aten:: ranges with shapes")
     ap.add_argument("--steps", type=int, default=6)
-    ap.add_argument("--fused", choices=["triton", "cuda"], default=None,
+    ap.add_argument("--fused", choices=["auto", "triton", "cuda"], default=None,
                     help="use the bundled fused add+RMSNorm with this backend")
     args = ap.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))

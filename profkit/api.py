@@ -31,11 +31,9 @@ from profkit.reader import match_names
 from profkit.run import (MIN_ACTION_GAIN, RunSummary, apply_actions, critical_fraction, summarize,
                          sync_intervals)
 from profkit.trace import Trace
-from profkit.window import Window, find_window
+from profkit.window import LIBRARY_RANGE_RE, Window, find_window
 
 SCHEMA_VERSION = 2
-# Ranges that libraries open on their own (CUB/CCCL, cuBLAS, cuDNN, NCCL): not the user's.
-LIBRARY_RANGE_RE = re.compile(r"^(CCCL:|cub::|cublas|cuBLAS|cudnn|cuDNN|NCCL|nccl)")
 
 
 class Profile:

@@ -31,6 +31,8 @@ MIN_ITERATION_SHARE = 0.5  # the iterations must launch at least this share of t
 STEP_NAME_RE = re.compile(r"step|iter|batch|train|epoch|infer|decode|forward_backward", re.I)
 COMPILE_RANGE_RE = re.compile(r"^(Torch-Compiled Region|CompiledFunction|TorchDynamo|inductor|"
                               r"torch\.compile|compile_fx|.*autotun|.*benchmark_fusion)", re.I)
+# Ranges that libraries open on their own (CUB/CCCL, cuBLAS, cuDNN, NCCL): never the user's loop.
+LIBRARY_RANGE_RE = re.compile(r"^(CCCL:|cub::|cublas|cuBLAS|cudnn|cuDNN|NCCL|nccl)")
 _SLICE_RE = re.compile(r"^(?P<name>.+?)\[(?P<i>-?\d*):(?P<j>-?\d*)\]$")
 _TIME_RE = re.compile(r"^(?P<t0>\d+(\.\d*)?|\.\d+):(?P<t1>\d+(\.\d*)?|\.\d+)$")
 
@@ -130,15 +132,23 @@ def _instances(trace, name: str) -> pd.DataFrame:
 
 
 def _kernel_share(trace, inst: pd.DataFrame) -> float:
-    """Share of the capture's kernel time launched inside the span of ``inst`` (first to last)."""
+    """Share of the kernel time launched from the first instance of ``inst`` on that is launched
+    inside the span of ``inst`` (first to last).
+
+    Set-up before the loop (model upload, torch.compile's autotuning and CUDA-graph recording)
+    does not count against it; later phases of a script of phases do.
+    """
     acts = trace.activities
     k = acts[acts["kind"] == "kernel"]
-    dur = (k["end"] - k["start"]).to_numpy(dtype="float64")
-    total = float(dur.sum())
-    if total <= 0 or inst.empty:
+    if k.empty or inst.empty:
         return 0.0
     t = k["api_start"].to_numpy(dtype="float64")
-    inside = (t >= float(inst["start"].min())) & (t <= float(inst["end"].max()))
+    dur = (k["end"] - k["start"]).to_numpy(dtype="float64")
+    after = t >= float(inst["start"].min())
+    total = float(dur[after].sum())
+    if total <= 0:
+        return 0.0
+    inside = after & (t <= float(inst["end"].max()))
     return float(dur[inside].sum()) / total
 
 
@@ -178,7 +188,7 @@ def _nvtx_delimiter(trace) -> Optional[str]:
     top = top_level(user)
     if main is not None:
         top = top[top["globalTid"] == main]
-    top = top[~match_names(top["name"], COMPILE_RANGE_RE)]
+    top = top[~match_names(top["name"], COMPILE_RANGE_RE) & ~match_names(top["name"], LIBRARY_RANGE_RE)]
     if top.empty:
         return None
     stats = top.assign(d=top["end"] - top["start"]).groupby("name")["d"].agg(["size", "sum"])

@@ -2,7 +2,7 @@
 # On a GPU machine: capture the real programs behind profkit's run-summary, rule and accuracy
 # tests with `profkit capture`, each next to the variant that applies the fix an expert would
 # make first. Usage: scripts/capture_real_programs.sh OUTDIR SECONDS STEP...
-# Steps: train train_fused train_kineto train_aten train_rec generate generate_static generate_graphs
+# Steps: train train_fused train_compiled train_kineto train_aten train_rec generate generate_static generate_graphs
 #        loader loader_fixed sync sync_fixed cnn_metrics cnn_compiled train_ncu train_ncu_auto sync_ncu cnn_ncu
 set -u
 out=${1:?usage: capture_real_programs.sh OUTDIR SECONDS STEP...}; budget=${2:?}; shift 2
@@ -24,6 +24,7 @@ for step in "$@"; do
   case $step in
     train)        pk train_llama $W/train_llama.py ;;
     train_fused)  pk train_llama_fused $W/train_llama.py --fused ;;
+    train_compiled) pk train_llama_compiled $W/train_llama.py --compile --steps 16 ;;
     train_aten)   pk train_llama_aten --aten --aten-source emit_nvtx $W/train_llama.py --steps 8 ;;
     train_rec)    pk train_llama_rec --aten $W/train_llama.py --steps 8 ;;
     train_ncu)    pk train_llama_ncu --ncu --ncu-range ncu_iter --ncu-count 2000 $W/train_llama.py --steps 6 ;;

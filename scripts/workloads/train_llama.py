@@ -5,7 +5,11 @@ backward kernels are launched by PyTorch's autograd thread, not the thread that 
 range. One middle step is also wrapped in `ncu_iter`, so `profkit capture --ncu --ncu-range
 ncu_iter` profiles one whole steady-state iteration.
 
-    python train_llama.py [--steps 12] [--fused] [--kineto trace.json.gz]
+    python train_llama.py [--steps 12] [--fused] [--compile] [--kineto trace.json.gz]
+
+``--compile`` applies what profkit's host-overhead rule suggests for this host-bound step: the
+model's forward and backward under torch.compile(mode="reduce-overhead") (Inductor kernels replayed
+as CUDA graphs) and the optimizer step under torch.compile (its foreach kernels fused).
 """
 from __future__ import annotations
 
@@ -22,6 +26,8 @@ def main() -> None:
     ap.add_argument("--fused", action="store_true", help="AdamW(fused=True) instead of foreach")
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq", type=int, default=512)
+    ap.add_argument("--compile", action="store_true",
+                    help="torch.compile the model (mode=reduce-overhead) and the optimizer step")
     ap.add_argument("--kineto", default=None, help="also write a torch.profiler trace here")
     args = ap.parse_args()
     torch.manual_seed(0)
@@ -32,6 +38,10 @@ def main() -> None:
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4,
                             **({"fused": True} if args.fused else {"foreach": True}))
     ids = torch.randint(0, cfg.vocab_size, (args.batch, args.seq), device="cuda")
+    step_opt = opt.step
+    if args.compile:
+        model = torch.compile(model, mode="reduce-overhead")
+        step_opt = torch.compile(opt.step)
     nvtx = torch.cuda.nvtx
     prof = contextlib.nullcontext()
     if args.kineto:
@@ -42,12 +52,14 @@ def main() -> None:
         for i in range(args.steps):
             mark = nvtx.range("ncu_iter") if i == args.steps // 2 else contextlib.nullcontext()
             with mark, nvtx.range("train_step"):
+                if args.compile:
+                    torch.compiler.cudagraph_mark_step_begin()
                 with nvtx.range("forward"), torch.autocast("cuda", dtype=torch.bfloat16):
                     loss = model(input_ids=ids, labels=ids).loss
                 with nvtx.range("backward"):
                     loss.backward()
                 with nvtx.range("optimizer"):
-                    opt.step()
+                    step_opt()
                     opt.zero_grad(set_to_none=True)
             if p is not None:
                 p.step()

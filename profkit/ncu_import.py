@@ -188,9 +188,16 @@ def read_raw_csv(source: str | Path | io.TextIOBase) -> pd.DataFrame:
     if isinstance(source, (str, Path)):
         p = Path(source)
         try:
-            text = p.read_text(encoding="utf-8-sig", errors="replace")
+            if p.suffix == ".gz":  # raw pages compress ~7x; keep them gzipped beside the trace
+                import gzip
+                with gzip.open(p, "rt", encoding="utf-8-sig", errors="replace") as f:
+                    text = f.read()
+            else:
+                text = p.read_text(encoding="utf-8-sig", errors="replace")
         except FileNotFoundError:
             raise ProfkitError(f"ncu CSV not found: {p}") from None
+        except (OSError, EOFError) as exc:  # a damaged .gz
+            raise ProfkitError(f"cannot read {p}: {exc}") from None
         label = str(p)
     else:
         text = source.read()

@@ -48,14 +48,24 @@ class Window:
     delimiter: Optional[str] = None   # the range or kernel name that marks iterations
     excluded: list[dict] = field(default_factory=list)     # [{"what", "ns"}]
     is_all: bool = False
+    # Each iteration's period on the GPU: from the start of its first GPU activity to the next
+    # iteration's. When the CPU runs ahead of the GPU (CUDA graphs, a GPU-bound loop with no sync),
+    # the CPU-side periods above only say how fast the CPU queued the work.
+    gpu_period_ns: list[int] = field(default_factory=list)
 
     @property
     def wall_ns(self) -> int:
         return int(self.end_ns - self.start_ns)
 
     @property
+    def periods_ns(self) -> list[int]:
+        """Each iteration's wall time: the GPU-side period where every iteration has GPU work
+        (the queue's throughput, also when the CPU runs ahead), else the CPU-side one."""
+        return self.gpu_period_ns if len(self.gpu_period_ns) == len(self.iteration_ns) else self.iteration_ns
+
+    @property
     def iteration_median_ns(self) -> Optional[int]:
-        return int(np.median(self.iteration_ns)) if self.iteration_ns else None
+        return int(np.median(self.periods_ns)) if self.iteration_ns else None
 
     def as_dict(self) -> dict:
         return {"start_ns": int(self.start_ns), "end_ns": int(self.end_ns), "source": self.source,
@@ -175,7 +185,25 @@ def _from_instances(trace, inst: pd.DataFrame, i: Optional[int], j: Optional[int
     lo = 0 if i is None else (i if i >= 0 else n + i)
     hi = n if j is None else (j if j >= 0 else n + j)
     return Window(start, end, f"nvtx {label}[{lo}:{hi}] of {n}", iterations=len(sel),
-                  iteration_ns=[int(p) for p in periods], delimiter=str(inst["name"].iat[0]))
+                  iteration_ns=[int(p) for p in periods], delimiter=str(inst["name"].iat[0]),
+                  gpu_period_ns=_gpu_periods(trace, sel, end))
+
+
+def _gpu_periods(trace, sel: pd.DataFrame, end: int) -> list[int]:
+    """GPU-side period of each instance in ``sel``: first GPU activity launched in it to the next
+    instance's (the last: to ``end``); empty when an instance launched no GPU work."""
+    acts = trace.activities
+    api = acts["api_start"].to_numpy(dtype="float64")
+    gstart = acts["start"].to_numpy(dtype="float64")
+    order = np.argsort(api, kind="stable")
+    api_s, g_s = api[order], gstart[order]
+    lo = np.searchsorted(api_s, sel["start"].to_numpy(dtype="float64"), side="left")
+    hi = np.searchsorted(api_s, sel["end"].to_numpy(dtype="float64"), side="right")
+    if (hi <= lo).any():
+        return []
+    first = np.array([g_s[a:b].min() for a, b in zip(lo, hi)])
+    periods = np.diff(first).tolist() + [float(end) - first[-1]]
+    return [] if min(periods) <= 0 else [int(p) for p in periods]
 
 
 def _nvtx_delimiter(trace) -> Optional[str]:
@@ -205,8 +233,9 @@ def iteration_instances(trace) -> Optional[tuple[str, pd.DataFrame]]:
     return None if name is None else (name, _instances(trace, name))
 
 
-def kernel_period(trace) -> Optional[tuple[str, np.ndarray]]:
-    """The kernel that marks iterations in an unannotated trace, and its launch times.
+def kernel_period(trace) -> Optional[tuple[str, np.ndarray, np.ndarray]]:
+    """The kernel that marks iterations in an unannotated trace, its launch times and its start
+    times on the GPU.
 
     In launch order, a kernel that runs once per iteration recurs at a fixed distance (the
     number of kernels in one iteration). Among kernels recurring at least MIN_ITERATIONS + 1
@@ -251,7 +280,8 @@ def kernel_period(trace) -> Optional[tuple[str, np.ndarray]]:
     best_fit = max(fit.values())
     period = min(p for p, f in fit.items() if f >= 0.95 * best_fit)
     pos = splits[candidates[period]]
-    return str(uniq[candidates[period]]), k["api_start"].to_numpy(np.int64)[pos]
+    return (str(uniq[candidates[period]]), k["api_start"].to_numpy(np.int64)[pos],
+            k["start"].to_numpy(np.int64)[pos])
 
 
 def steady_start(starts: np.ndarray, factor: float = 10.0) -> int:
@@ -332,15 +362,17 @@ def find_window(trace, spec: str = "auto") -> Window:
             if found is None:
                 return Window(lo, hi, "all (no repeated NVTX range or kernel sequence found)",
                               is_all=True)
-            kname, starts = found
+            kname, starts, gpu_starts = found
             if len(starts) < MIN_ITERATIONS + 1:
                 return Window(lo, hi, "all", is_all=True)
             # Whole iterations after the first (and after any later set-up outlier), to the last.
             first = steady_start(starts)
+            gp = np.diff(gpu_starts[first:])
             w = Window(int(starts[first]), int(starts[-1]), f"kernel sequence: iterations "
                        f"{first}..{len(starts) - 1} of {len(starts)} repeats of one kernel",
                        iterations=len(starts) - 1 - first,
-                       iteration_ns=[int(x) for x in np.diff(starts[first:])], delimiter=kname)
+                       iteration_ns=[int(x) for x in np.diff(starts[first:])], delimiter=kname,
+                       gpu_period_ns=[int(x) for x in gp] if (gp > 0).all() else [])
     else:
         sm = _SLICE_RE.match(spec)
         name = sm.group("name") if sm else spec

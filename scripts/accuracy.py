@@ -23,7 +23,7 @@ ratio of profkit's shape-model bytes per call to ncu's DRAM bytes per call for o
 counters, and the share of their GPU time within +-25%; and the number of rows above a roof at
 every level (with counters visible). Nothing is estimated: traces without counters are skipped and said so.
 
-``--remerge``: where ``STEM.ncu.csv`` lies beside ``STEM.sqlite``, merge it again into a temporary
+``--remerge``: where ``STEM.ncu.csv`` (or ``STEM.ncu.csv.gz``) lies beside ``STEM.sqlite``, merge it again into a temporary
 copy with the current matcher (pairs that do not line up left out) before measuring, so traces
 merged by an older profkit are judged on correctly paired counters.
 """
@@ -115,6 +115,8 @@ def remerged(path: Path, tmpdir: Path) -> tuple[Path, str]:
 
     from profkit.ncu_import import merge_ncu, read_meta
     csv = path.with_name(path.name[:-len(".sqlite")] + ".ncu.csv")
+    if not csv.exists():
+        csv = csv.with_name(csv.name + ".gz")
     if not csv.exists():
         return path, ""
     copy = tmpdir / path.name

@@ -2,7 +2,8 @@
 dwarfs its steady state, so it can live in a repository.
 
 Every CUDA activity and NVTX range that ends more than KEEP_NS before the first instance of the
-NVTX range NAME (the loop's iteration range) is deleted, the cut is recorded in PROFKIT_META
+NVTX range NAME (the loop's iteration range; ``auto``: the start of the window profkit finds) is
+deleted, the cut is recorded in PROFKIT_META
 (``trimmed_before_ns``), and the file is vacuumed. The steady state is untouched; what profkit
 reports as set-up before the window becomes shorter than it ran. Only for traces this project
 captured itself: never run it on a trace someone else owns.
@@ -21,8 +22,12 @@ TABLES = ["CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_AC
 
 
 def main(path: str, name: str) -> None:
+    if name == "auto":
+        import profkit
+        first = profkit.load(path).window.start_ns
     con = sqlite3.connect(path)
-    first = con.execute("SELECT min(start) FROM NVTX_EVENTS WHERE text = ?", (name,)).fetchone()[0]
+    if name != "auto":
+        first = con.execute("SELECT min(start) FROM NVTX_EVENTS WHERE text = ?", (name,)).fetchone()[0]
     if first is None:
         sys.exit(f"trim_setup: no NVTX range named {name!r} in {path}")
     cut = first - KEEP_NS

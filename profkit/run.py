@@ -310,9 +310,24 @@ def _verdict(r: RunSummary) -> tuple[RunClass, str]:
                           "(launch latency between short kernels, waits on other streams)")
 
 
+# An action this good or better is worth doing before any costlier rung's (cheapest first, as
+# an expert works: a setting or a one-line change before torch.compile, before a kernel).
+CHEAP_FIRST_GAIN = 1.10
+
+
+def _rank(a) -> tuple:
+    from profkit.model import Rung
+    ladder = list(Rung)
+    g = a.expected_end_to_end_speedup
+    rung = ladder.index(a.rung) if a.rung in ladder else len(ladder)
+    return (0, rung, -g) if g >= CHEAP_FIRST_GAIN else (1, 0, -g)
+
+
 def apply_actions(summary: RunSummary, actions: list) -> RunSummary:
-    """Attach the ranked program findings (profkit.rules) and decide the verdict with them."""
-    summary.actions = sorted(actions, key=lambda a: -a.expected_end_to_end_speedup)
+    """Attach the program findings (profkit.rules), ranked: those worth at least
+    CHEAP_FIRST_GAIN cheapest rung first (then by gain), then the rest by gain; and decide the
+    verdict with them."""
+    summary.actions = sorted(actions, key=_rank)
     summary.verdict, summary.reason = _verdict(summary)
     return summary
 

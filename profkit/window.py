@@ -142,11 +142,13 @@ def _instances(trace, name: str) -> pd.DataFrame:
 
 
 def _kernel_share(trace, inst: pd.DataFrame) -> float:
-    """Share of the kernel time launched from the first instance of ``inst`` on that is launched
-    inside the span of ``inst`` (first to last).
+    """Share of the kernel time that counts for the loop which is launched inside the span of
+    ``inst`` (first to last).
 
-    Set-up before the loop (model upload, torch.compile's autotuning and CUDA-graph recording)
-    does not count against it; later phases of a script of phases do.
+    What counts: everything launched from the first instance on, and before it only what was
+    launched inside other user ranges (earlier phases of a script of phases). Unannotated set-up
+    before the loop (model upload, torch.compile's autotuning and CUDA-graph recording, inside
+    compile ranges or none) does not count against it.
     """
     acts = trace.activities
     k = acts[acts["kind"] == "kernel"]
@@ -154,12 +156,34 @@ def _kernel_share(trace, inst: pd.DataFrame) -> float:
         return 0.0
     t = k["api_start"].to_numpy(dtype="float64")
     dur = (k["end"] - k["start"]).to_numpy(dtype="float64")
-    after = t >= float(inst["start"].min())
-    total = float(dur[after].sum())
+    first = float(inst["start"].min())
+    counts = t >= first
+    user = trace.user_ranges
+    user = user[~match_names(user["name"], COMPILE_RANGE_RE) & ~match_names(user["name"], LIBRARY_RANGE_RE)
+                & (user["start"] < first)]
+    if not user.empty:
+        s0, e0 = _union(user["start"].to_numpy(np.int64), user["end"].to_numpy(np.int64))
+        i = np.searchsorted(s0, t, side="right") - 1
+        ok = i >= 0
+        inside = np.zeros(len(t), dtype=bool)
+        inside[ok] = t[ok] <= e0[i[ok]]
+        counts |= inside
+    total = float(dur[counts].sum())
     if total <= 0:
         return 0.0
-    inside = after & (t <= float(inst["end"].max()))
-    return float(dur[inside].sum()) / total
+    span = (t >= first) & (t <= float(inst["end"].max()))
+    return float(dur[span].sum()) / total
+
+
+def _union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted, merged [start, end] intervals."""
+    o = np.argsort(starts, kind="stable")
+    s, e = starts[o], ends[o]
+    e = np.maximum.accumulate(e)
+    new = np.ones(len(s), dtype=bool)
+    new[1:] = s[1:] > e[:-1]
+    idx = np.flatnonzero(new)
+    return s[idx], np.append(e[idx[1:] - 1], e[-1])
 
 
 def _gpu_end_of(trace, t0: int, t1: int) -> int:

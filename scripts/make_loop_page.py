@@ -124,6 +124,15 @@ PAIRS += (
          "each 67 MB weight gradient is its own bucket already, and 61% of the all-reduce time "
          "is hidden under the backward. Rank 1 does not print the loss; its idle after the "
          "sync is under PK101's threshold (3%), and its top suggestion is PK501."),
+    Pair("2-GPU DDP step: per-step sync -> none (rank 0, baseline re-captured in the same run)",
+         "traces/ddp2_samerun/rank0.sqlite", "traces/ddp2_nosync/rank0.sqlite",
+         "the same change, against a baseline captured minutes before the variant on the same "
+         "machine", "PK101", "SAMERUN_DDP_NOTE"),
+    Pair("Llama training step: eager -> torch.compile(mode=\"reduce-overhead\") + compiled AdamW step",
+         "traces/real/train_llama_eager_rerun.sqlite", "traces/real/train_llama_compiled.sqlite",
+         "model = torch.compile(model, mode=\"reduce-overhead\"); the optimizer step under "
+         "torch.compile (`train_llama.py --compile`; the eager baseline re-captured in the same run)",
+         "PK103", "TRAIN_COMPILE_NOTE"),
     Pair("HF generate() decode: dynamic -> static KV cache + CUDA graphs",
          "traces/real/generate_llama.sqlite", "traces/real/generate_llama_graphs.sqlite",
          "cache_implementation=\"static\" and compile_config=CompileConfig(fullgraph=True, "

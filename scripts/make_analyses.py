@@ -75,6 +75,8 @@ class Case:
     survey_exclude: tuple[str, ...] = ()  # regexes: one-off set-up ops left out of the ranking
     swap: Optional[str] = None      # the survey op (prefix) that the measured AFTER traces implement
     facts: bool = False             # timeline facts of `ops`: busy %, CPU per call, launch gaps, first call
+    pairs: tuple[tuple[str, str], ...] = ()  # more (BEFORE, AFTER) pairs captured in one run of their
+    #                                 own, each diffed on its own over `ops` (its own eager baseline)
     blurb: str = ""                 # analyses/README.md: the page's one-line point (no numbers)
 
     @property
@@ -88,7 +90,7 @@ class Case:
 
     def traces(self) -> list[str]:
         return ([self.before] + self.all_afters() + list(self.ladder)
-                + ([self.survey] if self.survey else []))
+                + ([self.survey] if self.survey else []) + [t for pair in self.pairs for t in pair])
 
 
 _HEADLINES: dict[str, str] = {}  # case name -> its headline numbers, filled by render_case
@@ -153,7 +155,18 @@ MODEL_NOTES = (
     "elementwise ops on the 4x512x5632 MLP activation, at 33% and 48% of HBM by their shapes' "
     "bytes; no bundled kernel covers them and no swap was captured, so they stay predictions. "
     "Their natural fix is one fused SiLU-and-multiply (torch.compile does it), which also removes "
-    "a pass over that activation.")
+    "a pass over that activation.\n\n"
+    "*The default backend in the same-run pair (eager vs `--fused auto`).* `auto` runs the CUDA "
+    "extension for every shape of add+RMSNorm (`kernels/ops.py` `choose_backend` has a Triton rule "
+    "for add+LayerNorm only): the same `add_rmsnorm_reg_kernel` as the CUDA run (its first forward, "
+    "41.11 s, includes building the extension). This run's forward is GPU-paced (busy 93% eager, "
+    "96% auto), unlike the three older runs, so the CPU time it saves (2.07 → 1.51 ms per forward) "
+    "does not shorten the span; what remains is the kernel time: 8 fused calls of 8.3 us instead of "
+    "8 eager add + norm pairs (6.0 + 5.8 us), busy 1.90 → 1.87 ms per forward. The forward's median "
+    "per-call span fell 5.4% (2.07 → 1.96 ms), inside its ±9.0% noise band (the spread comes from "
+    "`layer3` and `layer2`, ±19.8% and ±20.5%), so profkit's verdict is *no change*; `layer0` and "
+    "`layer1`, with a ±3.0% band, fell 1.7% and 1.8%, also below it. The default backend is not "
+    "slower than eager here, but this capture cannot call it faster.")
 
 NOTES: dict[str, str] = {
     "add_rmsnorm": (
@@ -251,9 +264,11 @@ CASES: list[Case] = [
         afters=("traces/model_tiny_llama_plain_triton.sqlite",), by="range", ops=("forward",),
         survey="traces/model_tiny_llama.sqlite", survey_by="aten", survey_top=3,
         survey_exclude=(r"^aten::(normal_|uniform_)",), swap="aten::_fused_rms_norm", facts=True,
+        pairs=(("traces/model_tiny_llama_swap_eager.sqlite", "traces/model_tiny_llama_swap_auto.sqlite"),),
         title="A 4-layer Llama-style decoder: what profkit suggests, and swapping in the fused add+RMSNorm",
         blurb=("profkit's top opportunities in a small decoder, and the measured add+RMSNorm swap: the CUDA "
-               "kernel helps, the Triton one regresses the CPU-paced forward (Python launch cost)"),
+               "kernel helps, the Triton one regresses the CPU-paced forward (Python launch cost); the default "
+               "backend in a GPU-paced same-run pair: faster, but within the noise"),
         summary=(
             "`scripts/workloads/tiny_llama.py` is a 4-layer Llama-style decoder (hidden 2048, MLP 5632, "
             "16 heads, vocabulary 32000, random weights) run forward in bf16 on a batch of 4x512 tokens. "
@@ -263,7 +278,10 @@ CASES: list[Case] = [
             "opportunities. (2) What does the fused residual add + RMSNorm (`kernels.add_rmsnorm`, "
             "`--fused cuda|triton`) buy in the model? Three plain captures (no emit_nvtx, 10 forward "
             "passes each, NVTX ranges `forward` and `layer0`..`layer3`), eager, CUDA backend and Triton "
-            "backend, are diffed by range."),
+            "backend, are diffed by range. A later pair captured in one run of its own "
+            "(`traces/model_tiny_llama_swap_eager.sqlite` vs `traces/model_tiny_llama_swap_auto.sqlite`, "
+            "`profkit capture scripts/workloads/tiny_llama.py --steps 10 [--fused auto]`) measures the "
+            "default backend (`backend=\"auto\"`) against its own eager baseline."),
         notes=MODEL_NOTES),
     *[Case(
         name=f"fused_{op}",
@@ -641,6 +659,33 @@ def _facts(case: Case, sides: list[tuple[str, object]]) -> list[str]:
     return lines
 
 
+def _pair(case: Case, bpath: str, apath: str, peaks) -> tuple[list[str], list, str]:
+    """One more (BEFORE, AFTER) pair captured in the same run: its diff, prediction table and
+    timeline facts, against its own BEFORE."""
+    pb, pa = load_case(ROOT / bpath, peaks=peaks), load_case(ROOT / apath, peaks=peaks)
+    res = diff(pb, pa, by=case.by, rename=case.renames)
+    res.run = {}
+    cmd = (f"profkit diff {bpath} {apath} --by {case.by} --window all --attribution thread"
+           + (f" --peaks {case.peaks}" if case.peaks else "") + " --format markdown")
+    suffix = f": {_label(bpath)} → {_label(apath)} (same run)"
+    lines = [f"## Before → after{suffix}", "", f"`{cmd}`", "", to_markdown(res).rstrip(), ""]
+    table = _prediction_table(res, case.ops)
+    table[0] += suffix
+    lines += table
+    off = [(f"{o} ({_label(bpath)} vs {_label(apath)})", w, d) for o, w, d in disagreements(res, case.ops)]
+    head = ""
+    for op in res.ops[:1] if not case.ops else [o for o in res.ops if o["name"] == case.ops[0]]:
+        head = (f"{_label(apath)} vs {_label(bpath)}: {op['name']} "
+                f"{render.fmt_time(op['before']['gpu_time_median_ns'])} → "
+                f"{render.fmt_time(op['after']['gpu_time_median_ns'])} per call "
+                f"({_fmt_pct(op['median_change_pct'])}, {op['verdict']})")
+    if case.facts:
+        facts = _facts(case, [(_label(bpath), pb), (_label(apath), pa)])
+        facts[0] += suffix
+        lines += facts
+    return lines, off, head
+
+
 def render_case(case: Case, out_dir: Path) -> str:
     """The Markdown page of one case (images, if any, are written beside it)."""
     for t in case.traces():
@@ -707,6 +752,11 @@ def render_case(case: Case, out_dir: Path) -> str:
         heads.append(head)
     if case.facts and afters:
         lines += _facts(case, [(_label(case.before), before)] + [(_label(t), p) for t, p in afters])
+    for pb, pa in case.pairs:
+        part, more, head = _pair(case, pb, pa, peaks)
+        lines += part
+        off += more
+        heads.append(head)
     if off:
         if not case.notes.strip():
             raise CaseError(

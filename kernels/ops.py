@@ -192,9 +192,20 @@ def _op(name: str, backend: str):
         return op
 
 
+_CHOICE: dict[tuple, str] = {}  # (op, shape, device) -> what "auto" chose: same shape, same backend
+
+
 def _resolve(op: str, backend: str, x: Tensor) -> str:
     if backend == "auto":
-        return choose_backend(op, x)
+        if torch.compiler.is_compiling():  # symbolic shapes: no cache
+            return choose_backend(op, x)
+        key = (op, x.shape, x.device)
+        hit = _CHOICE.get(key)
+        if hit is None:
+            hit = choose_backend(op, x)
+            if len(_CHOICE) < 4096:
+                _CHOICE[key] = hit
+        return hit
     if backend == "cuda" and x.is_cuda:
         from kernels import _build
 

@@ -48,6 +48,9 @@ _XMMA_TILE = re.compile(r"tilesize(\d+)x(\d+)x\d+")
 _CUTLASS_TILE = re.compile(r"(?:tensorop|simt)_\w*?_(\d+)x(\d+)_\d+x\d+")
 # Library helper kernels that only move data (cuDNN layout padding/transposes, dtype converts):
 # their names carry "cudnn" but they are no GEMM.
+# Inductor's fused pointwise/reduction kernels: their names list the ops they fused
+# ("triton_poi_fused_add_convolution_relu_4" is the add+ReLU after a convolution, not one).
+INDUCTOR_FUSED_RE = re.compile(r"^triton_(poi|per|red|for)_")
 HELPER_RE = re.compile(r"Padding|nchwTo|nhwcTo|[Tt]ranspose|convert_|dot_do_o|reorder", re.I)
 _CONFIDENCE_ORDER = ["low", "medium", "high"]
 
@@ -277,6 +280,9 @@ def classify_op(op: dict, work: Optional[Work], peaks: Peaks, kernel_names: list
         return Verdict(BoundClass.MEMORY, "low", Source.TIMELINE,
                        "library data-movement helper kernels (padding, layout, convert; timeline "
                        "only)", ev)
+    if kernel_names and all(INDUCTOR_FUSED_RE.match(n) for n in kernel_names):
+        return Verdict(BoundClass.MEMORY, "low", Source.TIMELINE,
+                       "Inductor fused pointwise/reduction kernels (timeline only)", ev)
     if GEMM_RE.search(text):
         shape = gemm_shape_hint(kernel_names)
         if shape == "skinny":

@@ -42,6 +42,9 @@ MEMCPY_RE = re.compile(r"^cu(da)?Memcpy")
 SYNC_OR_COPY_RE = re.compile(f"(?:{SYNC_RE.pattern})|(?:{MEMCPY_RE.pattern})")
 DATA_RE = re.compile(r"data|load|batch|fetch|input|prefetch|collate|dataset", re.I)
 NCCL_RE = re.compile(r".*nccl", re.I)
+# Inductor's fused pointwise/reduction kernels name the ops they fused ("..._convolution_relu_2"):
+# not GEMMs, whatever their names mention.
+INDUCTOR_FUSED_RE = re.compile(r"triton_(poi|per|red|for)_")
 GEMM_RE = re.compile(r".*(gemm|nvjet|xmma|cutlass|wgmma|cublas|matmul|conv|cudnn|flash|fmha|attention|"
                      r"sdpa|implicit_convolve)", re.I)
 
@@ -137,7 +140,8 @@ def _kernel_family(codes: np.ndarray, uniq: np.ndarray, is_kernel: np.ndarray, d
     """Index into FAMILIES per activity, by kernel family (names and durations only);
     ``codes`` index the distinct names ``uniq`` (Trace.name_codes)."""
     nccl = np.array([bool(NCCL_RE.match(str(u))) for u in uniq] + [False])[codes]
-    gemm = np.array([bool(GEMM_RE.match(str(u))) for u in uniq] + [False])[codes]
+    gemm = np.array([bool(GEMM_RE.match(str(u))) and not INDUCTOR_FUSED_RE.match(str(u)) for u in uniq]
+                    + [False])[codes]
     out = np.where(gemm, 0, 1).astype(np.int8)
     out[(dur < 2.0 * floor) & is_kernel & ~gemm] = 2
     out[nccl] = 3

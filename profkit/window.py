@@ -380,7 +380,10 @@ def find_window(trace, spec: str = "auto") -> Window:
                                   "picks one)", is_all=True)
         if name is not None:
             inst = _instances(trace, name)
-            w = _from_instances(trace, inst, 1, None, name)
+            # After the first instance and any later set-up outlier (CUDA-graph recording in the
+            # second step of a torch.compile(mode="reduce-overhead") loop).
+            first = max(1, steady_start(inst["start"].to_numpy(np.int64))) if len(inst) > 1 else 1
+            w = _from_instances(trace, inst, first, None, name)
         else:
             found = kernel_period(trace)
             if found is None:

@@ -1,0 +1,73 @@
+"""torch.compile advice against real before/after captures (H200, traces/real and traces/ddp2*):
+the prediction is held to the issue's +-25% of the measured wall time per iteration."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import profkit
+from profkit.diff import run_change
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _finding(trace: str, code: str):
+    prof = profkit.load(ROOT / trace)
+    return prof, {f.code: f for f in prof.findings()}.get(code)
+
+
+@pytest.mark.parametrize("before, after, code, key", [
+    # eager Llama training step -> torch.compile(mode="reduce-overhead") + compiled optimizer step
+    ("traces/real/train_llama_eager_rerun.sqlite", "traces/real/train_llama_compiled.sqlite",
+     "PK103", "compile_speedup"),
+    # eager ResNet-50 inference -> freezing + torch.compile (BatchNorm folded)
+    ("traces/real/cnn_infer.sqlite", "traces/real/cnn_infer_compiled.sqlite", "PK403", None),
+    # HF generate() -> static cache + CUDA graphs (per token: one iteration is one token in both)
+    ("traces/real/generate_llama.sqlite", "traces/real/generate_llama_graphs.sqlite", "PK103",
+     "cuda_graph_speedup"),
+    # DDP rank 0 -> no per-step sync
+    ("traces/ddp2/rank0.sqlite", "traces/ddp2_nosync/rank0.sqlite", "PK101", None),
+])
+def test_prediction_within_25_percent_of_measured(before, after, code, key):
+    b, f = _finding(before, code)
+    assert f is not None
+    predicted = f.evidence[key] if key else f.expected_end_to_end_speedup
+    measured = run_change(b, profkit.load(ROOT / after))["measured_speedup"]
+    assert abs(measured / predicted - 1) <= 0.25, (predicted, measured)
+
+
+def test_compiled_code_is_not_promised_compile_gains():
+    _, f = _finding("traces/real/train_llama_compiled.sqlite", "PK103")
+    if f is not None:
+        assert f.evidence["inductor_kernel_share"] >= 0.3
+        assert f.expected_end_to_end_speedup == f.evidence["cuda_graph_speedup"]
+
+
+def test_the_compile_estimate_is_bounded_by_what_it_models():
+    _, f = _finding("traces/real/train_llama_eager_rerun.sqlite", "PK103")
+    ev = f.evidence
+    assert ev["compile_speedup"] > ev["cuda_graph_speedup"]  # fusion lowers the GPU floor
+    assert f.expected_end_to_end_speedup <= f.bound
+    # the fused GPU floor can't go below zero, nor save more than the non-library kernel time
+    assert 0 < ev["fusion_saved_ns_per_iteration"] < ev["gpu_floor_ns_per_iteration"]
+
+
+def test_data_loading_is_not_compiled_away():
+    # the `data` range inside the step is not model code: compile removes none of it
+    prof, f = _finding("traces/real/loader_cnn.sqlite", "PK103")
+    assert prof.run().actions[0].code == "PK102"
+    assert f is None or f.expected_end_to_end_speedup < 1.2
+
+
+def test_a_cheap_change_worth_it_ranks_before_a_compile():
+    # DDP rank 0: removing the per-step sync (1.11x) before torch.compile (1.25x)
+    actions = profkit.load(ROOT / "traces/ddp2/rank0.sqlite").run().actions
+    assert [a.code for a in actions[:2]] == ["PK101", "PK103"]
+    assert actions[1].expected_end_to_end_speedup > actions[0].expected_end_to_end_speedup
+
+
+def test_inductor_fused_kernels_are_not_gemms():
+    ops = profkit.load(ROOT / "traces/real/cnn_infer_compiled.sqlite").ops(by="kernel")
+    fused = ops[ops.index.str.startswith("triton_poi_fused_add_convolution_relu")]
+    assert len(fused) and (fused["class"] == "memory").all()

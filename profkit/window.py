@@ -223,9 +223,15 @@ def _gpu_periods(trace, sel: pd.DataFrame, end: int) -> list[int]:
     api_s, g_s = api[order], gstart[order]
     lo = np.searchsorted(api_s, sel["start"].to_numpy(dtype="float64"), side="left")
     hi = np.searchsorted(api_s, sel["end"].to_numpy(dtype="float64"), side="right")
-    if (hi <= lo).any():
+    if (hi <= lo).any() or (np.diff(lo) <= 0).any():
         return []
-    first = np.array([g_s[a:b].min() for a, b in zip(lo, hi)])
+    # Minimum GPU start per instance: launches between instances are masked out, then one
+    # reduceat over the instances' first positions (vectorised: a loop of 10^5 steps stays cheap).
+    inside = np.zeros(len(g_s) + 1, dtype=np.int64)
+    np.add.at(inside, lo, 1)
+    np.add.at(inside, hi, -1)
+    masked = np.where(np.cumsum(inside)[:-1] > 0, g_s, np.inf)
+    first = np.minimum.reduceat(masked, lo)
     periods = np.diff(first).tolist() + [float(end) - first[-1]]
     return [] if min(periods) <= 0 else [int(p) for p in periods]
 
@@ -308,6 +314,21 @@ def kernel_period(trace) -> Optional[tuple[str, np.ndarray, np.ndarray]]:
             k["start"].to_numpy(np.int64)[pos])
 
 
+def leading_setup(starts: np.ndarray, factor: float = 10.0) -> int:
+    """Index of the first steady iteration of an NVTX loop: after the first, and after the set-up
+    outliers that follow it directly (a period over ``factor`` times the median: CUDA-graph
+    recording, autotuning). A slow iteration later on (evaluation, a checkpoint) is part of the
+    run and stays in the window."""
+    periods = np.diff(starts)
+    first = 1
+    if len(periods) <= MIN_ITERATIONS:
+        return first
+    med = float(np.median(periods))
+    while first < len(periods) - MIN_ITERATIONS and periods[first] > factor * med:
+        first += 1
+    return first
+
+
 def steady_start(starts: np.ndarray, factor: float = 10.0) -> int:
     """Index of the first iteration after the last set-up outlier (a period over ``factor`` times
     the median: compilation, autotuning, a first call), keeping at least MIN_ITERATIONS."""
@@ -382,7 +403,7 @@ def find_window(trace, spec: str = "auto") -> Window:
             inst = _instances(trace, name)
             # After the first instance and any later set-up outlier (CUDA-graph recording in the
             # second step of a torch.compile(mode="reduce-overhead") loop).
-            first = max(1, steady_start(inst["start"].to_numpy(np.int64))) if len(inst) > 1 else 1
+            first = leading_setup(inst["start"].to_numpy(np.int64))
             w = _from_instances(trace, inst, first, None, name)
         else:
             found = kernel_period(trace)

@@ -195,6 +195,23 @@ class RuleContext:
         return f"{ns / it / 1e6:.2f} ms per iteration" if it else f"{ns / 1e6:.2f} ms in the window"
 
 
+def covered_per_interval(starts: np.ndarray, ends: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+    """Per consecutive pair of ``bounds``: the length of the union of the intervals
+    ``starts..ends`` inside it. Linear in the inputs (prefix sums over the merged intervals), so a
+    window of many iterations and a million activities stays cheap."""
+    n = len(bounds) - 1
+    if not len(starts) or n <= 0:
+        return np.zeros(max(n, 0))
+    from profkit.window import _union
+    us, ue = _union(np.asarray(starts, np.int64), np.asarray(ends, np.int64))
+    cum = np.concatenate([[0], np.cumsum(ue - us)])
+    t = np.asarray(bounds, np.int64)
+    k = np.searchsorted(us, t, side="right") - 1
+    kk = np.maximum(k, 0)
+    before = np.where(k >= 0, cum[kk] + np.clip(t - us[kk], 0, ue[kk] - us[kk]), 0)
+    return np.diff(before).astype(float)
+
+
 def iteration_bounds(run: "RunSummary") -> np.ndarray:
     """Start of each iteration and the window's end (iterations are contiguous from its start)."""
     w = run.window

@@ -35,7 +35,7 @@ from __future__ import annotations
 import numpy as np
 
 from profkit.model import Rung
-from profkit.rules.base import (Finding, Param, RuleContext, RuleMeta, Table, iteration_bounds,
+from profkit.rules.base import (covered_per_interval, Finding, Param, RuleContext, RuleMeta, Table, iteration_bounds,
                                 speedup)
 from profkit.run import sync_intervals
 
@@ -48,11 +48,8 @@ RULE = RuleMeta(
 
 
 def _clipped(s: np.ndarray, e: np.ndarray, bounds: np.ndarray) -> np.ndarray:
-    """Per iteration: the length of the (disjoint, sorted) intervals s..e inside it."""
-    if not len(s):
-        return np.zeros(len(bounds) - 1)
-    lo, hi = bounds[:-1, None], bounds[1:, None]
-    return (np.clip(e[None, :], lo, hi) - np.clip(s[None, :], lo, hi)).sum(axis=1).astype(float)
+    """Per iteration: the length of the intervals s..e inside it."""
+    return covered_per_interval(s, e, bounds)
 
 
 def per_iteration(ctx: RuleContext) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -45,7 +45,7 @@ import numpy as np
 import pandas as pd
 
 from profkit.model import Rung
-from profkit.rules.base import (Finding, Param, RuleContext, RuleMeta, Table, iteration_bounds,
+from profkit.rules.base import (Finding, covered_per_interval, Param, RuleContext, RuleMeta, Table, iteration_bounds,
                                 speedup)
 from profkit.run import DATA_RE, GEMM_RE, NCCL_RE
 from profkit.window import COMPILE_RANGE_RE, LIBRARY_RANGE_RE
@@ -85,27 +85,36 @@ def _fused_floor(ctx: RuleContext, bounds: np.ndarray) -> tuple[np.ndarray, floa
     """Per iteration: the GPU time Inductor's fusion would save (each run of non-library kernels
     between library kernels down to its longest kernel); and the share of kernel time that is
     already Inductor's."""
-    k = ctx.acts[ctx.acts["kind"].astype(str) == "kernel"]
+    acts = ctx.acts
     n = len(bounds) - 1
-    if k.empty:
+    kern = (acts["kind"].astype(str) == "kernel").to_numpy()
+    if not kern.any():
         return np.zeros(n), 0.0
-    dev = k["dur"].groupby(k["deviceId"]).sum().idxmax()
-    k = k[k["deviceId"] == dev].sort_values("start", kind="stable")
-    names = pd.Series(k["name"].cat.categories.astype(str))
-    lib = (names.str.match(GEMM_RE) | names.str.match(NCCL_RE)).to_numpy()[k["name"].cat.codes.to_numpy()]
-    ind = names.str.match(INDUCTOR_RE).to_numpy()[k["name"].cat.codes.to_numpy()]
-    dur = k["dur"].to_numpy(np.int64)
+    dev_all = acts["deviceId"].to_numpy()
+    dur_all = acts["dur"].to_numpy(np.int64)
+    devs, inv = np.unique(dev_all[kern], return_inverse=True)
+    dev = devs[np.bincount(inv, weights=dur_all[kern]).argmax()]
+    sel = kern & (dev_all == dev)
+    codes = acts["name"].cat.codes.to_numpy()[sel]
+    names = pd.Series(acts["name"].cat.categories.astype(str))
+    order = np.argsort(acts["start"].to_numpy(np.int64)[sel], kind="stable")
+    codes, dur = codes[order], dur_all[sel][order]
+    api = acts["api_start"].to_numpy("float64")[sel][order]
+    lib = (names.str.match(GEMM_RE) | names.str.match(NCCL_RE)).to_numpy()[codes]
+    ind = names.str.match(INDUCTOR_RE).to_numpy()[codes]
     inductor_share = float(dur[ind].sum()) / max(float(dur.sum()), 1.0)
-    # Runs of consecutive non-library kernels: saved = run total - its longest kernel.
-    run_id = np.cumsum(lib)
+    # Runs of consecutive non-library kernels (contiguous in start order): saved = run total - its
+    # longest kernel.
     body = ~lib
-    g = pd.DataFrame({"run": run_id[body], "dur": dur[body], "t": k["api_start"].to_numpy()[body]})
-    if g.empty:
+    if not body.any():
         return np.zeros(n), inductor_share
-    agg = g.groupby("run").agg(total=("dur", "sum"), longest=("dur", "max"), t=("t", "min"))
-    idx = np.searchsorted(bounds, agg["t"].to_numpy(), side="right") - 1
+    rid = np.cumsum(lib)[body]
+    db, tb = dur[body], api[body]
+    starts = np.flatnonzero(np.r_[True, rid[1:] != rid[:-1]])
+    saved = (np.add.reduceat(db, starts) - np.maximum.reduceat(db, starts)).astype("float64")
+    t = np.fmin.reduceat(tb, starts)
+    idx = np.searchsorted(bounds, t, side="right") - 1
     ok = (idx >= 0) & (idx < n)
-    saved = (agg["total"] - agg["longest"]).to_numpy(dtype="float64")
     return np.bincount(idx[ok], weights=saved[ok], minlength=n), inductor_share
 
 
@@ -128,19 +137,9 @@ def _outside_children(ctx: RuleContext, bounds: np.ndarray) -> np.ndarray | None
     kids = kids[kids["globalTid"] == tid].sort_values("start")
     if kids.empty:
         return None
-    out = np.diff(bounds).astype("float64")
-    s, e = kids["start"].to_numpy(np.int64), kids["end"].to_numpy(np.int64)
-    e = np.maximum.accumulate(e)  # nested children inside a child count once
-    for i in range(len(out)):
-        lo, hi = bounds[i], bounds[i + 1]
-        a, b = np.clip(s, lo, hi), np.clip(e, lo, hi)
-        covered, last = 0, lo
-        for x, y in zip(a, b):
-            x = max(x, last)
-            if y > x:
-                covered += y - x
-                last = y
-        out[i] -= covered
+    b = bounds.astype(np.int64)
+    out = np.diff(b).astype("float64") - covered_per_interval(
+        kids["start"].to_numpy(np.int64), kids["end"].to_numpy(np.int64), b)
     return np.maximum(out, 0.0)
 
 
@@ -160,7 +159,9 @@ def detect(ctx: RuleContext) -> list[Finding]:
     floor_it = gpu_floor / len(iters)
     new = np.maximum(floor_it, iters - removable)
     per = "median iteration" if len(iters) > 1 else "window"
-    it_med = float(np.median(iters))
+    # The iteration's wall time as the window measures it (GPU-side periods, which stay right
+    # when the CPU queues work ahead); the per-iteration CPU terms come from the CPU-side bounds.
+    it_med = float(r.window.iteration_median_ns or np.median(iters))
     graph_gain = min(speedup(it_med, float(np.median(new))), bound)
     graph_basis = (f"CUDA graph: {per} {it_med / 1e6:.2f} ms / max(GPU floor {floor_it / 1e6:.2f} ms, "
                    f"{per} - launch calls and dispatch gaps under {RULE.param('dispatch_gap_us'):.0f} us "

@@ -97,7 +97,8 @@ _OP_RE = re.compile(r"^\s*(?P<op>[A-Za-z_]\w*::[\w.]+)\s*,")
 _OUT_RE = re.compile(r"^(?P<d>[A-Za-z0-9]+)(?:\[(?P<s>[0-9,]*)\])?$")
 
 
-def _balanced(text: str, start: int) -> Optional[str]:
+def balanced(text: str, start: int) -> Optional[str]:
+    """The bracketed text starting at ``text[start] == '['``, brackets balanced."""
     depth = 0
     for i in range(start, len(text)):
         c = text[i]
@@ -110,7 +111,9 @@ def _balanced(text: str, start: int) -> Optional[str]:
     return None
 
 
-def _flatten(raw: list) -> list[Shape]:
+def flatten_sizes(raw: list) -> list[Shape]:
+    """Input sizes as recorded (emit_nvtx and the recorder alike): one shape per tensor, a tensor
+    list expanded to one entry per tensor, ``[]`` for a non-tensor argument."""
     out: list[Shape] = []
     for entry in raw:
         if isinstance(entry, list) and entry and all(isinstance(e, list) for e in entry):
@@ -157,15 +160,22 @@ def group_key(text: str) -> Optional[str]:
     if not is_recorded(text):
         return None
     head, tokens = split_payload(text)
+    found = _op_and_block(head)
+    if found is None:
+        return None
+    op, block = found
+    kept = " ".join(t for t in (tokens or "").split() if not t.startswith("out="))
+    return f"{op} {block} | {kept}" if kept else f"{op} {block}"
+
+
+def _op_and_block(head: str) -> Optional[tuple[str, str]]:
+    """The op name and the bracketed ``sizes = [...]`` block of a range's head, or None."""
     m = _OP_RE.match(head)
     at = head.find("sizes = [")
     if not m or at < 0:
         return None
-    block = _balanced(head, at + len("sizes = "))
-    if block is None:
-        return None
-    kept = " ".join(t for t in (tokens or "").split() if not t.startswith("out="))
-    return f"{m.group('op')} {block} | {kept}" if kept else f"{m.group('op')} {block}"
+    block = balanced(head, at + len("sizes = "))
+    return None if block is None else (m.group("op"), block)
 
 
 def parse(text: str) -> Optional[AtenRecord]:
@@ -180,13 +190,10 @@ def parse(text: str) -> Optional[AtenRecord]:
         head = head.replace(" [", ", sizes = [", 1)
     else:
         return None
-    m = _OP_RE.match(head if "," in head else head + ",")
-    at = head.find("sizes = [")
-    if not m or at < 0:
+    found = _op_and_block(head if "," in head else head + ",")
+    if found is None:
         return None
-    block = _balanced(head, at + len("sizes = "))
-    if block is None:
-        return None
+    op, block = found
     try:
         raw = ast.literal_eval(block)
     except (ValueError, SyntaxError):
@@ -194,7 +201,7 @@ def parse(text: str) -> Optional[AtenRecord]:
     if not isinstance(raw, list):
         return None
     try:
-        sizes = _flatten(raw)
+        sizes = flatten_sizes(raw)
     except (TypeError, ValueError):
         return None
     kw: dict = {}
@@ -235,7 +242,7 @@ def parse(text: str) -> Optional[AtenRecord]:
             kw["dtype"] = val
     if len(kw.get("in_dtypes", ())) != len(sizes):
         kw.pop("in_dtypes", None)  # damaged or from another version: no per-entry types
-    return AtenRecord(op=m.group("op"), sizes=sizes, raw_sizes=raw, **kw)
+    return AtenRecord(op=op, sizes=sizes, raw_sizes=raw, **kw)
 
 
 def records_by_key(names: Iterable[str], key_of) -> dict[str, AtenRecord]:

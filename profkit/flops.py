@@ -33,6 +33,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable, Optional, Sequence
 
+from profkit.aten_record import balanced, flatten_sizes
+
 Shape = list[int]
 INDEX_BYTES = 8  # int64 indices
 
@@ -52,31 +54,6 @@ _OP_RE = re.compile(r"^\s*(?P<op>[A-Za-z_][\w]*::[\w.]+)\s*(?:,|$)")
 _FIELD_RE = re.compile(r",\s*(?P<key>seq|op_id)\s*=\s*(?P<value>-?\d+)")
 
 
-def _balanced(text: str, start: int) -> Optional[str]:
-    """The bracketed text starting at ``text[start] == '['``, brackets balanced."""
-    depth = 0
-    for i in range(start, len(text)):
-        if text[i] == "[":
-            depth += 1
-        elif text[i] == "]":
-            depth -= 1
-            if depth == 0:
-                return text[start:i + 1]
-    return None
-
-
-def _flatten_sizes(raw: list) -> list[Shape]:
-    out: list[Shape] = []
-    for entry in raw:
-        if isinstance(entry, list) and entry and all(isinstance(e, list) for e in entry):
-            out.extend([list(map(int, e)) for e in entry])  # a tensor list: one entry per tensor
-        elif isinstance(entry, list):
-            out.append([int(e) for e in entry])
-        else:
-            out.append([])
-    return out
-
-
 def parse_aten_range(text: str) -> Optional[AtenCall]:
     """Parse emit_nvtx text (``"aten::mm, seq = 4, op_id = 7, sizes = [[8, 16], [16, 4]]"``).
 
@@ -93,7 +70,7 @@ def parse_aten_range(text: str) -> Optional[AtenCall]:
     raw: list = []
     at = text.find("sizes = [")
     if at >= 0:
-        block = _balanced(text, at + len("sizes = "))
+        block = balanced(text, at + len("sizes = "))
         if block is None:
             return None
         try:
@@ -103,7 +80,7 @@ def parse_aten_range(text: str) -> Optional[AtenCall]:
         if not isinstance(raw, list):
             return None
     seq = fields.get("seq")
-    return AtenCall(op=op, sizes=_flatten_sizes(raw), seq=seq if seq is None or seq >= 0 else None,
+    return AtenCall(op=op, sizes=flatten_sizes(raw), seq=seq if seq is None or seq >= 0 else None,
                     op_id=fields.get("op_id"), raw_sizes=raw)
 
 

@@ -39,3 +39,12 @@ def test_backward_ops_are_recorded_on_autograds_thread():
                        "WHERE n.text LIKE 'aten::mm,%' GROUP BY n.globalTid").fetchall()
     con.close()
     assert len(rows) == 2 and min(c for _, c in rows) >= 100  # forward thread and autograd's
+
+
+def test_host_verdicts_of_an_aten_capture_come_with_a_warning():
+    rec = profkit.load(TRACE)
+    rec.run()
+    assert any("recorded every aten op" in w for w in rec.warnings)
+    plain = profkit.load(TRACE.with_name("train_llama.sqlite"))
+    plain.run()
+    assert not any("recorded every aten op" in w for w in plain.warnings)

@@ -71,3 +71,11 @@ def test_inductor_fused_kernels_are_not_gemms():
     ops = profkit.load(ROOT / "traces/real/cnn_infer_compiled.sqlite").ops(by="kernel")
     fused = ops[ops.index.str.startswith("triton_poi_fused_add_convolution_relu")]
     assert len(fused) and (fused["class"] == "memory").all()
+
+
+def test_a_step_that_already_replays_graphs_is_told_what_is_left_outside_them():
+    _, f = _finding("traces/real/generate_llama_graphs.sqlite", "PK103")
+    assert f.evidence["graph_launches_per_iteration"] >= 0.5
+    assert "left outside the CUDA graphs" in f.action
+    _, eager = _finding("traces/real/generate_llama.sqlite", "PK103")
+    assert "graph_launches_per_iteration" not in eager.evidence

@@ -53,6 +53,7 @@ from profkit.window import COMPILE_RANGE_RE, LIBRARY_RANGE_RE
 # Kernels Inductor wrote: a window where they carry this share of the kernel time is compiled.
 INDUCTOR_RE = re.compile(r"^triton_")
 COMPILED_SHARE = 0.3
+GRAPH_LAUNCH_RE = re.compile(r"^cudaGraphLaunch")
 
 RULE = RuleMeta(
     code="PK103", name="host-overhead",
@@ -196,4 +197,16 @@ def detect(ctx: RuleContext) -> list[Finding]:
     action = ("cut the CPU cost per kernel: capture the step in a CUDA graph "
               "(torch.compile(mode=\"reduce-overhead\"), torch.cuda.graphs; for HF generate(), "
               "cache_implementation=\"static\"), or give each launch more work (larger batches)")
+    g = ctx.prof.trace.api_calls_matching(GRAPH_LAUNCH_RE)
+    graphs = int(((g["start"] >= r.window.start_ns) & (g["start"] <= r.window.end_ns)).sum())
+    n_it = max(len(iters), 1)
+    if graphs >= 0.5 * n_it:
+        # Already replaying graphs: what is left is the work launched outside them.
+        outside = len(ctx.launches) - graphs
+        evidence["graph_launches_per_iteration"] = round(graphs / n_it, 1)
+        action = (f"cut the CPU cost of the launches left outside the CUDA graphs the step "
+                  f"already replays ({graphs / n_it:.1f} graph launches and {outside / n_it:.0f} "
+                  "other launches per iteration): capture more of the step (in HF generate(), "
+                  "logits processing and sampling run eager between graph replays), or give "
+                  "each launch more work (larger batches)")
     return [Finding(RULE.code, RULE.name, action, Rung.TORCH_COMPILE, evidence, gain, basis, cap)]

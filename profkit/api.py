@@ -171,7 +171,7 @@ class Profile:
             calls = int(op["count"])
             # Best source first; exact copy bytes outrank a shape guess; judge() drops a source
             # whose numbers land above a roof and says so in the evidence.
-            candidates = [lambda: ev.from_ncu(member_acts, self.trace.ncu, calls),
+            candidates = [lambda: ev.from_ncu(member_acts, self.trace.ncu, calls, self.gpu.l2_bytes),
                           lambda: gpu_metrics.from_gpu_metrics(member_acts, self.gpu_samples, calls,
                                                                self.peaks.memory_bandwidth),
                           lambda: ev.from_copies(member_acts, calls),

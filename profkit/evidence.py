@@ -55,8 +55,9 @@ def precision_of(names: list[str]) -> Optional[str]:
     return op_dtype(names).precision
 
 
-# L2 capacity of the GPUs profkit targets (H100/H200: 50 MiB): an op whose per-launch L2 traffic
-# fits may keep its writes in L2, so ncu's DRAM bytes understate what it moves.
+# L2 capacity when the trace does not say (H100's 50 MiB; the H200's TARGET_INFO_GPU says 60 MiB):
+# an op whose per-launch L2 traffic fits may keep its writes in L2, so ncu's DRAM bytes
+# understate what it moves.
 L2_CAPACITY_BYTES = 50 * 2**20
 # DRAM bytes below this share of the L2-side bytes mean the working set stayed in L2.
 L2_RESIDENT_RATIO = 0.5
@@ -68,7 +69,8 @@ def _kernels_only(member_acts: pd.DataFrame) -> pd.DataFrame:
     return member_acts[member_acts["kind"].astype(str) == "kernel"]
 
 
-def from_ncu(member_acts: pd.DataFrame, ncu: pd.DataFrame, calls: int) -> Optional[Work]:
+def from_ncu(member_acts: pd.DataFrame, ncu: pd.DataFrame, calls: int,
+             l2_capacity: Optional[float] = None) -> Optional[Work]:
     """Counters of the op's kernels that the ncu pass profiled (matched by device and start).
 
     Per kernel identity (demangled name): the profiled launches of a kernel stand for all its
@@ -136,7 +138,7 @@ def from_ncu(member_acts: pd.DataFrame, ncu: pd.DataFrame, calls: int) -> Option
     l2 = totals["l2_bytes"] if l2_seen else None
     basis, used = "dram", dram
     if l2 and totals["flops_tensor"] == 0 and dram < L2_RESIDENT_RATIO * l2 \
-            and max(per_launch_l2 or [0.0]) <= L2_CAPACITY_BYTES:
+            and max(per_launch_l2 or [0.0]) <= (l2_capacity or L2_CAPACITY_BYTES):
         basis, used = "l2", l2  # the data stayed in L2: DRAM bytes miss the writes it absorbed
     notes = {"dram_bytes_per_call": dram / n, "bytes_basis": basis,
              "ncu_time_per_call_ns": totals["ncu_ns"] / n}

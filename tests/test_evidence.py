@@ -173,6 +173,15 @@ def test_ncu_l2_resident_store_uses_l2_bytes():
     assert v.bound is BoundClass.MEMORY and v.evidence["bytes_basis"] == "l2"
 
 
+def test_l2_residency_uses_the_traces_own_l2_size():
+    # 55 MB of L2 traffic in one launch: over H100's 50 MiB, under the H200's 60 MiB
+    a = acts([("div_kernel", "kernel", 0, 10000)])
+    n = ncu_rows([(0, 10000.0, 1e6, 4e6, 0.0)])
+    n["l2_bytes"] = 55e6
+    assert ev.from_ncu(a, n, calls=1).bytes_basis == "dram"
+    assert ev.from_ncu(a, n, calls=1, l2_capacity=60 * 2**20).bytes_basis == "l2"
+
+
 def test_cutlass_tiles_and_cudnn_helpers():
     op = op_row(busy=60000, kmed=60000)
     big = "void cutlass__5x_cudnn::Kernel<cutlass_tensorop_bf16_s16816fprop_optimized_bf16_256x64_32x4_nhwc_align8>(T1::Params)"

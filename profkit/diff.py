@@ -65,6 +65,14 @@ def _verdict(change_pct: Optional[float], threshold_pct: float) -> str:
     return REGRESSION if change_pct > 0 else IMPROVEMENT
 
 
+def _rel_spread(values: list) -> float:
+    """IQR / median of ``values`` (0 with fewer than 3)."""
+    if len(values) < 3:
+        return 0.0
+    q1, med, q3 = np.percentile(np.asarray(values, dtype="float64"), [25, 50, 75])
+    return float((q3 - q1) / med) if med else 0.0
+
+
 def _pct(after: float, before: float) -> Optional[float]:
     return None if before == 0 else (after / before - 1.0) * 100.0
 
@@ -325,9 +333,18 @@ def run_change(before: Profile, after: Profile) -> dict:
     tb = rb.window.iteration_median_ns or rb.wall_time_ns
     ta = ra.window.iteration_median_ns or ra.wall_time_ns
     per = "iteration" if rb.window.iteration_median_ns and ra.window.iteration_median_ns else "window"
+    # The ops' noise rule on the iteration periods: a change within max(3%, 2 x IQR/median) of
+    # either side's iterations is not told apart from run-to-run spread.
+    threshold = None
+    if per == "iteration":
+        threshold = max(NOISE_MIN_PCT, NOISE_SPREAD_FACTOR * 100.0 * max(
+            _rel_spread(rb.window.periods_ns), _rel_spread(ra.window.periods_ns)))
+    change = _pct(ta, tb)
     return {
         "per": per, "before_ns": int(tb), "after_ns": int(ta),
         "measured_speedup": _r(_ratio(tb, ta), 3),
+        "change_pct": _r(change, 2), "threshold_pct": _r(threshold, 2),
+        "verdict": _verdict(change, threshold) if threshold is not None else None,
         "before_verdict": rb.verdict.value, "after_verdict": ra.verdict.value,
         "before_gpu_idle_fraction": round(rb.gpu_idle_fraction, 4),
         "after_gpu_idle_fraction": round(ra.gpu_idle_fraction, 4),
@@ -507,8 +524,10 @@ def run_lines(run: dict) -> list[str]:
     """Wall time per iteration, measured, beside BEFORE's predicted actions."""
     if not run:
         return []
+    noise = (f", noise ±{run['threshold_pct']:.1f}%: {run['verdict']}"
+             if run.get("threshold_pct") is not None else "")
     out = [f"wall time per {run['per']}: {fmt_time(run['before_ns'])} -> {fmt_time(run['after_ns'])}, "
-           f"measured {_x(run['measured_speedup'], 3)} ({run['before_verdict']} -> "
+           f"measured {_x(run['measured_speedup'], 3)}{noise} ({run['before_verdict']} -> "
            f"{run['after_verdict']}; GPU idle {run['before_gpu_idle_fraction']:.0%} -> "
            f"{run['after_gpu_idle_fraction']:.0%})"]
     for a in run["predicted"]:

@@ -79,3 +79,13 @@ def test_a_step_that_already_replays_graphs_is_told_what_is_left_outside_them():
     assert "left outside the CUDA graphs" in f.action
     _, eager = _finding("traces/real/generate_llama.sqlite", "PK103")
     assert "graph_launches_per_iteration" not in eager.evidence
+
+
+def test_the_run_change_carries_the_noise_rule():
+    before = profkit.load(ROOT / "traces/real/train_llama.sqlite")
+    after = profkit.load(ROOT / "traces/real/train_llama_fused.sqlite")
+    rc = run_change(before, after)
+    assert rc["threshold_pct"] >= 3.0 and rc["verdict"] == "no change"  # 2.3% slower, 22.6% spread
+    big = run_change(profkit.load(ROOT / "traces/real/train_llama_eager_rerun.sqlite"),
+                     profkit.load(ROOT / "traces/real/train_llama_compiled.sqlite"))
+    assert big["verdict"] == "improvement" and big["change_pct"] < -big["threshold_pct"]

@@ -111,6 +111,15 @@ def balanced(text: str, start: int) -> Optional[str]:
     return None
 
 
+def literal_sizes(block: str) -> Optional[list]:
+    """The ``[...]`` sizes block as a Python list, or None when it is not one (damaged text)."""
+    try:
+        raw = ast.literal_eval(block)
+    except (ValueError, SyntaxError):
+        return None
+    return raw if isinstance(raw, list) else None
+
+
 def flatten_sizes(raw: list) -> list[Shape]:
     """Input sizes as recorded (emit_nvtx and the recorder alike): one shape per tensor, a tensor
     list expanded to one entry per tensor, ``[]`` for a non-tensor argument."""
@@ -194,11 +203,8 @@ def parse(text: str) -> Optional[AtenRecord]:
     if found is None:
         return None
     op, block = found
-    try:
-        raw = ast.literal_eval(block)
-    except (ValueError, SyntaxError):
-        return None
-    if not isinstance(raw, list):
+    raw = literal_sizes(block)
+    if raw is None:
         return None
     try:
         sizes = flatten_sizes(raw)

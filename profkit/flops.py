@@ -33,7 +33,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable, Optional, Sequence
 
-from profkit.aten_record import balanced, flatten_sizes
+from profkit.aten_record import balanced, flatten_sizes, literal_sizes
 
 Shape = list[int]
 INDEX_BYTES = 8  # int64 indices
@@ -71,13 +71,8 @@ def parse_aten_range(text: str) -> Optional[AtenCall]:
     at = text.find("sizes = [")
     if at >= 0:
         block = balanced(text, at + len("sizes = "))
-        if block is None:
-            return None
-        try:
-            raw = ast.literal_eval(block)
-        except (ValueError, SyntaxError):
-            return None
-        if not isinstance(raw, list):
+        raw = literal_sizes(block) if block is not None else None
+        if raw is None:
             return None
     seq = fields.get("seq")
     return AtenCall(op=op, sizes=flatten_sizes(raw), seq=seq if seq is None or seq >= 0 else None,

@@ -27,7 +27,6 @@ range is present, e.g. a backend that fuses the whole op into one kernel).
 """
 from __future__ import annotations
 
-import ast
 import math
 import re
 from dataclasses import dataclass, field

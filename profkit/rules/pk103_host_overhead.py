@@ -27,8 +27,9 @@ Expected gain
     gain unless the window already runs Inductor kernels) also fuses, and runs no Python inside
     what it compiled. GPU side: each run of non-library kernels between two library kernels
     (GEMM, convolution, attention, NCCL) becomes one kernel as long as the longest of the run
-    (Inductor fuses pointwise ops and reductions between them; measured on the Llama training
-    step: memory-bound kernel time 6.6 -> 2.0 ms per step, this floor says 1.3 ms). CPU side:
+    (Inductor fuses pointwise ops and reductions between them; on the Llama training step this
+    floor said 9.3 -> 4.1 ms of GPU time per step, and the compiled step ran at 4.5 ms a step,
+    95% busy). CPU side:
     when the iteration range has ranges inside it (``forward``, ``backward``, ``optimizer``), the
     time outside them stays (the loop's own Python); without such ranges the longer host gaps
     stay as above, and so they do in a data-parallel step (its collectives launch from autograd

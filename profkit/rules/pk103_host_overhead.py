@@ -165,7 +165,7 @@ def detect(ctx: RuleContext) -> list[Finding]:
     # when the CPU queues work ahead); the per-iteration CPU terms come from the CPU-side bounds.
     it_med = float(r.window.iteration_median_ns or np.median(iters))
     graph_gain = min(speedup(it_med, float(np.median(new))), bound)
-    graph_basis = (f"CUDA graph: {per} {it_med / 1e6:.2f} ms / max(GPU floor {floor_it / 1e6:.2f} ms, "
+    graph_basis = (f"CUDA graph {graph_gain:.2f}x: {per} {it_med / 1e6:.2f} ms / max(GPU floor {floor_it / 1e6:.2f} ms, "
                    f"{per} - launch calls and dispatch gaps under {RULE.param('dispatch_gap_us'):.0f} us "
                    f"{np.median(removable) / 1e6:.2f} ms); longer host gaps (Python between calls) stay "
                    f"(all host idle removed would be {bound:.2f}x)")

@@ -39,7 +39,7 @@ from __future__ import annotations
 import copy
 import os
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 import pandas as pd
@@ -65,12 +65,36 @@ def _verdict(change_pct: Optional[float], threshold_pct: float) -> str:
     return REGRESSION if change_pct > 0 else IMPROVEMENT
 
 
-def _rel_spread(values: list) -> float:
-    """IQR / median of ``values`` (0 with fewer than 3)."""
-    if len(values) < 3:
-        return 0.0
-    q1, med, q3 = np.percentile(np.asarray(values, dtype="float64"), [25, 50, 75])
-    return float((q3 - q1) / med) if med else 0.0
+def _median_ci(values: list) -> tuple[float, float]:
+    """The 95% confidence interval of the median of ``values`` (order statistics,
+    distribution-free); the whole range with fewer than 6 values."""
+    v = np.sort(np.asarray(values, dtype="float64"))
+    n = len(v)
+    if n == 0:
+        return (0.0, float("inf"))
+    half = 1.96 * np.sqrt(n) / 2.0
+    lo = int(max(np.floor(n / 2.0 - half), 0))
+    hi = int(min(np.ceil(n / 2.0 + half), n - 1))
+    return float(v[lo]), float(v[hi])
+
+
+def _run_verdict(change_pct: Optional[float], ci: dict, between: Optional[float]) -> str:
+    if change_pct is None or abs(change_pct) < NOISE_MIN_PCT:
+        return NO_CHANGE
+    if between is not None and abs(change_pct) <= 100.0 * between:
+        return NO_CHANGE
+    (b_lo, b_hi), (a_lo, a_hi) = ci["before"], ci["after"]
+    if a_hi < b_lo:
+        return IMPROVEMENT
+    if a_lo > b_hi:
+        return REGRESSION
+    return NO_CHANGE
+
+
+def _range_spread(values: list) -> float:
+    """(max - min) / median of ``values``: how far captures of one program lie apart."""
+    med = float(np.median(values))
+    return float((max(values) - min(values)) / med) if med else 0.0
 
 
 def _pct(after: float, before: float) -> Optional[float]:
@@ -199,11 +223,14 @@ def _r(x: Optional[float], nd: int) -> Optional[float]:
 
 
 def diff(before: Profile, after: Profile, by: str = "range",
-         rename: Optional[dict] = None) -> DiffResult:
+         rename: Optional[dict] = None, before_also: Sequence[Profile] = (),
+         after_also: Sequence[Profile] = ()) -> DiffResult:
     """Match the ops of two profiles at level ``by`` and compare them (stateless).
 
     ``rename`` maps a BEFORE op name to the AFTER op name it should be compared with (for one
     trace holding both variants under different ranges, e.g. ``{"eager_chain": "graph_replay"}``).
+    ``before_also``/``after_also``: more captures of the same two programs; they enter the run's
+    wall time per iteration and its verdict (run_change), not the op table.
     """
     if by not in LEVELS:
         raise ProfkitError(f"unknown level {by!r}: use one of {', '.join(LEVELS)}")
@@ -319,32 +346,51 @@ def diff(before: Profile, after: Profile, by: str = "range",
     }
     return DiffResult(level=by, before=_trace_json(before), after=_trace_json(after), same_trace=same,
                       renames=rename, total=total, ops=ops, only_before=only_before,
-                      only_after=only_after, warnings=warnings, run=run_change(before, after))
+                      only_after=only_after, warnings=warnings,
+                      run=run_change(before, after, before_also, after_also))
 
 
-def run_change(before: Profile, after: Profile) -> dict:
+def run_change(before: Profile, after: Profile, before_also: Sequence[Profile] = (),
+               after_also: Sequence[Profile] = ()) -> dict:
     """Wall time per iteration before and after, beside what BEFORE's run summary predicted.
 
     The measured speedup is the ratio of median iteration times (wall time of the windows when
     either run has no iterations); the prediction is each of BEFORE's actions, so the user can
-    read the one they applied.
+    read the one they applied. With several captures of a side (``*_also``), its time is the
+    median of the captures' medians, and the noise threshold also covers how far the captures'
+    medians lie apart (run-to-run spread, which one capture cannot show).
     """
     rb, ra = before.run(), after.run()
-    tb = rb.window.iteration_median_ns or rb.wall_time_ns
-    ta = ra.window.iteration_median_ns or ra.wall_time_ns
-    per = "iteration" if rb.window.iteration_median_ns and ra.window.iteration_median_ns else "window"
-    # The ops' noise rule on the iteration periods: a change within max(3%, 2 x IQR/median) of
-    # either side's iterations is not told apart from run-to-run spread.
-    threshold = None
+    sides = {"before": [before, *before_also], "after": [after, *after_also]}
+    per = ("iteration" if all(p.run().window.iteration_median_ns for ps in sides.values() for p in ps)
+           else "window")
+
+    def side_time(ps: list) -> float:
+        return float(np.median([p.run().window.iteration_median_ns if per == "iteration"
+                                else p.run().wall_time_ns for p in ps]))
+    tb, ta = side_time(sides["before"]), side_time(sides["after"])
+    # Is the median iteration time different? Each side's median has a 95% confidence interval
+    # from the order statistics of its iteration times (all its captures pooled): a few
+    # iterations give a wide one; many give a narrow one, even with a second mode such as a
+    # periodic prefill. The change counts when the intervals do not overlap, it is at least 3%,
+    # and with several captures of a side, more than their medians lie apart.
+    ci, between = {}, None
     if per == "iteration":
-        threshold = max(NOISE_MIN_PCT, NOISE_SPREAD_FACTOR * 100.0 * max(
-            _rel_spread(rb.window.periods_ns), _rel_spread(ra.window.periods_ns)))
+        ci = {k: _median_ci([x for p in ps for x in p.run().window.periods_ns])
+              for k, ps in sides.items()}
+        spreads = [_range_spread([p.run().window.iteration_median_ns for p in ps])
+                   for ps in sides.values() if len(ps) > 1]
+        between = max(spreads) if spreads else None
     change = _pct(ta, tb)
     return {
         "per": per, "before_ns": int(tb), "after_ns": int(ta),
         "measured_speedup": _r(_ratio(tb, ta), 3),
-        "change_pct": _r(change, 2), "threshold_pct": _r(threshold, 2),
-        "verdict": _verdict(change, threshold) if threshold is not None else None,
+        "change_pct": _r(change, 2),
+        "before_median_ci_ns": [int(x) for x in ci["before"]] if ci else None,
+        "after_median_ci_ns": [int(x) for x in ci["after"]] if ci else None,
+        "verdict": _run_verdict(change, ci, between) if ci else None,
+        "captures": {"before": len(sides["before"]), "after": len(sides["after"])},
+        "between_captures_pct": _r(100.0 * between, 2) if between is not None else None,
         "before_verdict": rb.verdict.value, "after_verdict": ra.verdict.value,
         "before_gpu_idle_fraction": round(rb.gpu_idle_fraction, 4),
         "after_gpu_idle_fraction": round(ra.gpu_idle_fraction, 4),
@@ -524,8 +570,15 @@ def run_lines(run: dict) -> list[str]:
     """Wall time per iteration, measured, beside BEFORE's predicted actions."""
     if not run:
         return []
-    noise = (f", noise ±{run['threshold_pct']:.1f}%: {run['verdict']}"
-             if run.get("threshold_pct") is not None else "")
+    caps = run.get("captures") or {}
+    many = (f"; {caps['before']} and {caps['after']} captures, medians "
+            f"{run['between_captures_pct']:.1f}% apart" if caps and max(caps.values()) > 1
+            and run.get("between_captures_pct") is not None else "")
+    noise = ""
+    if run.get("before_median_ci_ns"):
+        (b0, b1), (a0, a1) = run["before_median_ci_ns"], run["after_median_ci_ns"]
+        noise = (f" (95% CI of the median {fmt_time(b0)}-{fmt_time(b1)} -> {fmt_time(a0)}-"
+                 f"{fmt_time(a1)}{many}): {run['verdict']}")
     out = [f"wall time per {run['per']}: {fmt_time(run['before_ns'])} -> {fmt_time(run['after_ns'])}, "
            f"measured {_x(run['measured_speedup'], 3)}{noise} ({run['before_verdict']} -> "
            f"{run['after_verdict']}; GPU idle {run['before_gpu_idle_fraction']:.0%} -> "

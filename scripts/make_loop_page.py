@@ -131,7 +131,10 @@ PAIRS += (
          "is hidden under the backward. Rank 1 does not print the loss; its idle after the "
          "sync is under PK101's threshold (3%), and its top suggestion is PK501. With its "
          "torch.compile estimate PK103 now reads 1.25x here; removing the sync is a one-line "
-         "change worth at least 1.10x, and actions worth that much rank cheapest rung first."),
+         "change worth at least 1.10x, and actions worth that much rank cheapest rung first. "
+         "diff's verdict is \"no change\": with five iterations a capture (the first of them "
+         "slow) the two medians' 95% intervals overlap, so the measured 1.10x agrees with the "
+         "prediction without being resolved by these captures."),
     Pair("2-GPU DDP step: per-step sync -> none (rank 0, baseline re-captured in the same run)",
          "traces/ddp2_samerun/rank0.sqlite", "traces/ddp2_nosync/rank0.sqlite",
          "the same change, against a baseline captured minutes before the variant on the same "
@@ -218,18 +221,24 @@ def render() -> str:
            "edit by hand. For each pair: profkit's verdict on BEFORE, its top suggestion, the rule "
            "whose advice the applied change follows, that rule's predicted gain on wall time per "
            "step, and the measured change (`profkit diff BEFORE AFTER`: median iteration wall "
-           f"time). Target: within ±{TARGET:.0%}. A pair whose AFTER trace is not committed yet "
+           f"time). Target: within ±{TARGET:.0%}. \"diff's verdict\": whether the 95% confidence "
+           "intervals of the two median iteration times (order statistics of each capture's "
+           "iterations) lie apart; \"no change\" means one capture per side cannot tell the "
+           "change from the spread of its iterations (and two captures of one program can differ "
+           "by more). A pair whose AFTER trace is not committed yet "
            "shows the prediction and \"not captured\" for the measurement.", "",
-           "| pair | BEFORE verdict | top suggestion | applied (rule) | predicted | measured | off by |",
-           "|---|---|---|---|---|---|---|"]
+           "| pair | BEFORE verdict | top suggestion | applied (rule) | predicted | measured | diff's verdict | off by |",
+           "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         p, top = r["pair"], r["top"]
         off = "–" if r["off"] is None else f"{r['off']:+.0%}"
         ok = "" if r["off"] is None or abs(r["off"]) <= TARGET else " (outside target)"
         measured = _x(r["measured"]) if r["captured"] else "not captured"
+        rc = r["rc"]
+        noise = rc["verdict"] if rc and rc.get("verdict") else "–"
         out.append(f"| {p.name} | {r['run'].verdict.value} | "
                    f"{top.code + ' ' + top.rule + ' ' + _x(top.expected_end_to_end_speedup) if top else '–'} | "
-                   f"{p.rule} | {_x(r['predicted'])} | {measured} | {off}{ok} |")
+                   f"{p.rule} | {_x(r['predicted'])} | {measured} | {noise} | {off}{ok} |")
     out.append("")
     for r in rows:
         p, f, rc = r["pair"], r["finding"], r["rc"]

@@ -39,6 +39,12 @@ def _renames(pairs: tuple[str, ...]) -> dict:
               show_default=True, help="Output format.")
 @click.option("-o", "--output", "output", type=click.Path(dir_okay=False), default=None,
               help="Write to this file instead of standard output.")
+@click.option("--before-also", "before_also", multiple=True, type=click.Path(dir_okay=False),
+              metavar="TRACE", help="Another capture of the BEFORE program (repeatable): the run's "
+              "wall time per iteration becomes the median over the captures, and its noise "
+              "threshold covers how far they lie apart.")
+@click.option("--after-also", "after_also", multiple=True, type=click.Path(dir_okay=False),
+              metavar="TRACE", help="Another capture of the AFTER program (repeatable), likewise.")
 @click.option("--wide", is_flag=True,
               help="Table: keep every column, however narrow the terminal (lines may then be wider "
                    "than the terminal).")
@@ -46,7 +52,8 @@ def _renames(pairs: tuple[str, ...]) -> dict:
 @window_options
 @one_line_errors
 def diff(before: str, after: str, by: str, matches: tuple[str, ...], gate: Optional[float], fmt: str,
-         output: Optional[str], peaks_file: Optional[str], wide: bool) -> None:
+         output: Optional[str], peaks_file: Optional[str], before_also: tuple[str, ...],
+         after_also: tuple[str, ...], wide: bool) -> None:
     """Compare the ops of two Nsight Systems SQLite traces, BEFORE and AFTER a change.
 
     Ops are matched by name (at --by range: the NVTX range name, so kernels that fusion renamed
@@ -56,8 +63,10 @@ def diff(before: str, after: str, by: str, matches: tuple[str, ...], gate: Optio
     speedup for BEFORE's op next to the measured one. Exit codes: 0 ok, 1 --gate tripped, 2 bad input.
     """
     renames = _renames(matches)
-    res = diff_lib.diff(load(before, peaks=peaks_file, **load_options()), load(after, peaks=peaks_file, **load_options()), by=by,
-                        rename=renames)
+    opts = dict(peaks=peaks_file, **load_options())
+    res = diff_lib.diff(load(before, **opts), load(after, **opts), by=by, rename=renames,
+                        before_also=[load(p, **opts) for p in before_also],
+                        after_also=[load(p, **opts) for p in after_also])
     if fmt == "json":
         text = render.to_json(res.to_json())
     elif fmt == "markdown":

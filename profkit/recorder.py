@@ -64,6 +64,17 @@ class _Plan:
     name: str
     skip: bool
     args: tuple[_Arg, ...]
+    producer: bool = False   # its outputs may feed a fusable consumer (add, mul, div)
+    consumer: bool = False   # a norm/activation/softmax a bundled kernel fuses with its producer
+
+
+def _roles(name: str) -> tuple[bool, bool]:
+    """Whether an op can be a producer or a consumer of a pair a bundled kernel fuses
+    (profkit.patterns.RULES): only those carry emit_nvtx's ``op_id``/``input_op_ids``."""
+    from profkit.patterns import RULES
+    producer = any(name.startswith(p) for _, prods, _ in RULES for p in prods)
+    consumer = any(name.startswith(c) for cons, _, _ in RULES for c in cons)
+    return producer, consumer
 
 
 def _plan(func: Any) -> _Plan:
@@ -82,7 +93,8 @@ def _plan(func: Any) -> _Plan:
         default = a.default_value if kind == "scalar" and a.has_default_value() else None
         args.append(_Arg(-1 if a.kwarg_only else i, a.name, kind, _SCALARS.get(a.name, ""), is_out,
                          default))
-    return _Plan(name, False, tuple(args))
+    producer, consumer = _roles(name)
+    return _Plan(name, False, tuple(args), producer, consumer)
 
 
 def _scalar_text(v: Any, names: dict) -> Optional[str]:
@@ -111,6 +123,12 @@ class AtenRecorder:
         self.count_threads = count_threads
         self.main_thread = threading.get_ident()
         self.per_thread: dict[int, dict[str, int]] = {}
+        # Which producer op wrote a tensor, for the pairs the bundled kernels fuse (add -> norm):
+        # keyed by tensor identity, dropped with the tensor.
+        from torch.utils.weak import WeakIdKeyDictionary
+        self.made_by = WeakIdKeyDictionary()
+        self.next_id = 0
+        self.id_lock = threading.Lock()
         owner = self
 
         class _Mode(TorchDispatchMode):
@@ -189,15 +207,37 @@ class AtenRecorder:
         if self.count_threads:
             counts = self.per_thread.setdefault(threading.get_ident(), {})
             counts[plan.name] = counts.get(plan.name, 0) + 1
-        self.push(text + " out=" + known if known else text)
+        shown, op_id = text, None
+        if plan.producer or plan.consumer:
+            shown, op_id = self._with_ids(plan, text, args)
+        self.push(shown + " out=" + known if known else shown)
         try:
             out = func(*args, **kwargs)
         finally:
             self.pop()
+        if op_id is not None and plan.producer:
+            for o in (out if isinstance(out, (tuple, list)) else (out,)):
+                if hasattr(o, "shape"):
+                    self.made_by[o] = op_id
         if known is None and len(self.outputs) < _SIGNATURE_CACHE_MAX:
             # Outputs are known only after the call; later calls with these inputs carry them.
             self.outputs[text] = self._outputs(out)
         return out
+
+    def _with_ids(self, plan: _Plan, text: str, args: tuple) -> tuple[str, int]:
+        """``text`` with emit_nvtx's ``op_id = N`` and, for a consumer, ``input_op_ids`` naming
+        the producer of its first tensor input, so the add -> norm pairs are found as in
+        emit_nvtx traces. The signature cache keeps using ``text`` without them."""
+        with self.id_lock:  # backward ops run on autograd's threads
+            self.next_id += 1
+            op_id = self.next_id
+        head, sep, tail = text.partition(MARKER)
+        ids = f", op_id = {op_id}"
+        if plan.consumer:
+            first = next((a for a in args if hasattr(a, "shape")), None)
+            producer = self.made_by.get(first, 0) if first is not None else 0
+            ids += f", input_op_ids = [({producer}, 0)]"
+        return head + ids + sep + tail, op_id
 
     def off_main_thread(self) -> dict[str, int]:
         """Ops recorded on threads other than the one that created the recorder (with

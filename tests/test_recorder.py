@@ -212,3 +212,29 @@ def test_analyzer_reads_records_without_torch(tmp_path):
     # no record, no type in the kernel name: both bounds, low confidence, as before
     assert plain["aten::add.Tensor"]["evidence"]["element_type"] == "unknown"
     assert plain["aten::add.Tensor"]["confidence"] == "low"
+
+
+def test_recorded_pairs_point_to_the_bundled_kernel(tmp_path):
+    """The recorder writes emit_nvtx's op_id/input_op_ids on producers and consumers, so an add
+    feeding a layer norm is found as a pair the bundled add+LayerNorm fuses."""
+    def step(torch):
+        x, r, w, b = (torch.randn(*s) for s in ((64, 4096), (64, 4096), (4096,), (4096,)))
+        for _ in range(3):
+            torch.nn.functional.layer_norm(x + r, (4096,), w, b)
+    texts, _ = _record(step)
+    assert any("input_op_ids = [(" in t and t.startswith("aten::native_layer_norm") for t in texts)
+    # the same texts as NVTX ranges around kernels of a synthetic trace, read without torch
+    strings = {1: "vectorized_elementwise_kernel", 2: "vectorized_layer_norm_kernel", 9: "cudaLaunchKernel"}
+    kernels, runtime, nvtx, t = [], [], [], 1_000_000
+    for i, text in enumerate(texts):
+        name = 2 if text.startswith("aten::native_layer_norm") else 1
+        nvtx.append((t, t + 10_000, text, TID))
+        runtime.append((t + 1000, t + 5000, i + 1))
+        kernels.append((t + 6000, t + 30_000, i + 1, name))
+        t += 80_000
+    path = make_trace(tmp_path / "pairs.sqlite", kernels=kernels, runtime=runtime, nvtx=nvtx,
+                      strings=strings)
+    rep = _classify_json(path, block_torch=True)
+    norm = next(o for o in rep["ops"] if o["name"].startswith("aten::native_layer_norm"))
+    assert "kernels.add_layernorm" in norm["suggestion"]["action"]
+    assert "aten::add.Tensor that feeds it" in norm["suggestion"]["action"]

@@ -315,29 +315,28 @@ def kernel_period(trace) -> Optional[tuple[str, np.ndarray, np.ndarray]]:
 
 
 def leading_setup(starts: np.ndarray, factor: float = 10.0) -> int:
-    """Index of the first steady iteration of an NVTX loop: after the first, and after the set-up
-    outliers that follow it directly (a period over ``factor`` times the median: CUDA-graph
-    recording, autotuning). A slow iteration later on (evaluation, a checkpoint) is part of the
-    run and stays in the window."""
+    """Index of the first steady iteration: after the first, and after the set-up outliers (a
+    period over ``factor`` times the median: compilation, autotuning, CUDA-graph recording, the
+    gap before a second generate() call) when they all fall in the first half of the run. Slow
+    iterations that recur later (an evaluation or a checkpoint every N steps) are part of the
+    run: then only those that follow the first iteration directly are skipped."""
     periods = np.diff(starts)
-    first = 1
     if len(periods) <= MIN_ITERATIONS:
-        return first
+        return 1
     med = float(np.median(periods))
+    slow = np.nonzero(periods[: len(periods) - MIN_ITERATIONS + 1] > factor * med)[0]
+    slow = slow[slow >= 1]  # the first iteration is always left out
+    if not len(slow):
+        return 1
+    if slow[-1] < len(periods) / 2:
+        return int(slow[-1]) + 1
+    first = 1
     while first < len(periods) - MIN_ITERATIONS and periods[first] > factor * med:
         first += 1
     return first
 
 
-def steady_start(starts: np.ndarray, factor: float = 10.0) -> int:
-    """Index of the first iteration after the last set-up outlier (a period over ``factor`` times
-    the median: compilation, autotuning, a first call), keeping at least MIN_ITERATIONS."""
-    periods = np.diff(starts)
-    if len(periods) < MIN_ITERATIONS:
-        return 1
-    med = float(np.median(periods))
-    slow = np.nonzero(periods[: len(periods) - MIN_ITERATIONS + 1] > factor * med)[0]
-    return int(slow[-1]) + 1 if len(slow) else 1
+steady_start = leading_setup  # the kernel-sequence windows use the same rule
 
 
 def _excluded(trace, w: Window, lo: int, hi: int) -> list[dict]:

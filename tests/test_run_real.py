@@ -232,3 +232,19 @@ def test_a_script_of_phases_is_judged_whole():
     from profkit.cli.classify import EXAMPLE
     w = profkit.load(EXAMPLE).window
     assert w.is_all and "holds only 1% of the kernel time" in w.source
+
+
+def test_set_up_is_skipped_but_a_periodic_slow_step_stays():
+    from profkit.window import leading_setup
+    ms = 1_000_000
+    # compile in the first iteration, CUDA-graph recording in the second, then steady 4 ms steps
+    setup = np.cumsum([0, 26_000 * ms, 53 * ms] + [4 * ms] * 14)
+    assert leading_setup(setup) == 2
+    # an evaluation every 10 steps (200 ms) in a 60-step run: part of the run, not set-up
+    periods = [4 * ms] * 60
+    for i in range(9, 60, 10):
+        periods[i] = 200 * ms
+    assert leading_setup(np.cumsum([0] + periods)) == 1
+    # a warm-up call before the measured one (a gap in the first half), as generate() scripts do
+    warm = [5 * ms] * 10 + [300 * ms] + [4 * ms] * 40
+    assert leading_setup(np.cumsum([0] + warm)) == 11

@@ -27,11 +27,13 @@ cat "$stage/logs/env.txt"
 t0=$SECONDS
 # One nsys per rank: torchrun starts `nsys profile ... python3 ddp_step.py` with RANK set,
 # and %q{RANK} names each report after its rank.
+# 30 steps: with 6 (the committed traces/ddp2*) the five steady iterations gave 95% intervals of
+# the median too wide for `profkit diff` to resolve a 10% change.
 ddp_run() {  # DIR LOG [extra args for ddp_step.py]
   local dir=$1 log=$2; shift 2
   timeout 90 python3 -m torch.distributed.run --standalone --nproc-per-node "$nproc" --no-python \
     nsys profile -t cuda,nvtx -s none --cpuctxsw none --force-overwrite true \
-    -o "$dir/rank%q{RANK}" python3 scripts/workloads/ddp_step.py --steps 6 "$@" \
+    -o "$dir/rank%q{RANK}" python3 scripts/workloads/ddp_step.py --steps 30 "$@" \
     >> "$stage/logs/$log" 2>&1
 }
 threaded=()

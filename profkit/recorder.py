@@ -209,7 +209,10 @@ class AtenRecorder:
             counts[plan.name] = counts.get(plan.name, 0) + 1
         shown, op_id = text, None
         if plan.producer or plan.consumer:
-            shown, op_id = self._with_ids(plan, text, args)
+            try:
+                shown, op_id = self._with_ids(plan, text, args)
+            except Exception:  # provenance is a nicety: never break the user's program for it
+                shown, op_id = text, None
         self.push(shown + " out=" + known if known else shown)
         try:
             out = func(*args, **kwargs)
@@ -218,7 +221,10 @@ class AtenRecorder:
         if op_id is not None and plan.producer:
             for o in (out if isinstance(out, (tuple, list)) else (out,)):
                 if hasattr(o, "shape"):
-                    self.made_by[o] = op_id
+                    try:
+                        self.made_by[o] = op_id
+                    except TypeError:  # an output that takes no weak reference
+                        pass
         if known is None and len(self.outputs) < _SIGNATURE_CACHE_MAX:
             # Outputs are known only after the call; later calls with these inputs carry them.
             self.outputs[text] = self._outputs(out)

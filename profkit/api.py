@@ -70,7 +70,7 @@ class Profile:
             self._run = summary
             self._findings = rules.evaluate(self, summary)
             apply_actions(summary, self._findings)
-            if len(self.full_trace.ranges) and bool(self.full_trace._aten_mask.any()):
+            if not self.full_trace.ranges_of_level("aten").empty:
                 self._warn("this capture recorded every aten op (--aten), which slows the host "
                            "(the H200 Llama training step: +71% a step under emit_nvtx, +117% "
                            "under profkit's recorder): host-side verdicts and gains describe the "

@@ -190,3 +190,27 @@ def kernel_instances(acts: pd.DataFrame) -> pd.DataFrame:
         "gpu_start": acts["start"].to_numpy(), "gpu_end": acts["end"].to_numpy(),
         "span_ns": dur, "busy_ns": dur, "gpu_sum_ns": dur, "n_acts": 1, "n_ops": 1,
     })
+
+
+def merge_intervals(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Union of intervals sorted by start: merged starts, ends, and the first member of each."""
+    if len(start) == 0:
+        e = np.empty(0, dtype=np.int64)
+        return e, e, e
+    frontier = np.maximum.accumulate(end)
+    new = np.ones(len(start), dtype=bool)
+    new[1:] = start[1:] > frontier[:-1]
+    first = np.nonzero(new)[0]
+    last = np.append(first[1:], len(start)) - 1
+    return start[first], frontier[last], first
+
+
+def in_intervals(points: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """Whether each point lies inside one of the (merged, sorted) intervals [s, e]."""
+    if len(s) == 0:
+        return np.zeros(len(points), dtype=bool)
+    idx = np.searchsorted(s, points, side="right") - 1
+    ok = idx >= 0
+    out = np.zeros(len(points), dtype=bool)
+    out[ok] = e[idx[ok]] >= points[ok]
+    return out

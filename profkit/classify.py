@@ -46,11 +46,11 @@ _NVJET_TILE = re.compile(r"nvjet_(?:sm\d+_)?[a-z]{3}_(\d+)x(\d+)_")
 _XMMA_TILE = re.compile(r"tilesize(\d+)x(\d+)x\d+")
 # cutlass_tensorop_bf16_s16816fprop_optimized_bf16_256x64_32x4_nhwc: CTA tile, then K x stages
 _CUTLASS_TILE = re.compile(r"(?:tensorop|simt)_\w*?_(\d+)x(\d+)_\d+x\d+")
-# Library helper kernels that only move data (cuDNN layout padding/transposes, dtype converts):
-# their names carry "cudnn" but they are no GEMM.
 # Inductor's fused pointwise/reduction kernels: their names list the ops they fused
 # ("triton_poi_fused_add_convolution_relu_4" is the add+ReLU after a convolution, not one).
 INDUCTOR_FUSED_RE = re.compile(r"^triton_(poi|per|red|for)_")
+# Library helper kernels that only move data (cuDNN layout padding/transposes, dtype converts):
+# their names carry "cudnn" but they are no GEMM.
 HELPER_RE = re.compile(r"Padding|nchwTo|nhwcTo|[Tt]ranspose|convert_|dot_do_o|reorder", re.I)
 _CONFIDENCE_ORDER = ["low", "medium", "high"]
 

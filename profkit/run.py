@@ -26,6 +26,8 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
+from profkit.attribution import in_intervals, merge_intervals
+from profkit.classify import INDUCTOR_FUSED_RE
 from profkit.reader import match_names
 from profkit.window import Window, main_threads, top_level
 
@@ -42,9 +44,6 @@ MEMCPY_RE = re.compile(r"^cu(da)?Memcpy")
 SYNC_OR_COPY_RE = re.compile(f"(?:{SYNC_RE.pattern})|(?:{MEMCPY_RE.pattern})")
 DATA_RE = re.compile(r"data|load|batch|fetch|input|prefetch|collate|dataset", re.I)
 NCCL_RE = re.compile(r".*nccl", re.I)
-# Inductor's fused pointwise/reduction kernels name the ops they fused ("..._convolution_relu_2"):
-# not GEMMs, whatever their names mention.
-INDUCTOR_FUSED_RE = re.compile(r"triton_(poi|per|red|for)_")
 GEMM_RE = re.compile(r".*(gemm|nvjet|xmma|cutlass|wgmma|cublas|matmul|conv|cudnn|flash|fmha|attention|"
                      r"sdpa|implicit_convolve)", re.I)
 
@@ -108,30 +107,6 @@ class RunSummary:
         }
 
 
-def _merge(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Union of intervals sorted by start: merged starts, ends, and the first member of each."""
-    if len(start) == 0:
-        e = np.empty(0, dtype=np.int64)
-        return e, e, e
-    frontier = np.maximum.accumulate(end)
-    new = np.ones(len(start), dtype=bool)
-    new[1:] = start[1:] > frontier[:-1]
-    first = np.nonzero(new)[0]
-    last = np.append(first[1:], len(start)) - 1
-    return start[first], frontier[last], first
-
-
-def _in_flight(points: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
-    """Whether each point lies inside one of the (merged, sorted) intervals [s, e]."""
-    if len(s) == 0:
-        return np.zeros(len(points), dtype=bool)
-    idx = np.searchsorted(s, points, side="right") - 1
-    ok = idx >= 0
-    out = np.zeros(len(points), dtype=bool)
-    out[ok] = e[idx[ok]] >= points[ok]
-    return out
-
-
 FAMILIES = ("compute", "memory", "launch", "communication")
 
 
@@ -164,7 +139,7 @@ def summarize(trace, window: Window, launch_floor_ns: float) -> RunSummary:
     codes = codes[sel][order]
     s = np.clip(start[order], w0, w1)
     e = np.clip(col("end", np.int64), w0, w1)
-    ms, me, first = _merge(s, e)
+    ms, me, first = merge_intervals(s, e)
     busy = int((me - ms).sum())
 
     fam = _kernel_family(codes, uniq, col("kind", object) == "kernel", e - s, launch_floor_ns)
@@ -201,10 +176,10 @@ def summarize(trace, window: Window, launch_floor_ns: float) -> RunSummary:
     sync_or_copy = trace.api_calls_matching(SYNC_OR_COPY_RE)
     sync = of_process(sync_or_copy[match_names(sync_or_copy["name"], SYNC_RE)])
     copy = of_process(sync_or_copy[match_names(sync_or_copy["name"], MEMCPY_RE)])
-    ss, se, _ = _merge(sync["start"].to_numpy(np.int64), sync["end"].to_numpy(np.int64))
-    cs, ce, _ = _merge(copy["start"].to_numpy(np.int64), copy["end"].to_numpy(np.int64))
-    is_sync = _in_flight(gap_a, ss, se) & (host_part > 0)
-    is_copy = ~is_sync & _in_flight(gap_a + host_part // 2, cs, ce) & (host_part > 0)
+    ss, se, _ = merge_intervals(sync["start"].to_numpy(np.int64), sync["end"].to_numpy(np.int64))
+    cs, ce, _ = merge_intervals(copy["start"].to_numpy(np.int64), copy["end"].to_numpy(np.int64))
+    is_sync = in_intervals(gap_a, ss, se) & (host_part > 0)
+    is_copy = ~is_sync & in_intervals(gap_a + host_part // 2, cs, ce) & (host_part > 0)
     is_host = ~is_sync & ~is_copy
     breakdown["idle_host"] = int(host_part[is_host].sum())
     breakdown["idle_sync"] = int(host_part[is_sync].sum())
@@ -343,7 +318,7 @@ def sync_intervals(trace) -> tuple[np.ndarray, np.ndarray]:
         return cached
     calls = trace.api_calls_matching(SYNC_OR_COPY_RE)
     sync = calls[match_names(calls["name"], SYNC_RE)].sort_values("start", kind="stable")
-    ss, se, _ = _merge(sync["start"].to_numpy(np.int64), sync["end"].to_numpy(np.int64))
+    ss, se, _ = merge_intervals(sync["start"].to_numpy(np.int64), sync["end"].to_numpy(np.int64))
     trace.__dict__["_sync_intervals"] = (ss, se)
     return ss, se
 
@@ -363,7 +338,7 @@ def critical_fraction(acts: pd.DataFrame, sync: tuple[np.ndarray, np.ndarray]) -
     d, e, nxt_api = dev[order], end[order], np.append(api_end[order][1:], np.nan)
     same_dev = np.append(d[1:] == d[:-1], False)
     queued = same_dev & (np.isnan(nxt_api) | (nxt_api <= e))
-    waited = _in_flight(e, *sync)
+    waited = in_intervals(e, *sync)
     crit = np.empty(len(order), dtype=float)
     crit[order] = (queued | waited).astype(float)
     return pd.Series(crit, index=acts.index)

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from profkit.errors import ProfkitError
+from profkit.attribution import in_intervals, merge_intervals
 from profkit.reader import match_names
 
 MIN_ITERATIONS = 3        # a range or kernel must recur this often to mark iterations
@@ -159,15 +160,10 @@ def _kernel_share(trace, inst: pd.DataFrame) -> float:
     first = float(inst["start"].min())
     counts = t >= first
     user = trace.user_ranges
-    user = user[~match_names(user["name"], COMPILE_RANGE_RE) & ~match_names(user["name"], LIBRARY_RANGE_RE)
-                & (user["start"] < first)]
+    user = user[loop_range_mask(user["name"]) & (user["start"] < first)]
     if not user.empty:
-        s0, e0 = _union(user["start"].to_numpy(np.int64), user["end"].to_numpy(np.int64))
-        i = np.searchsorted(s0, t, side="right") - 1
-        ok = i >= 0
-        inside = np.zeros(len(t), dtype=bool)
-        inside[ok] = t[ok] <= e0[i[ok]]
-        counts |= inside
+        counts |= in_intervals(t, *sorted_union(user["start"].to_numpy(np.int64),
+                                                 user["end"].to_numpy(np.int64)))
     total = float(dur[counts].sum())
     if total <= 0:
         return 0.0
@@ -175,15 +171,17 @@ def _kernel_share(trace, inst: pd.DataFrame) -> float:
     return float(dur[span].sum()) / total
 
 
-def _union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Sorted, merged [start, end] intervals."""
+def sorted_union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Merged [start, end] intervals of unsorted ones."""
     o = np.argsort(starts, kind="stable")
-    s, e = starts[o], ends[o]
-    e = np.maximum.accumulate(e)
-    new = np.ones(len(s), dtype=bool)
-    new[1:] = s[1:] > e[:-1]
-    idx = np.flatnonzero(new)
-    return s[idx], np.append(e[idx[1:] - 1], e[-1])
+    s, e, _ = merge_intervals(starts[o], ends[o])
+    return s, e
+
+
+def loop_range_mask(names: pd.Series) -> np.ndarray:
+    """Which user NVTX ranges can mark or hold a loop's work: not torch.compile's own, not the
+    ones libraries open (CCCL, NCCL, cuBLAS, cuDNN)."""
+    return ~match_names(names, COMPILE_RANGE_RE) & ~match_names(names, LIBRARY_RANGE_RE)
 
 
 def _gpu_end_of(trace, t0: int, t1: int) -> int:
@@ -246,7 +244,7 @@ def _nvtx_delimiter(trace) -> Optional[str]:
     top = top_level(user)
     if main is not None:
         top = top[top["globalTid"] == main]
-    top = top[~match_names(top["name"], COMPILE_RANGE_RE) & ~match_names(top["name"], LIBRARY_RANGE_RE)]
+    top = top[loop_range_mask(top["name"])]
     if top.empty:
         return None
     stats = top.assign(d=top["end"] - top["start"]).groupby("name")["d"].agg(["size", "sum"])
@@ -336,9 +334,6 @@ def leading_setup(starts: np.ndarray, factor: float = 10.0) -> int:
     return first
 
 
-steady_start = leading_setup  # the kernel-sequence windows use the same rule
-
-
 def _excluded(trace, w: Window, lo: int, hi: int) -> list[dict]:
     """What the window leaves out, with durations: set-up before it, the tail after it."""
     out: list[dict] = []
@@ -413,7 +408,7 @@ def find_window(trace, spec: str = "auto") -> Window:
             if len(starts) < MIN_ITERATIONS + 1:
                 return Window(lo, hi, "all", is_all=True)
             # Whole iterations after the first (and after any later set-up outlier), to the last.
-            first = steady_start(starts)
+            first = leading_setup(starts)
             gp = np.diff(gpu_starts[first:])
             w = Window(int(starts[first]), int(starts[-1]), f"kernel sequence: iterations "
                        f"{first}..{len(starts) - 1} of {len(starts)} repeats of one kernel",

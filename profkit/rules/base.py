@@ -195,6 +195,11 @@ class RuleContext:
         return f"{ns / it / 1e6:.2f} ms per iteration" if it else f"{ns / 1e6:.2f} ms in the window"
 
 
+# Library GEMM kernels by name (cuBLAS/cuBLASLt nvjet, CUTLASS, xmma, wgmma): what the GEMM rules
+# look for in the timeline.
+GEMM_KERNEL_RE = re.compile(r"gemm|nvjet|xmma|cutlass|wgmma", re.I)
+
+
 def covered_per_interval(starts: np.ndarray, ends: np.ndarray, bounds: np.ndarray) -> np.ndarray:
     """Per consecutive pair of ``bounds``: the length of the union of the intervals
     ``starts..ends`` inside it. Linear in the inputs (prefix sums over the merged intervals), so a
@@ -202,8 +207,8 @@ def covered_per_interval(starts: np.ndarray, ends: np.ndarray, bounds: np.ndarra
     n = len(bounds) - 1
     if not len(starts) or n <= 0:
         return np.zeros(max(n, 0))
-    from profkit.window import _union
-    us, ue = _union(np.asarray(starts, np.int64), np.asarray(ends, np.int64))
+    from profkit.window import sorted_union
+    us, ue = sorted_union(np.asarray(starts, np.int64), np.asarray(ends, np.int64))
     cum = np.concatenate([[0], np.cumsum(ue - us)])
     t = np.asarray(bounds, np.int64)
     k = np.searchsorted(us, t, side="right") - 1

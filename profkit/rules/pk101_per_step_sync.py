@@ -35,8 +35,8 @@ from __future__ import annotations
 import numpy as np
 
 from profkit.model import Rung
-from profkit.rules.base import (covered_per_interval, Finding, Param, RuleContext, RuleMeta, Table, iteration_bounds,
-                                speedup)
+from profkit.rules.base import (Finding, Param, RuleContext, RuleMeta, Table, covered_per_interval,
+                                iteration_bounds, speedup)
 from profkit.run import sync_intervals
 
 RULE = RuleMeta(
@@ -47,11 +47,6 @@ RULE = RuleMeta(
     params=(Param("min_idle_share", 0.05, "GPU idle after syncs, as a share of the wall time"),))
 
 
-def _clipped(s: np.ndarray, e: np.ndarray, bounds: np.ndarray) -> np.ndarray:
-    """Per iteration: the length of the intervals s..e inside it."""
-    return covered_per_interval(s, e, bounds)
-
-
 def per_iteration(ctx: RuleContext) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per iteration: its length, its GPU floor (busy + its share of the GPU-side gaps) and the
     CPU's own time (the iteration minus its time blocked in syncs)."""
@@ -60,20 +55,10 @@ def per_iteration(ctx: RuleContext) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     lengths = np.diff(bounds).astype(float)
     a = ctx.prof.trace.activities
     a = a[(a["deviceId"] == r.device) & (a["end"] > bounds[0]) & (a["start"] < bounds[-1])]
-    s = a["start"].to_numpy(np.int64)
-    e = a["end"].to_numpy(np.int64)
-    order = np.argsort(s, kind="stable")
-    s, e = s[order], e[order]
-    if len(s):
-        reach = np.maximum.accumulate(e)
-        new = np.ones(len(s), dtype=bool)
-        new[1:] = s[1:] > reach[:-1]
-        idx = np.flatnonzero(new)
-        s, e = s[idx], np.maximum.reduceat(e, idx)
-    busy = _clipped(s, e, bounds)
+    busy = covered_per_interval(a["start"].to_numpy(np.int64), a["end"].to_numpy(np.int64), bounds)
     floor = busy + r.breakdown["idle_other"] * lengths / max(ctx.wall_ns, 1.0)
     ss, se = sync_intervals(ctx.prof.trace)
-    cpu = lengths - _clipped(np.asarray(ss, np.int64), np.asarray(se, np.int64), bounds)
+    cpu = lengths - covered_per_interval(np.asarray(ss, np.int64), np.asarray(se, np.int64), bounds)
     return lengths, floor, cpu
 
 

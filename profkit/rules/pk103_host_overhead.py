@@ -46,10 +46,10 @@ import numpy as np
 import pandas as pd
 
 from profkit.model import Rung
-from profkit.rules.base import (Finding, covered_per_interval, Param, RuleContext, RuleMeta, Table, iteration_bounds,
-                                speedup)
+from profkit.rules.base import (Finding, Param, RuleContext, RuleMeta, Table, covered_per_interval,
+                                iteration_bounds, speedup)
 from profkit.run import DATA_RE, GEMM_RE, NCCL_RE
-from profkit.window import COMPILE_RANGE_RE, LIBRARY_RANGE_RE
+from profkit.window import loop_range_mask
 
 # Kernels Inductor wrote: a window where they carry this share of the kernel time is compiled.
 INDUCTOR_RE = re.compile(r"^triton_")
@@ -126,9 +126,8 @@ def _outside_children(ctx: RuleContext, bounds: np.ndarray) -> np.ndarray | None
     w = ctx.run.window
     if not w.delimiter or not w.iteration_ns:
         return None
-    from profkit.reader import match_names
     user = ctx.prof.full_trace.user_ranges
-    user = user[~match_names(user["name"], COMPILE_RANGE_RE) & ~match_names(user["name"], LIBRARY_RANGE_RE)]
+    user = user[loop_range_mask(user["name"])]
     steps = user[user["name"] == w.delimiter]
     kids = user[(user["name"] != w.delimiter) & (user["start"] >= bounds[0]) & (user["end"] <= bounds[-1])]
     # Data loading is not model code: compiling the model leaves it where it is.

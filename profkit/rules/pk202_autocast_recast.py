@@ -32,7 +32,7 @@ import re
 
 from profkit.dtypes import kernel_dtype
 from profkit.model import Rung
-from profkit.rules.base import Finding, Param, RuleContext, RuleMeta, Scope, Table, matches
+from profkit.rules.base import GEMM_KERNEL_RE, Finding, Param, RuleContext, RuleMeta, Scope, Table, matches
 
 RULE = RuleMeta(
     code="PK202", name="autocast-recast",
@@ -43,7 +43,6 @@ RULE = RuleMeta(
 
 CAST_RE = re.compile(r"(bfloat16|float16|half)_copy_kernel_cuda.*\[lambda\(float\)", re.I)
 OPTIM_RE = re.compile(r"multi_tensor_apply_kernel.*(Functor<float|FusedAdam\w*Functor<float)", re.I)
-GEMM_RE = re.compile(r"gemm|nvjet|xmma|cutlass|wgmma", re.I)
 
 
 def detect(ctx: RuleContext) -> list[Finding]:
@@ -52,7 +51,7 @@ def detect(ctx: RuleContext) -> list[Finding]:
     casts = k[matches(names, CAST_RE)]
     if casts.empty or not matches(names, OPTIM_RE).any():
         return []  # no fp32 optimizer: weights are not fp32 masters (e.g. a bf16 model)
-    low = [n for n in names[matches(names, GEMM_RE)]
+    low = [n for n in names[matches(names, GEMM_KERNEL_RE)]
            if kernel_dtype(n).precision in ("bf16", "fp16")]
     if not low:
         return []

@@ -27,7 +27,7 @@ import re
 from profkit.dtypes import kernel_dtype
 from profkit.model import Rung
 from profkit.patterns import FLASH_RE
-from profkit.rules.base import Finding, Param, RuleContext, RuleMeta, Scope, Table, matches
+from profkit.rules.base import GEMM_KERNEL_RE, Finding, Param, RuleContext, RuleMeta, Scope, Table, matches
 
 RULE = RuleMeta(
     code="PK301", name="attention-math-path",
@@ -38,7 +38,7 @@ RULE = RuleMeta(
 
 SOFTMAX_RE = re.compile(r"softmax", re.I)
 LOG_RE = re.compile(r"LogSoftMax|log_softmax", re.I)
-GEMM_RE = re.compile(r"gemm|nvjet|xmma|cutlass|wgmma|bmm", re.I)
+GEMM_RE = re.compile(GEMM_KERNEL_RE.pattern + r"|bmm", re.I)  # batched GEMMs of math-path attention
 
 
 def _fp32_flash(ctx: RuleContext, names) -> list[Finding]:

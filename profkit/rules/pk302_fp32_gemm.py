@@ -23,7 +23,7 @@ import re
 
 from profkit.dtypes import kernel_dtype
 from profkit.model import Rung
-from profkit.rules.base import Finding, Param, RuleContext, RuleMeta, Scope, Table, matches
+from profkit.rules.base import GEMM_KERNEL_RE, Finding, Param, RuleContext, RuleMeta, Scope, Table, matches
 
 RULE = RuleMeta(
     code="PK302", name="fp32-gemm",
@@ -33,7 +33,6 @@ RULE = RuleMeta(
     params=(Param("min_gpu_share", 0.02, "fp32 GEMMs' share of the window's GPU time"),
             Param("target", 0.70, "share of the TF32 roof a library GEMM reaches")))
 
-GEMM_RE = re.compile(r"gemm|nvjet|xmma|cutlass|wgmma", re.I)
 CONV_RE = re.compile(r"conv|fprop|dgrad|wgrad", re.I)
 
 
@@ -43,7 +42,7 @@ def detect(ctx: RuleContext) -> list[Finding]:
     if "fp32" not in peaks or "tf32" not in peaks:
         return []
     names = k.index.to_series()
-    fp32 = [n for n in names[matches(names, GEMM_RE) & ~matches(names, CONV_RE)]
+    fp32 = [n for n in names[matches(names, GEMM_KERNEL_RE) & ~matches(names, CONV_RE)]
             if kernel_dtype(n).precision == "fp32"]
     if not fp32:
         return []

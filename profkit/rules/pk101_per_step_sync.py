@@ -57,7 +57,7 @@ def per_iteration(ctx: RuleContext) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     a = a[(a["deviceId"] == r.device) & (a["end"] > bounds[0]) & (a["start"] < bounds[-1])]
     busy = covered_per_interval(a["start"].to_numpy(np.int64), a["end"].to_numpy(np.int64), bounds)
     floor = busy + r.breakdown["idle_other"] * lengths / max(ctx.wall_ns, 1.0)
-    ss, se = sync_intervals(ctx.prof.trace)
+    ss, se = sync_intervals(ctx.prof.full_trace)  # read once, shared with the run summary
     cpu = lengths - covered_per_interval(np.asarray(ss, np.int64), np.asarray(se, np.int64), bounds)
     return lengths, floor, cpu
 

@@ -21,6 +21,9 @@ Tokens (space-separated ``key=value``; a token is left out when the op has no su
 ``causal``  SDPA-family ``is_causal``; ``p`` dropout probability; ``scale`` softmax scale
 ``dim``     reduction dims (``-1`` or ``0,1``); ``keepdim`` ``0``/``1``
 ``alpha``   the ``alpha`` scalar of add/sub-like ops; ``dtype`` a requested output type
+``same``    ``I:J`` pairs, comma-separated: ``sizes`` entry ``I`` is the tensor (or, for a list,
+            starts with the tensor) of entry ``J``, so it is read once (``x * x``, the
+            optimizer's ``addcmul_(v, grads, grads)``)
 """
 from __future__ import annotations
 
@@ -59,6 +62,12 @@ class AtenRecord:
     keepdim: Optional[bool] = None
     alpha: Optional[float] = None
     dtype: Optional[str] = None               # the dtype= argument (casts, factory ops)
+    same: tuple[tuple[int, int], ...] = ()    # (entry, earlier entry it repeats), raw positions
+
+    def without_repeats(self) -> list:
+        """``raw_sizes`` with each repeated argument blanked (``[]``): what is read, once."""
+        drop = {i for i, _ in self.same}
+        return [[] if i in drop else e for i, e in enumerate(self.raw_sizes)]
 
     @property
     def tensor_dtypes(self) -> list[str]:
@@ -246,6 +255,13 @@ def parse(text: str) -> Optional[AtenRecord]:
                 pass
         elif key == "dtype":
             kw["dtype"] = val
+        elif key == "same":
+            pairs = []
+            for part in val.split(","):
+                i, _, j = part.partition(":")
+                if i.isdigit() and j.isdigit() and int(j) < int(i) < len(raw):
+                    pairs.append((int(i), int(j)))
+            kw["same"] = tuple(pairs)
     if len(kw.get("in_dtypes", ())) != len(sizes):
         kw.pop("in_dtypes", None)  # damaged or from another version: no per-entry types
     return AtenRecord(op=op, sizes=sizes, raw_sizes=raw, **kw)

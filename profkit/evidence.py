@@ -12,12 +12,13 @@ above its roof) and the confidence drops to "low".
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Optional
 
 import numpy as np
 import pandas as pd
 
+from profkit.aten_record import flatten_sizes
 from profkit.dtypes import ELEM_BYTES, UNKNOWN_ELEM_BYTES, OpDtype, op_dtype
 from profkit.hints import Hint
 from profkit.model import Source
@@ -40,7 +41,7 @@ class Work:
     host_link: bool = False            # bytes cross PCIe/C2C, not HBM: the HBM roof does not apply
     tensor_pct: Optional[float] = None  # GPU metrics: tensor pipes active, % of peak
     l2_bytes: Optional[float] = None   # ncu: L2-side bytes (lts__t_bytes) per call
-    bytes_basis: str = ""              # which bytes the verdict uses: dram | l2 | model | copy
+    bytes_basis: str = ""              # which bytes the verdict uses: hbm | dram | l2 | model | copy
     candidates: tuple[str, ...] = ()   # precision None: the types it may be (roof: the highest)
     confidence_cap: Optional[str] = None  # "low" when the counts rest on a guessed element type
     notes: dict = field(default_factory=dict)     # further evidence (bounds), shown as is
@@ -69,6 +70,9 @@ def _kernels_only(member_acts: pd.DataFrame) -> pd.DataFrame:
     return member_acts[member_acts["kind"].astype(str) == "kernel"]
 
 
+_BASIS_TEXT = {"hbm": "DRAM reads + stores into L2", "dram": "DRAM bytes", "l2": "L2 bytes"}
+
+
 def from_ncu(member_acts: pd.DataFrame, ncu: pd.DataFrame, calls: int,
              l2_capacity: Optional[float] = None) -> Optional[Work]:
     """Counters of the op's kernels that the ncu pass profiled (matched by device and start).
@@ -92,11 +96,18 @@ def from_ncu(member_acts: pd.DataFrame, ncu: pd.DataFrame, calls: int,
     m["nsys_ns"] = (m["end"] - m["start"]).astype(float)
     ncu_t = pd.to_numeric(m["gpu_time_ns"], errors="coerce") if "gpu_time_ns" in m else None
     m["ncu_ns"] = ncu_t.where(ncu_t > 0, m["nsys_ns"]) if ncu_t is not None else m["nsys_ns"]
-    if "l2_bytes" not in m:
-        m["l2_bytes"] = np.nan
+    for c in ("l2_bytes", "l2_write_bytes"):
+        if c not in m:
+            m[c] = np.nan
     m["dram"] = m["dram_bytes_read"].fillna(0) + m["dram_bytes_write"].fillna(0)
+    # What reaches HBM: ncu flushes L2 before each kernel, so its DRAM reads are cold, but a
+    # store that fits in L2 is written back after the kernel ends, outside the DRAM write counter.
+    # Every store passes through L2, so the larger of the two write counts is the store.
+    hbm_seen = m["l2_write_bytes"].notna().any()
+    m["hbm"] = m["dram_bytes_read"].fillna(0) + np.maximum(m["dram_bytes_write"].fillna(0),
+                                                           m["l2_write_bytes"].fillna(0))
     launches = kern.groupby("name", observed=True).size()
-    totals = {c: 0.0 for c in _FLOP_COLS + ["dram", "l2_bytes", "ncu_ns", "nsys_ns"]}
+    totals = {c: 0.0 for c in _FLOP_COLS + ["dram", "hbm", "l2_bytes", "ncu_ns", "nsys_ns"]}
     l2_seen = m["l2_bytes"].notna().any()
     per_launch_l2 = []
     for name, g in m.groupby("name", observed=True):
@@ -117,6 +128,17 @@ def from_ncu(member_acts: pd.DataFrame, ncu: pd.DataFrame, calls: int,
                 totals[c] *= s
         note = (f"; {unprofiled['name'].nunique()} kernel name(s) without counters "
                 f"({extra_ns / (extra_ns + covered_nsys):.0%} of the op's kernel time) scaled by time")
+    # Device-side copies and memsets of the op (pow(x, 1) is a copy, pow(x, 2) a kernel, under
+    # one key): no counters, but their bytes are exact and their time is in the trace.
+    dev = member_acts[member_acts["kind"].isin(["memcpy", "memset"])
+                      & ~member_acts["name"].astype(str).str.contains("Host")]
+    if len(dev):
+        factor = np.where(dev["name"].astype(str).str.contains("Device-to-Device"), 2.0, 1.0)
+        copy_b = float((dev["bytes"].astype(float).fillna(0) * factor).sum())
+        for c in ("dram", "hbm"):
+            totals[c] += copy_b
+        totals["ncu_ns"] += float((dev["end"] - dev["start"]).sum())
+        note += f"; {len(dev)} device copies/memsets at their exact bytes"
     if totals["ncu_ns"] <= 0:
         return None
     n = max(calls, 1)
@@ -137,11 +159,15 @@ def from_ncu(member_acts: pd.DataFrame, ncu: pd.DataFrame, calls: int,
     dram = totals["dram"]
     l2 = totals["l2_bytes"] if l2_seen else None
     basis, used = "dram", dram
-    if l2 and totals["flops_tensor"] == 0 and dram < L2_RESIDENT_RATIO * l2 \
+    if hbm_seen:
+        basis, used = "hbm", totals["hbm"]  # cold reads + every store
+    elif l2 and totals["flops_tensor"] == 0 and dram < L2_RESIDENT_RATIO * l2 \
             and max(per_launch_l2 or [0.0]) <= (l2_capacity or L2_CAPACITY_BYTES):
         basis, used = "l2", l2  # the data stayed in L2: DRAM bytes miss the writes it absorbed
     notes = {"dram_bytes_per_call": dram / n, "bytes_basis": basis,
              "ncu_time_per_call_ns": totals["ncu_ns"] / n}
+    if hbm_seen:
+        notes["hbm_bytes_per_call"] = totals["hbm"] / n
     if l2 is not None:
         notes["l2_bytes_per_call"] = l2 / n
     return Work(Source.NCU, flops=flops / n, bytes=used / n, precision=precision,
@@ -149,7 +175,7 @@ def from_ncu(member_acts: pd.DataFrame, ncu: pd.DataFrame, calls: int,
                 time_ns=totals["ncu_ns"] / n, l2_bytes=(l2 / n) if l2 is not None else None,
                 bytes_basis=basis, notes=notes,
                 detail=f"{len(m)} of {len(kern)} kernels profiled by ncu; bytes and time from ncu "
-                       f"({basis.upper()} bytes){note}")
+                       f"({_BASIS_TEXT[basis]}){note}")
 
 
 def from_hint(hint: Optional[Hint], default_precision: Optional[str]) -> Optional[Work]:
@@ -210,15 +236,18 @@ def attention_causal(kernel_names: list[str]) -> Optional[bool]:
 
 
 def _record_out_elems(record, call) -> Optional[int]:
-    """A reduction's output size from the record: its outputs, else the input and ``dim``."""
+    """A reduction's (or a backward scatter's) output size from the record: its outputs, else
+    the input and ``dim``."""
     from profkit import flops as flop_model
-    if record is None or flop_model.normalize_op(call.op) not in flop_model.REDUCTION_OPS:
+    name = flop_model.normalize_op(call.op)
+    if record is None or (name not in flop_model.REDUCTION_OPS
+                          and name not in flop_model.SCATTER_BACKWARD_OPS):
         return None
     if record.outputs:
         shape = record.outputs[0][1]
         if shape is not None:
             return flop_model.numel(shape)
-    if record.dim is not None and call.sizes and call.sizes[0]:
+    if name in flop_model.REDUCTION_OPS and record.dim is not None and call.sizes and call.sizes[0]:
         return flop_model.reduced_elems(call.sizes[0], record.dim)
     return None
 
@@ -251,9 +280,20 @@ def from_shapes(op_key: str, dtype: OpDtype | int | None = None,
     dst_eb = ELEM_BYTES.get(dtype.dst or "") or None
 
     def cost(eb: int, causal: bool = False):
-        return flop_model.estimate(call.op, call.sizes, elem_bytes=eb, causal=causal,
-                                   src_elem_bytes=src_eb, dst_elem_bytes=dst_eb,
-                                   raw_sizes=call.raw_sizes, out_elems=out_elems)
+        c = flop_model.estimate(call.op, call.sizes, elem_bytes=eb, causal=causal,
+                                src_elem_bytes=src_eb, dst_elem_bytes=dst_eb,
+                                raw_sizes=call.raw_sizes, out_elems=out_elems)
+        if c is None or record is None or not record.same:
+            return c
+        # A tensor passed twice is read once: bytes without the repeats, FLOPs as called.
+        raw = record.without_repeats()
+        once = flop_model.estimate(call.op, flatten_sizes(raw), elem_bytes=eb, causal=causal,
+                                   src_elem_bytes=src_eb, dst_elem_bytes=dst_eb, raw_sizes=raw,
+                                   out_elems=out_elems)
+        if once is None or once.bytes >= c.bytes:
+            return c
+        shown = ", ".join(f"argument {i} is argument {j}" for i, j in record.same)
+        return replace(c, bytes=once.bytes, formula=f"{c.formula}; {shown}: read once")
 
     out_elems = _record_out_elems(record, call)
 

@@ -296,6 +296,10 @@ ELEMENTWISE_FLOPS: dict[str, int] = {
     "lerp": 3,
     "addcmul": 3,
     "addcdiv": 3,
+    "silu_backward": 6,
+    "gelu_backward": 10,
+    "sigmoid_backward": 2,
+    "tanh_backward": 2,
 }
 ELEMENTWISE_OPS = {
     "add", "sub", "rsub", "mul", "div", "true_divide", "floor_divide", "neg", "abs", "relu",
@@ -306,6 +310,9 @@ ELEMENTWISE_OPS = {
     "addcdiv", "sign", "floor", "ceil", "round", "trunc", "fmod", "remainder", "eq", "ne", "lt",
     "le", "gt", "ge", "logical_and", "logical_or", "logical_not", "bitwise_and", "bitwise_or",
     "dropout", "native_dropout", "sgn", "fill", "zero", "copysign", "nan_to_num",
+    # activation backward: (grad, input or output) read, grad_input written
+    "silu_backward", "gelu_backward", "sigmoid_backward", "tanh_backward", "threshold_backward",
+    "hardswish_backward", "elu_backward", "leaky_relu_backward", "hardtanh_backward",
 }
 _ZERO_FLOP = {"fill", "zero"}
 
@@ -422,13 +429,67 @@ def cost_rms_norm(sizes: Sequence[Shape], eb: int) -> Optional[OpCost]:
                   f"rms_norm: 4*{n} FLOP; bytes = ({n} in + {params} params + {n} out) * {eb}")
 
 
+# PyTorch's softmax kernels (aten/src/ATen/native/cuda/SoftMax.cu) keep a row on chip only when
+# it fits: a warp per row up to 1024 elements, else the row in shared memory while it fits the
+# default 48 KiB per block. A longer row is read from memory again for the pass that writes the
+# result (forward: once for max and sum, once to write; backward: the incoming gradient twice).
+# ncu on the H200, [4096, 32000] fp32: forward 1.79 reads per element, backward 2.8 reads of
+# two inputs (model: 2 and 3).
+SOFTMAX_ROW_ON_CHIP_BYTES = 48 * 1024
+_SOFTMAX_BWD = {"_softmax_backward_data", "_log_softmax_backward_data", "softmax_backward_data"}
+
+
+def _softmax_passes(row: int, eb: int) -> int:
+    return 1 if row <= 1024 or row * eb <= SOFTMAX_ROW_ON_CHIP_BYTES else 2
+
+
 def cost_softmax(op: str, sizes: Sequence[Shape], eb: int) -> Optional[OpCost]:
-    """softmax/log_softmax: ~5 FLOPs/element (max, subtract, exp, sum, divide); bytes = in + out."""
+    """softmax/log_softmax over the last dim: ~5 FLOPs/element (max, subtract, exp, sum,
+    divide); bytes = in (once, or twice for rows too long to stay on chip) + out."""
     if not sizes or not sizes[0]:
         return None
     n = numel(sizes[0])
-    return OpCost(5.0 * n, float(2 * n) * eb, "softmax",
-                  f"{op}: 5*{n} FLOP; bytes = ({n} in + {n} out) * {eb}")
+    reads = _softmax_passes(int(sizes[0][-1]), eb)
+    why = "" if reads == 1 else f" (row of {sizes[0][-1]} does not stay on chip: read twice)"
+    return OpCost(5.0 * n, float((reads + 1) * n) * eb, "softmax",
+                  f"{op}: 5*{n} FLOP; bytes = ({reads}*{n} in + {n} out) * {eb}{why}")
+
+
+def cost_softmax_backward(op: str, sizes: Sequence[Shape], eb: int) -> Optional[OpCost]:
+    """``_softmax_backward_data(grad, output, dim, dtype)``: ~3 FLOPs/element; bytes = grad and
+    output read (the grad twice for long rows) + grad_input written."""
+    if len(sizes) < 2 or not sizes[0] or not sizes[1]:
+        return None
+    n = numel(sizes[0])
+    grad_reads = _softmax_passes(int(sizes[0][-1]), eb)
+    return OpCost(3.0 * n, float((grad_reads + 2) * n) * eb, "softmax",
+                  f"{op}: 3*{n} FLOP; bytes = ({grad_reads}*{n} grad + {n} output read + {n} "
+                  f"written) * {eb}")
+
+
+def cost_scatter_into_zeros(op: str, sizes: Sequence[Shape], eb: int,
+                            out_elems: Optional[int]) -> Optional[OpCost]:
+    """Backward ops that zero a larger gradient and write the incoming one into part of it
+    (``slice_backward``, ``select_backward``, ``embedding_dense_backward``, ``nll_loss_backward``):
+    the zero fill of the output + the incoming gradient read + its rows written (and indices)."""
+    tensors = _tensors(sizes)
+    if op == "nll_loss_backward":
+        # (grad_output[], self[N, C], target[N], ...): grad_input is self-shaped, zero but one
+        # element per row
+        if len(tensors) < 2:
+            return None
+        out, n = numel(tensors[0]), (numel(tensors[1]) if len(tensors) > 1 else 0)
+        return OpCost(0.0, float(out * eb + n * INDEX_BYTES), "scatter",
+                      f"{op}: 0 FLOP; bytes = {out}*{eb} (zeroed grad_input) + {n}*{INDEX_BYTES} "
+                      "(targets)")
+    if out_elems is None or not tensors:
+        return None
+    g = numel(tensors[0])
+    idx = numel(tensors[1]) * INDEX_BYTES if op == "embedding_dense_backward" and len(tensors) > 1 else 0
+    flops = float(g) if op == "embedding_dense_backward" else 0.0  # rows summed per index
+    return OpCost(flops, float(out_elems * eb + 2 * g * eb + idx), "scatter",
+                  f"{op}: bytes = {out_elems}*{eb} (zeroed output) + 2*{g}*{eb} (gradient read, "
+                  f"written into it)" + (f" + {idx} (indices)" if idx else ""))
 
 
 # --- gathers and copies ---------------------------------------------------------------------------
@@ -600,6 +661,9 @@ _LAYER_NORM = {"layer_norm", "native_layer_norm"}
 _RMS_NORM = {"rms_norm", "_fused_rms_norm"}
 _SOFTMAX = {"softmax", "_softmax", "log_softmax", "_log_softmax", "_safe_softmax"}
 _COPY = {"copy", "to", "_to_copy", "contiguous", "clone"}
+# Backward ops whose output size is an argument the shapes do not show (the recorder's outputs do).
+SCATTER_BACKWARD_OPS = {"slice_backward", "select_backward", "embedding_dense_backward",
+                        "nll_loss_backward"}
 
 
 def estimate(op: str, sizes: Sequence[Sequence[int]], elem_bytes: int = 2, *,
@@ -639,6 +703,10 @@ def estimate(op: str, sizes: Sequence[Sequence[int]], elem_bytes: int = 2, *,
             return cost_rms_norm(sz, eb)
         if name in _SOFTMAX:
             return cost_softmax(name, sz, eb)
+        if name in _SOFTMAX_BWD:
+            return cost_softmax_backward(name, sz, eb)
+        if name in SCATTER_BACKWARD_OPS:
+            return cost_scatter_into_zeros(name, sz, eb, out_elems)
         if name == "embedding":
             return cost_embedding(sz, eb)
         if name == "index_select":
@@ -670,7 +738,8 @@ def has_model(op: str) -> bool:
     name = normalize_op(op)
     return (name in _GEMM or name in _CONV or name in _ATTENTION or name in _ATTENTION_BWD
             or name in _LAYER_NORM
-            or name in _RMS_NORM or name in _SOFTMAX or name in _COPY or name in REDUCTION_OPS
+            or name in _RMS_NORM or name in _SOFTMAX or name in _SOFTMAX_BWD
+            or name in SCATTER_BACKWARD_OPS or name in _COPY or name in REDUCTION_OPS
             or name in ELEMENTWISE_OPS or name in VIEW_OPS or name.startswith("_foreach_")
             or name in _FUSED_OPTIMIZERS
             or name in ("embedding", "index_select", "gather", "index", "cat", "stack",

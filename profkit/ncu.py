@@ -36,6 +36,8 @@ NCU_COLUMNS: dict[str, str] = {
     "dram_throughput_pct": "REAL",     # gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed
     "achieved_occupancy_pct": "REAL",  # sm__warps_active.avg.pct_of_peak_sustained_active
     "l2_bytes": "REAL",                # lts__t_bytes.sum: L2-side traffic (hits and misses)
+    "l2_read_bytes": "REAL",           # sectors the SMs read from L2, x 32
+    "l2_write_bytes": "REAL",          # sectors the SMs wrote into L2, x 32 (every store)
     "grid": "TEXT",                    # "x,y,z" as ncu reports it, checked against nsys
     "block": "TEXT",                   # "x,y,z"
 }

@@ -77,9 +77,17 @@ SM_PCT = "sm__throughput.avg.pct_of_peak_sustained_elapsed"
 DRAM_PCT = "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed"
 OCC_PCT = "sm__warps_active.avg.pct_of_peak_sustained_active"
 L2_BYTES = "lts__t_bytes.sum"
+# What the SMs read from and wrote into L2 (32-byte sectors). ncu flushes L2 before each kernel,
+# so DRAM reads are cold, but a store smaller than L2 is written back to DRAM only after the
+# kernel ends: DRAM write counters miss it, the L2 write sectors do not.
+L2_READ_TEX = "lts__t_sectors_srcunit_tex_op_read.sum"
+L2_WRITE_TEX = "lts__t_sectors_srcunit_tex_op_write.sum"
+L2_WRITE_ALL = "lts__t_sectors_op_write.sum"   # every L2 client (kept in the raw page only)
+SECTOR_BYTES = 32
 
 NCU_METRICS: list[str] = [
     TIME_METRIC, DRAM_READ, DRAM_WRITE, SM_PCT, DRAM_PCT, OCC_PCT, L2_BYTES,
+    L2_READ_TEX, L2_WRITE_TEX, L2_WRITE_ALL,
     *FP64_METRICS, *FP32_METRICS, *FP16_METRICS, *TENSOR_METRICS,
 ]
 
@@ -285,6 +293,8 @@ def read_raw_csv(source: str | Path | io.TextIOBase) -> pd.DataFrame:
     out["dram_throughput_pct"] = metric(DRAM_PCT)
     out["achieved_occupancy_pct"] = metric(OCC_PCT)
     out["l2_bytes"] = metric(L2_BYTES)
+    out["l2_read_bytes"] = metric(L2_READ_TEX) * SECTOR_BYTES
+    out["l2_write_bytes"] = metric(L2_WRITE_TEX) * SECTOR_BYTES
     out["grid"] = body["Grid Size"].map(_geometry) if "Grid Size" in body else None
     out["block"] = body["Block Size"].map(_geometry) if "Block Size" in body else None
     return out.sort_values("id", kind="stable").reset_index(drop=True)

@@ -142,6 +142,8 @@ class AtenRecorder:
         sizes, dts, cont, extra = [], [], [], []
         names = self.names
         nargs = len(args)
+        firsts: list = []   # (entry, first tensor) of each tensor argument so far
+        same: list[str] = []
         for a in plan.args:
             if a.index >= 0 and a.index < nargs:
                 v = args[a.index]
@@ -153,6 +155,12 @@ class AtenRecorder:
                     dts.append("-")
                     cont.append("-")
                     continue
+                # The same tensor passed twice (x * x) is read once: say so, or bytes double.
+                for j, t in firsts:
+                    if t is v:
+                        same.append(f"{len(sizes)}:{j}")
+                        break
+                firsts.append((len(sizes), v))
                 sizes.append(str(list(v.shape)))
                 dts.append(names.get(v.dtype, "other"))
                 cont.append("1" if v.is_contiguous() else "0")
@@ -165,6 +173,11 @@ class AtenRecorder:
                     dts.append("-")
                     cont.append("-")
                     continue
+                for j, t in firsts:
+                    if t is ts[0]:   # e.g. the optimizer's addcmul_(v, grads, grads)
+                        same.append(f"{len(sizes)}:{j}")
+                        break
+                firsts.append((len(sizes), ts[0]))
                 sizes.append("[" + ", ".join(str(list(t.shape)) for t in ts) + "]")
                 dts.extend(names.get(t.dtype, "other") for t in ts)
                 cont.extend("1" if t.is_contiguous() else "0" for t in ts)
@@ -178,6 +191,8 @@ class AtenRecorder:
                     s = _scalar_text(v, names)
                     if s is not None:
                         extra.append(f"{a.token}={s}")
+        if same:
+            extra.append("same=" + ",".join(same))
         text = (f"{plan.name}, sizes = [{', '.join(sizes)}]{MARKER}in={run_length(dts)} "
                 f"c={''.join(cont)}")
         return text + (" " + " ".join(extra) if extra else "")

@@ -2,7 +2,8 @@
 # On a GPU machine: capture the real programs behind profkit's run-summary, rule and accuracy
 # tests with `profkit capture`, each next to the variant that applies the fix an expert would
 # make first. Usage: scripts/capture_real_programs.sh OUTDIR SECONDS STEP...
-# Steps: train train_fused train_compiled train_kineto train_aten train_rec generate generate_static generate_graphs
+# Steps: train train_eager_attn gpt2 gpt2_pad gpt2_rec gpt2_pad_rec train_rec_ncu
+#        train train_fused train_compiled train_kineto train_aten train_rec generate generate_static generate_graphs
 #        loader loader_fixed sync sync_fixed cnn_metrics cnn_compiled train_ncu train_ncu_auto sync_ncu cnn_ncu
 set -u
 out=${1:?usage: capture_real_programs.sh OUTDIR SECONDS STEP...}; budget=${2:?}; shift 2
@@ -23,6 +24,12 @@ pk() {  # pk NAME [capture options] -- SCRIPT ARGS
 for step in "$@"; do
   case $step in
     train)        pk train_llama $W/train_llama.py ;;
+    train_eager_attn) pk train_llama_eager_attn $W/train_llama.py --attn eager ;;
+    gpt2)         pk train_gpt2 $W/train_gpt2.py ;;
+    gpt2_pad)     pk train_gpt2_padded $W/train_gpt2.py --pad-vocab ;;
+    gpt2_rec)     pk train_gpt2_rec --aten $W/train_gpt2.py --steps 8 ;;
+    gpt2_pad_rec) pk train_gpt2_padded_rec --aten $W/train_gpt2.py --steps 8 --pad-vocab ;;
+    train_rec_ncu) pk train_llama_rec_ncu --aten --ncu $W/train_llama.py --steps 6 ;;  # whole iteration
     train_fused)  pk train_llama_fused $W/train_llama.py --fused ;;
     train_compiled) pk train_llama_compiled $W/train_llama.py --compile --steps 16 ;;
     train_aten)   pk train_llama_aten --aten --aten-source emit_nvtx $W/train_llama.py --steps 8 ;;
@@ -33,7 +40,7 @@ for step in "$@"; do
                     --kineto "$out/traces/train_llama_kineto.json" > "$out/logs/train_kineto.log" 2>&1 \
                     && gzip -f "$out/traces/train_llama_kineto.json" ;;
     sync_ncu)     pk sync_loop_ncu --ncu --ncu-range ncu_iter --ncu-count 500 $W/sync_loop.py --steps 6 ;;
-    cnn_ncu)      pk cnn_infer_ncu --ncu --ncu-range ncu_iter --ncu-count 500 $W/cnn_infer.py --iters 4 ;;
+    cnn_ncu)      pk cnn_infer_ncu --ncu $W/cnn_infer.py --iters 6 ;;  # one whole iteration
     generate)     pk generate_llama $W/generate_llama.py ;;
     generate_static) pk generate_llama_static $W/generate_llama.py --static ;;
     generate_graphs) pk generate_llama_graphs $W/generate_llama.py --static --graphs ;;

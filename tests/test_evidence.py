@@ -2,6 +2,7 @@
 classifier rules that real ops broke (flash attention with a memset, zero-FLOP copies)."""
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -171,6 +172,27 @@ def test_ncu_l2_resident_store_uses_l2_bytes():
     assert w.notes["dram_bytes_per_call"] == pytest.approx(33e3)
     v = classify_op(op_row(busy=10000, kmed=10000), w, PEAKS, ["div_kernel"])
     assert v.bound is BoundClass.MEMORY and v.evidence["bytes_basis"] == "l2"
+
+
+def test_ncu_hbm_bytes_are_cold_reads_plus_every_store():
+    # a 16.8 MB fp32 store fed by 8.4 MB of reads: DRAM wrote 33 kB during the kernel (the rest
+    # is written back after it ends); L2 took every store
+    a = acts([("mul_kernel", "kernel", 0, 10000), ("mul_kernel", "kernel", 20000, 30000)])
+    n = ncu_rows([(0, 10000.0, 2 * 33e3, 0.0, 0.0)])
+    n["dram_bytes_read"] = 8.4e6
+    n["l2_bytes"] = 60e6
+    n["l2_write_bytes"] = 16.8e6
+    w = ev.from_ncu(a, n, calls=2)
+    assert w.bytes_basis == "hbm" and w.bytes == pytest.approx(8.4e6 + 16.8e6)
+    assert w.notes["hbm_bytes_per_call"] == pytest.approx(8.4e6 + 16.8e6)
+    assert w.notes["dram_bytes_per_call"] == pytest.approx(8.4e6 + 33e3)
+    assert "DRAM reads + stores into L2" in w.detail
+    # a store larger than L2 reaches DRAM during the kernel: the larger count wins
+    n["l2_write_bytes"] = 1e3
+    assert ev.from_ncu(a, n, calls=2).bytes == pytest.approx(8.4e6 + 33e3)
+    # counters from an older capture (no L2 write sectors): the DRAM/L2 rule as before
+    n["l2_write_bytes"] = np.nan
+    assert ev.from_ncu(a, n, calls=2).bytes_basis in ("dram", "l2")
 
 
 def test_l2_residency_uses_the_traces_own_l2_size():

@@ -163,6 +163,28 @@ def test_sdpa_causal_and_out_argument():
     assert (s.dim, s.keepdim) == ((-1,), True)
 
 
+def test_repeated_arguments_are_read_once():
+    def body(torch):
+        x = torch.randn(64, 32)
+        y = torch.randn(64, 32)
+        x * x
+        x * y
+        vs, gs = [torch.randn(8, 4), torch.randn(4)], [torch.randn(8, 4), torch.randn(4)]
+        torch._foreach_addcmul_(vs, gs, gs, value=0.5)   # AdamW's second moment
+
+    texts = _record(body)[0]
+    recs = _ops(texts)
+    (i_sq, sq), (_, xy) = [(i, r) for i, r in enumerate(recs) if r.op == "aten::mul.Tensor"]
+    assert sq.same == ((1, 0),) and xy.same == ()
+    i_fe, fe = next((i, r) for i, r in enumerate(recs) if r.op.startswith("aten::_foreach_addcmul_"))
+    assert fe.same == ((2, 1),)
+    fp32 = op_dtype(["void k<float>()"])
+    w = ev.from_shapes(aten_record.group_key(texts[i_fe]), fp32, record=fe)
+    # v and g read, v written: 3 x 36 floats, not 4 x 36
+    assert w.bytes == 3 * 36 * 4 and "argument 2 is argument 1: read once" in w.detail
+    assert ev.from_shapes(aten_record.group_key(texts[i_sq]), fp32, record=sq).bytes == 2 * 64 * 32 * 4
+
+
 # --- the analyzer on a recorded trace, without torch -------------------------------------------------
 def _recorded_trace(path: Path, recorded: bool) -> Path:
     """Two ops under one thread: a causal flash attention and an add, whose kernels name no type."""

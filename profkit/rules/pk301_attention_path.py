@@ -32,7 +32,7 @@ from profkit.rules.base import GEMM_KERNEL_RE, Finding, Param, RuleContext, Rule
 RULE = RuleMeta(
     code="PK301", name="attention-math-path",
     summary="attention runs as GEMM + softmax + GEMM: use SDPA with a flash/cuDNN backend",
-    tables=(Table.KERNEL,), example="(no committed trace runs math-path attention)",
+    tables=(Table.KERNEL,), example="traces/real/train_llama_eager_attn.sqlite",
     quiet_on="traces/real/train_llama.sqlite",
     params=(Param("min_gpu_share", 0.02, "softmax kernels' share of the window's GPU time"),))
 

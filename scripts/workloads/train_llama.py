@@ -5,11 +5,13 @@ backward kernels are launched by PyTorch's autograd thread, not the thread that 
 range. One middle step is also wrapped in `ncu_iter`, so `profkit capture --ncu --ncu-range
 ncu_iter` profiles one whole steady-state iteration.
 
-    python train_llama.py [--steps 12] [--fused] [--compile] [--kineto trace.json.gz]
+    python train_llama.py [--steps 12] [--fused] [--compile] [--attn eager] [--kineto trace.json.gz]
 
 ``--compile`` applies what profkit's host-overhead rule suggests for this host-bound step: the
 model's forward and backward under torch.compile(mode="reduce-overhead") (Inductor kernels replayed
 as CUDA graphs) and the optimizer step under torch.compile (its foreach kernels fused).
+``--attn eager`` runs HF's own attention (GEMM, fp32 softmax, GEMM: the math path) instead of
+SDPA, the program profkit's attention rule is for.
 """
 from __future__ import annotations
 
@@ -28,12 +30,15 @@ def main() -> None:
     ap.add_argument("--seq", type=int, default=512)
     ap.add_argument("--compile", action="store_true",
                     help="torch.compile the model (mode=reduce-overhead) and the optimizer step")
+    ap.add_argument("--attn", choices=("sdpa", "eager"), default="sdpa",
+                    help="attention implementation (eager: GEMM + softmax + GEMM)")
     ap.add_argument("--kineto", default=None, help="also write a torch.profiler trace here")
     args = ap.parse_args()
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=32000, hidden_size=1024, intermediate_size=2816,
                       num_hidden_layers=2, num_attention_heads=16, num_key_value_heads=16,
                       max_position_embeddings=2048)
+    cfg._attn_implementation = args.attn
     model = LlamaForCausalLM(cfg).cuda().train()          # fp32 master weights
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4,
                             **({"fused": True} if args.fused else {"foreach": True}))

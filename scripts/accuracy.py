@@ -30,6 +30,7 @@ merged by an older profkit are judged on correctly paired counters.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import warnings
 from dataclasses import dataclass, field
@@ -50,6 +51,9 @@ from profkit.attribution import aten_key  # noqa: E402
 from profkit.dtypes import recorded_dtype  # noqa: E402
 from profkit.errors import ProfkitError  # noqa: E402
 
+# GEMM, convolution and attention ops: their element type decides the roof they are judged on.
+TENSOR_OP_RE = re.compile(r"^aten::(mm|addmm|bmm|baddbmm|matmul|linear|_?convolution|cudnn_convolution"
+                          r"|_scaled_dot_product_\w+|_flash_attention\w*|_efficient_attention\w*)\b")
 PCT_KEYS = ("pct_of_roof", "pct_of_memory_roof", "pct_of_compute_roof")
 
 
@@ -65,6 +69,7 @@ class TraceAccuracy:
     bytes_ok_ns: float = 0.0          # ... of it within +-25%
     truth: str = ""                   # hbm (DRAM reads + L2 stores) or dram (older captures)
     unmodelled: dict = field(default_factory=dict)  # aten op -> steady GPU ns without a byte model
+    dtype_ops: list = field(default_factory=list)   # (GEMM/attention op, ncu precision, profkit's)
     off: dict = field(default_factory=dict)         # op key -> (model / truth, steady GPU ns)
     above_roof: int = 0
     confusion: dict = field(default_factory=dict)   # (truth, predicted) -> GPU ns
@@ -188,6 +193,10 @@ def measure(path: Path, label: Optional[str] = None) -> TraceAccuracy:
             # first call took 0.9 s in train_llama_rec_ncu) must not outweigh every other op.
             steady = float(row["count"]) * float(row["gpu_time_median_ns"])
             res.bytes_ns += steady
+            if TENSOR_OP_RE.match(str(name)) and (ev.get("flops_per_call") or 0) > 0:
+                # element type: the blind verdict's against ncu's tensor-pipe precision
+                truth_p, pred_p = row.get("precision"), blind_aten.loc[name].get("precision")
+                res.dtype_ops.append((str(name), truth_p, pred_p))
             b = blind_aten.loc[name]
             model_b = (b["evidence"].get("bytes_per_call") if b["source"] == "shapes"
                        else model_bytes(blind, str(name), records))
@@ -214,6 +223,13 @@ def measure(path: Path, label: Optional[str] = None) -> TraceAccuracy:
         key = (t["truth"], row["class"])
         res.confusion[key] = res.confusion.get(key, 0.0) + ns
     return res
+
+
+def _dtype_cell(r: TraceAccuracy) -> str:
+    if not r.dtype_ops:
+        return "—"
+    ok = sum(1 for _, t, p in r.dtype_ops if t == p)
+    return f"{ok} of {len(r.dtype_ops)}"
 
 
 def render(results: list[TraceAccuracy]) -> str:
@@ -243,18 +259,18 @@ def render(results: list[TraceAccuracy]) -> str:
              "0.69x: its 262 MB operand is read more than once), cuDNN's attention backward (0.50x:",
              "its fp32 dQ accumulation goes through L2 atomics, which the store counter counts once",
              "per add), and small ops.", "",
-             "| trace | kernel time with counters | kernel names | agreement by GPU time | by count | aten bytes / ncu bytes: median (ops) | aten GPU time within ±25% | byte truth | rows above a roof |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |"]
+             "| trace | kernel time with counters | kernel names | agreement by GPU time | by count | aten bytes / ncu bytes: median (ops) | aten GPU time within ±25% | byte truth | GEMM/attention element type right | rows above a roof |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |"]
     for r in results:
         if r.note:
-            lines.append(f"| {r.trace} | {r.note} | | | | | | | |")
+            lines.append(f"| {r.trace} | {r.note} | | | | | | | | |")
             continue
         by_t = r.agree_ns / r.gpu_ns if r.gpu_ns else float("nan")
         by_n = r.agree_n / r.kernels if r.kernels else float("nan")
         br = (f"{np.median(r.byte_ratios):.2f} ({len(r.byte_ratios)})" if r.byte_ratios else "—")
         within = f"{r.bytes_ok_ns / r.bytes_ns:.0%}" if r.bytes_ns else "—"
         lines.append(f"| {r.trace} | {r.coverage:.0%} | {r.kernels} | {by_t:.0%} | {by_n:.0%} | {br} | {within} | "
-                     f"{r.truth or '—'} | {r.above_roof} |")
+                     f"{r.truth or '—'} | {_dtype_cell(r)} | {r.above_roof} |")
     tot = sum(r.gpu_ns for r in results if not r.note)
     agree = sum(r.agree_ns for r in results if not r.note)
     if tot:

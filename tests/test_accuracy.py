@@ -40,5 +40,7 @@ def test_accuracy_floor(trace, tmp_path):
     agree, bytes_floor = FLOORS[trace]
     assert r.kernels > 0 and r.agree_ns / r.gpu_ns >= agree
     assert r.above_roof == 0
+    # every GEMM/attention op with counters gets ncu's element type without them
+    assert all(truth == pred for _, truth, pred in r.dtype_ops), r.dtype_ops
     if bytes_floor is not None:
         assert r.bytes_ns > 0 and r.bytes_ok_ns / r.bytes_ns >= bytes_floor

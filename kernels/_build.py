@@ -113,12 +113,26 @@ def _load() -> None:
             ) from None
         _LIB_PATH = path if isinstance(path, str) else None
         _LOADED = True
-        legacy = os.environ.get("PROFKIT_KERNELS_LAUNCH", "") == "legacy"
-        for op, v in LAUNCH_DEFAULTS.items():
+        for op, v in launch_choice(os.environ.get("PROFKIT_KERNELS_LAUNCH", "")).items():
             try:
-                set_launch_variant(op, 0 if legacy else v)
+                set_launch_variant(op, v)
             except KernelBuildError:
                 break  # an extension without the switch: its built-in configuration stays
+
+
+def launch_choice(env: str) -> dict[str, int]:
+    """LAUNCH_DEFAULTS with PROFKIT_KERNELS_LAUNCH applied: ``legacy`` (every op on variant 0) or
+    ``op=variant`` pairs, comma-separated (``softmax=2,add_layernorm=2``), for side-by-side runs."""
+    if env.strip() == "legacy":
+        return {op: 0 for op in LAUNCH_DEFAULTS}
+    out = dict(LAUNCH_DEFAULTS)
+    for part in filter(None, (p.strip() for p in env.split(","))):
+        op, _, v = part.partition("=")
+        if op not in out or not v.isdigit():
+            raise ValueError(f"PROFKIT_KERNELS_LAUNCH: {part!r} is not OP=VARIANT with OP one of "
+                             f"{', '.join(LAUNCH_OPS)}, or 'legacy'")
+        out[op] = int(v)
+    return out
 
 
 def _lib():
@@ -138,14 +152,15 @@ def _lib():
 
 
 def set_launch_variant(op: str, variant: int) -> int:
-    """Select the launch configuration of one CUDA op (1 current, 0 previous); returns the old one.
+    """Select the launch configuration of one CUDA op (1 current, 0 previous; softmax and
+    add_layernorm also 2: the two-pass body on 8 warps a decode row); returns the old one.
 
     Read at each launch on the host, so it applies to the next call (and to CUDA graphs captured
     after it)."""
     fn, _ = _lib()
     old = fn(LAUNCH_OPS.index(op), int(variant))
     if old < 0:
-        raise ValueError(f"bad launch variant {variant!r} for {op!r} (0 or 1).")
+        raise ValueError(f"bad launch variant {variant!r} for {op!r} (0, 1 or 2).")
     return old
 
 

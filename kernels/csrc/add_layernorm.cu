@@ -165,7 +165,9 @@ void launch_v(const RowPlan& p, int64_t rows, const T* x, const T* r, const T* w
 template <typename T, int VEC>
 void launch(const RowPlan& p, int variant, int64_t rows, const T* x, const T* r, const T* w, const T* b, T* out,
             T* res_out, int64_t n, float eps, cudaStream_t s) {
-  if (variant == 0)
+  // variant 1: the one-barrier body on 8 warps a decode row; 2: the two-pass body on 8 warps;
+  // 0: the two-pass body on 16 warps (plan_rows sizes the block from the variant)
+  if (variant != 1)
     launch_v<T, VEC, false>(p, rows, x, r, w, b, out, res_out, n, eps, s);
   else
     launch_v<T, VEC, true>(p, rows, x, r, w, b, out, res_out, n, eps, s);

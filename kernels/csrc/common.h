@@ -100,7 +100,7 @@ struct RowPlan {
 //
 // Vectors per thread:
 //   many rows (>= 2 per SM): 4, short blocks, many resident per SM, lots of bytes in flight;
-//   few rows (decode), variant 1: 2, e.g. 256 threads (8 warps) for a 4096-wide bf16 row.  All of a
+//   few rows (decode), variants 1 and 2: 2, e.g. 256 threads (8 warps) for a 4096-wide bf16 row.  All of a
 //     thread's loads are independent and issued back to back, so 2 vectors cost the same one memory
 //     round trip as 1, while the block reduction spans 8 warps instead of 16 (shorter barrier, half
 //     the partial sums) and the block is cheaper to launch;

@@ -127,7 +127,9 @@ void launch_v(const RowPlan& p, int64_t rows, const T* x, T* out, int64_t n, flo
 template <typename T, int VEC>
 void launch(const RowPlan& p, int variant, int64_t rows, const T* x, T* out, int64_t n, float scale,
             cudaStream_t s) {
-  if (variant == 0)
+  // variant 1: the one-barrier body on 8 warps a decode row; 2: the two-pass body on 8 warps;
+  // 0: the two-pass body on 16 warps (plan_rows sizes the block from the variant)
+  if (variant != 1)
     launch_v<T, VEC, false>(p, rows, x, out, n, scale, s);
   else
     launch_v<T, VEC, true>(p, rows, x, out, n, scale, s);

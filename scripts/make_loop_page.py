@@ -139,15 +139,17 @@ PAIRS += (
          "traces/real/train_llama_eager_attn.sqlite", "traces/real/train_llama_sdpa_samerun.sqlite",
          "attn_implementation=\"sdpa\" instead of \"eager\" (`train_llama.py --attn eager` is "
          "BEFORE; both captured in one run)", "PK301",
-         "The first real program on which PK301 fires: HF's eager attention runs GEMM, an fp32 "
-         "softmax (softmax_warp_forward/backward) and GEMM. The step is host-bound (51% of the "
-         "wall time GPU idle, waiting for the CPU), so the rule bounds the GPU time the softmax "
-         "kernels take by the CPU's own time per step and predicts about 1.01x; its top "
-         "suggestion stays PK103 (torch.compile with CUDA graphs). Measured 1.11x, and diff "
-         "calls it \"no change\" (11 iterations a side). The part the rule does not count is "
-         "host time: SDPA launches 38 fewer kernels a step (468 -> 430), and on a host-bound "
-         "step fewer launches are what shortens it. Left open: counting the removed launches' "
-         "CPU cost in PK301's prediction."),
+         "The first real program on which PK301 fires: HF's eager attention runs GEMM, scale, "
+         "mask, an fp32 softmax, casts, GEMM, and the mirror in the backward. The step is "
+         "host-bound (51% of the wall time GPU idle, waiting for the CPU); its top suggestion "
+         "stays PK103 (torch.compile with CUDA graphs). The rule first counted the softmax "
+         "kernels' GPU time only, bounded by the CPU's own time, and predicted 1.01x; SDPA "
+         "measured 1.11x (diff: \"no change\" at 11 iterations a side), because on a host-bound "
+         "step fewer launches are what shortens it: 468 -> 430 kernels a step. The rule now "
+         "removes the kernels between each attention's GEMM pair on the GPU side, and their "
+         "launches plus one of each GEMM pair (with their short dispatch gaps) on the CPU side, "
+         "as PK403 does. Per op it predicts 8.2x for the attention kernels; measured 1.64 -> "
+         "0.16 ms a step, 10.3x (`tests/test_compile_advice_real.py`)."),
     Pair("GPT-2 training step: vocabulary 50257 -> padded to 50304 (PK304)",
          "traces/real/train_gpt2_rec.sqlite", "traces/real/train_gpt2_padded_rec.sqlite",
          "model.resize_token_embeddings(50257, pad_to_multiple_of=64) (`train_gpt2.py "

@@ -130,3 +130,28 @@ def test_padding_the_vocabulary_op_gain_is_measured():
     assert nb == na == 3 and len(f.evidence["unaligned"]) == 3
     assert abs((tb / ta) / f.expected_op_speedup - 1) <= 0.25, (f.expected_op_speedup, tb / ta)
     assert f.expected_end_to_end_speedup < 1.01  # CPU-paced step: the GPU saving lands in idle
+
+
+def test_sdpa_op_gain_is_measured():
+    """PK301's per-op prediction against the fused attention kernels' measured GPU time: eager
+    attention (the GEMM pairs and the kernels between them) per step, against SDPA's kernels."""
+    import numpy as np
+
+    from profkit.patterns import FLASH_RE
+    from profkit.rules import pk301_attention_path as pk301
+    from profkit.rules.base import RuleContext, matches
+    b, f = _finding("traces/real/train_llama_eager_attn.sqlite", "PK301")
+    ctx = RuleContext(b, b.run())
+    glue, after, a = pk301._glue(ctx, {n for n in ctx.kernels.index if "softmax_warp" in n})
+    first = np.flatnonzero(glue & ~np.concatenate([[False], glue[:-1]]))  # each glue run's start
+    before = np.zeros(len(a), dtype=bool)
+    before[first - 1] = True                                             # the GEMM before it
+    dur = a["dur"].to_numpy(np.float64)
+    eager_ns = float(dur[glue | after | before].sum()) / ctx.iterations
+    sdpa = profkit.load(ROOT / "traces/real/train_llama_sdpa_samerun.sqlite")
+    sctx = RuleContext(sdpa, sdpa.run())
+    k = sctx.kernels
+    fused_ns = float(k[matches(k.index.to_series(), FLASH_RE)]["total_ns"].sum()) / sctx.iterations
+    measured = eager_ns / fused_ns                        # 1.64 ms -> 0.16 ms a step on the H200
+    assert abs(f.expected_op_speedup / measured - 1) <= 0.25, (f.expected_op_speedup, measured)
+    assert f.evidence["removed_launches"] > 0 and 1.02 < f.expected_end_to_end_speedup < 1.10

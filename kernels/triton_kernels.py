@@ -34,6 +34,22 @@ def _row_configs():
     return [triton.Config({}, num_warps=w) for w in (4, 8, 16)]
 
 
+def _decode_warps(block: int) -> int:
+    """num_warps for a decode row: a fixed rule by row length (as Liger-Kernel's), since timing
+    a 2 µs kernel in the autotuner measures launch noise, not the kernel."""
+    return 4 if block < 2048 else 8 if block < 8192 else 16
+
+
+def _prune_decode(configs, named_args, **kwargs):
+    """Autotune prune: decode-like calls (ROWS_CLASS 0) get the one rule-chosen config, so they
+    are never timed; prefill-like calls keep every candidate."""
+    if named_args.get("ROWS_CLASS", 1) != 0 or len(configs) == 1:
+        return configs
+    want = _decode_warps(int(kwargs.get("BLOCK", named_args.get("BLOCK", 4096))))
+    kept = [c for c in configs if c.num_warps == want]
+    return kept or configs[:1]
+
+
 def _rows_class(rows: int) -> int:
     return 0 if rows <= 264 else 1  # decode-like (fewer rows than 2 per SM) or prefill-like
 
@@ -62,7 +78,8 @@ def _add_rows(X, R, RES_OUT, offs, mask, STORE: tl.constexpr, STREAM: tl.constex
 # residual add + RMSNorm
 # ----------------------------------------------------------------------------------------------
 # restore_value: tuning runs the kernel several times, and the in-place variant writes R.
-@triton.autotune(configs=_row_configs(), key=["N", "ROWS_CLASS"], restore_value=["R"], warmup=5, rep=20)
+@triton.autotune(configs=_row_configs(), key=["N", "ROWS_CLASS"], restore_value=["R"], warmup=5, rep=20,
+                 prune_configs_by={"early_config_prune": _prune_decode})
 @triton.jit
 def _add_rmsnorm_kernel(
     X, R, W, OUT, RES_OUT, N, eps, ROWS_CLASS, BLOCK: tl.constexpr, SINGLE: tl.constexpr, N_ITERS: tl.constexpr
@@ -152,7 +169,8 @@ def add_rmsnorm_inplace(x: Tensor, residual: Tensor, weight: Tensor, eps: float,
 # ----------------------------------------------------------------------------------------------
 # residual add + LayerNorm
 # ----------------------------------------------------------------------------------------------
-@triton.autotune(configs=_row_configs(), key=["N", "ROWS_CLASS"], warmup=5, rep=20)
+@triton.autotune(configs=_row_configs(), key=["N", "ROWS_CLASS"], warmup=5, rep=20,
+                 prune_configs_by={"early_config_prune": _prune_decode})
 @triton.jit
 def _add_layernorm_kernel(
     X, R, W, B, OUT, RES_OUT, N, eps, ROWS_CLASS, BLOCK: tl.constexpr, SINGLE: tl.constexpr, N_ITERS: tl.constexpr
@@ -276,7 +294,8 @@ def bias_gelu(x: Tensor, bias: Tensor, approximate: str = "none", *, out=None):
 # ----------------------------------------------------------------------------------------------
 # row softmax with a scale
 # ----------------------------------------------------------------------------------------------
-@triton.autotune(configs=_row_configs(), key=["N", "ROWS_CLASS"], warmup=5, rep=20)
+@triton.autotune(configs=_row_configs(), key=["N", "ROWS_CLASS"], warmup=5, rep=20,
+                 prune_configs_by={"early_config_prune": _prune_decode})
 @triton.jit
 def _softmax_kernel(X, OUT, N, scale, ROWS_CLASS, BLOCK: tl.constexpr, SINGLE: tl.constexpr, N_ITERS: tl.constexpr):
     LOG2E: tl.constexpr = 1.4426950408889634

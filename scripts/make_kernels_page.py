@@ -139,10 +139,12 @@ CHECKS = """## Correctness and the shared code, re-run on the final code
 
 From the run folder's logs (same H200, same day, final code):
 
-- `build.log`: the extension built for sm_90 in 41.8 s (wall), launch variants
-  `{'add_rmsnorm': 1, 'add_layernorm': 0, 'softmax': 0, 'bias_gelu': 1}`.
-- `pytest_gpu.log`: `tests/kernels/test_kernels_gpu.py` **390 passed, 2 skipped** (the in-place
-  variant is inference-only: no autograd), both backends against float64 references.
+- `build.log`: the extension for sm_90 (built from the run's cache), launch variants
+  `{'add_rmsnorm': 1, 'add_layernorm': 0, 'softmax': 0, 'bias_gelu': 1}`; Triton's decode rows on
+  a fixed warp count by row length (`_decode_warps`), prefill rows autotuned.
+- GPU tests on the same code minutes before: `tests/kernels/test_kernels_gpu.py` **390 passed,
+  2 skipped** (the in-place variant is inference-only: no autograd), both backends against
+  float64 references.
 - `sanitize.log`: compute-sanitizer **memcheck: 0 errors** over 240 op calls, **racecheck:
   0 hazards** over 120 op calls (`scripts/sanitize_kernels.py`, 0 mismatches).
 

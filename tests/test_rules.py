@@ -17,7 +17,7 @@ from profkit.diff import run_change
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = sorted([*ROOT.glob("traces/*.sqlite"), *ROOT.glob("traces/real/*.sqlite"),
-                 *ROOT.glob("traces/ddp2/*.sqlite")])
+                 *ROOT.glob("traces/ddp2*/*.sqlite")])
 SECTIONS = ("What", "Why", "Evidence", "Fix", "Expected gain", "References")
 
 # code -> (trace that fires it, trace that must not); None: no committed trace fires it.

@@ -68,6 +68,17 @@ class Suggestion:
                 "basis": self.basis, "worth_it": self.worth_it}
 
 
+def _unaligned_dims(name: str, precision: Optional[str]) -> str:
+    """'N = 50257 not a multiple of 8' for a GEMM op key whose dims break tensor-core alignment."""
+    from profkit.flops import GEMM_ALIGN, gemm_mkn
+    mkn = gemm_mkn(name)
+    align = GEMM_ALIGN.get(precision or "")
+    if mkn is None or not align:
+        return ""
+    bad = [f"{d} = {v}" for d, v in zip("MKN", mkn) if v % align]
+    return f"{', '.join(bad)} not a multiple of {align}" if bad else ""
+
+
 def gains(saved_ns: float, op_speedup: float, critical: float, frame: Frame) -> tuple[float, float]:
     """(end to end on wall time, on GPU time) for ``saved_ns`` of GPU time saved.
 
@@ -280,6 +291,13 @@ def _choose(op, verdict, work, peaks, text, kpc, span, busy, pct, under_graph, k
                 _roof_gain(TARGET_COMPUTE, pct, span, floor) if pct else 1.0,
                 "roofline bound at 70% of compute" if pct else "no work counts")
     if gemm:
+        unaligned = _unaligned_dims(str(op["name"]), prec)
+        if pct is not None and unaligned:
+            # The dims themselves are the cause: no autotuning reaches the fast path (PK304).
+            return (Rung.LIBRARY, f"GEMM at {pct:.0%} of its roof with {unaligned}: pad it to a "
+                                  "multiple of 64 (a vocabulary: resize_token_embeddings("
+                                  "pad_to_multiple_of=64))", _roof_gain(TARGET_COMPUTE, pct, span, floor),
+                    "roofline bound at 70%")
         if pct is not None:
             return (Rung.LIBRARY, f"GEMM at {pct:.0%} of its roof: try torch.compile(mode='max-autotune') "
                                   "or cuBLASLt heuristics; keep dims multiples of 64; CUTLASS only for "

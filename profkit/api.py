@@ -72,8 +72,8 @@ class Profile:
             apply_actions(summary, self._findings)
             if not self.full_trace.ranges_of_level("aten").empty:
                 self._warn("this capture recorded every aten op (--aten), which slows the host "
-                           "(the H200 Llama training step: +71% a step under emit_nvtx, +117% "
-                           "under profkit's recorder): host-side verdicts and gains describe the "
+                           "(the H200 Llama training step: +44-74% a step under emit_nvtx, "
+                           "+103-173% under profkit's recorder): host-side verdicts and gains describe the "
                            "recorded run; judge them on a capture without --aten")
         return self._run
 

@@ -572,6 +572,35 @@ def cost_cat(sizes: Sequence[Shape], eb: int) -> Optional[OpCost]:
     return OpCost(0.0, float(2 * n) * eb, "copy", f"cat: 0 FLOP; bytes = 2*{n}*{eb}")
 
 
+# --- GEMM dimensions of an op key ----------------------------------------------------------------
+_GEMM_KEY_RE = re.compile(r"^aten::(mm|addmm|bmm) (\[.*\])$")
+# Elements a tensor-core GEMM wants each of M, K, N to be a multiple of (16-byte operand loads).
+GEMM_ALIGN = {"bf16": 8, "fp16": 8, "fp8": 16, "fp32": 4, "tf32": 4}
+
+
+def gemm_mkn(op_key: str) -> Optional[tuple[int, int, int]]:
+    """(M, K, N) of an ``aten::mm/addmm/bmm [sizes]`` op key (recorder keys' `` | tokens`` tail
+    ignored), or None."""
+    import ast
+    m = _GEMM_KEY_RE.match(str(op_key).split(" | ", 1)[0])
+    if not m:
+        return None
+    try:
+        sizes = ast.literal_eval(m.group(2))
+    except (ValueError, SyntaxError):
+        return None
+    shapes = [x for x in sizes if isinstance(x, list) and len(x) >= 2]
+    if m.group(1) == "addmm" and len(shapes) >= 3:
+        shapes = shapes[1:]
+    if len(shapes) < 2:
+        return None
+    a, b = shapes[0], shapes[1]
+    try:
+        return int(a[-2]), int(a[-1]), int(b[-1])
+    except (TypeError, ValueError):
+        return None
+
+
 # --- foreach (tensor-list) ops and fused optimizers --------------------------------------------
 # FLOPs per element of the first list; fused Adam(W): moments, bias correction, update.
 FOREACH_FLOPS = {"addcmul": 3, "addcdiv": 3, "lerp": 3, "sqrt": 1, "div": 1, "mul": 1, "add": 1,

@@ -155,3 +155,11 @@ def test_sdpa_op_gain_is_measured():
     measured = eager_ns / fused_ns                        # 1.64 ms -> 0.16 ms a step on the H200
     assert abs(f.expected_op_speedup / measured - 1) <= 0.25, (f.expected_op_speedup, measured)
     assert f.evidence["removed_launches"] > 0 and 1.02 < f.expected_end_to_end_speedup < 1.10
+
+
+def test_unaligned_gemm_rows_say_which_dimension_to_pad():
+    ops = profkit.load(ROOT / "traces/real/train_gpt2_rec.sqlite").ops(by="aten")
+    row = ops.loc[[n for n in ops.index if n.startswith("aten::mm [[4096, 768], [768, 50257]]")][0]]
+    assert "N = 50257 not a multiple of 8" in row["action"] and "pad_to_multiple_of=64" in row["action"]
+    aligned = ops.loc[[n for n in ops.index if n.startswith("aten::mm [[4096, 768], [768, 3072]]")][0]]
+    assert "not a multiple" not in aligned["action"]

@@ -24,11 +24,11 @@ References
 """
 from __future__ import annotations
 
-import ast
 import re
 
 import numpy as np
 
+from profkit.flops import GEMM_ALIGN, gemm_mkn
 from profkit.model import Rung
 from profkit.rules.base import Finding, Param, RuleContext, RuleMeta, Scope, Table, matches
 
@@ -39,21 +39,8 @@ RULE = RuleMeta(
     quiet_on="traces/real/train_llama_aten.sqlite",
     params=(Param("pad_to", 64, "pad the unaligned dimension to a multiple of this"),))
 
-GEMM_OP_RE = re.compile(r"^aten::(mm|addmm|bmm) (\[.*\])$")
-ALIGN = {"bf16": 8, "fp16": 8, "fp8": 16, "fp32": 4, "tf32": 4}
-
-
-def _mkn(op: str, sizes: list) -> tuple[int, int, int] | None:
-    shapes = [s for s in sizes if isinstance(s, list) and len(s) >= 2]
-    if op == "addmm" and len(shapes) >= 3:
-        shapes = shapes[1:]
-    if len(shapes) < 2:
-        return None
-    a, b = shapes[0], shapes[1]
-    return int(a[-2]), int(a[-1]), int(b[-1])
-
-
 ATEN_GEMM_RE = re.compile(r"^aten::(mm|addmm|bmm)")
+ALIGN = GEMM_ALIGN
 
 
 def _pad(x: int, to: int) -> int:
@@ -67,16 +54,10 @@ def detect(ctx: RuleContext) -> list[Finding]:
     ops = ctx.prof.ops(by="aten")
     rows = []
     for name, row in ops.iterrows():
-        m = GEMM_OP_RE.match(str(name).split(" | ", 1)[0])  # recorder keys end in " | tokens"
+        mkn = gemm_mkn(str(name))
         ev = row["evidence"]
         rate, prec = ev.get("achieved_flops_per_s"), row.get("precision")
-        if not m or not rate or prec not in ALIGN:
-            continue
-        try:
-            mkn = _mkn(m.group(1), ast.literal_eval(m.group(2)))
-        except (ValueError, SyntaxError):
-            continue
-        if mkn is None:
+        if mkn is None or not rate or prec not in ALIGN:
             continue
         # M counts too: a transposed operand's leading dimension is M (the LM head's weight
         # gradient, [50257, 4096] x [4096, 768], ran at 145 TFLOP/s against 795 padded on the H200)

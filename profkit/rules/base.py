@@ -200,6 +200,21 @@ class RuleContext:
 GEMM_KERNEL_RE = re.compile(r"gemm|nvjet|xmma|cutlass|wgmma", re.I)
 
 
+def removed_launch_cost(kernels: pd.DataFrame, removed: np.ndarray, dispatch_gap_ns: float) -> float:
+    """CPU ns the launches of ``removed`` kernels (a mask over ``kernels``, which carry each
+    launch's ``api_start``/``api_end``) cost: each launch call, plus the host gap before it when
+    shorter than ``dispatch_gap_ns`` (the per-op dispatch a fused or graphed step no longer pays;
+    longer gaps are Python between calls and stay)."""
+    api_s = kernels["api_start"].to_numpy("float64")
+    api_e = kernels["api_end"].to_numpy("float64")
+    order = np.argsort(api_s, kind="stable")
+    s_o, e_o = api_s[order], api_e[order]
+    gap = np.concatenate([[0.0], np.maximum(s_o[1:] - e_o[:-1], 0.0)])
+    gap = np.where(np.isnan(gap) | (gap >= dispatch_gap_ns), 0.0, gap)
+    cost = np.nan_to_num(e_o - s_o) + gap
+    return float(cost[np.asarray(removed, dtype=bool)[order]].sum())
+
+
 def covered_per_interval(starts: np.ndarray, ends: np.ndarray, bounds: np.ndarray) -> np.ndarray:
     """Per consecutive pair of ``bounds``: the length of the union of the intervals
     ``starts..ends`` inside it. Linear in the inputs (prefix sums over the merged intervals), so a

@@ -35,7 +35,7 @@ from profkit.dtypes import kernel_dtype
 from profkit.model import Rung
 from profkit.patterns import FLASH_RE
 from profkit.rules.base import (GEMM_KERNEL_RE, Finding, Param, RuleContext, RuleMeta, Scope, Table,
-                                matches, speedup)
+                                matches, removed_launch_cost, speedup)
 
 RULE = RuleMeta(
     code="PK301", name="attention-math-path",
@@ -118,14 +118,8 @@ def detect(ctx: RuleContext) -> list[Finding]:
     share = float((dur * a["critical"].to_numpy(np.float64))[glue].sum() / saved) if saved else 0.0
     # The CPU's side: the removed launches (the glue, and one of each GEMM pair) and the short
     # host gaps before them, as PK403 counts them; on a host-bound step this is what shortens it.
-    api_s, api_e = a["api_start"].to_numpy("float64"), a["api_end"].to_numpy("float64")
-    order = np.argsort(api_s, kind="stable")
-    s_o, e_o = api_s[order], api_e[order]
-    gap = np.concatenate([[0.0], np.maximum(s_o[1:] - e_o[:-1], 0.0)])
-    gap = np.where(np.isnan(gap) | (gap >= RULE.param("dispatch_gap_us") * 1e3), 0.0, gap)
-    cost = np.nan_to_num(e_o - s_o) + gap
-    removed = (glue | after)[order]
-    cpu_removed = float(cost[removed].sum())
+    removed = glue | after
+    cpu_removed = removed_launch_cost(a, removed, RULE.param("dispatch_gap_us") * 1e3)
     wall = ctx.wall_ns
     cpu_new = max(ctx.host_floor_ns - cpu_removed, 0.0)
     gemm_ns = float(dur[after].sum()) * 2.0  # the GEMM pairs around the glue stay (as one kernel)

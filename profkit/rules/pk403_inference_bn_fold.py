@@ -45,7 +45,7 @@ import numpy as np
 
 from profkit.model import Rung
 from profkit.rules.base import (Finding, Param, RuleContext, RuleMeta, Scope, Table, matches,
-                                speedup)
+                                removed_launch_cost, speedup)
 from profkit.rules.pk401_eager_norm_fusion import ADD_RE
 
 RULE = RuleMeta(
@@ -101,14 +101,7 @@ def detect(ctx: RuleContext) -> list[Finding]:
     crit = a["critical"].to_numpy(np.float64)
     share = float((dur * crit)[removed].sum() / saved)
     # The CPU's side: each removed kernel's launch call and the short gap before it.
-    api_s = a["api_start"].to_numpy("float64")
-    api_e = a["api_end"].to_numpy("float64")
-    order = np.argsort(api_s, kind="stable")
-    s_o, e_o = api_s[order], api_e[order]
-    gap = np.concatenate([[0.0], np.maximum(s_o[1:] - e_o[:-1], 0.0)])
-    gap = np.where(np.isnan(gap) | (gap >= RULE.param("dispatch_gap_us") * 1e3), 0.0, gap)
-    cost = np.nan_to_num(e_o - s_o) + gap
-    cpu_removed = float(cost[removed[order]].sum())
+    cpu_removed = removed_launch_cost(a, removed, RULE.param("dispatch_gap_us") * 1e3)
     wall = ctx.wall_ns
     cpu_new = max(ctx.host_floor_ns - cpu_removed, 0.0)
     new = max(cpu_new, wall - saved * share)

@@ -17,6 +17,7 @@ from typing import Optional
 from profkit import comm, patterns
 from profkit.classify import GEMM_RE, Verdict, gemm_shape_hint
 from profkit.evidence import Work
+from profkit.flops import GEMM_ALIGN, gemm_mkn
 from profkit.model import BoundClass, Rung
 from profkit.peaks import Peaks
 
@@ -70,7 +71,6 @@ class Suggestion:
 
 def _unaligned_dims(name: str, precision: Optional[str]) -> str:
     """'N = 50257 not a multiple of 8' for a GEMM op key whose dims break tensor-core alignment."""
-    from profkit.flops import GEMM_ALIGN, gemm_mkn
     mkn = gemm_mkn(name)
     align = GEMM_ALIGN.get(precision or "")
     if mkn is None or not align:

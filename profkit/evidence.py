@@ -133,8 +133,7 @@ def from_ncu(member_acts: pd.DataFrame, ncu: pd.DataFrame, calls: int,
     dev = member_acts[member_acts["kind"].isin(["memcpy", "memset"])
                       & ~member_acts["name"].astype(str).str.contains("Host")]
     if len(dev):
-        factor = np.where(dev["name"].astype(str).str.contains("Device-to-Device"), 2.0, 1.0)
-        copy_b = float((dev["bytes"].astype(float).fillna(0) * factor).sum())
+        copy_b = copy_bytes(dev)
         for c in ("dram", "hbm"):
             totals[c] += copy_b
         totals["ncu_ns"] += float((dev["end"] - dev["start"]).sum())
@@ -185,12 +184,17 @@ def from_hint(hint: Optional[Hint], default_precision: Optional[str]) -> Optiona
                 precision=hint.precision or default_precision, detail="hint in the NVTX range name")
 
 
+def copy_bytes(copies: pd.DataFrame) -> float:
+    """Bytes memcpy/memset rows move, from the trace: a device-to-device copy reads and writes."""
+    factor = np.where(copies["name"].astype(str).str.contains("Device-to-Device"), 2.0, 1.0)
+    return float((copies["bytes"].astype(float).fillna(0) * factor).sum())
+
+
 def from_copies(member_acts: pd.DataFrame, calls: int) -> Optional[Work]:
-    """memcpy/memset ops: their bytes are in the trace. A device-to-device copy reads and writes."""
+    """memcpy/memset ops: their bytes are in the trace."""
     if member_acts.empty or not member_acts["kind"].isin(["memcpy", "memset"]).all():
         return None
-    factor = np.where(member_acts["name"].str.contains("Device-to-Device"), 2.0, 1.0)
-    b = float((member_acts["bytes"].astype(float).fillna(0) * factor).sum())
+    b = copy_bytes(member_acts)
     host = bool(member_acts["name"].str.contains("Host").any())
     return Work(Source.COPY, flops=0.0, bytes=b / max(calls, 1), precision=None, host_link=host,
                 bytes_basis="copy",

@@ -581,13 +581,9 @@ GEMM_ALIGN = {"bf16": 8, "fp16": 8, "fp8": 16, "fp32": 4, "tf32": 4}
 def gemm_mkn(op_key: str) -> Optional[tuple[int, int, int]]:
     """(M, K, N) of an ``aten::mm/addmm/bmm [sizes]`` op key (recorder keys' `` | tokens`` tail
     ignored), or None."""
-    import ast
     m = _GEMM_KEY_RE.match(str(op_key).split(" | ", 1)[0])
-    if not m:
-        return None
-    try:
-        sizes = ast.literal_eval(m.group(2))
-    except (ValueError, SyntaxError):
+    sizes = literal_sizes(m.group(2)) if m else None
+    if sizes is None:
         return None
     shapes = [x for x in sizes if isinstance(x, list) and len(x) >= 2]
     if m.group(1) == "addmm" and len(shapes) >= 3:

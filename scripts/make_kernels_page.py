@@ -401,11 +401,12 @@ def render_all(path: Path = DATA) -> str:
     by = {(r["op"], r["shape"], r["impl"]): r["median_us"] for r in rows}
     g = lambda op, s, i: f"{by[(op, s, i)]:.2f}"  # noqa: E731
     earlier = "\n\n".join(f"  {op}:\n\n{_earlier_table(op)}" for op in ("softmax", "add_layernorm"))
+    separated, separated_note = _separated()
     why = WHY_DECODE.format(
         rms_v0=g("add_rmsnorm", "1x4096", "cuda_v0"), rms_v1=g("add_rmsnorm", "1x4096", "cuda"),
         rms16_v0=g("add_rmsnorm", "16x4096", "cuda_v0"), rms16_v1=g("add_rmsnorm", "16x4096", "cuda"),
         earlier=earlier, earlier_bg=_earlier_table("bias_gelu"),
-        separated=_separated()[0], separated_note=_separated()[1],
+        separated=separated, separated_note=separated_note,
         liger_rms=g("add_rmsnorm", "1x4096", "liger"), liger_sm=g("softmax", "1x4096", "liger"),
         sm_cuda=g("softmax", "1x4096", "cuda"), sm_tr=g("softmax", "1x4096", "triton"),
         comp_bg=g("bias_gelu", "1x4096", "compile"), bg_cuda=g("bias_gelu", "1x4096", "cuda"))

@@ -141,6 +141,13 @@ class RuleContext:
         return out.sort_values("total_ns", ascending=False)
 
     @cached_property
+    def kernels_in_stream_order(self) -> pd.DataFrame:
+        """The window's kernels, each stream's in launch order (the rules that look at what runs
+        next to what); shared, so read-only."""
+        a = self.acts
+        return a[a["kind"].astype(str) == "kernel"].sort_values(["streamId", "start"], kind="stable")
+
+    @cached_property
     def calls(self) -> pd.DataFrame:
         """CUDA API calls of the window (names like cudaStreamSynchronize_v3020: match by prefix)."""
         return self._in_window(self.prof.trace.api_calls)

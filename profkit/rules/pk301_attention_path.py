@@ -77,7 +77,7 @@ def _glue(ctx: RuleContext, soft_names: set) -> tuple[np.ndarray, np.ndarray, pd
     """(glue mask, GEMM-after-softmax mask, kernels in stream order): the kernels between the GEMM
     before each math-path softmax and the GEMM after it, on one stream; the score matrix passes
     through each of them, and a fused attention kernel keeps it on chip."""
-    a = ctx.acts[ctx.acts["kind"].astype(str) == "kernel"].sort_values(["streamId", "start"], kind="stable")
+    a = ctx.kernels_in_stream_order
     names = a["name"].astype(str)
     gemm = matches(names, GEMM_RE)
     soft = names.isin(soft_names).to_numpy()

@@ -40,7 +40,6 @@ RULE = RuleMeta(
     params=(Param("pad_to", 64, "pad the unaligned dimension to a multiple of this"),))
 
 ATEN_GEMM_RE = re.compile(r"^aten::(mm|addmm|bmm)")
-ALIGN = GEMM_ALIGN
 
 
 def _pad(x: int, to: int) -> int:
@@ -57,11 +56,11 @@ def detect(ctx: RuleContext) -> list[Finding]:
         mkn = gemm_mkn(str(name))
         ev = row["evidence"]
         rate, prec = ev.get("achieved_flops_per_s"), row.get("precision")
-        if mkn is None or not rate or prec not in ALIGN:
+        if mkn is None or not rate or prec not in GEMM_ALIGN:
             continue
         # M counts too: a transposed operand's leading dimension is M (the LM head's weight
         # gradient, [50257, 4096] x [4096, 768], ran at 145 TFLOP/s against 795 padded on the H200)
-        aligned = all(d % ALIGN[prec] == 0 for d in mkn)
+        aligned = all(d % GEMM_ALIGN[prec] == 0 for d in mkn)
         rows.append((str(name), prec, mkn, float(rate), aligned, row))
     out = []
     to = int(RULE.param("pad_to"))
@@ -88,7 +87,7 @@ def detect(ctx: RuleContext) -> list[Finding]:
         e2e, _, basis = ctx.gpu_saving_gain(saved, crit_ns / total if total else 0.0)
         e2e = min(e2e, op_gain)
         out.append(Finding(RULE.code, RULE.name,
-                           f"pad the GEMM dimensions that are not multiples of {ALIGN[prec]} to multiples "
+                           f"pad the GEMM dimensions that are not multiples of {GEMM_ALIGN[prec]} to multiples "
                            f"of {to} ({len(names)} {prec} GEMM shapes, e.g. {names[0]})", Rung.LIBRARY,
                            {"unaligned": names[:5], "aligned_median_flops_per_s": good,
                             "op_gains": [round(g, 2) for g in gains[:5]]}, e2e,

@@ -62,7 +62,7 @@ def _consumer(name: str) -> str | None:
 
 
 def detect(ctx: RuleContext) -> list[Finding]:
-    a = ctx.acts[ctx.acts["kind"].astype(str) == "kernel"].sort_values(["streamId", "start"], kind="stable")
+    a = ctx.kernels_in_stream_order
     names = a["name"]
     dur = a["dur"].to_numpy(np.float64)
     crit = a["critical"].to_numpy(np.float64)

@@ -44,7 +44,7 @@ ELEMENTWISE_RE = re.compile(r"(vectorized_|unrolled_)?elementwise_kernel", re.I)
 
 
 def detect(ctx: RuleContext) -> list[Finding]:
-    a = ctx.acts[ctx.acts["kind"].astype(str) == "kernel"].sort_values(["streamId", "start"], kind="stable")
+    a = ctx.kernels_in_stream_order
     if a.empty:
         return []
     names = a["name"]

@@ -69,7 +69,7 @@ COPY_RE = re.compile(r"direct_copy_kernel|copy_kernel", re.I)
 
 
 def detect(ctx: RuleContext) -> list[Finding]:
-    a = ctx.acts[ctx.acts["kind"].astype(str) == "kernel"].sort_values(["streamId", "start"], kind="stable")
+    a = ctx.kernels_in_stream_order
     if len(a) < 3:
         return []
     names = a["name"]

@@ -96,19 +96,24 @@ def _fast_ok(x, same=(), vectors=()) -> bool:
 _CUDA_STATE: bool | None = None
 _TRITON_OK: bool | None = None
 
-# Where Triton's kernel is clearly faster on the GPU than the CUDA extension's (H200, bf16, CUDA
-# graph replays, µs, cuda vs triton, 2026-11-30, analyses/kernels_h200.md): add_layernorm
-# 16384x4096 143.2 vs 138.8, 65536x8192 1128 vs 1073 (3-5%).  Everywhere else the extension is
-# ahead or within a few percent (softmax 16x4096 2.30 vs 2.36, 1x4096 2.16 vs 2.09; add_rmsnorm
-# and bias_gelu ahead at every shape), and its host cost per plain launch is 3-6x lower (softmax
-# 15-25 vs 45-80 µs), which decides any call whose GPU time is shorter than Triton's launcher.
-# So Triton only above _TRITON_MIN_ELEMS elements, where the GPU work (>= ~100 µs) hides it.
+# Where Triton's kernel is faster on the GPU than the CUDA extension's (H200, bf16, CUDA graph
+# replays, µs, 2026-11-30, analyses/kernels_h200.md).  Once its loads lost the evict_first hint
+# (which cost 3-6% at every large shape), Triton's row kernels are ahead at the large shapes:
+# add+RMSNorm 16384x4096 132.2 vs 137.9, in place 133.2 vs 137.9, softmax 65536x8192 516 vs 552,
+# add+LayerNorm 16384x4096 133.0 vs 143.1.  bias+GELU stays on the extension (603 vs 525).  At the
+# decode shapes Triton's kernels are also 0.1-0.4 µs faster, but its host cost per plain launch is
+# 3-4x the extension's (45-80 vs 13-25 µs), which decides any call whose GPU time is shorter than
+# Triton's launcher.  So Triton only above _TRITON_MIN_ELEMS elements, where the GPU work
+# (>= ~100 µs) hides it.
 #
 # The choice depends on the shape alone, never on whether a CUDA graph is being captured: a
 # backend first used inside a capture would compile (and autotune) there, which invalidates the
 # capture, and warm-up outside the capture would have run the other backend.
 _TRITON_GPU_FASTER = {
     "add_layernorm": lambda rows, n: True,
+    "add_rmsnorm": lambda rows, n: True,
+    "add_rmsnorm_": lambda rows, n: True,
+    "softmax": lambda rows, n: True,
 }
 _TRITON_MIN_ELEMS = 32 * 2**20
 

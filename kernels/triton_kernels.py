@@ -17,6 +17,11 @@ import triton.language as tl
 from torch import Tensor
 
 _INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+# evict_first on the single-pass loads of prefill-sized calls: off.  Side by side on an H200
+# (2026-11-30) it made every large row kernel 3-6% slower (add+RMSNorm 16384x4096 140.1 vs
+# 132.2 µs, softmax 65536x8192 548.7 vs 516.1, bias+GELU 65536x8192 627.6 vs 602.8) and cost
+# 0.3-0.4 µs at 16x4096.  PROFKIT_TRITON_EVICT=1 turns it back on (a benchmarking switch, read once).
+_EVICT_PREFILL = os.environ.get("PROFKIT_TRITON_EVICT", "0") == "1"
 MAX_SINGLE_BLOCK = 16384  # elements of one row held by one program; longer rows loop
 LOOP_BLOCK = 4096
 
@@ -61,7 +66,8 @@ def _rows_class(rows: int) -> int:
 def _add_rows(X, R, RES_OUT, offs, mask, STORE: tl.constexpr, STREAM: tl.constexpr):
     """h = x + residual rounded to the output dtype (as eager's `x + r`), returned in fp32; stored
     to RES_OUT when STORE.  STREAM: the row is read once (evict_first); the looping path re-reads
-    it and keeps the default policy.  One body for add+RMSNorm and add+LayerNorm, every pass."""
+    it and keeps the default policy.  Streaming is off by default (_EVICT_PREFILL): it measured
+    slower at every size.  One body for add+RMSNorm and add+LayerNorm, every pass."""
     if STREAM:
         x = tl.load(X + offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
         r = tl.load(R + offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
@@ -82,14 +88,15 @@ def _add_rows(X, R, RES_OUT, offs, mask, STORE: tl.constexpr, STREAM: tl.constex
                  prune_configs_by={"early_config_prune": _prune_decode})
 @triton.jit
 def _add_rmsnorm_kernel(
-    X, R, W, OUT, RES_OUT, N, eps, ROWS_CLASS, BLOCK: tl.constexpr, SINGLE: tl.constexpr, N_ITERS: tl.constexpr
+    X, R, W, OUT, RES_OUT, N, eps, ROWS_CLASS, BLOCK: tl.constexpr, SINGLE: tl.constexpr, N_ITERS: tl.constexpr,
+    EVICT: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
     base = row * N
     if SINGLE:
         cols = tl.arange(0, BLOCK)
         mask = cols < N
-        hf = _add_rows(X, R, RES_OUT, base + cols, mask, True, True)
+        hf = _add_rows(X, R, RES_OUT, base + cols, mask, True, EVICT)
         rstd = tl.rsqrt(tl.sum(hf * hf, axis=0) / N + eps)
         w = tl.load(W + cols, mask=mask, other=0.0, eviction_policy="evict_last").to(tl.float32)
         tl.store(OUT + base + cols, (hf * rstd * w).to(OUT.dtype.element_ty), mask=mask)
@@ -113,14 +120,16 @@ def _add_rmsnorm_kernel(
             tl.store(OUT + base + cols, (hf * rstd * w).to(OUT.dtype.element_ty), mask=mask)
 
 
-def _row_config(n: int, max_single: int | None) -> dict:
-    """Constexpr launch arguments of a row kernel: one block per row, or a loop over chunks."""
+def _row_config(n: int, max_single: int | None, rows: int) -> dict:
+    """Constexpr launch arguments of a row kernel: one block per row, or a loop over chunks;
+    EVICT: stream the single-pass loads (evict_first), only if _EVICT_PREFILL and prefill-like."""
     limit = MAX_SINGLE_BLOCK if max_single is None else max_single
     block = triton.next_power_of_2(max(n, 1))
     single = block <= limit
     if not single:
         block = min(LOOP_BLOCK, limit)
-    return dict(BLOCK=block, SINGLE=single, N_ITERS=_iters(n, block, single))
+    return dict(BLOCK=block, SINGLE=single, N_ITERS=_iters(n, block, single),
+                EVICT=_EVICT_PREFILL and _rows_class(rows) == 1)
 
 
 def _iters(n: int, block: int, single: bool) -> int:
@@ -141,7 +150,7 @@ def _launch_add_rmsnorm(x, residual, weight, eps, out, residual_out, max_single)
     if x.numel() == 0:
         return
     _add_rmsnorm_kernel[(rows,)](
-        x, residual, weight, out, residual_out, n, float(eps), _rows_class(rows), **_row_config(n, max_single)
+        x, residual, weight, out, residual_out, n, float(eps), _rows_class(rows), **_row_config(n, max_single, rows)
     )
 
 
@@ -173,14 +182,15 @@ def add_rmsnorm_inplace(x: Tensor, residual: Tensor, weight: Tensor, eps: float,
                  prune_configs_by={"early_config_prune": _prune_decode})
 @triton.jit
 def _add_layernorm_kernel(
-    X, R, W, B, OUT, RES_OUT, N, eps, ROWS_CLASS, BLOCK: tl.constexpr, SINGLE: tl.constexpr, N_ITERS: tl.constexpr
+    X, R, W, B, OUT, RES_OUT, N, eps, ROWS_CLASS, BLOCK: tl.constexpr, SINGLE: tl.constexpr, N_ITERS: tl.constexpr,
+    EVICT: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
     base = row * N
     if SINGLE:
         cols = tl.arange(0, BLOCK)
         mask = cols < N
-        hf = _add_rows(X, R, RES_OUT, base + cols, mask, True, True)
+        hf = _add_rows(X, R, RES_OUT, base + cols, mask, True, EVICT)
         mean = tl.sum(hf, axis=0) / N
         d = tl.where(mask, hf - mean, 0.0)
         rstd = tl.rsqrt(tl.sum(d * d, axis=0) / N + eps)
@@ -226,7 +236,7 @@ def add_layernorm(x: Tensor, residual: Tensor, weight: Tensor, bias: Tensor, eps
         return out, residual_out
     rows = x.numel() // n
     _add_layernorm_kernel[(rows,)](
-        x, residual, weight, bias, out, residual_out, n, float(eps), _rows_class(rows), **_row_config(n, max_single)
+        x, residual, weight, bias, out, residual_out, n, float(eps), _rows_class(rows), **_row_config(n, max_single, rows)
     )
     return out, residual_out
 
@@ -236,7 +246,7 @@ def add_layernorm(x: Tensor, residual: Tensor, weight: Tensor, bias: Tensor, eps
 # ----------------------------------------------------------------------------------------------
 @triton.jit
 def _bias_gelu_kernel(X, B, OUT, M, N, n_col_blocks, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                      TANH: tl.constexpr):
+                      TANH: tl.constexpr, EVICT: tl.constexpr):
     pid = tl.program_id(0)
     pid_m = pid // n_col_blocks
     pid_n = pid % n_col_blocks
@@ -245,7 +255,10 @@ def _bias_gelu_kernel(X, B, OUT, M, N, n_col_blocks, BLOCK_M: tl.constexpr, BLOC
     cmask = cols < N
     mask = (rows[:, None] < M) & cmask[None, :]
     offs = rows[:, None] * N + cols[None, :]
-    x = tl.load(X + offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+    if EVICT:
+        x = tl.load(X + offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+    else:
+        x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
     b = tl.load(B + cols, mask=cmask, other=0.0, eviction_policy="evict_last").to(tl.float32)
     u = x + b[None, :]
     if TANH:
@@ -286,7 +299,8 @@ def bias_gelu(x: Tensor, bias: Tensor, approximate: str = "none", *, out=None):
     grid = (triton.cdiv(m, block_m) * n_col_blocks,)
     _bias_gelu_kernel[grid](
         x, bias, out, m, n, n_col_blocks, BLOCK_M=block_m, BLOCK_N=block_n,
-        TANH=approximate == "tanh", num_warps=4 if block_m * block_n >= 2048 else 2,
+        TANH=approximate == "tanh", EVICT=_EVICT_PREFILL and m >= 264,
+        num_warps=4 if block_m * block_n >= 2048 else 2,
     )
     return out
 
@@ -297,14 +311,18 @@ def bias_gelu(x: Tensor, bias: Tensor, approximate: str = "none", *, out=None):
 @triton.autotune(configs=_row_configs(), key=["N", "ROWS_CLASS"], warmup=5, rep=20,
                  prune_configs_by={"early_config_prune": _prune_decode})
 @triton.jit
-def _softmax_kernel(X, OUT, N, scale, ROWS_CLASS, BLOCK: tl.constexpr, SINGLE: tl.constexpr, N_ITERS: tl.constexpr):
+def _softmax_kernel(X, OUT, N, scale, ROWS_CLASS, BLOCK: tl.constexpr, SINGLE: tl.constexpr, N_ITERS: tl.constexpr,
+                    EVICT: tl.constexpr):
     LOG2E: tl.constexpr = 1.4426950408889634
     row = tl.program_id(0).to(tl.int64)
     base = row * N
     if SINGLE:
         cols = tl.arange(0, BLOCK)
         mask = cols < N
-        x = tl.load(X + base + cols, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+        if EVICT:
+            x = tl.load(X + base + cols, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+        else:
+            x = tl.load(X + base + cols, mask=mask, other=0.0).to(tl.float32)
         x = tl.where(mask, x * scale, -float("inf"))
         m = tl.max(x, axis=0)
         e = tl.exp2((x - m) * LOG2E)
@@ -346,5 +364,5 @@ def softmax(x: Tensor, scale: float = 1.0, *, out=None, max_single: int | None =
     if x.numel() == 0:
         return out
     rows = x.numel() // n
-    _softmax_kernel[(rows,)](x, out, n, float(scale), _rows_class(rows), **_row_config(n, max_single))
+    _softmax_kernel[(rows,)](x, out, n, float(scale), _rows_class(rows), **_row_config(n, max_single, rows))
     return out

@@ -220,6 +220,12 @@ class launch_variant:
             _build.set_launch_variant(op, v)
 
 
+def measure_empty_kernel(use_graph: bool) -> float:
+    """Seconds per call of a CUDA kernel that does nothing (torch.cuda._sleep(0)), timed like the
+    ops: the floor under any call at the decode shapes."""
+    return time_batches(lambda _: torch.cuda._sleep(0), [None] * 64, reps=15, inner=256, use_graph=use_graph)
+
+
 def measure_copy_bandwidth():
     src = torch.empty(2**30, dtype=torch.uint8, device="cuda")
     dst = torch.empty_like(src)
@@ -272,11 +278,12 @@ def main(argv=None):
     t0 = time.time()
     dev = torch.cuda.get_device_properties(0)
     copy_bps = measure_copy_bandwidth()
+    empty_s = measure_empty_kernel(not args.no_graph)
     import triton
 
     header = (f"# {dev.name}, {dev.multi_processor_count} SMs; torch {torch.__version__}, triton "
               f"{triton.__version__}; {args.dtype}; measured copy bandwidth {copy_bps / 1e9:.0f} GB/s "
-              f"(datasheet {DATASHEET_BPS / 1e9:.0f}); peers: "
+              f"(datasheet {DATASHEET_BPS / 1e9:.0f}); empty kernel {empty_s * 1e6:.2f} µs; peers: "
               + (", ".join(f"{k} {v}" for k, v in peers.items()) or "none") + f"; {time.strftime('%Y-%m-%d')}")
     print(header, flush=True)
     rows_out = []

@@ -8,10 +8,13 @@
 # 4. the benchmark: auto, triton, cuda, cuda_v0 (previous launch configuration), liger (if
 #    importable), eager, torch.compile; GPU time under CUDA graphs + host cost per plain call
 #                                         -> OUTDIR/bench.log, bench_kernels.csv, bench_kernels.md
-# 5. ncu over the decode shapes, CUDA kernels, current vs previous launch configuration
+# 5. the launch variants of softmax and add_layernorm side by side (VARIANTS, default "0 2 3";
+#    PROFKIT_KERNELS_LAUNCH=softmax=V,add_layernorm=V; cuda, triton, liger; decode shapes and two
+#    large ones)                          -> OUTDIR/bench_variants.csv
+# 6. ncu over the decode shapes, CUDA kernels, current vs previous launch configuration
 #                                         -> OUTDIR/ncu_decode.log
-# 7 files.  Exit status non-zero if any step failed.  Time limits per step (seconds): T_BUILD,
-# T_TESTS, T_MEMCHECK, T_RACECHECK, T_BENCH, T_NCU; SKIP_TESTS=1, SKIP_SANITIZE=1, SKIP_NCU=1 skip
+# 8 files.  Exit status non-zero if any step failed.  Time limits per step (seconds): T_BUILD,
+# T_TESTS, T_MEMCHECK, T_RACECHECK, T_BENCH, T_NCU; SKIP_TESTS=1, SKIP_SANITIZE=1, SKIP_NCU=1, SKIP_VARIANTS=1 skip
 # steps; BENCH_ARGS adds benchmark arguments (default shapes: BENCH_SHAPES).
 # Liger-Kernel is optional: install it beforehand (e.g. pip install --target DIR + PYTHONPATH).
 set -uo pipefail
@@ -63,8 +66,32 @@ SHAPE_ARG="--shapes $BENCH_SHAPES"
 [ -n "$QUICK" ] && SHAPE_ARG="--quick"
 timeout ${T_BENCH:-120} python3 scripts/bench_kernels.py --out "$OUT_DIR" $SHAPE_ARG ${BENCH_ARGS:-} 2>&1 | tee "$OUT_DIR/bench.log" || status=1
 
+if [ -z "${SKIP_VARIANTS:-}" ]; then
+  step "launch variants ${VARIANTS:-0 2 3} of softmax and add_layernorm"
+  for v in ${VARIANTS:-0 2 3}; do
+    PROFKIT_KERNELS_LAUNCH="softmax=$v,add_layernorm=$v" timeout ${T_VARIANT:-90} python3 scripts/bench_kernels.py \
+      --out "$OUT_DIR/variant_$v" --ops softmax,add_layernorm --impls cuda,triton,liger --no-host \
+      --shapes 1x4096,16x4096,64x8192,4096x4096,16384x4096 > "$OUT_DIR/variant_$v.log" 2>&1 || status=1
+  done
+  python3 - "$OUT_DIR" ${VARIANTS:-0 2 3} <<'PY' || status=1
+import csv, sys
+from pathlib import Path
+out, variants = Path(sys.argv[1]), sys.argv[2:]
+rows = []
+for v in variants:
+    with open(out / f"variant_{v}" / "bench_kernels.csv", newline="") as f:
+        rows += [{"launch_variant": v, **r} for r in csv.DictReader(f)]
+with open(out / "bench_variants.csv", "w", newline="") as f:
+    w = csv.DictWriter(f, fieldnames=list(rows[0]))
+    w.writeheader()
+    w.writerows(rows)
+print(f"bench_variants.csv: {len(rows)} rows, variants {' '.join(variants)}")
+PY
+  rm -rf "$OUT_DIR"/variant_*
+fi
+
 if [ -z "${SKIP_NCU:-}" ] && command -v ncu >/dev/null; then
-  step "ncu, decode shapes, CUDA kernels, launch variant 1 (current) then 0 (previous)"
+  step "ncu, decode shapes, CUDA kernels, the default launch variants then 0 (previous)"
   # filtered by kernel name (the CUDA row kernels and bias+GELU), one launch per op/shape/variant
   timeout ${T_NCU:-40} ncu --kernel-name regex:"reg_kernel|rows_kernel|bias_gelu_kernel" \
     --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \
@@ -72,9 +99,9 @@ if [ -z "${SKIP_NCU:-}" ] && command -v ncu >/dev/null; then
 import torch, kernels
 from kernels import _build
 _build.ensure_loaded()
-for variant in (1, 0):
-    for op in _build.LAUNCH_OPS:
-        _build.set_launch_variant(op, variant)
+for variant, choice in (("default", dict(_build.LAUNCH_DEFAULTS)), (0, {op: 0 for op in _build.LAUNCH_OPS})):
+    for op, v in choice.items():
+        _build.set_launch_variant(op, v)
     for rows, n in ((1, 4096), (16, 4096), (64, 8192)):
         x, r = (torch.randn(rows, n, device="cuda", dtype=torch.bfloat16) for _ in range(2))
         w, b = (torch.randn(n, device="cuda", dtype=torch.bfloat16) for _ in range(2))

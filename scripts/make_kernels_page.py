@@ -13,6 +13,7 @@ analysis text + the run's table verbatim (the .md beside the CSV) + the previous
 from __future__ import annotations
 
 import csv
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -27,8 +28,6 @@ OURS = ("auto", "cuda", "triton")            # what the package ships (cuda_v0 =
 PEERS = ("liger", "compile")
 DECODE_ROWS = 64                             # shapes with <= 64 rows are the decode shapes
 LARGE = ("4096x4096", "16384x4096", "65536x8192")
-# A 1-element add_ replayed in a CUDA graph on the same H200 the same morning (2026-11-30).
-EMPTY_US = 1.14
 DECODE_FACTOR = 1.3
 BW_TARGET = 90.0
 
@@ -54,97 +53,111 @@ through `bash scripts/gpu_kernels.sh OUTDIR`) and the run's table beside it; do 
 edit the generator or the data and regenerate (`--check` tells whether this page is current).*
 
 **Run:** {env}.  Final kernel code: launch variants `kernels/_build.py` `LAUNCH_DEFAULTS` =
-add_rmsnorm 1, add_layernorm 0, softmax 0, bias_gelu 1; `backend="auto"` by shape alone
+{defaults}; Triton loads without eviction hints; `backend="auto"` by shape alone
 (`kernels/ops.py` `choose_backend`).
 
 ## Method
 
 `scripts/bench_kernels.py`, bf16.  For each op and shape, side by side: `auto` (the default backend),
 `triton`, `cuda` (C++ extension, current launch configuration), `cuda_v0` (same extension, previous
-launch configuration, selected at run time; for softmax and add_layernorm the current configuration
-*is* the previous one, so their `cuda` and `cuda_v0` rows time the same code), `liger`
-(Liger-Kernel 0.8.5, for the ops it has: fused add+RMSNorm, softmax, and `x + r` followed by its
-LayerNorm), `eager` (kernels/baselines.py) and `compile` (torch.compile of the eager baseline).
-GPU time: CUDA-graph replays, inputs rotated past 3x the L2, median of batches.  Host cost: CPU time
+launch configuration, selected at run time; for add_layernorm the current configuration *is* the
+previous one, so its `cuda` and `cuda_v0` rows time the same code), `liger` (Liger-Kernel 0.8.5,
+for the ops it has: fused add+RMSNorm, softmax, and `x + r` followed by its LayerNorm), `eager`
+(kernels/baselines.py) and `compile` (torch.compile of the eager baseline).  GPU time: CUDA-graph
+replays, median of batches, inputs rotated over up to 64 buffer sets: past 3x the L2 from 64x8192
+up, while at 1x4096 and 16x4096 the sets total at most 16 MiB and stay in the 60 MiB L2, as a
+decode op's input does in a model (the kernel before it has just written it).  Host cost: CPU time
 per call of 300 plain launches back to back.  "Best peer" is the faster of liger and compile at that
 shape.  Softmax is timed with scale 1.0 (Liger's has no scale).  Decode shapes = 64 rows or fewer.
+The empty kernel of the environment line is `torch.cuda._sleep(0)` timed the same way (graph
+replays of 256 calls).
 """
 
 WHY_DECODE = """## Why the decode shapes lose
 
 **Where the time goes.** At 1-64 rows every row kernel launches one block per row: 1-64 blocks on
 132 SMs, less than one wave.  The ncu pass over the decode shapes (`ncu_decode.log` of the run
-folder; kernels at 64x8192, clocks locked by ncu at ~1.48 GHz, no graph, so its durations are longer
-than the graph-replay times above) shows it for every kernel it kept:
+folder; the kernels at 64x8192 in the previous launch configuration, variant 0, clocks locked by ncu,
+no graph, so its durations are longer than the graph-replay times above) shows it:
 
 | kernel (ncu name) | grid x block | waves per SM | achieved occupancy | DRAM throughput | registers/thread | duration under ncu |
 | --- | --- | ---: | ---: | ---: | ---: | ---: |
-| `add_rmsnorm_reg_kernel<BFloat16, 8, 2>` | 64 x 512 | 0.24 | 24.15% | 10.12% | 49 | 4.38 µs |
-| `add_layernorm_reg_kernel<BFloat16, 8, 2, 0>` | 64 x 512 | 0.24 | 24.56% | 7.84% | 63 | 5.70 µs |
-| `softmax_reg_kernel<BFloat16, 8, 2, 0>` | 64 x 512 | 0.12 | 24.54% | 4.93% | 32 | 4.48 µs |
-| `bias_gelu_kernel<BFloat16, 8, 0, 128, 1>` (flat) | 512 x 128 | 0.24 | 21.80% | 6.53% | 32 | 3.46 µs |
+| `add_rmsnorm_reg_kernel<BFloat16, 8, 2>` | 64 x 512 | 0.24 | 24.34% | 10.38% | 49 | 4.29 µs |
+| `add_layernorm_reg_kernel<BFloat16, 8, 2, 0>` | 64 x 512 | 0.24 | 24.56% | 8.06% | 63 | 5.57 µs |
+| `softmax_reg_kernel<BFloat16, 8, 2, 0>` | 64 x 512 | 0.12 | 24.53% | 4.81% | 32 | 4.64 µs |
+| `bias_gelu_kernel<BFloat16, 8, 0, 128, 1>` (flat) | 512 x 128 | 0.24 | 22.47% | 6.93% | 31 | 3.26 µs |
 
-DRAM is 5-10% busy and compute ~11-21%: nothing is saturated.  The time is a dependent latency
-chain inside one block: the global loads of a row (add_rmsnorm: a warp waits on an L1TEX scoreboard
-dependency 3.0 of its 9.9 cycles between instructions, 30%; add_layernorm 3.7 of 10.5, 35.5%), then
-the block reduction (warp shuffles, a `__syncthreads` round trip through shared memory, a second
-shuffle stage), then the normalise-and-store, plus the launch itself (an empty kernel is
-1.14 µs in a graph).  More blocks cannot help a row that one block owns, and bandwidth is not the
-limit, so the only levers are fewer steps in that chain and less work per step.
+DRAM is 5-10% busy: nothing is saturated.  The time is a dependent chain inside one block: the
+loads of a row, the block reduction (warp shuffles, a `__syncthreads` round trip through shared
+memory, a second shuffle stage), the normalise-and-store, plus the launch (an empty kernel is
+{empty} µs in a graph in this run).  More blocks cannot help a row that one block owns, so the
+levers are fewer steps in that chain and less work per step.
 
-**What the tried changes did** (the `cuda` vs `cuda_v0` rows of this run, and the side-by-side run
-earlier the same day):
+**What changed this round, side by side:**
 
-- *8 warps per row instead of 16* (2 vectors per thread: 256 threads for a 4096-wide bf16 row; a
-  thread's loads are independent and issue back to back, while the block reduction spans half the
-  warps).  add_rmsnorm at 1x4096: {rms_v0} → {rms_v1} µs (`cuda_v0` → `cuda`), 16x4096 {rms16_v0} →
-  {rms16_v1} µs; the default for add_rmsnorm.
-- *One-barrier reductions* (softmax combining per-thread (max, sum of exp) pairs with the online
-  rule; LayerNorm combining (count, mean, M2) with Chan's rule) instead of two block reductions.  In
-  the earlier run they were slower than the two-pass bodies at the decode shapes and at most large
-  ones (GPU µs, variant 1 / variant 0 / Triton):
+- *Triton loads without `evict_first`.*  The single-pass Triton kernels marked their loads
+  evict-first.  At 16x4096 that evicted the benchmark's L2-resident inputs: a copy of our softmax
+  kernel without the hint ran at 1.95 µs against 2.29 with it, Liger's (no hint) 1.88, side by side
+  (`scripts/probe_decode.py time`: `analyses/data/probe_softmax_evict_h200.json`, keys `v_noevict`
+  and `v_ours(i64,evf,f32)`; this
+  run's Triton softmax takes {sm16_tr} µs).  At the large shapes it was slower too, except in-place add+RMSNorm at
+  4096x4096.  `PROFKIT_TRITON_EVICT=1` brings it back; one run with and without it
+  (`analyses/data/bench_evict_on_h200.csv`, `bench_evict_off_h200.csv`), Triton µs:
 
-{earlier}
+{evict}
 
-  Plausible reasons: the barrier saved is a small part of the chain, while the per-element work
-  grew.  The online softmax rescales the running sum by an extra `exp2` whenever the running max
-  changes and its combine step carries two values per thread through every shuffle; Chan's rule
-  carries three and divides at every merge.  The ncu log cannot confirm it: its softmax and
-  add_layernorm kernels are the two-pass bodies (template flag 0), so it has no register count for
-  the one-barrier ones; what it does show is that the two-pass add_layernorm already needs 63
-  registers per thread (theoretical occupancy 50%, limited by registers) against add_rmsnorm's 49,
-  so a kernel body carrying more state per thread starts from a tight register budget.  Both ops
-  therefore keep the previous body (`LAUNCH_DEFAULTS` 0).
-- *The two changes separated* (`analyses/data/bench_variants_h200.csv`, a later run the same day:
-  `PROFKIT_KERNELS_LAUNCH=softmax=V,add_layernorm=V` for V = 0, 1, 2, where variant 2 is the 8-warp
-  block with the two-pass body; CUDA µs, Liger beside):
+  So the hint is off, and `auto` now runs Triton for the large row ops (at least
+  {min_elems} elements), where it beats the extension.
+- *Softmax variant 3* (8 warps; block max, then block sum on a second shared-memory buffer, so two
+  barriers instead of four; each `exp2` computed once and kept in registers, not recomputed after
+  the second reduction).  Against variants 0 (16 warps) and 2 (8 warps, two-pass), CUDA µs, from
+  `analyses/data/bench_variants_h200.csv` (one run, `PROFKIT_KERNELS_LAUNCH=softmax=V,add_layernorm=V`):
 
 {separated}
 
   {separated_note}
-- *bias+GELU 2-D grid* (column index = bias index, the bias loaded once per 4 rows): faster at the
-  large shapes, slower at decode sizes in the earlier run:
+- *bias+GELU: 28% fewer instructions.*  ncu on the large-shape kernel found it issue-bound: 32
+  instructions per element, 88% of issue slots busy, DRAM at 74% of peak, 595 µs at 65536x8192
+  (`analyses/data/ncu_decode_probe_h200.csv`: `scripts/probe_decode.py ncu` under ncu with
+  `--clock-control none`, one call of each case).  The erf form now folds its constants and uses the bare
+  `rcp.approx`/`ex2.approx` instructions (same Abramowitz-Stegun formula, errors of 1 ulp and
+  2^-22): 23 instructions per element in the sm_90 build (cuobjdump: 744 against 1032 for the 32
+  elements of a thread).  `auto` at 65536x8192: {bg_large} µs in this
+  run, {bg_pct} of the copy bandwidth.
+- *bias+GELU at 1x4096: one element a thread* (32 blocks of 128 instead of 4, as torch.compile's
+  kernel; same ncu file: 2.59 vs 2.27 µs for torch.compile's 1-element threads before the change).
+  `cuda` {bg_cuda} µs against `cuda_v0` {bg_v0} µs.  At 16x4096, 4 elements a thread in 128 blocks
+  was slower than one 16-byte vector a thread in an earlier run (1.69 vs 1.52 µs), so larger tensors
+  keep vectors.
+- *Tried, not kept:* the one-barrier reductions (variant 1, an earlier run, GPU µs, variant 1 /
+  variant 0 / Triton):
 
-{earlier_bg}
+{earlier}
 
-  so the 2-D grid runs only for large tensors and decode sizes keep the flat kernel (`cuda` =
-  `cuda_v0` at the decode shapes above).
+  and add_layernorm's variant 3 (two barriers instead of three), which changed nothing measurable
+  (table above); add_layernorm stays at variant 0.
 
-What is left at decode is the peers' margin: Liger's add+RMSNorm at 1x4096 takes {liger_rms} µs
-against our {rms_v1}, Liger's softmax {liger_sm} µs against {sm_cuda} (Triton's own softmax
-{sm_tr}), torch.compile's bias+GELU {comp_bg} µs against {bg_cuda}.
+What is left at decode is a margin of 0.1-0.4 µs a call between our CUDA row kernels and the Triton
+ones (ours and Liger's): add+RMSNorm at 1x4096 Liger {liger_rms} µs against our CUDA {rms_v1} (our
+Triton {rms_tr}), softmax Liger {liger_sm} against CUDA {sm_cuda} (Triton {sm_tr}), torch.compile's
+bias+GELU {comp_bg} µs against {bg_cuda}.  The CUDA and Triton kernels have the same block shape, no
+local memory (checked in the SASS) and an empty CUDA kernel replays about as fast as an empty
+Triton one (0.72 vs 0.70 µs, `scripts/probe_decode.py empty`: `probe_decode_h200.json`), so the launch path is not the difference; what in the kernel bodies is, this
+round did not find.  `auto` keeps the extension at these shapes for its host cost (13-25 against
+45-90 µs a plain call), which outweighs 0.1-0.4 µs of GPU time in eager code.
 """
 
 CHECKS = """## Correctness and the shared code, re-run on the final code
 
 From the run folder's logs (same H200, same day, final code):
 
-- `build.log`: the extension for sm_90 (built from the run's cache), launch variants
-  `{'add_rmsnorm': 1, 'add_layernorm': 0, 'softmax': 0, 'bias_gelu': 1}`; Triton's decode rows on
+- `build.log`: the extension for sm_90, launch variants
+  `{'add_rmsnorm': 1, 'add_layernorm': 0, 'softmax': 3, 'bias_gelu': 1}`; Triton's decode rows on
   a fixed warp count by row length (`_decode_warps`), prefill rows autotuned.
-- GPU tests on the same code minutes before: `tests/kernels/test_kernels_gpu.py` **390 passed,
+- GPU tests on the same code minutes before: `tests/kernels/test_kernels_gpu.py` **630 passed,
   2 skipped** (the in-place variant is inference-only: no autograd), both backends against
-  float64 references.
+  float64 references, and every CUDA launch variant (0-3) of every op at five shapes in fp32 and
+  bf16 (240 of the 630).
 - `sanitize.log`: compute-sanitizer **memcheck: 0 errors** over 240 op calls, **racecheck:
   0 hazards** over 120 op calls (`scripts/sanitize_kernels.py`, 0 mismatches).
 
@@ -152,21 +165,37 @@ The shared code these runs cover: `kernels/csrc/common.h` (row plan, vector load
 launch variants) for the CUDA ops, and the Triton helpers in `kernels/triton_kernels.py`.
 """
 
+
 SWAP = """## The model swap: the default backend in an eager model
 
-`profkit capture scripts/workloads/tiny_llama.py --steps 10 [--fused auto]`: the 4-layer decoder
-forward in bf16, eager, with `kernels.add_rmsnorm(..., backend="auto")` swapped in (8 calls per
-forward; `auto` runs the CUDA extension for add+RMSNorm at every shape), both traces from the same
-run (`traces/model_tiny_llama_swap_eager.sqlite`, `traces/model_tiny_llama_swap_auto.sqlite`).
-`python -m profkit diff ... --wide` (range `forward`, per-call medians): forward 2.04 ms → 1.96 ms,
-**-4.2%, noise ±9.1%: no change**; layer0 -1.7% and layer1 -1.8% (each ±3.0%): no change; layer2
--2.4% (±18.3%), layer3 -12.5% (±22.2%): no change.  Kernel time of the forward 17.12 → 16.84 ms
-(-1.7%), end to end 1.017x.  The case study (`analyses/model_tiny_llama.md`, whole-trace window)
-reads the same: -5.4% ±9.0%, no change; the forward is GPU-paced there (busy 93% eager, 96% auto),
-so the CPU the extension saves (2.07 → 1.51 ms per forward) does not shorten it; what is left is
-kernel time: the fused kernel (8.3 µs per call) against the eager add + norm (6.0 + 5.8 µs), busy
-GPU time 1.90 → 1.87 ms per forward.  **Target not met as stated**: the default backend is faster on every range's median but
-no change is beyond the noise of this capture.
+**HF `generate()` decode, the real program.** `scripts/workloads/generate_llama.py --fused auto`: a
+4-layer Llama (hidden 1024, transformers 5.17, random weights, bf16, batch 1, a 32-token prompt,
+64 new tokens a run) whose every LlamaRMSNorm is replaced, as profkit's PK401 suggests for this
+trace: each residual add + norm by `kernels.add_rmsnorm(..., backend="auto")` (the CUDA extension
+at this shape), layer 0's input norm (no add before it) by `F.rms_norm`.  HF's norm is eight
+kernels after the add's one; per token 223 → 152 kernels.  `tests/test_workload_fused_llama.py`
+checks on the CPU that the swapped model's logits and greedy tokens match HF's.
+
+| measurement | eager ms/token | fused ms/token | gain |
+| --- | ---: | ---: | ---: |
+| no profiler: 12 steady-state runs of 64 tokens a side, alternated, two sessions (median; `analyses/data/generate_swap_plain_h200.txt`) | 6.21 | 3.88 | 1.60x |
+| `profkit capture`, two captures a side interleaved in one session, pooled (`profkit diff --before-also/--after-also`) | 9.65 | 8.30 | 1.16x, "no change" (the two baselines lie 28% apart) |
+| PK401's prediction from the first eager capture | | | 1.29x |
+
+The host's speed drifted within the sessions: eager runs took 4.41-7.82 ms a token, and in one
+alternated pair both sides ran at 6.2-6.4 ms; the fused run was faster than the fastest eager run
+in 10 of 12 runs.  Under the profiler both sides took 2-5 ms longer a token, which shrinks the
+ratio.  A first session with an earlier version of the swap (layer 0's input norm left to HF)
+measured 6.47 → 4.28 ms (1.51x, 4 runs a side).  The step is host-bound (GPU idle 98%): the gain
+is the CPU's, 71 fewer launches a token and their Python, not the kernel's 0.1 ms of GPU time.
+The prediction and both measurements are on the loop page (`analyses/closing_the_loop.md`).
+
+**An earlier, GPU-paced swap.**  `scripts/workloads/tiny_llama.py` (4 layers, hidden 2048, batch
+4x512) with `--fused auto`, both traces from one run (`traces/model_tiny_llama_swap_eager.sqlite`,
+`traces/model_tiny_llama_swap_auto.sqlite`): forward 2.04 → 1.96 ms per call, -4.2%, noise ±9.1%,
+no change.  That forward is GPU-paced (busy 93% eager, 96% auto), so the CPU the extension saves
+(2.07 → 1.51 ms per forward) does not shorten it; the fused kernel saves 3.5 µs of GPU time per
+call (8.3 µs against the eager add + norm's 6.0 + 5.8), 1.5% of the forward.
 """
 
 
@@ -188,6 +217,21 @@ def load(path: Path) -> tuple[list[dict], str, str]:
     table = md_path.read_text() if md_path.exists() else ""
     env = table.splitlines()[0].lstrip("# ").strip() if table else "(no environment line: the .md beside the CSV is missing)"
     return rows, env, table
+
+
+def empty_us(env: str) -> float:
+    """The empty kernel's GPU µs per call, from the run's environment line."""
+    m = re.search(r"empty kernel ([0-9.]+) µs", env)
+    if not m:
+        raise SystemExit("make_kernels_page: the run's table has no empty-kernel time "
+                         "(re-run scripts/bench_kernels.py)")
+    return float(m.group(1))
+
+
+def _defaults() -> str:
+    from kernels import _build
+
+    return ", ".join(f"{op} {v}" for op, v in _build.LAUNCH_DEFAULTS.items())
 
 
 def auto_backend(op: str, rows: int, n: int) -> str:
@@ -235,7 +279,8 @@ def render(path: Path = DATA) -> str:
         return r["best_peer"], r["best_peer_us"]
 
     src = Path(path).resolve()
-    out = [HEAD.format(env=env, src=src.relative_to(ROOT) if ROOT in src.parents else src.name)]
+    out = [HEAD.format(env=env, src=src.relative_to(ROOT) if ROOT in src.parents else src.name,
+                       defaults=_defaults())]
 
     # ---------------------------------------------------------------- ratio table
     out += ["## Own best vs best peer, per op and shape", "",
@@ -281,16 +326,27 @@ def render(path: Path = DATA) -> str:
                 f"{_us(c['peer_us'])} µs, {100 * (c['best_us'] / c['peer_us'] - 1):.0f}% slower)" for c in miss) + ".", ""]
     bw = [by[("bias_gelu", s, i)] for s in LARGE for i in ("auto", "cuda", "triton", "compile")
           if ("bias_gelu", s, i) in by]
-    out += [f"**2. bias+GELU >= {BW_TARGET:.0f}% of copy bandwidth at the large shapes: not met.** "
+    best_bw = {sh: max(r["pct_copy"] for r in bw if r["shape"] == sh and r["impl"] in OURS) for sh in LARGE}
+    bw_met = [sh for sh in LARGE if best_bw[sh] >= BW_TARGET]
+    bw_head = ("met" if len(bw_met) == len(LARGE) else
+               f"met at {len(bw_met)} of {len(LARGE)}" + (f" ({', '.join(bw_met)})" if bw_met else ""))
+    out += [f"**2. bias+GELU >= {BW_TARGET:.0f}% of copy bandwidth at the large shapes: {bw_head}.** "
             "(% of the copy bandwidth measured in the same run; bytes = read x and bias, write out.) "
             + "; ".join(f"{s}: " + ", ".join(f"{r['impl']} {r['pct_copy']:.0f}% ({r['gbps']:.0f} GB/s)"
                                              for r in bw if r["shape"] == s) for s in LARGE)
             + ". The bundled kernel leads torch.compile by "
             + ", ".join(f"{_x(c['best_x'])}" for c in score if c["op"] == "bias_gelu" and c["shape"] in LARGE)
-            + " at these shapes (own best), but stays under the bandwidth target.", ""]
-    lim = EMPTY_US * DECODE_FACTOR
-    out += [f"**3. Decode calls <= {DECODE_FACTOR}x an empty kernel's GPU time ({DECODE_FACTOR} x {EMPTY_US} µs "
-            f"= {lim:.2f} µs): met only by bias+GELU at 1x4096.** GPU µs per call at the decode shapes "
+            + " at these shapes (own best)" + ("." if len(bw_met) == len(LARGE) else
+              f"; below the target at {', '.join(sh for sh in LARGE if sh not in bw_met)} (a 64 MiB op "
+              "is over in ~20 µs, where launch and tail take a larger share than in the 1 GiB copy "
+              "that sets the reference)."), ""]
+    empty = empty_us(env)
+    lim = empty * DECODE_FACTOR
+    within = [(op, s) for op in ops for s in shapes if s in decode and by[(op, s, "auto")]["median_us"] <= lim]
+    any_within = [r for r in rows if r["shape"] in decode and r["median_us"] <= lim]
+    out += [f"**3. Decode calls <= {DECODE_FACTOR}x an empty kernel's GPU time ({DECODE_FACTOR} x {empty:.2f} µs "
+            f"= {lim:.2f} µs): " + ("met only at " + ", ".join(f"{o} {sh}" for o, sh in within) if within
+                                    else "not met") + ".** GPU µs per call at the decode shapes "
             "(`auto`; the fastest implementation of any kind, ours or a peer, in brackets):", "",
             "| op | " + " | ".join(s for s in shapes if s in decode) + " |",
             "| --- |" + " ---: |" * len(decode)]
@@ -304,12 +360,13 @@ def render(path: Path = DATA) -> str:
             ok = "**" if a <= lim else ""
             line += f" {ok}{_us(a)}{ok} ({fastest['impl']} {_us(fastest['median_us'])}) |"
         out.append(line)
-    rowops = [r for r in rows if r["op"] != "bias_gelu" and r["shape"] in decode]
-    fr = min(rowops, key=lambda r: r["median_us"])
-    out += ["", "Bold = within the limit. No implementation of a row op (the norms, softmax), ours or a "
-            f"peer's, is within it at any decode shape: the fastest, {fr['impl']} {fr['op']} at {fr['shape']}, "
-            f"takes {_us(fr['median_us'])} µs, {fr['median_us'] - EMPTY_US:.2f} µs above an empty kernel "
-            f"against the {lim - EMPTY_US:.2f} µs the target allows (why: below).", ""]
+    fr = min((r for r in rows if r["shape"] in decode), key=lambda r: r["median_us"])
+    out += ["", "Bold = within the limit. " + (
+            "No implementation of any op, ours or a peer's, is within it at any decode shape: the fastest, "
+            if not any_within else "The fastest call of the decode shapes, ")
+            + f"{fr['impl']} {fr['op']} at {fr['shape']}, takes {_us(fr['median_us'])} µs, "
+            f"{fr['median_us'] - empty:.2f} µs above an empty kernel against the {lim - empty:.2f} µs the "
+            "target allows (why: below).", ""]
 
     # ---------------------------------------------------------------- host cost
     impls = list(dict.fromkeys(r["impl"] for r in rows))
@@ -343,8 +400,11 @@ def render(path: Path = DATA) -> str:
                 f"{by[(c['op'], c['shape'], 'auto')]['host_us']:.1f} vs {by[(c['op'], c['shape'], 'triton')]['host_us']:.1f} µs"
                 for c in worse) + ". Inside a CUDA graph or torch.compile the host cost is gone and "
             "`backend=\"triton\"` is the faster choice at those shapes.", ""]
-    out += ["**5. Model swap: the default backend faster than eager in an eager model: not shown.** "
-            "Faster on every range's median, but within the capture's noise (section below).", "",
+    out += ["**5. Model swap: the default backend faster than eager in an eager model: shown without the "
+            "profiler, not resolved by the captures.** HF `generate()` decode with every LlamaRMSNorm "
+            "swapped (section below): 1.60x per token over 12 unprofiled runs a side, 1.16x between "
+            "the pooled captures, which `profkit diff` calls no change (their baselines lie 28% apart).",
+            "",
             "**6. Shared code, GPU tests, memcheck and racecheck re-run on the final code: met** "
             "(last section).", ""]
     return "\n".join(out)
@@ -365,51 +425,67 @@ VARIANTS = DATA.with_name("bench_variants_h200.csv")
 
 
 def _separated() -> tuple[str, str]:
-    """The 8-warp block and the one-barrier body, timed apart (variants 0, 1, 2 in one run)."""
+    """Softmax and add_layernorm on launch variants 0, 2 and 3 in one run (bench_variants_h200.csv)."""
     if not VARIANTS.exists():
         return "  (not measured)", ""
     with VARIANTS.open() as f:
         rows = list(csv.DictReader(f))
     t = {(r["op"], r["shape"], r["impl"], r["launch_variant"]): float(r["median_us"]) for r in rows}
     shapes = list(dict.fromkeys(r["shape"] for r in rows))
-    lines = ["  | op | shape | 16 warps, two-pass (0) | 8 warps, one barrier (1) | 8 warps, two-pass (2) | Liger |",
-             "  | --- | --- | ---: | ---: | ---: | ---: |"]
+    lines = ["  | op | shape | 16 warps, two-pass (0) | 8 warps, two-pass (2) | 8 warps, two barriers (3) | "
+             "Triton | Liger |", "  | --- | --- | ---: | ---: | ---: | ---: | ---: |"]
     gain = {}
     for op in ("softmax", "add_layernorm"):
         for sh in shapes:
-            v = [t.get((op, sh, "cuda", str(k))) for k in (0, 1, 2)]
-            lg = t.get((op, sh, "liger", "0"))
+            v = [t.get((op, sh, "cuda", str(k))) for k in (0, 2, 3)]
             if None in v:
                 continue
+            tr, lg = t.get((op, sh, "triton", "3")), t.get((op, sh, "liger", "3"))
             lines.append(f"  | {op} | {sh} | {v[0]:.2f} | {v[1]:.2f} | {v[2]:.2f} | "
-                         f"{'' if lg is None else f'{lg:.2f}'} |")
+                         f"{'' if tr is None else f'{tr:.2f}'} | {'' if lg is None else f'{lg:.2f}'} |")
             gain.setdefault(op, []).append(v[2] / v[0] - 1)
-    note = ("8 warps with the two-pass body changes softmax by "
+    note = ("Variant 3 against variant 0 (same shapes, in order): softmax "
             + ", ".join(f"{100 * g:+.0f}%" for g in gain.get("softmax", []))
-            + " and add_layernorm by " + ", ".join(f"{100 * g:+.0f}%" for g in gain.get("add_layernorm", []))
-            + " against variant 0 (same shapes as the table, in order; from 4096 rows on, variants 0 and 2 "
-              "run the same code, so those differences are the run's noise): within a few per cent either "
-              "way, while the one-barrier body (variant 1) is slower at every decode shape. So the "
-              "one-barrier body is what cost time in the earlier run, not the smaller block. Neither "
-              "closes the gap to Liger's softmax at decode, and the defaults stay at variant 0 for both "
-              "ops (variant 2 remains selectable).")
+            + "; add_layernorm " + ", ".join(f"{100 * g:+.0f}%" for g in gain.get("add_layernorm", []))
+            + ".  Softmax runs variant 3 by default; at the decode shapes it is still behind the Triton "
+              "kernels (next paragraph).")
     return "\n".join(lines), note
+
+
+def _evict_table() -> str:
+    """Triton µs with and without evict_first, one run each way (bench_evict_{on,off}_h200.csv)."""
+    paths = [DATA.with_name(f"bench_evict_{k}_h200.csv") for k in ("on", "off")]
+    if not all(q.exists() for q in paths):
+        return "  (not measured)"
+    t = []
+    for q in paths:
+        with q.open() as f:
+            t.append({(r["op"], r["shape"]): float(r["median_us"]) for r in csv.DictReader(f) if r["impl"] == "triton"})
+    lines = ["  | op | shape | evict_first | no hint | change |", "  | --- | --- | ---: | ---: | ---: |"]
+    for key, on in t[0].items():
+        off = t[1].get(key)
+        if off is not None:
+            lines.append(f"  | {key[0]} | {key[1]} | {on:.2f} | {off:.2f} | {100 * (off / on - 1):+.1f}% |")
+    return "\n".join(lines)
 
 
 def render_all(path: Path = DATA) -> str:
     rows, env, table = load(path)
     by = {(r["op"], r["shape"], r["impl"]): r["median_us"] for r in rows}
+    full = {(r["op"], r["shape"], r["impl"]): r for r in rows}
     g = lambda op, s, i: f"{by[(op, s, i)]:.2f}"  # noqa: E731
     earlier = "\n\n".join(f"  {op}:\n\n{_earlier_table(op)}" for op in ("softmax", "add_layernorm"))
     separated, separated_note = _separated()
     why = WHY_DECODE.format(
-        rms_v0=g("add_rmsnorm", "1x4096", "cuda_v0"), rms_v1=g("add_rmsnorm", "1x4096", "cuda"),
-        rms16_v0=g("add_rmsnorm", "16x4096", "cuda_v0"), rms16_v1=g("add_rmsnorm", "16x4096", "cuda"),
-        earlier=earlier, earlier_bg=_earlier_table("bias_gelu"),
-        separated=separated, separated_note=separated_note,
-        liger_rms=g("add_rmsnorm", "1x4096", "liger"), liger_sm=g("softmax", "1x4096", "liger"),
+        empty=f"{empty_us(env):.2f}", evict=_evict_table(), min_elems=_min_elems(),
+        separated=separated, separated_note=separated_note, earlier=earlier,
+        bg_large=g("bias_gelu", "65536x8192", "auto"),
+        bg_pct=f"{full[('bias_gelu', '65536x8192', 'auto')]['pct_copy']:.0f}%",
+        bg_cuda=g("bias_gelu", "1x4096", "cuda"), bg_v0=g("bias_gelu", "1x4096", "cuda_v0"),
+        liger_rms=g("add_rmsnorm", "1x4096", "liger"), rms_v1=g("add_rmsnorm", "1x4096", "cuda"),
+        rms_tr=g("add_rmsnorm", "1x4096", "triton"), liger_sm=g("softmax", "1x4096", "liger"),
         sm_cuda=g("softmax", "1x4096", "cuda"), sm_tr=g("softmax", "1x4096", "triton"),
-        comp_bg=g("bias_gelu", "1x4096", "compile"), bg_cuda=g("bias_gelu", "1x4096", "cuda"))
+        comp_bg=g("bias_gelu", "1x4096", "compile"), sm16_tr=g("softmax", "16x4096", "triton"))
     parts = [render(path), SWAP, why, CHECKS, "## The run's table\n\n" + table]
     if PREVIOUS.exists():
         parts.append(PREVIOUS.read_text())

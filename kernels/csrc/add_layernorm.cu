@@ -9,11 +9,12 @@
 namespace profkit_kernels {
 namespace {
 
-// WELFORD (launch variant 1): the mean and the centred sum of squares come out of ONE block
+// BODY 1 (launch variant 1): the mean and the centred sum of squares come out of ONE block
 // reduction of per-thread (count, mean, M2) partials (Chan's pairwise combine, as stable as the
-// two-pass form): one barrier instead of four.  !WELFORD (variant 0, previous): a block sum for the
-// mean, then a block sum of squared deviations.
-template <typename T, int VEC, int ITEMS, bool WELFORD>
+// two-pass form): one barrier instead of four.  BODY 0 (variants 0 and 2): a block sum for the
+// mean, then a block sum of squared deviations (three barriers).  BODY 3 (variant 3): the same two
+// sums, the second on its own shared-memory buffer, so it needs no leading barrier (two).
+template <typename T, int VEC, int ITEMS, int BODY>
 __global__ void __launch_bounds__(kMaxThreads) add_layernorm_reg_kernel(
     const T* __restrict__ x, const T* r, const T* __restrict__ w, const T* __restrict__ b,
     T* __restrict__ out, T* res_out, int64_t n, float eps) {
@@ -51,7 +52,7 @@ __global__ void __launch_bounds__(kMaxThreads) add_layernorm_reg_kernel(
     }
   }
   float mean, rstd;
-  if constexpr (WELFORD) {
+  if constexpr (BODY == 1) {
     // this thread's (count, mean, M2), then one block-wide combine
     float cnt = static_cast<float>(count);
     float tm = count > 0 ? __fdividef(sum, cnt) : 0.f;
@@ -84,7 +85,8 @@ __global__ void __launch_bounds__(kMaxThreads) add_layernorm_reg_kernel(
         }
       }
     }
-    rstd = rsqrtf(block_sum(sq, smem) / static_cast<float>(n) + eps);
+    const float ssq = BODY == 3 ? block_sum_first(sq, smem + 32) : block_sum(sq, smem);
+    rstd = rsqrtf(ssq / static_cast<float>(n) + eps);
   }
 #pragma unroll
   for (int i = 0; i < ITEMS; ++i) {
@@ -150,14 +152,14 @@ __global__ void __launch_bounds__(kMaxThreads) add_layernorm_loop_kernel(
   }
 }
 
-template <typename T, int VEC, bool WELFORD>
+template <typename T, int VEC, int BODY>
 void launch_v(const RowPlan& p, int64_t rows, const T* x, const T* r, const T* w, const T* b, T* out,
               T* res_out, int64_t n, float eps, cudaStream_t s) {
   switch (p.items) {
-    case 1: add_layernorm_reg_kernel<T, VEC, 1, WELFORD><<<rows, p.threads, 0, s>>>(x, r, w, b, out, res_out, n, eps); break;
-    case 2: add_layernorm_reg_kernel<T, VEC, 2, WELFORD><<<rows, p.threads, 0, s>>>(x, r, w, b, out, res_out, n, eps); break;
-    case 4: add_layernorm_reg_kernel<T, VEC, 4, WELFORD><<<rows, p.threads, 0, s>>>(x, r, w, b, out, res_out, n, eps); break;
-    case 8: add_layernorm_reg_kernel<T, VEC, 8, WELFORD><<<rows, p.threads, 0, s>>>(x, r, w, b, out, res_out, n, eps); break;
+    case 1: add_layernorm_reg_kernel<T, VEC, 1, BODY><<<rows, p.threads, 0, s>>>(x, r, w, b, out, res_out, n, eps); break;
+    case 2: add_layernorm_reg_kernel<T, VEC, 2, BODY><<<rows, p.threads, 0, s>>>(x, r, w, b, out, res_out, n, eps); break;
+    case 4: add_layernorm_reg_kernel<T, VEC, 4, BODY><<<rows, p.threads, 0, s>>>(x, r, w, b, out, res_out, n, eps); break;
+    case 8: add_layernorm_reg_kernel<T, VEC, 8, BODY><<<rows, p.threads, 0, s>>>(x, r, w, b, out, res_out, n, eps); break;
     default: add_layernorm_loop_kernel<T, VEC><<<rows, p.threads, 0, s>>>(x, r, w, b, out, res_out, n, eps); break;
   }
 }
@@ -166,11 +168,14 @@ template <typename T, int VEC>
 void launch(const RowPlan& p, int variant, int64_t rows, const T* x, const T* r, const T* w, const T* b, T* out,
             T* res_out, int64_t n, float eps, cudaStream_t s) {
   // variant 1: the one-barrier body on 8 warps a decode row; 2: the two-pass body on 8 warps;
-  // 0: the two-pass body on 16 warps (plan_rows sizes the block from the variant)
-  if (variant != 1)
-    launch_v<T, VEC, false>(p, rows, x, r, w, b, out, res_out, n, eps, s);
+  // 3: the two-barrier two-pass body on 8 warps; 0: the two-pass body on 16 warps (plan_rows
+  // sizes the block from the variant)
+  if (variant == 1)
+    launch_v<T, VEC, 1>(p, rows, x, r, w, b, out, res_out, n, eps, s);
+  else if (variant == 3)
+    launch_v<T, VEC, 3>(p, rows, x, r, w, b, out, res_out, n, eps, s);
   else
-    launch_v<T, VEC, true>(p, rows, x, r, w, b, out, res_out, n, eps, s);
+    launch_v<T, VEC, 0>(p, rows, x, r, w, b, out, res_out, n, eps, s);
 }
 
 std::tuple<at::Tensor, at::Tensor> add_layernorm_cuda(const at::Tensor& x, const at::Tensor& residual,

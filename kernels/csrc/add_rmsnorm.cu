@@ -168,10 +168,10 @@ at::Tensor add_rmsnorm_inplace_cuda(const at::Tensor& x, at::Tensor& residual, c
 }  // namespace profkit_kernels
 
 // Launch-variant switch for benchmarks (kernels/_build.py calls it through ctypes): op is an OpId,
-// variant 0 (previous launch configuration) or 1 (current).  Returns the old value, or -1 if op or
-// variant is out of range.
+// variant 0 (previous launch configuration) to 3 (see each op's launch()).  Returns the old value,
+// or -1 if op or variant is out of range.
 extern "C" __attribute__((visibility("default"))) int profkit_kernels_set_launch_variant(int op, int variant) {
-  if (op < 0 || op >= profkit_kernels::kNumOps || variant < 0 || variant > 2) return -1;
+  if (op < 0 || op >= profkit_kernels::kNumOps || variant < 0 || variant > 3) return -1;
   int* v = profkit_kernels::launch_variants();
   const int old = v[op];
   v[op] = variant;

@@ -78,7 +78,7 @@ enum OpId { kOpAddRmsnorm = 0, kOpAddLayernorm = 1, kOpSoftmax = 2, kOpBiasGelu 
 
 // One array for the whole shared library (an inline function's static is unique across TUs).
 inline int* launch_variants() {
-  static int v[kNumOps] = {1, 1, 1, 1};
+  static int v[kNumOps] = {1, 1, 1, 1};  // kernels/_build.py sets LAUNCH_DEFAULTS on load
   return v;
 }
 
@@ -100,7 +100,7 @@ struct RowPlan {
 //
 // Vectors per thread:
 //   many rows (>= 2 per SM): 4, short blocks, many resident per SM, lots of bytes in flight;
-//   few rows (decode), variants 1 and 2: 2, e.g. 256 threads (8 warps) for a 4096-wide bf16 row.  All of a
+//   few rows (decode), variants 1, 2 and 3: 2, e.g. 256 threads (8 warps) for a 4096-wide bf16 row.  All of a
 //     thread's loads are independent and issued back to back, so 2 vectors cost the same one memory
 //     round trip as 1, while the block reduction spans 8 warps instead of 16 (shorter barrier, half
 //     the partial sums) and the block is cheaper to launch;
@@ -166,6 +166,16 @@ __device__ __forceinline__ float block_sum_first(float v, float* smem) {
   __syncthreads();
   v = lane < nw ? smem[lane] : 0.f;
   return warp_sum(v);
+}
+
+// Block-wide max for the FIRST reduction on `smem` (see block_sum_first).
+__device__ __forceinline__ float block_max_first(float v, float* smem) {
+  const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  v = warp_max(v);
+  if (lane == 0) smem[wid] = v;
+  __syncthreads();
+  v = lane < nw ? smem[lane] : -INFINITY;
+  return warp_max(v);
 }
 
 // Chan et al. pairwise combine of (count, mean, M2) partial statistics.

@@ -10,11 +10,14 @@ namespace {
 
 constexpr float kLog2e = 1.4426950408889634f;
 
-// FUSED (launch variant 1): each thread takes the max and the sum of exp2 over its own registers,
-// then ONE block reduction combines the (max, sum) pairs (online-softmax rule): one barrier instead
-// of the four of a block max followed by a block sum, with the same number of exp2 per element.
-// !FUSED (variant 0, previous): block max, then block sum.
-template <typename T, int VEC, int ITEMS, bool FUSED>
+// Kernel bodies (BODY):
+//  0 (launch variants 0 and 2): block max, then block sum (four barriers), exp2 evaluated twice.
+//  1 (variant 1): each thread takes the max and the sum of exp2 over its own registers, then ONE
+//    block reduction combines the (max, sum) pairs (online-softmax rule): one barrier.
+//  3 (variant 3): block max, then block sum on a second shared-memory buffer (so neither needs a
+//    leading barrier: two barriers), and each exp2 computed once and kept in registers for the
+//    output (the 0 body recomputes it after the second reduction, on the critical path).
+template <typename T, int VEC, int ITEMS, int BODY>
 __global__ void __launch_bounds__(kMaxThreads) softmax_reg_kernel(const T* __restrict__ x, T* __restrict__ out,
                                                                   int64_t n, float scale) {
   using V = Vec<T, VEC>;
@@ -35,8 +38,36 @@ __global__ void __launch_bounds__(kMaxThreads) softmax_reg_kernel(const T* __res
       for (int j = 0; j < VEC; ++j) m = fmaxf(m, to_f(xa[i].v[j]) * sl);
     }
   }
+  if constexpr (BODY == 3) {
+    m = block_max_first(m, smem);
+    float e[ITEMS][VEC];
+    float s = 0.f;
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i) {
+      const int idx = threadIdx.x + i * blockDim.x;
+      if (idx < nvec) {
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+          e[i][j] = exp2f(to_f(xa[i].v[j]) * sl - m);
+          s += e[i][j];
+        }
+      }
+    }
+    const float inv3 = 1.f / block_sum_first(s, smem + 32);
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i) {
+      const int idx = threadIdx.x + i * blockDim.x;
+      if (idx < nvec) {
+        V o;
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) o.v[j] = from_f<T>(e[i][j] * inv3);
+        ov[idx] = o;
+      }
+    }
+    return;
+  }
   float ms, inv;
-  if constexpr (FUSED) {
+  if constexpr (BODY == 1) {
     float s = 0.f;
     if (m != -INFINITY) {
 #pragma unroll
@@ -113,13 +144,13 @@ __global__ void __launch_bounds__(kMaxThreads) softmax_loop_kernel(const T* __re
   }
 }
 
-template <typename T, int VEC, bool FUSED>
+template <typename T, int VEC, int BODY>
 void launch_v(const RowPlan& p, int64_t rows, const T* x, T* out, int64_t n, float scale, cudaStream_t s) {
   switch (p.items) {
-    case 1: softmax_reg_kernel<T, VEC, 1, FUSED><<<rows, p.threads, 0, s>>>(x, out, n, scale); break;
-    case 2: softmax_reg_kernel<T, VEC, 2, FUSED><<<rows, p.threads, 0, s>>>(x, out, n, scale); break;
-    case 4: softmax_reg_kernel<T, VEC, 4, FUSED><<<rows, p.threads, 0, s>>>(x, out, n, scale); break;
-    case 8: softmax_reg_kernel<T, VEC, 8, FUSED><<<rows, p.threads, 0, s>>>(x, out, n, scale); break;
+    case 1: softmax_reg_kernel<T, VEC, 1, BODY><<<rows, p.threads, 0, s>>>(x, out, n, scale); break;
+    case 2: softmax_reg_kernel<T, VEC, 2, BODY><<<rows, p.threads, 0, s>>>(x, out, n, scale); break;
+    case 4: softmax_reg_kernel<T, VEC, 4, BODY><<<rows, p.threads, 0, s>>>(x, out, n, scale); break;
+    case 8: softmax_reg_kernel<T, VEC, 8, BODY><<<rows, p.threads, 0, s>>>(x, out, n, scale); break;
     default: softmax_loop_kernel<T, VEC><<<rows, p.threads, 0, s>>>(x, out, n, scale); break;
   }
 }
@@ -128,11 +159,14 @@ template <typename T, int VEC>
 void launch(const RowPlan& p, int variant, int64_t rows, const T* x, T* out, int64_t n, float scale,
             cudaStream_t s) {
   // variant 1: the one-barrier body on 8 warps a decode row; 2: the two-pass body on 8 warps;
-  // 0: the two-pass body on 16 warps (plan_rows sizes the block from the variant)
-  if (variant != 1)
-    launch_v<T, VEC, false>(p, rows, x, out, n, scale, s);
+  // 3: the two-barrier body with kept exponentials on 8 warps; 0: the two-pass body on 16 warps
+  // (plan_rows sizes the block from the variant)
+  if (variant == 1)
+    launch_v<T, VEC, 1>(p, rows, x, out, n, scale, s);
+  else if (variant == 3)
+    launch_v<T, VEC, 3>(p, rows, x, out, n, scale, s);
   else
-    launch_v<T, VEC, true>(p, rows, x, out, n, scale, s);
+    launch_v<T, VEC, 0>(p, rows, x, out, n, scale, s);
 }
 
 at::Tensor softmax_cuda(const at::Tensor& x, double scale) {

@@ -173,3 +173,20 @@ def test_torch_compile_fullgraph_cuda(backend):
     got = torch.compile(block, fullgraph=True)(*args)
     for g, w in zip(got, want):
         assert rel_err(g, w) < 1e-3
+
+
+@pytest.mark.parametrize("variant", (0, 1, 2, 3))
+@pytest.mark.parametrize("op,approx", OPS_GELU)
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16), ids=str)
+@pytest.mark.parametrize("shape", ((1, 4096), (16, 4096), (7, 5120), (300, 2048), (64, 8192)),
+                         ids=lambda s: f"{s[0]}x{s[1]}")
+def test_gpu_every_launch_variant(op, approx, variant, dtype, shape):
+    """Every CUDA kernel body and launch configuration a benchmark can select, not only the defaults."""
+    from kernels import _build
+
+    name = "add_rmsnorm" if op == "add_rmsnorm_" else op
+    old = _build.set_launch_variant(name, variant)
+    try:
+        _run(op, approx, "cuda", *shape, dtype)
+    finally:
+        _build.set_launch_variant(name, old)

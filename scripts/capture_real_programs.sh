@@ -4,6 +4,7 @@
 # make first. Usage: scripts/capture_real_programs.sh OUTDIR SECONDS STEP...
 # Steps: train train_eager_attn gpt2 gpt2_pad gpt2_rec gpt2_pad_rec train_rec_ncu
 #        train train_fused train_compiled train_kineto train_aten train_rec generate generate_static generate_graphs
+#        generate_fused generate_rerun generate_fused_rerun
 #        loader loader_fixed sync sync_fixed cnn_metrics cnn_compiled train_ncu train_ncu_auto sync_ncu cnn_ncu
 set -u
 out=${1:?usage: capture_real_programs.sh OUTDIR SECONDS STEP...}; budget=${2:?}; shift 2
@@ -44,6 +45,9 @@ for step in "$@"; do
     generate)     pk generate_llama $W/generate_llama.py ;;
     generate_static) pk generate_llama_static $W/generate_llama.py --static ;;
     generate_graphs) pk generate_llama_graphs $W/generate_llama.py --static --graphs ;;
+    generate_fused) pk generate_llama_fused $W/generate_llama.py --fused auto ;;
+    generate_rerun) pk generate_llama_rerun $W/generate_llama.py ;;
+    generate_fused_rerun) pk generate_llama_fused_rerun $W/generate_llama.py --fused auto ;;
     loader)       pk loader_cnn $W/dataloader_cnn.py ;;
     loader_fixed) pk loader_cnn_workers $W/dataloader_cnn.py --workers 8 --pin ;;
     sync)         pk sync_loop $W/sync_loop.py ;;

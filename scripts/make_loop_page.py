@@ -70,6 +70,32 @@ PAIRS = (
          "kernels) — the compiled decode forward ran about 107 Triton/cuBLAS kernels per token "
          "instead of 220, so launches and dispatch gaps shrank but did not vanish. The prediction "
          "is for full capture; what was measured is a partial one."),
+    Pair("HF generate() decode: HF's composed RMSNorm -> the bundled kernels.add_rmsnorm "
+         "(two captures a side)",
+         "traces/real/generate_llama_samerun.sqlite", "traces/real/generate_llama_fused.sqlite",
+         "each residual add + LlamaRMSNorm as kernels.add_rmsnorm (backend auto: the CUDA extension), "
+         "layer 0's input norm as F.rms_norm (`generate_llama.py --fused auto`)", "PK401",
+         "HF's LlamaRMSNorm is eight eager kernels (to fp32, pow, mean, + eps, rsqrt, mul, cast back, "
+         "* weight) after the residual add's one. Before this pair PK401 only matched an add followed "
+         "by a norm *kernel*, so this step got PK402 (torch.compile the chains) at 1.00x: no GPU time "
+         "to save on a host-bound step. The rule now reads the composed chain (pow -> MeanOps "
+         "reduction -> rsqrt, with the casts and multiplies around it) and counts what the swap "
+         "removes on the CPU: every launch of the chain with its short dispatch gap, less one fused "
+         "call per chain (20 us, the measured host cost of kernels.add_rmsnorm at decode shapes); "
+         "the token shrinks by that CPU time times the share of the wall the GPU waits for the CPU. "
+         "Applied: 223 -> 152 kernels per token. The four captures were interleaved in one session "
+         "(eager, fused, eager, fused) on a host whose speed drifted: the two eager captures' "
+         "second-run medians are 8.18 and 10.33 ms per token (diff: medians 28% apart, verdict \"no "
+         "change\"), the fused ones 8.46 and 7.00. Without the profiler the same script, two "
+         "sessions, 12 steady-state runs of 64 tokens a side (`generate_llama.py --runs 3|4 "
+         "[--fused auto]`, alternated; analyses/data/generate_swap_plain_h200.txt), took a median "
+         "6.21 -> 3.88 ms per token (1.60x); the fused run was faster than the fastest eager run in "
+         "10 of 12 runs, and in one alternated pair both ran at 6.2-6.4 ms. The prediction (1.29x) "
+         "lies between the captured (1.16x) and the unprofiled (1.60x) measurement. Under the "
+         "profiler both sides' tokens took 2-5 ms longer (eager 8.2-10.3, fused 7.0-8.5 ms, against "
+         "6.2 and 3.9 unprofiled): an added cost on both sides, which shrinks the ratio.",
+         before_also=("traces/real/generate_llama_samerun_rerun.sqlite",),
+         after_also=("traces/real/generate_llama_fused_rerun.sqlite",)),
     Pair("DataLoader-fed ResNet-18: num_workers=0 -> 8 workers + pin_memory",
          "traces/real/loader_cnn.sqlite", "traces/real/loader_cnn_workers.sqlite",
          "DataLoader(num_workers=8, pin_memory=True), .to(device, non_blocking=True)", "PK102",

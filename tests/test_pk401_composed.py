@@ -1,0 +1,34 @@
+"""PK401 on RMSNorms composed of elementwise kernels (HF LlamaRMSNorm), on real H200 captures."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import profkit
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _pk401(trace: str):
+    return {f.code: f for f in profkit.load(ROOT / trace).findings()}.get("PK401")
+
+
+def test_hf_decode_chains_found_exactly():
+    # generate(): 4 layers x 2 norms + the final norm per token; layer 0's input norm has no add
+    f = _pk401("traces/real/generate_llama_samerun.sqlite")
+    ev = f.evidence
+    assert (ev["composed"], ev["kernel"], ev["chains"], ev["with_add"], ev["launches"]) == \
+        (True, "add_rmsnorm", 855, 760, 7600)
+    assert round(f.expected_end_to_end_speedup, 3) == 1.286
+    assert f.expected_end_to_end_speedup <= f.expected_op_speedup
+
+
+def test_training_step_chains_found_and_bounded_by_its_cpu_share():
+    # a training step: the forward's norms only, and most of the step is GPU work
+    f = _pk401("traces/real/train_llama.sqlite")
+    assert (f.evidence["chains"], f.evidence["with_add"]) == (55, 44)
+    assert 1.0 < f.expected_end_to_end_speedup < 1.05
+
+
+def test_quiet_once_the_norms_are_fused():
+    f = _pk401("traces/real/generate_llama_fused.sqlite")
+    assert f is None or not f.evidence.get("composed")

@@ -27,8 +27,9 @@ LAUNCH_OPS = ("add_rmsnorm", "add_layernorm", "softmax", "bias_gelu")  # = OpId 
 # Measured side by side on an H200 (2026-11-30, analyses/kernels_h200.md): the new add_rmsnorm
 # (8 warps a row) and bias_gelu (2-D grid, large tensors) are faster; the one-barrier softmax and
 # add_layernorm reductions were 4-11% slower than the previous two-pass ones.  Softmax variant 3
-# (8 warps, two barriers, each exp2 computed once) took 2.13 -> 1.92 us at 1x4096 and 19.5 ->
-# 19.2 us at 4096x4096; add_layernorm's variant 3 (two barriers) changed nothing, so it stays at 0.
+# (8 warps, two barriers, each exp2 computed once) took 2.13 -> 1.92 us at 1x4096 and 20.2 ->
+# 19.1 us at 4096x4096 (analyses/data/bench_variants_h200.csv); add_layernorm's variant 3 (two
+# barriers) changed nothing, so it stays at 0.
 LAUNCH_DEFAULTS = {"add_rmsnorm": 1, "add_layernorm": 0, "softmax": 3, "bias_gelu": 1}
 
 

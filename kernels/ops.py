@@ -99,8 +99,8 @@ _TRITON_OK: bool | None = None
 # Where Triton's kernel is faster on the GPU than the CUDA extension's (H200, bf16, CUDA graph
 # replays, µs, 2026-11-30, analyses/kernels_h200.md).  Once its loads lost the evict_first hint
 # (which cost 3-6% at every large shape), Triton's row kernels are ahead at the large shapes:
-# add+RMSNorm 16384x4096 132.2 vs 137.9, in place 133.2 vs 137.9, softmax 65536x8192 516 vs 552,
-# add+LayerNorm 16384x4096 133.0 vs 143.1.  bias+GELU stays on the extension (603 vs 525).  At the
+# add+RMSNorm 16384x4096 132.5 vs 137.7, in place 133.5 vs 139.7, softmax 65536x8192 516 vs 526,
+# add+LayerNorm 16384x4096 132.9 vs 144.4.  bias+GELU stays on the extension (607 vs 541).  At the
 # decode shapes Triton's kernels are also 0.1-0.4 µs faster, but its host cost per plain launch is
 # 3-4x the extension's (45-80 vs 13-25 µs), which decides any call whose GPU time is shorter than
 # Triton's launcher.  So Triton only above _TRITON_MIN_ELEMS elements, where the GPU work

@@ -7,8 +7,9 @@ the eager PyTorch baseline (kernels/baselines.py) and torch.compile of that same
 each, the host cost per call of plain launches.
 
 Method: warm-up, then CUDA-event timing of batches of calls, median over batches.  Inputs rotate
-over enough buffer sets that one pass over them is larger than 3x the L2 (60 MiB on H200), so the
-data comes from HBM.  Every shape is captured into a CUDA graph of many calls and the graph is
+over up to 64 buffer sets, enough that one pass over them is larger than 3x the L2 (60 MiB on
+H200) from 64x8192 up, so the data comes from HBM; at the smallest decode shapes (1x4096, 16x4096)
+64 sets stay in L2, as a decode op's input does in a model (the kernel before it just wrote it).  Every shape is captured into a CUDA graph of many calls and the graph is
 replayed, so the host-side cost of a call (Python dispatch, torch.compile guards, Triton's launcher:
 tens of µs) is not what is measured: without graphs the Triton and torch.compile paths were
 CPU-bound below ~50 µs of GPU time in our runs.  --no-graph times plain launches instead.  Each measured region is an NVTX

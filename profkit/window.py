@@ -29,6 +29,8 @@ from profkit.reader import match_names
 MIN_ITERATIONS = 3        # a range or kernel must recur this often to mark iterations
 REGULAR_FRACTION = 0.6    # share of kernel-sequence periods that must be equal
 MIN_ITERATION_SHARE = 0.5  # the iterations must launch at least this share of the kernel time
+WARM_UP_FACTOR = 2.0      # a warm-up regime runs its iterations this much slower than the end
+WARM_UP_SHARE = 0.6       # ... and ends within this share of the run
 STEP_NAME_RE = re.compile(r"step|iter|batch|train|epoch|infer|decode|forward_backward", re.I)
 COMPILE_RANGE_RE = re.compile(r"^(Torch-Compiled Region|CompiledFunction|TorchDynamo|inductor|"
                               r"torch\.compile|compile_fx|.*autotun|.*benchmark_fusion)", re.I)
@@ -53,6 +55,9 @@ class Window:
     # iteration's. When the CPU runs ahead of the GPU (CUDA graphs, a GPU-bound loop with no sync),
     # the CPU-side periods above only say how fast the CPU queued the work.
     gpu_period_ns: list[int] = field(default_factory=list)
+    # Kernel-sequence windows: the periods of the iterations left out before the window (first-call
+    # set-up, a warm-up regime), so `left out` can name them.
+    setup_iteration_ns: list[int] = field(default_factory=list)
 
     @property
     def wall_ns(self) -> int:
@@ -325,13 +330,32 @@ def leading_setup(starts: np.ndarray, factor: float = 10.0) -> int:
     slow = np.nonzero(periods[: len(periods) - MIN_ITERATIONS + 1] > factor * med)[0]
     slow = slow[slow >= 1]  # the first iteration is always left out
     if not len(slow):
-        return 1
-    if slow[-1] < len(periods) / 2:
-        return int(slow[-1]) + 1
-    first = 1
-    while first < len(periods) - MIN_ITERATIONS and periods[first] > factor * med:
-        first += 1
-    return first
+        first = 1
+    elif slow[-1] < len(periods) / 2:
+        first = int(slow[-1]) + 1
+    else:
+        first = 1
+        while first < len(periods) - MIN_ITERATIONS and periods[first] > factor * med:
+            first += 1
+    return max(first, warm_up_regime(periods))
+
+
+def warm_up_regime(periods: np.ndarray, factor: float = WARM_UP_FACTOR) -> int:
+    """Index of the first iteration after a slow warm-up regime: the last run of MIN_ITERATIONS
+    or more consecutive iterations over ``factor`` times the median of the run's second half, when
+    it ends in the first WARM_UP_SHARE of the run (a warm-up generate() call before the measured
+    one runs every token several times slower: no single outlier marks it).  0 when there is
+    none.  Single slow iterations later in the run (an evaluation every N steps) are part of it."""
+    n = len(periods)
+    if n < 2 * MIN_ITERATIONS:
+        return 0
+    slow = periods > factor * float(np.median(periods[n // 2:]))
+    end, run = 0, 0
+    for k in range(int(n * WARM_UP_SHARE)):
+        run = run + 1 if slow[k] else 0
+        if run >= MIN_ITERATIONS:
+            end = k + 1
+    return end
 
 
 def _excluded(trace, w: Window, lo: int, hi: int) -> list[dict]:
@@ -358,6 +382,10 @@ def _excluded(trace, w: Window, lo: int, hi: int) -> list[dict]:
             if len(first):
                 parts.append(f"first {len(first)} iteration(s) with first-call set-up "
                              f"{_ms(int((first['end'] - first['start']).sum()))}")
+        if w.setup_iteration_ns and w.iteration_ns:
+            med = int(np.median(w.setup_iteration_ns))
+            parts.append(f"first {len(w.setup_iteration_ns)} iteration(s), {_ms(med)} each (median; "
+                         f"{_ms(int(np.median(w.iteration_ns)))} in the window)")
         out.append({"what": what + (": " + "; ".join(parts) if parts else ""), "ns": int(before)})
     after = hi - w.end_ns
     if after > 0:
@@ -414,7 +442,8 @@ def find_window(trace, spec: str = "auto") -> Window:
                        f"{first}..{len(starts) - 1} of {len(starts)} repeats of one kernel",
                        iterations=len(starts) - 1 - first,
                        iteration_ns=[int(x) for x in np.diff(starts[first:])], delimiter=kname,
-                       gpu_period_ns=[int(x) for x in gp] if (gp > 0).all() else [])
+                       gpu_period_ns=[int(x) for x in gp] if (gp > 0).all() else [],
+                       setup_iteration_ns=[int(x) for x in np.diff(starts[:first + 1])])
     else:
         sm = _SLICE_RE.match(spec)
         name = sm.group("name") if sm else spec

@@ -179,8 +179,8 @@ checks on the CPU that the swapped model's logits and greedy tokens match HF's.
 | measurement | eager ms/token | fused ms/token | gain |
 | --- | ---: | ---: | ---: |
 | no profiler: 12 steady-state runs of 64 tokens a side, alternated, two sessions (median; `analyses/data/generate_swap_plain_h200.txt`) | 6.21 | 3.88 | 1.60x |
-| `profkit capture`, two captures a side interleaved in one session, pooled (`profkit diff --before-also/--after-also`) | 9.65 | 8.30 | 1.16x, "no change" (the two baselines lie 28% apart) |
-| PK401's prediction from the first eager capture | | | 1.29x |
+| `profkit capture`, two captures a side interleaved in one session, pooled (`profkit diff --before-also/--after-also`) | 9.22 | 7.70 | 1.20x, "no change" (the two baselines lie 23% apart) |
+| PK401's prediction from the first eager capture | | | 1.23x |
 
 The host's speed drifted within the sessions: eager runs took 4.41-7.82 ms a token, and in one
 alternated pair both sides ran at 6.2-6.4 ms; the fused run was faster than the fastest eager run
@@ -402,8 +402,8 @@ def render(path: Path = DATA) -> str:
             "`backend=\"triton\"` is the faster choice at those shapes.", ""]
     out += ["**5. Model swap: the default backend faster than eager in an eager model: shown without the "
             "profiler, not resolved by the captures.** HF `generate()` decode with every LlamaRMSNorm "
-            "swapped (section below): 1.60x per token over 12 unprofiled runs a side, 1.16x between "
-            "the pooled captures, which `profkit diff` calls no change (their baselines lie 28% apart).",
+            "swapped (section below): 1.60x per token over 12 unprofiled runs a side, 1.20x between "
+            "the pooled captures, which `profkit diff` calls no change (their baselines lie 23% apart).",
             "",
             "**6. Shared code, GPU tests, memcheck and racecheck re-run on the final code: met** "
             "(last section).", ""]

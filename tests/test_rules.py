@@ -154,7 +154,7 @@ def test_data_loading_prediction_matches_the_workers_variant():
 
 def test_decode_loop_estimate_rests_on_launch_time_not_on_all_host_idle():
     f = finding("real/generate_llama", "PK103")
-    assert f.bound > 30                      # every host gap removed: the old 39x
+    assert 5 < f.bound < 15                  # every host gap removed (the old 39x counted warm-up tokens)
     assert 1.5 < f.expected_end_to_end_speedup < 3.0
     assert "cache_implementation=\"static\"" in f.action and "launch calls" in f.basis
 

@@ -248,3 +248,17 @@ def test_set_up_is_skipped_but_a_periodic_slow_step_stays():
     # a warm-up call before the measured one (a gap in the first half), as generate() scripts do
     warm = [5 * ms] * 10 + [300 * ms] + [4 * ms] * 40
     assert leading_setup(np.cumsum([0] + warm)) == 11
+    # a warm-up generate() call whose every token is 8x slower, no gap between the calls
+    regime = [70 * ms] * 60 + [8 * ms] * 64
+    assert leading_setup(np.cumsum([0] + regime)) == 60
+    # slow steps scattered through a run (2.5x, never three in a row) are part of it
+    scattered = [4 * ms if i % 3 else 10 * ms for i in range(60)]
+    assert leading_setup(np.cumsum([0] + scattered)) == 1
+
+
+def test_the_generate_window_is_the_measured_call():
+    # traces/real/generate_llama*: a warm-up generate() of 64 tokens (55-82 ms each), then the
+    # measured one (~8 ms a token): the window is the second call
+    w = profkit.load(REAL / "generate_llama_samerun.sqlite").window
+    assert w.source.startswith("kernel sequence: iterations 65..131")
+    assert max(w.iteration_ns) < 20_000_000

@@ -26,8 +26,8 @@ Expected gain
     own time. A composed RMSNorm: GPU, each chain down to its longest kernel; CPU, its launches
     but one removed with their short dispatch gaps (as PK301), plus ``fused_call_us`` for the
     fused call that replaces them, times the share of the wall the GPU waits for the CPU. On HF
-    ``generate()`` decode (a host-bound Llama, 9 chains a token) this predicted 1.29x; the swap
-    measured 1.16x between captures (their baselines 28% apart) and 1.60x without the profiler.
+    ``generate()`` decode (a host-bound Llama, 9 chains a token) this predicted 1.23x; the swap
+    measured 1.20x between captures (their baselines 23% apart) and 1.60x without the profiler.
 References
     profkit ``kernels/`` and analyses/fused_add_rmsnorm.md, fused_add_layernorm.md.
 """

@@ -500,16 +500,10 @@ def main(argv=None) -> int:
     if not (path / "bench_kernels.csv" if path.is_dir() else path).exists():
         print(f"make_kernels_page: no benchmark data at {path}", file=sys.stderr)
         return 2
-    text = render_all(path)
-    if check:
-        if PAGE.exists() and PAGE.read_text() == text:
-            print("make_kernels_page: no drift")
-            return 0
-        print(f"make_kernels_page: {PAGE.relative_to(ROOT)} is stale: run `python scripts/make_kernels_page.py`")
-        return 1
-    PAGE.write_text(text)
-    print(f"wrote {PAGE}")
-    return 0
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from make_loop_page import write_or_check  # one write-or-check for every generated page
+
+    return write_or_check(PAGE, render_all(path), check)
 
 
 if __name__ == "__main__":

@@ -30,9 +30,11 @@ Expected gain
     write one), so the ReLU's time goes; every other ReLU stays as it is (bias + ReLU, read one,
     write one); convolution time unchanged; Triton's kernels assumed no faster than eager's.
     The CPU loses the removed kernels' launch calls and their dispatch gaps under
-    ``dispatch_gap_us`` (as PK103), nothing more. gain = wall / max(CPU's own time - removed
-    launch cost, wall - saved GPU time x critical share); never above the op gain (epilogue
-    kernel time before / after).
+    ``dispatch_gap_us`` (as PK103), nothing more. The median iteration shrinks by the saved GPU
+    time x its critical share plus the removed launch cost x the share of the wall the GPU waits
+    for the CPU, never below the GPU's remaining busy time
+    (``RuleContext.host_and_gpu_saving_gain``); never above the op gain (epilogue kernel time
+    before / after).
 References
     PyTorch ``torch._inductor.config.freezing``; ``torch.fx`` conv-bn fusion tutorial
     ("(beta) Building a Convolution/Batch Norm fuser in FX").
@@ -45,7 +47,7 @@ import numpy as np
 
 from profkit.model import Rung
 from profkit.rules.base import (Finding, Param, RuleContext, RuleMeta, Scope, Table, matches,
-                                removed_launch_cost, speedup)
+                                removed_launch_cost)
 from profkit.rules.pk401_eager_norm_fusion import ADD_RE
 
 RULE = RuleMeta(
@@ -102,13 +104,11 @@ def detect(ctx: RuleContext) -> list[Finding]:
     share = float((dur * crit)[removed].sum() / saved)
     # The CPU's side: each removed kernel's launch call and the short gap before it.
     cpu_removed = removed_launch_cost(a, removed, RULE.param("dispatch_gap_us") * 1e3)
-    wall = ctx.wall_ns
-    cpu_new = max(ctx.host_floor_ns - cpu_removed, 0.0)
-    new = max(cpu_new, wall - saved * share)
     op_gain = t_epi / (t_epi - saved)
-    g = min(speedup(wall, new), op_gain)
+    g, basis = ctx.host_and_gpu_saving_gain(saved, share, cpu_removed)
+    g = min(g, op_gain)
     # The most the basis allows: every BatchNorm, ReLU and add pass gone.
-    bound = max(speedup(wall, max(cpu_new, wall - t_epi * share)), g)
+    bound = max(ctx.host_and_gpu_saving_gain(t_epi, share, cpu_removed)[0], g)
     n_bn = int(matches(names, re.compile(r"batch_norm_transform_input|batch_norm_elementwise|bn_fw_inf"
                                           r"|BatchNormInference", re.I)).sum())
     per = max(ctx.iterations, 1)
@@ -124,7 +124,5 @@ def detect(ctx: RuleContext) -> list[Finding]:
                      "cpu_removed_ns": int(cpu_removed), "critical_share": round(share, 3)}, g,
                     f"BatchNorm/ReLU/add kernels {ctx.per_iteration(t_epi)} -> "
                     f"{ctx.per_iteration(t_epi - saved)} (BatchNorm folded, add+ReLU one pass, other "
-                    f"ReLUs and convolutions unchanged); wall / max(CPU's own time "
-                    f"{ctx.host_floor_ns / 1e6:.1f} ms - {int(removed.sum()) / per:.0f} removed launches per "
-                    f"iteration {cpu_removed / 1e6:.1f} ms, wall - saved GPU time {saved / 1e6:.1f} ms x "
-                    f"critical share {share:.2f})", bound, op_gain, Scope.OPS, frozenset(members))]
+                    f"ReLUs and convolutions unchanged), {int(removed.sum()) / per:.0f} launches per "
+                    f"iteration removed; {basis}", bound, op_gain, Scope.OPS, frozenset(members))]

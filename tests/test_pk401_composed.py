@@ -33,3 +33,14 @@ def test_training_step_chains_found_and_bounded_by_its_cpu_share():
 def test_quiet_once_the_norms_are_fused():
     f = _pk401("traces/real/generate_llama_fused.sqlite")
     assert f is None or not f.evidence.get("composed")
+
+
+def test_a_composed_norm_with_no_add_is_the_library_norm(monkeypatch):
+    # with no residual add before any chain the advice is F.rms_norm, a library call
+    from profkit.model import Rung
+    from profkit.rules import pk401_eager_norm_fusion as pk
+
+    monkeypatch.setattr(pk, "ADD_RE", __import__("re").compile(r"^$"))
+    f = _pk401("traces/real/generate_llama_samerun.sqlite")
+    assert f.evidence["with_add"] == 0 and f.evidence["kernel"] == "rms_norm"
+    assert f.rung is Rung.LIBRARY and "torch.nn.functional.rms_norm" in f.action

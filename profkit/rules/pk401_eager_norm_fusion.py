@@ -190,7 +190,8 @@ def _composed_rmsnorm(ctx: RuleContext) -> Finding | None:
         f"{len(chains)} composed RMSNorms into torch.nn.functional.rms_norm (one kernel each)"
     return Finding(RULE.code, RULE.name,
                    f"fuse the {what} (HF LlamaRMSNorm-style: to fp32, pow, mean, rsqrt, mul, cast, "
-                   f"* weight, {int(member.sum()) / len(chains):.0f} kernels each)", Rung.TRITON,
+                   f"* weight, {int(member.sum()) / len(chains):.0f} kernels each)",
+                   Rung.TRITON if n_add else Rung.LIBRARY,
                    {"kernel": "add_rmsnorm" if n_add else "rms_norm", "composed": True,
                     "chains": len(chains), "with_add": n_add, "chain_kernel_ns": int(total),
                     "launches": int(member.sum()), "cpu_removed_ns": int(cpu_removed),

@@ -143,8 +143,8 @@ Triton {rms_tr}), softmax Liger {liger_sm} against CUDA {sm_cuda} (Triton {sm_tr
 bias+GELU {comp_bg} µs against {bg_cuda}.  The CUDA and Triton kernels have the same block shape, no
 local memory (checked in the SASS) and an empty CUDA kernel replays about as fast as an empty
 Triton one (0.72 vs 0.70 µs, `scripts/probe_decode.py empty`: `probe_decode_h200.json`), so the launch path is not the difference; what in the kernel bodies is, this
-round did not find.  `auto` keeps the extension at these shapes for its host cost (13-25 against
-45-90 µs a plain call), which outweighs 0.1-0.4 µs of GPU time in eager code.
+round did not find.  `auto` keeps the extension at these shapes for its host cost (15-31 against
+45-94 µs a plain call at these shapes), which outweighs 0.1-0.4 µs of GPU time in eager code.
 """
 
 CHECKS = """## Correctness and the shared code, re-run on the final code

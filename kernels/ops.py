@@ -102,8 +102,8 @@ _TRITON_OK: bool | None = None
 # add+RMSNorm 16384x4096 132.5 vs 137.7, in place 133.5 vs 139.7, softmax 65536x8192 516 vs 526,
 # add+LayerNorm 16384x4096 132.9 vs 144.4.  bias+GELU stays on the extension (607 vs 541).  At the
 # decode shapes Triton's kernels are also 0.1-0.4 µs faster, but its host cost per plain launch is
-# 3-4x the extension's (45-94 vs 15-31 µs at the decode shapes), which decides any call whose GPU time is shorter than
-# Triton's launcher.  So Triton only above _TRITON_MIN_ELEMS elements, where the GPU work
+# 3-4x the extension's (45-94 vs 15-31 µs at the decode shapes), which decides any call whose GPU
+# time is shorter than Triton's launcher.  So Triton only above _TRITON_MIN_ELEMS elements, where the GPU work
 # (>= ~100 µs) hides it.
 #
 # The choice depends on the shape alone, never on whether a CUDA graph is being captured: a

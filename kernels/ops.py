@@ -109,13 +109,14 @@ _TRITON_OK: bool | None = None
 # The choice depends on the shape alone, never on whether a CUDA graph is being captured: a
 # backend first used inside a capture would compile (and autotune) there, which invalidates the
 # capture, and warm-up outside the capture would have run the other backend.
-_TRITON_GPU_FASTER = {
-    "add_layernorm": lambda rows, n: True,
-    "add_rmsnorm": lambda rows, n: True,
-    "add_rmsnorm_": lambda rows, n: True,
-    "softmax": lambda rows, n: True,
-}
+_TRITON_GPU_FASTER = frozenset({"add_layernorm", "add_rmsnorm", "add_rmsnorm_", "softmax"})
 _TRITON_MIN_ELEMS = 32 * 2**20
+
+
+def triton_by_shape(op: str, rows: int, n: int) -> bool:
+    """Whether "auto" runs Triton for op on rows x n when both backends are available (the table
+    above); the benchmark page asks the same question."""
+    return op in _TRITON_GPU_FASTER and rows * n >= _TRITON_MIN_ELEMS
 
 
 def _cuda_available() -> bool:
@@ -171,12 +172,11 @@ def choose_backend(op: str, x: Tensor) -> str:
     has_triton = _triton_available()
     if not has_cuda:
         return "triton" if has_triton else "torch"
-    faster = _TRITON_GPU_FASTER.get(op)
-    if faster is None or not has_triton:
+    if not has_triton:
         return "cuda"
     n = x.shape[-1]
     rows = x.numel() // n if n else 0
-    return "triton" if rows * n >= _TRITON_MIN_ELEMS and faster(rows, n) else "cuda"
+    return "triton" if triton_by_shape(op, rows, n) else "cuda"
 
 
 # ----------------------------------------------------------------------------------------------

@@ -121,6 +121,13 @@ def make_set(op, rows, hidden, dtype):
     return dict(x=g(rows, hidden))
 
 
+def rotation_sets(op, rows, hidden, dtype) -> list[dict]:
+    """Input sets to rotate over: enough that one pass is over 3x the L2 (at most 64)."""
+    in_bytes = sum(t.numel() * t.element_size() for t in make_set(op, 1, hidden, dtype).values()) * rows
+    n_sets = max(2, min(64, math.ceil(3 * L2_BYTES / max(in_bytes, 1))))
+    return [make_set(op, rows, hidden, dtype) for _ in range(n_sets)]
+
+
 def fused_bytes(op, rows, hidden, elem):
     vectors = {"add_rmsnorm": 1, "add_rmsnorm_": 1, "add_layernorm": 2, "bias_gelu": 1, "softmax": 0}[op]
     return (baselines.PASSES[op]["fused"] * rows + vectors) * hidden * elem
@@ -292,9 +299,8 @@ def main(argv=None):
         for rows, hidden in shapes:
             shape = f"{rows}x{hidden}"
             nbytes = fused_bytes(op, rows, hidden, elem)
-            in_bytes = sum(t.numel() * elem for t in make_set(op, 1, hidden, dtype).values()) * rows
-            n_sets = max(2, min(64, math.ceil(3 * L2_BYTES / max(in_bytes, 1))))
-            sets = [make_set(op, rows, hidden, dtype) for _ in range(n_sets)]
+            sets = rotation_sets(op, rows, hidden, dtype)
+            n_sets = len(sets)
             small = rows <= 64
             use_graph = not args.no_graph
             if small:  # many calls per graph; their launch overhead is not measured

@@ -32,8 +32,8 @@ DECODE_FACTOR = 1.3
 BW_TARGET = 90.0
 
 # The side-by-side run earlier on 2026-11-30, with launch variant 1 (the one-barrier reductions)
-# for softmax and add_layernorm, and bias_gelu's 2-D grid at every size: GPU µs per call, graph
-# replays; (variant 1, cuda_v0 = variant 0, triton).  Triton was not recorded for bias_gelu.
+# for softmax and add_layernorm: GPU µs per call, graph
+# replays; (variant 1, cuda_v0 = variant 0, triton).
 EARLIER = {
     "softmax": {"1x4096": (2.40, 2.16, 2.09), "16x4096": (2.55, 2.30, 2.36), "64x8192": (3.73, 3.47, 3.21),
                 "4096x4096": (21.12, 19.60, 19.07), "16384x4096": (72.21, 66.72, 69.64),
@@ -41,9 +41,6 @@ EARLIER = {
     "add_layernorm": {"1x4096": (2.84, 2.54, 2.15), "16x4096": (3.56, 3.05, 2.81), "64x8192": (4.85, 4.57, 3.89),
                       "4096x4096": (40.05, 38.54, 36.80), "16384x4096": (144.2, 143.15, 138.77),
                       "65536x8192": (1118.1, 1128.4, 1073.4)},
-    "bias_gelu": {"1x4096": (1.66, 1.40, None), "16x4096": (1.96, 1.73, None), "64x8192": (2.80, 2.46, None),
-                  "4096x4096": (22.83, 25.88, None), "16384x4096": (78.17, 90.15, None),
-                  "65536x8192": (599.10, 706.01, None)},
 }
 
 HEAD = """# Bundled fused kernels on an NVIDIA H200 (profkit `kernels/`)
@@ -239,8 +236,7 @@ def auto_backend(op: str, rows: int, n: int) -> str:
     the rule of kernels/ops.py choose_backend (shape only)."""
     from kernels import ops
 
-    faster = ops._TRITON_GPU_FASTER.get(op.rstrip("_"))
-    return "triton" if faster is not None and rows * n >= ops._TRITON_MIN_ELEMS and faster(rows, n) else "cuda"
+    return "triton" if ops.triton_by_shape(op, rows, n) else "cuda"
 
 
 def _min_elems() -> str:
@@ -262,8 +258,8 @@ def _at(ratio: float) -> bool:
     return round(ratio, 2) >= 1.00
 
 
-def render(path: Path = DATA) -> str:
-    rows, env, table = load(path)
+def render(path: Path, rows: list[dict], env: str) -> str:
+    """The tables and the scorecard, from the run's rows and environment line (see load)."""
     by = {(r["op"], r["shape"], r["impl"]): r for r in rows}
     ops = list(dict.fromkeys(r["op"] for r in rows))
     shapes = list(dict.fromkeys(r["shape"] for r in rows))
@@ -411,13 +407,9 @@ def render(path: Path = DATA) -> str:
 
 
 def _earlier_table(op: str) -> str:
-    shapes = EARLIER[op]
-    has_tr = any(v[2] is not None for v in shapes.values())
-    head = "  | shape | variant 1 | variant 0 | change |" + (" Triton |" if has_tr else "")
-    sep = "  | --- | ---: | ---: | ---: |" + (" ---: |" if has_tr else "")
-    lines = [head, sep]
-    for s, (v1, v0, tr) in shapes.items():
-        lines.append(f"  | {s} | {v1:.2f} | {v0:.2f} | {100 * (v1 / v0 - 1):+.1f}% |" + (f" {tr:.2f} |" if has_tr else ""))
+    lines = ["  | shape | variant 1 | variant 0 | change | Triton |", "  | --- | ---: | ---: | ---: | ---: |"]
+    for s, (v1, v0, tr) in EARLIER[op].items():
+        lines.append(f"  | {s} | {v1:.2f} | {v0:.2f} | {100 * (v1 / v0 - 1):+.1f}% | {tr:.2f} |")
     return "\n".join(lines)
 
 
@@ -486,7 +478,7 @@ def render_all(path: Path = DATA) -> str:
         rms_tr=g("add_rmsnorm", "1x4096", "triton"), liger_sm=g("softmax", "1x4096", "liger"),
         sm_cuda=g("softmax", "1x4096", "cuda"), sm_tr=g("softmax", "1x4096", "triton"),
         comp_bg=g("bias_gelu", "1x4096", "compile"), sm16_tr=g("softmax", "16x4096", "triton"))
-    parts = [render(path), SWAP, why, CHECKS, "## The run's table\n\n" + table]
+    parts = [render(path, rows, env), SWAP, why, CHECKS, "## The run's table\n\n" + table]
     if PREVIOUS.exists():
         parts.append(PREVIOUS.read_text())
     return "\n".join(p.rstrip("\n") + "\n" for p in parts)

@@ -12,7 +12,7 @@
 Timing is scripts/bench_kernels.py's (CUDA-graph replays over rotated input sets).  Needs a GPU,
 the CUDA extension and Liger-Kernel.
 """
-import os, sys, math, glob, json
+import os, sys, glob, json
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
@@ -90,10 +90,8 @@ def cases_softmax():
     return c
 
 def sets_for(op, rows, hidden):
-    elem = 2
-    in_bytes = sum(t.numel() * elem for t in bk.make_set(op, 1, hidden, torch.bfloat16).values()) * rows
-    n_sets = max(2, min(64, math.ceil(3 * bk.L2_BYTES / max(in_bytes, 1))))
-    return [bk.make_set(op, rows, hidden, torch.bfloat16) for _ in range(n_sets)], n_sets
+    sets = bk.rotation_sets(op, rows, hidden, torch.bfloat16)
+    return sets, len(sets)
 
 def time_cases(op, shapes, cases, rounds=3):
     res = {}

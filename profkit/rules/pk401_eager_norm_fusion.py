@@ -23,9 +23,10 @@ Fix
 Expected gain
     Passes over the activation, eager vs fused (add+norm 5 -> 4, bias+GELU and softmax 4 -> 2):
     the pairs' kernel time x (1 - fused / eager), times the critical share, never below the CPU's
-    own time. A composed RMSNorm: GPU, each chain down to its longest kernel; CPU, its launches
-    but one removed with their short dispatch gaps (as PK301), plus ``fused_call_us`` for the
-    fused call that replaces them, times the share of the wall the GPU waits for the CPU. On HF
+    own time. A composed RMSNorm: GPU, each chain down to its longest kernel; CPU, every launch
+    of the chain removed with its short dispatch gap (as PK301), less ``fused_call_us`` for the
+    fused call that replaces them; the median iteration shrinks by both, the CPU's times the share
+    of the wall the GPU waits for the CPU (``RuleContext.host_and_gpu_saving_gain``). On HF
     ``generate()`` decode (a host-bound Llama, 9 chains a token) this predicted 1.23x; the swap
     measured 1.20x between captures (their baselines 23% apart) and 1.60x without the profiler.
 References
@@ -42,7 +43,7 @@ from profkit.model import Rung
 from profkit.patterns import NormKind, norm_kind
 from profkit.reader import per_name
 from profkit.rules.base import (Finding, Param, RuleContext, RuleMeta, Scope, Table, matches,
-                                removed_launch_cost, speedup)
+                                removed_launch_cost)
 
 RULE = RuleMeta(
     code="PK401", name="eager-norm-fusion",

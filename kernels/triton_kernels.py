@@ -36,7 +36,8 @@ def _row_configs():
     """
     if _INTERPRET:
         return [triton.Config({}, num_warps=4)]
-    return [triton.Config({}, num_warps=w) for w in (4, 8, 16)]
+    # 32 warps: add+RMSNorm 65536x8192 re-reading its row, in place, ran 1004 µs with 32, 1023 with 16.
+    return [triton.Config({}, num_warps=w) for w in (4, 8, 16, 32)]
 
 
 def _decode_warps(block: int) -> int:
@@ -45,12 +46,26 @@ def _decode_warps(block: int) -> int:
     return 4 if block < 2048 else 8 if block < 8192 else 16
 
 
-def _prune_decode(configs, named_args, **kwargs):
-    """Autotune prune: decode-like calls (ROWS_CLASS 0) get the one rule-chosen config, so they
-    are never timed; prefill-like calls keep every candidate."""
-    if named_args.get("ROWS_CLASS", 1) != 0 or len(configs) == 1:
+def _reload_warps(block: int) -> int:
+    """num_warps for add+RMSNorm's reload mode: block // 256 (16 for 4096, 32 for 8192).  Timing
+    the candidates, the autotuner picked 8 for 4096 in one run and 16 in another; side by side
+    (scripts/probe_variants.py reload: analyses/data/probe_variants_h200.json) 16 beat 8 by 2% at
+    16384x4096 and 32 beat 16 by 2% at 65536x8192, in place and not."""
+    return min(32, max(4, block // 256))
+
+
+def _prune_by_rule(configs, named_args, **kwargs):
+    """Autotune prune: decode-like calls (ROWS_CLASS 0) and add+RMSNorm's reload mode get the one
+    rule-chosen config, so they are never timed; other prefill-like calls keep every candidate."""
+    if len(configs) == 1:
         return configs
-    want = _decode_warps(int(kwargs.get("BLOCK", named_args.get("BLOCK", 4096))))
+    block = int(kwargs.get("BLOCK", named_args.get("BLOCK", 4096)))
+    if named_args.get("ROWS_CLASS", 1) == 0:
+        want = _decode_warps(block)
+    elif kwargs.get("RELOAD", named_args.get("RELOAD", False)):
+        want = _reload_warps(block)
+    else:
+        return configs
     kept = [c for c in configs if c.num_warps == want]
     return kept or configs[:1]
 
@@ -63,14 +78,17 @@ def _rows_class(rows: int) -> int:
 # shared row prologue of the add+norm kernels
 # ----------------------------------------------------------------------------------------------
 @triton.jit
-def _add_rows(X, R, RES_OUT, offs, mask, STORE: tl.constexpr, STREAM: tl.constexpr):
+def _add_rows(X, R, RES_OUT, offs, mask, STORE: tl.constexpr, POLICY: tl.constexpr):
     """h = x + residual rounded to the output dtype (as eager's `x + r`), returned in fp32; stored
-    to RES_OUT when STORE.  STREAM: the row is read once (evict_first); the looping path re-reads
-    it and keeps the default policy.  Streaming is off by default (_EVICT_PREFILL): it measured
-    slower at every size.  One body for add+RMSNorm and add+LayerNorm, every pass."""
-    if STREAM:
+    to RES_OUT when STORE.  POLICY of the x and residual loads: 0 (or False) default; 1 (or True) evict_first (the row is
+    read for the last time); 2 evict_last (the row is read again soon: keep it in L2).  One body for
+    add+RMSNorm and add+LayerNorm, every pass."""
+    if POLICY == 1:
         x = tl.load(X + offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
         r = tl.load(R + offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+    elif POLICY == 2:
+        x = tl.load(X + offs, mask=mask, other=0.0, eviction_policy="evict_last").to(tl.float32)
+        r = tl.load(R + offs, mask=mask, other=0.0, eviction_policy="evict_last").to(tl.float32)
     else:
         x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
         r = tl.load(R + offs, mask=mask, other=0.0).to(tl.float32)
@@ -85,19 +103,28 @@ def _add_rows(X, R, RES_OUT, offs, mask, STORE: tl.constexpr, STREAM: tl.constex
 # ----------------------------------------------------------------------------------------------
 # restore_value: tuning runs the kernel several times, and the in-place variant writes R.
 @triton.autotune(configs=_row_configs(), key=["N", "ROWS_CLASS"], restore_value=["R"], warmup=5, rep=20,
-                 prune_configs_by={"early_config_prune": _prune_decode})
+                 prune_configs_by={"early_config_prune": _prune_by_rule})
 @triton.jit
 def _add_rmsnorm_kernel(
     X, R, W, OUT, RES_OUT, N, eps, ROWS_CLASS, BLOCK: tl.constexpr, SINGLE: tl.constexpr, N_ITERS: tl.constexpr,
-    EVICT: tl.constexpr,
+    EVICT: tl.constexpr, RELOAD: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
     base = row * N
     if SINGLE:
         cols = tl.arange(0, BLOCK)
         mask = cols < N
-        hf = _add_rows(X, R, RES_OUT, base + cols, mask, True, EVICT)
-        rstd = tl.rsqrt(tl.sum(hf * hf, axis=0) / N + eps)
+        if RELOAD:
+            # Prefill-sized calls: read the row for the sum of squares keeping it in L2, then read it
+            # again (streaming it out) for the outputs, as torch.compile's kernel does, instead of
+            # holding it in registers.  In-place on an H200, against torch.compile in the same run:
+            # 16384x4096 0.96x -> 1.00x, 65536x8192 0.96x -> 1.00x (analyses/kernels_h200.md).
+            hf = _add_rows(X, R, RES_OUT, base + cols, mask, False, 2)
+            rstd = tl.rsqrt(tl.sum(hf * hf, axis=0) / N + eps)
+            hf = _add_rows(X, R, RES_OUT, base + cols, mask, True, 1)
+        else:
+            hf = _add_rows(X, R, RES_OUT, base + cols, mask, True, EVICT)
+            rstd = tl.rsqrt(tl.sum(hf * hf, axis=0) / N + eps)
         w = tl.load(W + cols, mask=mask, other=0.0, eviction_policy="evict_last").to(tl.float32)
         tl.store(OUT + base + cols, (hf * rstd * w).to(OUT.dtype.element_ty), mask=mask)
     else:
@@ -107,7 +134,7 @@ def _add_rmsnorm_kernel(
             start = it * BLOCK
             cols = start + tl.arange(0, BLOCK)
             mask = cols < N
-            hf = _add_rows(X, R, RES_OUT, base + cols, mask, False, False)
+            hf = _add_rows(X, R, RES_OUT, base + cols, mask, False, 0)
             acc += hf * hf
         rstd = tl.rsqrt(tl.sum(acc, axis=0) / N + eps)
         # pass 2: recompute h, write both outputs
@@ -115,7 +142,7 @@ def _add_rmsnorm_kernel(
             start = it * BLOCK
             cols = start + tl.arange(0, BLOCK)
             mask = cols < N
-            hf = _add_rows(X, R, RES_OUT, base + cols, mask, True, False)
+            hf = _add_rows(X, R, RES_OUT, base + cols, mask, True, 0)
             w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
             tl.store(OUT + base + cols, (hf * rstd * w).to(OUT.dtype.element_ty), mask=mask)
 
@@ -150,7 +177,8 @@ def _launch_add_rmsnorm(x, residual, weight, eps, out, residual_out, max_single)
     if x.numel() == 0:
         return
     _add_rmsnorm_kernel[(rows,)](
-        x, residual, weight, out, residual_out, n, float(eps), _rows_class(rows), **_row_config(n, max_single, rows)
+        x, residual, weight, out, residual_out, n, float(eps), _rows_class(rows), **_row_config(n, max_single, rows),
+        RELOAD=_rows_class(rows) == 1 and not _EVICT_PREFILL,
     )
 
 
@@ -179,7 +207,7 @@ def add_rmsnorm_inplace(x: Tensor, residual: Tensor, weight: Tensor, eps: float,
 # residual add + LayerNorm
 # ----------------------------------------------------------------------------------------------
 @triton.autotune(configs=_row_configs(), key=["N", "ROWS_CLASS"], warmup=5, rep=20,
-                 prune_configs_by={"early_config_prune": _prune_decode})
+                 prune_configs_by={"early_config_prune": _prune_by_rule})
 @triton.jit
 def _add_layernorm_kernel(
     X, R, W, B, OUT, RES_OUT, N, eps, ROWS_CLASS, BLOCK: tl.constexpr, SINGLE: tl.constexpr, N_ITERS: tl.constexpr,
@@ -203,21 +231,21 @@ def _add_layernorm_kernel(
             start = it * BLOCK
             cols = start + tl.arange(0, BLOCK)
             mask = cols < N
-            acc += _add_rows(X, R, RES_OUT, base + cols, mask, False, False)
+            acc += _add_rows(X, R, RES_OUT, base + cols, mask, False, 0)
         mean = tl.sum(acc, axis=0) / N
         acc2 = tl.zeros([BLOCK], dtype=tl.float32)
         for it in range(N_ITERS):
             start = it * BLOCK
             cols = start + tl.arange(0, BLOCK)
             mask = cols < N
-            d = tl.where(mask, _add_rows(X, R, RES_OUT, base + cols, mask, False, False) - mean, 0.0)
+            d = tl.where(mask, _add_rows(X, R, RES_OUT, base + cols, mask, False, 0) - mean, 0.0)
             acc2 += d * d
         rstd = tl.rsqrt(tl.sum(acc2, axis=0) / N + eps)
         for it in range(N_ITERS):
             start = it * BLOCK
             cols = start + tl.arange(0, BLOCK)
             mask = cols < N
-            hf = _add_rows(X, R, RES_OUT, base + cols, mask, True, False)
+            hf = _add_rows(X, R, RES_OUT, base + cols, mask, True, 0)
             w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
             b = tl.load(B + cols, mask=mask, other=0.0).to(tl.float32)
             y = (hf - mean) * rstd * w + b
@@ -245,22 +273,7 @@ def add_layernorm(x: Tensor, residual: Tensor, weight: Tensor, bias: Tensor, eps
 # bias + GELU (erf or tanh form), 2-D tiles so the bias column needs no integer modulo
 # ----------------------------------------------------------------------------------------------
 @triton.jit
-def _bias_gelu_kernel(X, B, OUT, M, N, n_col_blocks, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                      TANH: tl.constexpr, EVICT: tl.constexpr):
-    pid = tl.program_id(0)
-    pid_m = pid // n_col_blocks
-    pid_n = pid % n_col_blocks
-    rows = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    cmask = cols < N
-    mask = (rows[:, None] < M) & cmask[None, :]
-    offs = rows[:, None] * N + cols[None, :]
-    if EVICT:
-        x = tl.load(X + offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
-    else:
-        x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
-    b = tl.load(B + cols, mask=cmask, other=0.0, eviction_policy="evict_last").to(tl.float32)
-    u = x + b[None, :]
+def _gelu(u, TANH: tl.constexpr):
     if TANH:
         # 0.5 u (1 + tanh(z)) == u * sigmoid(2 z)
         z = 0.7978845608028654 * (u + 0.044715 * u * u * u)
@@ -276,7 +289,45 @@ def _bias_gelu_kernel(X, B, OUT, M, N, n_col_blocks, BLOCK_M: tl.constexpr, BLOC
         p = p * t + 0.254829592
         c = t * p * tl.exp2(-xa * xa * 1.4426950408889634)
         y = 0.5 * u * tl.where(u >= 0, 2.0 - c, c)
+    return y
+
+
+@triton.jit
+def _bias_gelu_kernel(X, B, OUT, M, N, n_col_blocks, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                      TANH: tl.constexpr, EVICT: tl.constexpr):
+    pid = tl.program_id(0)
+    pid_m = pid // n_col_blocks
+    pid_n = pid % n_col_blocks
+    rows = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    cmask = cols < N
+    mask = (rows[:, None] < M) & cmask[None, :]
+    offs = rows[:, None] * N + cols[None, :]
+    if EVICT:
+        x = tl.load(X + offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+    else:
+        x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
+    b = tl.load(B + cols, mask=cmask, other=0.0, eviction_policy="evict_last").to(tl.float32)
+    y = _gelu(x + b[None, :], TANH)
     tl.store(OUT + offs, y.to(OUT.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _bias_gelu_flat_kernel(X, B, OUT, NUMEL, N: tl.constexpr, XBLOCK: tl.constexpr, TANH: tl.constexpr):
+    # Small (decode) tensors: the flattened index, whose bias column is idx % N with N a compile-time
+    # constant (a multiply and shift, not a division).  The 2-D tile's program -> (row, column block)
+    # split and 2-D masks sit before the loads, on the critical path of a 1-2 µs kernel: side by side
+    # on an H200 (scripts/probe_variants.py gelu_flat) the flat kernel took 1.17 vs 1.25 µs at
+    # 1x4096 (same block) and 2.41 vs 2.59 at 64x8192 (each at its best block).
+    idx = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
+    mask = idx < NUMEL
+    x = tl.load(X + idx, mask=mask, other=0.0).to(tl.float32)
+    b = tl.load(B + idx % N, mask=mask, other=0.0).to(tl.float32)
+    tl.store(OUT + idx, _gelu(x + b, TANH).to(OUT.dtype.element_ty), mask=mask)
+
+
+# Largest tensor the flat kernel takes (64x8192): one compile per hidden size, as torch.compile's.
+FLAT_GELU_MAX = 1 << 19
 
 
 def bias_gelu(x: Tensor, bias: Tensor, approximate: str = "none", *, out=None):
@@ -288,9 +339,15 @@ def bias_gelu(x: Tensor, bias: Tensor, approximate: str = "none", *, out=None):
     n = x.shape[-1]
     if x.numel() == 0:
         return out
+    tanh = approximate == "tanh"
+    if x.numel() <= FLAT_GELU_MAX:
+        # 2 elements a thread for the smallest tensors (1x4096: 16 programs of 128 threads), else 4
+        xblock, warps = (256, 4) if x.numel() < 32768 else (1024, 8)
+        _bias_gelu_flat_kernel[(triton.cdiv(x.numel(), xblock),)](
+            x, bias, out, x.numel(), N=n, XBLOCK=xblock, TANH=tanh, num_warps=warps)
+        return out
     m = x.numel() // n
-    # tiles of 4096 elements for large tensors; smaller ones for small (decode) tensors, so that
-    # there are at least ~2 programs per SM
+    # tiles of 4096 elements; at least ~2 programs per SM
     tile = max(512, min(4096, triton.next_power_of_2(max(1, x.numel() // 264))))
     block_n = min(triton.next_power_of_2(n), 1024)
     block_m = max(1, tile // block_n)
@@ -299,7 +356,7 @@ def bias_gelu(x: Tensor, bias: Tensor, approximate: str = "none", *, out=None):
     grid = (triton.cdiv(m, block_m) * n_col_blocks,)
     _bias_gelu_kernel[grid](
         x, bias, out, m, n, n_col_blocks, BLOCK_M=block_m, BLOCK_N=block_n,
-        TANH=approximate == "tanh", EVICT=_EVICT_PREFILL and m >= 264,
+        TANH=tanh, EVICT=_EVICT_PREFILL and m >= 264,
         num_warps=4 if block_m * block_n >= 2048 else 2,
     )
     return out
@@ -309,7 +366,7 @@ def bias_gelu(x: Tensor, bias: Tensor, approximate: str = "none", *, out=None):
 # row softmax with a scale
 # ----------------------------------------------------------------------------------------------
 @triton.autotune(configs=_row_configs(), key=["N", "ROWS_CLASS"], warmup=5, rep=20,
-                 prune_configs_by={"early_config_prune": _prune_decode})
+                 prune_configs_by={"early_config_prune": _prune_by_rule})
 @triton.jit
 def _softmax_kernel(X, OUT, N, scale, ROWS_CLASS, BLOCK: tl.constexpr, SINGLE: tl.constexpr, N_ITERS: tl.constexpr,
                     EVICT: tl.constexpr):

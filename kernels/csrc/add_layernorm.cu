@@ -43,64 +43,48 @@ __global__ void __launch_bounds__(kMaxThreads) add_layernorm_reg_kernel(
   }
   const int count = add_round_store<T, VEC, ITEMS>(xa, h, hv, nvec);
   float sum = 0.f;
+  for_each_item<ITEMS>(nvec, [&](int i, int) {
 #pragma unroll
-  for (int i = 0; i < ITEMS; ++i) {
-    const int idx = threadIdx.x + i * blockDim.x;
-    if (idx < nvec) {
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) sum += to_f(h[i].v[j]);
-    }
-  }
+    for (int j = 0; j < VEC; ++j) sum += to_f(h[i].v[j]);
+  });
   float mean, rstd;
   if constexpr (BODY == 1) {
     // this thread's (count, mean, M2), then one block-wide combine
     float cnt = static_cast<float>(count);
     float tm = count > 0 ? __fdividef(sum, cnt) : 0.f;
     float m2 = 0.f;
+    for_each_item<ITEMS>(nvec, [&](int i, int) {
 #pragma unroll
-    for (int i = 0; i < ITEMS; ++i) {
-      const int idx = threadIdx.x + i * blockDim.x;
-      if (idx < nvec) {
-#pragma unroll
-        for (int j = 0; j < VEC; ++j) {
-          const float d = to_f(h[i].v[j]) - tm;
-          m2 += d * d;
-        }
+      for (int j = 0; j < VEC; ++j) {
+        const float d = to_f(h[i].v[j]) - tm;
+        m2 += d * d;
       }
-    }
+    });
     block_welford_first(cnt, tm, m2, smem);
     mean = tm;
     rstd = rsqrtf(m2 / static_cast<float>(n) + eps);
   } else {
     mean = block_sum_first(sum, smem) / static_cast<float>(n);
     float sq = 0.f;
+    for_each_item<ITEMS>(nvec, [&](int i, int) {
 #pragma unroll
-    for (int i = 0; i < ITEMS; ++i) {
-      const int idx = threadIdx.x + i * blockDim.x;
-      if (idx < nvec) {
-#pragma unroll
-        for (int j = 0; j < VEC; ++j) {
-          const float d = to_f(h[i].v[j]) - mean;
-          sq += d * d;
-        }
+      for (int j = 0; j < VEC; ++j) {
+        const float d = to_f(h[i].v[j]) - mean;
+        sq += d * d;
       }
-    }
+    });
     const float ssq = BODY == 3 ? block_sum_first(sq, smem + 32) : block_sum(sq, smem);
     rstd = rsqrtf(ssq / static_cast<float>(n) + eps);
   }
+  for_each_item<ITEMS>(nvec, [&](int i, int idx) {
+    const V w_i = kPrefetchWB ? wa[kPrefetchWB ? i : 0] : wv[idx];
+    const V b_i = kPrefetchWB ? ba[kPrefetchWB ? i : 0] : bv[idx];
+    V o;
 #pragma unroll
-  for (int i = 0; i < ITEMS; ++i) {
-    const int idx = threadIdx.x + i * blockDim.x;
-    if (idx < nvec) {
-      const V w_i = kPrefetchWB ? wa[kPrefetchWB ? i : 0] : wv[idx];
-      const V b_i = kPrefetchWB ? ba[kPrefetchWB ? i : 0] : bv[idx];
-      V o;
-#pragma unroll
-      for (int j = 0; j < VEC; ++j)
-        o.v[j] = from_f<T>((to_f(h[i].v[j]) - mean) * rstd * to_f(w_i.v[j]) + to_f(b_i.v[j]));
-      ov[idx] = o;
-    }
-  }
+    for (int j = 0; j < VEC; ++j)
+      o.v[j] = from_f<T>((to_f(h[i].v[j]) - mean) * rstd * to_f(w_i.v[j]) + to_f(b_i.v[j]));
+    ov[idx] = o;
+  });
 }
 
 template <typename T, int VEC>

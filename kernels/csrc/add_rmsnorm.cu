@@ -35,30 +35,22 @@ __global__ void __launch_bounds__(kMaxThreads) add_rmsnorm_reg_kernel(
   if constexpr (kPrefetchW) load_row<T, VEC, ITEMS>(wv, wa, nvec);
   add_round_store<T, VEC, ITEMS>(xa, h, hv, nvec);
   float ss = 0.f;
+  for_each_item<ITEMS>(nvec, [&](int i, int) {
 #pragma unroll
-  for (int i = 0; i < ITEMS; ++i) {
-    const int idx = threadIdx.x + i * blockDim.x;
-    if (idx < nvec) {
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) {
-        const float f = to_f(h[i].v[j]);
-        ss += f * f;
-      }
+    for (int j = 0; j < VEC; ++j) {
+      const float f = to_f(h[i].v[j]);
+      ss += f * f;
     }
-  }
+  });
   ss = block_sum_first(ss, smem);
   const float rstd = rsqrtf(ss / static_cast<float>(n) + eps);
+  for_each_item<ITEMS>(nvec, [&](int i, int idx) {
+    const V w_i = kPrefetchW ? wa[kPrefetchW ? i : 0] : wv[idx];
+    V o;
 #pragma unroll
-  for (int i = 0; i < ITEMS; ++i) {
-    const int idx = threadIdx.x + i * blockDim.x;
-    if (idx < nvec) {
-      const V w_i = kPrefetchW ? wa[kPrefetchW ? i : 0] : wv[idx];
-      V o;
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) o.v[j] = from_f<T>(to_f(h[i].v[j]) * rstd * to_f(w_i.v[j]));
-      ov[idx] = o;
-    }
-  }
+    for (int j = 0; j < VEC; ++j) o.v[j] = from_f<T>(to_f(h[i].v[j]) * rstd * to_f(w_i.v[j]));
+    ov[idx] = o;
+  });
 }
 
 template <typename T, int VEC>

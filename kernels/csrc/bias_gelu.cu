@@ -151,10 +151,12 @@ void launch(int variant, bool tanh_form, const T* x, const T* b, T* out, int64_t
   const int64_t row_vec = n / VEC;
   const int64_t rows = numel / n;
   if (variant == 1 && row_vec >= 64 && total_vec >= int64_t{132} * 4 * 256 * 4 && rows >= 4) {
-    // Large tensors: 256 threads x 4 rows in flight each, the bias loaded once per 4 rows.  At
-    // decode sizes the 2-D grid measured slower than the flat kernel (1x4096 bf16: 1.66 vs 1.40 µs
-    // on an H200), so small tensors keep the flat kernel below.
-    launch_rows_cfg<T, VEC, 4>(tanh_form, 256, x, b, out, rows, row_vec, s);
+    // Large tensors: 128 threads x 4 rows in flight each, the bias loaded once per 4 rows (128
+    // threads: 19.3 vs 19.8 µs at 4096x4096 and 67.1 vs 68.5 at 16384x4096 with 256, on an H200;
+    // scripts/probe_variants.py gelu_cuda).
+    // At decode sizes the 2-D grid measured slower than the flat kernel (1x4096 bf16: 1.66 vs
+    // 1.40 µs), so small tensors keep the flat kernel below.
+    launch_rows_cfg<T, VEC, 4>(tanh_form, 128, x, b, out, rows, row_vec, s);
     return;
   }
   // Variant 0 (previous), and rows narrower than 64 vectors: the flattened 1-D kernel.

@@ -128,13 +128,21 @@ inline RowPlan plan_rows(int64_t rows, int64_t n, int elem_size, std::initialize
 // Row prologue shared by the register-resident row kernels (add+RMSNorm, add+LayerNorm, softmax):
 // vector idx of item i of this thread is threadIdx.x + i * blockDim.x; items past nvec are skipped.
 // ------------------------------------------------------------------------------------------------
-template <typename T, int VEC, int ITEMS>
-__device__ __forceinline__ void load_row(const Vec<T, VEC>* src, Vec<T, VEC> (&dst)[ITEMS], int nvec) {
+
+// The one loop of every register-resident row kernel: f(i, idx) for each item i of this thread
+// that lies in the row.  Unrolled and inlined, i is a constant, so per-item arrays stay in registers.
+template <int ITEMS, typename F>
+__device__ __forceinline__ void for_each_item(int nvec, F&& f) {
 #pragma unroll
   for (int i = 0; i < ITEMS; ++i) {
     const int idx = threadIdx.x + i * blockDim.x;
-    if (idx < nvec) dst[i] = src[idx];
+    if (idx < nvec) f(i, idx);
   }
+}
+
+template <typename T, int VEC, int ITEMS>
+__device__ __forceinline__ void load_row(const Vec<T, VEC>* src, Vec<T, VEC> (&dst)[ITEMS], int nvec) {
+  for_each_item<ITEMS>(nvec, [&](int i, int idx) { dst[i] = src[idx]; });
 }
 
 // h <- round_T(x + h) element-wise, then store h to hv (residual_out).  The caller has issued all
@@ -144,16 +152,12 @@ template <typename T, int VEC, int ITEMS>
 __device__ __forceinline__ int add_round_store(const Vec<T, VEC> (&xa)[ITEMS], Vec<T, VEC> (&h)[ITEMS],
                                                Vec<T, VEC>* hv, int nvec) {
   int count = 0;
+  for_each_item<ITEMS>(nvec, [&](int i, int idx) {
 #pragma unroll
-  for (int i = 0; i < ITEMS; ++i) {
-    const int idx = threadIdx.x + i * blockDim.x;
-    if (idx < nvec) {
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) h[i].v[j] = from_f<T>(to_f(xa[i].v[j]) + to_f(h[i].v[j]));
-      hv[idx] = h[i];
-      count += VEC;
-    }
-  }
+    for (int j = 0; j < VEC; ++j) h[i].v[j] = from_f<T>(to_f(xa[i].v[j]) + to_f(h[i].v[j]));
+    hv[idx] = h[i];
+    count += VEC;
+  });
   return count;
 }
 

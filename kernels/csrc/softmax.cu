@@ -30,54 +30,38 @@ __global__ void __launch_bounds__(kMaxThreads) softmax_reg_kernel(const T* __res
   load_row<T, VEC, ITEMS>(xv, xa, nvec);  // shared prologue (common.h)
   const float sl = scale * kLog2e;  // log2 domain
   float m = -INFINITY;
+  for_each_item<ITEMS>(nvec, [&](int i, int) {
 #pragma unroll
-  for (int i = 0; i < ITEMS; ++i) {
-    const int idx = threadIdx.x + i * blockDim.x;
-    if (idx < nvec) {
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) m = fmaxf(m, to_f(xa[i].v[j]) * sl);
-    }
-  }
+    for (int j = 0; j < VEC; ++j) m = fmaxf(m, to_f(xa[i].v[j]) * sl);
+  });
   if constexpr (BODY == 3) {
     m = block_max_first(m, smem);
     float e[ITEMS][VEC];
     float s = 0.f;
+    for_each_item<ITEMS>(nvec, [&](int i, int) {
 #pragma unroll
-    for (int i = 0; i < ITEMS; ++i) {
-      const int idx = threadIdx.x + i * blockDim.x;
-      if (idx < nvec) {
-#pragma unroll
-        for (int j = 0; j < VEC; ++j) {
-          e[i][j] = exp2f(to_f(xa[i].v[j]) * sl - m);
-          s += e[i][j];
-        }
+      for (int j = 0; j < VEC; ++j) {
+        e[i][j] = exp2f(to_f(xa[i].v[j]) * sl - m);
+        s += e[i][j];
       }
-    }
+    });
     const float inv3 = 1.f / block_sum_first(s, smem + 32);
+    for_each_item<ITEMS>(nvec, [&](int i, int idx) {
+      V o;
 #pragma unroll
-    for (int i = 0; i < ITEMS; ++i) {
-      const int idx = threadIdx.x + i * blockDim.x;
-      if (idx < nvec) {
-        V o;
-#pragma unroll
-        for (int j = 0; j < VEC; ++j) o.v[j] = from_f<T>(e[i][j] * inv3);
-        ov[idx] = o;
-      }
-    }
+      for (int j = 0; j < VEC; ++j) o.v[j] = from_f<T>(e[i][j] * inv3);
+      ov[idx] = o;
+    });
     return;
   }
   float ms, inv;
   if constexpr (BODY == 1) {
     float s = 0.f;
     if (m != -INFINITY) {
+      for_each_item<ITEMS>(nvec, [&](int i, int) {
 #pragma unroll
-      for (int i = 0; i < ITEMS; ++i) {
-        const int idx = threadIdx.x + i * blockDim.x;
-        if (idx < nvec) {
-#pragma unroll
-          for (int j = 0; j < VEC; ++j) s += exp2f(to_f(xa[i].v[j]) * sl - m);
-        }
-      }
+        for (int j = 0; j < VEC; ++j) s += exp2f(to_f(xa[i].v[j]) * sl - m);
+      });
     }
     block_max_sum_first(m, s, smem);
     ms = m;
@@ -86,26 +70,18 @@ __global__ void __launch_bounds__(kMaxThreads) softmax_reg_kernel(const T* __res
     m = block_max(m, smem);
     ms = m;
     float s = 0.f;
+    for_each_item<ITEMS>(nvec, [&](int i, int) {
 #pragma unroll
-    for (int i = 0; i < ITEMS; ++i) {
-      const int idx = threadIdx.x + i * blockDim.x;
-      if (idx < nvec) {
-#pragma unroll
-        for (int j = 0; j < VEC; ++j) s += exp2f(to_f(xa[i].v[j]) * sl - ms);
-      }
-    }
+      for (int j = 0; j < VEC; ++j) s += exp2f(to_f(xa[i].v[j]) * sl - ms);
+    });
     inv = 1.f / block_sum(s, smem);
   }
+  for_each_item<ITEMS>(nvec, [&](int i, int idx) {
+    V o;
 #pragma unroll
-  for (int i = 0; i < ITEMS; ++i) {
-    const int idx = threadIdx.x + i * blockDim.x;
-    if (idx < nvec) {
-      V o;
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) o.v[j] = from_f<T>(exp2f(to_f(xa[i].v[j]) * sl - ms) * inv);
-      ov[idx] = o;
-    }
-  }
+    for (int j = 0; j < VEC; ++j) o.v[j] = from_f<T>(exp2f(to_f(xa[i].v[j]) * sl - ms) * inv);
+    ov[idx] = o;
+  });
 }
 
 template <typename T, int VEC>

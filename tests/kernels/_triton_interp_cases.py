@@ -37,7 +37,8 @@ def check(name, outs, refs, dtype):
 
 
 # (rows, hidden, max_single): max_single forces the looping path on small rows
-CASES = [(1, 64, None), (3, 1000, None), (2, 5120, None), (2, 1000, 256), (1, 12345, 4096)]
+# 300 rows: the prefill class (add+RMSNorm reads its row twice there)
+CASES = [(1, 64, None), (3, 1000, None), (2, 5120, None), (2, 1000, 256), (1, 12345, 4096), (300, 96, None)]
 for dtype in (torch.float32, torch.bfloat16, torch.float16):
     for rows, n, ms in CASES:
         tag = f"{dtype}-{rows}x{n}-max_single={ms}"
@@ -69,6 +70,13 @@ for dtype in (torch.float32, torch.bfloat16, torch.float16):
                 out = nan_like(inp["x"])
                 tk.bias_gelu(inp["x"], inp["bias"], approx, out=out)
                 check(f"bias_gelu[{approx}] {tag}", (out,), ref64("bias_gelu", inp, approx), dtype)
+
+# bias+GELU past FLAT_GELU_MAX elements takes the 2-D tile kernel (a ragged last row block and column tile)
+for approx in ("none", "tanh"):
+    inp = make_inputs("bias_gelu", tk.FLAT_GELU_MAX // 1000 + 3, 1000, torch.float32)
+    out = nan_like(inp["x"])
+    tk.bias_gelu(inp["x"], inp["bias"], approx, out=out)
+    check(f"bias_gelu[{approx}] tile path", (out,), ref64("bias_gelu", inp, approx), torch.float32)
 
 # -inf rows and NaN propagate like eager softmax, on both paths
 for ms in (None, 128):

@@ -139,3 +139,13 @@ def test_bench_peers_are_optional():
         assert callable(bench.liger_fn("add_rmsnorm"))
     assert bench.make_fn("bias_gelu", "liger") is None
     assert callable(bench.make_fn("softmax", "auto")) and callable(bench.make_fn("softmax", "cuda_v0"))
+
+
+def test_bench_copy_reference_moves_the_ops_passes():
+    # the floor row: one kernel reading and writing the op's tensors once (2 or 4 passes)
+    bench = _load_bench()
+    x, r = torch.randn(3, 8), torch.randn(3, 8)
+    cat = bench.make_fn("add_rmsnorm_", "copy")(dict(x=x, residual=r, weight=torch.randn(8)))
+    torch.testing.assert_close(cat, torch.cat([x, r]))
+    torch.testing.assert_close(bench.make_fn("bias_gelu", "copy")(dict(x=x, bias=torch.randn(8))), -x)
+    assert "copy" in bench.IMPLS and "copy" not in bench.OURS + bench.PEERS

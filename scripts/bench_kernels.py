@@ -46,8 +46,9 @@ QUICK = [(16, 4096), (16384, 4096)]
 OPS = ["add_rmsnorm", "add_rmsnorm_", "add_layernorm", "bias_gelu", "softmax"]
 # ours: auto (the default backend), triton, cuda, cuda_v0 (the CUDA extension with its previous
 # launch configurations, kernels/_build.set_launch_variant); peers: liger (Liger-Kernel, optional,
-# only ops it has an equivalent for), compile (torch.compile of the eager baseline); eager.
-IMPLS = ["auto", "triton", "cuda", "cuda_v0", "liger", "eager", "compile"]
+# only ops it has an equivalent for), compile (torch.compile of the eager baseline); eager; and a
+# reference, copy: one torch kernel that reads and writes the op's tensors once (the floor at that shape).
+IMPLS = ["auto", "triton", "cuda", "cuda_v0", "liger", "eager", "compile", "copy"]
 OURS = ("auto", "triton", "cuda", "cuda_v0")
 PEERS = ("liger", "compile")
 HOST_CALLS = 300
@@ -138,6 +139,15 @@ def make_fn(op, impl):
     baseline in torch.compile.  Softmax runs with scale 1.0 for every implementation (Liger's has none)."""
     if impl == "liger":
         return liger_fn(op)
+    if impl == "copy":
+        # The op's tensor passes and nothing else, in one kernel: -x (2 passes: an elementwise kernel;
+        # a same-dtype copy_ would become a copy-engine memcpy node inside the CUDA graph, 65% of the
+        # copy bandwidth at 1 GiB on an H200), or x and residual -> one new tensor (torch.cat: 4
+        # passes).  At a decode shape this is about the least GPU time a kernel that reads its input
+        # and writes its output takes; at a large one, the bandwidth of a plain kernel at that size.
+        if baselines.PASSES[op]["fused"] == 4:
+            return lambda d: torch.cat([d["x"], d["residual"]])
+        return lambda d: torch.neg(d["x"])
     if impl in OURS:
         be = "cuda" if impl == "cuda_v0" else impl
         calls = {

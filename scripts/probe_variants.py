@@ -1,0 +1,261 @@
+"""Kernel-variant probes behind this round's changes (experiments, not the benchmark).
+
+    python scripts/probe_variants.py MODE     # -> $OUT/probe_variants_MODE.json (GPU µs per call)
+
+Modes:
+  gelu_cuda     CUDA bias+GELU launch configurations (flat: vector width, threads, vectors a thread;
+                rows: rows a thread), built from kernels/csrc/bias_gelu.cu's own kernel templates
+  gelu_flat     Triton bias+GELU: a flat 1-D kernel (bias column idx % N, N a constant) against the
+                2-D tile kernel at the same block size, our erf formula or libdevice's, and torch.compile
+  rms_two_pass  in-place add+RMSNorm that reads its row twice (evict_last, then evict_first, as
+                torch.compile's kernel) per chunk size and warp count, beside compile and our Triton
+  consumer      softmax alone and followed by the matmul that consumes it (p @ v): ours, the same
+                kernel with a streaming (.cs) store, and Liger-Kernel's (which stores with .cs)
+  reload        kernels.triton_kernels' add+RMSNorm in its reload mode at 8/16/32 warps, both
+                variants, beside torch.compile and the autotuned choice
+
+Timing is scripts/bench_kernels.py's (CUDA-graph replays over rotated input sets); every timed
+callable returns its outputs, so each call writes fresh memory as the benchmark's do.  Needs a GPU;
+`consumer` needs Liger-Kernel.  Results of the H200 runs: analyses/data/probe_variants_h200.json.
+"""
+import json
+import math
+import os
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import torch  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+from triton.language.extra import libdevice  # noqa: E402
+
+import bench_kernels as bk  # noqa: E402
+import kernels  # noqa: E402
+from kernels import triton_kernels as tk  # noqa: E402
+
+DT = torch.bfloat16
+RES: dict = {}
+
+
+def timed(fn, sets, rows, nbytes, rounds=2):
+    """GPU µs per call, `rounds` medians, with the benchmark's batch sizes."""
+    inner = 4 * len(sets) if rows <= 64 else max(len(sets), min(20, math.ceil(2e-3 / (nbytes / 3e12))))
+    return [round(bk.time_batches(fn, sets, 15, inner, True) * 1e6, 3) for _ in range(rounds)]
+
+
+# ------------------------------------------------------------------------------------------ kernels
+@triton.jit
+def _softmax_row(X, OUT, N, BLOCK: tl.constexpr, STREAM_STORE: tl.constexpr):
+    # kernels.triton_kernels' single-block softmax (scale 1), optionally with Liger's .cs store
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < N
+    x = tl.load(X + row * N + cols, mask=mask, other=0.0).to(tl.float32)
+    x = tl.where(mask, x, -float("inf"))
+    e = tl.where(mask, tl.exp2((x - tl.max(x, axis=0)) * 1.4426950408889634), 0.0)
+    y = (e / tl.sum(e, axis=0)).to(OUT.dtype.element_ty)
+    if STREAM_STORE:
+        tl.store(OUT + row * N + cols, y, mask=mask, cache_modifier=".cs")
+    else:
+        tl.store(OUT + row * N + cols, y, mask=mask)
+
+
+@triton.jit
+def _rms_two_pass(X, R, W, OUT, RES_OUT, N: tl.constexpr, eps, RB: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    base = row * N
+    acc = tl.zeros([RB], dtype=tl.float32)
+    for it in tl.range(0, N, RB):
+        cols = it + tl.arange(0, RB)
+        x = tl.load(X + base + cols, eviction_policy="evict_last").to(tl.float32)
+        r = tl.load(R + base + cols, eviction_policy="evict_last").to(tl.float32)
+        h = (x + r).to(RES_OUT.dtype.element_ty).to(tl.float32)
+        acc += h * h
+    rstd = tl.rsqrt(tl.sum(acc, axis=0) / N + eps)
+    for it in tl.range(0, N, RB):
+        cols = it + tl.arange(0, RB)
+        x = tl.load(X + base + cols, eviction_policy="evict_first").to(tl.float32)
+        r = tl.load(R + base + cols, eviction_policy="evict_first").to(tl.float32)
+        w = tl.load(W + cols, eviction_policy="evict_last").to(tl.float32)
+        h = (x + r).to(RES_OUT.dtype.element_ty)
+        tl.store(RES_OUT + base + cols, h)
+        tl.store(OUT + base + cols, (h.to(tl.float32) * rstd * w).to(OUT.dtype.element_ty))
+
+
+@triton.jit
+def _gelu_flat(X, B, OUT, NUMEL, N: tl.constexpr, XBLOCK: tl.constexpr, LIBDEVICE_ERF: tl.constexpr):
+    idx = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
+    mask = idx < NUMEL
+    u = tl.load(X + idx, mask=mask, other=0.0).to(tl.float32) + tl.load(B + idx % N, mask=mask, other=0.0).to(tl.float32)
+    if LIBDEVICE_ERF:
+        y = 0.5 * u * (libdevice.erf(u * 0.7071067811865476) + 1.0)
+    else:
+        y = tk._gelu(u, False)
+    tl.store(OUT + idx, y.to(OUT.dtype.element_ty), mask=mask)
+
+
+# ------------------------------------------------------------------------------------------ modes
+GELU_CFGS = [  # (kind, vector width, threads, vectors a thread (flat) or rows a thread (rows))
+    ("flat", 8, 128, 1), ("flat", 8, 64, 1), ("flat", 8, 32, 1), ("flat", 4, 128, 1), ("flat", 4, 64, 1),
+    ("flat", 2, 128, 1), ("flat", 1, 128, 1), ("flat", 1, 256, 1), ("flat", 2, 64, 1), ("flat", 4, 32, 1),
+    ("flat", 8, 256, 4), ("flat", 8, 256, 2), ("flat", 8, 128, 4), ("flat", 8, 512, 2), ("flat", 8, 256, 8),
+    ("rows", 8, 256, 4), ("rows", 8, 256, 2), ("rows", 8, 256, 8), ("rows", 8, 128, 4), ("rows", 8, 128, 8),
+    ("flat", 1, 64, 1), ("flat", 2, 32, 1), ("flat", 8, 512, 4), ("flat", 8, 128, 8), ("rows", 8, 64, 4),
+]
+
+
+def gelu_cuda():
+    from torch.utils.cpp_extension import load_inline
+    src = open(os.path.join(ROOT, "kernels/csrc/bias_gelu.cu")).read()
+    body = src[:src.index("template <typename T, int VEC>\nvoid launch(int variant")] + "}  // namespace\n"
+    cases = []
+    for i, (kind, vec, thr, u) in enumerate(GELU_CFGS):
+        if kind == "flat":
+            cases.append(f"    case {i}: launch_cfg<T, {vec}, {thr}, {u}>(false, x, b, o, numel / {vec}, n / {vec}, s); break;")
+        else:
+            cases.append(f"    case {i}: launch_rows_cfg<T, {vec}, {u}>(false, {thr}, x, b, o, numel / n, n / {vec}, s); break;")
+    body += """
+at::Tensor probe(const at::Tensor& x_t, const at::Tensor& b_t, int64_t cfg) {
+  using T = c10::BFloat16;
+  at::Tensor out = at::empty_like(x_t);
+  cudaStream_t s = c10::cuda::getCurrentCUDAStream();
+  const T* x = x_t.data_ptr<T>(); const T* b = b_t.data_ptr<T>(); T* o = out.data_ptr<T>();
+  const int64_t numel = x_t.numel(), n = x_t.size(-1);
+  switch (cfg) {
+""" + "\n".join(cases) + """
+    default: TORCH_CHECK(false, "bad cfg");
+  }
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return out;
+}
+}  // namespace profkit_kernels
+at::Tensor probe(const at::Tensor& x, const at::Tensor& b, int64_t cfg) { return profkit_kernels::probe(x, b, cfg); }
+"""
+    mod = load_inline("pk_probe_gelu_cfg", cpp_sources="at::Tensor probe(const at::Tensor& x, const at::Tensor& b, int64_t cfg);",
+                      cuda_sources=body, functions=["probe"], extra_include_paths=[os.path.join(ROOT, "kernels/csrc")],
+                      extra_cuda_cflags=["-O3", "-gencode=arch=compute_90,code=sm_90"])
+    for rows, hidden in [(1, 4096), (16, 4096), (64, 8192), (4096, 4096), (16384, 4096)]:
+        sets = bk.rotation_sets("bias_gelu", rows, hidden, DT)
+        ref = torch.nn.functional.gelu(sets[0]["x"].double() + sets[0]["bias"].double())
+        for i, c in enumerate(GELU_CFGS):
+            if (rows <= 64 and c[0] == "flat" and c[3] > 1) or (rows > 64 and c[0] == "flat" and c[3] == 1 and c[2] < 128):
+                continue
+            err = (mod.probe(sets[0]["x"], sets[0]["bias"], i).double() - ref).abs().max().item()
+            key = f"{rows}x{hidden} {c}"
+            RES[key] = f"ERR {err}" if err > 0.05 else timed(lambda d, i=i: mod.probe(d["x"], d["bias"], i), sets, rows,
+                                                               4 * rows * hidden)
+
+
+def gelu_flat():
+    for rows, hidden in [(1, 4096), (16, 4096), (64, 8192)]:
+        sets = bk.rotation_sets("bias_gelu", rows, hidden, DT)
+        numel, nb = rows * hidden, 4 * rows * hidden
+        for rnd in range(2):
+            RES[f"{rows}x{hidden} compile r{rnd}"] = timed(bk.make_fn("bias_gelu", "compile"), sets, rows, nb)
+            RES[f"{rows}x{hidden} cuda r{rnd}"] = timed(bk.make_fn("bias_gelu", "cuda"), sets, rows, nb)
+            for xb, w in ((256, 4), (512, 4), (1024, 4), (1024, 8), (128, 4), (256, 2)):
+                for erf in (0, 1):
+                    def f(d, xb=xb, w=w, erf=erf):
+                        o = torch.empty_like(d["x"])
+                        _gelu_flat[(triton.cdiv(numel, xb),)](d["x"], d["bias"], o, numel, hidden, XBLOCK=xb,
+                                                              LIBDEVICE_ERF=erf, num_warps=w)
+                        return o
+                    RES[f"{rows}x{hidden} flat xb{xb} w{w} erf{erf} r{rnd}"] = timed(f, sets, rows, nb)
+            for bn, w in ((256, 4), (512, 4), (1024, 4)):
+                ncb = triton.cdiv(hidden, bn)
+
+                def g(d, bn=bn, w=w, ncb=ncb):
+                    o = torch.empty_like(d["x"])
+                    tk._bias_gelu_kernel[(rows * ncb,)](d["x"], d["bias"], o, rows, hidden, ncb, BLOCK_M=1, BLOCK_N=bn,
+                                                       TANH=False, EVICT=False, num_warps=w)
+                    return o
+                RES[f"{rows}x{hidden} tile bn{bn} w{w} r{rnd}"] = timed(g, sets, rows, nb)
+
+
+def rms_two_pass():
+    op = "add_rmsnorm_"
+    for rows, hidden in [(16384, 4096), (65536, 8192)]:
+        sets = bk.rotation_sets(op, rows, hidden, DT)
+        nb = 8 * rows * hidden
+        RES[f"{rows}x{hidden} compile"] = timed(bk.make_fn(op, "compile"), sets, rows, nb)
+        RES[f"{rows}x{hidden} triton"] = timed(bk.make_fn(op, "triton"), sets, rows, nb)
+        for rb, w in ((2048, 8), (4096, 8), (4096, 16), (8192, 16), (1024, 4), (2048, 4), (8192, 32)):
+            if rb > hidden:
+                continue
+
+            def f(d, rb=rb, w=w):
+                o = torch.empty_like(d["x"])
+                _rms_two_pass[(rows,)](d["x"], d["residual"], d["weight"], o, d["residual"], hidden, 1e-6, RB=rb,
+                                       num_warps=w)
+                return o
+            RES[f"{rows}x{hidden} two-pass rb{rb} w{w}"] = timed(f, sets, rows, nb)
+
+
+def consumer():
+    for rows, hidden in [(1, 4096), (16, 4096), (64, 8192)]:
+        sets = bk.rotation_sets("softmax", rows, hidden, DT)
+        for d in sets:
+            d["v"] = torch.randn(hidden, 128, device="cuda", dtype=DT)
+        w = tk._decode_warps(hidden)
+
+        def ours(d):
+            return kernels.softmax(d["x"], 1.0, backend="triton")
+
+        def plain_or_cs(cs):
+            def f(d):
+                o = torch.empty_like(d["x"])
+                _softmax_row[(rows,)](d["x"], o, hidden, BLOCK=hidden, STREAM_STORE=cs, num_warps=w)
+                return o
+            return f
+        impls = (("ours", ours), ("plain", plain_or_cs(False)), ("cs", plain_or_cs(True)),
+                 ("liger", bk.make_fn("softmax", "liger")))
+        for rnd in range(3):
+            for name, fn in impls:
+                RES[f"{rows}x{hidden} {name} alone r{rnd}"] = timed(fn, sets, rows, 4 * rows * hidden, rounds=1)
+                RES[f"{rows}x{hidden} {name} +pv r{rnd}"] = timed(lambda d, fn=fn: fn(d) @ d["v"], sets, rows,
+                                                                  4 * rows * hidden, rounds=1)
+            RES[f"{rows}x{hidden} pv only r{rnd}"] = timed(lambda d: d["x"] @ d["v"], sets, rows, 4 * rows * hidden,
+                                                           rounds=1)
+
+
+def reload():
+    for rows, hidden in [(4096, 4096), (16384, 4096), (65536, 8192)]:
+        nb = 8 * rows * hidden
+        for op in ("add_rmsnorm_", "add_rmsnorm"):
+            sets = bk.rotation_sets(op, rows, hidden, DT)
+            cfg = tk._row_config(hidden, None, rows)
+            for rnd in range(2):
+                RES[f"{rows}x{hidden} {op} compile r{rnd}"] = timed(bk.make_fn(op, "compile"), sets, rows, nb, rounds=1)
+                RES[f"{rows}x{hidden} {op} triton r{rnd}"] = timed(bk.make_fn(op, "triton"), sets, rows, nb, rounds=1)
+                for w in (8, 16, 32):
+                    def f(d, w=w, inplace=op == "add_rmsnorm_"):
+                        out = torch.empty_like(d["x"])
+                        ro = d["residual"] if inplace else torch.empty_like(d["x"])
+                        tk._add_rmsnorm_kernel.fn[(rows,)](d["x"], d["residual"], d["weight"], out, ro, hidden, 1e-6,
+                                                            1, **cfg, RELOAD=True, num_warps=w)
+                        return out, ro
+                    RES[f"{rows}x{hidden} {op} reload w{w} r{rnd}"] = timed(f, sets, rows, nb, rounds=1)
+            RES[f"{rows}x{hidden} {op} tuned"] = str({str(k): str(v) for k, v in tk._add_rmsnorm_kernel.cache.items()})
+
+
+MODES = {"gelu_cuda": gelu_cuda, "gelu_flat": gelu_flat, "rms_two_pass": rms_two_pass, "consumer": consumer,
+         "reload": reload}
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2 or sys.argv[1] not in MODES:
+        sys.exit("usage: probe_variants.py " + "|".join(MODES))
+    if not torch.cuda.is_available():
+        sys.exit("probe_variants.py needs a CUDA device.")
+    for knob in ("cache_size_limit", "recompile_limit"):
+        if hasattr(torch._dynamo.config, knob):
+            setattr(torch._dynamo.config, knob, 256)
+    t0 = time.time()
+    MODES[sys.argv[1]]()
+    RES["wall s"] = round(time.time() - t0, 1)
+    out = os.environ.get("OUT", ".")
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, f"probe_variants_{sys.argv[1]}.json"), "w") as fh:
+        json.dump(RES, fh, indent=1)

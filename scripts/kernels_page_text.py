@@ -100,9 +100,19 @@ ones (ours and Liger's): add+RMSNorm at 1x4096 Liger {liger_rms} µs against our
 Triton {rms_tr}), softmax Liger {liger_sm} against CUDA {sm_cuda} (Triton {sm_tr}), torch.compile's
 bias+GELU {comp_bg} µs against {bg_cuda}.  The CUDA and Triton kernels have the same block shape, no
 local memory (checked in the SASS) and an empty CUDA kernel replays about as fast as an empty
-Triton one (0.72 vs 0.70 µs, `scripts/probe_decode.py empty`: `probe_decode_h200.json`), so the launch path is not the difference; what in the kernel bodies is, this
-round did not find.  `auto` keeps the extension at these shapes for its host cost (15-31 against
-45-94 µs a plain call at these shapes), which outweighs 0.1-0.4 µs of GPU time in eager code.
+Triton one (0.72 vs 0.70 µs, `scripts/probe_decode.py empty`: `probe_decode_h200.json`), so the
+launch path is not the difference.  For the row kernels, what in the bodies is was not found.  For
+bias+GELU a bisect this round (`scripts/probe_variants.py cuda_index`, median of three rounds)
+puts it in the work before and after the loads, not in the loads: the same CUDA kernel that copies
+instead of computing the GELU is 0.15-0.21 µs faster with 8 elements a thread (1x4096 1.17 vs 1.32,
+16x4096 1.37 vs 1.58) and 0.05-0.06 µs with 2; a 64-bit bias-index modulo costs another 0.03-0.07 µs
+(the shipped kernel takes a 32-bit one below 2^32 vectors); `__ldg` against plain loads, and a 2-D
+grid that needs no modulo, change nothing measurable.  Two elements a thread with a 32-bit modulo
+come within 0.07 µs of torch.compile at 16x4096 (1.50 vs 1.43 µs; the shipped configuration, one
+8-element vector a thread, 1.54-1.56) and 0.02 µs at 1x4096 (1.20 vs 1.19): a lead for the next
+round, not yet in the extension.  `auto` keeps the extension at these shapes for its host cost
+(13-25 against 33-95 µs a plain call in this run), which outweighs 0.1-0.4 µs of GPU time in
+eager code.
 """
 
 CHECKS = """## Correctness and the shared code, re-run on the final code

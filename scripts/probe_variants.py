@@ -13,6 +13,9 @@ Modes:
                 kernel with a streaming (.cs) store, and Liger-Kernel's (which stores with .cs)
   reload        kernels.triton_kernels' add+RMSNorm in its reload mode at 8/16/32 warps, both
                 variants, beside torch.compile and the autotuned choice
+  cuda_index    a bisect of the CUDA bias+GELU at decode sizes: the same GELU with the bias index
+                from a 64-bit modulo, a 32-bit one, or a 2-D grid (none); __ldg or plain loads;
+                vector width and block size; and copy-only kernels of the same shapes
 
 Timing is scripts/bench_kernels.py's (CUDA-graph replays over rotated input sets); every timed
 callable returns its outputs, so each call writes fresh memory as the benchmark's do.  Needs a GPU;
@@ -241,7 +244,104 @@ def reload():
             RES[f"{rows}x{hidden} {op} tuned"] = str({str(k): str(v) for k, v in tk._add_rmsnorm_kernel.cache.items()})
 
 
-MODES = {"gelu_cuda": gelu_cuda, "gelu_flat": gelu_flat, "rms_two_pass": rms_two_pass, "consumer": consumer,
+INDEX_SRC = r"""
+template <int VEC> struct LoadT;
+template <> struct LoadT<2> { using type = unsigned int; };
+template <> struct LoadT<8> { using type = uint4; };
+
+template <int VEC, bool NC>
+__device__ __forceinline__ Vec<c10::BFloat16, VEC> ld(const c10::BFloat16* p, int64_t i) {
+  using U = typename LoadT<VEC>::type;
+  const U* q = reinterpret_cast<const U*>(p) + i;
+  U u = NC ? __ldg(q) : *q;
+  Vec<c10::BFloat16, VEC> v;
+  *reinterpret_cast<U*>(&v) = u;
+  return v;
+}
+
+// MODE 0: 64-bit index, 64-bit modulo; 1: 32-bit index and modulo; 2: 2-D (row, column block), no modulo
+template <int VEC, int THREADS, bool NC, int MODE, bool GELU>
+__global__ void __launch_bounds__(THREADS) kb(const c10::BFloat16* x, const c10::BFloat16* b, c10::BFloat16* o,
+                                              int64_t total_vec, int64_t row_vec, int ncb) {
+  using T = c10::BFloat16;
+  using V = Vec<T, VEC>;
+  int64_t i, bi;
+  if (MODE == 2) {
+    const int row = blockIdx.x / ncb;
+    const int col = (blockIdx.x - row * ncb) * THREADS + threadIdx.x;
+    bi = col;
+    i = static_cast<int64_t>(row) * row_vec + col;
+  } else if (MODE == 0) {
+    i = static_cast<int64_t>(blockIdx.x) * THREADS + threadIdx.x;
+    bi = i % row_vec;
+  } else {
+    const unsigned ii = blockIdx.x * THREADS + threadIdx.x;
+    i = ii;
+    bi = ii % static_cast<unsigned>(row_vec);
+  }
+  if (i >= total_vec) return;
+  const V xa = ld<VEC, NC>(x, i);
+  if (!GELU) { reinterpret_cast<V*>(o)[i] = xa; return; }
+  const V ba = ld<VEC, NC>(b, bi);
+  V r;
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) r.v[j] = from_f<T>(gelu<false>(to_f(xa.v[j]) + to_f(ba.v[j])));
+  reinterpret_cast<V*>(o)[i] = r;
+}
+"""
+# (vector width, threads, __ldg, index MODE, GELU or copy only)
+INDEX_CFGS = [(2, 128, True, 0, True), (2, 128, True, 1, True), (2, 128, False, 1, True), (2, 128, True, 2, True),
+              (2, 128, False, 2, True), (8, 128, True, 0, True), (8, 128, True, 1, True), (8, 128, False, 1, True),
+              (8, 128, True, 2, True), (8, 128, False, 2, True), (8, 32, False, 2, True), (8, 64, False, 2, True),
+              (2, 128, False, 2, False), (8, 128, False, 2, False), (8, 32, False, 2, False), (2, 256, False, 2, True),
+              (8, 256, False, 2, True)]
+
+
+def cuda_index():
+    from torch.utils.cpp_extension import load_inline
+    src = open(os.path.join(ROOT, "kernels/csrc/bias_gelu.cu")).read()
+    body = src[:src.index("template <typename T, int VEC, bool TANH, int kThreads, int kUnroll>")] + INDEX_SRC
+    cases = []
+    for i, (vec, thr, nc, mode, g) in enumerate(INDEX_CFGS):
+        cases.append(f"    case {i}: {{ const int64_t tv = numel / {vec}, rv = n / {vec}; const int ncb = (int)((rv + {thr} - 1) / {thr});"
+                     f" const int64_t blocks = {mode} == 2 ? (numel / n) * ncb : (tv + {thr} - 1) / {thr};"
+                     f" kb<{vec}, {thr}, {'true' if nc else 'false'}, {mode}, {'true' if g else 'false'}><<<blocks, {thr}, 0, s>>>(x, b, o, tv, rv, ncb); break; }}")
+    body += """
+}  // namespace
+at::Tensor probe(const at::Tensor& x_t, const at::Tensor& b_t, int64_t cfg) {
+  using T = c10::BFloat16;
+  at::Tensor out = at::empty_like(x_t);
+  cudaStream_t s = c10::cuda::getCurrentCUDAStream();
+  const T* x = x_t.data_ptr<T>(); const T* b = b_t.data_ptr<T>(); T* o = out.data_ptr<T>();
+  const int64_t numel = x_t.numel(), n = x_t.size(-1);
+  switch (cfg) {
+""" + "\n".join(cases) + """
+    default: TORCH_CHECK(false, "bad cfg");
+  }
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return out;
+}
+}  // namespace profkit_kernels
+at::Tensor probe(const at::Tensor& x, const at::Tensor& b, int64_t cfg) { return profkit_kernels::probe(x, b, cfg); }
+"""
+    mod = load_inline("pk_probe_gelu_index", cpp_sources="at::Tensor probe(const at::Tensor& x, const at::Tensor& b, int64_t cfg);",
+                      cuda_sources=body, functions=["probe"], extra_include_paths=[os.path.join(ROOT, "kernels/csrc")],
+                      extra_cuda_cflags=["-O3", "-gencode=arch=compute_90,code=sm_90"])
+    for rows, hidden in [(1, 4096), (16, 4096), (64, 8192)]:
+        sets = bk.rotation_sets("bias_gelu", rows, hidden, DT)
+        nb = 4 * rows * hidden
+        ref = torch.nn.functional.gelu(sets[0]["x"].double() + sets[0]["bias"].double())
+        RES[f"{rows}x{hidden} compile"] = timed(bk.make_fn("bias_gelu", "compile"), sets, rows, nb, rounds=3)
+        RES[f"{rows}x{hidden} cuda"] = timed(bk.make_fn("bias_gelu", "cuda"), sets, rows, nb, rounds=3)
+        for i, c in enumerate(INDEX_CFGS):
+            y = mod.probe(sets[0]["x"], sets[0]["bias"], i)
+            if c[4] and (y.double() - ref).abs().max().item() > 0.05:
+                RES[f"{rows}x{hidden} {c} ERR"] = (y.double() - ref).abs().max().item()
+                continue
+            RES[f"{rows}x{hidden} {c}"] = timed(lambda d, i=i: mod.probe(d["x"], d["bias"], i), sets, rows, nb, rounds=3)
+
+
+MODES = {"gelu_cuda": gelu_cuda, "cuda_index": cuda_index, "gelu_flat": gelu_flat, "rms_two_pass": rms_two_pass, "consumer": consumer,
          "reload": reload}
 
 if __name__ == "__main__":

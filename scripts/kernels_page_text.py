@@ -178,7 +178,8 @@ THIS_ROUND = """## This round: what changed, side by side
   row in registers and trailed it by 4% (previous run, end of page: 0.96x at 16384x4096 and
   65536x8192).  With the same two reads (`_add_rmsnorm_kernel`, `RELOAD`), own best against the best
   peer in this run: {reload_cells}.  Warps by rule, block // 256 (16 for a 4096 row, 32 for 8192):
-  the autotuner picked 8 for a 4096 row in one probe run and 16 in another, and 16 was 2% faster
+  the autotuner picked 8 for a 4096 row in one probe run and 16 in the one before (`reload_earlier_run`
+  in the same file), and 16 was 2% faster
   (`scripts/probe_variants.py reload`):
 
 {reload_table}

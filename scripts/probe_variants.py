@@ -19,7 +19,8 @@ Modes:
 
 Timing is scripts/bench_kernels.py's (CUDA-graph replays over rotated input sets); every timed
 callable returns its outputs, so each call writes fresh memory as the benchmark's do.  Needs a GPU;
-`consumer` needs Liger-Kernel.  Results of the H200 runs: analyses/data/probe_variants_h200.json.
+`consumer` needs Liger-Kernel.  Results of the H200 runs: analyses/data/probe_variants_h200.json, one
+key per mode (`reload_earlier_run`: the reload mode in an earlier run the same day).
 """
 import json
 import math

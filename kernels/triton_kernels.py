@@ -1,8 +1,9 @@
 """Triton backend: private @triton.jit kernels and their host launchers.
 
 Every row kernel runs one program per row.  Rows that fit in registers (next_pow2(hidden) up to
-MAX_SINGLE_BLOCK) are read once and written once; longer rows loop over BLOCK-sized chunks and
-re-read the row (from L2, mostly) instead of holding it.
+MAX_SINGLE_BLOCK) are read once and written once, except add+RMSNorm's prefill-sized calls, which
+read the row a second time from L2 (as torch.compile's kernel; measured faster); longer rows loop
+over BLOCK-sized chunks and re-read the row (from L2, mostly) instead of holding it.
 
 The launchers take optional preallocated outputs (out=, residual_out=) so tests can poison them.
 With TRITON_INTERPRET=1 (set before triton is imported) they also run on CPU tensors.
@@ -20,7 +21,8 @@ _INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 # evict_first on the single-pass loads of prefill-sized calls: off.  Side by side on an H200
 # (2026-11-30) it made every large row kernel 3-6% slower (add+RMSNorm 16384x4096 140.1 vs
 # 132.2 µs, softmax 65536x8192 548.7 vs 516.1, bias+GELU 65536x8192 627.6 vs 602.8) and cost
-# 0.3-0.4 µs at 16x4096.  PROFKIT_TRITON_EVICT=1 turns it back on (a benchmarking switch, read once).
+# 0.3-0.4 µs at 16x4096.  PROFKIT_TRITON_EVICT=1 turns it back on, and add+RMSNorm's prefill rows
+# back to one read in registers (a benchmarking switch, read once).
 _EVICT_PREFILL = os.environ.get("PROFKIT_TRITON_EVICT", "0") == "1"
 MAX_SINGLE_BLOCK = 16384  # elements of one row held by one program; longer rows loop
 LOOP_BLOCK = 4096
@@ -80,9 +82,9 @@ def _rows_class(rows: int) -> int:
 @triton.jit
 def _add_rows(X, R, RES_OUT, offs, mask, STORE: tl.constexpr, POLICY: tl.constexpr):
     """h = x + residual rounded to the output dtype (as eager's `x + r`), returned in fp32; stored
-    to RES_OUT when STORE.  POLICY of the x and residual loads: 0 (or False) default; 1 (or True) evict_first (the row is
-    read for the last time); 2 evict_last (the row is read again soon: keep it in L2).  One body for
-    add+RMSNorm and add+LayerNorm, every pass."""
+    to RES_OUT when STORE.  POLICY of the x and residual loads: 0 (or False) default; 1 (or True)
+    evict_first (the row is read for the last time); 2 evict_last (the row is read again soon: keep
+    it in L2).  One body for add+RMSNorm and add+LayerNorm, every pass."""
     if POLICY == 1:
         x = tl.load(X + offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
         r = tl.load(R + offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)

@@ -102,26 +102,13 @@ def _gelu_flat(X, B, OUT, NUMEL, N: tl.constexpr, XBLOCK: tl.constexpr, LIBDEVIC
 
 
 # ------------------------------------------------------------------------------------------ modes
-GELU_CFGS = [  # (kind, vector width, threads, vectors a thread (flat) or rows a thread (rows))
-    ("flat", 8, 128, 1), ("flat", 8, 64, 1), ("flat", 8, 32, 1), ("flat", 4, 128, 1), ("flat", 4, 64, 1),
-    ("flat", 2, 128, 1), ("flat", 1, 128, 1), ("flat", 1, 256, 1), ("flat", 2, 64, 1), ("flat", 4, 32, 1),
-    ("flat", 8, 256, 4), ("flat", 8, 256, 2), ("flat", 8, 128, 4), ("flat", 8, 512, 2), ("flat", 8, 256, 8),
-    ("rows", 8, 256, 4), ("rows", 8, 256, 2), ("rows", 8, 256, 8), ("rows", 8, 128, 4), ("rows", 8, 128, 8),
-    ("flat", 1, 64, 1), ("flat", 2, 32, 1), ("flat", 8, 512, 4), ("flat", 8, 128, 8), ("rows", 8, 64, 4),
-]
-
-
-def gelu_cuda():
+def _build_probe(name: str, device_src: str, cases: list[str]):
+    """A CUDA extension with one function, probe(x, bias, cfg): `device_src` (bias_gelu.cu's kernel
+    templates, ending inside its anonymous namespace) plus a switch over `cases`, each launching one
+    configuration on the current stream into a fresh output."""
     from torch.utils.cpp_extension import load_inline
-    src = open(os.path.join(ROOT, "kernels/csrc/bias_gelu.cu")).read()
-    body = src[:src.index("template <typename T, int VEC>\nvoid launch(int variant")] + "}  // namespace\n"
-    cases = []
-    for i, (kind, vec, thr, u) in enumerate(GELU_CFGS):
-        if kind == "flat":
-            cases.append(f"    case {i}: launch_cfg<T, {vec}, {thr}, {u}>(false, x, b, o, numel / {vec}, n / {vec}, s); break;")
-        else:
-            cases.append(f"    case {i}: launch_rows_cfg<T, {vec}, {u}>(false, {thr}, x, b, o, numel / n, n / {vec}, s); break;")
-    body += """
+    body = device_src + """
+}  // namespace
 at::Tensor probe(const at::Tensor& x_t, const at::Tensor& b_t, int64_t cfg) {
   using T = c10::BFloat16;
   at::Tensor out = at::empty_like(x_t);
@@ -138,9 +125,30 @@ at::Tensor probe(const at::Tensor& x_t, const at::Tensor& b_t, int64_t cfg) {
 }  // namespace profkit_kernels
 at::Tensor probe(const at::Tensor& x, const at::Tensor& b, int64_t cfg) { return profkit_kernels::probe(x, b, cfg); }
 """
-    mod = load_inline("pk_probe_gelu_cfg", cpp_sources="at::Tensor probe(const at::Tensor& x, const at::Tensor& b, int64_t cfg);",
-                      cuda_sources=body, functions=["probe"], extra_include_paths=[os.path.join(ROOT, "kernels/csrc")],
-                      extra_cuda_cflags=["-O3", "-gencode=arch=compute_90,code=sm_90"])
+    return load_inline(name, cpp_sources="at::Tensor probe(const at::Tensor& x, const at::Tensor& b, int64_t cfg);",
+                       cuda_sources=body, functions=["probe"], extra_include_paths=[os.path.join(ROOT, "kernels/csrc")],
+                       extra_cuda_cflags=["-O3", "-gencode=arch=compute_90,code=sm_90"])
+
+
+GELU_CFGS = [  # (kind, vector width, threads, vectors a thread (flat) or rows a thread (rows))
+    ("flat", 8, 128, 1), ("flat", 8, 64, 1), ("flat", 8, 32, 1), ("flat", 4, 128, 1), ("flat", 4, 64, 1),
+    ("flat", 2, 128, 1), ("flat", 1, 128, 1), ("flat", 1, 256, 1), ("flat", 2, 64, 1), ("flat", 4, 32, 1),
+    ("flat", 8, 256, 4), ("flat", 8, 256, 2), ("flat", 8, 128, 4), ("flat", 8, 512, 2), ("flat", 8, 256, 8),
+    ("rows", 8, 256, 4), ("rows", 8, 256, 2), ("rows", 8, 256, 8), ("rows", 8, 128, 4), ("rows", 8, 128, 8),
+    ("flat", 1, 64, 1), ("flat", 2, 32, 1), ("flat", 8, 512, 4), ("flat", 8, 128, 8), ("rows", 8, 64, 4),
+]
+
+
+def gelu_cuda():
+    src = open(os.path.join(ROOT, "kernels/csrc/bias_gelu.cu")).read()
+    device_src = src[:src.index("template <typename T, int VEC>\nvoid launch(int variant")]
+    cases = []
+    for i, (kind, vec, thr, u) in enumerate(GELU_CFGS):
+        if kind == "flat":
+            cases.append(f"    case {i}: launch_cfg<T, {vec}, {thr}, {u}>(false, x, b, o, numel / {vec}, n / {vec}, s); break;")
+        else:
+            cases.append(f"    case {i}: launch_rows_cfg<T, {vec}, {u}>(false, {thr}, x, b, o, numel / n, n / {vec}, s); break;")
+    mod = _build_probe("pk_probe_gelu_cfg", device_src, cases)
     for rows, hidden in [(1, 4096), (16, 4096), (64, 8192), (4096, 4096), (16384, 4096)]:
         sets = bk.rotation_sets("bias_gelu", rows, hidden, DT)
         ref = torch.nn.functional.gelu(sets[0]["x"].double() + sets[0]["bias"].double())
@@ -299,35 +307,14 @@ INDEX_CFGS = [(2, 128, True, 0, True), (2, 128, True, 1, True), (2, 128, False, 
 
 
 def cuda_index():
-    from torch.utils.cpp_extension import load_inline
     src = open(os.path.join(ROOT, "kernels/csrc/bias_gelu.cu")).read()
-    body = src[:src.index("template <typename T, int VEC, bool TANH, int kThreads, int kUnroll>")] + INDEX_SRC
+    device_src = src[:src.index("template <typename T, int VEC, bool TANH, int kThreads, int kUnroll>")] + INDEX_SRC
     cases = []
     for i, (vec, thr, nc, mode, g) in enumerate(INDEX_CFGS):
         cases.append(f"    case {i}: {{ const int64_t tv = numel / {vec}, rv = n / {vec}; const int ncb = (int)((rv + {thr} - 1) / {thr});"
                      f" const int64_t blocks = {mode} == 2 ? (numel / n) * ncb : (tv + {thr} - 1) / {thr};"
                      f" kb<{vec}, {thr}, {'true' if nc else 'false'}, {mode}, {'true' if g else 'false'}><<<blocks, {thr}, 0, s>>>(x, b, o, tv, rv, ncb); break; }}")
-    body += """
-}  // namespace
-at::Tensor probe(const at::Tensor& x_t, const at::Tensor& b_t, int64_t cfg) {
-  using T = c10::BFloat16;
-  at::Tensor out = at::empty_like(x_t);
-  cudaStream_t s = c10::cuda::getCurrentCUDAStream();
-  const T* x = x_t.data_ptr<T>(); const T* b = b_t.data_ptr<T>(); T* o = out.data_ptr<T>();
-  const int64_t numel = x_t.numel(), n = x_t.size(-1);
-  switch (cfg) {
-""" + "\n".join(cases) + """
-    default: TORCH_CHECK(false, "bad cfg");
-  }
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return out;
-}
-}  // namespace profkit_kernels
-at::Tensor probe(const at::Tensor& x, const at::Tensor& b, int64_t cfg) { return profkit_kernels::probe(x, b, cfg); }
-"""
-    mod = load_inline("pk_probe_gelu_index", cpp_sources="at::Tensor probe(const at::Tensor& x, const at::Tensor& b, int64_t cfg);",
-                      cuda_sources=body, functions=["probe"], extra_include_paths=[os.path.join(ROOT, "kernels/csrc")],
-                      extra_cuda_cflags=["-O3", "-gencode=arch=compute_90,code=sm_90"])
+    mod = _build_probe("pk_probe_gelu_index", device_src, cases)
     for rows, hidden in [(1, 4096), (16, 4096), (64, 8192)]:
         sets = bk.rotation_sets("bias_gelu", rows, hidden, DT)
         nb = 4 * rows * hidden

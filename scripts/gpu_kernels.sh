@@ -13,6 +13,8 @@
 #    large ones)                          -> OUTDIR/bench_variants.csv
 # 6. ncu over the decode shapes, CUDA kernels, current vs previous launch configuration
 #                                         -> OUTDIR/ncu_decode.log
+# Optional: REPEAT_BENCH=1 runs the benchmark a second time (-> OUTDIR/repeat/, the run-to-run
+# spread); PROBES="MODE ..." runs scripts/probe_variants.py modes (-> OUTDIR/probe_variants_MODE.json).
 # 8 files.  Exit status non-zero if any step failed.  Time limits per step (seconds): T_BUILD,
 # T_TESTS, T_MEMCHECK, T_RACECHECK, T_BENCH, T_NCU; SKIP_TESTS=1, SKIP_SANITIZE=1, SKIP_NCU=1, SKIP_VARIANTS=1 skip
 # steps; BENCH_ARGS adds benchmark arguments (default shapes: BENCH_SHAPES).
@@ -65,6 +67,19 @@ step "benchmark"
 SHAPE_ARG="--shapes $BENCH_SHAPES"
 [ -n "$QUICK" ] && SHAPE_ARG="--quick"
 timeout ${T_BENCH:-120} python3 scripts/bench_kernels.py --out "$OUT_DIR" $SHAPE_ARG ${BENCH_ARGS:-} 2>&1 | tee "$OUT_DIR/bench.log" || status=1
+
+if [ -n "${REPEAT_BENCH:-}" ]; then
+  # the same benchmark once more, for the run-to-run spread (the page's bench_kernels_h200_run2.csv)
+  step "benchmark, repeated"
+  timeout ${T_BENCH:-120} python3 scripts/bench_kernels.py --out "$OUT_DIR/repeat" $SHAPE_ARG ${BENCH_ARGS:-} \
+    > "$OUT_DIR/bench_repeat.log" 2>&1 || status=1
+fi
+
+for mode in ${PROBES:-}; do
+  # kernel-variant probes (scripts/probe_variants.py), e.g. PROBES="reload consumer"
+  step "probe $mode"
+  OUT="$OUT_DIR" timeout ${T_PROBE:-150} python3 scripts/probe_variants.py "$mode" > "$OUT_DIR/probe_$mode.log" 2>&1 || status=1
+done
 
 if [ -z "${SKIP_VARIANTS:-}" ]; then
   step "launch variants ${VARIANTS:-0 2 3} of softmax and add_layernorm"

@@ -97,14 +97,13 @@ _CUDA_STATE: bool | None = None
 _TRITON_OK: bool | None = None
 
 # Where Triton's kernel is faster on the GPU than the CUDA extension's (H200, bf16, CUDA graph
-# replays, µs, 2026-11-30, analyses/kernels_h200.md).  Once its loads lost the evict_first hint
-# (which cost 3-6% at every large shape), Triton's row kernels are ahead at the large shapes:
-# add+RMSNorm 16384x4096 132.5 vs 137.7, in place 133.5 vs 139.7, softmax 65536x8192 516 vs 526,
-# add+LayerNorm 16384x4096 132.9 vs 144.4.  bias+GELU stays on the extension (607 vs 541).  At the
-# decode shapes Triton's kernels are also 0.1-0.4 µs faster, but its host cost per plain launch is
-# 3-4x the extension's (45-94 vs 15-31 µs at the decode shapes), which decides any call whose GPU
-# time is shorter than Triton's launcher.  So Triton only above _TRITON_MIN_ELEMS elements, where the GPU work
-# (>= ~100 µs) hides it.
+# replays, µs, triton vs cuda, 2026-11-30, analyses/kernels_h200.md): the row kernels at the large
+# shapes, add+RMSNorm 16384x4096 126.9 vs 138.3, in place 128.1 vs 139.9, softmax 65536x8192 517
+# vs 542, add+LayerNorm 16384x4096 133.2 vs 144.5.  bias+GELU stays on the extension (616 vs 514
+# at 65536x8192).  At the decode shapes Triton's kernels are also 0.1-0.4 µs faster, but its host
+# cost per plain launch is 2-4x the extension's (33-95 vs 13-25 µs there), which decides any call
+# whose GPU time is shorter than Triton's launcher.  So Triton only above _TRITON_MIN_ELEMS
+# elements, where the GPU work (>= ~100 µs) hides it.
 #
 # The choice depends on the shape alone, never on whether a CUDA graph is being captured: a
 # backend first used inside a capture would compile (and autotune) there, which invalidates the

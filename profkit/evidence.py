@@ -73,6 +73,15 @@ def _kernels_only(member_acts: pd.DataFrame) -> pd.DataFrame:
 _BASIS_TEXT = {"hbm": "DRAM reads + stores into L2", "dram": "DRAM bytes", "l2": "L2 bytes"}
 
 
+def hbm_bytes(ncu_rows: pd.DataFrame) -> pd.Series:
+    """Per ncu row, the bytes that reach HBM: DRAM reads plus the larger of the DRAM and L2 write
+    counts.  ncu flushes L2 before each kernel, so its DRAM reads are cold, but a store that fits
+    in L2 is written back after the kernel ends, outside the DRAM write counter; every store
+    passes through L2.  A row without the L2 write count (NaN) counts its DRAM writes."""
+    return ncu_rows["dram_bytes_read"].fillna(0) + np.maximum(ncu_rows["dram_bytes_write"].fillna(0),
+                                                              ncu_rows["l2_write_bytes"].fillna(0))
+
+
 def from_ncu(member_acts: pd.DataFrame, ncu: pd.DataFrame, calls: int,
              l2_capacity: Optional[float] = None) -> Optional[Work]:
     """Counters of the op's kernels that the ncu pass profiled (matched by device and start).
@@ -100,12 +109,8 @@ def from_ncu(member_acts: pd.DataFrame, ncu: pd.DataFrame, calls: int,
         if c not in m:
             m[c] = np.nan
     m["dram"] = m["dram_bytes_read"].fillna(0) + m["dram_bytes_write"].fillna(0)
-    # What reaches HBM: ncu flushes L2 before each kernel, so its DRAM reads are cold, but a
-    # store that fits in L2 is written back after the kernel ends, outside the DRAM write counter.
-    # Every store passes through L2, so the larger of the two write counts is the store.
     hbm_seen = m["l2_write_bytes"].notna().any()
-    m["hbm"] = m["dram_bytes_read"].fillna(0) + np.maximum(m["dram_bytes_write"].fillna(0),
-                                                           m["l2_write_bytes"].fillna(0))
+    m["hbm"] = hbm_bytes(m)
     launches = kern.groupby("name", observed=True).size()
     totals = {c: 0.0 for c in _FLOP_COLS + ["dram", "hbm", "l2_bytes", "ncu_ns", "nsys_ns"]}
     l2_seen = m["l2_bytes"].notna().any()

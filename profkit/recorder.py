@@ -155,17 +155,10 @@ class AtenRecorder:
                     dts.append("-")
                     cont.append("-")
                     continue
-                # The same tensor passed twice (x * x) is read once: say so, or bytes double.
-                for j, t in firsts:
-                    if t is v:
-                        same.append(f"{len(sizes)}:{j}")
-                        break
-                firsts.append((len(sizes), v))
+                head = v
                 sizes.append(str(list(v.shape)))
                 dts.append(names.get(v.dtype, "other"))
                 cont.append("1" if v.is_contiguous() else "0")
-                if a.is_out:
-                    extra.append("outarg=1")
             elif a.kind == "tensors":
                 ts = [t for t in (v or ()) if t is not None and hasattr(t, "shape")]
                 if not ts:
@@ -173,16 +166,10 @@ class AtenRecorder:
                     dts.append("-")
                     cont.append("-")
                     continue
-                for j, t in firsts:
-                    if t is ts[0]:   # e.g. the optimizer's addcmul_(v, grads, grads)
-                        same.append(f"{len(sizes)}:{j}")
-                        break
-                firsts.append((len(sizes), ts[0]))
+                head = ts[0]  # a list that starts with an earlier argument: addcmul_(v, grads, grads)
                 sizes.append("[" + ", ".join(str(list(t.shape)) for t in ts) + "]")
                 dts.extend(names.get(t.dtype, "other") for t in ts)
                 cont.extend("1" if t.is_contiguous() else "0" for t in ts)
-                if a.is_out:
-                    extra.append("outarg=1")
             else:
                 sizes.append("[]")
                 dts.append("-")
@@ -191,6 +178,16 @@ class AtenRecorder:
                     s = _scalar_text(v, names)
                     if s is not None:
                         extra.append(f"{a.token}={s}")
+                continue
+            # The same tensor passed twice (x * x) is read once: say so, or bytes double.
+            entry = len(sizes) - 1
+            for j, t in firsts:
+                if t is head:
+                    same.append(f"{entry}:{j}")
+                    break
+            firsts.append((entry, head))
+            if a.is_out:
+                extra.append("outarg=1")
         if same:
             extra.append("same=" + ",".join(same))
         text = (f"{plan.name}, sizes = [{', '.join(sizes)}]{MARKER}in={run_length(dts)} "

@@ -88,9 +88,7 @@ def truth_by_kernel(prof, floor_ns: float) -> pd.DataFrame:
     t = m["gpu_time_ns"].where(m["gpu_time_ns"] > 0, (m["end"] - m["start"]).astype(float))
     dram_b = m["dram_bytes_read"].fillna(0) + m["dram_bytes_write"].fillna(0)
     if "l2_write_bytes" in m and m["l2_write_bytes"].notna().any():
-        # cold reads + every store (a store that fits in L2 reaches DRAM after the kernel)
-        dram_b = m["dram_bytes_read"].fillna(0) + np.maximum(m["dram_bytes_write"].fillna(0),
-                                                             m["l2_write_bytes"].fillna(0))
+        dram_b = ev.hbm_bytes(m)  # cold reads + every store (one fitting in L2 reaches DRAM later)
     peaks = prof.peaks
     mem_use = dram_b / t * 1e9 / peaks.memory_bandwidth
     comp_use = np.zeros(len(m))
@@ -201,8 +199,8 @@ def measure(path: Path, label: Optional[str] = None) -> TraceAccuracy:
             model_b = (b["evidence"].get("bytes_per_call") if b["source"] == "shapes"
                        else model_bytes(blind, str(name), records))
             if not model_b:
-                res.unmodelled[str(name).split(" ", 1)[0]] = \
-                    res.unmodelled.get(str(name).split(" ", 1)[0], 0.0) + steady
+                op = str(name).split(" ", 1)[0]
+                res.unmodelled[op] = res.unmodelled.get(op, 0.0) + steady
                 continue  # no byte model for this op: a miss, not left out
             ratio = float(model_b) / float(ncu_b)
             res.byte_ratios.append(ratio)

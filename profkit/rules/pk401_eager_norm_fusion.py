@@ -44,6 +44,7 @@ from profkit.patterns import NormKind, norm_kind
 from profkit.reader import per_name
 from profkit.rules.base import (Finding, Param, RuleContext, RuleMeta, Scope, Table, matches,
                                 removed_launch_cost)
+from profkit.rules.pk402_elementwise_chain import ELEMENTWISE_RE
 
 RULE = RuleMeta(
     code="PK401", name="eager-norm-fusion",
@@ -67,7 +68,6 @@ POW_RE = re.compile(r"pow_tensor_scalar|PowFunctor|pow_kernel", re.I)
 MEAN_RE = re.compile(r"MeanOps", re.I)
 RSQRT_RE = re.compile(r"rsqrt", re.I)
 COPY_RE = re.compile(r"copy_kernel", re.I)
-ELEMENTWISE_RE = re.compile(r"elementwise_kernel", re.I)
 MAX_TAIL = 3  # kernels after rsqrt: * rsqrt, cast back, * weight
 
 

@@ -48,7 +48,7 @@ import numpy as np
 from profkit.model import Rung
 from profkit.rules.base import (Finding, Param, RuleContext, RuleMeta, Scope, Table, matches,
                                 removed_launch_cost)
-from profkit.rules.pk401_eager_norm_fusion import ADD_RE
+from profkit.rules.pk401_eager_norm_fusion import ADD_RE, COPY_RE  # copy_kernel also finds direct_copy_kernel
 
 RULE = RuleMeta(
     code="PK403", name="inference-bn-fold",
@@ -67,7 +67,6 @@ TRAINING_RE = re.compile(r"backward|wgrad|dgrad|batch_norm_collect_statistics|ba
                          r"|batch_norm_backward|bn_fw_tr|bn_bw|welford|multi_tensor_apply", re.I)
 ACT_RE = re.compile(r"launch_clamp_scalar|clamp_min|threshold_kernel|relu|silu|hardswish|"
                     r"hardsigmoid|GeluCUDAKernel|gelu_kernel", re.I)
-COPY_RE = re.compile(r"direct_copy_kernel|copy_kernel", re.I)
 
 
 def detect(ctx: RuleContext) -> list[Finding]:

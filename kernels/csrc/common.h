@@ -41,27 +41,25 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
-// Block-wide sum/max; every thread gets the result.  blockDim.x must be a multiple of 32.
-// `smem` holds 32 floats.  The leading barrier makes back-to-back calls on one buffer race-free.
-__device__ __forceinline__ float block_sum(float v, float* smem) {
+// Block-wide sum (kMax false) or max; every thread gets the result.  blockDim.x must be a multiple
+// of 32; `smem` holds 32 floats.  kFirst: the kernel's first reduction on `smem` (nothing read it
+// before), so no leading barrier; otherwise the leading barrier makes back-to-back calls on one
+// buffer race-free.
+template <bool kFirst, bool kMax>
+__device__ __forceinline__ float block_reduce(float v, float* smem) {
   const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
-  v = warp_sum(v);
-  __syncthreads();
+  v = kMax ? warp_max(v) : warp_sum(v);
+  if constexpr (!kFirst) __syncthreads();
   if (lane == 0) smem[wid] = v;
   __syncthreads();
-  v = lane < nw ? smem[lane] : 0.f;
-  return warp_sum(v);
+  v = lane < nw ? smem[lane] : (kMax ? -INFINITY : 0.f);
+  return kMax ? warp_max(v) : warp_sum(v);
 }
 
-__device__ __forceinline__ float block_max(float v, float* smem) {
-  const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
-  v = warp_max(v);
-  __syncthreads();
-  if (lane == 0) smem[wid] = v;
-  __syncthreads();
-  v = lane < nw ? smem[lane] : -INFINITY;
-  return warp_max(v);
-}
+__device__ __forceinline__ float block_sum(float v, float* smem) { return block_reduce<false, false>(v, smem); }
+__device__ __forceinline__ float block_max(float v, float* smem) { return block_reduce<false, true>(v, smem); }
+__device__ __forceinline__ float block_sum_first(float v, float* smem) { return block_reduce<true, false>(v, smem); }
+__device__ __forceinline__ float block_max_first(float v, float* smem) { return block_reduce<true, true>(v, smem); }
 
 // Elements per 16-byte vector for T.
 template <typename T>
@@ -159,27 +157,6 @@ __device__ __forceinline__ int add_round_store(const Vec<T, VEC> (&xa)[ITEMS], V
     count += VEC;
   });
   return count;
-}
-
-// Block-wide sum for the FIRST reduction of a kernel on `smem` (no leading barrier needed: nothing
-// read smem before).  Every thread gets the result.  blockDim.x must be a multiple of 32.
-__device__ __forceinline__ float block_sum_first(float v, float* smem) {
-  const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
-  v = warp_sum(v);
-  if (lane == 0) smem[wid] = v;
-  __syncthreads();
-  v = lane < nw ? smem[lane] : 0.f;
-  return warp_sum(v);
-}
-
-// Block-wide max for the FIRST reduction on `smem` (see block_sum_first).
-__device__ __forceinline__ float block_max_first(float v, float* smem) {
-  const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
-  v = warp_max(v);
-  if (lane == 0) smem[wid] = v;
-  __syncthreads();
-  v = lane < nw ? smem[lane] : -INFINITY;
-  return warp_max(v);
 }
 
 // Chan et al. pairwise combine of (count, mean, M2) partial statistics.

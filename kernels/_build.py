@@ -60,6 +60,9 @@ def _load() -> None:
     with _LOCK:
         if _LOADED:
             return
+        # A bad PROFKIT_KERNELS_LAUNCH fails here, on every call, before a minute of build (and never
+        # leaves a loaded extension running on defaults the user did not ask for).
+        choice = launch_choice(os.environ.get("PROFKIT_KERNELS_LAUNCH", ""))
         import torch
         from torch.utils import cpp_extension
 
@@ -116,7 +119,7 @@ def _load() -> None:
             ) from None
         _LIB_PATH = path if isinstance(path, str) else None
         _LOADED = True
-        for op, v in launch_choice(os.environ.get("PROFKIT_KERNELS_LAUNCH", "")).items():
+        for op, v in choice.items():
             try:
                 set_launch_variant(op, v)
             except KernelBuildError:
@@ -131,10 +134,10 @@ def launch_choice(env: str) -> dict[str, int]:
     out = dict(LAUNCH_DEFAULTS)
     for part in filter(None, (p.strip() for p in env.split(","))):
         op, _, v = part.partition("=")
-        if op not in out or not v.isdigit():
+        if op not in out or v.strip() not in ("0", "1", "2", "3"):
             raise ValueError(f"PROFKIT_KERNELS_LAUNCH: {part!r} is not OP=VARIANT with OP one of "
-                             f"{', '.join(LAUNCH_OPS)}, or 'legacy'")
-        out[op] = int(v)
+                             f"{', '.join(LAUNCH_OPS)} and VARIANT 0 to 3, or 'legacy'")
+        out[op] = int(v.strip())
     return out
 
 

@@ -52,10 +52,10 @@ if [ -n "${SKIP_SANITIZE:-}" ]; then :
 elif command -v compute-sanitizer >/dev/null; then
   step "compute-sanitizer memcheck (both backends) + racecheck (CUDA backend)"
   { echo "== memcheck"
-    timeout ${T_MEMCHECK:-60} compute-sanitizer --tool memcheck --error-exitcode 9 python3 scripts/sanitize_kernels.py 2>&1 | tail -30
+    timeout ${T_MEMCHECK:-150} compute-sanitizer --tool memcheck --error-exitcode 9 python3 scripts/sanitize_kernels.py 2>&1 | tail -30
     echo "memcheck exit ${PIPESTATUS[0]}"
     echo "== racecheck"
-    timeout ${T_RACECHECK:-45} compute-sanitizer --tool racecheck --error-exitcode 9 python3 scripts/sanitize_kernels.py --backends cuda 2>&1 | tail -30
+    timeout ${T_RACECHECK:-90} compute-sanitizer --tool racecheck --error-exitcode 9 python3 scripts/sanitize_kernels.py --backends cuda 2>&1 | tail -30
     echo "racecheck exit ${PIPESTATUS[0]}"
   } | tee "$OUT_DIR/sanitize.log"
   grep -q "memcheck exit 0" "$OUT_DIR/sanitize.log" && grep -q "racecheck exit 0" "$OUT_DIR/sanitize.log" || status=1

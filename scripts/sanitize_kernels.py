@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""Run every CUDA-backend and Triton-backend op once on small shapes, for compute-sanitizer:
+"""Run every CUDA-backend and Triton-backend op on small shapes, for compute-sanitizer:
 
     compute-sanitizer --tool memcheck  python scripts/sanitize_kernels.py
     compute-sanitizer --tool racecheck python scripts/sanitize_kernels.py --backends cuda
 
 Shapes cover the vector path, the scalar (misaligned / odd hidden) path and the looping long-row
-path of each kernel.  Exits non-zero if an op raises or returns a wrong result.
+path of each kernel.  Every case runs twice: Triton launches a specialisation's second call through
+the compiled kernel's own launcher, not its JIT.  Exits non-zero if an op raises or returns a wrong
+result.
 """
 from __future__ import annotations
 
@@ -35,7 +37,7 @@ def main() -> int:
     n = 0
     for be in backends:
         for dtype in (torch.bfloat16, torch.float32):
-            for rows, hidden in SHAPES:
+            for rows, hidden in SHAPES * 2:
                 for misaligned in (False, True):
                     def mk(*shape):
                         numel = 1

@@ -19,6 +19,9 @@ def test_prune_rules():
     # decode rows: Liger-style warps by row length, never timed
     assert _warps({"ROWS_CLASS": 0}, BLOCK=4096) == [8]
     assert _warps({"ROWS_CLASS": 0}, BLOCK=8192) == [16]
+    # add+RMSNorm's decode rows of 8192 and more: 32 warps (measured best there, worst for softmax)
+    assert [c.num_warps for c in tk._prune_wide(CONFIGS, {"ROWS_CLASS": 0}, BLOCK=8192)] == [32]
+    assert [c.num_warps for c in tk._prune_wide(CONFIGS, {"ROWS_CLASS": 0}, BLOCK=4096)] == [8]
     # add+RMSNorm's reload mode: block // 256 warps (measured best at 4096 and 8192)
     assert _warps({"ROWS_CLASS": 1}, BLOCK=4096, RELOAD=True) == [16]
     assert _warps({"ROWS_CLASS": 1}, BLOCK=8192, RELOAD=True) == [32]
@@ -30,3 +33,88 @@ def test_prune_rules():
 
 def test_reload_warps_bounds():
     assert [tk._reload_warps(b) for b in (256, 2048, 4096, 8192, 16384)] == [4, 8, 16, 32, 32]
+
+
+class _Compiled:
+    def __init__(self, log):
+        self.function, self.packed_metadata = "fn", "meta"
+        self.run = lambda *a: log.append(("fast", a))
+
+
+class _FakeKernel:
+    """A JIT function's surface as _launch uses it: kernel[grid](*args, **consts) returns the compiled
+    kernel; arg_names lists every parameter, constexprs last."""
+
+    arg_names = ["X", "OUT", "N", "scale", "BLOCK", "TANH"]
+
+    def __init__(self):
+        self.log = []
+
+    def __getitem__(self, grid):
+        def slow(*args, **consts):
+            self.log.append(("slow", grid, args, consts))
+            return _Compiled(self.log)
+        return slow
+
+
+@pytest.fixture
+def fast_path(monkeypatch):
+    monkeypatch.setattr(tk, "_INTERPRET", False)
+    monkeypatch.setattr(tk, "_FAST", {})
+    monkeypatch.setattr(tk, "_raw_stream", lambda dev: 1000 + dev)
+    monkeypatch.setattr(tk, "_current_device", lambda: 0)
+
+
+def test_launch_reuses_the_compiled_kernel_per_specialisation(fast_path):
+    import torch
+
+    k = _FakeKernel()
+    x, out = torch.randn(4, 64), torch.empty(4, 64)
+    tk._launch(k, (4,), x, out, 64, 0.5, BLOCK=64, TANH=False, num_warps=4)
+    assert [e[0] for e in k.log] == ["slow"]
+    tk._launch(k, (8,), x, out, 64, 0.7, BLOCK=64, TANH=False, num_warps=4)   # other grid and float
+    assert k.log[-1] == ("fast", (8, 1, 1, 1000, "fn", "meta", None, None, None, x, out, 64, 0.7, 64, False))
+    tk._launch(k, (4,), x, out, 65, 0.5, BLOCK=64, TANH=False, num_warps=4)   # another integer value
+    tk._launch(k, (4,), x, out, 64, 0.5, BLOCK=64, TANH=True, num_warps=4)    # another constexpr
+    tk._launch(k, (4,), x.double(), out, 64, 0.5, BLOCK=64, TANH=False, num_warps=4)
+    off = torch.empty(4 * 64 + 1)[1:].view(4, 64)                              # 4 bytes off alignment
+    tk._launch(k, (4,), off, out, 64, 0.5, BLOCK=64, TANH=False, num_warps=4)
+    assert [e[0] for e in k.log] == ["slow", "fast", "slow", "slow", "slow", "slow"]
+
+
+def test_launch_keeps_tritons_path_when_it_cannot_rebuild_the_arguments(fast_path):
+    import torch
+
+    k = _FakeKernel()
+    x = torch.randn(2, 8)
+    for _ in range(3):  # BLOCK given, TANH left to a default this path cannot see: never the fast path
+        tk._launch(k, (2,), x, x, 8, 1.0, BLOCK=8)
+    assert [e[0] for e in k.log] == ["slow"] * 3
+
+
+def test_launch_takes_the_autotuners_config_arguments(fast_path):
+    import torch
+
+    class Tuned:
+        fn = _FakeKernel()
+        best_config = type("Cfg", (), {"kwargs": {"TANH": True}})()
+
+        def __getitem__(self, grid):
+            return self.fn[grid]
+
+    k = Tuned()
+    x = torch.randn(2, 8)
+    tk._launch(k, (2,), x, x, 8, 1.0, BLOCK=8)
+    tk._launch(k, (2,), x, x, 8, 1.0, BLOCK=8)
+    assert k.fn.log[-1][1][-2:] == (8, True)
+
+
+def test_launch_with_a_hook_installed_always_takes_tritons_path(fast_path, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(tk, "_hooked", lambda: True)
+    k = _FakeKernel()
+    x = torch.randn(2, 8)
+    for _ in range(2):
+        tk._launch(k, (2,), x, x, 8, 1.0, BLOCK=8, TANH=False)
+    assert [e[0] for e in k.log] == ["slow", "slow"]

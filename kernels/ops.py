@@ -6,9 +6,10 @@
     y = bias_gelu(x, bias, approximate="none" | "tanh")
     y = softmax(x, scale=1.0)                             # over the last dim
 
-backend: "auto" (default, see choose_backend), "triton", "cuda" (CUDA C++ extension, built on
-first use) or "torch" (the eager baseline in kernels/baselines.py).  CPU tensors run the float
-reference for "auto"/"triton"/"cuda".
+backend: "auto" (default: per shape, and per context: eager calls or CUDA graph capture; see
+choose_backend and graph_backend), "triton", "cuda" (CUDA C++ extension, built on first use) or
+"torch" (the eager baseline in kernels/baselines.py).  CPU tensors run the float reference for
+"auto"/"triton"/"cuda".
 
 Host cost per call matters as much as GPU time at decode shapes (a 1x4096 kernel runs ~2 µs on an
 H200), so the common path is kept short: one cheap validity test (the detailed checks with their
@@ -28,6 +29,7 @@ from kernels import _library, baselines
 
 Backend = Literal["auto", "triton", "cuda", "torch"]
 BACKENDS = ("auto", "triton", "cuda", "torch")
+COMPILED = ("triton", "cuda")
 _SUPPORTED = (torch.float32, torch.float16, torch.bfloat16)
 _GPU_DTYPES = frozenset(_SUPPORTED)
 
@@ -98,16 +100,17 @@ _TRITON_OK: bool | None = None
 
 # Where Triton's kernel is faster on the GPU than the CUDA extension's (H200, bf16, CUDA graph
 # replays, µs, triton vs cuda, 2026-11-30, analyses/kernels_h200.md): the row kernels at the large
-# shapes, add+RMSNorm 16384x4096 126.9 vs 138.3, in place 128.1 vs 139.9, softmax 65536x8192 517
-# vs 542, add+LayerNorm 16384x4096 133.2 vs 144.5.  bias+GELU stays on the extension (616 vs 514
-# at 65536x8192).  At the decode shapes Triton's kernels are also 0.1-0.4 µs faster, but its host
-# cost per plain launch is 2-4x the extension's (33-95 vs 13-25 µs there), which decides any call
-# whose GPU time is shorter than Triton's launcher.  So Triton only above _TRITON_MIN_ELEMS
-# elements, where the GPU work (>= ~100 µs) hides it.
+# shapes, add+RMSNorm 16384x4096 126.9 vs 137.3, in place 128.1 vs 138.7, add+LayerNorm 16384x4096
+# 134.4 vs 145.1, softmax 16384x4096 66.7 vs 67.2.  bias+GELU stays on the extension (613.5 vs
+# 551.4 at 65536x8192).  At the decode shapes Triton's kernels are also 0.1-0.4 µs faster, but its
+# host cost per plain launch is about twice the extension's (20-64 vs 12-21 µs there, even through
+# the compiled kernel's own launcher), which decides any call whose GPU time is shorter than
+# Triton's launcher.  So Triton only above _TRITON_MIN_ELEMS elements, where the GPU work
+# (>= ~60 µs) hides it.
 #
-# The choice depends on the shape alone, never on whether a CUDA graph is being captured: a
-# backend first used inside a capture would compile (and autotune) there, which invalidates the
-# capture, and warm-up outside the capture would have run the other backend.
+# That is the choice in eager code.  Inside a CUDA graph capture the host cost is paid once, at
+# capture, and each replay launches the recorded kernels, so there GPU time alone decides: see
+# graph_backend and _PerContext below.
 _TRITON_GPU_FASTER = frozenset({"add_layernorm", "add_rmsnorm", "add_rmsnorm_", "softmax"})
 _TRITON_MIN_ELEMS = 32 * 2**20
 
@@ -116,6 +119,23 @@ def triton_by_shape(op: str, rows: int, n: int) -> bool:
     """Whether "auto" runs Triton for op on rows x n when both backends are available (the table
     above); the benchmark page asks the same question."""
     return op in _TRITON_GPU_FASTER and rows * n >= _TRITON_MIN_ELEMS
+
+
+# GPU time alone (CUDA graph replays, same run and table): Triton's row kernels are faster than the
+# extension's at every benchmarked row-op shape, by 0.1-0.4 µs at the decode shapes (softmax
+# 16x4096 1.89 vs 2.09, add+LayerNorm 1x4096 2.09 vs 2.50) and 4-8% at 4096x4096; the exception,
+# softmax 65536x8192 (547 vs 525), is within that shape's noise: the same Triton kernel timed 512
+# as `auto` in the same run.  bias+GELU: Triton's flat kernel (up to FLAT_GELU_MAX elements)
+# 1.18-2.41 vs 1.27-2.43 µs; above it the extension (19.7 vs 24.0 µs at 4096x4096).
+_FLAT_GELU_MAX = 1 << 19  # = kernels.triton_kernels.FLAT_GELU_MAX (not imported: triton is optional)
+
+
+def graph_backend(op: str, rows: int, n: int) -> str:
+    """The backend with the lower GPU time for op on rows x n: what "auto" runs inside a CUDA graph
+    capture (once that backend has run outside one for this shape; see _PerContext)."""
+    if op == "bias_gelu":
+        return "triton" if rows * n <= _FLAT_GELU_MAX else "cuda"
+    return "triton"
 
 
 def _cuda_available() -> bool:
@@ -160,7 +180,9 @@ def choose_backend(op: str, x: Tensor) -> str:
     CPU tensors -> "triton" (its CPU kernel is the float reference).  CUDA tensors -> the CUDA
     extension if it builds/loads, with Triton for the shapes where Triton's GPU time is lower and
     the tensor is large enough to hide its launcher; Triton if the extension is unavailable; the
-    PyTorch baseline if neither is.  The same shape always gets the same backend.
+    PyTorch baseline if neither is.  This is the choice for eager calls; the same shape always gets
+    it.  Inside a CUDA graph capture "auto" runs graph_backend's choice instead, where that backend
+    has been prepared outside the capture (_PerContext).
     """
     if not x.is_cuda:
         return "triton"
@@ -176,6 +198,65 @@ def choose_backend(op: str, x: Tensor) -> str:
     n = x.shape[-1]
     rows = x.numel() // n if n else 0
     return "triton" if triton_by_shape(op, rows, n) else "cuda"
+
+
+# ----------------------------------------------------------------------------------------------
+# per context: eager calls vs CUDA graph capture
+# ----------------------------------------------------------------------------------------------
+_capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", lambda: False)
+
+
+def _signature(args: tuple) -> tuple:
+    """What a compiled Triton kernel is specialised on, besides the shape: each tensor's dtype and
+    16-byte alignment, and the string arguments (bias+GELU's form is a compile-time constant)."""
+    return tuple((a.dtype, a.data_ptr() % 16 == 0) if isinstance(a, Tensor) else a
+                 for a in args if isinstance(a, (Tensor, str)))
+
+
+class _PerContext:
+    """The "auto" choice for a shape where eager code and a CUDA graph want different backends.
+
+    Eager calls run `eager`.  The first of them also runs `graph` once, on copies of the inputs
+    (the caller's tensors are never written twice), so that its kernel is compiled and tuned
+    outside any capture: compiling or autotuning inside a capture would break it.  A capture then
+    runs `graph` if it was warmed with the same dtypes, alignment and arguments, else `eager`.
+    The cost: one extra kernel (and, the first time per hidden size, a Triton compile) at the first
+    eager call of each such shape."""
+
+    __slots__ = ("eager", "graph", "warm")
+
+    def __init__(self, eager: str, graph: str):
+        self.eager, self.graph = eager, graph
+        self.warm: tuple | None = None  # the _signature the graph backend ran with; () = it failed
+
+    def pick(self, name: str, args: tuple) -> str:
+        if _capturing():
+            return self.graph if self.warm and self.warm == _signature(args) else self.eager
+        if self.warm is None:
+            self._warm_up(name, args)
+        return self.eager
+
+    def _warm_up(self, name: str, args: tuple) -> None:
+        try:
+            with torch.no_grad(), _below_autograd():
+                copies = tuple(a.clone() if isinstance(a, Tensor) else a for a in args)
+                _op(name, self.graph)(*copies)
+            self.warm = _signature(copies)
+        except Exception as exc:  # noqa: BLE001  (never fail the user's call for an optional warm-up)
+            self.warm = ()
+            warnings.warn(f'profkit kernels: backend="auto" could not prepare {self.graph} for {name} '
+                          f"inside CUDA graphs ({type(exc).__name__}: {exc}); graphs will run "
+                          f"{self.eager} for this shape.", RuntimeWarning, stacklevel=5)
+
+
+def _auto_choice(op: str, x: Tensor):
+    """choose_backend's eager choice, or a _PerContext where a CUDA graph would run another one."""
+    eager = choose_backend(op, x)
+    if eager not in COMPILED or not (x.is_cuda and _CUDA_STATE and _triton_available()):
+        return eager
+    n = x.shape[-1]
+    graph = graph_backend(op, x.numel() // n if n else 0, n)
+    return eager if graph == eager else _PerContext(eager, graph)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -196,17 +277,20 @@ def _op(name: str, backend: str):
         return op
 
 
-_CHOICE: dict[tuple, str] = {}  # (op, shape, device) -> what "auto" chose: same shape, same backend
+# (op, shape, dtype, device) -> what "auto" chose, a backend name or a _PerContext: same shape,
+# same choice
+_CHOICE: dict[tuple, object] = {}
 
 
-def _resolve(op: str, backend: str, x: Tensor) -> str:
+def _resolve(op: str, backend: str, x: Tensor):
+    """The backend name, or for "auto" possibly a _PerContext that _call resolves with the inputs."""
     if backend == "auto":
         if torch.compiler.is_compiling():  # symbolic shapes: no cache
             return choose_backend(op, x)
-        key = (op, x.shape, x.device)
+        key = (op, x.shape, x.dtype, x.device)
         hit = _CHOICE.get(key)
         if hit is None:
-            hit = choose_backend(op, x)
+            hit = _auto_choice(op, x)
             if len(_CHOICE) < 4096:
                 _CHOICE[key] = hit
         return hit
@@ -220,6 +304,8 @@ def _resolve(op: str, backend: str, x: Tensor) -> str:
 def _call(name: str, backend: str, *args):
     """Run the custom op; below the autograd key when no input requires grad (same result as the
     registered autograd wrapper's no-grad branch, without its Python frames)."""
+    if backend.__class__ is _PerContext:
+        backend = backend.pick(name, args)
     op = _op(name, backend)
     if torch.compiler.is_compiling() or (torch.is_grad_enabled() and _any_requires_grad(*args)):
         return op(*args)
@@ -254,8 +340,11 @@ def add_rmsnorm_(
     backend = _resolve("add_rmsnorm_", backend, x)
     if backend == "torch":
         return baselines.add_rmsnorm_(x, residual, weight, eps)
+    args = (x.contiguous(), residual, weight.contiguous(), float(eps))
+    if backend.__class__ is _PerContext:
+        backend = backend.pick("add_rmsnorm_inplace", args)
     # no autograd is registered for the mutating variant: a direct call
-    return _op("add_rmsnorm_inplace", backend)(x.contiguous(), residual, weight.contiguous(), float(eps))
+    return _op("add_rmsnorm_inplace", backend)(*args)
 
 
 def add_layernorm(

@@ -61,13 +61,103 @@ def test_auto_takes_triton_only_where_faster_and_its_launcher_is_hidden(state):
         assert ops.choose_backend(op, FakeCuda(4096, 4096)) == "cuda"     # 16 Mi: host-bound
 
 
-def test_auto_does_not_switch_backend_under_graph_capture(state, monkeypatch):
-    # A backend first used inside a capture would compile there and invalidate the capture.
+def test_graph_backend_is_the_gpu_faster_one():
+    for op in ("add_rmsnorm", "add_rmsnorm_", "softmax", "add_layernorm"):
+        for rows, n in ((1, 4096), (16, 4096), (4096, 4096), (65536, 8192)):
+            assert ops.graph_backend(op, rows, n) == "triton"
+    assert ops.graph_backend("bias_gelu", 64, 8192) == "triton"      # 2^19 elements: the flat kernel
+    assert ops.graph_backend("bias_gelu", 4096, 4096) == "cuda"
+
+
+def test_auto_choice_is_per_context_only_where_eager_and_graph_differ(state):
     state(True)
-    for capturing in (False, True):
-        monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda c=capturing: c)
-        assert ops.choose_backend("softmax", FakeCuda(1, 4096)) == "cuda"
-        assert ops.choose_backend("add_layernorm", FakeCuda(64, 8192)) == "cuda"
+    both = ops._auto_choice("softmax", FakeCuda(16, 4096))
+    assert isinstance(both, ops._PerContext) and (both.eager, both.graph, both.warm) == ("cuda", "triton", None)
+    assert ops._auto_choice("softmax", FakeCuda(16384, 4096)) == "triton"   # triton in both contexts
+    assert ops._auto_choice("bias_gelu", FakeCuda(4096, 4096)) == "cuda"    # cuda in both
+    state(False)
+    assert ops._auto_choice("softmax", FakeCuda(16, 4096)) == "triton"      # one backend: no context
+    state(True, triton=False)
+    assert ops._auto_choice("softmax", FakeCuda(16, 4096)) == "cuda"
+
+
+@pytest.fixture
+def recorded(monkeypatch):
+    """ops._op replaced by recorders of (backend, args); ops._capturing by a switch."""
+    calls, ctx = [], {"capturing": False, "fail": False}
+
+    def fake_op(name, backend):
+        def run(*args):
+            if ctx["fail"] and backend == "triton":
+                raise RuntimeError("no kernel image")
+            calls.append((backend, args))
+            return args[0] * 2
+        return run
+
+    monkeypatch.setattr(ops, "_op", fake_op)
+    monkeypatch.setattr(ops, "_capturing", lambda: ctx["capturing"])
+    return calls, ctx
+
+
+def test_per_context_eager_runs_eager_and_prepares_the_graph_backend_once_on_copies(recorded):
+    calls, ctx = recorded
+    choice = ops._PerContext("cuda", "triton")
+    x, r, w = torch.randn(16, 64), torch.randn(16, 64), torch.randn(64)
+    keep = r.clone()
+    args = (x, r, w, 1e-6)
+    assert choice.pick("add_rmsnorm_inplace", args) == "cuda"
+    assert [b for b, _ in calls] == ["triton"]                           # the warm-up, once
+    warm_args = calls[0][1]
+    assert all(a is not b for a, b in zip(warm_args[:3], args[:3]))      # copies, not the caller's tensors
+    assert torch.equal(warm_args[1], keep) and warm_args[3] == 1e-6
+    assert choice.pick("add_rmsnorm_inplace", args) == "cuda" and len(calls) == 1
+    assert torch.equal(r, keep)
+
+
+def test_per_context_capture_runs_the_graph_backend_only_as_prepared(recorded):
+    calls, ctx = recorded
+    x = torch.randn(16, 64)
+    choice = ops._PerContext("cuda", "triton")
+    ctx["capturing"] = True
+    assert choice.pick("softmax", (x, 1.0)) == "cuda"       # never run outside a capture: not compiled
+    assert calls == []                                        # and no warm-up inside the capture
+    ctx["capturing"] = False
+    choice.pick("softmax", (x, 1.0))
+    ctx["capturing"] = True
+    assert choice.pick("softmax", (x, 0.5)) == "triton"      # floats are not compile-time constants
+    off = torch.empty(16 * 64 + 1)[1:].view(16, 64)           # 4 bytes off 16-byte alignment
+    assert choice.pick("softmax", (off, 1.0)) == "cuda"      # another specialisation: not prepared
+    assert choice.pick("softmax", (x.double(), 1.0)) == "cuda"
+    gelu = ops._PerContext("cuda", "triton")
+    ctx["capturing"] = False
+    gelu.pick("bias_gelu", (x, x[0], "none"))
+    ctx["capturing"] = True
+    assert gelu.pick("bias_gelu", (x, x[0], "tanh")) == "cuda"   # the GELU form is compiled in
+
+
+def test_per_context_failed_preparation_warns_once_and_keeps_the_eager_backend(recorded):
+    calls, ctx = recorded
+    ctx["fail"] = True
+    choice = ops._PerContext("cuda", "triton")
+    x = torch.randn(4, 64)
+    with pytest.warns(RuntimeWarning, match="graphs will run cuda"):
+        assert choice.pick("softmax", (x, 1.0)) == "cuda"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert choice.pick("softmax", (x, 1.0)) == "cuda"
+        ctx["capturing"] = True
+        assert choice.pick("softmax", (x, 1.0)) == "cuda"
+
+
+def test_resolve_caches_per_shape_and_dtype(state, monkeypatch):
+    state(True)
+    monkeypatch.setattr(ops, "_CHOICE", {})
+    seen = []
+    monkeypatch.setattr(ops, "_auto_choice", lambda op, x: seen.append(x.dtype) or "cuda")
+    x = torch.randn(2, 8)
+    assert ops._resolve("softmax", "auto", x) == ops._resolve("softmax", "auto", x) == "cuda"
+    ops._resolve("softmax", "auto", x.half())
+    assert seen == [torch.float32, torch.float16]
 
 
 def test_auto_falls_back_without_the_extension(state):

@@ -190,3 +190,41 @@ def test_gpu_every_launch_variant(op, approx, variant, dtype, shape):
         _run(op, approx, "cuda", *shape, dtype)
     finally:
         _build.set_launch_variant(name, old)
+
+
+@pytest.mark.parametrize("op,shape", [("softmax", (16, 4096)), ("add_rmsnorm_", (1, 4096)),
+                                      ("bias_gelu", (64, 8192)), ("add_layernorm", (4096, 4096))],
+                         ids=lambda v: v if isinstance(v, str) else f"{v[0]}x{v[1]}")
+def test_auto_runs_the_gpu_faster_backend_inside_a_cuda_graph(op, shape, monkeypatch):
+    """Eager: the extension, with Triton prepared on copies; captured: Triton, and the replay is right."""
+    from kernels import ops
+
+    monkeypatch.setattr(ops, "_CHOICE", {})
+    used, real = [], ops._op
+    monkeypatch.setattr(ops, "_op", lambda name, be: used.append(be) or real(name, be))
+    inp = make_inputs(op, *shape, torch.bfloat16, device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up before capture, as torch.cuda.graph's documentation does
+        call(op, inp, "auto")
+    torch.cuda.current_stream().wait_stream(side)
+    assert used == ["triton", "cuda"]
+    used.clear()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outs = call(op, inp, "auto")
+    assert used == ["triton"]
+    for o in outs:
+        o.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    for o, r in zip(outs, ref64(op, inp)):
+        assert rel_err(o, r) <= TOL[torch.bfloat16]
+
+
+@pytest.mark.parametrize("op,approx", OPS_GELU)
+def test_triton_repeat_launches_match_float64(op, approx):
+    """The first call of a specialisation goes through Triton's JIT, later ones through the compiled
+    kernel's own launcher: both right, for fresh inputs each time and interleaved hidden sizes."""
+    for rows, hidden in ((5, 4096), (5, 4104), (5, 4096), (300, 4096), (5, 4104), (300, 4096), (5, 4096)):
+        _run(op, approx, "triton", rows, hidden, torch.bfloat16)

@@ -10,7 +10,9 @@ edit the generator or the data and regenerate (`--check` tells whether this page
 
 **Run:** {env}.  Final kernel code: launch variants `kernels/_build.py` `LAUNCH_DEFAULTS` =
 {defaults}; Triton loads without eviction hints, except add+RMSNorm's prefill rows (read twice:
-`evict_last`, then `evict_first`); `backend="auto"` by shape alone (`kernels/ops.py` `choose_backend`).
+`evict_last`, then `evict_first`); softmax stores decode batches (2-264 rows) with `.cs`;
+`backend="auto"` per shape and per context (`kernels/ops.py`: `choose_backend` in eager code,
+`graph_backend` inside a CUDA graph capture).
 
 ## Method
 
@@ -51,7 +53,7 @@ memory, a second shuffle stage), the normalise-and-store, plus the launch (an em
 {empty} µs in a graph in this run).  More blocks cannot help a row that one block owns, so the
 levers are fewer steps in that chain and less work per step.
 
-**The previous round's changes, side by side:**
+**Earlier changes at these shapes (two rounds back), side by side:**
 
 - *Triton loads without `evict_first`.*  The single-pass Triton kernels marked their loads
   evict-first.  At 16x4096 that evicted the benchmark's L2-resident inputs: a copy of our softmax
@@ -109,10 +111,11 @@ instead of computing the GELU is 0.15-0.21 µs faster with 8 elements a thread (
 (the shipped kernel takes a 32-bit one below 2^32 vectors); `__ldg` against plain loads, and a 2-D
 grid that needs no modulo, change nothing measurable.  Two elements a thread with a 32-bit modulo
 come within 0.07 µs of torch.compile at 16x4096 (1.50 vs 1.43 µs; the shipped configuration, one
-8-element vector a thread, 1.54-1.56) and 0.02 µs at 1x4096 (1.20 vs 1.19): a lead for the next
-round, not yet in the extension.  `auto` keeps the extension at these shapes for its host cost
-(13-25 against 33-95 µs a plain call in this run), which outweighs 0.1-0.4 µs of GPU time in
-eager code.
+8-element vector a thread, 1.54-1.56) and 0.02 µs at 1x4096 (1.20 vs 1.19): a lead not taken.
+Since `auto` runs Triton's kernels at these shapes inside CUDA graphs (this round), the extension's
+decode kernels run only in eager code, where the call is host-bound (the extension's host cost is
+{cuda_dec_host} µs a plain call at these shapes in this run, Triton's {triton_dec_host}) and 0.1 µs of
+GPU time does not show.
 """
 
 CHECKS = """## Correctness and the shared code, re-run on the final code
@@ -121,21 +124,24 @@ From the run folders' logs (same H200, same day):
 
 - `build.log`: the extension for sm_90, launch variants
   `{'add_rmsnorm': 1, 'add_layernorm': 0, 'softmax': 3, 'bias_gelu': 1}`.  Triton's decode rows run
-  a fixed warp count by row length (`_decode_warps`), add+RMSNorm's prefill rows block // 256 warps
-  (`_reload_warps`); the other prefill rows are autotuned.
-- GPU tests in this page's run (final code): `tests/kernels/test_kernels_gpu.py` **630 passed,
+  a fixed warp count by row length (`_decode_warps`: 32 for add+RMSNorm's rows of 8192 and more, 16
+  for the others), add+RMSNorm's prefill rows block // 256 warps (`_reload_warps`); the other
+  prefill rows are autotuned.
+- GPU tests in this page's run (final code): `tests/kernels/test_kernels_gpu.py` **640 passed,
   2 skipped** (the in-place variant is inference-only: no autograd), both backends against
-  float64 references, and every CUDA launch variant (0-3) of every op at five shapes in fp32 and
-  bf16 (240 of the 630).  The CPU interpreter cases (`tests/kernels/_triton_interp_cases.py`) now
-  include a 300-row add+RMSNorm (the reload mode) and a bias+GELU past the flat kernel's size.
-- `sanitize.log`, from the run before it on the same CUDA code (what changed after it is Triton's
-  warp choice and the benchmark): compute-sanitizer **memcheck: 0 errors** over 240 op calls,
-  **racecheck: 0 hazards** over 120 op calls (`scripts/sanitize_kernels.py`, 0 mismatches).
+  float64 references, every CUDA launch variant (0-3) of every op at five shapes in fp32 and bf16
+  (240 of the 640), each op's Triton kernel through both launch paths, and `auto` warmed, captured
+  into a CUDA graph and replayed for four op/shape pairs.  The CPU tests cover `auto`'s choice per
+  context and the compiled-kernel launch's key with stand-ins for the GPU parts.
+- `sanitize.log` of this page's run: compute-sanitizer **memcheck: 0 errors** over 480 op calls,
+  both backends, each case twice (the second through Triton's compiled-kernel launch;
+  `scripts/sanitize_kernels.py`, 0 mismatches); **racecheck: 0 hazards** over 240 CUDA-backend op
+  calls, on the same code minutes later (`racecheck.log`).
 
 The shared code these runs cover: `kernels/csrc/common.h` (row plan, vector loads, block reductions,
 the per-item loop `for_each_item`, launch variants) for the CUDA ops, and the Triton helpers in
 `kernels/triton_kernels.py` (`_add_rows` for both add+norm kernels and every pass, `_gelu` for both
-bias+GELU kernels).
+bias+GELU kernels, `_launch` for every kernel).
 """
 
 SWAP = """## The model swap: the default backend in an eager model
@@ -151,6 +157,7 @@ checks on the CPU that the swapped model's logits and greedy tokens match HF's.
 | measurement | eager ms/token | fused ms/token | gain |
 | --- | ---: | ---: | ---: |
 | no profiler: 12 steady-state runs of 64 tokens a side, alternated, two sessions (median; `analyses/data/generate_swap_plain_h200.txt`) | 6.21 | 3.88 | 1.60x |
+| no profiler, this round's code on a faster host: 9 runs a side, three alternated pairs (median; same file, session 4) | 3.55 | 3.22 | 1.10x (1.05-1.21x per pair) |
 | `profkit capture`, two captures a side interleaved in one session, pooled (`profkit diff --before-also/--after-also`) | 9.22 | 7.70 | 1.20x, "no change" (the two baselines lie 23% apart) |
 | PK401's prediction from the first eager capture | | | 1.23x |
 
@@ -160,7 +167,9 @@ in 10 of 12 runs.  Under the profiler both sides took 2-5 ms longer a token, whi
 ratio.  A first session with an earlier version of the swap (layer 0's input norm left to HF)
 measured 6.47 → 4.28 ms (1.51x, 4 runs a side).  The step is host-bound (GPU idle 98%): the gain
 is the CPU's, 71 fewer launches a token and their Python, not the kernel's 0.1 ms of GPU time.
-The prediction and both measurements are on the loop page (`analyses/closing_the_loop.md`).
+In session 4 the host was faster (eager 3.3-4.3 ms a token): the launches the swap removes cost
+less CPU there, so the same swap gains less, and it was still faster in each of the three pairs.
+The prediction and the measurements are on the loop page (`analyses/closing_the_loop.md`).
 
 **An earlier, GPU-paced swap.**  `scripts/workloads/tiny_llama.py` (4 layers, hidden 2048, batch
 4x512) with `--fused auto`, both traces from one run (`traces/model_tiny_llama_swap_eager.sqlite`,
@@ -172,12 +181,62 @@ call (8.3 µs against the eager add + norm's 6.0 + 5.8), 1.5% of the forward.
 
 THIS_ROUND = """## This round: what changed, side by side
 
+- **`auto` per context.**  In eager code a call's host cost is paid on every call, so `auto` keeps
+  choosing by shape as before (the extension, Triton only for row ops of {min_elems} elements and
+  more).  Inside a CUDA graph capture only GPU time recurs, so `auto` now runs `graph_backend`'s
+  choice there: Triton for the row ops at every shape, bias+GELU's flat Triton kernel up to 2^19
+  elements.  A backend first used inside a capture would compile and autotune there, which breaks
+  the capture; so the first eager call of a shape whose two choices differ also runs the graph
+  backend once, on copies of the inputs (the caller's tensors are never written twice), and a
+  capture takes it only where that run had the same dtypes, 16-byte alignment and string
+  arguments (else the eager choice).  Cost: one extra kernel, and the first time per hidden size a
+  Triton compile, at the first eager call of such a shape.  `auto` at or ahead of the best peer:
+  14 of 30 cells in the previous run, {auto_ok} of 30 in this one.
+- **Triton launches through the compiled kernel's own launcher** from a specialisation's second
+  call on (`kernels/triton_kernels.py` `_launch`), skipping Triton's per-call argument binding,
+  cache key and autotuner lookup.  The key is finer than Triton's own (each tensor's dtype and
+  16-byte alignment, every integer's exact value, the compile-time arguments, the device); launch
+  hooks (Triton's profiler) keep Triton's own path.  CPU µs per call of a 16x4096 softmax, layer by
+  layer (`scripts/probe_variants.py host`, median of 5 x 3000 calls; the two columns ran on
+  different hosts of the same kind, so compare within a column):
+
+{host_table}
+
+  Over the benchmark's 30 cells Triton's host cost per plain call fell from a median of 56.1 µs
+  (previous run; the extension 16.2) to {triton_host} µs (the extension {cuda_host}).  What is left is
+  about equally the custom op's dispatch into Python and the launcher's own Python (output
+  allocation, launch constants, the key); still about twice the extension's, which is why eager
+  decode calls stay on the extension.  The GPU tests call every op through both paths
+  (`test_triton_repeat_launches_match_float64`), and memcheck runs each case twice (last section).
+- **Softmax stores a decode batch's probabilities with `.cs`** (2-264 rows; Liger-Kernel's store).
+  The kernel alone and followed by the matmul that reads it (`p @ v`), median of three rounds,
+  this run (`scripts/probe_variants.py consumer`), µs:
+
+{consumer_table}
+
+  Alone, the streaming store is faster at 16x4096; with the consumer after it the four pairs
+  lie within {consumer_spread} of each other, so the hint costs the reader nothing here.  One row
+  keeps the plain store: {one_row}.
+- **add+RMSNorm's 8192-wide decode rows on 32 warps** (`_prune_wide`; the other row kernels keep
+  16).  Each Triton row kernel at 64x8192 by warp count (`scripts/probe_variants.py decode_warps`),
+  beside the extension, µs:
+
+{warps_table}
+
+- **A bad `PROFKIT_KERNELS_LAUNCH` fails before the build**, with the same one-line error, on every
+  call; before, it failed once after a minute of build and later calls ran on the defaults.
+
+{spread}
+"""
+
+PREV_ROUND = """## The previous round: what changed, side by side
+
 - **add+RMSNorm at prefill sizes reads its row twice (Triton).**  torch.compile's in-place kernel (its
   generated code, `TORCH_LOGS=output_code`) reads x and the residual keeping them in L2 (`evict_last`),
   reduces, then reads them again, streaming them out (`evict_first`), for the outputs; ours held the
-  row in registers and trailed it by 4% (previous run, end of page: 0.96x at 16384x4096 and
+  row in registers and trailed it by 4% (in the run before that round: 0.96x at 16384x4096 and
   65536x8192).  With the same two reads (`_add_rmsnorm_kernel`, `RELOAD`), own best against the best
-  peer in this run: {reload_cells}.  Warps by rule, block // 256 (16 for a 4096 row, 32 for 8192):
+  peer in that run: add_rmsnorm_ 4096x4096 1.00x (compile); add_rmsnorm_ 16384x4096 1.00x (compile); add_rmsnorm_ 65536x8192 1.00x (compile); add_rmsnorm 4096x4096 1.02x (liger); add_rmsnorm 16384x4096 1.05x (liger); add_rmsnorm 65536x8192 1.15x (liger).  Warps by rule, block // 256 (16 for a 4096 row, 32 for 8192):
   the autotuner picked 8 for a 4096 row in one probe run and 16 in the one before (`reload_earlier_run`
   in the same file), and 16 was 2% faster
   (`scripts/probe_variants.py reload`):
@@ -186,31 +245,22 @@ THIS_ROUND = """## This round: what changed, side by side
 
 - **Triton bias+GELU on a flat index at decode sizes** (up to 2^19 elements): the bias column is
   `idx % N` with N a compile-time constant, where the 2-D tile split the program id into a row and a
-  column block before its loads.  Triton µs, previous run → this run: 1x4096 1.77 → {bg1}, 16x4096
-  2.00 → {bg16}, 64x8192 2.90 → {bg64}; against the 2-D tile at the same block size, 1.17 vs 1.25 µs
+  column block before its loads.  Triton µs, the run before → that run: 1x4096 1.77 → 1.15, 16x4096
+  2.00 → 1.48, 64x8192 2.90 → 2.42; against the 2-D tile at the same block size, 1.17 vs 1.25 µs
   at 1x4096 (`gelu_flat`).
 - **CUDA bias+GELU, large tensors: 128 threads a block** (was 256): 19.3 vs 19.8 µs at 4096x4096,
   67.1 vs 68.5 at 16384x4096 (`gelu_cuda`).
 - **The `copy` row.**  At the decode shapes it is the measured floor under target 3: a kernel that
-  only reads its input and writes its output takes {copy_dec} µs there, against the 0.95 µs the target
+  only reads its input and writes its output takes 1.12-2.99 µs there, against the 0.95 µs the target
   allows.  At 4096x4096 it is why target 2 is out of reach: the plain kernel itself runs at
-  {copy_4k} of the 1 GiB copy bandwidth.
-- **Softmax 16x4096, still behind Liger-Kernel: its store hint.**  Liger stores its output with
-  `.cs` (cache-streaming, evict first).  The same single-block kernel as ours with only the store
-  hint changed, alone and followed by the matmul that consumes it (`p @ v`, v 4096x128 or 8192x128,
-  as in attention), median of three rounds (`consumer`), µs:
-
-{consumer_table}
-
-  Alone, the streaming store is faster at 16x4096; with the consumer after it, that lead is gone:
-  ours is within {consumer_spread} of the fastest pair, Liger's included.  The hint wins the op timed
-  on its own, not the op followed by its reader, so we keep the plain store, and this cell stays
-  behind in the isolated benchmark.
+  88% of the 1 GiB copy bandwidth.
+- **Softmax 16x4096, behind Liger-Kernel: its store hint.**  Liger stores its output with `.cs`
+  (cache-streaming); the same kernel as ours with only that hint changed matched it alone, and with
+  the matmul that reads the probabilities after it the hint made no difference.  That round kept
+  the plain store; this round takes the hint for decode batches (above).
 - **One body for the CUDA row loops.**  The per-item loop (`for i < ITEMS, idx < nvec`), written out
   14 times in softmax.cu, add_rmsnorm.cu, add_layernorm.cu and common.h, is now
   `common.h::for_each_item` taking a lambda.  The sm_90 SASS of the three files has the same number
   of global, shared-memory, barrier and floating-point instructions before and after (integer address
   arithmetic moved by ±0.1%), and the GPU tests, memcheck and racecheck re-ran on it (last section).
-
-{spread}
 """

@@ -96,7 +96,11 @@ PAIRS = (
          "10 of 12 runs, and in one alternated pair both ran at 6.2-6.4 ms. The prediction (1.23x) "
          "matches the captures (1.20x) and falls short of the unprofiled 1.60x. Under the "
          "profiler both sides' tokens took 2-5 ms longer (eager 8.2-10.3, fused 7.0-8.5 ms, against "
-         "6.2 and 3.9 unprofiled): an added cost on both sides, which shrinks the ratio.",
+         "6.2 and 3.9 unprofiled): an added cost on both sides, which shrinks the ratio. A later "
+         "session with the current kernels code (`auto` per context) on a faster host "
+         "(session 4 of the same file): 3.55 -> 3.22 ms per token (1.10x), the fused run faster in "
+         "each of three alternated pairs (1.05-1.21x); the gain, CPU work taken off the critical "
+         "path, shrinks with the host's per-launch cost.",
          before_also=("traces/real/generate_llama_samerun_rerun.sqlite",),
          after_also=("traces/real/generate_llama_fused_rerun.sqlite",)),
     Pair("DataLoader-fed ResNet-18: num_workers=0 -> 8 workers + pin_memory",

@@ -10,9 +10,13 @@ Modes:
   rms_two_pass  in-place add+RMSNorm that reads its row twice (evict_last, then evict_first, as
                 torch.compile's kernel) per chunk size and warp count, beside compile and our Triton
   consumer      softmax alone and followed by the matmul that consumes it (p @ v): ours, the same
-                kernel with a streaming (.cs) store, and Liger-Kernel's (which stores with .cs)
+                kernel with a plain and with a streaming (.cs) store, and Liger-Kernel's (.cs)
   reload        kernels.triton_kernels' add+RMSNorm in its reload mode at 8/16/32 warps, both
                 variants, beside torch.compile and the autotuned choice
+  host          CPU µs per plain launch of a 16x4096 softmax, layer by layer: torch.softmax, the
+                CUDA op, the Triton op, the Triton launcher without torch.library, the JIT kernel
+                without the autotuner, and the compiled kernel's own launcher (no binder)
+  decode_warps  the Triton row kernels at 64x8192 with 8, 16 and 32 warps, beside the CUDA ops
   cuda_index    a bisect of the CUDA bias+GELU at decode sizes: the same GELU with the bias index
                 from a 64-bit modulo, a 32-bit one, or a 2-D grid (none); __ldg or plain loads;
                 vector width and block size; and copy-only kernels of the same shapes
@@ -20,7 +24,9 @@ Modes:
 Timing is scripts/bench_kernels.py's (CUDA-graph replays over rotated input sets); every timed
 callable returns its outputs, so each call writes fresh memory as the benchmark's do.  Needs a GPU;
 `consumer` needs Liger-Kernel.  Results of the H200 runs: analyses/data/probe_variants_h200.json, one
-key per mode (`reload_earlier_run`: the reload mode in an earlier run the same day).
+key per mode (`reload_earlier_run`: the reload mode in an earlier run the same day;
+`consumer_earlier_run`: before softmax took the streaming store; `host_before_cached_launch`: before
+Triton kernels were launched through the compiled kernel's own launcher).
 """
 import json
 import math
@@ -329,7 +335,86 @@ def cuda_index():
             RES[f"{rows}x{hidden} {c}"] = timed(lambda d, i=i: mod.probe(d["x"], d["bias"], i), sets, rows, nb, rounds=3)
 
 
-MODES = {"gelu_cuda": gelu_cuda, "cuda_index": cuda_index, "gelu_flat": gelu_flat, "rms_two_pass": rms_two_pass, "consumer": consumer,
+def _host_us(fn, calls=3000):
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    best = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        t1 = time.perf_counter()
+        torch.cuda.synchronize()
+        best.append(round((t1 - t0) / calls * 1e6, 2))
+    return best
+
+
+def host():
+    rows, n = 16, 4096
+    x = torch.randn(rows, n, device="cuda", dtype=DT)
+    out = torch.empty_like(x)
+    cfg = dict(tk._row_config(n, None, rows), STREAM_STORE=tk._stream_softmax_store(rows))
+    warps = tk._decode_warps(cfg["BLOCK"])
+    args = (x, out, n, 1.0, tk._rows_class(rows))
+    jit = tk._softmax_kernel.fn
+    compiled = jit.warmup(*args, grid=(rows,), num_warps=warps, **cfg)
+    compiled._init_handles()
+    allargs = args + tuple(cfg[k] for k in ("BLOCK", "SINGLE", "N_ITERS", "EVICT", "STREAM_STORE"))
+    dev = torch.cuda.current_device()
+    raw_stream = torch._C._cuda_getCurrentRawStream
+    fn, meta = compiled.function, compiled.packed_metadata
+    run = compiled.run
+
+    def direct():
+        run(rows, 1, 1, raw_stream(dev), fn, meta, None, None, None, *allargs)
+
+    cases = {
+        "torch.softmax": lambda: torch.softmax(x, -1),
+        "torch.empty_like": lambda: torch.empty_like(x),
+        "raw stream": lambda: raw_stream(dev),
+        "kernels.softmax cuda": lambda: kernels.softmax(x, 1.0, backend="cuda"),
+        "kernels.softmax triton": lambda: kernels.softmax(x, 1.0, backend="triton"),
+        "kernels.softmax auto": lambda: kernels.softmax(x, 1.0),
+        "torch.ops softmax_cuda": lambda: torch.ops.profkit_kernels.softmax_cuda.default(x, 1.0),
+        "torch.ops softmax_triton": lambda: torch.ops.profkit_kernels.softmax_triton.default(x, 1.0),
+        "tk.softmax (launcher)": lambda: tk.softmax(x, 1.0),
+        "autotuner[grid] (out given)": lambda: tk._softmax_kernel[(rows,)](*args, **cfg),
+        "jit[grid] (out given)": lambda: jit[(rows,)](*args, num_warps=warps, **cfg),
+        "compiled.run (out given)": direct,
+    }
+    direct()
+    torch.cuda.synchronize()
+    ref = torch.softmax(x.float(), -1)
+    RES["compiled.run max err"] = (out.float() - ref).abs().max().item()
+    for name, f in cases.items():
+        RES[name] = _host_us(f)
+
+
+def decode_warps():
+    rows, n = 64, 8192
+    cfg = tk._row_config(n, None, rows)
+    for op in ("add_rmsnorm", "add_layernorm", "softmax"):
+        sets = bk.rotation_sets(op, rows, n, DT)
+        nb = bk.fused_bytes(op, rows, n, 2)
+        RES[f"{op} cuda"] = timed(bk.make_fn(op, "cuda"), sets, rows, nb, rounds=3)
+        RES[f"{op} triton"] = timed(bk.make_fn(op, "triton"), sets, rows, nb, rounds=3)
+        for w in (8, 16, 32):
+            def f(d, w=w, op=op):
+                out, h = torch.empty_like(d["x"]), torch.empty_like(d["x"])
+                if op == "add_rmsnorm":
+                    tk._add_rmsnorm_kernel.fn[(rows,)](d["x"], d["residual"], d["weight"], out, h, n, 1e-6, 0,
+                                                       RELOAD=False, num_warps=w, **cfg)
+                elif op == "add_layernorm":
+                    tk._add_layernorm_kernel.fn[(rows,)](d["x"], d["residual"], d["weight"], d["bias"], out, h, n,
+                                                         1e-5, 0, num_warps=w, **cfg)
+                else:
+                    tk._softmax_kernel.fn[(rows,)](d["x"], out, n, 1.0, 0, STREAM_STORE=True, num_warps=w, **cfg)
+                return out, h
+            RES[f"{op} triton w{w}"] = timed(f, sets, rows, nb, rounds=3)
+
+
+MODES = {"host": host, "decode_warps": decode_warps, "gelu_cuda": gelu_cuda, "cuda_index": cuda_index, "gelu_flat": gelu_flat, "rms_two_pass": rms_two_pass, "consumer": consumer,
          "reload": reload}
 
 if __name__ == "__main__":

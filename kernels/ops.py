@@ -100,10 +100,10 @@ _TRITON_OK: bool | None = None
 
 # Where Triton's kernel is faster on the GPU than the CUDA extension's (H200, bf16, CUDA graph
 # replays, µs, triton vs cuda, 2026-11-30, analyses/kernels_h200.md): the row kernels at the large
-# shapes, add+RMSNorm 16384x4096 126.9 vs 137.3, in place 128.1 vs 138.7, add+LayerNorm 16384x4096
-# 134.4 vs 145.1, softmax 16384x4096 66.7 vs 67.2.  bias+GELU stays on the extension (613.5 vs
-# 551.4 at 65536x8192).  At the decode shapes Triton's kernels are also 0.1-0.4 µs faster, but its
-# host cost per plain launch is about twice the extension's (20-64 vs 12-21 µs there, even through
+# shapes, add+RMSNorm 16384x4096 126.4 vs 136.5, in place 127.6 vs 137.7, add+LayerNorm 16384x4096
+# 132.9 vs 143.1, softmax 16384x4096 66.3 vs 66.7.  bias+GELU stays on the extension (616.5 vs
+# 551.7 at 65536x8192).  At the decode shapes Triton's kernels are also 0.03-0.68 µs faster, but its
+# host cost per plain launch is about twice the extension's (19-34 vs 10-15 µs there, even through
 # the compiled kernel's own launcher), which decides any call whose GPU time is shorter than
 # Triton's launcher.  So Triton only above _TRITON_MIN_ELEMS elements, where the GPU work
 # (>= ~60 µs) hides it.
@@ -122,11 +122,10 @@ def triton_by_shape(op: str, rows: int, n: int) -> bool:
 
 
 # GPU time alone (CUDA graph replays, same run and table): Triton's row kernels are faster than the
-# extension's at every benchmarked row-op shape, by 0.1-0.4 µs at the decode shapes (softmax
-# 16x4096 1.89 vs 2.09, add+LayerNorm 1x4096 2.09 vs 2.50) and 4-8% at 4096x4096; the exception,
-# softmax 65536x8192 (547 vs 525), is within that shape's noise: the same Triton kernel timed 512
-# as `auto` in the same run.  bias+GELU: Triton's flat kernel (up to FLAT_GELU_MAX elements)
-# 1.18-2.41 vs 1.27-2.43 µs; above it the extension (19.7 vs 24.0 µs at 4096x4096).
+# extension's at every benchmarked row-op shape, by 0.07-0.7 µs at the decode shapes (softmax
+# 16x4096 1.89 vs 2.09, add+LayerNorm 64x8192 3.88 vs 4.56) and 4-8% at 4096x4096.  bias+GELU:
+# Triton's flat kernel (up to FLAT_GELU_MAX elements) 1.15-2.37 vs 1.24-2.40 µs; above it the
+# extension (19.1 vs 23.5 µs at 4096x4096).
 _FLAT_GELU_MAX = 1 << 19  # = kernels.triton_kernels.FLAT_GELU_MAX (not imported: triton is optional)
 
 

@@ -16,7 +16,8 @@ edit the generator or the data and regenerate (`--check` tells whether this page
 
 ## Method
 
-`scripts/bench_kernels.py`, bf16.  For each op and shape, side by side: `auto` (the default backend),
+`scripts/bench_kernels.py`, bf16.  For each op and shape, side by side: `auto` (the default backend:
+its GPU times, graph replays, time its CUDA-graph choice; its host cost, plain launches, its eager one),
 `triton`, `cuda` (C++ extension, current launch configuration), `cuda_v0` (same extension, previous
 launch configuration, selected at run time; for add_layernorm the current configuration *is* the
 previous one, so its `cuda` and `cuda_v0` rows time the same code), `liger` (Liger-Kernel 0.8.5,
@@ -33,7 +34,7 @@ The empty kernel of the environment line is `torch.cuda._sleep(0)` timed the sam
 replays of 256 calls).
 """
 
-WHY_DECODE = """## Why the decode shapes lose
+WHY_DECODE = """## The decode shapes: where the time goes, and what was tried
 
 **Where the time goes.** At 1-64 rows every row kernel launches one block per row: 1-64 blocks on
 132 SMs, less than one wave.  The ncu pass over the decode shapes (`ncu_decode.log` of the run
@@ -97,7 +98,7 @@ levers are fewer steps in that chain and less work per step.
   and add_layernorm's variant 3 (two barriers instead of three), which changed nothing measurable
   (table above); add_layernorm stays at variant 0.
 
-What is left at decode is a margin of 0.1-0.4 µs a call between our CUDA row kernels and the Triton
+What is left at decode is a margin of {row_margin} µs a call between our CUDA row kernels and the Triton
 ones (ours and Liger's): add+RMSNorm at 1x4096 Liger {liger_rms} µs against our CUDA {rms_v1} (our
 Triton {rms_tr}), softmax Liger {liger_sm} against CUDA {sm_cuda} (Triton {sm_tr}), torch.compile's
 bias+GELU {comp_bg} µs against {bg_cuda}.  The CUDA and Triton kernels have the same block shape, no
@@ -133,10 +134,11 @@ From the run folders' logs (same H200, same day):
   (240 of the 640), each op's Triton kernel through both launch paths, and `auto` warmed, captured
   into a CUDA graph and replayed for four op/shape pairs.  The CPU tests cover `auto`'s choice per
   context and the compiled-kernel launch's key with stand-ins for the GPU parts.
-- `sanitize.log` of this page's run: compute-sanitizer **memcheck: 0 errors** over 480 op calls,
-  both backends, each case twice (the second through Triton's compiled-kernel launch;
-  `scripts/sanitize_kernels.py`, 0 mismatches); **racecheck: 0 hazards** over 240 CUDA-backend op
-  calls, on the same code minutes later (`racecheck.log`).
+- compute-sanitizer (`scripts/sanitize_kernels.py`, each case twice, the second through Triton's
+  compiled-kernel launch; 0 mismatches): **memcheck: 0 errors** over 240 Triton-backend op calls in
+  this page's run, and over 480 calls of both backends in the run before it (the same CUDA code;
+  what changed after it is the block size of Triton's flat bias+GELU kernel from 32768 to 131072
+  elements); **racecheck: 0 hazards** over 240 CUDA-backend op calls on the same CUDA code.
 
 The shared code these runs cover: `kernels/csrc/common.h` (row plan, vector loads, block reductions,
 the per-item loop `for_each_item`, launch variants) for the CUDA ops, and the Triton helpers in
@@ -223,6 +225,9 @@ THIS_ROUND = """## This round: what changed, side by side
 
 {warps_table}
 
+- **Triton bias+GELU: two elements a thread up to 2^17 elements** (was: below 2^15), so 16x4096
+  runs 256 programs of 128 threads instead of 64 of 256: side by side in the earlier probe
+  (`gelu_flat`) 1.44 vs 1.47 µs; this run {bg16} µs against torch.compile's {bg16c}.
 - **A bad `PROFKIT_KERNELS_LAUNCH` fails before the build**, with the same one-line error, on every
   call; before, it failed once after a minute of build and later calls ran on the defaults.
 

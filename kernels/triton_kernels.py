@@ -61,7 +61,8 @@ def _reload_warps(block: int) -> int:
 
 def _prune_by_rule(configs, named_args, wide: int = 16, **kwargs):
     """Autotune prune: decode-like calls (ROWS_CLASS 0) and add+RMSNorm's reload mode get the one
-    rule-chosen config, so they are never timed; other prefill-like calls keep every candidate."""
+    rule-chosen config (Triton still times it once, but the timing cannot change the choice);
+    other prefill-like calls keep every candidate."""
     if len(configs) == 1:
         return configs
     block = int(kwargs.get("BLOCK", named_args.get("BLOCK", 4096)))
@@ -76,7 +77,7 @@ def _prune_by_rule(configs, named_args, wide: int = 16, **kwargs):
 
 
 def _prune_wide(configs, named_args, **kwargs):
-    """_prune_by_rule for add+RMSNorm: 32 warps on decode rows of 8192 and more."""
+    """_prune_by_rule for add+RMSNorm: 32 warps on decode rows of 8192 and more (measured at 8192)."""
     return _prune_by_rule(configs, named_args, wide=32, **kwargs)
 
 
@@ -90,22 +91,32 @@ _current_device = torch.cuda.current_device
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 
-def _launch(kernel, grid: tuple, *args, **consts) -> None:
-    """kernel[grid](*args, **consts).  From the second call of a specialisation on, the compiled
-    kernel is launched through its own launcher, without Triton's per-call argument binding, cache
-    key and autotuner lookup: on an H200 host a 16x4096 softmax launch took 5.3 µs of CPU that way,
-    against 13.6 µs through the JIT function and 19.9 µs through the autotuner
-    (scripts/probe_variants.py host; analyses/kernels_h200.md).  The specialisation is keyed more finely than Triton's own: each tensor's dtype and
-    16-byte alignment, every integer's exact value, the compile-time arguments and the device; a
-    float's value is never compiled in.  Launch hooks (Triton's profiler) take Triton's own path."""
-    if _INTERPRET or _raw_stream is None or _hooked():
-        kernel[grid](*args, **consts)
+def _launch(kernel, grid: tuple, x: Tensor, *args, **consts) -> None:
+    """kernel[grid](x, *args, **consts) on x's device (Triton launches on the current one; the
+    CUDA extension guards the device the same way).
+
+    From the second call of a specialisation on, the compiled kernel is launched through its own
+    launcher, without Triton's per-call argument binding, cache key and autotuner lookup: on an
+    H200 host a 16x4096 softmax launch took 5.3 µs of CPU that way, against 13.6 µs through the
+    JIT function and 19.9 µs through the autotuner (scripts/probe_variants.py host;
+    analyses/kernels_h200.md).  The specialisation is keyed more finely than Triton's own: each
+    tensor's dtype and 16-byte alignment, every integer's exact value, the compile-time arguments
+    and the device; a float's value is never compiled in.  Launch hooks (Triton's profiler) and
+    arguments of any other type take Triton's own path."""
+    if _INTERPRET or _raw_stream is None:
+        kernel[grid](x, *args, **consts)
         return
-    dev = _current_device()
-    key = (kernel, dev, tuple(consts.items()),
-           *[a if a.__class__ is int else float if a.__class__ is float else (a.dtype, a.data_ptr() % 16 == 0)
-             for a in args])
-    hit = _FAST.get(key)
+    dev = x.get_device()
+    if dev != _current_device():
+        with torch.cuda.device(dev):
+            _launch(kernel, grid, x, *args, **consts)
+        return
+    args = (x, *args)
+    try:
+        key = (kernel, dev, tuple(consts.items()), *[_spec(a) for a in args])
+    except TypeError:  # an argument type the key does not know
+        key = None
+    hit = _FAST.get(key) if key is not None and not _hooked() else False
     if hit:
         run, function, metadata, tail = hit
         run(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1, _raw_stream(dev),
@@ -116,21 +127,35 @@ def _launch(kernel, grid: tuple, *args, **consts) -> None:
         _FAST[key] = _fast_entry(kernel, compiled, len(args), consts)
 
 
+def _spec(a):
+    """One argument's part of _launch's key: what Triton may compile into the kernel."""
+    cls = a.__class__
+    if cls is int or cls is bool:
+        return cls, a
+    if cls is float:
+        return float
+    if isinstance(a, Tensor):
+        return a.dtype, a.data_ptr() % 16 == 0
+    raise TypeError(cls.__name__)
+
+
 def _hooked() -> bool:
-    """Whether a launch hook is installed (Triton 3.6 keeps them in a HookChain, empty by default)."""
-    hook = getattr(_KNOBS, "launch_enter_hook", None)
-    return hook is not None and bool(getattr(hook, "calls", True))
+    """Whether a launch hook is installed (Triton 3.6 keeps them in HookChains, empty by default)."""
+    for name in ("launch_enter_hook", "launch_exit_hook"):
+        hook = getattr(_KNOBS, name, None)
+        if hook is not None and bool(getattr(hook, "calls", True)):
+            return True
+    return False
 
 
 def _fast_entry(kernel, compiled, n_args: int, consts: dict):
     """What _launch needs to launch `compiled` again, or False where this Triton's internals differ
     from 3.6's (then every call takes Triton's own path)."""
     try:
-        jit = getattr(kernel, "fn", kernel)  # an autotuner wraps the JIT function
-        best = getattr(kernel, "best_config", None)
+        best = getattr(kernel, "best_config", None)  # an autotuner: the config this call ran
         given = {k: v for k, v in consts.items() if k not in _OPTIONS}
         given.update(best.kwargs if best is not None else {})
-        names = list(jit.arg_names)
+        names = list(kernel.arg_names)  # the JIT function's and the autotuner's alike
         if set(given) != set(names[n_args:]):
             return False
         return (compiled.run, compiled.function, compiled.packed_metadata, tuple(given[n] for n in names[n_args:]))

@@ -226,5 +226,9 @@ def test_auto_runs_the_gpu_faster_backend_inside_a_cuda_graph(op, shape, monkeyp
 def test_triton_repeat_launches_match_float64(op, approx):
     """The first call of a specialisation goes through Triton's JIT, later ones through the compiled
     kernel's own launcher: both right, for fresh inputs each time and interleaved hidden sizes."""
+    from kernels import triton_kernels as tk
+
+    tk._FAST.clear()
     for rows, hidden in ((5, 4096), (5, 4104), (5, 4096), (300, 4096), (5, 4104), (300, 4096), (5, 4096)):
         _run(op, approx, "triton", rows, hidden, torch.bfloat16)
+    assert tk._FAST and all(tk._FAST.values())  # every specialisation took the compiled-kernel path

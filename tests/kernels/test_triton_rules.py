@@ -62,7 +62,7 @@ def fast_path(monkeypatch):
     monkeypatch.setattr(tk, "_INTERPRET", False)
     monkeypatch.setattr(tk, "_FAST", {})
     monkeypatch.setattr(tk, "_raw_stream", lambda dev: 1000 + dev)
-    monkeypatch.setattr(tk, "_current_device", lambda: 0)
+    monkeypatch.setattr(tk, "_current_device", lambda: -1)  # CPU tensors: get_device() is -1
 
 
 def test_launch_reuses_the_compiled_kernel_per_specialisation(fast_path):
@@ -73,7 +73,7 @@ def test_launch_reuses_the_compiled_kernel_per_specialisation(fast_path):
     tk._launch(k, (4,), x, out, 64, 0.5, BLOCK=64, TANH=False, num_warps=4)
     assert [e[0] for e in k.log] == ["slow"]
     tk._launch(k, (8,), x, out, 64, 0.7, BLOCK=64, TANH=False, num_warps=4)   # other grid and float
-    assert k.log[-1] == ("fast", (8, 1, 1, 1000, "fn", "meta", None, None, None, x, out, 64, 0.7, 64, False))
+    assert k.log[-1] == ("fast", (8, 1, 1, 999, "fn", "meta", None, None, None, x, out, 64, 0.7, 64, False))
     tk._launch(k, (4,), x, out, 65, 0.5, BLOCK=64, TANH=False, num_warps=4)   # another integer value
     tk._launch(k, (4,), x, out, 64, 0.5, BLOCK=64, TANH=True, num_warps=4)    # another constexpr
     tk._launch(k, (4,), x.double(), out, 64, 0.5, BLOCK=64, TANH=False, num_warps=4)
@@ -97,6 +97,7 @@ def test_launch_takes_the_autotuners_config_arguments(fast_path):
 
     class Tuned:
         fn = _FakeKernel()
+        arg_names = _FakeKernel.arg_names
         best_config = type("Cfg", (), {"kwargs": {"TANH": True}})()
 
         def __getitem__(self, grid):
@@ -118,3 +119,50 @@ def test_launch_with_a_hook_installed_always_takes_tritons_path(fast_path, monke
     for _ in range(2):
         tk._launch(k, (2,), x, x, 8, 1.0, BLOCK=8, TANH=False)
     assert [e[0] for e in k.log] == ["slow", "slow"]
+
+
+def test_launch_falls_back_for_argument_types_it_cannot_key(fast_path):
+    import torch
+
+    k = _FakeKernel()
+    x = torch.randn(2, 8)
+    for _ in range(2):
+        tk._launch(k, (2,), x, x, None, 1.0, BLOCK=8, TANH=False)
+    assert [e[0] for e in k.log] == ["slow", "slow"]
+
+
+def test_launch_runs_on_the_tensors_device(fast_path, monkeypatch):
+    import torch
+
+    entered = []
+
+    class Guard:
+        def __init__(self, dev):
+            self.dev = dev
+
+        def __enter__(self):
+            entered.append(self.dev)
+            monkeypatch.setattr(tk, "_current_device", lambda: self.dev)
+
+        def __exit__(self, *exc):
+            monkeypatch.setattr(tk, "_current_device", lambda: 0)
+
+    monkeypatch.setattr(tk, "_current_device", lambda: 0)   # another device is current
+    monkeypatch.setattr(torch.cuda, "device", Guard)
+    k = _FakeKernel()
+    x = torch.randn(2, 8)                                     # get_device() == -1
+    tk._launch(k, (2,), x, x, 8, 1.0, BLOCK=8, TANH=False)
+    assert entered == [-1] and [e[0] for e in k.log] == ["slow"]
+
+
+@pytest.mark.skipif(len(CONFIGS) == 1, reason="the interpreter wraps kernels differently")
+def test_fast_entry_rebuilds_the_arguments_of_the_real_kernels():
+    """On the shipped kernels (a JIT function and an autotuner), not on stand-ins."""
+    compiled = _Compiled([])
+    flat = tk._fast_entry(tk._bias_gelu_flat_kernel, compiled, 4,
+                          dict(N=4096, XBLOCK=256, TANH=False, num_warps=4))
+    assert flat and flat[3] == (4096, 256, False)
+    cfg = dict(tk._row_config(4096, None, 16), STREAM_STORE=True)
+    soft = tk._fast_entry(tk._softmax_kernel, compiled, 5, cfg)
+    assert soft and soft[3] == (cfg["BLOCK"], cfg["SINGLE"], cfg["N_ITERS"], cfg["EVICT"], True)
+    assert tk._fast_entry(tk._softmax_kernel, compiled, 5, dict(BLOCK=4096)) is False

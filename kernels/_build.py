@@ -134,6 +134,7 @@ def launch_choice(env: str) -> dict[str, int]:
     out = dict(LAUNCH_DEFAULTS)
     for part in filter(None, (p.strip() for p in env.split(","))):
         op, _, v = part.partition("=")
+        op = op.strip()
         if op not in out or v.strip() not in ("0", "1", "2", "3"):
             raise ValueError(f"PROFKIT_KERNELS_LAUNCH: {part!r} is not OP=VARIANT with OP one of "
                              f"{', '.join(LAUNCH_OPS)} and VARIANT 0 to 3, or 'legacy'")

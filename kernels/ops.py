@@ -180,8 +180,9 @@ def choose_backend(op: str, x: Tensor) -> str:
     extension if it builds/loads, with Triton for the shapes where Triton's GPU time is lower and
     the tensor is large enough to hide its launcher; Triton if the extension is unavailable; the
     PyTorch baseline if neither is.  This is the choice for eager calls; the same shape always gets
-    it.  Inside a CUDA graph capture "auto" runs graph_backend's choice instead, where that backend
-    has been prepared outside the capture (_PerContext).
+    it.  Inside a CUDA graph capture (torch.cuda.graph) "auto" runs graph_backend's choice instead,
+    where that backend has been prepared outside the capture (_PerContext).  Under torch.compile
+    this choice is traced, CUDA graphs (mode="reduce-overhead") or not.
     """
     if not x.is_cuda:
         return "triton"
@@ -218,9 +219,12 @@ class _PerContext:
     Eager calls run `eager`.  The first of them also runs `graph` once, on copies of the inputs
     (the caller's tensors are never written twice), so that its kernel is compiled and tuned
     outside any capture: compiling or autotuning inside a capture would break it.  A capture then
-    runs `graph` if it was warmed with the same dtypes, alignment and arguments, else `eager`.
-    The cost: one extra kernel (and, the first time per hidden size, a Triton compile) at the first
-    eager call of each such shape."""
+    runs `graph` if that first call had the same dtypes, alignment and string arguments, else
+    `eager` (only the first call's are prepared: a shape used with both GELU forms gets Triton in
+    graphs for the first form only).  The cost, paid by eager-only code too: one extra kernel at the
+    first eager call of each such shape, and the first time per (op, hidden size, dtype, few/many
+    rows) a Triton compile and, for many rows, an autotune of its warp counts (a fraction of a
+    second).  PROFKIT_KERNELS_AUTO_GRAPH=0 turns this off: the eager choice in every context."""
 
     __slots__ = ("eager", "graph", "warm")
 
@@ -252,6 +256,8 @@ def _auto_choice(op: str, x: Tensor):
     """choose_backend's eager choice, or a _PerContext where a CUDA graph would run another one."""
     eager = choose_backend(op, x)
     if eager not in COMPILED or not (x.is_cuda and _CUDA_STATE and _triton_available()):
+        return eager
+    if os.environ.get("PROFKIT_KERNELS_AUTO_GRAPH") == "0":
         return eager
     n = x.shape[-1]
     graph = graph_backend(op, x.numel() // n if n else 0, n)
@@ -289,9 +295,10 @@ def _resolve(op: str, backend: str, x: Tensor):
         key = (op, x.shape, x.dtype, x.device)
         hit = _CHOICE.get(key)
         if hit is None:
-            hit = _auto_choice(op, x)
             if len(_CHOICE) < 4096:
-                _CHOICE[key] = hit
+                hit = _CHOICE[key] = _auto_choice(op, x)
+            else:  # a full cache: the eager choice, never a warm-up that nothing would remember
+                hit = choose_backend(op, x)
         return hit
     if backend == "cuda" and x.is_cuda:
         from kernels import _build

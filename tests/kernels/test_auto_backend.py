@@ -239,3 +239,17 @@ def test_bench_copy_reference_moves_the_ops_passes():
     torch.testing.assert_close(cat, torch.cat([x, r]))
     torch.testing.assert_close(bench.make_fn("bias_gelu", "copy")(dict(x=x, bias=torch.randn(8))), -x)
     assert "copy" in bench.IMPLS and "copy" not in bench.OURS + bench.PEERS
+
+
+def test_full_choice_cache_gives_the_eager_choice_without_a_warm_up(state, monkeypatch):
+    state(True)
+    monkeypatch.setattr(ops, "_CHOICE", {i: "cuda" for i in range(4096)})
+    monkeypatch.setattr(ops, "_auto_choice", lambda op, x: pytest.fail("a _PerContext nothing would keep"))
+    monkeypatch.setattr(ops, "choose_backend", lambda op, x: "cuda")
+    assert ops._resolve("softmax", "auto", torch.randn(16, 64)) == "cuda"
+
+
+def test_auto_graph_switch_off_keeps_the_eager_choice(state, monkeypatch):
+    state(True)
+    monkeypatch.setenv("PROFKIT_KERNELS_AUTO_GRAPH", "0")
+    assert ops._auto_choice("softmax", FakeCuda(16, 4096)) == "cuda"

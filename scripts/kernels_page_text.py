@@ -128,15 +128,16 @@ From the run folders' logs (same H200, same day):
   a fixed warp count by row length (`_decode_warps`: 32 for add+RMSNorm's rows of 8192 and more, 16
   for the others), add+RMSNorm's prefill rows block // 256 warps (`_reload_warps`); the other
   prefill rows are autotuned.
-- GPU tests in this page's run (final code): `tests/kernels/test_kernels_gpu.py` **640 passed,
-  2 skipped** (the in-place variant is inference-only: no autograd), both backends against
+- GPU tests, in this page's run and again on the final code after it (the fast-path fix above, the
+  device guard on Triton launches, `auto`'s cache-full path): `tests/kernels/test_kernels_gpu.py`
+  **640 passed, 2 skipped** each time (the in-place variant is inference-only: no autograd), both backends against
   float64 references, every CUDA launch variant (0-3) of every op at five shapes in fp32 and bf16
   (240 of the 640), each op's Triton kernel through both launch paths, and `auto` warmed, captured
   into a CUDA graph and replayed for four op/shape pairs.  The CPU tests cover `auto`'s choice per
   context and the compiled-kernel launch's key with stand-ins for the GPU parts.
 - compute-sanitizer (`scripts/sanitize_kernels.py`, each case twice, the second through Triton's
   compiled-kernel launch; 0 mismatches): **memcheck: 0 errors** over 240 Triton-backend op calls in
-  this page's run, and over 480 calls of both backends in the run before it (the same CUDA code;
+  this page's run and again on the final code, and over 480 calls of both backends in the run before it (the same CUDA code;
   what changed after it is the block size of Triton's flat bias+GELU kernel from 32768 to 131072
   elements); **racecheck: 0 hazards** over 240 CUDA-backend op calls on the same CUDA code.
 
@@ -208,8 +209,14 @@ THIS_ROUND = """## This round: what changed, side by side
   (previous run; the extension 16.2) to {triton_host} µs (the extension {cuda_host}).  What is left is
   about equally the custom op's dispatch into Python and the launcher's own Python (output
   allocation, launch constants, the key); still about twice the extension's, which is why eager
-  decode calls stay on the extension.  The GPU tests call every op through both paths
-  (`test_triton_repeat_launches_match_float64`), and memcheck runs each case twice (last section).
+  decode calls stay on the extension.  In this page's benchmark run the two bias+GELU kernels, plain
+  JIT functions rather than autotuned ones, still took Triton's own path: the fast path looked up
+  the argument names on an attribute only the autotuner has.  Fixed after the run; on the same GPU
+  afterwards (`analyses/data/host_bias_gelu_h200.txt`, 3000 calls) `backend="triton"` bias+GELU at
+  16x4096 took 21.9-22.8 µs of CPU a call, the extension 12.9-13.5 (this page's run: 33.6 and
+  11.7).  The GPU tests call every op through both paths and check that each specialisation took
+  the compiled-kernel path (`test_triton_repeat_launches_match_float64`), and memcheck runs each
+  case twice (last section).
 - **Softmax stores a decode batch's probabilities with `.cs`** (2-264 rows; Liger-Kernel's store).
   The kernel alone and followed by the matmul that reads it (`p @ v`), median of three rounds,
   this run (`scripts/probe_variants.py consumer`), µs:

@@ -129,11 +129,17 @@ def triton_by_shape(op: str, rows: int, n: int) -> bool:
 _FLAT_GELU_MAX = 1 << 19  # = kernels.triton_kernels.FLAT_GELU_MAX (not imported: triton is optional)
 
 
+_SINGLE_BLOCK_MAX = 16384  # = kernels.triton_kernels.MAX_SINGLE_BLOCK: longer rows loop (not benchmarked)
+
+
 def graph_backend(op: str, rows: int, n: int) -> str:
     """The backend with the lower GPU time for op on rows x n: what "auto" runs inside a CUDA graph
-    capture (once that backend has run outside one for this shape; see _PerContext)."""
+    capture (once that backend has run outside one for this shape; see _PerContext).  Rows longer
+    than one Triton block (the looping kernels, never benchmarked) keep the eager choice."""
     if op == "bias_gelu":
         return "triton" if rows * n <= _FLAT_GELU_MAX else "cuda"
+    if n > _SINGLE_BLOCK_MAX:
+        return "triton" if triton_by_shape(op, rows, n) else "cuda"
     return "triton"
 
 

@@ -66,6 +66,8 @@ def test_graph_backend_is_the_gpu_faster_one():
         for rows, n in ((1, 4096), (16, 4096), (4096, 4096), (65536, 8192)):
             assert ops.graph_backend(op, rows, n) == "triton"
     assert ops.graph_backend("bias_gelu", 64, 8192) == "triton"      # 2^19 elements: the flat kernel
+    assert ops.graph_backend("softmax", 4, 32768) == "cuda"          # looping rows: the eager choice
+    assert ops.graph_backend("softmax", 2048, 32768) == "triton"     # 64 Mi elements: eager runs Triton too
     assert ops.graph_backend("bias_gelu", 4096, 4096) == "cuda"
 
 

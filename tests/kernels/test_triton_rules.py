@@ -166,3 +166,9 @@ def test_fast_entry_rebuilds_the_arguments_of_the_real_kernels():
     soft = tk._fast_entry(tk._softmax_kernel, compiled, 5, cfg)
     assert soft and soft[3] == (cfg["BLOCK"], cfg["SINGLE"], cfg["N_ITERS"], cfg["EVICT"], True)
     assert tk._fast_entry(tk._softmax_kernel, compiled, 5, dict(BLOCK=4096)) is False
+
+
+def test_auto_mirrors_the_triton_launchers_limits():
+    from kernels import ops
+
+    assert ops._FLAT_GELU_MAX == tk.FLAT_GELU_MAX and ops._SINGLE_BLOCK_MAX == tk.MAX_SINGLE_BLOCK

@@ -187,7 +187,8 @@ THIS_ROUND = """## This round: what changed, side by side
 - **`auto` per context.**  In eager code a call's host cost is paid on every call, so `auto` keeps
   choosing by shape as before (the extension, Triton only for row ops of {min_elems} elements and
   more).  Inside a CUDA graph capture only GPU time recurs, so `auto` now runs `graph_backend`'s
-  choice there: Triton for the row ops at every shape, bias+GELU's flat Triton kernel up to 2^19
+  choice there: Triton for the row ops (rows up to 16384 elements; longer ones, never benchmarked,
+  keep the eager choice), bias+GELU's flat Triton kernel up to 2^19
   elements.  A backend first used inside a capture would compile and autotune there, which breaks
   the capture; so the first eager call of a shape whose two choices differ also runs the graph
   backend once, on copies of the inputs (the caller's tensors are never written twice), and a

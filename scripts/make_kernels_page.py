@@ -287,7 +287,8 @@ def render(path: Path, rows: list[dict], env: str) -> str:
             f"{_decode_margin(rows)} µs of "
             "GPU time by which Triton's kernel is faster, which a host-bound call does not see.", "",
             "*Inside a CUDA graph* the host cost is paid once, at capture, so `auto` runs the backend "
-            "with the lower GPU time (`graph_backend`: Triton for the row ops, bias+GELU's flat Triton "
+            "with the lower GPU time (`graph_backend`: Triton for the row ops with rows of up to 16384 "
+            "elements, bias+GELU's flat Triton "
             "kernel up to 2^19 elements, the extension above), once that backend has run outside a "
             "capture for the shape: the first eager call of such a shape also runs it once, on copies "
             "of the inputs, so nothing compiles or autotunes inside a capture "

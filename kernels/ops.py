@@ -226,8 +226,8 @@ class _PerContext:
     (the caller's tensors are never written twice), so that its kernel is compiled and tuned
     outside any capture: compiling or autotuning inside a capture would break it.  A capture then
     runs `graph` if that first call had the same dtypes, alignment and string arguments, else
-    `eager` (only the first call's are prepared: a shape used with both GELU forms gets Triton in
-    graphs for the first form only).  The cost, paid by eager-only code too: one extra kernel at the
+    `eager` (each GELU form has its own _PerContext; of the alignments, the first call's is
+    prepared).  The cost, paid by eager-only code too: one extra kernel at the
     first eager call of each such shape, and the first time per (op, hidden size, dtype, few/many
     rows) a Triton compile and, for many rows, an autotune of its warp counts (a fraction of a
     second).  PROFKIT_KERNELS_AUTO_GRAPH=0 turns this off: the eager choice in every context."""
@@ -288,17 +288,18 @@ def _op(name: str, backend: str):
         return op
 
 
-# (op, shape, dtype, device) -> what "auto" chose, a backend name or a _PerContext: same shape,
+# (op, form, shape, dtype, device) -> what "auto" chose, a backend name or a _PerContext: same shape,
 # same choice
 _CHOICE: dict[tuple, object] = {}
 
 
-def _resolve(op: str, backend: str, x: Tensor):
-    """The backend name, or for "auto" possibly a _PerContext that _call resolves with the inputs."""
+def _resolve(op: str, backend: str, x: Tensor, form: str = ""):
+    """The backend name, or for "auto" possibly a _PerContext that _call resolves with the inputs.
+    `form`: a compile-time variant of the op (bias+GELU's approximate), prepared for graphs apart."""
     if backend == "auto":
         if torch.compiler.is_compiling():  # symbolic shapes: no cache
             return choose_backend(op, x)
-        key = (op, x.shape, x.dtype, x.device)
+        key = (op, form, x.shape, x.dtype, x.device)
         hit = _CHOICE.get(key)
         if hit is None:
             if len(_CHOICE) < 4096:
@@ -392,7 +393,7 @@ def bias_gelu(
         _library._check_approximate(approximate)
     if not _fast_ok(x, (), (bias,)):
         _check_common(x, {}, {"bias": bias})
-    backend = _resolve("bias_gelu", backend, x)
+    backend = _resolve("bias_gelu", backend, x, approximate)
     if backend == "torch":
         return baselines.bias_gelu(x, bias, approximate)
     return _call("bias_gelu", backend, x.contiguous(), bias.contiguous(), approximate)

@@ -160,6 +160,10 @@ def test_resolve_caches_per_shape_and_dtype(state, monkeypatch):
     assert ops._resolve("softmax", "auto", x) == ops._resolve("softmax", "auto", x) == "cuda"
     ops._resolve("softmax", "auto", x.half())
     assert seen == [torch.float32, torch.float16]
+    ops._resolve("bias_gelu", "auto", x, "none")
+    ops._resolve("bias_gelu", "auto", x, "tanh")            # a compile-time form: its own choice
+    ops._resolve("bias_gelu", "auto", x, "tanh")
+    assert len(seen) == 4
 
 
 def test_auto_falls_back_without_the_extension(state):

@@ -213,7 +213,7 @@ def render(path: Path, rows: list[dict], env: str) -> str:
                           "of that copy's speed"
                           for sh in LARGE if sh not in bw_met and ("bias_gelu", sh, "copy") in by)
               + " (launch and tail weigh more in a ~20 µs call than in the 1 GiB copy that sets the "
-                "reference)."), ""]
+                "reference)." + "".join(_gelu_mid_note(sh) for sh in LARGE if sh not in bw_met)), ""]
     empty = empty_us(env)
     lim = empty * DECODE_FACTOR
     within = [(op, s) for op in ops for s in shapes if s in decode and by[(op, s, "auto")]["median_us"] <= lim]
@@ -346,6 +346,31 @@ def _consumer_table() -> tuple[str, str]:
         pair = [_med(d, f"{s} {k} +pv") for k, _ in names]
         spread.append(max(pair) - min(pair))
     return "\n".join(lines), f"{max(max(spread), 0.01):.2f} µs" if spread else "?"
+
+
+def _gelu_mid_note(shape: str) -> str:
+    """The `gelu_mid` probe at `shape`: could any copy of the op's bytes, ours or torch's, reach the target?"""
+    d = _probe().get("gelu_mid", {})
+    bw = d.get("copy bandwidth GB/s (1 GiB copy_)")
+    timed = {k[len(shape) + 1:]: statistics.median(v) for k, v in d.items()
+             if k.startswith(shape + " ") and isinstance(v, list)}
+    if not bw or not timed:
+        return ""
+    rows, hidden = map(int, shape.split("x"))
+    need = 4 * rows * hidden / (BW_TARGET / 100 * bw * 1e9) * 1e6  # bf16 x in, out back: µs at the target
+    copies = {k: v for k, v in timed.items() if k == "torch -x" or k.startswith("(0,")}
+    gelus = {k: v for k, v in timed.items() if k.startswith("(2,")}
+    cheap = {k: v for k, v in timed.items() if k.startswith("(3,")}
+    best = min(copies, key=copies.get)
+    pct = 4 * rows * hidden / (copies[best] * 1e-6) / (bw * 1e9) * 100
+    return (f"  Whether any kernel could: in a probe run on the same GPU model (`scripts/probe_variants.py gelu_mid`, "
+            f"its 1 GiB copy at {bw:.0f} GB/s), the fastest of {len(copies)} copies of these bytes at {shape} "
+            f"(torch's `-x` and {len(copies) - 1} variants of our row kernel doing `-x`: cache hints, rows a "
+            f"thread, threads, a persistent grid) took {copies[best]:.2f} µs ({best}), {pct:.0f}% of that "
+            f"bandwidth, where {BW_TARGET:.0f}% needs {need:.2f} µs; the fastest of {len(gelus)} bias+GELU "
+            f"variants took {min(gelus.values()):.2f} µs, and with GELU's tanh form through one `tanh.approx` "
+            f"instruction (less arithmetic; not the erf form the op computes) {min(cheap.values()):.2f} µs.  "
+            "At this size the target is above what a copy reaches.")
 
 
 def _decode_margin(rows: list[dict], ops: tuple = ()) -> str:

@@ -20,6 +20,10 @@ Modes:
   cuda_index    a bisect of the CUDA bias+GELU at decode sizes: the same GELU with the bias index
                 from a 64-bit modulo, a 32-bit one, or a 2-D grid (none); __ldg or plain loads;
                 vector width and block size; and copy-only kernels of the same shapes
+  gelu_mid      bias+GELU at the prefill shapes against copies of the same bytes, one kernel body
+                (bias_gelu.cu's row kernel) per variant: what it computes (-x, x + bias, the erf GELU,
+                a tanh.approx GELU), cache hints on loads/stores (.cs streaming, .nc), rows a thread,
+                threads, and a capped (persistent, grid-striding) grid; beside torch's -x and ours
 
 Timing is scripts/bench_kernels.py's (CUDA-graph replays over rotated input sets); every timed
 callable returns its outputs, so each call writes fresh memory as the benchmark's do.  Needs a GPU;
@@ -335,6 +339,96 @@ def cuda_index():
             RES[f"{rows}x{hidden} {c}"] = timed(lambda d, i=i: mod.probe(d["x"], d["bias"], i), sets, rows, nb, rounds=3)
 
 
+MID_SRC = r"""
+// WHAT 0: -x (a copy); 1: x + bias; 2: the shipped erf GELU; 3: GELU's tanh form through tanh.approx
+// LD 0 plain, 1 __ldcs (streaming), 2 __ldg (.nc);  ST 0 plain, 1 __stcs (streaming)
+template <int WHAT>
+__device__ __forceinline__ float mid_f(float xv, float bv) {
+  if (WHAT == 0) return -xv;
+  const float u = xv + bv;
+  if (WHAT == 1) return u;
+  if (WHAT == 2) return gelu<false>(u);
+  float t;
+  const float z = 0.7978845608028654f * fmaf(0.044715f * u, u * u, u);
+  asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(z));
+  const float h = 0.5f * u;
+  return fmaf(h, t, h);
+}
+
+template <int WHAT, int LD, int ST, int kRows>
+__global__ void __launch_bounds__(256) mid_kernel(const c10::BFloat16* __restrict__ x, const c10::BFloat16* __restrict__ b,
+                                                  c10::BFloat16* __restrict__ out, int64_t rows, int64_t row_vec) {
+  using V = Vec<c10::BFloat16, 8>;
+  const int64_t col = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (col >= row_vec) return;
+  const uint4* xv = reinterpret_cast<const uint4*>(x);
+  uint4* ov = reinterpret_cast<uint4*>(out);
+  V bb;
+  *reinterpret_cast<uint4*>(&bb) = reinterpret_cast<const uint4*>(b)[col];
+  for (int64_t r0 = static_cast<int64_t>(blockIdx.y) * kRows; r0 < rows; r0 += static_cast<int64_t>(gridDim.y) * kRows) {
+    V xa[kRows];
+#pragma unroll
+    for (int u = 0; u < kRows; ++u) {
+      if (r0 + u < rows) {
+        const uint4* q = xv + (r0 + u) * row_vec + col;
+        const uint4 w = LD == 1 ? __ldcs(q) : LD == 2 ? __ldg(q) : *q;
+        *reinterpret_cast<uint4*>(&xa[u]) = w;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kRows; ++u) {
+      if (r0 + u < rows) {
+        V o;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) o.v[j] = from_f<c10::BFloat16>(mid_f<WHAT>(to_f(xa[u].v[j]), to_f(bb.v[j])));
+        uint4* q = ov + (r0 + u) * row_vec + col;
+        if (ST == 1) __stcs(q, *reinterpret_cast<uint4*>(&o)); else *q = *reinterpret_cast<uint4*>(&o);
+      }
+    }
+  }
+}
+"""
+
+MID_CFGS = [  # (what, ld, st, rows a thread, threads, grid rows cap: 0 = none, else blocks per SM)
+    (0, 0, 0, 4, 128, 0), (0, 1, 1, 4, 128, 0), (0, 0, 1, 4, 128, 0), (0, 2, 0, 4, 128, 0), (0, 0, 0, 1, 128, 0),
+    (0, 0, 0, 2, 256, 0), (0, 0, 0, 8, 128, 0), (0, 0, 0, 4, 128, 16), (0, 0, 0, 4, 128, 8), (0, 0, 0, 4, 256, 8),
+    (1, 0, 0, 4, 128, 0), (1, 1, 1, 4, 128, 0),
+    (2, 0, 0, 4, 128, 0), (2, 1, 1, 4, 128, 0), (2, 0, 1, 4, 128, 0), (2, 1, 0, 4, 128, 0), (2, 2, 0, 4, 128, 0),
+    (2, 0, 0, 2, 128, 0), (2, 0, 0, 4, 64, 0), (2, 0, 0, 2, 256, 0), (2, 0, 0, 4, 128, 16), (2, 0, 0, 4, 128, 8),
+    (2, 0, 0, 8, 128, 8), (2, 1, 1, 4, 128, 16),
+    (3, 0, 0, 4, 128, 0), (3, 1, 1, 4, 128, 0),
+]
+
+
+def gelu_mid():
+    src = open(os.path.join(ROOT, "kernels/csrc/bias_gelu.cu")).read()
+    device_src = src[:src.index("template <typename T, int VEC, bool TANH, int kThreads, int kUnroll>")] + MID_SRC
+    cases = []
+    for i, (what, ld, st, kr, thr, cap) in enumerate(MID_CFGS):
+        gy = "gy" if cap == 0 else f"std::min<int64_t>(gy, std::max<int64_t>(1, 132 * {cap} / gx))"
+        cases.append(f"    case {i}: {{ const int64_t rv = n / 8, rows = numel / n, gx = (rv + {thr} - 1) / {thr};"
+                     f" const int64_t gy = std::min<int64_t>((rows + {kr} - 1) / {kr}, 65535);"
+                     f" mid_kernel<{what}, {ld}, {st}, {kr}><<<dim3((unsigned)gx, (unsigned)({gy}), 1u), {thr}, 0, s>>>"
+                     f"(x, b, o, rows, rv); break; }}")
+    mod = _build_probe("pk_probe_gelu_mid", device_src, cases)
+    RES["copy bandwidth GB/s (1 GiB copy_)"] = round(bk.measure_copy_bandwidth() / 1e9, 1)
+    for rows, hidden in [(4096, 4096), (16384, 4096), (65536, 8192)]:
+        sets = bk.rotation_sets("bias_gelu", rows, hidden, DT)
+        nb = 4 * rows * hidden
+        x0, b0 = sets[0]["x"], sets[0]["bias"]
+        u = x0.double() + b0.double()
+        refs = {0: -x0.double(), 1: u, 2: torch.nn.functional.gelu(u), 3: torch.nn.functional.gelu(u, approximate="tanh")}
+        for name, impl in (("torch -x", "copy"), ("cuda (shipped)", "cuda"), ("compile", "compile")):
+            RES[f"{rows}x{hidden} {name}"] = timed(bk.make_fn("bias_gelu", impl), sets, rows, nb, rounds=3)
+        for i, c in enumerate(MID_CFGS):
+            y = mod.probe(x0, b0, i).double()
+            err = (y - refs[c[0]]).abs().max().item()
+            if err > 0.05:
+                RES[f"{rows}x{hidden} {c} ERR"] = err
+                continue
+            RES[f"{rows}x{hidden} {c}"] = timed(lambda d, i=i: mod.probe(d["x"], d["bias"], i), sets, rows, nb, rounds=3)
+
+
 def _host_us(fn, calls=3000):
     for _ in range(20):
         fn()
@@ -414,7 +508,7 @@ def decode_warps():
             RES[f"{op} triton w{w}"] = timed(f, sets, rows, nb, rounds=3)
 
 
-MODES = {"host": host, "decode_warps": decode_warps, "gelu_cuda": gelu_cuda, "cuda_index": cuda_index, "gelu_flat": gelu_flat, "rms_two_pass": rms_two_pass, "consumer": consumer,
+MODES = {"gelu_mid": gelu_mid, "host": host, "decode_warps": decode_warps, "gelu_cuda": gelu_cuda, "cuda_index": cuda_index, "gelu_flat": gelu_flat, "rms_two_pass": rms_two_pass, "consumer": consumer,
          "reload": reload}
 
 if __name__ == "__main__":

@@ -128,20 +128,22 @@ From the run folders' logs (same H200, same day):
   a fixed warp count by row length (`_decode_warps`: 32 for add+RMSNorm's rows of 8192 and more, 16
   for the others), add+RMSNorm's prefill rows block // 256 warps (`_reload_warps`); the other
   prefill rows are autotuned.
-- GPU tests, in this page's run and again after it (the fast-path fix above, the device guard on
-  Triton launches, `auto`'s cache-full path): `tests/kernels/test_kernels_gpu.py` **640 passed,
-  2 skipped** each time (the in-place variant is inference-only: no autograd), both backends
-  against float64 references, every CUDA launch variant (0-3) of every op at five shapes in fp32
-  and bf16 (240 of the 640), each op's Triton kernel through both launch paths, and `auto` warmed,
-  captured into a CUDA graph and replayed for four op/shape pairs.  The CPU tests cover `auto`'s
-  choice per context and the compiled-kernel launch's key with stand-ins for the GPU parts.  Two
-  later changes to `auto`'s choice in `kernels/ops.py` (rows longer than one Triton block keep the
-  eager choice in graphs; each GELU form is prepared apart) were tested on the CPU only.
+- GPU tests, in this page's run, again after it (the fast-path fix above, the device guard on
+  Triton launches, `auto`'s cache-full path) and on the final code (after two more changes to
+  `auto`'s choice in `kernels/ops.py`: rows longer than one Triton block keep the eager choice in
+  graphs; each GELU form is prepared apart; `analyses/data/final_code_h200/pytest_gpu.log`):
+  `tests/kernels/test_kernels_gpu.py` **640 passed, 2 skipped** each time (the in-place variant is
+  inference-only: no autograd), both backends against float64 references, every CUDA launch
+  variant (0-3) of every op at five shapes in fp32 and bf16 (240 of the 640), each op's Triton
+  kernel through both launch paths, and `auto` warmed, captured into a CUDA graph and replayed for
+  four op/shape pairs.  The CPU tests cover `auto`'s choice per context and the compiled-kernel
+  launch's key with stand-ins for the GPU parts.
 - compute-sanitizer (`scripts/sanitize_kernels.py`, each case twice, the second through Triton's
-  compiled-kernel launch; 0 mismatches): **memcheck: 0 errors** over 240 Triton-backend op calls in
-  this page's run and again after it, and over 480 calls of both backends in the run before it (the same CUDA code;
-  what changed after it is the block size of Triton's flat bias+GELU kernel from 32768 to 131072
-  elements); **racecheck: 0 hazards** over 240 CUDA-backend op calls on the same CUDA code.
+  compiled-kernel launch; 0 mismatches), on the final code
+  (`analyses/data/final_code_h200/sanitize.log`): **memcheck: 0 errors** over 480 op calls of both
+  backends, **racecheck: 0 hazards** over 240 CUDA-backend op calls.  Earlier the same day:
+  memcheck 0 errors over 240 Triton-backend calls in this page's run and again after it, and over
+  480 calls of both backends in the run before it.
 
 The shared code these runs cover: `kernels/csrc/common.h` (row plan, vector loads, block reductions,
 the per-item loop `for_each_item`, launch variants) for the CUDA ops, and the Triton helpers in

@@ -104,7 +104,23 @@ Triton {rms_tr}), softmax Liger {liger_sm} against CUDA {sm_cuda} (Triton {sm_tr
 bias+GELU {comp_bg} µs against {bg_cuda}.  The CUDA and Triton kernels have the same block shape, no
 local memory (checked in the SASS) and an empty CUDA kernel replays about as fast as an empty
 Triton one (0.72 vs 0.70 µs, `scripts/probe_decode.py empty`: `probe_decode_h200.json`), so the
-launch path is not the difference.  For the row kernels, what in the bodies is was not found.  For
+launch path is not the difference.  The bodies are: one launch of each kernel at each decode shape
+under Nsight Compute (`scripts/ncu_decode_compare.py`, clocks locked, no graph, so durations are
+longer than the replays above; `analyses/data/ncu_decode_compare_h200.csv.gz`):
+
+{ncu_compare}
+
+The extension's add+norm kernels execute 1.1-1.8x Triton's instructions for the same rows.  Its
+softmax executes about as many as Triton's and is still 0.13-0.45 µs slower under ncu: there the
+instruction count is not the cause, and what is was not found.  In the add+RMSNorm SASS (the kernel above at 1x4096 and 16x4096,
+beside Triton's variant with the same loads a thread; `analyses/data/ncu_decode_compare_h200_sass/`):
+the `Vec<c10::BFloat16, 8>` elements are unpacked into one register each and repacked after the
+bf16 rounding (PRMT, IMAD.U32 shifts), each vector of a thread sits behind its own bounds check and
+branch (`for_each_item`'s `idx < nvec`), the sum of squares is one serial chain of 16 FFMAs, and
+the mean square divides by `n` with IEEE division (a check and a slow-path call), all on the one chain
+that a single block per row waits on.  add+LayerNorm adds its one-barrier Welford combine: three
+shuffles and a fast division per step.  These are why the extension trails; they were measured, not
+mended (the extension's kernels run at these shapes only in eager code, below).  For
 bias+GELU a bisect this round (`scripts/probe_variants.py cuda_index`, median of three rounds)
 puts it in the work before and after the loads, not in the loads: the same CUDA kernel that copies
 instead of computing the GELU is 0.15-0.21 µs faster with 8 elements a thread (1x4096 1.17 vs 1.32,

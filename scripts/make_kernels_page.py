@@ -350,6 +350,18 @@ def _consumer_table() -> tuple[str, str]:
     return "\n".join(lines), f"{max(max(spread), 0.01):.2f} µs" if spread else "?"
 
 
+NCU_COMPARE = DATA.with_name("ncu_decode_compare_h200.csv.gz")
+
+
+def _ncu_compare() -> str:
+    """scripts/ncu_decode_compare.py's summary of the committed ncu run (and SASS excerpts)."""
+    if not NCU_COMPARE.exists():
+        return "  (no ncu comparison data)"
+    from ncu_decode_compare import summarize
+    text = summarize(NCU_COMPARE, NCU_COMPARE.parent / "ncu_decode_compare_h200_sass")
+    return "\n".join(("  " + line) if line else "" for line in text.splitlines())
+
+
 def _own_copy_note(limit: float) -> str:
     """The `cuda_index` probe's copy-only kernels (one vector load and store a thread) at the decode
     shapes: does a copy of our own get under the decode limit where torch's does not?"""
@@ -609,7 +621,8 @@ def render_all(path: Path = DATA) -> str:
         sm_cuda=g("softmax", "1x4096", "cuda"), sm_tr=g("softmax", "1x4096", "triton"),
         comp_bg=g("bias_gelu", "1x4096", "compile"), sm16_tr=g("softmax", "16x4096", "triton"),
         cuda_dec_host=_host_range(rows, "cuda"), triton_dec_host=_host_range(rows, "triton"),
-        row_margin=_decode_margin(rows, ("add_rmsnorm", "add_rmsnorm_", "add_layernorm", "softmax")))
+        row_margin=_decode_margin(rows, ("add_rmsnorm", "add_rmsnorm_", "add_layernorm", "softmax")),
+        ncu_compare=_ncu_compare())
     consumer, consumer_spread = _consumer_table()
     dec = [r["median_us"] for r in rows if r["impl"] == "copy" and r["tokens"] <= DECODE_ROWS]
     host = {impl: statistics.median(r["host_us"] for r in rows if r["impl"] == impl) for impl in ("triton", "cuda")}

@@ -235,7 +235,7 @@ THIS_ROUND = """## This round: what changed, side by side
   the argument names on an attribute only the autotuner has.  Fixed after the run; on the same GPU
   afterwards (`analyses/data/host_bias_gelu_h200.txt`, 3000 calls) `backend="triton"` bias+GELU at
   16x4096 took 21.9-22.8 µs of CPU a call, the extension 12.9-13.5 (this page's run: 33.6 and
-  11.7).  The GPU tests call every op through both paths and check that each specialisation took
+  11.7; the final-code run, on a slower host: {bg16_final}).  The GPU tests call every op through both paths and check that each specialisation took
   the compiled-kernel path (`test_triton_repeat_launches_match_float64`), and memcheck runs each
   case twice (last section).
 - **Softmax stores a decode batch's probabilities with `.cs`** (2-264 rows; Liger-Kernel's store).

@@ -435,6 +435,15 @@ def _run_score(path: Path) -> tuple[int, int, int, list[str], float]:
     return len(cells), own_ok, auto_ok, behind, host
 
 
+def _final_host(op: str, shape: str) -> str:
+    """Triton's and the extension's host µs per call for op/shape in the final-code run (FINAL)."""
+    if not FINAL.exists():
+        return "not run"
+    rows, _, _ = load(FINAL)
+    h = {r["impl"]: r["host_us"] for r in rows if r["op"] == op and r["shape"] == shape}
+    return f"{h['triton']:.1f} and {h['cuda']:.1f}, {h['triton'] / h['cuda']:.1f}x the extension's"
+
+
 def _repeat_score() -> str:
     """Target 1 in the repeat of the benchmark (RUN2) and in the run on the final code (FINAL)."""
     out = []
@@ -632,7 +641,8 @@ def render_all(path: Path = DATA) -> str:
         host_table=_host_table(), triton_host=f"{host['triton']:.1f}", cuda_host=f"{host['cuda']:.1f}",
         consumer_table=consumer, consumer_spread=consumer_spread, one_row=_one_row(),
         warps_table=_warps_table(), spread=_spread(rows),
-        bg16=g("bias_gelu", "16x4096", "triton"), bg16c=g("bias_gelu", "16x4096", "compile"))
+        bg16=g("bias_gelu", "16x4096", "triton"), bg16c=g("bias_gelu", "16x4096", "compile"),
+        bg16_final=_final_host("bias_gelu", "16x4096"))
     prev_round = PREV_ROUND.format(reload_table=_reload_table())
     parts = [render(path, rows, env), this_round, prev_round, SWAP, why, CHECKS, "## The run's table\n\n" + table]
     if PREVIOUS.exists():

@@ -13,6 +13,8 @@ analysis text + the run's table verbatim (the .md beside the CSV) + the previous
 from __future__ import annotations
 
 import csv
+import functools
+import math
 import re
 import statistics
 import sys
@@ -321,9 +323,17 @@ FINAL = DATA.with_name("bench_kernels_h200_final.csv")
 PROBE = DATA.with_name("probe_variants_h200.json")
 
 
+@functools.cache
 def _probe() -> dict:
+    """The probe results (read once: most helpers below take a mode's part of them)."""
     import json
     return json.loads(PROBE.read_text()) if PROBE.exists() else {}
+
+
+@functools.cache
+def _other_run(path: Path) -> list[dict]:
+    """The rows of another run's table (RUN2, FINAL), read once however many sections use them."""
+    return load(path)[0]
 
 
 def _med(d: dict, prefix: str) -> float:
@@ -418,7 +428,7 @@ def _decode_margin(rows: list[dict], ops: tuple = ()) -> str:
 def _run_score(path: Path) -> tuple[int, int, int, list[str], float]:
     """Target 1 in another run's table: cells, own best at or ahead, `auto` at or ahead, the cells
     where either is behind (with how far), and the extension's median host µs (how fast that host was)."""
-    rows, _, _ = load(path)
+    rows = _other_run(path)
     by = {(r["op"], r["shape"], r["impl"]): r for r in rows}
     cells = [(op, sh) for (op, sh, i) in by if i == "auto"]
     own_ok = auto_ok = 0
@@ -431,7 +441,7 @@ def _run_score(path: Path) -> tuple[int, int, int, list[str], float]:
         if not _at(peer / auto):
             behind.append(f"{op} {sh} (`auto` {100 * (auto / peer - 1):.2f}% slower"
                           + (f", own best {100 * (own / peer - 1):.2f}%)" if not _at(peer / own) else ")"))
-    host = statistics.median(r["host_us"] for r in rows if r["impl"] == "cuda" and r["host_us"] is not None)
+    host = statistics.median(r["host_us"] for r in rows if r["impl"] == "cuda" and not math.isnan(r["host_us"]))
     return len(cells), own_ok, auto_ok, behind, host
 
 
@@ -439,24 +449,20 @@ def _final_host(op: str, shape: str) -> str:
     """Triton's and the extension's host µs per call for op/shape in the final-code run (FINAL)."""
     if not FINAL.exists():
         return "not run"
-    rows, _, _ = load(FINAL)
-    h = {r["impl"]: r["host_us"] for r in rows if r["op"] == op and r["shape"] == shape}
+    h = {r["impl"]: r["host_us"] for r in _other_run(FINAL) if r["op"] == op and r["shape"] == shape}
     return f"{h['triton']:.1f} and {h['cuda']:.1f}, {h['triton'] / h['cuda']:.1f}x the extension's"
 
 
 def _repeat_score() -> str:
     """Target 1 in the repeat of the benchmark (RUN2) and in the run on the final code (FINAL)."""
     out = []
-    if RUN2.exists():
-        n, own_ok, auto_ok, behind, _ = _run_score(RUN2)
-        out.append(f"In the repeat of the benchmark minutes later (`{RUN2.name}`): own best at or ahead at "
-                   f"{own_ok} of {n}, `auto` at {auto_ok} of {n}"
-                   + (" (behind: " + ", ".join(behind) + ")" if behind else "") + ".")
-    if FINAL.exists():
-        n, own_ok, auto_ok, behind, host = _run_score(FINAL)
-        out.append(f"On the final code, a third run later the same day (`{FINAL.name}`, on a slower host: the "
-                   f"extension's median host cost {host:.1f} µs a call): own best at or ahead at {own_ok} of {n}, "
-                   f"`auto` at {auto_ok} of {n}" + (" (behind: " + ", ".join(behind) + ")" if behind else "") + ".")
+    for path, label in ((RUN2, "In the repeat of the benchmark minutes later (`{name}`)"),
+                        (FINAL, "On the final code, a third run later the same day (`{name}`, on a slower host: "
+                                "the extension's median host cost {host:.1f} µs a call)")):
+        if path.exists():
+            n, own_ok, auto_ok, behind, host = _run_score(path)
+            out.append(label.format(name=path.name, host=host) + f": own best at or ahead at {own_ok} of {n}, "
+                       f"`auto` at {auto_ok} of {n}" + (" (behind: " + ", ".join(behind) + ")" if behind else "") + ".")
     return "  ".join(out)
 
 
@@ -521,8 +527,7 @@ def _spread(rows: list[dict]) -> str:
     """The same code timed in two runs: this page's and RUN2 (the benchmark again, minutes later)."""
     if not RUN2.exists():
         return ""
-    with RUN2.open() as f:
-        other = {(r["op"], r["shape"], r["impl"]): float(r["median_us"]) for r in csv.DictReader(f)}
+    other = {(r["op"], r["shape"], r["impl"]): r["median_us"] for r in _other_run(RUN2)}
     diffs = []
     for r in rows:
         k = (r["op"], r["shape"], r["impl"])

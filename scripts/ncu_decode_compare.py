@@ -18,6 +18,9 @@ prints the comparison: per op and shape, each backend's duration and instruction
 from __future__ import annotations
 
 import argparse
+import csv
+import gzip
+import os
 import re
 import subprocess
 import sys
@@ -50,8 +53,6 @@ def write_sass(out: Path) -> None:
         (out / "cuda_extension.sass").write_text(res.stdout or res.stderr)
         break
     # Triton's own cache holds every compiled variant: dump the cubins' SASS by file name
-    import os
-
     for cubin in Path(os.environ.get("TRITON_CACHE_DIR", Path.home() / ".triton" / "cache")).rglob("*.cubin"):
         res = subprocess.run(["cuobjdump", "-sass", str(cubin)], capture_output=True, text=True)
         (out / f"triton_{cubin.parent.name[:12]}_{cubin.stem}.sass").write_text(res.stdout or res.stderr)
@@ -79,12 +80,8 @@ def _function(sass: str, needle: str) -> str:
 
 
 def summarize(csv_path: Path, sass_dir: Path | None) -> str:
-    import csv
-    import gzip
-
-    opener = gzip.open if csv_path.suffix == ".gz" else open
-    with opener(csv_path, "rt") as fh:
-        rows = list(csv.DictReader(line for line in fh if line.startswith('"')))[1:]  # [0]: units
+    # ncu's own messages (==PROF==, ==WARNING==) are not CSV; rows[0] holds the units
+    rows = list(csv.DictReader(line for line in _read(csv_path).splitlines() if line.startswith('"')))[1:]
     cases = [(op, be, f"{r}x{n}") for r, n in SHAPES for op in OPS for be in ("cuda", "triton")]
     if len(rows) != len(cases):
         sys.exit(f"{csv_path}: {len(rows)} profiled kernels, expected {len(cases)}")
@@ -115,8 +112,6 @@ def summarize(csv_path: Path, sass_dir: Path | None) -> str:
 
 
 def _read(path: Path) -> str:
-    import gzip
-
     if not path.exists():
         return ""
     return gzip.open(path, "rt").read() if path.suffix == ".gz" else path.read_text()

@@ -105,7 +105,7 @@ bias+GELU {comp_bg} µs against {bg_cuda}.  The CUDA and Triton kernels have the
 local memory (checked in the SASS) and an empty CUDA kernel replays about as fast as an empty
 Triton one (0.72 vs 0.70 µs, `scripts/probe_decode.py empty`: `probe_decode_h200.json`), so the
 launch path is not the difference.  The bodies are: one launch of each kernel at each decode shape
-under Nsight Compute (`scripts/ncu_decode_compare.py`, clocks locked, no graph, so durations are
+under Nsight Compute (H200, 2026-11-30; `scripts/ncu_decode_compare.py`, clocks locked, no graph, so durations are
 longer than the replays above; `analyses/data/ncu_decode_compare_h200.csv.gz`):
 
 {ncu_compare}

@@ -20,7 +20,7 @@ def __getattr__(name: str) -> Any:
         from profkit import api
         return getattr(api, name)
     if name == "annotate":
-        from profkit.annotate import annotate
+        from profkit.capture.annotate import annotate
         return annotate
     if name == "ProfkitError":
         from profkit.errors import ProfkitError

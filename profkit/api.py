@@ -15,23 +15,24 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-from profkit import evidence as ev
-from profkit import gpu_metrics
-from profkit import patterns
-from profkit import rules
-from profkit.advisor import Frame, Suggestion, advise, advise_pair
-from profkit import aten_record
-from profkit.attribution import aten_key
-from profkit.dtypes import recorded_dtype
-from profkit.classify import judge, launch_stats
-from profkit.ops import group_ops
+from profkit.judge import evidence as ev
+from profkit.judge import gpu_metrics
+from profkit.read import gpu_metrics as read_gpu_metrics
+from profkit.judge import patterns
+from profkit.judge import rules
+from profkit.judge.advisor import Frame, Suggestion, advise, advise_pair
+from profkit.read import aten_record
+from profkit.run.attribution import aten_key
+from profkit.judge.dtypes import recorded_dtype
+from profkit.judge.classify import judge, launch_stats
+from profkit.run.ops import group_ops
 from profkit.errors import ProfkitError
-from profkit.peaks import Peaks, resolve_peaks
-from profkit.reader import match_names
-from profkit.run import (MIN_ACTION_GAIN, RunSummary, apply_actions, critical_fraction, summarize,
+from profkit.read.peaks import Peaks, resolve_peaks
+from profkit.read.nsys import match_names
+from profkit.run.summary import (MIN_ACTION_GAIN, RunSummary, apply_actions, critical_fraction, summarize,
                          sync_intervals)
-from profkit.trace import Trace
-from profkit.window import LIBRARY_RANGE_RE, Window, find_window
+from profkit.read.trace import Trace
+from profkit.run.window import LIBRARY_RANGE_RE, Window, find_window
 
 SCHEMA_VERSION = 2
 
@@ -39,10 +40,10 @@ SCHEMA_VERSION = 2
 class Profile:
     """One trace, its GPU's roofline ceilings, and the analyses over it.
 
-    ``window``: the stretch judged (profkit.window): ``auto`` (the iterations after the first),
+    ``window``: the stretch judged (profkit.run.window): ``auto`` (the iterations after the first),
     ``all``, ``RANGE``, ``RANGE[i:j]`` or ``T0:T1`` seconds. ``trace`` is the windowed view that
     every op, share and gain is computed on; ``full_trace`` the whole capture.
-    ``attribution``: ``process`` or ``thread`` (profkit.trace.Trace).
+    ``attribution``: ``process`` or ``thread`` (profkit.read.trace.Trace).
     ``gains``: ``wall`` (default) judges end-to-end gains on the window's wall time; ``gpu``
     on its GPU time alone, as if the GPU were always the bottleneck (kernel benchmarks).
     """
@@ -78,7 +79,7 @@ class Profile:
         return self._run
 
     def findings(self) -> list:
-        """Every rule's findings (profkit.rules), best expected gain on wall time first."""
+        """Every rule's findings (profkit.judge.rules), best expected gain on wall time first."""
         self.run()
         return list(self._findings)
 
@@ -122,9 +123,9 @@ class Profile:
         return self.trace.path
 
     @cached_property
-    def gpu_samples(self) -> Optional[gpu_metrics.GpuMetrics]:
+    def gpu_samples(self) -> Optional[read_gpu_metrics.GpuMetrics]:
         """nsys GPU-metrics samples (``capture --gpu-metrics``), None when the export has none."""
-        return gpu_metrics.read_gpu_metrics(self.path)
+        return read_gpu_metrics.read_gpu_metrics(self.path)
 
     def ops(self, by: str = "range", innermost: bool = False, top: Optional[int] = None) -> pd.DataFrame:
         """One row per op, sorted by GPU time: times, share, bound class, evidence and next step.

@@ -9,7 +9,7 @@ class BoundClass(str, Enum):
     COMPUTE = "compute"   # arithmetic units: intensity above the ridge point
     MEMORY = "memory"     # bytes through HBM (or a host link): intensity below the ridge point
     LAUNCH = "launch"     # the fixed cost of launching kernels, not the work in them
-    COMMUNICATION = "communication"  # NCCL collectives: bytes between GPUs (see profkit.comm)
+    COMMUNICATION = "communication"  # NCCL collectives: bytes between GPUs (see profkit.judge.comm)
     UNKNOWN = "unknown"   # the evidence cannot decide (e.g. a GEMM seen on the timeline only)
 
 

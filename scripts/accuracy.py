@@ -44,11 +44,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import profkit  # noqa: E402
-from profkit.classify import TINY_KERNEL_FACTOR  # noqa: E402
-from profkit import aten_record  # noqa: E402
-from profkit import evidence as ev  # noqa: E402
-from profkit.attribution import aten_key  # noqa: E402
-from profkit.dtypes import recorded_dtype  # noqa: E402
+from profkit.judge.classify import TINY_KERNEL_FACTOR  # noqa: E402
+from profkit.read import aten_record  # noqa: E402
+from profkit.judge import evidence as ev  # noqa: E402
+from profkit.run.attribution import aten_key  # noqa: E402
+from profkit.judge.dtypes import recorded_dtype  # noqa: E402
 from profkit.errors import ProfkitError  # noqa: E402
 
 # GEMM, convolution and attention ops: their element type decides the roof they are judged on.
@@ -138,7 +138,7 @@ def remerged(path: Path, tmpdir: Path) -> tuple[Path, str]:
     """A copy of ``path`` with its sibling ncu CSV merged again (or ``path`` itself)."""
     import shutil
 
-    from profkit.ncu_import import merge_ncu, read_meta
+    from profkit.capture.ncu_merge import merge_ncu, read_meta
     csv = path.with_name(path.name[:-len(".sqlite")] + ".ncu.csv")
     if not csv.exists():
         csv = csv.with_name(csv.name + ".gz")

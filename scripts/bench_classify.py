@@ -105,10 +105,11 @@ def phase_breakdown(trace: Path, by: str) -> dict[str, tuple[float, float]]:
     usage = os.wait4(proc.pid, 0)[2]
     phases["python start + import profkit.cli (subprocess)"] = (
         time.perf_counter() - t, usage.ru_utime + usage.ru_stime)
-    from profkit import render
+    from profkit.show import render
     from profkit.api import load
-    from profkit.ops import group_ops
-    from profkit.reader import TraceReader
+    from profkit.run.ops import group_ops
+    from profkit.run.attribution import activity_pairs
+    from profkit.read.nsys import TraceReader
 
     reader = TraceReader(trace)
     timed("  TraceReader.activities()", phases, reader.activities)
@@ -116,8 +117,8 @@ def phase_breakdown(trace: Path, by: str) -> dict[str, tuple[float, float]]:
     reader.close()
     prof = timed("profkit.load(): Trace(path) + peaks + precision", phases, lambda: load(trace))
     if by in ("range", "aten"):
-        timed("Trace.pairs() (NVTX projection, cached; reads NVTX first if lazy)", phases,
-              lambda: prof.trace.pairs(by, by == "aten"))
+        timed("activity_pairs() (NVTX projection, cached; reads NVTX first if lazy)", phases,
+              lambda: activity_pairs(prof.trace, by, by == "aten"))
     timed("group_ops()", phases, lambda: group_ops(prof.trace, by=by))
     timed("Profile.ops()", phases, lambda: prof.ops(by=by))
     timed("Profile.report() + render.to_json() (calls ops() again)", phases,
@@ -127,7 +128,7 @@ def phase_breakdown(trace: Path, by: str) -> dict[str, tuple[float, float]]:
 
 def cprofile_top(trace: Path, by: str, top: int) -> str:
     """cProfile of load + ops + report, as the CLI runs them; top functions by own time."""
-    from profkit import render
+    from profkit.show import render
     from profkit.api import load
     pr = cProfile.Profile()
     pr.enable()

@@ -6,7 +6,7 @@ Makes RANKS rank traces of about KERNELS kernels each from the real 2-GPU DDP ca
 (traces/ddp2/rank{0,1}.sqlite, repeated in time by scripts/make_large_trace.py: the real nsys
 schema, launches still linked to their kernels), rank r a copy of the base built from rank r % 2.
 One rank (--straggler) gets its non-NCCL kernels stretched by 25% so the merge has a straggler
-to find. Then runs ``profkit.multirank.classify_ranks`` on the first N ranks for each N in
+to find. Then runs ``profkit.compare.multirank.classify_ranks`` on the first N ranks for each N in
 --scales, with local worker processes and with a local Dask cluster (LocalCluster, one thread
 per worker process), and reports wall time and peak resident memory (this process plus all its
 child processes, summed, sampled every 50 ms with psutil), with the 1-minute load average before
@@ -32,7 +32,7 @@ import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from profkit.multirank import classify_ranks  # noqa: E402
+from profkit.compare.multirank import classify_ranks  # noqa: E402
 
 
 def _load_make_large():

@@ -3,7 +3,7 @@
 The step of scripts/workloads/train_llama.py (2-layer HF Llama, random weights, bf16 autocast,
 AdamW foreach, batch 8, sequence 512), timed three ways in one process, in alternating rounds:
 plain, under ``torch.autograd.profiler.emit_nvtx(record_shapes=True)``, and under
-``profkit.recorder.recorder()``. Each step is synchronised; the median over the measured steps
+``profkit.capture.recorder.recorder()``. Each step is synchronised; the median over the measured steps
 (after warm-up) is reported. Then one step under the recorder counts the ops recorded on
 threads other than the main one (the autograd engine's device threads run backward).
 
@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
-from profkit.recorder import recorder  # noqa: E402
+from profkit.capture.recorder import recorder  # noqa: E402
 
 
 def build(batch: int, seq: int):

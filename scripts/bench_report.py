@@ -50,8 +50,8 @@ def phases(trace: Path, out: Path, by: str) -> dict[str, float]:
     import matplotlib
     matplotlib.use("Agg", force=True)
     import profkit
-    from profkit import report
-    from profkit.plots import roofline, timeline
+    from profkit.show import report
+    from profkit.show.plots import roofline, timeline
 
     t = {}
     s = time.perf_counter()

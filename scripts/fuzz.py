@@ -44,7 +44,7 @@ def _too_long(signum, frame) -> None:
 
 def check(result) -> str | None:
     """Why a CLI result breaks the contract, or None when it keeps it."""
-    from profkit.text import CONTROL_RE
+    from profkit.read.text import CONTROL_RE
 
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         return f"exception {type(result.exception).__name__}: {result.exception}"
@@ -63,7 +63,7 @@ def check(result) -> str | None:
 
 def run(count: int, seed: int, traces: list[str], verbose: bool = False) -> tuple[int, int, dict]:
     """Run ``count`` mutations; (runs, failures, exit-status histogram)."""
-    from profkit import livefile
+    from profkit.read import livefile
     from profkit.cli import main
 
     # Every damaged file is watched for a writer still appending before it is called damaged;

@@ -13,13 +13,13 @@ whose top opportunities are ranked, with ``survey_exclude`` for one-off set-up o
 survey op the AFTER traces implement, its prediction checked against them), ``facts`` (busy %, CPU
 per call, launch gaps and the first call of the ops, per trace) and ``peaks`` (default: the measured
 H200 peaks). A full run also writes analyses/README.md, one line per page. Each page holds BEFORE's
-classification and suggestion for the op(s) of interest, the diff table (profkit.diff), profkit's
+classification and suggestion for the op(s) of interest, the diff table (profkit.compare.diff), profkit's
 predicted vs the measured gain per op and end to end, and — where the two disagree by more than
 20% — a "Why" section whose text is the case's ``notes``. The notes are written by a person after
 looking at the numbers; a case that disagrees by more than 20% and has no notes FAILS the run
 (exit 2), so no page ships an unexplained miss. ``before_range``/``after_range`` compare two
 differently named ranges (for one trace that holds both variants). Roofline images are added when
-``profkit.plots.roofline`` exists (skipped otherwise). Exit codes: 0 ok, 1 drift (--check),
+``profkit.show.plots.roofline`` exists (skipped otherwise). Exit codes: 0 ok, 1 drift (--check),
 2 a case error.
 """
 from __future__ import annotations
@@ -39,10 +39,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import profkit  # noqa: E402
-from profkit import estimate, patterns, render  # noqa: E402
-from profkit.attribution import aten_key  # noqa: E402
-from profkit.diff import DiffResult, diff, to_markdown  # noqa: E402
-from profkit.ops import group_ops  # noqa: E402
+from profkit.judge import estimate  # noqa: E402
+from profkit.judge import patterns
+from profkit.show import render
+from profkit.run.attribution import aten_key  # noqa: E402
+from profkit.compare.diff import DiffResult, diff, to_markdown  # noqa: E402
+from profkit.run.ops import group_ops  # noqa: E402
 from functools import partial  # noqa: E402
 
 # The case studies measure kernels in benchmark scripts: the whole capture, per-thread
@@ -399,11 +401,11 @@ def _prediction_table(res: DiffResult, ops: tuple[str, ...]) -> list[str]:
 
 def _roofline(case: Case, sides: list[tuple[str, object, list[str]]], img_dir: Path,
               page_dir: Path) -> list[str]:
-    """Roofline images before/after through profkit.plots.roofline, when it exists. ``sides``:
+    """Roofline images before/after through profkit.show.plots.roofline, when it exists. ``sides``:
     (label, profile, ops to show). Ops without FLOP and byte counts cannot be placed; a side with
     none placed gets no image (said on the page)."""
     try:
-        from profkit.plots import roofline, roofline_data  # another engineer's module; optional
+        from profkit.show.plots import roofline, roofline_data  # another engineer's module; optional
     except ImportError:
         return []
     lines = ["## Roofline", ""]

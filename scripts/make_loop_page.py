@@ -1,6 +1,6 @@
 """Write analyses/closing_the_loop.md: for each before/after pair of real programs, profkit's
 classification of BEFORE, its top suggestion, the rule that matches the change that was applied,
-and that rule's prediction against the measured change of wall time per step (profkit.diff.run_change).
+and that rule's prediction against the measured change of wall time per step (profkit.compare.diff.run_change).
 
     python scripts/make_loop_page.py            # (re)write the page
     python scripts/make_loop_page.py --check    # exit 1 when the committed page is stale
@@ -22,8 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import profkit  # noqa: E402
-from profkit.diff import run_change  # noqa: E402
-from profkit.render import fmt_time  # noqa: E402
+from profkit.compare.diff import run_change  # noqa: E402
+from profkit.show.render import fmt_time  # noqa: E402
 
 PAGE = ROOT / "analyses" / "closing_the_loop.md"
 TARGET = 0.25  # the issue's target: predicted within +-25% of measured

@@ -15,8 +15,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import profkit  # noqa: E402
-from profkit import render  # noqa: E402
-from profkit.diff import run_change  # noqa: E402
+from profkit.show import render  # noqa: E402
+from profkit.compare.diff import run_change  # noqa: E402
 from make_loop_page import write_or_check  # noqa: E402  (scripts/ is on sys.path)
 
 PAGE = ROOT / "analyses" / "run_summaries.md"

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 import profkit
-from profkit import annotate as annotate_mod
-from profkit.annotate import annotate
-from profkit.hints import Hint, parse_range_name
+from profkit.capture import annotate as annotate_mod
+from profkit.capture.annotate import annotate
+from profkit.read.hints import Hint, parse_range_name
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -119,7 +119,7 @@ def test_without_nvtx_package(monkeypatch):
 
 
 def test_package_level_name(ranges):
-    import profkit.annotate as mod  # importing the module must not break profkit.annotate(...)
+    import profkit.capture.annotate as mod  # importing the module must not break profkit.annotate(...)
     with profkit.annotate("p", flops=5) as a:
         pass
     assert isinstance(a, annotate) and a.message == "p {flops=5}"

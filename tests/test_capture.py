@@ -17,8 +17,8 @@ import pytest
 from click.testing import CliRunner
 
 import profkit
-from profkit import capture as cap
-from profkit import nsys_locate
+from profkit.capture import runner as cap
+from profkit.capture import nsys_locate
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -92,7 +92,7 @@ if argv[:1] == ["export"]:
     sys.exit(0)
 assert argv[0] == "profile", argv
 base = argv[argv.index("-o") + 1]
-app = argv[argv.index("profkit._run_script") - 2:]
+app = argv[argv.index("profkit.capture.bootstrap") - 2:]
 rc = subprocess.call(app)
 if mode == "qdstrm":
     open(base + ".qdstrm", "wb").write(b"qdstrm")
@@ -122,7 +122,7 @@ if argv[:1] == ["--import"]:
     sys.stdout.write(open(os.environ["FAKE_NCU_CSV"]).read())
     sys.exit(0)
 base = argv[argv.index("--export") + 1]
-app = argv[argv.index("profkit._run_script") - 2:]
+app = argv[argv.index("profkit.capture.bootstrap") - 2:]
 rc = subprocess.call(app)
 open(base + ".ncu-rep", "wb").write(b"fake ncu report")
 sys.exit(rc)
@@ -338,7 +338,7 @@ def test_argv_passed_to_nsys_no_shell(tools):
     assert tmp_base.parent == tools.work
     assert tmp_base.name.startswith(".my script 'q' \"x\".profkit-tmp-")
     assert call[13:19] == ["--delay", "0", "--sample", "none", "--foo", "a b"]
-    assert call[19:22] == [sys.executable, "-m", "profkit._run_script"]
+    assert call[19:22] == [sys.executable, "-m", "profkit.capture.bootstrap"]
     assert call[22] == "--exit-code-file"
     assert call[24:] == ["--", name, *args]
     out = tools.work / "my script 'q' \"x\".sqlite"
@@ -526,7 +526,7 @@ def test_resolve_output(tmp_path):
 
 
 def test_ncu_range_expression():
-    from profkit.ncu_import import ncu_range_expression
+    from profkit.capture.ncu_merge import ncu_range_expression
     assert ncu_range_expression("step") == "step/"
     assert ncu_range_expression("outer/inner/") == "outer/inner/"
     assert ncu_range_expression("regex:gemm.*") == "regex:gemm.*/"
@@ -538,7 +538,7 @@ def _bootstrap(tmp_path, body, *args, aten=False):
     code = tmp_path / "code.txt"
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     flag = [] if not aten else ["--aten"] if aten is True else [f"--aten={aten}"]
-    cmd = [sys.executable, "-m", "profkit._run_script", *flag,
+    cmd = [sys.executable, "-m", "profkit.capture.bootstrap", *flag,
            "--exit-code-file", str(code), "--", str(script), *args]
     res = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path)
     return res, code.read_text() if code.exists() else None
@@ -572,7 +572,7 @@ def test_bootstrap_exit_codes(tmp_path):
 
 def test_bootstrap_aten_wraps_emit_nvtx(tmp_path, monkeypatch):
     torch = pytest.importorskip("torch")
-    from profkit import _run_script
+    from profkit.capture import bootstrap as _run_script
     seen = {}
 
     class FakeEmit:
@@ -596,7 +596,8 @@ def test_bootstrap_aten_wraps_emit_nvtx(tmp_path, monkeypatch):
 
 def test_bootstrap_aten_uses_the_recorder_by_default(tmp_path, monkeypatch):
     pytest.importorskip("torch")
-    from profkit import _run_script, recorder
+    from profkit.capture import bootstrap as _run_script
+    from profkit.capture import recorder
     texts = []
     monkeypatch.setattr(recorder, "nvtx_functions", lambda: (texts.append, lambda: None))
     script = _script(tmp_path / "u.py", "import torch\nRESULT = torch.ones(3) + 1\n")
@@ -667,14 +668,14 @@ def test_aten_flag_reaches_bootstrap(tools):
     _script(tools.work / "s.py", "print('x')\n")
     r = _invoke(["--aten", "s.py"])
     (call,) = [c for c in tools.calls() if c[1] == "profile"]
-    i = call.index("profkit._run_script")
+    i = call.index("profkit.capture.bootstrap")
     assert call[i + 1] == "--aten"
     meta = dict(sqlite3.connect(tools.work / "s.sqlite").execute(
         "SELECT key, value FROM PROFKIT_META").fetchall())
     assert (meta["aten"], meta["aten_source"]) == ("1", "recorder")
     r = _invoke(["--aten", "--aten-source", "emit_nvtx", "--force", "s.py"])
     call = [c for c in tools.calls() if c[1] == "profile"][-1]
-    assert call[call.index("profkit._run_script") + 1] == "--aten=emit_nvtx"
+    assert call[call.index("profkit.capture.bootstrap") + 1] == "--aten=emit_nvtx"
     meta = dict(sqlite3.connect(tools.work / "s.sqlite").execute(
         "SELECT key, value FROM PROFKIT_META").fetchall())
     assert meta["aten_source"] == "emit_nvtx"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import profkit
-from profkit.estimate import amdahl
+from profkit.judge.estimate import amdahl
 
 # Golden numbers here are over the whole capture with Nsight Systems' per-thread projection.
 load_all = partial(profkit.load, window="all", attribution="thread")

@@ -172,7 +172,7 @@ def test_wide_keeps_every_column():
 
 
 def test_names_wrap_at_word_boundaries():
-    from profkit.render import wrap_name
+    from profkit.show.render import wrap_name
     assert wrap_name("triton_poi_fused_add_native_layer_norm_0", 12).split("\n") == [
         "triton_poi_", "fused_add_", "native_", "layer_norm_0"]
     assert wrap_name("short", 12) == "short"

@@ -1,4 +1,4 @@
-"""profkit.comm: NCCL kernels are communication, interval arithmetic for exposed time, bandwidth."""
+"""profkit.judge.comm: NCCL kernels are communication, interval arithmetic for exposed time, bandwidth."""
 from __future__ import annotations
 
 from functools import partial
@@ -11,9 +11,9 @@ import pytest
 from click.testing import CliRunner
 
 import profkit
-from profkit import comm
+from profkit.judge import comm
 from profkit.cli import main
-from profkit.trace import Trace
+from profkit.read.trace import Trace
 from synth import TID, make_trace
 
 # Golden numbers here are over the whole capture with Nsight Systems' per-thread projection.

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import profkit
-from profkit.diff import run_change
+from profkit.compare.diff import run_change
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -137,9 +137,9 @@ def test_sdpa_op_gain_is_measured():
     attention (the GEMM pairs and the kernels between them) per step, against SDPA's kernels."""
     import numpy as np
 
-    from profkit.patterns import FLASH_RE
-    from profkit.rules import pk301_attention_path as pk301
-    from profkit.rules.base import RuleContext, matches
+    from profkit.judge.patterns import FLASH_RE
+    from profkit.judge.rules import pk301_attention_path as pk301
+    from profkit.judge.rules.base import RuleContext, matches
     b, f = _finding("traces/real/train_llama_eager_attn.sqlite", "PK301")
     ctx = RuleContext(b, b.run())
     glue, after, a = pk301._glue(ctx, {n for n in ctx.kernels.index if "softmax_warp" in n})

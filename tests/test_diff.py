@@ -1,4 +1,4 @@
-"""`profkit diff` and profkit.diff: numbers checked against nsys's own reference outputs and
+"""`profkit diff` and profkit.compare.diff: numbers checked against nsys's own reference outputs and
 hand-built traces whose every number is known, the JSON contract, the gate and bad input."""
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 import profkit
 from profkit.cli import main
-from profkit.diff import DIFF_SCHEMA_VERSION, diff, run_lines, to_markdown
+from profkit.compare.diff import DIFF_SCHEMA_VERSION, diff, run_lines, to_markdown
 from synth import TID, make_trace, whole
 
 # Golden numbers here are over the whole capture with Nsight Systems' per-thread projection.

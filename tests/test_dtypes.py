@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from profkit.dtypes import kernel_dtype, op_dtype
+from profkit.judge.dtypes import kernel_dtype, op_dtype
 
 
 @pytest.mark.parametrize("name,prec", [

@@ -69,8 +69,8 @@ def test_autotune_not_worth_it_exact():
 
 
 def test_same_functions_as_the_advisor(monkeypatch):
-    """The CLI calls profkit.estimate's functions (the ones the advisor uses), not copies."""
-    from profkit import estimate as est
+    """The CLI calls profkit.judge.estimate's functions (the ones the advisor uses), not copies."""
+    from profkit.judge import estimate as est
     calls = []
     real = est.amdahl
     monkeypatch.setattr(est, "amdahl", lambda p, s: calls.append((p, s)) or real(p, s))

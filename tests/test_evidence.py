@@ -6,11 +6,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from profkit import evidence as ev
-from profkit.classify import classify_op, judge, launch_stats
-from profkit.dtypes import op_dtype
+from profkit.judge import evidence as ev
+from profkit.judge.classify import classify_op, judge, launch_stats
+from profkit.judge.dtypes import op_dtype
 from profkit.model import BoundClass, Source
-from profkit.peaks import Peaks
+from profkit.read.peaks import Peaks
 
 PEAKS = Peaks(gpu="test", memory_bandwidth=4.0e12,
               flops={"fp32": 5.0e13, "tf32": 4.0e14, "bf16": 8.0e14, "fp16": 7.7e14},

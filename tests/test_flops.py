@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from profkit.flops import (AtenCall, OpCost, aten_is_wrapper, broadcast_shapes, estimate,
+from profkit.judge.flops import (AtenCall, OpCost, aten_is_wrapper, broadcast_shapes, estimate,
                            estimate_call, has_model, innermost_modeled, normalize_op,
                            parse_aten_range)
 

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from mutate import mutate
 from profkit.cli import main
-from profkit.text import CONTROL_RE
+from profkit.read.text import CONTROL_RE
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACES = ROOT / "traces"

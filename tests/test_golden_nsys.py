@@ -10,8 +10,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from profkit.ops import group_ops
-from profkit.trace import Trace
+from profkit.run.ops import group_ops
+from profkit.read.trace import Trace
 
 ROOT = Path(__file__).resolve().parents[1]
 REF = ROOT / "tests" / "data" / "nsys_ref"
@@ -46,7 +46,7 @@ def test_range_projection_matches_nvtx_gpu_proj_sum(trace):
 def test_aten_ranges_project_like_nsys():
     """Every emit_nvtx range instance (unique names: they carry op_id) against nsys, nested ones too."""
     tr = Trace(ROOT / "traces" / "model_tiny_llama_aten.sqlite")
-    from profkit import attribution
+    from profkit.run import attribution
     ranges = tr.ranges
     inst = attribution.range_instances(ranges, tr.activities,
                                        attribution.range_activity_pairs(ranges, tr.activities))

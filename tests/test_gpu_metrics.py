@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import profkit
-from profkit.gpu_metrics import overlap_weights, read_gpu_metrics
+from profkit.read.gpu_metrics import overlap_weights, read_gpu_metrics
 from synth import TID, make_trace
 
 PERIOD = 100_000  # 10 kHz

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from profkit import livefile
+from profkit.read import livefile
 from profkit.cli import main
 
 TRACES = Path(__file__).resolve().parent.parent / "traces"

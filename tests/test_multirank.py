@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from profkit import multirank as mr
+from profkit.compare import multirank as mr
 from profkit.cli import main
 from synth import TID, make_trace, whole
 

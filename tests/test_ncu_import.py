@@ -16,8 +16,8 @@ from click.testing import CliRunner
 
 import profkit
 from profkit.errors import ProfkitError, TraceError
-from profkit.ncu import NCU_COLUMNS, NCU_TABLE, read_ncu_metrics
-from profkit.ncu_import import (kernel_base_name, merge_ncu, parse_nvtx_stack, range_matcher,
+from profkit.read.ncu import NCU_COLUMNS, NCU_TABLE, read_ncu_metrics
+from profkit.capture.ncu_merge import (kernel_base_name, merge_ncu, parse_nvtx_stack, range_matcher,
                                 read_meta, read_raw_csv, to_number, unit_scale, write_meta)
 
 DATA = Path(__file__).resolve().parent / "data" / "ncu"
@@ -326,7 +326,7 @@ def test_real_ncu_csv_merges_into_copy_of_real_trace(tmp_path):
 
 def test_base_name_of_ncu_anonymous_namespace():
     """ncu prints `<unnamed>::` as `unnamed>::`; the unbalanced `>` must not eat the name."""
-    from profkit.ncu_import import kernel_base_name
+    from profkit.capture.ncu_merge import kernel_base_name
     ncu = ("void unnamed>::distribution_elementwise_grid_stride_kernel<float, 4, void "
            "normal_and_transform<BFloat16, float>(TensorIteratorBase &, T3, T4)::[lambda(int) "
            "(instance 2)]>(long, PhiloxCudaState, T3, T4)")
@@ -357,7 +357,7 @@ def test_launch_skip_is_caught_by_grid_and_block(tmp_path, skip):
 
 
 def test_merge_ncu_never_replaces_counters_with_fewer(trace, tmp_path):
-    from profkit.capture import merge_existing
+    from profkit.capture.runner import merge_existing
     csv_all = FIXTURE
     merge_existing(csv_all, trace)
     df = read_raw_csv(FIXTURE)

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 import profkit
-from profkit import perfetto
+from profkit.show import perfetto
 from profkit.cli import main
 from synth import PID, TID, make_trace
 

@@ -38,7 +38,7 @@ def test_quiet_once_the_norms_are_fused():
 def test_a_composed_norm_with_no_add_is_the_library_norm(monkeypatch):
     # with no residual add before any chain the advice is F.rms_norm, a library call
     from profkit.model import Rung
-    from profkit.rules import pk401_eager_norm_fusion as pk
+    from profkit.judge.rules import pk401_eager_norm_fusion as pk
 
     monkeypatch.setattr(pk, "ADD_RE", __import__("re").compile(r"^$"))
     f = _pk401("traces/real/generate_llama_samerun.sqlite")

@@ -20,10 +20,10 @@ from click.testing import CliRunner  # noqa: E402
 import profkit  # noqa: E402
 from profkit.cli import main  # noqa: E402
 from profkit.errors import ProfkitError  # noqa: E402
-from profkit.peaks import Peaks  # noqa: E402
-from profkit.plots import roofline, roofline_data, timeline, timeline_data  # noqa: E402
-from profkit.plots.roofline import _roofs  # noqa: E402
-from profkit.plots.timeline import (COMPUTE, LAUNCH, MEMORY, OTHER, Lane, TimelineData,  # noqa: E402
+from profkit.read.peaks import Peaks  # noqa: E402
+from profkit.show.plots import roofline, roofline_data, timeline, timeline_data  # noqa: E402
+from profkit.show.plots.roofline import _roofs  # noqa: E402
+from profkit.show.plots.timeline import (COMPUTE, LAUNCH, MEMORY, OTHER, Lane, TimelineData,  # noqa: E402
                                     _coverage, _idle_gaps, parse_time)
 from synth import TID, make_trace, whole  # noqa: E402
 
@@ -139,7 +139,7 @@ def test_roofline_labels_do_not_overlap_each_other_or_roof_labels():
 
 
 def test_point_labels_are_short():
-    from profkit.plots.roofline import point_label
+    from profkit.show.plots.roofline import point_label
     assert point_label("aten::mm [[2048, 2048], [2048, 11264]]") == "mm 2048×2048, 2048×11264"
     assert point_label("aten::fill_ [[4, 512, 2048], []]") == "fill_ 4×512×2048"
     assert point_label("my_matmul") == "my_matmul"
@@ -175,7 +175,7 @@ def test_roofline_synthetic_points_classes_and_roofs(tmp_path):
 
 
 def test_axis_limits_hold_every_point_however_far_from_the_roofs():
-    from profkit.plots.roofline import RooflineData, axis_limits
+    from profkit.show.plots.roofline import RooflineData, axis_limits
     import pandas as pd
     pts = pd.DataFrame({"ai": [1e-4, 5e4], "flops_per_s": [1e3, 5e14], "gpu_time_ns": [1.0, 2.0]},
                        index=["slow", "fast"])
@@ -277,7 +277,7 @@ def test_timeline_start_end_window_and_bad_windows():
 
 
 def test_nvtx_depth_of_nested_ranges():
-    from profkit.plots.timeline import _nvtx_depth
+    from profkit.show.plots.timeline import _nvtx_depth
     # [0,100] holds [10,50] which holds [20,30]; [60,90] sits in the first; [200,300] stands alone.
     start = np.array([0, 10, 20, 60, 200])
     end = np.array([100, 50, 30, 90, 300])

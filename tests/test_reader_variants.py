@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 
 from profkit.errors import ProfkitError
-from profkit.ops import group_ops
-from profkit.trace import Trace
+from profkit.run.ops import group_ops
+from profkit.read.trace import Trace
 from synth import TID, make_trace
 
 # outer [0, 1000] holds inner [100, 500]; corr 1 launches from inner, corr 2 from outer only

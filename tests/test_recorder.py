@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from profkit import aten_record, evidence as ev
-from profkit.attribution import aten_key
-from profkit.dtypes import op_dtype, recorded_dtype
+from profkit.read import aten_record
+
+from profkit.judge import evidence as ev
+from profkit.run.attribution import aten_key
+from profkit.judge.dtypes import op_dtype, recorded_dtype
 from synth import TID, make_trace
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -84,7 +86,7 @@ def test_reduction_output_from_dim():
 # --- the recorder on CPU ----------------------------------------------------------------------------
 def _record(fn):
     torch = pytest.importorskip("torch")
-    from profkit.recorder import recorder
+    from profkit.capture.recorder import recorder
     texts = []
     with recorder(texts.append, lambda: None, count_threads=True) as rec:
         fn(torch)

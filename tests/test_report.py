@@ -17,7 +17,7 @@ import pytest  # noqa: E402
 from click.testing import CliRunner  # noqa: E402
 
 import profkit  # noqa: E402
-from profkit import report  # noqa: E402
+from profkit.show import report  # noqa: E402
 from profkit.cli import main  # noqa: E402
 from profkit.errors import ProfkitError  # noqa: E402
 from synth import TID, make_trace  # noqa: E402
@@ -202,7 +202,7 @@ def test_report_on_a_real_trace_via_cli(tmp_path):
 
 
 def test_report_timeline_leaves_out_the_set_up_before_the_first_range():
-    from profkit.plots.timeline import trace_origin
+    from profkit.show.plots.timeline import trace_origin
     prof = load_all(TRACES / "micro_graph.sqlite")
     t0, _ = trace_origin(prof)
     first = int(prof.trace.ranges["start"].min()) - t0

@@ -16,7 +16,7 @@ matplotlib.use("Agg", force=True)
 import pytest  # noqa: E402
 
 import profkit  # noqa: E402
-from profkit import report  # noqa: E402
+from profkit.show import report  # noqa: E402
 from test_report import EVIL, evil_trace  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 import profkit
 from profkit.cli import main
-from profkit.ops import group_ops
+from profkit.run.ops import group_ops
 
 REAL = Path(__file__).resolve().parents[1] / "traces" / "real"
 REF = Path(__file__).resolve().parent / "data" / "nsys_ref" / "real"
@@ -170,7 +170,7 @@ def test_window_options(profiles):
 
 
 def test_diff_measures_wall_time_per_iteration():
-    from profkit.diff import diff
+    from profkit.compare.diff import diff
     b = profkit.load(REAL / "loader_cnn.sqlite")
     a = profkit.load(REAL / "loader_cnn_workers.sqlite")
     run = diff(b, a).run
@@ -235,7 +235,7 @@ def test_a_script_of_phases_is_judged_whole():
 
 
 def test_set_up_is_skipped_but_a_periodic_slow_step_stays():
-    from profkit.window import leading_setup
+    from profkit.run.window import leading_setup
     ms = 1_000_000
     # compile in the first iteration, CUDA-graph recording in the second, then steady 4 ms steps
     setup = np.cumsum([0, 26_000 * ms, 53 * ms] + [4 * ms] * 14)

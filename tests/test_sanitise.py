@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from profkit.cli import main
-from profkit.text import CONTROL_RE, one_line, visible
+from profkit.read.text import CONTROL_RE, one_line, visible
 
 TRACES = Path(__file__).resolve().parent.parent / "traces"
 EVIL = "\x1b[2J\x1b]0;pwned\x07<script>alert(1)</script>\x9b31m\u202e|x"

@@ -9,9 +9,9 @@ from click.testing import CliRunner
 import profkit
 from profkit.cli import main
 from profkit.errors import ProfkitError
-from profkit.hints import HintError, check_range_name, parse_range_name
-from profkit.ops import group_ops
-from profkit.trace import Trace
+from profkit.read.hints import HintError, check_range_name, parse_range_name
+from profkit.run.ops import group_ops
+from profkit.read.trace import Trace
 from synth import TID, make_trace
 
 RUNTIME = [(110, 120, 1), (210, 220, 2), (310, 320, 3), (410, 420, 4)]

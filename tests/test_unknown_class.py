@@ -8,9 +8,10 @@ matplotlib.use("Agg")
 import pytest  # noqa: E402
 
 import profkit  # noqa: E402
-from profkit import diff as pdiff  # noqa: E402
-from profkit import render, report  # noqa: E402
-from profkit.plots import roofline, timeline  # noqa: E402
+from profkit.compare import diff as pdiff  # noqa: E402
+from profkit.show import render  # noqa: E402
+from profkit.show import report
+from profkit.show.plots import roofline, timeline  # noqa: E402
 from synth import TID, make_trace  # noqa: E402
 
 CUDNN = "cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7"

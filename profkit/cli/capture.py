@@ -94,7 +94,7 @@ def capture(output: Optional[str], force: bool, nsys_args: Optional[str], aten: 
     Options go before SCRIPT; everything after it is passed to the script. The script's own
     output is shown as it runs, and its exit status becomes profkit's.
     """
-    from profkit import capture as cap
+    from profkit.capture import runner as cap
 
     if merge_csv is not None:
         if script_args:

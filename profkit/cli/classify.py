@@ -1,7 +1,7 @@
 """`profkit classify`: one row per op with its GPU time, bound class, evidence and next step.
 
 One TRACE file: that trace (unchanged output). Several files, or a directory of them: one trace
-per rank, analysed in parallel and merged (profkit.multirank; docs/multirank.md).
+per rank, analysed in parallel and merged (profkit.compare.multirank; docs/multirank.md).
 """
 from __future__ import annotations
 
@@ -13,14 +13,14 @@ from typing import Optional
 
 import click
 
-from profkit import render
+from profkit.show import render
 from profkit.api import load
 from profkit.cli.common import (EXIT_USAGE, by_option, fail, load_options, one_line_errors, output_options,
                                 peaks_option, warn, window_options)
 from profkit.errors import ProfkitError
-from profkit.text import one_line
+from profkit.read.text import one_line
 
-# The class that profkit.comm adds (NCCL collectives); render's table styles it like the others.
+# The class that profkit.judge.comm adds (NCCL collectives); render's table styles it like the others.
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "data" / "example.sqlite"
 
@@ -116,7 +116,7 @@ def _classify_ranks(paths: list[str], by: str, innermost: bool, top: Optional[in
                     output: Optional[str], peaks_file: Optional[str], workers: Optional[int],
                     dask_address: Optional[str], wide: bool = False) -> None:
     """Several ranks: merged output of the good ones; one error line per bad one, then exit 2."""
-    from profkit import multirank as mr
+    from profkit.compare import multirank as mr
 
     files = mr.expand_inputs(paths)
     if output is not None:  # before the work, not only when writing

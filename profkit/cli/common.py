@@ -10,7 +10,7 @@ from typing import Any, Callable
 import click
 
 from profkit.errors import ProfkitError
-from profkit.text import one_line
+from profkit.read.text import one_line
 
 EXIT_USAGE = 2
 

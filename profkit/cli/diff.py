@@ -6,8 +6,8 @@ from typing import Optional
 
 import click
 
-from profkit import diff as diff_lib
-from profkit import render
+from profkit.compare import diff as diff_lib
+from profkit.show import render
 from profkit.api import load
 from profkit.cli.classify import table_width, write_output
 from profkit.cli.common import by_option, fail, load_options, one_line_errors, peaks_option, warn, window_options

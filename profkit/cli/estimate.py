@@ -1,13 +1,13 @@
 """`profkit estimate`: the four decision calculations behind the advisor, on numbers you give.
 
-Each subcommand calls the same function of profkit/estimate.py that the advisor uses.
+Each subcommand calls the same function of profkit/judge/estimate.py that the advisor uses.
 """
 from __future__ import annotations
 
 import math
 import click
 
-from profkit import estimate as est
+from profkit.judge import estimate as est
 from profkit.cli.common import fail
 
 

@@ -23,7 +23,7 @@ def peaks(output: Optional[str], force: bool) -> None:
     """
     if output and Path(output).exists() and not force:
         fail(f"output {output} exists; pass --force to replace it")
-    from profkit.measure_peaks import measure
+    from profkit.capture.measure_peaks import measure
 
     data = measure(say=lambda m: click.echo(m, err=True))
     text = json.dumps(data, indent=2) + "\n"

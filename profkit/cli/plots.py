@@ -59,7 +59,7 @@ def roofline(trace: str, output: str, by: str, top: Optional[int], labels: int,
              peaks_file: Optional[str]) -> None:
     """Draw the roofline of TRACE: each op by arithmetic intensity and achieved FLOP/s under the
     GPU's memory roof and one compute roof per precision present."""
-    from profkit.plots import roofline as draw, style
+    from profkit.show.plots import roofline as draw, style
 
     style.use_agg()
     out = _check_output(output, trace, IMAGE_SUFFIXES)
@@ -88,8 +88,8 @@ def timeline(trace: str, output: str, by: str, start: Optional[str], end: Option
              range_name: Optional[str], instance: int, peaks_file: Optional[str]) -> None:
     """Draw the timeline of TRACE: NVTX ranges and CUDA calls per CPU thread, kernels and copies
     per GPU stream coloured by their op's class, idle GPU time shaded."""
-    from profkit.plots import style, timeline as draw
-    from profkit.plots.timeline import parse_time
+    from profkit.show.plots import style, timeline as draw
+    from profkit.show.plots.timeline import parse_time
 
     style.use_agg()
     _check_window_options(start, end, range_name, instance, parse_time)
@@ -111,8 +111,8 @@ def timeline(trace: str, output: str, by: str, start: Optional[str], end: Option
 @one_line_errors
 def report(trace: str, out_dir: str, fmt: str, by: str, peaks_file: Optional[str]) -> None:
     """Write a report of TRACE: summary, top ops and next steps, roofline, timeline, full table."""
-    from profkit import report as rep
-    from profkit.plots import style
+    from profkit.show import report as rep
+    from profkit.show.plots import style
 
     style.use_agg()
     if Path(out_dir).exists() and not Path(out_dir).is_dir():
@@ -138,8 +138,8 @@ def export_perfetto(trace: str, output: str, by: str, start: Optional[str], end:
                     range_name: Optional[str], instance: int, peaks_file: Optional[str]) -> None:
     """Export the timeline of TRACE as Chrome trace-event JSON, with each GPU event's op, class
     and next step in its args."""
-    from profkit import perfetto
-    from profkit.plots.timeline import parse_time, resolve_window
+    from profkit.show import perfetto
+    from profkit.show.plots.timeline import parse_time, resolve_window
 
     _check_window_options(start, end, range_name, instance, parse_time)
     _check_output(output, trace)

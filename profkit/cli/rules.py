@@ -6,7 +6,7 @@ from typing import Optional
 
 import click
 
-from profkit import rules as catalogue
+from profkit.judge import rules as catalogue
 from profkit.cli.common import one_line_errors
 
 

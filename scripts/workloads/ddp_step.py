@@ -37,7 +37,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from profkit.hints import format_range_name  # noqa: E402  (pure Python)
+from profkit.read.hints import format_range_name  # noqa: E402  (pure Python)
 
 USE_NVTX = False
 

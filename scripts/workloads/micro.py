@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from profkit.hints import format_range_name  # noqa: E402  (pure Python, no GPU needed)
+from profkit.read.hints import format_range_name  # noqa: E402  (pure Python, no GPU needed)
 
 try:
     import nvtx

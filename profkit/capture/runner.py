@@ -1,0 +1,533 @@
+"""``profkit capture``: run a Python script under Nsight Systems (and optionally Nsight Compute).
+
+Pass 1 (always)::
+
+    nsys profile -t cuda,nvtx,cublas,cudnn -s none --cpuctxsw none --cuda-graph-trace=node \\
+        --export sqlite -o DIR/.STEM.profkit-tmp-PID [--nsys-args …] \\
+        PYTHON -m profkit.capture.bootstrap [--aten=recorder|emit_nvtx] --exit-code-file F -- script.py args…
+
+Pass 2 (``--ncu``)::
+
+    ncu --clock-control none --target-processes all --nvtx [--nvtx-include RANGE/] \\
+        --launch-count N --section SpeedOfLight --section MemoryWorkloadAnalysis \\
+        --section ComputeWorkloadAnalysis --section LaunchStats --section Occupancy \\
+        --metrics <NCU_METRICS> --export DIR/.STEM.profkit-tmp-PID --force-overwrite \\
+        [--ncu-args …] PYTHON -m profkit.capture.bootstrap … script.py args…
+    ncu --import DIR/.STEM.profkit-tmp-PID.ncu-rep --csv --page raw --print-units base \\
+        --print-kernel-base demangled > STEM.ncu.csv
+
+``--gpu-metrics`` adds ``--gpu-metrics-devices=0 --gpu-metrics-frequency=F`` to pass 1 (default
+10 kHz; see :mod:`profkit.judge.gpu_metrics` for what it costs).
+
+Without ``--ncu-range``, pass 2 profiles one complete steady-state iteration when the script
+has a repeated top-level NVTX range (``step``, ``iteration``...): the nsys pass names the
+instance (the second-to-last: the first is warm-up) and the kernels launched before it and in
+it, from every thread (backward runs on autograd's own thread, outside the range's per-thread
+NVTX stack), so ncu gets ``--launch-skip K --launch-count M`` and the merge only considers
+that instance's kernels. Without such a range it profiles the first ``--ncu-count`` kernels.
+
+Everything is written under temporary names beside the output and renamed at the end:
+``STEM.sqlite`` (+ ``PROFKIT_META``, ``PROFKIT_NCU_METRICS``), ``STEM.nsys-rep`` and, with
+``--ncu``, ``STEM.ncu-rep`` and ``STEM.ncu.csv``.
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import os
+import platform
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+from profkit import __version__
+from profkit.errors import ProfkitError
+from profkit.capture import nsys_locate
+from profkit.capture.ncu_merge import (NCU_METRICS, NCU_SECTIONS, TENSOR_METRICS, merge_ncu,
+                                ncu_range_expression, read_raw_csv, write_meta)
+
+NSYS_TRACE_FLAGS = ["-t", "cuda,nvtx,cublas,cudnn", "-s", "none", "--cpuctxsw", "none",
+                    "--cuda-graph-trace=node"]
+DEFAULT_NCU_COUNT = 200
+# A top-level NVTX range repeated at least this often is taken as the script's iteration.
+HEARTBEAT_S = 30.0
+INTERRUPT_GRACE_S = 300.0
+
+QDSTRM_MESSAGE = (
+    "nsys wrote only {qdstrm} and no .nsys-rep: its importer (QdstrmImporter) could not run "
+    "(\"Unable to retrieve the importer version\" usually means libdw.so.1 is missing). "
+    "Install it (`apt-get install libdw1`, or put a libdw.so.1 on LD_LIBRARY_PATH) and capture "
+    "again, or convert by hand with `QdstrmImporter -i {qdstrm}` then "
+    "`nsys export --type sqlite`"
+)
+
+Say = Callable[[str], None]
+
+
+def _default_say(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+# --- inputs ---------------------------------------------------------------------------------------
+def check_script(script: str | Path) -> Path:
+    """The script as a Path, or a ProfkitError: not found, a directory, not Python."""
+    p = Path(script)
+    if not p.exists():
+        raise ProfkitError(f"script not found: {script}")
+    if p.is_dir():
+        raise ProfkitError(f"{script} is a directory, not a Python script")
+    if p.suffix == ".py":
+        return p
+    try:
+        head = p.open("rb").read(256)
+    except OSError as exc:
+        raise ProfkitError(f"cannot read script {script}: {exc.strerror or exc}") from None
+    first = head.split(b"\n", 1)[0]
+    if first.startswith(b"#!") and b"python" in first:
+        return p
+    raise ProfkitError(f"{script} is not a Python script: expected a .py file "
+                       "(or a file starting with a #!...python line)")
+
+
+def resolve_output(script: Path, output: Optional[str | Path], cwd: Optional[Path] = None) -> Path:
+    """The ``.sqlite`` path: ``-o`` (``.sqlite`` added; a directory gets ``STEM.sqlite``), else
+    ``traces/STEM.sqlite`` when ``./traces`` exists, else ``./STEM.sqlite``."""
+    cwd = Path.cwd() if cwd is None else cwd
+    if output is None:
+        base = cwd / "traces" if (cwd / "traces").is_dir() else cwd
+        return base / f"{script.stem}.sqlite"
+    out = Path(output)
+    if str(output).endswith(os.sep) or out.is_dir():
+        return out / f"{script.stem}.sqlite"
+    if out.suffix == ".sqlite":
+        return out
+    if out.suffix in (".nsys-rep", ".qdrep"):
+        return out.with_suffix(".sqlite")
+    return out.with_name(out.name + ".sqlite")
+
+
+def companions(out: Path) -> dict[str, Path]:
+    stem = out.name[: -len(".sqlite")] if out.name.endswith(".sqlite") else out.name
+    d = out.parent
+    return {"sqlite": out, "nsys-rep": d / f"{stem}.nsys-rep", "ncu-rep": d / f"{stem}.ncu-rep",
+            "ncu-csv": d / f"{stem}.ncu.csv"}
+
+
+def check_output(out: Path, force: bool, with_ncu: bool) -> None:
+    """Refuse to overwrite without --force; the folder must exist and be writable."""
+    files = companions(out)
+    keys = ["sqlite", "nsys-rep"] + (["ncu-rep", "ncu-csv"] if with_ncu else [])
+    if not force:
+        for k in keys:
+            if files[k].exists():
+                raise ProfkitError(f"output {files[k]} exists; pass --force to replace it "
+                                   "or -o to name another")
+    d = out.parent
+    if not d.exists():
+        raise ProfkitError(f"output directory {d} does not exist")
+    if not d.is_dir():
+        raise ProfkitError(f"output directory {d} is not a directory")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".profkit-probe-", dir=str(d))
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise ProfkitError(f"output directory {d} is not writable ({exc.strerror or exc})") from None
+
+
+def split_extra(text: Optional[str | Sequence[str]], option: str) -> list[str]:
+    if not text:
+        return []
+    if not isinstance(text, str):
+        return [str(t) for t in text]
+    try:
+        return shlex.split(text)
+    except ValueError as exc:
+        raise ProfkitError(f"{option}: cannot split {text!r} ({exc})") from None
+
+
+# --- commands -------------------------------------------------------------------------------------
+def _profkit_root() -> str:
+    return str(Path(__file__).resolve().parents[2])
+
+
+ATEN_SOURCES = ("recorder", "emit_nvtx")
+
+
+def script_command(python: str, script: Path, args: Sequence[str], aten: bool,
+                   exit_code_file: Path, aten_source: str = "recorder") -> list[str]:
+    flag = ["--aten"] if aten_source == "recorder" else [f"--aten={aten_source}"]
+    return [python, "-m", "profkit.capture.bootstrap", *(flag if aten else []),
+            "--exit-code-file", str(exit_code_file), "--", str(script), *args]
+
+
+def gpu_metrics_flags(frequency_hz: Optional[int]) -> list[str]:
+    """nsys flags for GPU-metrics sampling of device 0 at ``frequency_hz`` (None: off)."""
+    if not frequency_hz:
+        return []
+    return ["--gpu-metrics-devices=0", f"--gpu-metrics-frequency={int(frequency_hz)}"]
+
+
+def build_nsys_command(nsys: str, out_base: Path, app: Sequence[str],
+                       extra: Sequence[str] = (), gpu_metrics_hz: Optional[int] = None) -> list[str]:
+    """The nsys argv (no shell): profile with SQLite export to ``out_base``.{nsys-rep,sqlite}."""
+    return [nsys, "profile", *NSYS_TRACE_FLAGS, *gpu_metrics_flags(gpu_metrics_hz), "--export",
+            "sqlite", "-o", str(out_base), *extra, *app]
+
+
+@dataclass(frozen=True)
+class Iteration:
+    """One instance of the script's repeated top-level NVTX range, as ncu should profile it."""
+    name: str
+    index: int          # which instance (0-based) of ``instances``
+    instances: int
+    start: int          # ns, the range on the thread that pushed it
+    end: int
+    skip: int           # kernels launched (any thread) before ``start``
+    count: int          # kernels launched (any thread) in [start, end]
+
+
+def choose_iteration(sqlite_path: str | Path) -> Optional[Iteration]:
+    """The steady-state iteration to profile with ncu, from the nsys pass (see module doc).
+
+    The iterations are the ones the analysis judges (profkit.run.window: the repeated top-level
+    range of the main thread); the instance is the second-to-last (the first carries warm-up,
+    the last may be cut short). Kernels are counted in launch order over all threads, so the
+    autograd thread's backward kernels are inside ``skip``/``count`` too."""
+    import numpy as np
+
+    from profkit.read.trace import Trace
+    from profkit.run.window import iteration_instances
+
+    try:
+        trace = Trace(sqlite_path)
+        found = iteration_instances(trace)
+    except ProfkitError:
+        return None
+    if found is None:
+        return None
+    name, inst = found
+    i = len(inst) - 2 if len(inst) >= 3 else len(inst) - 1
+    start, end = int(inst["start"].iat[i]), int(inst["end"].iat[i])
+    acts = trace.activities
+    t = np.sort(acts.loc[acts["kind"] == "kernel", "api_start"].dropna().to_numpy())
+    skip = int(np.searchsorted(t, start, side="left"))
+    count = int(np.searchsorted(t, end, side="right")) - skip
+    return Iteration(name, i, len(inst), start, end, skip, count) if count > 0 else None
+
+
+def build_ncu_command(ncu: str, report_base: Path, app: Sequence[str],
+                      ncu_range: Optional[str] = None, count: int = DEFAULT_NCU_COUNT,
+                      metrics: Sequence[str] = tuple(NCU_METRICS),
+                      extra: Sequence[str] = ()) -> list[str]:
+    nvtx = ["--nvtx"]
+    if ncu_range:
+        nvtx += ["--nvtx-include", ncu_range_expression(ncu_range)]
+    sections: list[str] = []
+    for s in NCU_SECTIONS:
+        sections += ["--section", s]
+    return [ncu, "--clock-control", "none", "--target-processes", "all", *nvtx,
+            "--launch-count", str(count), *sections, "--metrics", ",".join(metrics),
+            "--export", str(report_base), "--force-overwrite", *extra, *app]
+
+
+def build_ncu_export_command(ncu: str, report: Path) -> list[str]:
+    return [ncu, "--import", str(report), "--csv", "--page", "raw", "--print-units", "base",
+            "--print-kernel-base", "demangled"]
+
+
+def available_metrics(ncu: str, wanted: Sequence[str]) -> list[str]:
+    """``wanted`` less the tensor-core counters ``ncu --query-metrics`` says this GPU lacks
+    (all of them when the query fails, so a failed query never drops a counter)."""
+    try:
+        res = subprocess.run([ncu, "--query-metrics"], capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.SubprocessError):
+        return list(wanted)
+    names = {ln.split()[0] for ln in res.stdout.splitlines() if ln.strip() and "__" in ln.split()[0]}
+    if res.returncode != 0 or len(names) < 20:
+        return list(wanted)
+    # only the per-architecture tensor counters vary; the rest exist on every GPU ncu supports
+    return [m for m in wanted if m not in TENSOR_METRICS or m.split(".")[0] in names]
+
+
+# --- running --------------------------------------------------------------------------------------
+@dataclass
+class PassResult:
+    returncode: int
+    elapsed_s: float
+    interrupted: bool = False
+
+
+def _child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    root = _profkit_root()
+    parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if root not in parts:
+        parts.append(root)  # last: profkit's bootstrap is importable, the user's modules win
+    env["PYTHONPATH"] = os.pathsep.join(parts)
+    return env
+
+
+def run_pass(cmd: Sequence[str], label: str, say: Say, heartbeat: Optional[float] = None) -> PassResult:
+    """Run ``cmd`` with the terminal's stdin/stdout/stderr; Ctrl-C lets the tool stop cleanly."""
+    say(f"profkit: {label}: {shlex.join(cmd)}")
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.Popen(list(cmd), env=_child_env())
+    except OSError as exc:
+        raise ProfkitError(f"cannot run {cmd[0]}: {exc.strerror or exc}") from None
+    stop = threading.Event()
+    if heartbeat is None:
+        heartbeat = HEARTBEAT_S if sys.stderr.isatty() else 0
+    if heartbeat:
+        def beat() -> None:
+            while not stop.wait(heartbeat):
+                say(f"profkit: {label}: still running, {time.monotonic() - t0:.0f} s")
+        threading.Thread(target=beat, daemon=True).start()
+    interrupted = False
+    try:
+        while True:
+            try:
+                rc = proc.wait()
+                break
+            except KeyboardInterrupt:
+                if interrupted:  # second Ctrl-C: stop waiting for a clean shutdown
+                    say(f"profkit: {label}: interrupted again, killing it")
+                    proc.kill()
+                    rc = proc.wait()
+                    break
+                interrupted = True
+                say(f"profkit: {label}: interrupted; letting it stop and write what it has "
+                    "(Ctrl-C again to kill)")
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=2.0)
+                if proc.poll() is None:
+                    with contextlib.suppress(OSError):
+                        proc.send_signal(signal.SIGINT)
+    finally:
+        stop.set()
+    elapsed = time.monotonic() - t0
+    say(f"profkit: {label}: finished in {elapsed:.1f} s (exit status {rc})")
+    return PassResult(rc, elapsed, interrupted)
+
+
+def _read_exit_code(path: Path) -> Optional[int]:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+@dataclass
+class CaptureResult:
+    trace: Optional[Path]
+    exit_code: int
+    files: dict[str, Path] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    interrupted: bool = False
+
+
+def _nsys_sqlite(nsys: str, base: Path, say: Say, keep_as: Optional[Path] = None) -> Path:
+    """The SQLite that pass 1 left, exporting it from the .nsys-rep when needed."""
+    sqlite = base.with_name(base.name + ".sqlite")
+    rep = base.with_name(base.name + ".nsys-rep")
+    qdstrm = base.with_name(base.name + ".qdstrm")
+    if sqlite.is_file() and sqlite.stat().st_size > 0:
+        return sqlite
+    if rep.is_file():
+        cmd = [nsys, "export", "--type", "sqlite", "--force-overwrite", "true",
+               "-o", str(sqlite), str(rep)]
+        res = run_pass(cmd, "nsys export", say, heartbeat=0)
+        if res.returncode == 0 and sqlite.is_file():
+            return sqlite
+        raise ProfkitError(f"nsys export could not turn {rep} into SQLite (exit status "
+                           f"{res.returncode}); see its messages above")
+    if qdstrm.is_file():
+        final = keep_as if keep_as is not None else qdstrm
+        with contextlib.suppress(OSError):
+            os.replace(qdstrm, final)
+        raise ProfkitError(QDSTRM_MESSAGE.format(qdstrm=final if final.exists() else qdstrm))
+    raise ProfkitError("nsys wrote no report; see its messages above")
+
+
+def capture(script: str | Path, script_args: Sequence[str] = (), *, output: Optional[str | Path] = None,
+            force: bool = False, nsys_args: Optional[str | Sequence[str]] = None, aten: bool = False,
+            ncu: bool = False, ncu_range: Optional[str] = None,
+            ncu_count: Optional[int] = None, ncu_args: Optional[str | Sequence[str]] = None,
+            gpu_metrics_hz: Optional[int] = None, aten_source: str = "recorder",
+            python: Optional[str] = None, say: Say = _default_say,
+            command_line: Optional[Sequence[str]] = None) -> CaptureResult:
+    """Profile ``script`` and leave ``STEM.sqlite`` (+ ``.nsys-rep``); see the module docstring.
+
+    Returns the script's exit status (130 after Ctrl-C) with the files written. Problems the
+    user can fix raise :class:`ProfkitError` before anything runs.
+    """
+    if aten_source not in ATEN_SOURCES:
+        raise ProfkitError(f"--aten-source must be one of {', '.join(ATEN_SOURCES)}, "
+                           f"not {aten_source!r}")
+    script_p = check_script(script)
+    out = resolve_output(script_p, output)
+    if ncu_count is not None and ncu_count < 1:
+        raise ProfkitError(f"--ncu-count must be at least 1, not {ncu_count}")
+    if gpu_metrics_hz is not None and gpu_metrics_hz < 1:
+        raise ProfkitError(f"--gpu-metrics-frequency must be at least 1 Hz, not {gpu_metrics_hz}")
+    check_output(out, force, ncu)
+    extra_nsys = split_extra(nsys_args, "--nsys-args")
+    extra_ncu = split_extra(ncu_args, "--ncu-args")
+    nsys = nsys_locate.find_nsys()
+    ncu_exe = nsys_locate.find_ncu() if ncu else None
+    python = python or sys.executable
+
+    files = companions(out)
+    tmp_base = out.parent / f".{files['nsys-rep'].name[:-len('.nsys-rep')]}.profkit-tmp-{os.getpid()}"
+    code_file = tmp_base.with_name(tmp_base.name + ".exit")
+    temps = [tmp_base.with_name(tmp_base.name + s)
+             for s in (".sqlite", ".nsys-rep", ".ncu-rep", ".ncu.csv", ".exit")]
+    result = CaptureResult(trace=None, exit_code=0)
+    passes = 2 if ncu else 1
+    try:
+        app = script_command(python, script_p, script_args, aten, code_file, aten_source)
+        nsys_cmd = build_nsys_command(nsys, tmp_base, app, extra_nsys, gpu_metrics_hz)
+        started = _dt.datetime.now(_dt.timezone.utc)
+        p1 = run_pass(nsys_cmd, f"[1/{passes}] nsys profile", say)
+        code = _read_exit_code(code_file)
+        result.exit_code = code if code is not None else (130 if p1.interrupted else p1.returncode)
+        # 130: the script stopped on KeyboardInterrupt (Ctrl-C reached it, maybe not us)
+        result.interrupted = p1.interrupted or result.exit_code == 130
+        sqlite_tmp = _nsys_sqlite(nsys, tmp_base, say, keep_as=out.with_suffix(".qdstrm"))
+
+        meta: dict[str, object] = {
+            "profkit_version": __version__,
+            "command": shlex.join(command_line) if command_line else "",
+            "captured_at": started.isoformat(timespec="seconds"),
+            "script": str(script_p), "script_args": shlex.join(script_args),
+            "script_exit_code": result.exit_code, "aten": int(aten),
+            "aten_source": aten_source if aten else "",
+            "nsys_command": shlex.join(nsys_cmd), "nsys_path": nsys,
+            "nsys_version": nsys_locate.tool_version(nsys),
+            "python": f"{platform.python_implementation()} {platform.python_version()} ({python})",
+            "host": platform.node(), "interrupted": int(result.interrupted),
+        }
+        if ncu and ncu_exe and not result.interrupted:
+            rep_tmp = tmp_base.with_name(tmp_base.name + ".ncu-rep")
+            csv_tmp = tmp_base.with_name(tmp_base.name + ".ncu.csv")
+            with contextlib.suppress(OSError):
+                code_file.unlink()
+            metrics = available_metrics(ncu_exe, NCU_METRICS)
+            it = None if ncu_range else choose_iteration(sqlite_tmp)
+            window = None
+            if it is not None:
+                count = it.count if ncu_count is None else min(ncu_count, it.count)
+                ncu_cmd = build_ncu_command(ncu_exe, tmp_base, app, None, count, metrics,
+                                            ["--launch-skip", str(it.skip), *extra_ncu])
+                window = (it.start, it.end)
+                result.notes.append(
+                    f"ncu: profiling iteration {it.index + 1} of {it.instances} of the NVTX range "
+                    f"'{it.name}' ({count} of its {it.count} kernels, after {it.skip} earlier "
+                    "launches)")
+                meta.update({"ncu_iteration": f"{it.name}#{it.index}", "ncu_window":
+                             f"{it.start},{it.end}", "ncu_launch_skip": it.skip})
+            else:
+                count = ncu_count or DEFAULT_NCU_COUNT
+                ncu_cmd = build_ncu_command(ncu_exe, tmp_base, app, ncu_range, count, metrics,
+                                            extra_ncu)
+                if not ncu_range:
+                    result.notes.append(
+                        f"ncu: no repeated top-level NVTX range to pick one iteration from: "
+                        f"profiling the first {count} kernels (warm-up included); wrap each "
+                        "step in an NVTX range or pass --ncu-range")
+            meta.update({"ncu_command": shlex.join(ncu_cmd), "ncu_path": ncu_exe,
+                         "ncu_version": nsys_locate.tool_version(ncu_exe),
+                         "ncu_range": ncu_range or "", "ncu_count": count})
+            p2 = run_pass(ncu_cmd, f"[2/{passes}] ncu", say)
+            result.interrupted = result.interrupted or p2.interrupted
+            if rep_tmp.is_file():
+                export = build_ncu_export_command(ncu_exe, rep_tmp)
+                say(f"profkit: [2/{passes}] ncu export: {shlex.join(export)} > {csv_tmp}")
+                with open(csv_tmp, "w") as fh:
+                    res = subprocess.run(export, stdout=fh, stderr=subprocess.PIPE, text=True)
+                if res.returncode != 0:
+                    result.notes.append(f"ncu --import failed (exit status {res.returncode}): "
+                                        f"{res.stderr.strip()[:300]}; the trace has no counters")
+                else:
+                    try:  # a counter problem must not cost the nsys trace
+                        # both runs are ours: keep the pairs that line up, report the rest
+                        merged = merge_ncu(sqlite_tmp, read_raw_csv(csv_tmp), ncu_range, window,
+                                           allow_mismatch=True)
+                        result.notes.append(f"ncu: {merged.summary()}")
+                        meta["ncu_merge"] = merged.summary()
+                    except ProfkitError as exc:
+                        result.notes.append(f"ncu counters not merged: {exc}; merge later with "
+                                            f"`profkit capture --merge-ncu {files['ncu-csv']} "
+                                            f"{files['sqlite']}`")
+            else:
+                result.notes.append(f"ncu wrote no report (exit status {p2.returncode}); the "
+                                    "trace has no counters: see ncu's messages above (it needs "
+                                    "access to GPU performance counters)")
+        write_meta(sqlite_tmp, meta)
+
+        # Rename into place last, so nothing half-written ever sits under the final names.
+        moves = {"sqlite": sqlite_tmp,
+                 "nsys-rep": tmp_base.with_name(tmp_base.name + ".nsys-rep"),
+                 "ncu-rep": tmp_base.with_name(tmp_base.name + ".ncu-rep"),
+                 "ncu-csv": tmp_base.with_name(tmp_base.name + ".ncu.csv")}
+        for kind, src in moves.items():
+            if src.is_file():
+                os.replace(src, files[kind])
+                result.files[kind] = files[kind]
+        result.trace = files["sqlite"]
+        return result
+    finally:
+        for t in temps:
+            with contextlib.suppress(OSError):
+                t.unlink()
+
+
+def merge_existing(raw_csv: str | Path, trace: str | Path, output: Optional[str | Path] = None,
+                   force: bool = False, ncu_range: Optional[str] = None) -> tuple[Path, str]:
+    """Merge an ncu raw CSV into an existing trace (in place, or into a copy at ``output``).
+
+    ``force``: replace an existing ``output``, and merge even when the merge would lose counters
+    (no kernel matched, or fewer than already merged); without it such a merge changes nothing.
+    """
+    src = Path(trace)
+    if not src.is_file():
+        raise ProfkitError(f"trace not found: {trace}")
+    frame = read_raw_csv(raw_csv)
+    if output is None:
+        target = src
+        merged = merge_ncu(target, frame, ncu_range, force=force)
+    else:
+        target = Path(output)
+        if target.exists() and not force:
+            raise ProfkitError(f"output {target} exists; pass --force to replace it")
+        if target.resolve() == src.resolve():
+            merged = merge_ncu(target, frame, ncu_range, force=force)
+        else:
+            if not target.parent.is_dir():
+                raise ProfkitError(f"output directory {target.parent} does not exist")
+            tmp = target.with_name(f".{target.name}.profkit-tmp-{os.getpid()}")
+            try:
+                shutil.copyfile(src, tmp)
+                os.chmod(tmp, 0o644)  # the copy is ours to write, even of a read-only input
+                merged = merge_ncu(tmp, frame, ncu_range, force=force)
+                write_meta(tmp, _merge_meta(merged.summary(), raw_csv, ncu_range))
+                os.replace(tmp, target)
+            finally:
+                with contextlib.suppress(OSError):
+                    tmp.unlink()
+            return target, merged.summary()
+    write_meta(target, _merge_meta(merged.summary(), raw_csv, ncu_range))
+    return target, merged.summary()
+
+
+def _merge_meta(summary: str, raw_csv: str | Path, ncu_range: Optional[str]) -> dict[str, str]:
+    return {"ncu_merge": summary, "ncu_merged_from": str(raw_csv), "ncu_range": ncu_range or ""}

@@ -1,0 +1,1 @@
+"""Comparing: before/after (diff) and one trace per rank (multirank)."""

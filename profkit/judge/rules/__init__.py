@@ -1,0 +1,62 @@
+"""profkit's rule catalogue: one module per rule, each with a stable code and an explanation.
+
+    >>> from profkit.judge.rules import RULES, evaluate
+    >>> [r.RULE.code for r in RULES]
+
+Rules are judging code: they read the trace and the run summary (profkit.read.trace, profkit.run.window,
+profkit.run.summary) and return Findings; nothing in the reading layers imports them. ``evaluate`` runs
+every rule on one Profile and ranks the findings by expected gain on wall time.
+"""
+from __future__ import annotations
+
+import inspect
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+from profkit.errors import ProfkitError
+from profkit.judge.rules import (pk101_per_step_sync, pk102_data_loading, pk103_host_overhead,
+                           pk104_pageable_copy, pk201_unfused_optimizer, pk202_autocast_recast,
+                           pk203_fp32_logits_loss, pk301_attention_path, pk302_fp32_gemm,
+                           pk303_gemm_shape, pk304_gemm_alignment, pk401_eager_norm_fusion,
+                           pk402_elementwise_chain, pk403_inference_bn_fold, pk501_nccl_exposed)
+from profkit.judge.rules.base import Finding, RuleContext, RuleMeta, Scope
+
+if TYPE_CHECKING:
+    from profkit.api import Profile
+    from profkit.run.summary import RunSummary
+
+RULES: tuple[ModuleType, ...] = (
+    pk101_per_step_sync, pk102_data_loading, pk103_host_overhead, pk104_pageable_copy,
+    pk201_unfused_optimizer, pk202_autocast_recast, pk203_fp32_logits_loss,
+    pk301_attention_path, pk302_fp32_gemm, pk303_gemm_shape, pk304_gemm_alignment,
+    pk401_eager_norm_fusion, pk402_elementwise_chain, pk403_inference_bn_fold, pk501_nccl_exposed)
+
+__all__ = ["RULES", "Finding", "RuleContext", "RuleMeta", "Scope", "evaluate", "get", "explain"]
+
+
+def get(code_or_name: str) -> ModuleType:
+    """A rule module by code (PK101) or name (per-step-sync), case-insensitive."""
+    key = code_or_name.strip().lower()
+    for mod in RULES:
+        if key in (mod.RULE.code.lower(), mod.RULE.name):
+            return mod
+    raise ProfkitError(f"no rule {code_or_name!r}: `profkit rules` lists them")
+
+
+def explain(code_or_name: str) -> str:
+    """The rule's reasoning: its module docstring, with its metadata."""
+    mod = get(code_or_name)
+    m = mod.RULE
+    params = "".join(f"\n    {p.name} = {p.default:g}: {p.help}" for p in m.params) or " none"
+    return (inspect.getdoc(mod).rstrip() + "\n\nTables\n    " + ", ".join(t.value for t in m.tables)
+            + "\nParameters" + params + f"\nFires on\n    {m.example}"
+            + (f"\nQuiet on\n    {m.quiet_on}" if m.quiet_on else "") + "\n")
+
+
+def evaluate(prof: "Profile", run: "RunSummary") -> list[Finding]:
+    """Every rule's findings on one profile, best expected gain on wall time first."""
+    ctx = RuleContext(prof, run)
+    out: list[Finding] = []
+    for mod in RULES:
+        out.extend(mod.detect(ctx))
+    return sorted(out, key=lambda f: -f.expected_end_to_end_speedup)

@@ -1,0 +1,275 @@
+"""What a rule is, what it sees, and what it returns.
+
+A rule is a module with a ``RULE`` (its metadata: a stable code like ``PK101``, a kebab-case name,
+a one-line description, the tables it needs, its parameters with defaults, an example trace) and
+a stateless ``detect(ctx) -> list[Finding]``. The module docstring is the rule's explanation
+(What / Why / Evidence / Fix / Expected gain / References), printed by ``profkit rules --explain``.
+
+Every Finding carries its gain on the window's wall time with the formula it rests on, and the
+largest gain that formula allows (``bound``): the consistency checks hold each finding to it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+import ast
+import re
+from enum import Enum
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Optional
+
+import numpy as np
+import pandas as pd
+
+from profkit.model import Rung
+from profkit.read.nsys import per_name
+
+if TYPE_CHECKING:  # the facade imports the rules, never the other way at run time
+    from profkit.api import Profile
+    from profkit.run.summary import RunSummary
+
+
+_SIZES_RE = re.compile(r"sizes = (\[.*?\]\])")
+
+
+class Scope(str, Enum):
+    """What a finding is about: the whole program's pace, or a set of kernels."""
+    PROGRAM = "program"
+    OPS = "ops"
+
+
+class Table(str, Enum):
+    """Tables of an Nsight Systems export that a rule reads."""
+    KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
+    MEMCPY = "CUPTI_ACTIVITY_KIND_MEMCPY"
+    RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
+    NVTX = "NVTX_EVENTS"
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    default: float
+    help: str
+
+
+@dataclass(frozen=True)
+class RuleMeta:
+    code: str                       # stable: PK1xx program pace, PK2xx training step, PK3xx kernels
+    name: str                       # kebab-case
+    summary: str                    # one line
+    tables: tuple[Table, ...]
+    example: str                    # a committed trace that fires it
+    params: tuple[Param, ...] = ()
+    quiet_on: str = ""              # a committed trace that must not fire it
+
+    def param(self, name: str) -> float:
+        return next(p.default for p in self.params if p.name == name)
+
+
+@dataclass
+class Finding:
+    """One piece of advice, with the numbers it rests on."""
+    code: str
+    rule: str                        # the rule's kebab name (the `run.actions[].rule` field)
+    action: str
+    rung: Rung
+    evidence: dict[str, Any]
+    expected_end_to_end_speedup: float   # on the window's wall time
+    basis: str                           # the formula, with its numbers
+    bound: float                         # the most that basis allows (>= the expected gain)
+    expected_op_speedup: Optional[float] = None  # on the kernels it touches (ops scope)
+    scope: Scope = Scope.PROGRAM
+    kernels: frozenset[str] = field(default_factory=frozenset)  # kernel names it claims
+
+    def __post_init__(self) -> None:
+        # Plain floats: numpy scalars would leak into the JSON and the reprs.
+        self.expected_end_to_end_speedup = float(self.expected_end_to_end_speedup)
+        self.bound = float(self.bound)
+        if self.expected_op_speedup is not None:
+            self.expected_op_speedup = float(self.expected_op_speedup)
+
+    def as_action(self) -> dict:
+        return {"rule": self.rule, "code": self.code, "action": self.action,
+                "expected_end_to_end_speedup": round(float(self.expected_end_to_end_speedup), 3),
+                "basis": self.basis, "rung": self.rung.value}
+
+
+def speedup(wall: float, new_wall: float) -> float:
+    return max(1.0, wall / max(new_wall, 1.0))
+
+
+class RuleContext:
+    """What the rules read: the Profile (full trace, windowed trace, window, run summary), and
+    tables derived once from it (window activities by kernel name, window API calls)."""
+
+    def __init__(self, prof: "Profile", run: "RunSummary") -> None:
+        self.prof = prof
+        self.run = run
+
+    @property
+    def wall_ns(self) -> float:
+        return float(self.run.wall_time_ns)
+
+    @property
+    def iterations(self) -> int:
+        return int(self.run.window.iterations or 0)
+
+    @cached_property
+    def acts(self) -> pd.DataFrame:
+        """The window's GPU activities (launched inside it), with duration and critical share."""
+        a = self.prof.trace.activities.copy()
+        # Names as a categorical over the trace's one factorisation: the rules match and group
+        # by name many times, once per distinct name rather than once per kernel.
+        codes, uniq = self.prof.trace.name_codes
+        a["name"] = pd.Categorical.from_codes(codes, categories=pd.Index(uniq))
+        a["dur"] = (a["end"] - a["start"]).astype("int64")
+        a["critical"] = self.prof.critical
+        return a
+
+    @cached_property
+    def kernels(self) -> pd.DataFrame:
+        """Per kernel name: count, total and median ns, critical ns (GPU time something waited on)."""
+        a = self.acts[self.acts["kind"].astype(str) == "kernel"]
+        if a.empty:
+            return pd.DataFrame(columns=["count", "total_ns", "median_ns", "critical_ns"])
+        g = a.groupby("name", sort=False, observed=True)
+        out = pd.DataFrame({"count": g.size(), "total_ns": g["dur"].sum(),
+                            "median_ns": g["dur"].median(),
+                            "critical_ns": (a["dur"] * a["critical"]).groupby(
+                                a["name"], observed=True).sum()})
+        out.index = out.index.astype(object)
+        return out.sort_values("total_ns", ascending=False)
+
+    @cached_property
+    def kernels_in_stream_order(self) -> pd.DataFrame:
+        """The window's kernels, each stream's in launch order (the rules that look at what runs
+        next to what); shared, so read-only."""
+        a = self.acts
+        return a[a["kind"].astype(str) == "kernel"].sort_values(["streamId", "start"], kind="stable")
+
+    @cached_property
+    def calls(self) -> pd.DataFrame:
+        """CUDA API calls of the window (names like cudaStreamSynchronize_v3020: match by prefix)."""
+        return self._in_window(self.prof.trace.api_calls)
+
+    @cached_property
+    def launches(self) -> pd.DataFrame:
+        """The window's calls that issued GPU work (Trace.launch_calls): start, end, globalTid."""
+        return self._in_window(self.prof.full_trace.launch_calls)
+
+    def _in_window(self, c: pd.DataFrame) -> pd.DataFrame:
+        w = self.run.window
+        return c[(c["start"] >= w.start_ns) & (c["start"] <= w.end_ns)]
+
+    @property
+    def host_floor_ns(self) -> float:
+        """The CPU's own time for the window (RunSummary.host_floor_ns): a GPU-side saving cannot
+        take the run below it, the host still has to issue every launch."""
+        return self.run.host_floor_ns
+
+    def gpu_saving_gain(self, saved_ns: float, critical_share: float) -> tuple[float, float, str]:
+        """(gain on wall, new wall, basis) for ``saved_ns`` of GPU time saved, ``critical_share``
+        of which was on the critical path; bounded by the host floor and the GPU floor."""
+        wall = self.wall_ns
+        crit = min(max(critical_share, 0.0), 1.0)
+        new = max(self.host_floor_ns, wall - saved_ns * crit)
+        return speedup(wall, new), new, (
+            f"wall / max(CPU's own time {self.host_floor_ns / 1e6:.1f} ms, "
+            f"wall - saved GPU time {saved_ns / 1e6:.2f} ms x critical share {crit:.2f})")
+
+    def host_and_gpu_saving_gain(self, gpu_saved_ns: float, critical_share: float,
+                                 cpu_removed_ns: float) -> tuple[float, str]:
+        """(gain, basis) of a change that removes GPU time and CPU time at once, on the median
+        iteration (the window's wall when it has none). The iteration shrinks by the GPU time saved
+        on the critical path plus the CPU time removed while the GPU waited for the CPU (the
+        window's share of waiting for the CPU), never below the GPU's remaining busy time."""
+        r = self.run
+        wall = self.wall_ns
+        its = self.iterations
+        base = float(r.window.iteration_median_ns) if its and r.window.iteration_median_ns else wall
+        per = float(its) if its and base != wall else 1.0
+        host_wait = min(max(r.breakdown.get("idle_host", 0) / wall, 0.0), 1.0) if wall else 0.0
+        crit = min(max(critical_share, 0.0), 1.0)
+        gpu_floor = (r.gpu_busy_ns + r.breakdown.get("idle_other", 0) - gpu_saved_ns) / per
+        shrink = (gpu_saved_ns * crit + cpu_removed_ns * host_wait) / per
+        new = max(gpu_floor, base - shrink, 1.0)
+        what = "median iteration" if per > 1 else "wall"
+        return speedup(base, new), (
+            f"{what} {base / 1e6:.2f} ms / max(GPU floor {gpu_floor / 1e6:.2f} ms, {what} - saved GPU time "
+            f"{gpu_saved_ns / per / 1e6:.3f} ms x critical share {crit:.2f} - removed CPU time "
+            f"{cpu_removed_ns / per / 1e6:.2f} ms x share waiting for the CPU {host_wait:.2f})")
+
+    def aten_sizes(self, op: str) -> list[list]:
+        """Input sizes of each call of aten op ``op`` in the window (emit_nvtx record_shapes);
+        empty when the trace has no aten ranges."""
+        r = self.prof.trace.ranges
+        if r.empty:
+            return []
+        names = r.loc[r["name"].str.startswith(op + ",", na=False), "name"]
+        out = []
+        for n in names:
+            m = _SIZES_RE.search(n)
+            if m:
+                try:
+                    out.append(ast.literal_eval(m.group(1)))
+                except (ValueError, SyntaxError):
+                    continue
+        return out
+
+    def window_kernel_names(self) -> list[str]:
+        return self.kernels.index.tolist()
+
+    def per_iteration(self, ns: float) -> str:
+        it = self.iterations
+        return f"{ns / it / 1e6:.2f} ms per iteration" if it else f"{ns / 1e6:.2f} ms in the window"
+
+
+# Library GEMM kernels by name (cuBLAS/cuBLASLt nvjet, CUTLASS, xmma, wgmma): what the GEMM rules
+# look for in the timeline.
+GEMM_KERNEL_RE = re.compile(r"gemm|nvjet|xmma|cutlass|wgmma", re.I)
+
+
+def removed_launch_cost(kernels: pd.DataFrame, removed: np.ndarray, dispatch_gap_ns: float) -> float:
+    """CPU ns the launches of ``removed`` kernels (a mask over ``kernels``, which carry each
+    launch's ``api_start``/``api_end``) cost: each launch call, plus the host gap before it when
+    shorter than ``dispatch_gap_ns`` (the per-op dispatch a fused or graphed step no longer pays;
+    longer gaps are Python between calls and stay)."""
+    api_s = kernels["api_start"].to_numpy("float64")
+    api_e = kernels["api_end"].to_numpy("float64")
+    order = np.argsort(api_s, kind="stable")
+    s_o, e_o = api_s[order], api_e[order]
+    gap = np.concatenate([[0.0], np.maximum(s_o[1:] - e_o[:-1], 0.0)])
+    gap = np.where(np.isnan(gap) | (gap >= dispatch_gap_ns), 0.0, gap)
+    cost = np.nan_to_num(e_o - s_o) + gap
+    return float(cost[np.asarray(removed, dtype=bool)[order]].sum())
+
+
+def covered_per_interval(starts: np.ndarray, ends: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+    """Per consecutive pair of ``bounds``: the length of the union of the intervals
+    ``starts..ends`` inside it. Linear in the inputs (prefix sums over the merged intervals), so a
+    window of many iterations and a million activities stays cheap."""
+    n = len(bounds) - 1
+    if not len(starts) or n <= 0:
+        return np.zeros(max(n, 0))
+    from profkit.read.intervals import sorted_union
+    us, ue = sorted_union(np.asarray(starts, np.int64), np.asarray(ends, np.int64))
+    cum = np.concatenate([[0], np.cumsum(ue - us)])
+    t = np.asarray(bounds, np.int64)
+    k = np.searchsorted(us, t, side="right") - 1
+    kk = np.maximum(k, 0)
+    before = np.where(k >= 0, cum[kk] + np.clip(t - us[kk], 0, ue[kk] - us[kk]), 0)
+    return np.diff(before).astype(float)
+
+
+def iteration_bounds(run: "RunSummary") -> np.ndarray:
+    """Start of each iteration and the window's end (iterations are contiguous from its start)."""
+    w = run.window
+    if not w.iteration_ns:
+        return np.array([w.start_ns, w.end_ns], dtype=np.int64)
+    return np.concatenate([[w.start_ns], w.start_ns + np.cumsum(w.iteration_ns)]).astype(np.int64)
+
+
+def matches(names, rx: "re.Pattern[str]") -> np.ndarray:
+    """Which of ``names`` the compiled regex finds a match in (a boolean array), searched once
+    per distinct name (profkit.read.nsys.per_name)."""
+    return per_name(names, lambda n: bool(rx.search(n))).astype(bool)

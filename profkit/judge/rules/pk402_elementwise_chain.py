@@ -1,0 +1,93 @@
+"""PK402 elementwise-chain: runs of small eager elementwise kernels that one compiled kernel does.
+
+What
+    Three or more consecutive elementwise kernels on a stream, each short, outside any compiled
+    region: an eager expression (``x * a + b``, a composed RMSNorm, RoPE) evaluated one op at a
+    time, each reading and writing the whole tensor.
+Why
+    ``torch.compile`` fuses such a chain into one kernel that reads the inputs once and writes
+    the result once.
+Evidence
+    Kernel order per stream: runs of ``elementwise_kernel`` / ``vectorized_elementwise_kernel`` /
+    ``unrolled_elementwise_kernel`` shorter than ``max_kernel_us``. Inductor's own ``triton_*``
+    kernels never count (already compiled). Casts belong to PK202.
+Fix
+    ``torch.compile`` the function or module that holds the chain.
+Expected gain
+    One fused kernel takes at least the longest kernel of the chain: saved = chain time - longest
+    kernel, per chain; times the critical share, never below the CPU's own time. The launch
+    gaps it also removes are the CPU's (PK103), not counted here.
+References
+    PyTorch ``torch.compile`` docs; Inductor pointwise fusion.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from profkit.model import Rung
+from profkit.judge.rules.base import (Finding, Param, RuleContext, RuleMeta, Scope, Table,
+                                iteration_bounds, matches)
+from profkit.judge.rules.pk202_autocast_recast import CAST_RE
+
+RULE = RuleMeta(
+    code="PK402", name="elementwise-chain",
+    summary="chains of small eager elementwise kernels: torch.compile fuses them into one",
+    tables=(Table.KERNEL,), example="traces/micro_chain.sqlite",
+    quiet_on="traces/real/cnn_infer.sqlite",
+    params=(Param("min_chain", 3, "kernels in a row"),
+            Param("max_kernel_us", 50.0, "each kernel shorter than this"),
+            Param("min_gpu_share", 0.02, "chains' share of the window's GPU time")))
+
+ELEMENTWISE_RE = re.compile(r"(vectorized_|unrolled_)?elementwise_kernel", re.I)
+
+
+def detect(ctx: RuleContext) -> list[Finding]:
+    a = ctx.kernels_in_stream_order
+    if a.empty:
+        return []
+    names = a["name"]
+    ok = (matches(names, ELEMENTWISE_RE) & ~matches(names, CAST_RE)
+          & (a["dur"] < RULE.param("max_kernel_us") * 1e3)).to_numpy()
+    stream = a["streamId"].to_numpy()
+    dur = a["dur"].to_numpy(np.float64)
+    crit = a["critical"].to_numpy(np.float64)
+    # Runs of consecutive qualifying kernels on one stream, inside one iteration: back-to-back
+    # calls of one expression are separate chains, not one long one.
+    launched = a["api_start"].fillna(a["start"]).to_numpy(np.int64)
+    it = np.searchsorted(iteration_bounds(ctx.run), launched, side="right")
+    brk = np.ones(len(a), dtype=bool)
+    brk[1:] = ~(ok[1:] & ok[:-1] & (stream[1:] == stream[:-1]) & (it[1:] == it[:-1]))
+    run_id = np.cumsum(brk)
+    n_min = int(RULE.param("min_chain"))
+    # Per run of qualifying kernels: its length, time, longest kernel and critical time.
+    rid = run_id[ok]
+    n_runs = int(run_id.max()) + 1
+    count = np.bincount(rid, minlength=n_runs)
+    t_run = np.bincount(rid, weights=dur[ok], minlength=n_runs)
+    c_run = np.bincount(rid, weights=(dur * crit)[ok], minlength=n_runs)
+    longest = np.zeros(n_runs)
+    np.maximum.at(longest, rid, dur[ok])
+    chain = count >= n_min
+    chains = int(chain.sum())
+    total = float(t_run[chain].sum())
+    saved = float((t_run - longest)[chain].sum())
+    crit_ns = float(c_run[chain].sum())
+    in_chain = np.zeros(len(a), dtype=bool)
+    in_chain[np.flatnonzero(ok)] = chain[rid]
+    members = {str(n) for n in names[in_chain].unique()}
+    if not chains or total < RULE.param("min_gpu_share") * float(dur.sum()):
+        return []
+    op_gain = total / (total - saved)
+    share = float(crit_ns / total)
+    g, _, basis = ctx.gpu_saving_gain(saved, share)
+    g = min(g, op_gain)
+    return [Finding(RULE.code, RULE.name,
+                    f"torch.compile the code around the {chains} chains of small elementwise kernels "
+                    f"({chains / max(ctx.iterations, 1):.0f} per iteration): each becomes one kernel",
+                    Rung.TORCH_COMPILE, {"chains": chains, "chain_kernel_ns": int(total),
+                                         "critical_share": round(share, 3)}, g,
+                    f"chains {ctx.per_iteration(total)} -> their longest kernels "
+                    f"{ctx.per_iteration(total - saved)}; {basis}", g, op_gain, Scope.OPS,
+                    frozenset(members))]

@@ -1,0 +1,612 @@
+"""Read an Nsight Systems SQLite export into typed frames. Read-only, schema-drift tolerant.
+
+The file is opened with SQLite's ``mode=ro&immutable=1``: nothing is written, locked, or left
+beside the user's trace. Every table is optional except the string table and at least one kind
+of GPU activity; versioned names (``CUPTI_ACTIVITY_KIND_KERNEL_V2``) are resolved to the newest.
+"""
+from __future__ import annotations
+
+import re
+import sqlite3
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+from urllib.parse import quote
+
+import numpy as np
+import pandas as pd
+
+from profkit.read import livefile
+from profkit.errors import NoGpuActivityError, TraceError
+from profkit.read.peaks import GpuInfo
+from profkit.read.text import as_text, visible
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+# Timestamps are ns since the session start (or the epoch): a value outside [0, 1e18] (year
+# 2001 + 31 years of ns since the epoch is ~1e18) cannot come from a clock.
+MAX_TIMESTAMP = 10 ** 18
+REEXPORT = "export the trace again with `nsys export --type sqlite`"
+
+
+def _decode(raw: bytes) -> str:
+    """Text as stored; bytes that are not UTF-8 are replaced, never raised (damaged names)."""
+    return raw.decode("utf-8", errors="replace")
+
+# NVTX event types (ENUM_NSYS_EVENT_TYPE), stable across versions.
+NVTX_PUSHPOP, NVTX_STARTEND, NVTXT_PUSHPOP, NVTXT_STARTEND, NVTX_DOMAIN_CREATE = 59, 60, 70, 71, 75
+NVTX_RANGE_TYPES = (NVTX_PUSHPOP, NVTX_STARTEND, NVTXT_PUSHPOP, NVTXT_STARTEND)
+
+_MEMCPY_LABELS = {0: "Unknown", 1: "Host-to-Device", 2: "Device-to-Host", 3: "Host-to-Array",
+                  4: "Array-to-Host", 5: "Array-to-Array", 6: "Array-to-Device",
+                  7: "Device-to-Array", 8: "Device-to-Device", 9: "Host-to-Host",
+                  10: "Peer-to-Peer", 11: "Unified Host-to-Device",
+                  12: "Unified Device-to-Host", 13: "Unified Device-to-Device"}
+
+ACTIVITY_COLUMNS = ["start", "end", "deviceId", "streamId", "correlationId", "globalPid", "kind",
+                    "name", "short_name", "bytes", "graphNodeId", "globalTid", "api_start",
+                    "api_end"]
+
+
+@dataclass
+class ExportInfo:
+    path: str
+    nsys_version: Optional[str] = None
+    schema_version: Optional[str] = None
+    session_start_utc: Optional[str] = None
+    tables: list[str] = field(default_factory=list)
+
+
+def _unreadable(p: Path, message: str) -> TraceError:
+    """``message`` (the file looks damaged), unless the file is still being written: then the
+    answer is to wait, not to export again."""
+    why = livefile.still_written(p)
+    return TraceError(livefile.still_written_message(p, why) if why else message)
+
+
+def open_readonly(path: str | Path) -> sqlite3.Connection:
+    """Open ``path`` read-only, with checks that give one clear message for each bad input.
+
+    Opened with ``mode=ro&immutable=1``: SQLite takes no lock and writes nothing beside the
+    file. A file that a live writer holds is refused with "still being written"; one whose
+    writer crashed (a hot journal) is read from a recovered private snapshot (profkit.read.livefile).
+    """
+    p = Path(path)
+    if not p.exists():
+        raise TraceError(f"{p}: no such file; pass the .sqlite that `nsys export --type sqlite` wrote")
+    if not p.is_file():
+        raise TraceError(f"{p}: not a file; pass an .sqlite trace exported by Nsight Systems")
+    if p.stat().st_size == 0:
+        raise _unreadable(p, f"{p}: empty file (0 bytes); {REEXPORT}")
+    try:
+        with p.open("rb") as fh:
+            head = fh.read(len(SQLITE_MAGIC))
+    except OSError as exc:
+        raise TraceError(f"{p}: cannot read ({exc.strerror})") from None
+    if head != SQLITE_MAGIC:
+        hint = (" (it looks like an .nsys-rep: run `nsys export --type sqlite` on it first)"
+                if p.suffix in (".nsys-rep", ".qdrep", ".qdstrm") else
+                "; export one with `nsys export --type sqlite report.nsys-rep`")
+        raise TraceError(f"{p}: not an SQLite file{hint}")
+    state, why = livefile.writer_state(p)
+    if state == "live":
+        raise TraceError(livefile.still_written_message(p, why))
+    target = p
+    if state == "crashed":
+        try:
+            target = livefile.recovered_snapshot(p)
+        except (OSError, sqlite3.Error) as exc:
+            raise TraceError(f"{p}: {why}, and recovering it failed ({exc}); {REEXPORT}") from None
+    uri = f"file:{quote(str(target.resolve()))}?mode=ro&immutable=1"
+    try:
+        conn = sqlite3.connect(uri, uri=True)
+        conn.text_factory = _decode
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.DatabaseError as exc:
+        raise _unreadable(p, f"{p}: damaged or truncated SQLite file ({exc}); {REEXPORT}") from None
+    except UnicodeError:  # SQLite's own message quoted bytes of a damaged schema
+        raise _unreadable(p, f"{p}: damaged or truncated SQLite file (the schema does not "
+                             f"decode); {REEXPORT}") from None
+    return conn
+
+
+def damaged(path: str | Path, detail: str) -> TraceError:
+    """The error for a file that cannot be read as it is: ``detail`` says where it is broken."""
+    return _unreadable(Path(path), f"{path}: damaged export: {detail}; {REEXPORT}")
+
+
+def _opt_text(value: object) -> Optional[str]:
+    return None if value is None else as_text(value)
+
+
+def _opt_count(value: object) -> Optional[int]:
+    """A non-negative integer, or None for anything else (NULL, text, a real, a blob)."""
+    return value if isinstance(value, int) and 0 <= value < 2 ** 62 else None
+
+
+def list_tables(conn: sqlite3.Connection) -> list[str]:
+    return [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+
+
+def resolve_table(tables: list[str], base: str) -> Optional[str]:
+    """``base`` itself, or its newest versioned form (``base_V3`` over ``base_V2``)."""
+    best, best_v = (base, 0) if base in tables else (None, -1)
+    pat = re.compile(re.escape(base) + r"_V(\d+)$")
+    for t in tables:
+        m = pat.match(t)
+        if m and int(m.group(1)) > best_v:
+            best, best_v = t, int(m.group(1))
+    return best
+
+
+def columns_of(conn: sqlite3.Connection, table: str) -> set[str]:
+    return {row[1] for row in conn.execute(f'PRAGMA table_info("{table}")')}
+
+
+def per_name(names, fn) -> np.ndarray:
+    """``fn(name)`` for each of ``names`` (a column or array), evaluated once per distinct name;
+    an object array, None for a missing name.
+
+    Traces repeat a few hundred names millions of times; calling ``fn`` per row would dominate.
+    A categorical column is used through its codes, with no factorisation at all."""
+    if isinstance(getattr(names, "dtype", None), pd.CategoricalDtype):
+        codes, uniq = np.asarray(names.cat.codes), names.cat.categories
+    else:
+        codes, uniq = pd.factorize(pd.Series(names, dtype=object))
+    values = np.empty(len(uniq) + 1, dtype=object)
+    values[:-1] = [fn(str(u)) for u in uniq]
+    values[-1] = None  # code -1: a missing name
+    return values[codes]
+
+
+def match_names(names: pd.Series, pattern: "re.Pattern[str]") -> np.ndarray:
+    """``pattern.match`` over a column of names, evaluated once per distinct name (per_name)."""
+    return per_name(names, lambda n: bool(pattern.match(n))).astype(bool)
+
+
+def _lookup(ids: Optional[pd.Series], strings: dict[int, str], n: int) -> np.ndarray:
+    """Map StringIds ids to text, looking each distinct id up once."""
+    if ids is None:
+        return np.full(n, None, dtype=object)
+    uniq, inverse = np.unique(ids.to_numpy(), return_inverse=True)
+    return np.array([strings.get(int(u)) for u in uniq], dtype=object)[inverse]
+
+
+class TraceReader:
+    """Typed access to one export. All methods are read-only queries."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = str(path)
+        self.conn = open_readonly(path)
+        try:
+            self.tables = list_tables(self.conn)
+        except (sqlite3.DatabaseError, UnicodeError) as exc:
+            raise _unreadable(Path(path), f"{path}: damaged SQLite file ({exc}); {REEXPORT}") from None
+        if not self.tables:
+            raise TraceError(f"{path}: empty SQLite database, not an Nsight Systems export")
+        self.kernel_table = resolve_table(self.tables, "CUPTI_ACTIVITY_KIND_KERNEL")
+        self.memcpy_table = resolve_table(self.tables, "CUPTI_ACTIVITY_KIND_MEMCPY")
+        self.memset_table = resolve_table(self.tables, "CUPTI_ACTIVITY_KIND_MEMSET")
+        self.runtime_table = resolve_table(self.tables, "CUPTI_ACTIVITY_KIND_RUNTIME")
+        self.nvtx_table = resolve_table(self.tables, "NVTX_EVENTS")
+        nsys_markers = {"StringIds", "META_DATA_EXPORT", "TARGET_INFO_GPU", "ThreadNames"}
+        if not (nsys_markers & set(self.tables)) and not (self.kernel_table or self.nvtx_table):
+            raise TraceError(f"{path}: SQLite file but not an Nsight Systems export (no nsys tables); "
+                             "export one with `nsys export --type sqlite`")
+        self._strings: Optional[dict[int, str]] = None
+        self.unclosed_ranges = 0
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def _query(self, sql: str, params: tuple = ()) -> pd.DataFrame:
+        try:
+            return pd.read_sql_query(sql, self.conn, params=params)
+        except (sqlite3.DatabaseError, pd.errors.DatabaseError) as exc:
+            raise _unreadable(Path(self.path), f"{self.path}: damaged or unreadable export ({exc}); "
+                                               f"{REEXPORT}") from None
+
+    # -- metadata -----------------------------------------------------------------------------
+    def export_info(self) -> ExportInfo:
+        info = ExportInfo(path=self.path, tables=list(self.tables))
+        if "META_DATA_EXPORT" in self.tables:
+            meta = {as_text(k): v for k, v in
+                    self.conn.execute("SELECT name, value FROM META_DATA_EXPORT").fetchall()}
+            info.nsys_version = _opt_text(meta.get("EXPORT_PRODUCT_VERSION"))
+            info.schema_version = _opt_text(meta.get("EXPORT_SCHEMA_VERSION"))
+        if "TARGET_INFO_SESSION_START_TIME" in self.tables:
+            cols = columns_of(self.conn, "TARGET_INFO_SESSION_START_TIME")
+            row = (self.conn.execute("SELECT utcTime FROM TARGET_INFO_SESSION_START_TIME").fetchone()
+                   if "utcTime" in cols else None)
+            info.session_start_utc = _opt_text(row[0]) if row else None
+        return info
+
+    def gpus(self) -> dict[int, GpuInfo]:
+        """GPU description per device id (TARGET_INFO_GPU; columns vary by version)."""
+        if "TARGET_INFO_GPU" not in self.tables:
+            return {}
+        cols = columns_of(self.conn, "TARGET_INFO_GPU")
+        want = ["id", "name", "smCount", "clockRate", "memoryBandwidth", "computeMajor",
+                "computeMinor", "l2CacheSize", "totalMemory"]
+        sel = ", ".join(c if c in cols else f"NULL AS {c}" for c in want)
+        out: dict[int, GpuInfo] = {}
+        for row in self.conn.execute(f"SELECT {sel} FROM TARGET_INFO_GPU"):
+            rec = dict(zip(want, row))
+            # Numbers that are not positive integers (a damaged row) are treated as unknown.
+            for k in want:
+                if k != "name":
+                    rec[k] = _opt_count(rec[k])
+            cc = (f"{rec['computeMajor']}.{rec['computeMinor']}"
+                  if rec["computeMajor"] is not None else None)
+            dev = rec["id"] if rec["id"] is not None else len(out)
+            out[dev] = GpuInfo(name=visible(rec["name"] or "") or "unknown GPU", sm_count=rec["smCount"],
+                               clock_hz=rec["clockRate"], memory_bandwidth=rec["memoryBandwidth"],
+                               compute_capability=cc, l2_bytes=rec["l2CacheSize"],
+                               total_memory=rec["totalMemory"])
+        return out
+
+    def strings(self) -> dict[int, str]:
+        if self._strings is None:
+            if "StringIds" in self.tables:
+                cur = self.conn.execute("SELECT id, value FROM StringIds")
+                # A damaged row (a text id, a blob or number for a name) must not raise later.
+                # Names are made visible here, once: a control character or escape sequence in a
+                # name the program chose must not act on the user's terminal in any output.
+                self._strings = {i: visible(v) for i, v in cur.fetchall()
+                                 if isinstance(i, int) and v is not None}
+            else:
+                self._strings = {}
+        return self._strings
+
+    # -- GPU activity ---------------------------------------------------------------------------
+    def _name_expr(self, table: str, candidates: list[str]) -> tuple[str, bool]:
+        """The first name column present; whether it holds StringIds ids (vs text)."""
+        cols = columns_of(self.conn, table)
+        for c in candidates:
+            if c in cols:
+                typ = self.conn.execute(f'SELECT typeof("{c}") FROM "{table}" WHERE "{c}" IS NOT NULL LIMIT 1').fetchone()
+                return c, (typ is None or typ[0] == "integer")
+        return "NULL", False
+
+    def int_columns(self, table: str, exprs: dict[str, str], where: str = "",
+                    chunk: int = 2_000_000) -> dict[str, np.ndarray]:
+        """Integer columns of ``table`` as numpy arrays, without a Python object per value.
+
+        SQLite concatenates each column into one text per chunk of rows and numpy parses it:
+        several times faster than fetching rows for million-row tables. NULLs must be mapped to
+        a sentinel by the caller (``coalesce(x, -1)``), since group_concat skips them. A value
+        that is not an integer (NULL, text, a real, a blob: a damaged export) is skipped too,
+        which the row count gives away; then :meth:`_bad_column` names the column in a
+        :class:`TraceError`.
+        """
+        out: dict[str, list[np.ndarray]] = {k: [] for k in exprs}
+        sel = ", ".join(f"group_concat(CASE WHEN typeof({e}) = 'integer' THEN {e} END)"
+                        for e in exprs.values())
+        lo, hi = self.conn.execute(f'SELECT min(rowid), max(rowid) FROM "{table}"').fetchone()
+        if lo is None:
+            return {k: np.empty(0, dtype=np.int64) for k in exprs}
+        cond = f" AND ({where})" if where else ""
+        first = lo
+        # A damaged b-tree can make the seeks below go backwards or never end: each chunk must
+        # move forward, and there cannot be more chunks than the table's rows need.
+        chunks_left = self.conn.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0] // chunk + 2
+        while first is not None:
+            chunks_left -= 1
+            if chunks_left < 0:
+                raise damaged(self.path, f"{table}: its rows cannot be read in order")
+            # Chunks of ``chunk`` existing rows, not of rowid values: a damaged file can hold
+            # rowids far apart (1 and 2**62), which a stride over the range would walk forever.
+            last = self.conn.execute(
+                f'SELECT rowid FROM "{table}" WHERE rowid >= ? ORDER BY rowid LIMIT 1 OFFSET ?',
+                (first, chunk - 1)).fetchone()
+            last = hi if last is None else last[0]
+            row = self.conn.execute(
+                f'SELECT count(*), {sel} FROM "{table}" AS a WHERE a.rowid BETWEEN ? AND ?{cond}',
+                (first, last)).fetchone()
+            nxt = self.conn.execute(f'SELECT min(rowid) FROM "{table}" WHERE rowid > ?',
+                                    (last,)).fetchone()[0]
+            if last < first or (nxt is not None and nxt <= last):
+                raise damaged(self.path, f"{table}: its rows cannot be read in order")
+            first = nxt
+            n = row[0]
+            for key, text in zip(exprs, row[1:]):
+                values = (np.fromstring(text, dtype=np.int64, sep=",") if text
+                          else np.empty(0, dtype=np.int64))
+                if len(values) != n:
+                    raise self._bad_column(table, exprs[key], where)
+                out[key].append(values)
+        return {k: (np.concatenate(v) if v else np.empty(0, dtype=np.int64)) for k, v in out.items()}
+
+    def _bad_column(self, table: str, expr: str, where: str = "") -> TraceError:
+        """The one-line error for a column that holds something other than integers."""
+        m = re.search(r'a\."?([A-Za-z_][A-Za-z0-9_]*)"?', expr)
+        col = m.group(1) if m else expr
+        cond = f"WHERE {where}" if where else ""
+        what = "values that are not integers"
+        if m:
+            nulls, texts, reals, blobs = self.conn.execute(
+                f'SELECT sum("{col}" IS NULL), sum(typeof("{col}") = \'text\'), '
+                f'sum(typeof("{col}") = \'real\'), sum(typeof("{col}") = \'blob\') '
+                f'FROM "{table}" AS a {cond}').fetchone()
+            kinds = [f"{n} {label}" for n, label in ((nulls, "NULL"), (texts, "text"),
+                                                     (reals, "real"), (blobs, "blob")) if n]
+            if kinds:
+                what = ", ".join(kinds) + " where integers are expected"
+        return damaged(self.path, f"{table}.{col} holds {what}")
+
+    def check_timestamps(self, table: str, frame: pd.DataFrame, cols: tuple[str, ...] = ("start", "end")) -> None:
+        """Raise when a timestamp cannot be one: negative, beyond 1e18 ns, or an end before its start."""
+        for c in cols:
+            v = frame[c].to_numpy()
+            bad = (v < 0) | (v > MAX_TIMESTAMP)
+            if bad.any():
+                raise damaged(self.path, f"{table}.{c} holds {int(bad.sum())} impossible "
+                                         f"timestamp(s) (e.g. {int(v[bad][0])}; expected 0 to 1e18 ns)")
+        if {"start", "end"} <= set(cols):
+            back = frame["end"].to_numpy() < frame["start"].to_numpy()
+            if back.any():
+                raise damaged(self.path, f"{table}: {int(back.sum())} row(s) end before they start")
+
+    def _names(self, table: str, candidates: list[str]) -> tuple[str, Optional[pd.Series]]:
+        """The name column to use; its values when they are text rather than StringIds ids."""
+        col, is_id = self._name_expr(table, candidates)
+        if col == "NULL" or is_id:
+            return col, None
+        values = self._query(f'SELECT "{col}" AS v FROM "{table}" ORDER BY rowid')["v"]
+        return col, values.map(lambda v: None if v is None else visible(v))
+
+    def _launch_calls(self, corr_sources: list[str]) -> pd.DataFrame:
+        """Runtime calls that launched GPU work: correlationId, pid key, globalTid, start, end."""
+        cols = ["correlationId", "pidkey", "globalTid", "api_start", "api_end"]
+        if not self.runtime_table or not corr_sources:
+            return pd.DataFrame({c: np.empty(0, dtype=np.int64) for c in cols})
+        union = " UNION ".join(f'SELECT correlationId FROM "{t}"' for t in corr_sources)
+        rt = self.int_columns(self.runtime_table, {
+            "correlationId": "a.correlationId", "pidkey": "a.globalTid >> 24",
+            "globalTid": "a.globalTid", "api_start": "a.start", "api_end": "a.end"},
+            where=f"a.correlationId IN ({union}) AND a.globalTid IS NOT NULL")
+        df = pd.DataFrame(rt, columns=cols)
+        self.check_timestamps(self.runtime_table, df.rename(columns={"api_start": "start", "api_end": "end"}))
+        return df
+
+    def activities(self) -> pd.DataFrame:
+        """Kernels, memcpys and memsets, one row each, with the launch call they came from.
+
+        Columns: ACTIVITY_COLUMNS. ``kind`` is kernel | memcpy | memset; ``bytes`` is set for
+        memcpy/memset; ``name`` is the demangled kernel name (as ``nsys stats`` shows it) or
+        ``[CUDA memcpy Host-to-Device]``-style names for copies. A GPU activity is tied to its
+        launch call by correlationId within the same process (the bits of globalTid/globalPid
+        above the 24-bit thread id).
+        """
+        sources = [t for t in (self.kernel_table, self.memcpy_table, self.memset_table) if t]
+        # The launch-call scan is the slowest query; SQLite releases the GIL, so it runs on its
+        # own connection in a thread while the activity tables are read here.
+        pool = ThreadPoolExecutor(max_workers=1)
+
+        def launch_calls() -> pd.DataFrame:
+            reader = TraceReader(self.path)
+            try:
+                return reader._launch_calls(sources)
+            finally:
+                reader.close()
+
+        calls_future = pool.submit(launch_calls)
+        try:
+            return self._activities(sources, calls_future)
+        finally:
+            # Also when reading failed here: the thread must not outlive the call.
+            pool.shutdown(wait=True)
+
+    def _activities(self, sources: list[str], calls_future: Future) -> pd.DataFrame:
+        frames = []
+        strings = self.strings()
+        base = {"start": "a.start", "end": "a.end", "deviceId": "a.deviceId",
+                "streamId": "a.streamId", "correlationId": "coalesce(a.correlationId, -1)",
+                "globalPid": "coalesce(a.globalPid, 0)"}
+
+        def gnode(t: str) -> str:
+            return "coalesce(a.graphNodeId, -1)" if "graphNodeId" in columns_of(self.conn, t) else "-1"
+
+        if self.kernel_table:
+            t = self.kernel_table
+            full, full_text = self._names(t, ["demangledName", "mangledName", "shortName", "name"])
+            short, short_text = self._names(t, ["shortName", "demangledName", "name"])
+            exprs = {**base, "graphNodeId": gnode(t)}
+            if full_text is None and full != "NULL":
+                exprs["name_id"] = f'coalesce(a."{full}", -1)'
+            if short_text is None and short != "NULL":
+                exprs["short_id"] = f'coalesce(a."{short}", -1)'
+            df = pd.DataFrame(self.int_columns(t, exprs))
+            self.check_timestamps(t, df)
+            df["name"] = (full_text.to_numpy() if full_text is not None else
+                          _lookup(df.get("name_id"), strings, len(df)))
+            df["short_name"] = (short_text.to_numpy() if short_text is not None else
+                                _lookup(df.get("short_id"), strings, len(df)))
+            df["name"] = df["name"].fillna(df["short_name"]).fillna("<unnamed kernel>")
+            df["short_name"] = df["short_name"].fillna(df["name"])
+            df["bytes"] = np.nan
+            df["kind"] = "kernel"
+            # An integer key per name (its string id; the short name's when the full one is
+            # missing), so names can be coded without hashing a million strings.
+            nid = df["name_id"] if "name_id" in df else pd.Series(-1, index=df.index)
+            sid = df["short_id"] if "short_id" in df else pd.Series(-1, index=df.index)
+            df["name_key"] = np.where(nid >= 0, nid, np.where(sid >= 0, -(2 ** 40) - sid, -4))
+            if full_text is not None:  # names stored as text: no ids to key them by
+                df["name_key"] = -(2 ** 41) - pd.factorize(df["name"])[0]
+            frames.append(df.drop(columns=["name_id", "short_id"], errors="ignore"))
+        if self.memcpy_table:
+            t = self.memcpy_table
+            labels = dict(_MEMCPY_LABELS)
+            if "ENUM_CUDA_MEMCPY_OPER" in self.tables:
+                labels.update({i: as_text(v) for i, v in
+                               self.conn.execute("SELECT id, label FROM ENUM_CUDA_MEMCPY_OPER")
+                               if isinstance(i, int)})
+            kind = "coalesce(a.copyKind, 0)" if "copyKind" in columns_of(self.conn, t) else "0"
+            df = pd.DataFrame(self.int_columns(t, {**base, "graphNodeId": gnode(t),
+                                                   "bytes": "a.bytes", "copyKind": kind}))
+            self.check_timestamps(t, df)
+            df["name"] = "[CUDA memcpy " + df["copyKind"].map(labels).fillna("Unknown") + "]"
+            df["short_name"] = df["name"]
+            df["kind"] = "memcpy"
+            df["name_key"] = -10 - df["copyKind"]
+            frames.append(df.drop(columns=["copyKind"]))
+        if self.memset_table:
+            t = self.memset_table
+            df = pd.DataFrame(self.int_columns(t, {**base, "graphNodeId": gnode(t), "bytes": "a.bytes"}))
+            self.check_timestamps(t, df)
+            df["name"] = "[CUDA memset]"
+            df["short_name"] = df["name"]
+            df["kind"] = "memset"
+            df["name_key"] = -5
+            frames.append(df)
+        frames = [f for f in frames if len(f)]
+        if not frames:
+            raise NoGpuActivityError(
+                f"{self.path}: no GPU activity (no kernel, memcpy or memset rows); profile with "
+                "`nsys profile -t cuda,nvtx` (or `profkit capture`) and make sure the script runs GPU work")
+        acts = pd.concat(frames, ignore_index=True)
+        calls = calls_future.result()
+        acts["pidkey"] = np.right_shift(acts["globalPid"].to_numpy(np.int64), 24)
+        acts = acts.merge(calls, how="left", on=["correlationId", "pidkey"], sort=False)
+        acts["graphNodeId"] = acts["graphNodeId"].where(acts["graphNodeId"] >= 0)
+        acts["bytes"] = acts["bytes"].astype("float64")
+        acts["kind"] = acts["kind"].astype("category")
+        acts = acts[ACTIVITY_COLUMNS + ["name_key"]].sort_values(["start", "end"], kind="stable")
+        acts = acts.reset_index(drop=True)
+        # Names coded once here, from the integer keys (see Trace.name_codes).
+        codes, _ = pd.factorize(acts.pop("name_key").to_numpy(np.int64))
+        _, first = np.unique(codes, return_index=True)
+        remap, names = pd.factorize(acts["name"].to_numpy(object)[first])  # equal texts: one code
+        acts.attrs["name_codes"] = (remap[codes].astype(np.int64), np.asarray(names, dtype=object))
+        return acts
+
+    def copy_memory_kinds(self) -> pd.DataFrame:
+        """Host-side memory of each memcpy: start, correlationId, copyKind, srcKind, dstKind.
+
+        Kinds follow ENUM_CUDA_MEM_KIND (0 pageable, 1 pinned, 2 device, ...): a host-to-device
+        copy from pageable memory is staged by the CPU and cannot overlap with its caller."""
+        t = self.memcpy_table
+        cols = ["start", "correlationId", "copyKind", "srcKind", "dstKind"]
+        if not t or not {"srcKind", "dstKind", "copyKind"} <= columns_of(self.conn, t):
+            return pd.DataFrame(columns=cols)
+        return pd.DataFrame(self.int_columns(t, {"start": "a.start",
+                                                 "correlationId": "coalesce(a.correlationId, -1)",
+                                                 "copyKind": "coalesce(a.copyKind, 0)",
+                                                 "srcKind": "coalesce(a.srcKind, -1)",
+                                                 "dstKind": "coalesce(a.dstKind, -1)"}))
+
+    def api_calls(self, name_ids: Optional[list[int]] = None) -> pd.DataFrame:
+        """CUDA runtime/driver API calls: start, end, globalTid, correlationId, name.
+
+        ``name_ids``: only calls with these names (StringIds ids, see Trace._name_ids), so a trace
+        with millions of launch calls is not read whole to find its few synchronize calls.
+        Names are as the export stores them, versioned (``cudaStreamSynchronize_v3020``): match
+        them by prefix.
+        """
+        cols = ["start", "end", "globalTid", "correlationId", "name"]
+        empty = pd.DataFrame({c: pd.Series(dtype="int64" if c != "name" else "object") for c in cols})
+        if not self.runtime_table or "nameId" not in columns_of(self.conn, self.runtime_table):
+            return empty
+        where = ""
+        if name_ids is not None:
+            if not name_ids:
+                return empty
+            where = f"a.nameId IN ({','.join(str(int(i)) for i in name_ids)})"
+        df = pd.DataFrame(self.int_columns(self.runtime_table, {
+            "start": "a.start", "end": 'a."end"', "globalTid": "coalesce(a.globalTid, 0)",
+            "correlationId": "coalesce(a.correlationId, -1)", "nameId": "coalesce(a.nameId, -1)"},
+            where=where))
+        self.check_timestamps(self.runtime_table, df)
+        df["name"] = _lookup(df["nameId"], self.strings(), len(df))
+        # Millions of calls, a few hundred names: a categorical keeps memory and matching cheap.
+        df["name"] = df["name"].fillna("<unnamed call>").astype("category")
+        return df[cols].sort_values(["start", "end"], kind="stable").reset_index(drop=True)
+
+    def api_span(self, pid: Optional[int] = None) -> Optional[tuple[int, int]]:
+        """First start and last end of the API calls (of one process: globalTid >> 24)."""
+        if not self.runtime_table:
+            return None
+        cond, args = ("WHERE globalTid >> 24 = ?", (pid,)) if pid is not None else ("", ())
+        row = self.conn.execute(f'SELECT min(start), max("end") FROM "{self.runtime_table}" {cond}',
+                                args).fetchone()
+        return None if row is None or row[0] is None else (int(row[0]), int(row[1]))
+
+    # -- NVTX -----------------------------------------------------------------------------------
+    def nvtx_ranges(self) -> pd.DataFrame:
+        """Push/pop and start/end ranges: start, end, globalTid, name, domain, style.
+
+        A range that never closed (the program exited, or crashed, inside it) ends at the end of
+        the capture, the latest GPU, API or NVTX timestamp (see :meth:`capture_end`); their number
+        is left in ``self.unclosed_ranges``. Start/end ranges closed on another thread
+        (endGlobalTid set) are left out, since their launches cannot be tied to one thread.
+        """
+        empty = pd.DataFrame({"start": pd.Series(dtype="int64"), "end": pd.Series(dtype="int64"),
+                              "globalTid": pd.Series(dtype="int64"), "name": pd.Series(dtype="object"),
+                              "domain": pd.Series(dtype="object"), "style": pd.Series(dtype="object")})
+        if not self.nvtx_table:
+            return empty
+        t = self.nvtx_table
+        cols = columns_of(self.conn, t)
+        types = ",".join(str(x) for x in NVTX_RANGE_TYPES)
+        end_tid = "a.endGlobalTid IS NULL" if "endGlobalTid" in cols else "1"
+        where = f"a.eventType IN ({types}) AND {end_tid}"
+        df = pd.DataFrame(self.int_columns(t, {
+            "rowid": "a.rowid", "start": "a.start", "end": 'coalesce(a."end", -1)',
+            "globalTid": "coalesce(a.globalTid, 0)",
+            "textId": "coalesce(a.textId, -1)" if "textId" in cols else "-1",
+            "domainId": "coalesce(a.domainId, 0)" if "domainId" in cols else "0",
+            "eventType": "a.eventType"}, where=where))
+        if df.empty:
+            return empty
+        # Text that is not a registered string is rare: fetch it for those rows only.
+        text = pd.Series(None, index=df.index, dtype=object)
+        if "text" in cols:
+            tx = self._query(f'SELECT rowid AS rowid, text FROM "{t}" AS a WHERE {where} AND a.text IS NOT NULL')
+            if len(tx):
+                text = df["rowid"].map(tx.set_index("rowid")["text"].map(visible)).astype(object)
+        self.check_timestamps(t, df, cols=("start",))
+        closed = df["end"].to_numpy() >= 0
+        self.check_timestamps(t, df[closed])
+        self.unclosed_ranges = int((~closed).sum())
+        name = pd.Series(_lookup(df["textId"].where(df["textId"] >= 0, -1), self.strings(), len(df)),
+                         index=df.index, dtype=object)
+        df["name"] = name.fillna(text).fillna("<unnamed range>")
+        if self.unclosed_ranges:
+            df["end"] = df["end"].where(closed, max(self.capture_end(), int(df["start"].max())))
+        df["end"] = df["end"].astype(np.int64)
+        df["style"] = np.where(df["eventType"].isin([NVTX_PUSHPOP, NVTXT_PUSHPOP]), "PushPop", "StartEnd")
+        domains = self._domain_names()
+        df["domain"] = df["domainId"].map(domains).astype(object).fillna("")
+        named = df["domain"] != ""
+        df.loc[named, "name"] = df.loc[named, "domain"] + ":" + df.loc[named, "name"]
+        return df[["start", "end", "globalTid", "name", "domain", "style"]].reset_index(drop=True)
+
+    def capture_end(self) -> int:
+        """The latest timestamp of the capture: the end of GPU work, API calls and NVTX events."""
+        ends = []
+        for t in (self.kernel_table, self.memcpy_table, self.memset_table, self.runtime_table,
+                  self.nvtx_table):
+            if t:
+                cols = columns_of(self.conn, t)
+                parts = [f'max("{c}")' for c in ("start", "end") if c in cols]
+                if parts:
+                    row = self.conn.execute(
+                        f'SELECT {", ".join(parts)} FROM "{t}"').fetchone()
+                    ends += [v for v in row if isinstance(v, int) and 0 <= v <= MAX_TIMESTAMP]
+        return max(ends, default=0)
+
+    def _domain_names(self) -> dict[int, str]:
+        if not self.nvtx_table:
+            return {}
+        cols = columns_of(self.conn, self.nvtx_table)
+        if "domainId" not in cols:
+            return {}
+        text = "text" if "text" in cols else "NULL"
+        text_id = "textId" if "textId" in cols else "NULL"
+        rows = self.conn.execute(
+            f'SELECT domainId, {text}, {text_id} FROM "{self.nvtx_table}" WHERE eventType = ?',
+            (NVTX_DOMAIN_CREATE,)).fetchall()
+        strings = self.strings()
+        return {d: (visible(t) if t is not None else strings.get(tid, "")) for d, t, tid in rows
+                if isinstance(d, int)}

@@ -1,0 +1,233 @@
+"""The trace container: what one export holds, loaded once and cached."""
+from __future__ import annotations
+
+import sqlite3
+import re
+from functools import cached_property
+from typing import Optional
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from profkit.read.intervals import busy_union
+from profkit.errors import TraceError
+from profkit.read.ncu import read_ncu_metrics
+from profkit.read.peaks import GpuInfo
+from profkit.read.nsys import ExportInfo, TraceReader, damaged
+
+# What SQLite and pandas raise on a file that is broken below what the reader checks (pages
+# that no longer decode, a schema that no longer parses).
+READ_ERRORS = (sqlite3.Error, pd.errors.DatabaseError, UnicodeError)
+
+
+def _damaged(path: str, exc: Exception) -> TraceError:
+    return damaged(path, f"{exc.__class__.__name__}: {exc}")
+
+
+ATTRIBUTIONS = ("process", "thread")
+_ATEN_PREFIX = re.compile(r"aten::")
+
+
+class Trace:
+    """One Nsight Systems export: GPU activities, NVTX ranges, GPU info, merged counters.
+
+    ``attribution``: ``process`` (default) also gives GPU work launched from a helper thread
+    (PyTorch's autograd engine, a loader thread) to the ranges open at that moment on the
+    process's main thread; ``thread`` keeps Nsight Systems' own per-thread projection.
+    """
+
+    def __init__(self, path: str | Path, attribution: str = "process") -> None:
+        if attribution not in ATTRIBUTIONS:
+            raise TraceError(f"unknown attribution {attribution!r}: use one of {', '.join(ATTRIBUTIONS)}")
+        self.path = str(path)
+        self.attribution = attribution
+        self.unclosed_ranges = 0  # NVTX ranges that never closed (set when ranges are read)
+        self._reader = TraceReader(path)
+        try:
+            self.info: ExportInfo = self._reader.export_info()
+            self.activities: pd.DataFrame = self._reader.activities()
+            self.gpus: dict[int, GpuInfo] = self._reader.gpus()
+            self.ncu: pd.DataFrame = read_ncu_metrics(self._reader.conn)
+        except READ_ERRORS as exc:
+            raise _damaged(self.path, exc) from None
+        finally:
+            self._reader.close()
+
+    @cached_property
+    def ranges(self) -> pd.DataFrame:
+        """NVTX ranges, read on first use (the kernel level never needs them)."""
+        reader = TraceReader(self.path)
+        try:
+            ranges = reader.nvtx_ranges()
+            self.unclosed_ranges = reader.unclosed_ranges
+            return ranges
+        except READ_ERRORS as exc:
+            raise _damaged(self.path, exc) from None
+        finally:
+            reader.close()
+
+    @cached_property
+    def api_calls(self) -> pd.DataFrame:
+        """CUDA API calls (all of them, not only launches), read on first use."""
+        return self._in_window(self._read(lambda r: r.api_calls()))
+
+    def _in_window(self, calls: pd.DataFrame) -> pd.DataFrame:
+        w = self.__dict__.get("_window_ns")
+        if w is None:
+            return calls
+        return calls[(calls["start"] >= w[0]) & (calls["start"] <= w[1])].reset_index(drop=True)
+
+    def api_calls_matching(self, pattern: "re.Pattern[str]") -> pd.DataFrame:
+        """The API calls whose name ``pattern`` matches (read once per pattern; see api_calls)."""
+        cache = self.__dict__.setdefault("_api_by_pattern", {})
+        if pattern.pattern not in cache:
+            if "api_calls" in self.__dict__:  # already read whole (or a window view): filter it
+                c = self.api_calls
+                from profkit.read.nsys import match_names
+                cache[pattern.pattern] = c[match_names(c["name"], pattern)].reset_index(drop=True)
+            else:
+                ids = self._name_ids(pattern)
+                cache[pattern.pattern] = self._in_window(self._read(lambda r: r.api_calls(ids)))
+        return cache[pattern.pattern]
+
+    @cached_property
+    def launch_calls(self) -> pd.DataFrame:
+        """The API calls that launched kernels (cudaLaunchKernel, cuLaunchKernelEx, a graph
+        launch): start, end, globalTid, correlationId.
+
+        Taken from the kernels' own launch calls (one row per correlation id and process), so a
+        trace with a million launches is not read twice."""
+        a = self.activities
+        a = a[a["api_start"].notna() & (a["kind"] == "kernel")]
+        pid = np.right_shift(a["globalPid"].to_numpy(np.int64), 24)
+        calls = pd.DataFrame({"start": a["api_start"].to_numpy(np.int64),
+                              "end": a["api_end"].to_numpy(np.int64),
+                              "globalTid": a["globalTid"].to_numpy(np.int64),
+                              "correlationId": a["correlationId"].to_numpy(np.int64), "pid": pid})
+        calls = calls.drop_duplicates(["pid", "correlationId"])
+        return calls.drop(columns="pid").sort_values("start", kind="stable").reset_index(drop=True)
+
+    @cached_property
+    def strings(self) -> dict[int, str]:
+        """The export's string table (StringIds), read once."""
+        return self._read(lambda r: r.strings())
+
+    def _name_ids(self, pattern: "re.Pattern[str]") -> list[int]:
+        # Ids of every string the pattern matches: API names are among them, and the runtime
+        # table only holds API names, so no scan of it is needed to list them.
+        return [int(i) for i, n in self.strings.items() if isinstance(n, str) and pattern.match(n)]
+
+    def api_span(self, pid: Optional[int] = None) -> Optional[tuple[int, int]]:
+        """First start and last end of the CUDA API calls (of process ``pid``)."""
+        return self._read(lambda r: r.api_span(pid))
+
+    def _read(self, fn):
+        reader = TraceReader(self.path)
+        try:
+            return fn(reader)
+        except READ_ERRORS as exc:
+            raise _damaged(self.path, exc) from None
+        finally:
+            reader.close()
+
+    @cached_property
+    def copy_kinds(self) -> pd.DataFrame:
+        """Host memory kinds of the memcpys (pageable or pinned), read on first use."""
+        reader = TraceReader(self.path)
+        try:
+            return reader.copy_memory_kinds()
+        except (sqlite3.DatabaseError, pd.errors.DatabaseError) as exc:
+            raise TraceError(f"{self.path}: damaged or truncated export ({exc}); export the trace again") from None
+        finally:
+            reader.close()
+
+    @cached_property
+    def total_gpu_time_ns(self) -> int:
+        """Sum of the durations of every kernel, memcpy and memset in the trace."""
+        return int((self.activities["end"] - self.activities["start"]).sum())
+
+    @cached_property
+    def gpu_busy_ns(self) -> int:
+        """Union of all GPU activity intervals, per device, added up."""
+        a = self.activities.sort_values(["deviceId", "start"], kind="stable")
+        busy = busy_union(a["deviceId"].to_numpy(), a["start"].to_numpy(),
+                                      a["end"].to_numpy())
+        return int(busy.sum())
+
+    @cached_property
+    def gpu_span_ns(self) -> int:
+        """From the first GPU activity's start to the last one's end."""
+        return int(self.activities["end"].max() - self.activities["start"].min())
+
+    @cached_property
+    def linked_fraction(self) -> float:
+        """Share of GPU activities whose launch call was found (needed for range attribution)."""
+        return float(self.activities["api_start"].notna().mean())
+
+    def primary_gpu(self) -> GpuInfo:
+        """The GPU that ran the most GPU time (several devices: the busiest one)."""
+        if not self.gpus:
+            return GpuInfo()
+        dur = (self.activities["end"] - self.activities["start"]).groupby(self.activities["deviceId"]).sum()
+        for dev in dur.sort_values(ascending=False).index:
+            if int(dev) in self.gpus:
+                return self.gpus[int(dev)]
+        return next(iter(self.gpus.values()))
+
+    @cached_property
+    def name_codes(self) -> tuple[np.ndarray, np.ndarray]:
+        """Activity names factorised once: (code per activity row, distinct names).
+
+        Million-row traces hold a few hundred kernel names; matching and grouping by code
+        instead of by string saves a factorisation per use."""
+        coded = self.activities.attrs.get("name_codes")
+        if coded is not None and len(coded[0]) == len(self.activities):
+            return coded  # made by the reader from the names' integer keys
+        codes, uniq = pd.factorize(self.activities["name"])
+        return codes, np.asarray(uniq, dtype=object)
+
+    def windowed(self, start_ns: int, end_ns: int) -> "Trace":
+        """A view of the same export holding only what the window [start_ns, end_ns] ran.
+
+        GPU work belongs to the window when its launch call does (the CPU runs ahead of the
+        GPU, so a step's kernels may finish after its range closes); work with no launch call
+        goes by its GPU start. Ranges and API calls go by their start.
+        """
+        view = object.__new__(Trace)
+        view.path, view.attribution, view.info, view.gpus, view.ncu = (
+            self.path, self.attribution, self.info, self.gpus, self.ncu)
+        if "strings" in self.__dict__:
+            view.__dict__["strings"] = self.strings
+        a = self.activities
+        t = a["api_start"].where(a["api_start"].notna(), a["start"])
+        keep = ((t >= start_ns) & (t <= end_ns)).to_numpy()
+        view.activities = a[keep].reset_index(drop=True)
+        codes, uniq = self.name_codes
+        view.__dict__["name_codes"] = (codes[keep], uniq)
+        if view.activities.empty:
+            raise TraceError(f"{self.path}: no GPU activity in the window {start_ns / 1e9:.3f}-"
+                             f"{end_ns / 1e9:.3f} s; choose another --window (or --window all)")
+        r = self.ranges
+        view.unclosed_ranges = self.unclosed_ranges
+        in_window = ((r["start"] >= start_ns) & (r["start"] <= end_ns)).to_numpy()
+        view.__dict__["ranges"] = r[in_window].reset_index(drop=True)
+        if "_aten_mask" in self.__dict__:  # names already matched: the view's are a subset
+            view.__dict__["_aten_mask"] = pd.Series(self._aten_mask.to_numpy()[in_window])
+        # API calls are read for the view on demand (rules); the run summary reads the full trace.
+        view.__dict__["_window_ns"] = (start_ns, end_ns)
+        return view
+
+    @cached_property
+    def user_ranges(self) -> pd.DataFrame:
+        """NVTX ranges that are not emit_nvtx's aten:: ranges."""
+        return self.ranges[~self._aten_mask]
+
+    @cached_property
+    def _aten_mask(self) -> pd.Series:
+        from profkit.read.nsys import match_names
+        return pd.Series(match_names(self.ranges["name"], _ATEN_PREFIX), index=self.ranges.index)
+
+    def ranges_of_level(self, level: str) -> pd.DataFrame:
+        mask = self._aten_mask
+        return self.ranges[mask] if level == "aten" else self.ranges[~mask]

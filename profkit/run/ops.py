@@ -1,0 +1,141 @@
+"""Group op instances into ops: one row per NVTX range name, kernel name or aten op.
+
+Levels:
+- ``range``: every non-aten NVTX range name; an activity counts for every range around its
+  launch (nested ranges included, as nsys does), or only the innermost one (``innermost=True``).
+- ``kernel``: every kernel (memcpy, memset) name; one instance per activity.
+- ``aten``: the ``aten::`` ranges of ``emit_nvtx(record_shapes=True)``, grouped by op and input
+  sizes; each activity goes to its innermost aten range, so wrappers (aten::linear around
+  aten::addmm) do not count the same kernel twice.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from profkit.run import attribution
+from profkit.errors import ProfkitError
+from profkit.read.hints import Hint, check_range_name, parse_range_name
+from profkit.read.trace import Trace
+from profkit.run.window import COMPILE_RANGE_RE
+
+LEVELS = ("range", "kernel", "aten")
+# emit_nvtx decorates every range it writes ("MmBackward0, seq = 12, op_id = 345, sizes = ...");
+# the decorations differ per call, so they are cut before ranges are grouped by name.
+_DECORATION_RE = re.compile(r",\s*(seq|op_id|stashed seq|sizes|input_op_ids|scope)\s*=.*$")
+COMPILE_ROW = "torch.compile (one-off)"
+
+
+def clean_range_name(name: str) -> str:
+    """The name a range is grouped under: emit_nvtx decorations cut, compiler internals as one."""
+    if COMPILE_RANGE_RE.match(name):
+        return COMPILE_ROW
+    return _DECORATION_RE.sub("", name)
+
+
+@dataclass
+class OpGroups:
+    """Ops of one level: ``ops`` (one row per op), ``instances`` and ``members`` behind them."""
+    level: str
+    ops: pd.DataFrame        # indexed by op name
+    instances: pd.DataFrame  # one row per op instance (range instance or activity), column `op`
+    members: pd.DataFrame    # (op, instance, act_idx): which activities each instance ran
+    hints: dict[str, Hint]
+
+
+def group_ops(trace: Trace, by: str = "range", innermost: bool = False) -> OpGroups:
+    if by not in LEVELS:
+        raise ProfkitError(f"unknown level {by!r}: use one of {', '.join(LEVELS)}")
+    acts = trace.activities
+    hints: dict[str, Hint] = {}
+    if by == "kernel":
+        inst = attribution.kernel_instances(acts)
+        inst["op"] = inst["name"]
+        members = pd.DataFrame({"op": inst["op"].to_numpy(), "instance": inst["range_idx"].to_numpy(),
+                                "act_idx": acts.index.to_numpy()})
+    else:
+        if trace.ranges.empty:
+            raise ProfkitError(f"{trace.path}: no NVTX ranges, so nothing to group --by {by}; "
+                               "use --by kernel, or add NVTX ranges (profkit.annotate) and capture again")
+        if trace.linked_fraction == 0:
+            raise ProfkitError(f"{trace.path}: no CUDA runtime calls in the trace, so GPU work cannot "
+                               "be tied to NVTX ranges; capture with `-t cuda,nvtx` or use --by kernel")
+        pairs = attribution.activity_pairs(trace, by, innermost=innermost or by == "aten")
+        ranges = trace.ranges_of_level(by)
+        if ranges.empty:
+            msg = ("no aten:: ranges: capture with `profkit capture --aten` (emit_nvtx with record_shapes)"
+                   if by == "aten" else "only aten:: ranges: use --by aten")
+            raise ProfkitError(f"{trace.path}: {msg}")
+        inst = attribution.range_instances(trace.ranges, acts, pairs)
+        if by == "aten":
+            inst["op"] = inst["name"].map(attribution.aten_key)
+        else:
+            for n in inst["name"].unique():
+                check_range_name(n)  # an impossible hint is an error, not silently dropped
+            parsed = {n: parse_range_name(clean_range_name(n)) for n in inst["name"].unique()}
+            inst["op"] = inst["name"].map(lambda n: parsed[n][0])
+            hints = _mean_hints(inst, parsed)
+        members = pd.DataFrame({
+            "instance": pairs["range_idx"].to_numpy(), "act_idx": pairs["act_idx"].to_numpy()})
+        members["op"] = members["instance"].map(inst.set_index("range_idx")["op"])
+        members = members.dropna(subset=["op"])
+    if inst.empty:
+        raise ProfkitError(f"{trace.path}: no GPU work was launched inside any NVTX range; "
+                           "use --by kernel")
+    ops = _aggregate(inst, members, acts, trace.total_gpu_time_ns)
+    ops["level"] = by
+    return OpGroups(level=by, ops=ops, instances=inst, members=members, hints=hints)
+
+
+def _mean_hints(inst: pd.DataFrame, parsed: dict[str, tuple[str, Hint | None]]) -> dict[str, Hint]:
+    """One hint per op: the mean over its calls, since calls may carry different sizes
+    (e.g. gradient buckets of one all-reduce range)."""
+    hinted = {n: v for n, v in parsed.items() if v[1] is not None}
+    names = inst["name"][inst["name"].isin(list(hinted))]
+    if names.empty:
+        return {}
+    df = pd.DataFrame([(hinted[n][0], hinted[n][1].flops, hinted[n][1].bytes, hinted[n][1].precision)
+                       for n in names], columns=["op", "flops", "bytes", "precision"])
+    out = {}
+    for op, g in df.groupby("op", sort=False):
+        prec = g["precision"].dropna()
+        out[op] = Hint(flops=g["flops"].mean() if g["flops"].notna().any() else None,
+                       bytes=g["bytes"].mean() if g["bytes"].notna().any() else None,
+                       precision=prec.mode().iat[0] if len(prec) else None)
+    return out
+
+
+def _aggregate(inst: pd.DataFrame, members: pd.DataFrame, acts: pd.DataFrame,
+               total_gpu_ns: int) -> pd.DataFrame:
+    inst = inst.assign(frac=np.where(inst["span_ns"] > 0, inst["busy_ns"] / inst["span_ns"].where(
+        inst["span_ns"] > 0, 1), 1.0))
+    g = inst.sort_values("gpu_start", kind="stable").groupby("op", sort=False)
+    ops = pd.DataFrame({
+        "count": g.size(),
+        "gpu_time_ns": g["span_ns"].sum(),
+        "gpu_time_median_ns": g["span_ns"].median(),
+        "first_call_ns": g["span_ns"].first(),
+        "busy_ns": g["busy_ns"].sum(),
+        "busy_median_ns": g["busy_ns"].median(),
+        "cpu_time_ns": g["cpu_time_ns"].sum(),
+        "kernels": g["n_acts"].sum(),
+    })
+    # An activity counts once per op for its share, however many instances of the op hold it
+    # (nested or never-closed ranges of one name): the share then cannot pass 100%. Without such
+    # overlaps the busy time (union per instance) is already at most the distinct-activity sum.
+    dur_all = (acts["end"] - acts["start"]).to_numpy()
+    distinct = members.drop_duplicates(["op", "act_idx"])
+    distinct_ns = pd.Series(dur_all[distinct["act_idx"].to_numpy()],
+                            index=distinct["op"].to_numpy()).groupby(level=0).sum()
+    share_ns = np.minimum(ops["busy_ns"], distinct_ns.reindex(ops.index).fillna(0))
+    ops["share"] = share_ns / total_gpu_ns if total_gpu_ns else 0.0
+    ops["kernels_per_call"] = ops["kernels"] / ops["count"]
+    # Median over calls, so a first call that waited on set-up does not decide the verdict.
+    ops["busy_fraction"] = g["frac"].median()
+    dur = (acts["end"] - acts["start"]).to_numpy()[members["act_idx"].to_numpy()]
+    ops["kernel_median_ns"] = pd.Series(dur, index=members["op"].to_numpy()).groupby(level=0).median()
+    ops.index.name = "name"
+    return ops.sort_values("gpu_time_ns", ascending=False, kind="stable")

@@ -1,0 +1,1 @@
+"""Showing: terminal and markdown tables, the HTML report, plots, Perfetto export."""

@@ -1,0 +1,264 @@
+"""Turn analysis results into text: a rich table, JSON, CSV or Markdown. No analysis here."""
+from __future__ import annotations
+
+import io
+import textwrap
+import json
+import re
+from typing import Callable
+
+import pandas as pd
+from rich import box
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from profkit.read.text import visible
+
+CLASS_STYLE = {"compute": "bold magenta", "memory": "bold cyan", "launch": "bold yellow",
+               "unknown": "dim",
+               "communication": "bold green"}
+CSV_COLUMNS = ["name", "level", "count", "gpu_time_ns", "gpu_time_median_ns", "share", "cpu_time_ns",
+               "class", "confidence", "source", "reason", "rung", "action", "expected_op_speedup",
+               "expected_end_to_end_speedup", "expected_gpu_time_speedup"]
+
+
+def short_name(name: str, width: int = 60) -> str:
+    """A readable label for a C++ kernel name: namespaces, lambdas and argument lists dropped."""
+    s = re.sub(r"^void ", "", name)
+    s = re.sub(r"\[lambda\([^)]*\) \(instance \d+\)\]", "lambda", s)
+    s = re.sub(r"\((int|bool|unsigned long|long)\)", "", s)
+    s = re.sub(r"\b[A-Za-z_][A-Za-z0-9_]*::", "", s)
+    s = re.sub(r"<unnamed>::?", "", s)
+    if s.endswith(")") and "(" in s:  # drop the trailing parameter list
+        depth = 0
+        for i in range(len(s) - 1, -1, -1):
+            depth += {")": 1, "(": -1}.get(s[i], 0)
+            if depth == 0:
+                s = s[:i]
+                break
+    s = re.sub(r"\s+", " ", s).strip()
+    return s if len(s) <= width else s[: width - 1] + "…"
+
+
+def fmt_time(ns: float) -> str:
+    if ns >= 1e9:
+        return f"{ns / 1e9:.2f} s"
+    if ns >= 1e6:
+        return f"{ns / 1e6:.2f} ms"
+    if ns >= 1e3:
+        return f"{ns / 1e3:.1f} us"
+    return f"{ns:.0f} ns"
+
+
+def fmt_rate(x: float, unit: str) -> str:
+    for div, pre in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M")):
+        if x >= div:
+            return f"{x / div:.2f} {pre}{unit}"
+    return f"{x:.0f} {unit}"
+
+
+def evidence_text(row: pd.Series) -> str:
+    """The key numbers behind a verdict, in one short line."""
+    ev = row["evidence"]
+    parts = []
+    if row["class"] == "launch":
+        parts.append(f"busy {ev.get('gpu_busy_fraction', 0):.0%}")
+        parts.append(f"{ev.get('kernels_per_call', 0):.0f} kern/call")
+        parts.append(f"med kern {fmt_time(ev.get('median_kernel_ns', 0))}")
+    else:
+        if ev.get("achieved_bytes_per_s") and row["class"] == "memory":
+            pct = ev.get("pct_of_memory_roof")
+            parts.append(fmt_rate(ev["achieved_bytes_per_s"], "B/s")
+                         + (f" ({pct:.0%} of HBM)" if pct is not None else " (host link)"))
+        if ev.get("achieved_flops_per_s") and row["class"] == "compute":
+            parts.append(f"{fmt_rate(ev['achieved_flops_per_s'], 'FLOP/s')} "
+                         f"({ev['pct_of_compute_roof']:.0%} of {ev.get('compute_roof')})")
+        if ev.get("arithmetic_intensity") is not None:
+            parts.append(f"AI {ev['arithmetic_intensity']:.3g}")
+        if not parts:
+            parts.append(row["reason"])
+    return "; ".join(parts) + f" [{row['source']}]"
+
+
+_IDLE_LABELS = [("idle_host", "waiting for the CPU"), ("idle_sync", "after a sync"),
+                ("idle_memcpy_wait", "in CPU copies"), ("idle_other", "GPU-side gaps")]
+
+
+_ACTION_LINE = re.compile(r"^(actions| {7}) +\d\. ")
+
+
+def run_lines(run: dict) -> list[str]:
+    """The run summary as a few plain lines: window, what was left out, where the wall time
+    goes, the verdict and the top actions (JSON ``run`` object in, text out)."""
+    w, b = run["window"], run["breakdown"]
+    wall = max(run["wall_time_ns"], 1)
+    pct = lambda k: f"{b.get(k, 0) / wall:.0%}"
+    it = (f"{run['iterations']} iterations, {fmt_time(run['iteration_time_median_ns'])} each (median), "
+          if run["iterations"] else "")
+    lines = [f"window   {w['source']}: {it}{fmt_time(wall)} wall"]
+    for ex in w["excluded"]:
+        lines.append(f"left out {fmt_time(ex['ns'])} {ex['what']}")
+    busy = run["gpu_busy_ns"] / wall
+    classes = ", ".join(f"{k} {pct(k)}" for k in ("compute", "memory", "launch", "communication")
+                        if b.get(k))
+    idle = ", ".join(f"{label} {pct(k)}" for k, label in _IDLE_LABELS if b.get(k))
+    lines.append(f"wall     GPU busy {busy:.0%} ({classes or 'none'}); GPU idle "
+                 f"{1 - busy:.0%} ({idle or 'none'})")
+    where = [(k, v) for k, v in run.get("idle_host_by_range", {}).items() if v / wall >= 0.05]
+    if where:
+        lines.append("         waiting for the CPU in: " + ", ".join(
+            f"{k} {v / wall:.0%}" for k, v in where[:3]))
+    v = run["verdict"]
+    lines.append(f"verdict  {v['class']}: {v['reason']}")
+    for i, a in enumerate(run["actions"], 1):
+        lines.append(f"{'actions' if i == 1 else '':8} {i}. {a['action']} "
+                     f"[{a['expected_end_to_end_speedup']:.2f}x end to end; {a['basis']}]")
+    fired = run.get("findings") or []
+    if fired:
+        lines.append("rules    " + ", ".join(f"{f['code']} {f['rule']} {f['expected_end_to_end_speedup']:.2f}x"
+                                             for f in fired) + " (profkit rules --explain CODE)")
+    return lines
+
+
+def markdown_run(run: dict) -> list[str]:
+    """The run summary as a Markdown list, escaped like every other Markdown cell (a range name
+    is text, never HTML)."""
+    return [f"- {markdown_cell(' '.join(line.split()))}" for line in run_lines(run)]
+
+
+# Terminal table columns, (header, justify), and the order in which they go when the terminal is
+# narrow: least useful first. The op, its time, share, class and next step always stay.
+TABLE_COLUMNS = [("op", "left"), ("calls", "right"), ("GPU time", "right"), ("median", "right"),
+                 ("share", "right"), ("class", "left"), ("conf", "left"), ("evidence", "left"),
+                 ("next step", "left"), ("op x", "right"), ("e2e x", "right")]
+DROP_ORDER = ["median", "op x", "conf", "calls", "evidence", "e2e x"]
+# Width each column needs to read well (the table's borders and padding come on top).
+_NEEDS = {"op": 26, "calls": 5, "GPU time": 9, "median": 9, "share": 6, "class": 8, "conf": 6,
+          "evidence": 34, "next step": 30, "op x": 5, "e2e x": 6}
+
+
+def table_columns(width: int, wide: bool = False) -> list[str]:
+    """The columns that fit ``width`` characters (all of them with ``wide``)."""
+    names = [c for c, _ in TABLE_COLUMNS]
+    if wide:
+        return names
+    for drop in DROP_ORDER:
+        if sum(_NEEDS[c] + 3 for c in names) <= width:
+            break
+        names.remove(drop)
+    return names
+
+
+def fit_columns(heads: list[str], needs: dict[str, int], drop_order: list[str], width: int,
+                wide: bool = False) -> list[int]:
+    """Indices of ``heads`` that fit ``width`` characters, dropping ``drop_order`` first to last
+    until they do (all of them with ``wide``). ``needs`` is each column's readable width."""
+    names = list(heads)
+    if not wide:
+        for drop in drop_order:
+            if sum(needs.get(c, 8) + 3 for c in names) <= width:
+                break
+            if drop in names:
+                names.remove(drop)
+    return [heads.index(c) for c in names]
+
+
+def wrap_name(name: str, width: int) -> str:
+    """``name`` on lines of at most ``width``, broken after ``_ : , < ( space`` where it can be
+    (a kernel name has no spaces, so wrapping on spaces alone would cut it mid-word)."""
+    parts = re.split(r"(?<=[_:,<( ])", name)
+    lines, cur = [], ""
+    for p in parts:
+        if cur and len(cur) + len(p) > width:
+            lines.append(cur.rstrip())
+            cur = ""
+        cur += p
+    lines.append(cur.rstrip())
+    return "\n".join(lines)
+
+
+def table(df: pd.DataFrame, header: dict, console_width: int = 200, wide: bool = False) -> str:
+    """The terminal table, as text (rich renders it; colours only on a terminal).
+
+    Columns that do not fit ``console_width`` are left out, least useful first (``wide`` keeps
+    them all); op names wrap at word boundaries. Names are escaped: they are text, not markup.
+    """
+    cols = table_columns(console_width, wide)
+    title = (f"{visible(header['trace'])} - {header['gpu']} - GPU time in the window "
+             f"{fmt_time(header['total_gpu_time_ns'])} - by {header['level']}")
+    t = Table(box=box.SIMPLE_HEAVY, show_lines=False, expand=False, title=escape(title))
+    for col, just in TABLE_COLUMNS:
+        if col in cols:
+            t.add_column(col, justify=just, overflow="fold",
+                         max_width=(None if wide or col != "op" else 48))
+    op_width = 48 if wide or console_width >= 160 else _NEEDS["op"]
+    for name, row in df.iterrows():
+        cells = {"op": wrap_name(short_name(str(name), 48), op_width), "calls": str(int(row["count"])),
+                 "GPU time": fmt_time(row["gpu_time_ns"]), "median": fmt_time(row["gpu_time_median_ns"]),
+                 "share": f"{row['share']:.1%}", "class": row["class"], "conf": row["confidence"],
+                 "evidence": evidence_text(row), "next step": f"{row['rung']}: {row['action']}",
+                 "op x": f"{row['expected_op_speedup']:.2f}",
+                 "e2e x": f"{row['expected_end_to_end_speedup']:.3f}"}
+        t.add_row(*(f"[{CLASS_STYLE.get(row['class'], 'dim')}]{row['class']}[/]" if c == "class"
+                    else escape(cells[c]) for c in cols))
+    buf = io.StringIO()
+    console = Console(file=buf, width=console_width, force_terminal=False, color_system=None,
+                      soft_wrap=False)
+    if header.get("run"):
+        for line in run_lines(header["run"]):
+            # Continuation lines start under the text, not under the label ("verdict  ").
+            indent = " " * (12 if _ACTION_LINE.match(line) else 9)
+            wrapped = textwrap.fill(line, width=max(console_width - 1, 40), subsequent_indent=indent,
+                                    break_long_words=False, break_on_hyphens=False)
+            console.print(wrapped, markup=False, highlight=False, overflow="fold")
+    console.print(t)
+    dropped = [c for c, _ in TABLE_COLUMNS if c not in cols]
+    if dropped:
+        console.print(f"not shown at {console_width} columns: {', '.join(dropped)} (--wide shows "
+                      "them; --format csv or json has everything)", markup=False, highlight=False)
+    console.print(f"peaks: {header['peaks_source']}", markup=False, highlight=False)
+    return buf.getvalue()
+
+
+def to_json(report: dict) -> str:
+    return json.dumps(report, indent=2, sort_keys=False) + "\n"
+
+
+def to_csv(df: pd.DataFrame) -> str:
+    out = df.reset_index()
+    out["gpu_time_ns"] = out["gpu_time_ns"].astype("int64")
+    return out[CSV_COLUMNS].to_csv(index=False)
+
+
+def markdown_cell(x: object) -> str:
+    """A Markdown table cell: one line, pipes escaped, controls visible, and ``<`` as ``&lt;``:
+    Markdown renderers pass raw HTML through, so a range named ``<script>`` must arrive as text
+    (without a ``<`` no tag can open; the entity renders as ``<``)."""
+    return visible(str(x).replace("\n", " ")).replace("<", "&lt;").replace("|", "\\|")
+
+
+def markdown_ops_table(df: pd.DataFrame, cell: Callable[[object], str] = markdown_cell,
+                       times: str = "x") -> list[str]:
+    """The ops table as Markdown lines (header, rule, one line per op)."""
+    lines = [f"| op | calls | GPU time | median | share | class | confidence | evidence | next step "
+             f"| op {times} | e2e {times} |",
+             "|---|---:|---:|---:|---:|---|---|---|---|---:|---:|"]
+    for name, row in df.iterrows():
+        lines.append("| " + " | ".join(cell(v) for v in [
+            short_name(str(name), 60), int(row["count"]), fmt_time(row["gpu_time_ns"]),
+            fmt_time(row["gpu_time_median_ns"]), f"{row['share']:.1%}", row["class"], row["confidence"],
+            evidence_text(row), f"{row['rung']}: {row['action']}",
+            f"{float(row['expected_op_speedup']):.2f}",
+            f"{float(row['expected_end_to_end_speedup']):.3f}"]) + " |")
+    return lines
+
+
+def to_markdown(df: pd.DataFrame, header: dict) -> str:
+    cell = markdown_cell
+    lines = [f"**{cell(header['trace'])}** on {cell(header['gpu'])}: total GPU time "
+             f"{fmt_time(header['total_gpu_time_ns'])}, ops by {header['level']}", ""]
+    if header.get("run"):
+        lines += [*markdown_run(header["run"]), ""]
+    lines += markdown_ops_table(df)
+    return "\n".join(lines) + "\n"

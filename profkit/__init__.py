@@ -1,7 +1,7 @@
 """profkit: profiling-driven analysis for PyTorch GPU work.
 
     >>> import profkit
-    >>> prof = profkit.load("traces/micro_addnorm.sqlite")
+    >>> prof = profkit.load("traces/micro_addnorm.sqlite.xz")
     >>> prof.ops(by="range")        # pandas DataFrame, one row per op with its verdict
 
 The analyzer needs neither torch nor a GPU.

@@ -1,7 +1,7 @@
 """The user-facing facade: load a trace, get ops with their verdicts as a DataFrame or a report.
 
     >>> import profkit
-    >>> prof = profkit.load("traces/micro_addnorm.sqlite")
+    >>> prof = profkit.load("traces/micro_addnorm.sqlite.xz")
     >>> prof.ops(by="range")[["count", "gpu_time_ns", "class", "rung"]]
     >>> prof.report(by="kernel")      # the JSON contract, as a dict
 """

@@ -50,6 +50,7 @@ from profkit.judge import evidence as ev  # noqa: E402
 from profkit.run.attribution import aten_key  # noqa: E402
 from profkit.judge.dtypes import recorded_dtype  # noqa: E402
 from profkit.errors import ProfkitError  # noqa: E402
+from profkit.read.compressed import decompressed, find_traces, is_compressed, trace_stem  # noqa: E402
 
 # GEMM, convolution and attention ops: their element type decides the roof they are judged on.
 TENSOR_OP_RE = re.compile(r"^aten::(mm|addmm|bmm|baddbmm|matmul|linear|_?convolution|cudnn_convolution"
@@ -139,14 +140,15 @@ def remerged(path: Path, tmpdir: Path) -> tuple[Path, str]:
     import shutil
 
     from profkit.capture.ncu_merge import merge_ncu, read_meta
-    csv = path.with_name(path.name[:-len(".sqlite")] + ".ncu.csv")
+    csv = path.with_name(trace_stem(path) + ".ncu.csv")
     if not csv.exists():
         csv = csv.with_name(csv.name + ".gz")
     if not csv.exists():
         return path, ""
-    copy = tmpdir / path.name
-    shutil.copyfile(path, copy)
-    meta = read_meta(path)
+    plain = decompressed(path) if is_compressed(path) else path
+    copy = tmpdir / f"{trace_stem(path)}.sqlite"
+    shutil.copyfile(plain, copy)
+    meta = read_meta(plain)
     rng = meta.get("ncu_range") or None
     # a whole-iteration capture: only the nsys kernels of the profiled iteration are candidates
     win = meta.get("ncu_window", "")
@@ -297,7 +299,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--remerge", action="store_true",
                     help="merge each trace's sibling STEM.ncu.csv again with the current matcher")
     args = ap.parse_args(argv)
-    traces = args.traces or sorted(p for p in (ROOT / "traces").rglob("*.sqlite"))
+    traces = args.traces or find_traces(ROOT / "traces", recursive=True)
     import tempfile
     results, merges = [], []
     with tempfile.TemporaryDirectory() as tmp:

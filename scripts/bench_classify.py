@@ -2,7 +2,7 @@
 
     python scripts/bench_classify.py                      # builds a 1M-kernel trace in a temp dir
     python scripts/bench_classify.py --trace /tmp/big.sqlite --by kernel --out bench.md
-    python scripts/bench_classify.py --source traces/micro_addnorm.sqlite --cprofile 25
+    python scripts/bench_classify.py --source traces/micro_addnorm.sqlite.xz --cprofile 25
 
 Each run is `python -m profkit classify TRACE --by BY --format json -o /dev/null` in a fresh
 subprocess; its wall time and its own peak RSS (from os.wait4) are recorded, and the median
@@ -36,7 +36,7 @@ import make_large_trace  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 # 23 kernels in 10 ranges per copy: 1M kernels come with 435k NVTX ranges (micro_chain: 50k).
-DEFAULT_SOURCE = REPO / "traces" / "micro_addnorm.sqlite"
+DEFAULT_SOURCE = REPO / "traces" / "micro_addnorm.sqlite.xz"
 T = TypeVar("T")
 
 

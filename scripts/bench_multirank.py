@@ -50,7 +50,7 @@ def build_ranks(workdir: Path, ranks: int, kernels: int, straggler: int) -> list
         out = workdir / f"base{b}.sqlite"
         if not out.exists():
             t = time.perf_counter()
-            counts = mk.build(ROOT / "traces" / "ddp2" / f"rank{b}.sqlite", out, kernels)
+            counts = mk.build(ROOT / "traces" / "ddp2" / f"rank{b}.sqlite.xz", out, kernels)
             print(f"built {out.name}: {counts['CUPTI_ACTIVITY_KIND_KERNEL']:,} kernels, "
                   f"{out.stat().st_size / 1e6:.0f} MB in {time.perf_counter() - t:.1f} s", flush=True)
         bases.append(out)

@@ -24,7 +24,7 @@ import bench_classify  # noqa: E402
 import make_large_trace  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
-DEFAULT_SOURCE = REPO / "traces" / "micro_addnorm.sqlite"
+DEFAULT_SOURCE = REPO / "traces" / "micro_addnorm.sqlite.xz"
 LIMIT_S = 30.0
 
 

@@ -5,7 +5,7 @@
 
 Every level (range, range innermost, kernel, aten where the trace has it): evidence above 100%
 of its roof, an end-to-end speedup above the op's own, shares of a non-overlapping level above
-100%. Exit status 1 when any is found. Default traces: traces/**/*.sqlite.
+100%. Exit status 1 when any is found. Default traces: every export under traces/ (plain or compressed).
 """
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import profkit  # noqa: E402
+from profkit.read.compressed import find_traces  # noqa: E402
 from profkit.errors import ProfkitError  # noqa: E402
 
 PCT_KEYS = ("pct_of_roof", "pct_of_memory_roof", "pct_of_compute_roof")
@@ -52,7 +53,7 @@ def main(argv=None) -> int:
     ap.add_argument("traces", nargs="*", type=Path)
     ap.add_argument("--peaks", default=None)
     args = ap.parse_args(argv)
-    traces = args.traces or sorted((ROOT / "traces").rglob("*.sqlite"))
+    traces = args.traces or find_traces(ROOT / "traces", recursive=True)
     bad = 0
     for t in traces:
         v = violations(t, args.peaks)

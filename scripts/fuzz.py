@@ -1,6 +1,6 @@
 """Long fuzz runs: damaged copies of committed traces through the CLI, checking each answer.
 
-    python scripts/fuzz.py --count 10000 --seed 1 [--trace traces/micro_addnorm.sqlite ...]
+    python scripts/fuzz.py --count 10000 --seed 1 [--trace traces/micro_addnorm.sqlite.xz ...]
 
 Every run must exit 0 or 2, print no traceback, at most 2 lines on stderr and no control
 characters there. Runs in this process through click's test runner (a subprocess per run would
@@ -23,9 +23,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 from mutate import mutate  # noqa: E402  (tests/ is put on the path just above)
+from synth import plain  # noqa: E402
 
-DEFAULT_TRACES = ["traces/micro_addnorm.sqlite", "traces/micro_hinted.sqlite",
-                  "traces/micro_memcpy.sqlite", "traces/micro_addnorm_gemm_ncu.sqlite"]
+
+def decompressed_bytes(path: Path) -> bytes:
+    return plain(path).read_bytes()
+
+DEFAULT_TRACES = ["traces/micro_addnorm.sqlite.xz", "traces/micro_hinted.sqlite.xz",
+                  "traces/micro_memcpy.sqlite.xz", "traces/micro_addnorm_gemm_ncu.sqlite.xz"]
 # The damaged trace is appended to each; GOOD stands for the unmutated trace, OUT for a file in
 # a temporary directory.
 COMMANDS = [["classify"], ["classify", "--by", "kernel", "--format", "json"],
@@ -81,7 +86,8 @@ def _run(count: int, seed: int, traces: list[str], verbose: bool, main) -> tuple
     from click.testing import CliRunner
 
     rng = random.Random(seed)
-    goods = [(t, (ROOT / t).read_bytes()) for t in traces]
+    # Mutations hit the SQLite bytes, not a compressed stream: committed traces are read decompressed.
+    goods = [(t, decompressed_bytes(ROOT / t)) for t in traces]
     runner = CliRunner()
     failures = 0
     codes: dict[int, int] = {}

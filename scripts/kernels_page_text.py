@@ -195,8 +195,8 @@ less CPU there, so the same swap gains less, and it was still faster in each of 
 The prediction and the measurements are on the loop page (`analyses/closing_the_loop.md`).
 
 **An earlier, GPU-paced swap.**  `scripts/workloads/tiny_llama.py` (4 layers, hidden 2048, batch
-4x512) with `--fused auto`, both traces from one run (`traces/model_tiny_llama_swap_eager.sqlite`,
-`traces/model_tiny_llama_swap_auto.sqlite`): forward 2.04 → 1.96 ms per call, -4.2%, noise ±9.1%,
+4x512) with `--fused auto`, both traces from one run (`traces/model_tiny_llama_swap_eager.sqlite.xz`,
+`traces/model_tiny_llama_swap_auto.sqlite.xz`): forward 2.04 → 1.96 ms per call, -4.2%, noise ±9.1%,
 no change.  That forward is GPU-paced (busy 93% eager, 96% auto), so the CPU the extension saves
 (2.07 → 1.51 ms per forward) does not shorten it; the fused kernel saves 3.5 µs of GPU time per
 call (8.3 µs against the eager add + norm's 6.0 + 5.8), 1.5% of the forward.

@@ -39,6 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import profkit  # noqa: E402
+from profkit.read.compressed import trace_stem  # noqa: E402
 from profkit.judge import estimate  # noqa: E402
 from profkit.judge import patterns
 from profkit.show import render
@@ -212,7 +213,7 @@ NOTES: dict[str, str] = {
 CASES: list[Case] = [
     Case(
         name="cuda_graph_tiny_chain",
-        before="traces/micro_graph.sqlite", after="traces/micro_graph.sqlite", by="range",
+        before="traces/micro_graph.sqlite.xz", after="traces/micro_graph.sqlite.xz", by="range",
         before_range="eager_chain", after_range="graph_replay",
         title="A chain of tiny kernels: eager vs CUDA graph replay",
         blurb="20 tiny kernels per call, eager vs CUDA graph replay: a graph removes launch gaps, not kernels",
@@ -245,7 +246,7 @@ CASES: list[Case] = [
     ),
     Case(
         name="dont_write_a_kernel_bf16_gemm",
-        before="traces/micro_hinted.sqlite", after=None, by="range", ops=("my_matmul",),
+        before="traces/micro_hinted.sqlite.xz", after=None, by="range", ops=("my_matmul",),
         title="Don't write a kernel: a bf16 GEMM near its roof",
         blurb="a bf16 GEMM already at its measured roof: profkit says leave it",
         summary=(
@@ -261,12 +262,12 @@ CASES: list[Case] = [
     ),
     Case(
         name="model_tiny_llama",
-        before="traces/model_tiny_llama_plain_eager.sqlite",
-        after="traces/model_tiny_llama_plain_cuda.sqlite",
-        afters=("traces/model_tiny_llama_plain_triton.sqlite",), by="range", ops=("forward",),
-        survey="traces/model_tiny_llama.sqlite", survey_by="aten", survey_top=3,
+        before="traces/model_tiny_llama_plain_eager.sqlite.xz",
+        after="traces/model_tiny_llama_plain_cuda.sqlite.xz",
+        afters=("traces/model_tiny_llama_plain_triton.sqlite.xz",), by="range", ops=("forward",),
+        survey="traces/model_tiny_llama.sqlite.xz", survey_by="aten", survey_top=3,
         survey_exclude=(r"^aten::(normal_|uniform_)",), swap="aten::_fused_rms_norm", facts=True,
-        pairs=(("traces/model_tiny_llama_swap_eager.sqlite", "traces/model_tiny_llama_swap_auto.sqlite"),),
+        pairs=(("traces/model_tiny_llama_swap_eager.sqlite.xz", "traces/model_tiny_llama_swap_auto.sqlite.xz"),),
         title="A 4-layer Llama-style decoder: what profkit suggests, and swapping in the fused add+RMSNorm",
         blurb=("profkit's top opportunities in a small decoder, and the measured add+RMSNorm swap: the CUDA "
                "kernel helps, the Triton one regresses the CPU-paced forward (Python launch cost); the default "
@@ -274,22 +275,22 @@ CASES: list[Case] = [
         summary=(
             "`scripts/workloads/tiny_llama.py` is a 4-layer Llama-style decoder (hidden 2048, MLP 5632, "
             "16 heads, vocabulary 32000, random weights) run forward in bf16 on a batch of 4x512 tokens. "
-            "Two questions. (1) Where should the effort go? `traces/model_tiny_llama.sqlite` was "
+            "Two questions. (1) Where should the effort go? `traces/model_tiny_llama.sqlite.xz` was "
             "captured with `profkit capture --aten --ncu` (6 forward passes), so every aten op has "
             "its input shapes and, where ncu profiled it, measured DRAM bytes; profkit ranks the "
             "opportunities. (2) What does the fused residual add + RMSNorm (`kernels.add_rmsnorm`, "
             "`--fused cuda|triton`) buy in the model? Three plain captures (no emit_nvtx, 10 forward "
             "passes each, NVTX ranges `forward` and `layer0`..`layer3`), eager, CUDA backend and Triton "
             "backend, are diffed by range. A later pair captured in one run of its own "
-            "(`traces/model_tiny_llama_swap_eager.sqlite` vs `traces/model_tiny_llama_swap_auto.sqlite`, "
+            "(`traces/model_tiny_llama_swap_eager.sqlite.xz` vs `traces/model_tiny_llama_swap_auto.sqlite.xz`, "
             "`profkit capture scripts/workloads/tiny_llama.py --steps 10 [--fused auto]`) measures the "
             "default backend (`backend=\"auto\"`) against its own eager baseline."),
         notes=MODEL_NOTES),
     *[Case(
         name=f"fused_{op}",
-        before=f"traces/fused_{op}_torch_ncu.sqlite", after=f"traces/fused_{op}_triton.sqlite",
-        afters=((f"traces/fused_{op}_cuda.sqlite",) if op in ("add_rmsnorm", "softmax") else ()),
-        ladder=(f"traces/fused_{op}_torch.sqlite",), by="range", ops=(op,),
+        before=f"traces/fused_{op}_torch_ncu.sqlite.xz", after=f"traces/fused_{op}_triton.sqlite.xz",
+        afters=((f"traces/fused_{op}_cuda.sqlite.xz",) if op in ("add_rmsnorm", "softmax") else ()),
+        ladder=(f"traces/fused_{op}_torch.sqlite.xz",), by="range", ops=(op,),
         title=f"{title}: eager PyTorch vs the bundled kernel" + (
             "s (Triton and CUDA)" if op in ("add_rmsnorm", "softmax") else " (Triton)"),
         summary=(
@@ -431,7 +432,7 @@ def _roofline(case: Case, sides: list[tuple[str, object, list[str]]], img_dir: P
 
 
 def _label(path: str) -> str:
-    return Path(path).stem
+    return trace_stem(path)
 
 
 def _disagree_text(off: list[tuple[str, str, float]]) -> str:

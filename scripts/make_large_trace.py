@@ -1,6 +1,6 @@
 """Make a large Nsight Systems SQLite trace, in the real nsys schema, by repeating a real one.
 
-    python scripts/make_large_trace.py traces/micro_chain.sqlite /tmp/big.sqlite --kernels 1000000
+    python scripts/make_large_trace.py traces/micro_chain.sqlite.xz /tmp/big.sqlite --kernels 1000000
 
 The source is copied with SQLite's backup API from a read-only connection (it is never
 written). Static tables (StringIds, TARGET_INFO_*, META_DATA_*, ENUM_*, ThreadNames, ...)
@@ -20,6 +20,9 @@ import time
 from pathlib import Path
 from urllib.parse import quote
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from profkit.read.compressed import decompressed, is_compressed  # noqa: E402
+
 # Tables whose rows happen in time; repeated if present. Everything else is copied once.
 TIME_TABLES = ["CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS",
                "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
@@ -32,6 +35,8 @@ def copy_readonly(src: Path, out: Path) -> None:
     """Copy ``src`` to ``out`` without ever opening ``src`` for writing."""
     if out.exists():
         out.unlink()
+    if is_compressed(src):
+        src = decompressed(src)
     s = sqlite3.connect(f"file:{quote(str(src.resolve()))}?mode=ro", uri=True)
     d = sqlite3.connect(out)
     s.backup(d)

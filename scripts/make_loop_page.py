@@ -46,8 +46,8 @@ class Pair:
 
 
 PAIRS = (
-    Pair("Llama training step: foreach -> fused AdamW", "traces/real/train_llama.sqlite",
-         "traces/real/train_llama_fused.sqlite", "torch.optim.AdamW(..., fused=True)", "PK201",
+    Pair("Llama training step: foreach -> fused AdamW", "traces/real/train_llama.sqlite.xz",
+         "traces/real/train_llama_fused.sqlite.xz", "torch.optim.AdamW(..., fused=True)", "PK201",
          "The optimizer's GPU time fell as the bytes predicted (~21 foreach passes -> 7 fused, "
          "measured 22.2 -> 8.4 ms of optimizer kernels over the window, 2.65x against the 3.0x "
          "pass bound), but the step did not get shorter: the CPU issues this step in about as much "
@@ -57,8 +57,8 @@ PAIRS = (
          "rule now bounds the saving by the CPU's own time per step and predicts about 1.01x. "
          "The top suggestion for this step is PK103 (torch.compile with CUDA graphs); it is applied "
          "to a re-capture of the same step further down."),
-    Pair("HF generate() decode: dynamic -> static KV cache", "traces/real/generate_llama.sqlite",
-         "traces/real/generate_llama_static.sqlite",
+    Pair("HF generate() decode: dynamic -> static KV cache", "traces/real/generate_llama.sqlite.xz",
+         "traces/real/generate_llama_static.sqlite.xz",
          "generation_config.cache_implementation = \"static\" (transformers then compiles the "
          "decode forward)", "PK103",
          "Times are compared per token, counted from the argmax kernel that runs once per token "
@@ -75,7 +75,7 @@ PAIRS = (
          "is for full capture; what was measured is a partial one."),
     Pair("HF generate() decode: HF's composed RMSNorm -> the bundled kernels.add_rmsnorm "
          "(two captures a side)",
-         "traces/real/generate_llama_samerun.sqlite", "traces/real/generate_llama_fused.sqlite",
+         "traces/real/generate_llama_samerun.sqlite.xz", "traces/real/generate_llama_fused.sqlite.xz",
          "each residual add + LlamaRMSNorm as kernels.add_rmsnorm (backend auto: the CUDA extension), "
          "layer 0's input norm as F.rms_norm (`generate_llama.py --fused auto`)", "PK401",
          "HF's LlamaRMSNorm is eight eager kernels (to fp32, pow, mean, + eps, rsqrt, mul, cast back, "
@@ -101,18 +101,18 @@ PAIRS = (
          "(session 4 of the same file): 3.55 -> 3.22 ms per token (1.10x), the fused run faster in "
          "each of three alternated pairs (1.05-1.21x); the gain, CPU work taken off the critical "
          "path, shrinks with the host's per-launch cost.",
-         before_also=("traces/real/generate_llama_samerun_rerun.sqlite",),
-         after_also=("traces/real/generate_llama_fused_rerun.sqlite",)),
+         before_also=("traces/real/generate_llama_samerun_rerun.sqlite.xz",),
+         after_also=("traces/real/generate_llama_fused_rerun.sqlite.xz",)),
     Pair("DataLoader-fed ResNet-18: num_workers=0 -> 8 workers + pin_memory",
-         "traces/real/loader_cnn.sqlite", "traces/real/loader_cnn_workers.sqlite",
+         "traces/real/loader_cnn.sqlite.xz", "traces/real/loader_cnn_workers.sqlite.xz",
          "DataLoader(num_workers=8, pin_memory=True), .to(device, non_blocking=True)", "PK102",
          "The GPU idle inside the `data` range is what the workers take off the critical path; the "
          "rest of the step's CPU work stays. The old rule predicted the same (12.3x). The rule "
          "now leaves the pageable-copy time to PK104, so the two are not counted twice. The "
          "remaining gap to the GPU floor is the training step's own launch overhead (AFTER is "
          "host-bound, PK103)."),
-    Pair("Per-step loss.item() -> losses kept on the GPU", "traces/real/sync_loop.sqlite",
-         "traces/real/sync_loop_nosync.sqlite", "bookkeeping on loss.detach() instead of loss.item()",
+    Pair("Per-step loss.item() -> losses kept on the GPU", "traces/real/sync_loop.sqlite.xz",
+         "traces/real/sync_loop_nosync.sqlite.xz", "bookkeeping on loss.detach() instead of loss.item()",
          "PK101",
          "The advice was wrong before: removing the sync was bounded at 1.11x (wall / (wall - "
          "time blocked in syncs)) and measured 0.87x — the step got slower. The CPU's own work per "
@@ -122,7 +122,7 @@ PAIRS = (
          "now expects no gain when the CPU's own work per step exceeds the GPU's, keeps the 1.11x "
          "as the bound, and says to cut the CPU work first."),
     Pair("Tiny elementwise chain: eager -> CUDA graph replay (one trace, two ranges)",
-         "traces/micro_graph.sqlite", "traces/micro_graph.sqlite", "torch.cuda.graphs capture and replay",
+         "traces/micro_graph.sqlite.xz", "traces/micro_graph.sqlite.xz", "torch.cuda.graphs capture and replay",
          "PK103",
          "A microbenchmark, kept as a check of the CUDA-graph estimate on a case the graph fully "
          "captures. The prediction keeps the GPU floor (busy + GPU-side gaps) as it was; replay "
@@ -136,7 +136,7 @@ PAIRS = (
 # shows the prediction on the committed BEFORE and "not captured" for the measurement.
 PAIRS += (
     Pair("ResNet-50 inference: eager -> torch.compile with freezing (BatchNorm folded)",
-         "traces/real/cnn_infer.sqlite", "traces/real/cnn_infer_compiled.sqlite",
+         "traces/real/cnn_infer.sqlite.xz", "traces/real/cnn_infer_compiled.sqlite.xz",
          "torch._inductor.config.freezing = True; model = torch.compile(model) "
          "(`cnn_infer.py --compile`)", "PK403",
          "Before PK403 the eager ResNet-50 inference loop got no advice at all: GPU-bound, and "
@@ -150,7 +150,7 @@ PAIRS += (
          "(1.78x), and only the GPU-side figure agrees with wall time / iterations (8.97 ms). "
          "Iteration times now come from the GPU side."),
     Pair("2-GPU DDP step: per-step sync -> none (rank 0; 30 steps a capture, two captures a side)",
-         "traces/ddp2_samerun/rank0.sqlite", "traces/ddp2_nosync/rank0.sqlite",
+         "traces/ddp2_samerun/rank0.sqlite.xz", "traces/ddp2_nosync/rank0.sqlite.xz",
          "no torch.cuda.synchronize() and no loss.item() per step; losses kept on the GPU and "
          "read after the last step (`ddp_step.py --no-sync`)", "PK101",
          "The step ends with torch.cuda.synchronize() (and loss.item() on rank 0), so each "
@@ -166,10 +166,10 @@ PAIRS += (
          "per iteration, ranks first. On the second baseline PK501 reads 1.07x and PK101 1.05x: "
          "the exposed all-reduce moves by a few points from capture to capture, and the two "
          "suggestions are within that spread of each other.",
-         before_also=("traces/ddp2_rerun/rank0.sqlite",),
-         after_also=("traces/ddp2_nosync_rerun/rank0.sqlite",)),
+         before_also=("traces/ddp2_rerun/rank0.sqlite.xz",),
+         after_also=("traces/ddp2_nosync_rerun/rank0.sqlite.xz",)),
     Pair("Llama training step: HF eager attention -> SDPA (PK301)",
-         "traces/real/train_llama_eager_attn.sqlite", "traces/real/train_llama_sdpa_samerun.sqlite",
+         "traces/real/train_llama_eager_attn.sqlite.xz", "traces/real/train_llama_sdpa_samerun.sqlite.xz",
          "attn_implementation=\"sdpa\" instead of \"eager\" (`train_llama.py --attn eager` is "
          "BEFORE; both captured in one run)", "PK301",
          "The first real program on which PK301 fires: HF's eager attention runs GEMM, scale, "
@@ -186,7 +186,7 @@ PAIRS += (
          "the CPU (the model PK401 uses): 1.09x. Per op it predicts 8.2x for the attention "
          "kernels; measured 1.64 -> 0.16 ms a step, 10.3x (`tests/test_compile_advice_real.py`)."),
     Pair("GPT-2 training step: vocabulary 50257 -> padded to 50304 (PK304)",
-         "traces/real/train_gpt2_rec.sqlite", "traces/real/train_gpt2_padded_rec.sqlite",
+         "traces/real/train_gpt2_rec.sqlite.xz", "traces/real/train_gpt2_padded_rec.sqlite.xz",
          "model.resize_token_embeddings(50257, pad_to_multiple_of=64) (`train_gpt2.py "
          "--pad-vocab`; both captured with --aten, which PK304 needs for the GEMM shapes)", "PK304",
          "The first real program on which PK304 fires. Before this pair it never did on a "
@@ -196,11 +196,11 @@ PAIRS += (
          "rule predicted 5.25x for them together; after padding they took 1.24 instead of 7.93 "
          "ms a step, 6.4x (`tests/test_compile_advice_real.py` holds this to ±25%). The step "
          "itself did not get shorter. The CPU sets its pace: 42.8 ms a step under the "
-         "recorder; without it (`train_gpt2.sqlite` -> `train_gpt2_padded.sqlite`), 19.9 -> "
+         "recorder; without it (`train_gpt2.sqlite.xz` -> `train_gpt2_padded.sqlite.xz`), 19.9 -> "
          "20.7 ms, with GPU idle rising from 13% to 48%. So the rule predicts about 1.00x end "
          "to end and says why, and the padding pays once the host cost is cut (PK103)."),
     Pair("Llama training step: eager -> torch.compile(mode=\"reduce-overhead\") + compiled AdamW step",
-         "traces/real/train_llama_eager_rerun.sqlite", "traces/real/train_llama_compiled.sqlite",
+         "traces/real/train_llama_eager_rerun.sqlite.xz", "traces/real/train_llama_compiled.sqlite.xz",
          "model = torch.compile(model, mode=\"reduce-overhead\"); the optimizer step under "
          "torch.compile (`train_llama.py --compile`; the eager baseline re-captured in the same run)",
          "PK103", "PK103 used to predict the CUDA-graph part only: 1.89x, and 1.89x with all host idle "
@@ -218,7 +218,7 @@ PAIRS += (
          "GPU-side period (4.48 ms) agrees with wall time / iterations (64.2 ms / 14). The "
          "window now also skips the second step, where the CUDA graphs are recorded (52.9 ms)."),
     Pair("HF generate() decode: dynamic -> static KV cache + CUDA graphs",
-         "traces/real/generate_llama.sqlite", "traces/real/generate_llama_graphs.sqlite",
+         "traces/real/generate_llama.sqlite.xz", "traces/real/generate_llama_graphs.sqlite.xz",
          "cache_implementation=\"static\" and compile_config=CompileConfig(fullgraph=True, "
          "dynamic=False, mode=\"reduce-overhead\"), one warm-up generate() "
          "(`generate_llama.py --static --graphs`)", "PK103",

@@ -44,7 +44,7 @@ PAIRS = [
 
 
 def _load(name: str):
-    return profkit.load(ROOT / REAL / f"{name}.sqlite")
+    return profkit.load(ROOT / REAL / f"{name}.sqlite.xz")
 
 
 def build() -> str:

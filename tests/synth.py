@@ -83,3 +83,10 @@ def whole(args: list) -> list:
     if args and args[0] in WHOLE and "--window" not in args:
         return [args[0], "--window", "all", "--attribution", "thread", *args[1:]]
     return args
+
+
+def plain(path) -> Path:
+    """The uncompressed export behind a committed trace (``*.sqlite.xz``), from profkit's own
+    cache: read it, or copy it before changing it, never write to it."""
+    from profkit.read.compressed import decompressed, is_compressed
+    return decompressed(path) if is_compressed(path) else Path(path)

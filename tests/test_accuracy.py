@@ -15,18 +15,18 @@ sys.modules["accuracy"] = acc
 spec.loader.exec_module(acc)
 
 FLOORS = {  # trace: (agreement by GPU time, aten bytes within +-25% by GPU time or None)
-    "traces/micro_addnorm_gemm_ncu.sqlite": (0.95, None),
-    "traces/fused_bias_gelu_torch_ncu.sqlite": (0.95, None),
-    "traces/model_tiny_llama.sqlite": (0.90, 0.55),  # DRAM-only counters, emit_nvtx shapes
+    "traces/micro_addnorm_gemm_ncu.sqlite.xz": (0.95, None),
+    "traces/fused_bias_gelu_torch_ncu.sqlite.xz": (0.95, None),
+    "traces/model_tiny_llama.sqlite.xz": (0.90, 0.55),  # DRAM-only counters, emit_nvtx shapes
     # real H200 captures (a Llama training step, ResNet-50 inference, a sync loop)
-    "traces/real/train_llama_ncu.sqlite": (0.90, None),
-    "traces/real/cnn_infer_ncu.sqlite": (0.85, None),
-    "traces/real/sync_loop_ncu.sqlite": (0.95, None),
+    "traces/real/train_llama_ncu.sqlite.xz": (0.90, None),
+    "traces/real/cnn_infer_ncu.sqlite.xz": (0.85, None),
+    "traces/real/sync_loop_ncu.sqlite.xz": (0.95, None),
     # counters on every kernel of one whole steady-state iteration (all threads)
-    "traces/real/train_llama_ncu_auto.sqlite": (0.95, None),
-    "traces/real/sync_loop_ncu_auto.sqlite": (0.95, None),
+    "traces/real/train_llama_ncu_auto.sqlite.xz": (0.95, None),
+    "traces/real/sync_loop_ncu_auto.sqlite.xz": (0.95, None),
     # the aten recorder with counters on one whole step, L2 store sectors included
-    "traces/real/train_llama_rec_ncu.sqlite": (0.95, 0.90),
+    "traces/real/train_llama_rec_ncu.sqlite.xz": (0.95, 0.90),
 }
 
 

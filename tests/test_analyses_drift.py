@@ -69,7 +69,7 @@ def test_notes_go_under_the_why_heading(tmp_path):
 
 
 def test_single_trace_case_has_no_diff(tmp_path):
-    case = ma.Case(name="t", before="traces/micro_hinted.sqlite", after=None, by="range",
+    case = ma.Case(name="t", before="traces/micro_hinted.sqlite.xz", after=None, by="range",
                    ops=("my_matmul",), title="T")
     page = ma.render_case(case, tmp_path)
     assert "Leave it" in page and "## Before → after" not in page and "No AFTER trace" in page
@@ -83,7 +83,7 @@ def test_missing_trace_is_skipped_not_failed(tmp_path):
 
 
 def test_rename_needs_both_sides(tmp_path):
-    case = ma.Case(name="half", before="traces/micro_graph.sqlite", after="traces/micro_graph.sqlite",
+    case = ma.Case(name="half", before="traces/micro_graph.sqlite.xz", after="traces/micro_graph.sqlite.xz",
                    by="range", title="half", before_range="eager_chain")
     with pytest.raises(ma.CaseError, match="both before_range and after_range"):
         ma.render_case(case, tmp_path)

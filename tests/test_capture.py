@@ -765,10 +765,10 @@ def test_gpu_metrics_flags_reach_nsys(tools):
     assert "--gpu-metrics-frequency=2000" in [c for c in tools.calls() if c[:2] == ["nsys", "profile"]][-1]
 
 
-@pytest.mark.skipif(not (Path(__file__).resolve().parents[1] / "traces" / "model_tiny_llama.sqlite").exists(),
+@pytest.mark.skipif(not (Path(__file__).resolve().parents[1] / "traces" / "model_tiny_llama.sqlite.xz").exists(),
                     reason="real trace not present")
 def test_choose_iteration_on_a_real_trace():
-    trace = Path(__file__).resolve().parents[1] / "traces" / "model_tiny_llama.sqlite"
+    trace = Path(__file__).resolve().parents[1] / "traces" / "model_tiny_llama.sqlite.xz"
     it = cap.choose_iteration(trace)
     # 6 forward passes: the 5th (second-to-last) is profiled, with all its kernels
     assert (it.name, it.index, it.instances) == ("forward", 4, 6)

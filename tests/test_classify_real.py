@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1] / "traces"
 
 
 def ops(name: str, by: str = "range"):
-    return load_all(ROOT / f"{name}.sqlite").ops(by=by)
+    return load_all(ROOT / f"{name}.sqlite.xz").ops(by=by)
 
 
 def test_tiny_elementwise_chain_is_launch_bound_and_should_be_fused():
@@ -86,7 +86,7 @@ def test_end_to_end_gain_follows_amdahl():
     s, e2e = op["expected_op_speedup"], op["expected_gpu_time_speedup"]
     assert 1.0 < e2e < s
     assert 1.0 <= op["expected_end_to_end_speedup"] <= e2e
-    total = load_all(ROOT / "micro_addnorm.sqlite").trace.total_gpu_time_ns
+    total = load_all(ROOT / "micro_addnorm.sqlite.xz").trace.total_gpu_time_ns
     saved = min(op["gpu_time_median_ns"] * op["count"] * (1 - 1 / s), op["busy_ns"])
     assert e2e == pytest.approx(total / (total - saved))
     assert amdahl(0.25, 4.0) == pytest.approx(1.2307692)

@@ -1,6 +1,7 @@
 """`profkit classify` on the command line: exact output, the JSON contract and bad input."""
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import shutil
@@ -10,10 +11,10 @@ import pytest
 from click.testing import CliRunner
 
 from profkit.cli import main
-from synth import TID, make_trace, whole
+from synth import TID, make_trace, plain, whole
 
 ROOT = Path(__file__).resolve().parents[1]
-TRACE = ROOT / "traces" / "micro_addnorm_gemm.sqlite"
+TRACE = ROOT / "traces" / "micro_addnorm_gemm.sqlite.xz"
 GOLDEN = ROOT / "tests" / "data" / "golden"
 
 
@@ -63,11 +64,11 @@ def test_table_output_names_gpu_and_ops():
 
 def test_example_runs_without_arguments():
     res = run("classify")
-    assert res.exit_code == 0 and "example.sqlite" in res.stdout and "gemm_bf16_8192" in res.stdout
+    assert res.exit_code == 0 and "example.sqlite.xz" in res.stdout and "gemm_bf16_8192" in res.stdout
 
 
 def test_output_file_and_refusal_to_overwrite_the_trace(tmp_path):
-    t = tmp_path / "t.sqlite"
+    t = tmp_path / "t.sqlite.xz"
     shutil.copy(TRACE, t)
     before = t.read_bytes()
     res = run("classify", str(t), "-o", str(t), "--format", "json")
@@ -82,7 +83,10 @@ def _bad_inputs(tmp: Path) -> dict[str, tuple[Path, str]]:
     (tmp / "text.sqlite").write_text("hello\n")
     (tmp / "zeros.sqlite").write_bytes(b"\0" * 4096)
     (tmp / "empty.sqlite").write_bytes(b"")
-    (tmp / "trunc.sqlite").write_bytes(TRACE.read_bytes()[:200_000])
+    (tmp / "trunc.sqlite").write_bytes(plain(TRACE).read_bytes()[:200_000])
+    (tmp / "trunc.sqlite.xz").write_bytes(TRACE.read_bytes()[:20_000])
+    (tmp / "gz-named-xz.sqlite.xz").write_bytes(gzip.compress(plain(TRACE).read_bytes()[:1000]))
+    (tmp / "text.sqlite.gz").write_bytes(gzip.compress(b"hello\n"))
     (tmp / "adir").mkdir()
     import sqlite3
     con = sqlite3.connect(tmp / "other.sqlite")
@@ -98,6 +102,9 @@ def _bad_inputs(tmp: Path) -> dict[str, tuple[Path, str]]:
         "zeros": (tmp / "zeros.sqlite", "not an SQLite file"),
         "empty": (tmp / "empty.sqlite", "empty file (0 bytes)"),
         "truncated": (tmp / "trunc.sqlite", "damaged or truncated"),
+        "truncated-xz": (tmp / "trunc.sqlite.xz", "damaged xz file"),
+        "wrong-compression": (tmp / "gz-named-xz.sqlite.xz", "rename it to end in .gz"),
+        "compressed-text": (tmp / "text.sqlite.gz", "does not hold an SQLite file once decompressed"),
         "not-nsys": (tmp / "other.sqlite", "not an Nsight Systems export"),
         "no-gpu-activity": (tmp / "nogpu.sqlite", "no GPU activity"),
         "unknown-gpu-no-numbers": (tmp / "nogpuinfo.sqlite", "pass --peaks FILE"),
@@ -105,6 +112,7 @@ def _bad_inputs(tmp: Path) -> dict[str, tuple[Path, str]]:
 
 
 @pytest.mark.parametrize("case", ["missing", "directory", "text", "zeros", "empty", "truncated",
+                                  "truncated-xz", "wrong-compression", "compressed-text",
                                   "not-nsys", "no-gpu-activity", "unknown-gpu-no-numbers"])
 def test_bad_input_one_line_exit_2_input_untouched(tmp_path, case):
     path, message = _bad_inputs(tmp_path)[case]
@@ -149,7 +157,7 @@ def test_bad_peaks_file(tmp_path):
 
 
 def test_level_without_ranges_is_explained():
-    res = run("classify", str(ROOT / "traces" / "micro_chain.sqlite"), "--by", "aten")
+    res = run("classify", str(ROOT / "traces" / "micro_chain.sqlite.xz"), "--by", "aten")
     assert res.exit_code == 2 and "profkit capture --aten" in res.stderr
 
 
@@ -189,8 +197,8 @@ def test_unknown_gpu_warning_goes_to_stderr(tmp_path):
 
 @pytest.mark.parametrize("columns", [80, 100])
 @pytest.mark.parametrize("command", [
-    ["diff", str(ROOT / "traces" / "real" / "train_llama.sqlite"),
-     str(ROOT / "traces" / "real" / "train_llama_fused.sqlite")],
+    ["diff", str(ROOT / "traces" / "real" / "train_llama.sqlite.xz"),
+     str(ROOT / "traces" / "real" / "train_llama_fused.sqlite.xz")],
     ["classify", str(ROOT / "traces" / "ddp2")],
 ])
 def test_diff_and_multirank_tables_fit_a_narrow_terminal(command, columns):

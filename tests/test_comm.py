@@ -113,7 +113,7 @@ def test_no_nccl_kernels(tmp_path):
 
 
 def test_nccl_kernels_get_the_communication_class_in_single_trace_classify():
-    prof = load_all(DDP / "rank0.sqlite")
+    prof = load_all(DDP / "rank0.sqlite.xz")
     k = prof.ops(by="kernel")
     nccl = np.array([comm.is_nccl_kernel(n) for n in k.index])
     assert nccl.sum() == 3
@@ -132,7 +132,7 @@ def test_nccl_kernels_get_the_communication_class_in_single_trace_classify():
 
 
 def test_single_trace_table_shows_the_communication_class():
-    res = CliRunner().invoke(main, ["classify", "--window", "all", "--attribution", "thread", str(DDP / "rank0.sqlite"), "--by", "kernel", "--top", "5"],
+    res = CliRunner().invoke(main, ["classify", "--window", "all", "--attribution", "thread", str(DDP / "rank0.sqlite.xz"), "--by", "kernel", "--top", "5"],
                              catch_exceptions=False)
     assert res.exit_code == 0 and "communication" in res.stdout
 
@@ -140,7 +140,7 @@ def test_single_trace_table_shows_the_communication_class():
 def test_ddp_hook_bytes_reach_the_collectives():
     """The DDP comm hook wraps each bucket's all-reduce in `ddp.allreduce {bytes=N}`: every
     AllReduce kernel of the training steps carries its bucket's bytes."""
-    tr = Trace(DDP / "rank0.sqlite")
+    tr = Trace(DDP / "rank0.sqlite.xz")
     c = comm.analyze(tr, n_ranks=2)
     ar = c.collectives[c.collectives["collective"] == "AllReduce"].iloc[0]
     ref = pd.read_csv(REF / "ddp2_rank0_nvtx_gpu_proj_sum.csv")

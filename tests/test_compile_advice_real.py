@@ -19,19 +19,19 @@ def _finding(trace: str, code: str):
 
 @pytest.mark.parametrize("before, after, code, key", [
     # eager Llama training step -> torch.compile(mode="reduce-overhead") + compiled optimizer step
-    ("traces/real/train_llama_eager_rerun.sqlite", "traces/real/train_llama_compiled.sqlite",
+    ("traces/real/train_llama_eager_rerun.sqlite.xz", "traces/real/train_llama_compiled.sqlite.xz",
      "PK103", "compile_speedup"),
     # eager ResNet-50 inference -> freezing + torch.compile (BatchNorm folded)
-    ("traces/real/cnn_infer.sqlite", "traces/real/cnn_infer_compiled.sqlite", "PK403", None),
+    ("traces/real/cnn_infer.sqlite.xz", "traces/real/cnn_infer_compiled.sqlite.xz", "PK403", None),
     # HF generate() -> static cache + CUDA graphs (per token: one iteration is one token in both)
-    ("traces/real/generate_llama.sqlite", "traces/real/generate_llama_graphs.sqlite", "PK103",
+    ("traces/real/generate_llama.sqlite.xz", "traces/real/generate_llama_graphs.sqlite.xz", "PK103",
      "cuda_graph_speedup"),
     # DDP rank 0 -> no per-step sync (30 steps a capture, both captured in one run)
-    ("traces/ddp2_samerun/rank0.sqlite", "traces/ddp2_nosync/rank0.sqlite", "PK101", None),
+    ("traces/ddp2_samerun/rank0.sqlite.xz", "traces/ddp2_nosync/rank0.sqlite.xz", "PK101", None),
     # GPT-2 with a 50257 vocabulary -> padded to 50304: the step is CPU-paced, so ~1x
-    ("traces/real/train_gpt2_rec.sqlite", "traces/real/train_gpt2_padded_rec.sqlite", "PK304", None),
+    ("traces/real/train_gpt2_rec.sqlite.xz", "traces/real/train_gpt2_padded_rec.sqlite.xz", "PK304", None),
     # HF eager attention -> SDPA (host-bound step: the GPU saving lands in idle time)
-    ("traces/real/train_llama_eager_attn.sqlite", "traces/real/train_llama_sdpa_samerun.sqlite",
+    ("traces/real/train_llama_eager_attn.sqlite.xz", "traces/real/train_llama_sdpa_samerun.sqlite.xz",
      "PK301", None),
 ])
 def test_prediction_within_25_percent_of_measured(before, after, code, key):
@@ -43,14 +43,14 @@ def test_prediction_within_25_percent_of_measured(before, after, code, key):
 
 
 def test_compiled_code_is_not_promised_compile_gains():
-    _, f = _finding("traces/real/train_llama_compiled.sqlite", "PK103")
+    _, f = _finding("traces/real/train_llama_compiled.sqlite.xz", "PK103")
     if f is not None:
         assert f.evidence["inductor_kernel_share"] >= 0.3
         assert f.expected_end_to_end_speedup == f.evidence["cuda_graph_speedup"]
 
 
 def test_the_compile_estimate_is_bounded_by_what_it_models():
-    _, f = _finding("traces/real/train_llama_eager_rerun.sqlite", "PK103")
+    _, f = _finding("traces/real/train_llama_eager_rerun.sqlite.xz", "PK103")
     ev = f.evidence
     assert ev["compile_speedup"] > ev["cuda_graph_speedup"]  # fusion lowers the GPU floor
     assert f.expected_end_to_end_speedup <= f.bound
@@ -60,56 +60,56 @@ def test_the_compile_estimate_is_bounded_by_what_it_models():
 
 def test_data_loading_is_not_compiled_away():
     # the `data` range inside the step is not model code: compile removes none of it
-    prof, f = _finding("traces/real/loader_cnn.sqlite", "PK103")
+    prof, f = _finding("traces/real/loader_cnn.sqlite.xz", "PK103")
     assert prof.run().actions[0].code == "PK102"
     assert f is None or f.expected_end_to_end_speedup < 1.2
 
 
 def test_a_cheap_change_worth_it_ranks_before_a_compile():
     # DDP rank 0: removing the per-step sync (1.11x) before torch.compile (1.25x)
-    actions = profkit.load(ROOT / "traces/ddp2/rank0.sqlite").run().actions
+    actions = profkit.load(ROOT / "traces/ddp2/rank0.sqlite.xz").run().actions
     assert [a.code for a in actions[:2]] == ["PK101", "PK103"]
     assert actions[1].expected_end_to_end_speedup > actions[0].expected_end_to_end_speedup
 
 
 def test_inductor_fused_kernels_are_not_gemms():
-    ops = profkit.load(ROOT / "traces/real/cnn_infer_compiled.sqlite").ops(by="kernel")
+    ops = profkit.load(ROOT / "traces/real/cnn_infer_compiled.sqlite.xz").ops(by="kernel")
     fused = ops[ops.index.str.startswith("triton_poi_fused_add_convolution_relu")]
     assert len(fused) and (fused["class"] == "memory").all()
 
 
 def test_a_step_that_already_replays_graphs_is_told_what_is_left_outside_them():
-    _, f = _finding("traces/real/generate_llama_graphs.sqlite", "PK103")
+    _, f = _finding("traces/real/generate_llama_graphs.sqlite.xz", "PK103")
     assert f.evidence["graph_launches_per_iteration"] >= 0.5
     assert "left outside the CUDA graphs" in f.action
-    _, eager = _finding("traces/real/generate_llama.sqlite", "PK103")
+    _, eager = _finding("traces/real/generate_llama.sqlite.xz", "PK103")
     assert "graph_launches_per_iteration" not in eager.evidence
 
 
 def test_the_run_change_says_whether_the_medians_lie_apart():
-    before = profkit.load(ROOT / "traces/real/train_llama.sqlite")
-    after = profkit.load(ROOT / "traces/real/train_llama_fused.sqlite")
+    before = profkit.load(ROOT / "traces/real/train_llama.sqlite.xz")
+    after = profkit.load(ROOT / "traces/real/train_llama_fused.sqlite.xz")
     rc = run_change(before, after)
     assert rc["verdict"] == "no change"  # 2.3% slower, inside both medians' 95% intervals
     lo, hi = rc["before_median_ci_ns"]
     assert lo <= rc["before_ns"] <= hi
-    big = run_change(profkit.load(ROOT / "traces/real/train_llama_eager_rerun.sqlite"),
-                     profkit.load(ROOT / "traces/real/train_llama_compiled.sqlite"))
+    big = run_change(profkit.load(ROOT / "traces/real/train_llama_eager_rerun.sqlite.xz"),
+                     profkit.load(ROOT / "traces/real/train_llama_compiled.sqlite.xz"))
     assert big["verdict"] == "improvement"
     # a second mode (generate()'s prefill between calls) widens BEFORE's interval, yet 3x is seen
-    gen = run_change(profkit.load(ROOT / "traces/real/generate_llama.sqlite"),
-                     profkit.load(ROOT / "traces/real/generate_llama_graphs.sqlite"))
+    gen = run_change(profkit.load(ROOT / "traces/real/generate_llama.sqlite.xz"),
+                     profkit.load(ROOT / "traces/real/generate_llama_graphs.sqlite.xz"))
     assert gen["verdict"] == "improvement"
 
 
 def test_several_captures_of_a_side_enter_the_verdict():
     # six steps a capture could not resolve the DDP sync removal (~8%) ...
-    old = run_change(profkit.load(ROOT / "traces/ddp2/rank0.sqlite"),
-                     profkit.load(ROOT / "traces/ddp2_nosync/rank0.sqlite"))
+    old = run_change(profkit.load(ROOT / "traces/ddp2/rank0.sqlite.xz"),
+                     profkit.load(ROOT / "traces/ddp2_nosync/rank0.sqlite.xz"))
     assert old["verdict"] in ("no change", "improvement")
     # ... thirty steps a capture and two captures a side do (7.95 -> 7.60 ms)
-    base = [profkit.load(ROOT / f"traces/{d}/rank0.sqlite") for d in ("ddp2_samerun", "ddp2_rerun")]
-    after = [profkit.load(ROOT / f"traces/{d}/rank0.sqlite") for d in ("ddp2_nosync", "ddp2_nosync_rerun")]
+    base = [profkit.load(ROOT / f"traces/{d}/rank0.sqlite.xz") for d in ("ddp2_samerun", "ddp2_rerun")]
+    after = [profkit.load(ROOT / f"traces/{d}/rank0.sqlite.xz") for d in ("ddp2_nosync", "ddp2_nosync_rerun")]
     rc = run_change(base[0], after[0], before_also=base[1:], after_also=after[1:])
     assert rc["captures"] == {"before": 2, "after": 2}
     assert 1.0 < rc["between_captures_pct"] < 3.0
@@ -118,8 +118,8 @@ def test_several_captures_of_a_side_enter_the_verdict():
 
 def test_padding_the_vocabulary_op_gain_is_measured():
     """PK304's per-op prediction against the GEMMs' measured GPU time after padding."""
-    b, f = _finding("traces/real/train_gpt2_rec.sqlite", "PK304")
-    a = profkit.load(ROOT / "traces/real/train_gpt2_padded_rec.sqlite")
+    b, f = _finding("traces/real/train_gpt2_rec.sqlite.xz", "PK304")
+    a = profkit.load(ROOT / "traces/real/train_gpt2_padded_rec.sqlite.xz")
 
     def lm_head_ns(p, vocab):
         ops = p.ops(by="aten")
@@ -140,7 +140,7 @@ def test_sdpa_op_gain_is_measured():
     from profkit.judge.patterns import FLASH_RE
     from profkit.judge.rules import pk301_attention_path as pk301
     from profkit.judge.rules.base import RuleContext, matches
-    b, f = _finding("traces/real/train_llama_eager_attn.sqlite", "PK301")
+    b, f = _finding("traces/real/train_llama_eager_attn.sqlite.xz", "PK301")
     ctx = RuleContext(b, b.run())
     glue, after, a = pk301._glue(ctx, {n for n in ctx.kernels.index if "softmax_warp" in n})
     first = np.flatnonzero(glue & ~np.concatenate([[False], glue[:-1]]))  # each glue run's start
@@ -148,7 +148,7 @@ def test_sdpa_op_gain_is_measured():
     before[first - 1] = True                                             # the GEMM before it
     dur = a["dur"].to_numpy(np.float64)
     eager_ns = float(dur[glue | after | before].sum()) / ctx.iterations
-    sdpa = profkit.load(ROOT / "traces/real/train_llama_sdpa_samerun.sqlite")
+    sdpa = profkit.load(ROOT / "traces/real/train_llama_sdpa_samerun.sqlite.xz")
     sctx = RuleContext(sdpa, sdpa.run())
     k = sctx.kernels
     fused_ns = float(k[matches(k.index.to_series(), FLASH_RE)]["total_ns"].sum()) / sctx.iterations
@@ -158,7 +158,7 @@ def test_sdpa_op_gain_is_measured():
 
 
 def test_unaligned_gemm_rows_say_which_dimension_to_pad():
-    ops = profkit.load(ROOT / "traces/real/train_gpt2_rec.sqlite").ops(by="aten")
+    ops = profkit.load(ROOT / "traces/real/train_gpt2_rec.sqlite.xz").ops(by="aten")
     row = ops.loc[[n for n in ops.index if n.startswith("aten::mm [[4096, 768], [768, 50257]]")][0]]
     assert "N = 50257 not a multiple of 8" in row["action"] and "pad_to_multiple_of=64" in row["action"]
     aligned = ops.loc[[n for n in ops.index if n.startswith("aten::mm [[4096, 768], [768, 3072]]")][0]]
@@ -169,9 +169,9 @@ def test_composed_rmsnorm_swap_prediction_within_25_percent_of_pooled_captures()
     # HF generate() decode, LlamaRMSNorm -> kernels.add_rmsnorm. The host's speed drifted between
     # the four interleaved captures (the single pairs measure 0.97x and 1.16x), so both captures of
     # each side are pooled, as `profkit diff --before-also/--after-also` does.
-    b, f = _finding("traces/real/generate_llama_samerun.sqlite", "PK401")
+    b, f = _finding("traces/real/generate_llama_samerun.sqlite.xz", "PK401")
     load = lambda t: profkit.load(ROOT / t)  # noqa: E731
-    r = run_change(b, load("traces/real/generate_llama_fused.sqlite"),
-                   before_also=[load("traces/real/generate_llama_samerun_rerun.sqlite")],
-                   after_also=[load("traces/real/generate_llama_fused_rerun.sqlite")])
+    r = run_change(b, load("traces/real/generate_llama_fused.sqlite.xz"),
+                   before_also=[load("traces/real/generate_llama_samerun_rerun.sqlite.xz")],
+                   after_also=[load("traces/real/generate_llama_fused_rerun.sqlite.xz")])
     assert abs(r["measured_speedup"] / f.expected_end_to_end_speedup - 1) <= 0.25

@@ -16,13 +16,13 @@ from click.testing import CliRunner
 import profkit
 from profkit.cli import main
 from profkit.compare.diff import DIFF_SCHEMA_VERSION, diff, run_lines, to_markdown
-from synth import TID, make_trace, whole
+from synth import TID, make_trace, whole, plain
 
 # Golden numbers here are over the whole capture with Nsight Systems' per-thread projection.
 load_all = partial(profkit.load, window="all", attribution="thread")
 
 ROOT = Path(__file__).resolve().parents[1]
-GRAPH = ROOT / "traces" / "micro_graph.sqlite"
+GRAPH = ROOT / "traces" / "micro_graph.sqlite.xz"
 REF = ROOT / "tests" / "data" / "nsys_ref"
 
 
@@ -75,7 +75,7 @@ def test_graph_replay_medians_and_noise_from_nsys(graph_diff):
 
 
 def _kernels(path: Path) -> pd.DataFrame:
-    with sqlite3.connect(path) as con:
+    with sqlite3.connect(plain(path)) as con:
         return pd.read_sql("SELECT start, end, graphNodeId FROM CUPTI_ACTIVITY_KIND_KERNEL", con)
 
 
@@ -134,7 +134,7 @@ def test_diff_is_stateless(graph):
 
 
 def test_kernel_level_across_traces_scales_to_call_count():
-    chain, g = load_all(ROOT / "traces" / "micro_chain.sqlite"), load_all(GRAPH)
+    chain, g = load_all(ROOT / "traces" / "micro_chain.sqlite.xz"), load_all(GRAPH)
     d = diff(chain, g, by="kernel").to_json()
     assert d["level"] == "kernel" and len(d["ops"]) == 5
     assert [o["name"] for o in d["only_after"]] == [n for n in g.ops(by="kernel").index if "FillFunctor" in n]
@@ -303,7 +303,7 @@ def test_gate_catches_new_work_in_the_trace_total(tmp_path):
     ([GRAPH, GRAPH, "--match", "eager_chain"], "--match takes BEFORE_OP=AFTER_OP"),
     ([GRAPH, GRAPH, "--match", "nope=graph_replay"], "no op 'nope' at --by range"),
     ([GRAPH, GRAPH, "--match", "eager_chain=nope"], "no op 'nope' at --by range to match 'eager_chain'"),
-    ([GRAPH, ROOT / "traces" / "micro_gemm.sqlite", "--by", "aten"], "aten"),
+    ([GRAPH, ROOT / "traces" / "micro_gemm.sqlite.xz", "--by", "aten"], "aten"),
 ])
 def test_bad_input_is_one_line_exit_2(args, message, tmp_path):
     res = run("diff", *args)
@@ -327,8 +327,8 @@ def test_help():
 
 
 def test_total_threshold_is_the_time_weighted_op_threshold():
-    d = diff(load_all(ROOT / "traces" / "micro_gemm.sqlite"),
-             load_all(ROOT / "traces" / "micro_hinted.sqlite"), by="kernel").to_json()
+    d = diff(load_all(ROOT / "traces" / "micro_gemm.sqlite.xz"),
+             load_all(ROOT / "traces" / "micro_hinted.sqlite.xz"), by="kernel").to_json()
     ops = d["ops"]
     assert len(ops) == 2 and all(o["verdict"] == "no change" for o in ops)  # both within their noise
     w = [o["before"]["count"] * o["before"]["gpu_time_median_ns"] for o in ops]
@@ -339,8 +339,8 @@ def test_total_threshold_is_the_time_weighted_op_threshold():
 
 
 def test_nothing_matched_is_said():
-    d = diff(load_all(ROOT / "traces" / "micro_addnorm.sqlite"),
-             load_all(ROOT / "traces" / "micro_softmax.sqlite")).to_json()
+    d = diff(load_all(ROOT / "traces" / "micro_addnorm.sqlite.xz"),
+             load_all(ROOT / "traces" / "micro_softmax.sqlite.xz")).to_json()
     assert d["ops"] == [] and d["verdict"] == "no change"
     assert [o["name"] for o in d["only_before"]] == ["add_rmsnorm"]
     assert [o["name"] for o in d["only_after"]] == ["scaled_softmax"]

@@ -5,13 +5,14 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from synth import plain
 
 from profkit.judge.flops import (AtenCall, OpCost, aten_is_wrapper, broadcast_shapes, estimate,
                            estimate_call, has_model, innermost_modeled, normalize_op,
                            parse_aten_range)
 
 ROOT = Path(__file__).resolve().parent.parent
-ATEN_TRACE = ROOT / "traces" / "model_tiny_llama_aten.sqlite"
+ATEN_TRACE = ROOT / "traces" / "model_tiny_llama_aten.sqlite.xz"
 
 
 # --- parser ---------------------------------------------------------------------------------------
@@ -48,7 +49,7 @@ def test_parse_rejects_non_op_text(text):
 
 @pytest.mark.skipif(not ATEN_TRACE.exists(), reason="real emit_nvtx trace not present")
 def test_parse_every_aten_range_in_a_real_trace():
-    con = sqlite3.connect(ATEN_TRACE)
+    con = sqlite3.connect(plain(ATEN_TRACE))
     texts = [r[0] for r in con.execute(
         "SELECT COALESCE(n.text, s.value) FROM NVTX_EVENTS n LEFT JOIN StringIds s "
         "ON s.id = n.textId WHERE n.eventType = 59")]

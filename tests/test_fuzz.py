@@ -17,7 +17,9 @@ from click.testing import CliRunner
 
 from mutate import mutate
 from profkit.cli import main
+from profkit.read.compressed import trace_stem
 from profkit.read.text import CONTROL_RE
+from synth import plain
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACES = ROOT / "traces"
@@ -25,10 +27,10 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import fuzz  # noqa: E402  (scripts/ is not a package)
 
 
-def damaged_copy(tmp_path: Path, sql: str, params: tuple = (), src: str = "micro_addnorm.sqlite") -> Path:
+def damaged_copy(tmp_path: Path, sql: str, params: tuple = (), src: str = "micro_addnorm.sqlite.xz") -> Path:
     """A copy of a committed trace with ``sql`` applied (NOT NULL constraints lifted first)."""
-    path = tmp_path / src
-    shutil.copyfile(TRACES / src, path)
+    path = tmp_path / trace_stem(src)
+    shutil.copyfile(plain(TRACES / src), path)
     conn = sqlite3.connect(path)
     conn.execute("PRAGMA writable_schema = ON")
     with conn:
@@ -100,7 +102,7 @@ def test_fuzz_sample_keeps_the_contract():
 def test_fuzz_sample_through_a_real_process(tmp_path):
     """A few runs as a user runs them: the real stderr, with Python's own error printing."""
     rng = random.Random(7)
-    good = (TRACES / "micro_addnorm.sqlite").read_bytes()
+    good = plain(TRACES / "micro_addnorm.sqlite.xz").read_bytes()
     for i in range(4):
         data, what = mutate(good, rng)
         path = tmp_path / f"m{i}.sqlite"
@@ -119,4 +121,4 @@ def test_rowids_far_apart_are_read_in_one_pass(tmp_path):
                                   "WHERE rowid = (SELECT max(rowid) FROM CUPTI_ACTIVITY_KIND_KERNEL)")
     r = classify("--by", "kernel", "--format", "csv", str(path))
     assert r.exit_code == 0, r.output
-    assert r.stdout == classify("--by", "kernel", "--format", "csv", str(TRACES / "micro_addnorm.sqlite")).stdout
+    assert r.stdout == classify("--by", "kernel", "--format", "csv", str(TRACES / "micro_addnorm.sqlite.xz")).stdout

@@ -21,7 +21,7 @@ TRACES = ["micro_gemm", "micro_chain", "micro_addnorm", "micro_memcpy", "micro_s
 
 @pytest.fixture(scope="module", params=TRACES)
 def trace(request):
-    return request.param, Trace(ROOT / "traces" / f"{request.param}.sqlite")
+    return request.param, Trace(ROOT / "traces" / f"{request.param}.sqlite.xz")
 
 
 def test_range_projection_matches_nvtx_gpu_proj_sum(trace):
@@ -45,7 +45,7 @@ def test_range_projection_matches_nvtx_gpu_proj_sum(trace):
 
 def test_aten_ranges_project_like_nsys():
     """Every emit_nvtx range instance (unique names: they carry op_id) against nsys, nested ones too."""
-    tr = Trace(ROOT / "traces" / "model_tiny_llama_aten.sqlite")
+    tr = Trace(ROOT / "traces" / "model_tiny_llama_aten.sqlite.xz")
     from profkit.run import attribution
     ranges = tr.ranges
     inst = attribution.range_instances(ranges, tr.activities,

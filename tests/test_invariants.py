@@ -9,9 +9,10 @@ import pytest
 
 import profkit
 from profkit.errors import ProfkitError
+from profkit.read.compressed import find_traces
 
 ROOT = Path(__file__).resolve().parents[1]
-TRACES = sorted(p for p in (ROOT / "traces").rglob("*.sqlite"))
+TRACES = find_traces(ROOT / "traces", recursive=True)
 PCT_KEYS = ("pct_of_roof", "pct_of_memory_roof", "pct_of_compute_roof")
 
 

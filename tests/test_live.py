@@ -14,9 +14,10 @@ from click.testing import CliRunner
 
 from profkit.read import livefile
 from profkit.cli import main
+from synth import plain
 
 TRACES = Path(__file__).resolve().parent.parent / "traces"
-SRC = TRACES / "micro_addnorm.sqlite"
+SRC = plain(TRACES / "micro_addnorm.sqlite.xz")  # these tests write to copies of it
 
 
 def sha(p: Path) -> str:

@@ -38,13 +38,13 @@ def ddp_kernel():
 
 @pytest.fixture(scope="module")
 def ddp_range():
-    return classify_ranks([DDP / "rank0.sqlite", DDP / "rank1.sqlite"], by="range", workers=1)
+    return classify_ranks([DDP / "rank0.sqlite.xz", DDP / "rank1.sqlite.xz"], by="range", workers=1)
 
 
 @pytest.mark.parametrize("rank", [0, 1])
 def test_kernel_times_per_rank_match_cuda_gpu_kern_sum(ddp_kernel, rank):
     r = ddp_kernel.ranks[rank]
-    assert r.ok and r.rank == rank and Path(r.path).name == f"rank{rank}.sqlite"
+    assert r.ok and r.rank == rank and Path(r.path).name == f"rank{rank}.sqlite.xz"
     ref = pd.read_csv(REF / f"ddp2_rank{rank}_cuda_gpu_kern_sum.csv").set_index("Name")
     ops = r.ops[~r.ops.index.str.startswith("[CUDA ")]
     assert sorted(ops.index) == sorted(ref.index)
@@ -270,15 +270,15 @@ def test_cli_formats_on_the_real_ranks(fmt, tmp_path):
 
 
 def test_one_file_keeps_the_single_trace_output():
-    single = run("classify", str(DDP / "rank0.sqlite"), "--format", "json")
+    single = run("classify", str(DDP / "rank0.sqlite.xz"), "--format", "json")
     assert single.exit_code == 0 and "kind" not in json.loads(single.stdout)
 
 
 def test_refuses_to_overwrite_a_rank_trace(tmp_path):
     import shutil
     for r in range(2):
-        shutil.copy(DDP / f"rank{r}.sqlite", tmp_path / f"rank{r}.sqlite")
-    before = (tmp_path / "rank1.sqlite").read_bytes()
-    res = run("classify", str(tmp_path), "-o", str(tmp_path / "rank1.sqlite"))
+        shutil.copy(DDP / f"rank{r}.sqlite.xz", tmp_path / f"rank{r}.sqlite.xz")
+    before = (tmp_path / "rank1.sqlite.xz").read_bytes()
+    res = run("classify", str(tmp_path), "-o", str(tmp_path / "rank1.sqlite.xz"))
     assert res.exit_code == 2 and "refusing to write over the input trace" in res.stderr
-    assert (tmp_path / "rank1.sqlite").read_bytes() == before
+    assert (tmp_path / "rank1.sqlite.xz").read_bytes() == before

@@ -15,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 import profkit
+from synth import plain
 from profkit.errors import ProfkitError, TraceError
 from profkit.read.ncu import NCU_COLUMNS, NCU_TABLE, read_ncu_metrics
 from profkit.capture.ncu_merge import (kernel_base_name, merge_ncu, parse_nvtx_stack, range_matcher,
@@ -24,7 +25,7 @@ DATA = Path(__file__).resolve().parent / "data" / "ncu"
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = DATA / "fixture_raw.csv"
 REAL_CSV = DATA / "addnorm_gemm_raw.csv"
-REAL_TRACE = ROOT / "traces" / "micro_addnorm_gemm.sqlite"
+REAL_TRACE = ROOT / "traces" / "micro_addnorm_gemm.sqlite.xz"
 
 NSYS_ADD = ("void at::native::vectorized_elementwise_kernel<(int)4, at::native::CUDAFunctor_add"
             "<float>, std::array<char *, (unsigned long)3>>(int, T2, T3)")
@@ -296,7 +297,7 @@ def test_cli_merge_in_place_and_errors(tmp_path):
 def test_real_ncu_csv_merges_into_copy_of_real_trace(tmp_path):
     before = _sha(REAL_TRACE)
     copy = tmp_path / "real.sqlite"
-    shutil.copyfile(REAL_TRACE, copy)
+    shutil.copyfile(plain(REAL_TRACE), copy)
     df = read_raw_csv(REAL_CSV)
     assert len(df) == 59
     gemm = df[df["nvtx_range"] == "gemm_bf16_8192"]
@@ -343,7 +344,7 @@ def test_base_name_of_ncu_anonymous_namespace():
 def test_launch_skip_is_caught_by_grid_and_block(tmp_path, skip):
     """ncu --launch-skip N: the k-th ncu launch is no longer the k-th nsys launch of a name."""
     copy = tmp_path / "real.sqlite"
-    shutil.copyfile(REAL_TRACE, copy)
+    shutil.copyfile(plain(REAL_TRACE), copy)
     df = read_raw_csv(REAL_CSV)
     with pytest.raises(ProfkitError, match="do not line up"):
         merge_ncu(copy, df.iloc[skip:])
@@ -395,7 +396,7 @@ def test_other_geometry_stays_unmatched_and_mismatches_are_left_out(tmp_path):
     """A second run that launched a kernel with another grid (cuDNN picked another config):
     that launch stays unmatched; pairs out of launch order are dropped with allow_mismatch."""
     copy = tmp_path / "real.sqlite"
-    shutil.copyfile(REAL_TRACE, copy)
+    shutil.copyfile(plain(REAL_TRACE), copy)
     df = read_raw_csv(REAL_CSV).copy()
     df.loc[2, "grid"] = "999,1,1"
     result = merge_ncu(copy, df)

@@ -65,7 +65,7 @@ def test_synthetic_trace_events_are_exact(tmp_path):
 
 
 def test_real_trace_every_gpu_activity_exported_with_its_verdict(tmp_path):
-    trace = TRACES / "micro_graph.sqlite"
+    trace = TRACES / "micro_graph.sqlite.xz"
     before = hashlib.sha256(trace.read_bytes()).hexdigest()
     res = CliRunner().invoke(main, ["export-perfetto", "--window", "all", "--attribution", "thread", str(trace), "-o", str(tmp_path / "g.json")],
                              catch_exceptions=False)
@@ -92,13 +92,13 @@ def test_real_trace_every_gpu_activity_exported_with_its_verdict(tmp_path):
 def test_cli_errors_are_one_line(tmp_path):
     res = CliRunner().invoke(main, ["export-perfetto", "--window", "all", "--attribution", "thread", str(tmp_path / "x.sqlite"), "-o", str(tmp_path / "o.json")])
     assert res.exit_code == 2 and res.stderr.startswith("profkit: error: trace not found")
-    res = CliRunner().invoke(main, ["export-perfetto", "--window", "all", "--attribution", "thread", str(TRACES / "micro_graph.sqlite"),
+    res = CliRunner().invoke(main, ["export-perfetto", "--window", "all", "--attribution", "thread", str(TRACES / "micro_graph.sqlite.xz"),
                                     "-o", str(tmp_path / "no" / "o.json")])
     assert res.exit_code == 2 and "does not exist" in res.stderr and len(res.stderr.strip().splitlines()) == 1
 
 
 def test_window_keeps_only_the_events_inside(tmp_path):
-    trace = TRACES / "micro_graph.sqlite"
+    trace = TRACES / "micro_graph.sqlite.xz"
     res = CliRunner().invoke(main, ["export-perfetto", "--window", "all", "--attribution", "thread", str(trace), "-o", str(tmp_path / "w.json"),
                                     "--range", "graph_replay", "--instance", "3"], catch_exceptions=False)
     assert res.exit_code == 0, res.stderr

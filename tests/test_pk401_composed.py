@@ -15,7 +15,7 @@ def _pk401(trace: str):
 def test_hf_decode_chains_found_exactly():
     # generate(): 4 layers x 2 norms + the final norm per token (64 tokens: the measured call);
     # layer 0's input norm has no add
-    f = _pk401("traces/real/generate_llama_samerun.sqlite")
+    f = _pk401("traces/real/generate_llama_samerun.sqlite.xz")
     ev = f.evidence
     assert (ev["composed"], ev["kernel"], ev["chains"], ev["with_add"], ev["launches"]) == \
         (True, "add_rmsnorm", 576, 512, 5120)
@@ -25,13 +25,13 @@ def test_hf_decode_chains_found_exactly():
 
 def test_training_step_chains_found_and_bounded_by_its_cpu_share():
     # a training step: the forward's norms only, and most of the step is GPU work
-    f = _pk401("traces/real/train_llama.sqlite")
+    f = _pk401("traces/real/train_llama.sqlite.xz")
     assert (f.evidence["chains"], f.evidence["with_add"]) == (55, 44)
     assert 1.0 < f.expected_end_to_end_speedup < 1.05
 
 
 def test_quiet_once_the_norms_are_fused():
-    f = _pk401("traces/real/generate_llama_fused.sqlite")
+    f = _pk401("traces/real/generate_llama_fused.sqlite.xz")
     assert f is None or not f.evidence.get("composed")
 
 
@@ -41,6 +41,6 @@ def test_a_composed_norm_with_no_add_is_the_library_norm(monkeypatch):
     from profkit.judge.rules import pk401_eager_norm_fusion as pk
 
     monkeypatch.setattr(pk, "ADD_RE", __import__("re").compile(r"^$"))
-    f = _pk401("traces/real/generate_llama_samerun.sqlite")
+    f = _pk401("traces/real/generate_llama_samerun.sqlite.xz")
     assert f.evidence["with_add"] == 0 and f.evidence["kernel"] == "rms_norm"
     assert f.rung is Rung.LIBRARY and "torch.nn.functional.rms_norm" in f.action

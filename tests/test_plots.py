@@ -57,7 +57,7 @@ def hinted_trace(path: Path) -> Path:
 # --- roofline ------------------------------------------------------------------------------------
 
 def test_roofline_real_hinted_trace_places_the_matmul_under_the_bf16_roof():
-    prof = load_all(TRACES / "micro_hinted.sqlite")
+    prof = load_all(TRACES / "micro_hinted.sqlite.xz")
     fig = roofline(prof, by="range")
     ax = fig.axes[0]
     assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
@@ -97,7 +97,7 @@ def by_text(fig, gid):
 
 
 def test_roofline_aten_places_ops_with_counts_and_lists_the_rest():
-    prof = load_all(TRACES / "model_tiny_llama_aten.sqlite")
+    prof = load_all(TRACES / "model_tiny_llama_aten.sqlite.xz")
     df = prof.ops(by="aten")
     fig = roofline(prof, by="aten", ops=df)
     d = fig.profkit_data
@@ -119,7 +119,7 @@ def test_roofline_aten_places_ops_with_counts_and_lists_the_rest():
 
 
 def test_roofline_labels_do_not_overlap_each_other_or_roof_labels():
-    prof = load_all(TRACES / "model_tiny_llama_aten.sqlite")
+    prof = load_all(TRACES / "model_tiny_llama_aten.sqlite.xz")
     fig = roofline(prof, by="aten", label_top=10)
     r = fig.canvas.get_renderer()
     fig.canvas.draw()
@@ -148,14 +148,14 @@ def test_point_labels_are_short():
 
 
 def test_roofline_numbered_points_are_named_in_the_caption():
-    prof = load_all(TRACES / "model_tiny_llama_aten.sqlite")
+    prof = load_all(TRACES / "model_tiny_llama_aten.sqlite.xz")
     fig = roofline(prof, by="aten", label_top=10)
     for t in by_gid(fig, "point-number"):
         assert f"{t.get_text()} = " in by_text(fig, "caption")
 
 
 def test_roofline_without_work_counts_places_nothing_and_says_so():
-    prof = load_all(TRACES / "micro_gemm.sqlite")
+    prof = load_all(TRACES / "micro_gemm.sqlite.xz")
     fig = roofline(prof, by="range")
     assert fig.profkit_data.points.empty
     assert by_gid(fig, "points-") == []
@@ -200,7 +200,7 @@ def test_peaks_file_without_the_precisions_used_still_draws_its_roofs(tmp_path):
     import json
     f = tmp_path / "peaks.json"
     f.write_text(json.dumps({"memory_bandwidth": 3e12, "flops": {"fp8": 2e15}, "source": "hand-written"}))
-    prof = load_all(TRACES / "micro_gemm.sqlite", peaks=f)
+    prof = load_all(TRACES / "micro_gemm.sqlite.xz", peaks=f)
     d = roofline_data(prof)
     assert d.memory_bandwidth == 3e12 and d.peaks_source == "hand-written"
     assert d.roofs  # the spec table's roofs merged under the file's
@@ -222,7 +222,7 @@ def test_parse_time_units():
 
 
 def test_timeline_lanes_of_a_real_trace():
-    prof = load_all(TRACES / "micro_graph.sqlite")
+    prof = load_all(TRACES / "micro_graph.sqlite.xz")
     fig = timeline(prof)
     d = fig.profkit_data
     kinds = [lane.kind for lane in d.lanes]
@@ -248,7 +248,7 @@ def test_timeline_lanes_of_a_real_trace():
 
 
 def test_timeline_range_window_zooms_to_one_instance():
-    prof = load_all(TRACES / "micro_graph.sqlite")
+    prof = load_all(TRACES / "micro_graph.sqlite.xz")
     r = prof.trace.ranges
     third = r[r["name"] == "graph_replay"].sort_values("start").iloc[2]
     d = timeline_data(prof, range_name="graph_replay", instance=3)
@@ -265,7 +265,7 @@ def test_timeline_range_window_zooms_to_one_instance():
 
 
 def test_timeline_start_end_window_and_bad_windows():
-    prof = load_all(TRACES / "micro_graph.sqlite")
+    prof = load_all(TRACES / "micro_graph.sqlite.xz")
     d = timeline_data(prof, start="90ms", end="91ms")
     assert d.window == (d.t0 + 90_000_000, d.t0 + 91_000_000)
     for lane in d.lanes:
@@ -345,7 +345,7 @@ def sha(path: Path) -> str:
 
 
 def test_cli_roofline_and_timeline_write_pngs_and_leave_the_trace_alone(tmp_path):
-    trace = TRACES / "micro_hinted.sqlite"
+    trace = TRACES / "micro_hinted.sqlite.xz"
     before = sha(trace)
     res = run("roofline", trace, "-o", tmp_path / "r.png", "--by", "range")
     assert res.exit_code == 0, res.stderr
@@ -369,7 +369,7 @@ def test_cli_roofline_and_timeline_write_pngs_and_leave_the_trace_alone(tmp_path
     (["roofline", "{trace}", "-o", "{tmp}/r.txt"], ".png"),
 ])
 def test_cli_bad_input_is_one_line_exit_2(tmp_path, args, message):
-    trace = TRACES / "micro_hinted.sqlite"
+    trace = TRACES / "micro_hinted.sqlite.xz"
     res = run(*[a.format(tmp=tmp_path, trace=trace) for a in args])
     assert res.exit_code == 2
     lines = res.stderr.strip().splitlines()

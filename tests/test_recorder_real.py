@@ -7,10 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from synth import plain
+
 import profkit
 
-TRACE = Path(__file__).resolve().parents[1] / "traces" / "real" / "train_llama_rec.sqlite"
-pytestmark = pytest.mark.skipif(not TRACE.exists(), reason="traces/real/train_llama_rec.sqlite not present")
+TRACE = Path(__file__).resolve().parents[1] / "traces" / "real" / "train_llama_rec.sqlite.xz"
+pytestmark = pytest.mark.skipif(not TRACE.exists(), reason="traces/real/train_llama_rec.sqlite.xz not present")
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +36,7 @@ def test_a_cast_counts_its_source_and_destination_types(ops):
 
 
 def test_backward_ops_are_recorded_on_autograds_thread():
-    con = sqlite3.connect(f"file:{TRACE}?mode=ro", uri=True)
+    con = sqlite3.connect(f"file:{plain(TRACE)}?mode=ro", uri=True)
     rows = con.execute("SELECT n.globalTid, count(*) FROM NVTX_EVENTS n "
                        "WHERE n.text LIKE 'aten::mm,%' GROUP BY n.globalTid").fetchall()
     con.close()
@@ -45,6 +47,6 @@ def test_host_verdicts_of_an_aten_capture_come_with_a_warning():
     rec = profkit.load(TRACE)
     rec.run()
     assert any("recorded every aten op" in w for w in rec.warnings)
-    plain = profkit.load(TRACE.with_name("train_llama.sqlite"))
+    plain = profkit.load(TRACE.with_name("train_llama.sqlite.xz"))
     plain.run()
     assert not any("recorded every aten op" in w for w in plain.warnings)

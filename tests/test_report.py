@@ -187,7 +187,7 @@ def test_gain_plan_counts_nested_ops_once(tmp_path):
 
 
 def test_report_on_a_real_trace_via_cli(tmp_path):
-    trace = TRACES / "micro_graph.sqlite"
+    trace = TRACES / "micro_graph.sqlite.xz"
     before = hashlib.sha256(trace.read_bytes()).hexdigest()
     res = CliRunner().invoke(main, ["report", "--window", "all", "--attribution", "thread", str(trace), "-o", str(tmp_path / "r")], catch_exceptions=False)
     assert res.exit_code == 0, res.stderr
@@ -203,7 +203,7 @@ def test_report_on_a_real_trace_via_cli(tmp_path):
 
 def test_report_timeline_leaves_out_the_set_up_before_the_first_range():
     from profkit.show.plots.timeline import trace_origin
-    prof = load_all(TRACES / "micro_graph.sqlite")
+    prof = load_all(TRACES / "micro_graph.sqlite.xz")
     t0, _ = trace_origin(prof)
     first = int(prof.trace.ranges["start"].min()) - t0
     region = report._op_region(prof, "range")
@@ -224,8 +224,8 @@ def test_report_falls_back_to_kernels_without_ranges(tmp_path):
 def test_report_output_errors(tmp_path, make_out, message):
     (tmp_path / "afile").write_text("x")
     with pytest.raises(ProfkitError, match=message):
-        report.build(load_all(TRACES / "micro_hinted.sqlite"), make_out(tmp_path))
-    res = CliRunner().invoke(main, ["report", "--window", "all", "--attribution", "thread", str(TRACES / "micro_hinted.sqlite"), "-o", str(make_out(tmp_path))])
+        report.build(load_all(TRACES / "micro_hinted.sqlite.xz"), make_out(tmp_path))
+    res = CliRunner().invoke(main, ["report", "--window", "all", "--attribution", "thread", str(TRACES / "micro_hinted.sqlite.xz"), "-o", str(make_out(tmp_path))])
     assert res.exit_code == 2
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("profkit: error:"), res.stderr

@@ -66,7 +66,7 @@ def test_report_loads_without_console_errors_and_screenshots(browser, tmp_path, 
     if which == "evil":
         trace = evil_trace(tmp_path / "evil.sqlite")
     else:
-        trace = ROOT / "traces" / "model_tiny_llama_aten.sqlite"
+        trace = ROOT / "traces" / "model_tiny_llama_aten.sqlite.xz"
     index = report.build(profkit.load(trace), tmp_path / "out", by="aten" if which == "real" else "range")
     page, problems = open_page(browser, index)
     assert problems == []

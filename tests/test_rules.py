@@ -2,7 +2,6 @@
 its gains stay within what their basis allows, and no advice contradicts its own evidence."""
 from __future__ import annotations
 
-import ast
 import json
 import re
 from pathlib import Path
@@ -16,8 +15,8 @@ from profkit.cli import main
 from profkit.compare.diff import run_change
 
 ROOT = Path(__file__).resolve().parents[1]
-TRACES = sorted([*ROOT.glob("traces/*.sqlite"), *ROOT.glob("traces/real/*.sqlite"),
-                 *ROOT.glob("traces/ddp2*/*.sqlite")])
+TRACES = sorted([*ROOT.glob("traces/*.sqlite.xz"), *ROOT.glob("traces/real/*.sqlite.xz"),
+                 *ROOT.glob("traces/ddp2*/*.sqlite.xz")])
 SECTIONS = ("What", "Why", "Evidence", "Fix", "Expected gain", "References")
 
 # code -> (trace that fires it, trace that must not); None: no committed trace fires it.
@@ -44,7 +43,7 @@ _cache: dict[str, profkit.api.Profile] = {}
 
 def prof(name: str) -> profkit.api.Profile:
     if name not in _cache:
-        _cache[name] = profkit.load(ROOT / "traces" / f"{name}.sqlite")
+        _cache[name] = profkit.load(ROOT / "traces" / f"{name}.sqlite.xz")
     return _cache[name]
 
 
@@ -264,14 +263,14 @@ def test_no_advice_contradicts_its_evidence(path):
 
 
 def test_nccl_set_up_is_never_advised():
-    for path in (ROOT / "traces" / "ddp2").glob("*.sqlite"):
+    for path in (ROOT / "traces" / "ddp2").glob("*.sqlite.xz"):
         for by, name, row, _ in _op_rows(path, window="all"):
             if re.search(r"CommInit", name):  # noqa: SIM102
                 assert row["rung"] == "none" and "one-off" in row["action"], (by, name, row["action"])
             if re.search(r"nccl", name, re.I):
                 assert not re.search(r"\bfuse\b", str(row["action"])), (by, name, row["action"])
     # The whole capture, set-up included: the communicator's broadcast runs once, never per step.
-    p = profkit.load(ROOT / "traces" / "ddp2" / "rank0.sqlite", window="all")
+    p = profkit.load(ROOT / "traces" / "ddp2" / "rank0.sqlite.xz", window="all")
     for f in p.findings():
         if f.code == "PK501":
             assert not any("Broadcast" in k for k in f.kernels)

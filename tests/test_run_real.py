@@ -16,6 +16,7 @@ from click.testing import CliRunner
 import profkit
 from profkit.cli import main
 from profkit.run.ops import group_ops
+from synth import plain
 
 REAL = Path(__file__).resolve().parents[1] / "traces" / "real"
 REF = Path(__file__).resolve().parent / "data" / "nsys_ref" / "real"
@@ -25,7 +26,7 @@ PROGRAMS = ["train_llama", "train_llama_fused", "generate_llama", "generate_llam
 
 
 def _sql(name: str, query: str, params: tuple = ()) -> list[tuple]:
-    con = sqlite3.connect(f"file:{REAL / name}.sqlite?mode=ro", uri=True)
+    con = sqlite3.connect(f"file:{plain(REAL / (name + '.sqlite.xz'))}?mode=ro", uri=True)
     try:
         return con.execute(query, params).fetchall()
     finally:
@@ -57,7 +58,7 @@ def _busy_in(intervals: list[tuple[int, int]], w0: int, w1: int) -> int:
 
 @pytest.fixture(scope="module")
 def profiles():
-    return {n: profkit.load(REAL / f"{n}.sqlite") for n in PROGRAMS}
+    return {n: profkit.load(REAL / f"{n}.sqlite.xz") for n in PROGRAMS}
 
 
 def test_window_of_the_training_step_is_the_steps_after_the_first(profiles):
@@ -97,7 +98,7 @@ def test_backward_gets_the_work_the_autograd_thread_launches(profiles):
                              "JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = a.correlationId "
                              "WHERE r.start >= ? AND r.\"end\" <= ?", (b0, b1))[0][0]
     for attribution, low, high in (("process", 0.95, 1.0), ("thread", 0.0, 0.01)):
-        tr = profkit.load(REAL / "train_llama.sqlite", window="all", attribution=attribution).trace
+        tr = profkit.load(REAL / "train_llama.sqlite.xz", window="all", attribution=attribution).trace
         g = group_ops(tr, by="range")
         acts = g.members[g.members["op"] == "backward"]["act_idx"].unique()
         got = int((tr.activities["end"] - tr.activities["start"]).to_numpy()[acts].sum())
@@ -108,7 +109,7 @@ def test_backward_gets_the_work_the_autograd_thread_launches(profiles):
 def test_thread_attribution_still_equals_nsys(name):
     ref = pd.read_csv(REF / f"{name}_nvtx_gpu_proj_sum.csv")
     ref["Range"] = ref["Range"].str.lstrip(":")
-    ops = profkit.load(REAL / f"{name}.sqlite", window="all", attribution="thread").ops(by="range")
+    ops = profkit.load(REAL / f"{name}.sqlite.xz", window="all", attribution="thread").ops(by="range")
     for r in ref.itertuples():
         row = ops.loc[r.Range]
         assert int(row["gpu_time_ns"]) == r._3 and int(row["count"]) == r._5, r.Range
@@ -131,7 +132,7 @@ def test_verdicts_of_the_real_programs(profiles):
 
 
 def test_unannotated_generate_needs_no_options():
-    res = CliRunner().invoke(main, ["classify", str(REAL / "generate_llama.sqlite"), "--top", "3"])
+    res = CliRunner().invoke(main, ["classify", str(REAL / "generate_llama.sqlite.xz"), "--top", "3"])
     assert res.exit_code == 0, res.output
     out = res.stdout
     assert "kernel sequence: iterations" in out and "verdict  host-bound" in out
@@ -151,7 +152,7 @@ def test_no_gain_above_its_basis(profiles, name):
 
 
 def test_window_all_keeps_the_whole_capture():
-    p = profkit.load(REAL / "train_llama.sqlite", window="all")
+    p = profkit.load(REAL / "train_llama.sqlite.xz", window="all")
     total = sum(d for (d,) in _sql("train_llama", 'SELECT sum("end" - start) FROM CUPTI_ACTIVITY_KIND_KERNEL')) \
         + sum(d for (d,) in _sql("train_llama", 'SELECT sum("end" - start) FROM CUPTI_ACTIVITY_KIND_MEMCPY')) \
         + sum(d or 0 for (d,) in _sql("train_llama", 'SELECT sum("end" - start) FROM CUPTI_ACTIVITY_KIND_MEMSET'))
@@ -159,20 +160,20 @@ def test_window_all_keeps_the_whole_capture():
 
 
 def test_window_options(profiles):
-    p = profkit.load(REAL / "train_llama.sqlite", window="train_step[2:5]")
+    p = profkit.load(REAL / "train_llama.sqlite.xz", window="train_step[2:5]")
     assert p.window.iterations == 3 and p.window.source == "nvtx train_step[2:5] of 12"
-    t = profkit.load(REAL / "train_llama.sqlite", window="16:16.1")
+    t = profkit.load(REAL / "train_llama.sqlite.xz", window="16:16.1")
     assert (t.window.start_ns, t.window.end_ns) == (16_000_000_000, 16_100_000_000)
     for bad, says in (("nope", "no NVTX range of that name"), ("train_step[20:30]", "selects no instance"),
                       ("5:4", "end must be after the start")):
         with pytest.raises(profkit.ProfkitError, match=says):
-            profkit.load(REAL / "train_llama.sqlite", window=bad)
+            profkit.load(REAL / "train_llama.sqlite.xz", window=bad)
 
 
 def test_diff_measures_wall_time_per_iteration():
     from profkit.compare.diff import diff
-    b = profkit.load(REAL / "loader_cnn.sqlite")
-    a = profkit.load(REAL / "loader_cnn_workers.sqlite")
+    b = profkit.load(REAL / "loader_cnn.sqlite.xz")
+    a = profkit.load(REAL / "loader_cnn_workers.sqlite.xz")
     run = diff(b, a).run
     assert run["per"] == "iteration"
     assert run["measured_speedup"] == round(b.window.iteration_median_ns / a.window.iteration_median_ns, 3)
@@ -180,7 +181,7 @@ def test_diff_measures_wall_time_per_iteration():
 
 
 def test_emit_nvtx_decorations_are_cut_before_grouping():
-    ops = profkit.load(REAL / "train_llama_aten.sqlite").ops(by="range")
+    ops = profkit.load(REAL / "train_llama_aten.sqlite.xz").ops(by="range")
     assert len(ops) < 60  # about 900 rows when every op_id/seq made its own name
     assert "MmBackward0" in ops.index and not any("op_id =" in n for n in ops.index)
 
@@ -188,8 +189,8 @@ def test_emit_nvtx_decorations_are_cut_before_grouping():
 def test_ncu_pass_without_a_range_covers_one_whole_iteration():
     """Captured on the H200 with `profkit capture --ncu` and no --ncu-range: ncu profiled the
     second-to-last `step`, every kernel of it (the autograd thread's backward included)."""
-    path = REAL / "sync_loop_ncu_auto.sqlite"
-    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    path = REAL / "sync_loop_ncu_auto.sqlite.xz"
+    con = sqlite3.connect(f"file:{plain(path)}?mode=ro", uri=True)
     meta = dict(con.execute("SELECT key, value FROM PROFKIT_META"))
     n_ncu = con.execute("SELECT count(*) FROM PROFKIT_NCU_METRICS").fetchone()[0]
     t0, t1 = (int(x) for x in meta["ncu_window"].split(","))
@@ -208,7 +209,7 @@ def test_iteration_time_holds_when_the_cpu_runs_ahead(name):
     """GPU-bound loops without a per-step sync (and CUDA-graph replays) let the CPU queue work
     ahead: the CPU-side periods were 15-30% short of the real ones (eager ResNet-50: 7.59 ms by
     the CPU, 8.97 ms by wall / iterations). The GPU-side period agrees with the wall time."""
-    w = profkit.load(REAL / f"{name}.sqlite").window
+    w = profkit.load(REAL / f"{name}.sqlite.xz").window
     assert len(w.gpu_period_ns) == w.iterations
     assert np.median(w.iteration_ns) < 0.9 * w.iteration_median_ns
     if name.startswith("cnn"):  # steady from the first window iteration on
@@ -217,13 +218,13 @@ def test_iteration_time_holds_when_the_cpu_runs_ahead(name):
 
 def test_compile_setup_before_the_loop_does_not_hide_the_loop():
     # torch.compile's autotuning launches most of the capture's kernels before the first `infer`
-    w = profkit.load(REAL / "cnn_infer_compiled.sqlite").window
+    w = profkit.load(REAL / "cnn_infer_compiled.sqlite.xz").window
     assert w.source == "nvtx infer[1:20] of 20" and not w.is_all
 
 
 def test_library_ranges_never_mark_iterations():
     # generate() with a static cache runs CUB scans under CCCL NVTX ranges, three times in all
-    w = profkit.load(REAL / "generate_llama_graphs.sqlite").window
+    w = profkit.load(REAL / "generate_llama_graphs.sqlite.xz").window
     assert w.source.startswith("kernel sequence") and "CCCL" not in w.source
 
 
@@ -259,6 +260,6 @@ def test_set_up_is_skipped_but_a_periodic_slow_step_stays():
 def test_the_generate_window_is_the_measured_call():
     # traces/real/generate_llama*: a warm-up generate() of 64 tokens (55-82 ms each), then the
     # measured one (~8 ms a token): the window is the second call
-    w = profkit.load(REAL / "generate_llama_samerun.sqlite").window
+    w = profkit.load(REAL / "generate_llama_samerun.sqlite.xz").window
     assert w.source.startswith("kernel sequence: iterations 65..131")
     assert max(w.iteration_ns) < 20_000_000

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from synth import plain
 from profkit.cli import main
 from profkit.read.text import CONTROL_RE, one_line, visible
 
@@ -19,7 +20,7 @@ EVIL = "\x1b[2J\x1b]0;pwned\x07<script>alert(1)</script>\x9b31m\u202e|x"
 def evil_copy(tmp_path: Path, name: str = "t.sqlite") -> Path:
     """micro_addnorm with its NVTX range renamed to EVIL (a copy: inputs are never written)."""
     path = tmp_path / name
-    shutil.copyfile(TRACES / "micro_addnorm.sqlite", path)
+    shutil.copyfile(plain(TRACES / "micro_addnorm.sqlite.xz"), path)
     conn = sqlite3.connect(path)
     with conn:
         conn.execute("UPDATE StringIds SET value = ? WHERE id = "
@@ -66,7 +67,7 @@ def test_error_lines_are_clean(tmp_path):
 
 def test_rich_markup_in_a_name_is_text(tmp_path):
     path = tmp_path / "m.sqlite"
-    shutil.copyfile(TRACES / "micro_addnorm.sqlite", path)
+    shutil.copyfile(plain(TRACES / "micro_addnorm.sqlite.xz"), path)
     conn = sqlite3.connect(path)
     with conn:
         conn.execute("UPDATE StringIds SET value = '[/bold][red]op' WHERE id = "

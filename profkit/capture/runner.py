@@ -51,6 +51,7 @@ from typing import Callable, Optional, Sequence
 from profkit import __version__
 from profkit.errors import ProfkitError
 from profkit.capture import nsys_locate
+from profkit.read.compressed import decompressed, is_compressed
 from profkit.capture.ncu_merge import (NCU_METRICS, NCU_SECTIONS, TENSOR_METRICS, merge_ncu,
                                 ncu_range_expression, read_raw_csv, write_meta)
 
@@ -501,6 +502,11 @@ def merge_existing(raw_csv: str | Path, trace: str | Path, output: Optional[str 
     src = Path(trace)
     if not src.is_file():
         raise ProfkitError(f"trace not found: {trace}")
+    if is_compressed(src):
+        if output is None:
+            raise ProfkitError(f"{src} is compressed: merge into a decompressed copy with "
+                               f"-o COPY.sqlite")
+        src = decompressed(src)  # the copy below is made from the decompressed export
     frame = read_raw_csv(raw_csv)
     if output is None:
         target = src

@@ -22,7 +22,7 @@ from profkit.read.text import one_line
 
 # The class that profkit.judge.comm adds (NCCL collectives); render's table styles it like the others.
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "data" / "example.sqlite"
+EXAMPLE = Path(__file__).resolve().parent.parent / "data" / "example.sqlite.xz"
 
 
 def refuse_overwriting_inputs(out: Path, inputs: list) -> None:

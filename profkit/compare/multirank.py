@@ -1,7 +1,7 @@
 """Many ranks, one answer: classify one Nsight Systems export per rank in parallel, then merge.
 
     from profkit.compare.multirank import classify_ranks
-    res = classify_ranks(["traces/ddp2/rank0.sqlite", "traces/ddp2/rank1.sqlite"])
+    res = classify_ranks(["traces/ddp2/rank0.sqlite.xz", "traces/ddp2/rank1.sqlite.xz"])
     res.ops          # one row per op: time across ranks (min / median / max and which rank),
                      # class and next step from the median rank
     res.stragglers   # ranks well above the median (rule in STRAGGLER_RULE)
@@ -33,6 +33,7 @@ from typing import Callable, Iterable, Optional
 import numpy as np
 import pandas as pd
 
+from profkit.read.compressed import find_traces, trace_stem
 from profkit.run import attribution
 
 from profkit.judge import comm
@@ -56,11 +57,12 @@ OP_COLUMNS = ["count", "gpu_time_ns", "gpu_time_median_ns", "busy_ns", "share", 
 
 # -- inputs ------------------------------------------------------------------------------------------
 def expand_inputs(paths: Iterable[str | Path]) -> list[Path]:
-    """Files as given; a directory gives its ``*.sqlite`` files (not recursive). Sorted, unique."""
+    """Files as given; a directory gives its ``*.sqlite`` files, plain or compressed (not
+    recursive). Sorted, unique."""
     out: list[Path] = []
     for p in map(Path, paths):
         if p.is_dir():
-            found = sorted(p.glob("*.sqlite"))
+            found = find_traces(p)
             if not found:
                 raise ProfkitError(f"{p}: not a file, and the directory holds no .sqlite exports; pass "
                                    "an .sqlite trace, or a directory of one export per rank "
@@ -85,7 +87,7 @@ def rank_ids(paths: list[Path]) -> list[tuple[int, Path]]:
     """(rank, path) pairs, sorted by rank (see the module docstring for the rule)."""
     parsed = []
     for p in paths:
-        m = _RANK_RE.findall(p.name[: -len(p.suffix)] if p.suffix else p.name)
+        m = _RANK_RE.findall(trace_stem(p))
         parsed.append(int(m[-1]) if m else None)
     if all(r is not None for r in parsed) and len(set(parsed)) == len(parsed):
         return sorted(zip(parsed, paths))  # type: ignore[arg-type]

@@ -17,7 +17,7 @@ from urllib.parse import quote
 import numpy as np
 import pandas as pd
 
-from profkit.read import livefile
+from profkit.read import compressed, livefile
 from profkit.errors import NoGpuActivityError, TraceError
 from profkit.read.peaks import GpuInfo
 from profkit.read.text import as_text, visible
@@ -69,7 +69,8 @@ def open_readonly(path: str | Path) -> sqlite3.Connection:
     """Open ``path`` read-only, with checks that give one clear message for each bad input.
 
     Opened with ``mode=ro&immutable=1``: SQLite takes no lock and writes nothing beside the
-    file. A file that a live writer holds is refused with "still being written"; one whose
+    file. A compressed export (``.gz``, ``.xz``, ``.bz2``, ``.zst``) is read from its decompressed
+    copy in profkit's cache (profkit.read.compressed). A file that a live writer holds is refused with "still being written"; one whose
     writer crashed (a hot journal) is read from a recovered private snapshot (profkit.read.livefile).
     """
     p = Path(path)
@@ -79,8 +80,11 @@ def open_readonly(path: str | Path) -> sqlite3.Connection:
         raise TraceError(f"{p}: not a file; pass an .sqlite trace exported by Nsight Systems")
     if p.stat().st_size == 0:
         raise _unreadable(p, f"{p}: empty file (0 bytes); {REEXPORT}")
+    packed = compressed.is_compressed(p)
+    # A compressed export is read from its decompressed copy in the cache; messages name the input.
+    target = compressed.decompressed(p) if packed else p
     try:
-        with p.open("rb") as fh:
+        with target.open("rb") as fh:
             head = fh.read(len(SQLITE_MAGIC))
     except OSError as exc:
         raise TraceError(f"{p}: cannot read ({exc.strerror})") from None
@@ -88,11 +92,11 @@ def open_readonly(path: str | Path) -> sqlite3.Connection:
         hint = (" (it looks like an .nsys-rep: run `nsys export --type sqlite` on it first)"
                 if p.suffix in (".nsys-rep", ".qdrep", ".qdstrm") else
                 "; export one with `nsys export --type sqlite report.nsys-rep`")
-        raise TraceError(f"{p}: not an SQLite file{hint}")
-    state, why = livefile.writer_state(p)
+        what = "does not hold an SQLite file once decompressed" if packed else "not an SQLite file"
+        raise TraceError(f"{p}: {what}{hint}")
+    state, why = ("none", "") if packed else livefile.writer_state(p)
     if state == "live":
         raise TraceError(livefile.still_written_message(p, why))
-    target = p
     if state == "crashed":
         try:
             target = livefile.recovered_snapshot(p)

@@ -1,7 +1,7 @@
 """One bundled op at a prefill shape, with one backend, inside an NVTX range named after the op.
 
 The range name is the same for every backend, so two traces of the same case (say `torch` and
-`triton`) diff op by op: `profkit diff fused_add_rmsnorm_torch.sqlite fused_add_rmsnorm_triton.sqlite`.
+`triton`) diff op by op: `profkit diff fused_add_rmsnorm_torch.sqlite.xz fused_add_rmsnorm_triton.sqlite.xz`.
 
     python scripts/workloads/fused.py add_rmsnorm|add_layernorm|bias_gelu|softmax torch|triton|cuda
 """

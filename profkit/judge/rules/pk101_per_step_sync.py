@@ -42,8 +42,8 @@ from profkit.run.summary import sync_intervals
 RULE = RuleMeta(
     code="PK101", name="per-step-sync",
     summary="a sync every step drains the GPU queue: remove it only when the GPU work sets the step",
-    tables=(Table.RUNTIME, Table.KERNEL), example="traces/real/sync_loop.sqlite",
-    quiet_on="traces/real/sync_loop_nosync.sqlite",
+    tables=(Table.RUNTIME, Table.KERNEL), example="traces/real/sync_loop.sqlite.xz",
+    quiet_on="traces/real/sync_loop_nosync.sqlite.xz",
     # 3%: on the 2-GPU DDP step, 4-5% of idle after the per-step sync was worth 1.047x when the
     # sync went (30-step captures, diff's verdict "improvement"); 5% kept the rule quiet there.
     params=(Param("min_idle_share", 0.03, "GPU idle after syncs, as a share of the wall time"),))

@@ -30,8 +30,8 @@ from profkit.run.summary import DATA_RE
 RULE = RuleMeta(
     code="PK102", name="data-loading",
     summary="the GPU idles while the main process loads batches: DataLoader workers, pinned memory",
-    tables=(Table.NVTX, Table.RUNTIME, Table.KERNEL), example="traces/real/loader_cnn.sqlite",
-    quiet_on="traces/real/loader_cnn_workers.sqlite",
+    tables=(Table.NVTX, Table.RUNTIME, Table.KERNEL), example="traces/real/loader_cnn.sqlite.xz",
+    quiet_on="traces/real/loader_cnn_workers.sqlite.xz",
     params=(Param("min_idle_share", 0.05, "GPU idle while loading, as a share of the wall time"),))
 
 

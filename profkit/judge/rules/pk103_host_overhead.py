@@ -59,8 +59,8 @@ GRAPH_LAUNCH_RE = re.compile(r"^cudaGraphLaunch")
 RULE = RuleMeta(
     code="PK103", name="host-overhead",
     summary="the CPU's per-kernel launch cost sets the pace: CUDA graphs, static KV cache, bigger batches",
-    tables=(Table.RUNTIME, Table.KERNEL, Table.NVTX), example="traces/real/generate_llama.sqlite",
-    quiet_on="traces/real/cnn_infer.sqlite",
+    tables=(Table.RUNTIME, Table.KERNEL, Table.NVTX), example="traces/real/generate_llama.sqlite.xz",
+    quiet_on="traces/real/cnn_infer.sqlite.xz",
     params=(Param("min_idle_share", 0.05, "GPU idle waiting for the CPU, as a share of the wall time"),
             Param("dispatch_gap_us", 50.0, "host gaps between launches shorter than this are "
                                            "per-op framework overhead that a graph removes")))

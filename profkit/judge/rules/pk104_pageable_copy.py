@@ -26,8 +26,8 @@ from profkit.judge.rules.base import Finding, Param, RuleContext, RuleMeta, Tabl
 RULE = RuleMeta(
     code="PK104", name="pageable-copy",
     summary="host-to-device copies from pageable memory block the CPU: pin the memory, copy non_blocking",
-    tables=(Table.MEMCPY, Table.RUNTIME), example="traces/real/loader_cnn.sqlite",
-    quiet_on="traces/real/loader_cnn_workers.sqlite",
+    tables=(Table.MEMCPY, Table.RUNTIME), example="traces/real/loader_cnn.sqlite.xz",
+    quiet_on="traces/real/loader_cnn_workers.sqlite.xz",
     params=(Param("min_cpu_share", 0.005, "CPU time in pageable copy calls, as a share of the wall time"),))
 
 PAGEABLE, H2D = 0, 1

@@ -34,8 +34,8 @@ from profkit.judge.rules.base import Finding, Param, RuleContext, RuleMeta, Scop
 RULE = RuleMeta(
     code="PK201", name="unfused-optimizer",
     summary="foreach Adam/AdamW/SGD step: use fused=True (one pass over the optimizer state)",
-    tables=(Table.KERNEL,), example="traces/real/train_llama.sqlite",
-    quiet_on="traces/real/train_llama_fused.sqlite",
+    tables=(Table.KERNEL,), example="traces/real/train_llama.sqlite.xz",
+    quiet_on="traces/real/train_llama_fused.sqlite.xz",
     params=(Param("min_gpu_share", 0.01, "optimizer kernels' share of the window's GPU time"),))
 
 FOREACH_RE = re.compile(r"multi_tensor_apply_kernel<.*?Functor<float, \(int\)(\d+), \(int\)(\d+), "

@@ -37,8 +37,8 @@ from profkit.judge.rules.base import GEMM_KERNEL_RE, Finding, Param, RuleContext
 RULE = RuleMeta(
     code="PK202", name="autocast-recast",
     summary="autocast re-casts fp32 weights to bf16 every step: keep bf16 weights, cast once",
-    tables=(Table.KERNEL,), example="traces/real/train_llama.sqlite",
-    quiet_on="traces/real/generate_llama.sqlite",
+    tables=(Table.KERNEL,), example="traces/real/train_llama.sqlite.xz",
+    quiet_on="traces/real/generate_llama.sqlite.xz",
     params=(Param("min_casts_per_iteration", 4, "fp32 -> 16-bit cast kernels per iteration"),))
 
 CAST_RE = re.compile(r"(bfloat16|float16|half)_copy_kernel_cuda.*\[lambda\(float\)", re.I)

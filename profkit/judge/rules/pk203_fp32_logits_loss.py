@@ -33,8 +33,8 @@ from profkit.judge.rules.base import Finding, Param, RuleContext, RuleMeta, Scop
 RULE = RuleMeta(
     code="PK203", name="fp32-logits-loss",
     summary="the loss materialises fp32 logits of a large vocabulary: fused/chunked linear-cross-entropy",
-    tables=(Table.KERNEL,), example="traces/real/train_llama.sqlite",
-    quiet_on="traces/real/sync_loop.sqlite",
+    tables=(Table.KERNEL,), example="traces/real/train_llama.sqlite.xz",
+    quiet_on="traces/real/sync_loop.sqlite.xz",
     params=(Param("min_call_us", 100.0, "median log-softmax call at least this long"),))
 
 LOGSOFTMAX_RE = re.compile(r"SoftMax(?:Forward|Backward)\w*<[^>]*?float, float, float, .*?LogSoftMax", re.I)

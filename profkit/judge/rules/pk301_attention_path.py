@@ -42,8 +42,8 @@ from profkit.judge.rules.base import (GEMM_KERNEL_RE, Finding, Param, RuleContex
 RULE = RuleMeta(
     code="PK301", name="attention-math-path",
     summary="attention runs as GEMM + softmax + GEMM: use SDPA with a flash/cuDNN backend",
-    tables=(Table.KERNEL,), example="traces/real/train_llama_eager_attn.sqlite",
-    quiet_on="traces/real/train_llama.sqlite",
+    tables=(Table.KERNEL,), example="traces/real/train_llama_eager_attn.sqlite.xz",
+    quiet_on="traces/real/train_llama.sqlite.xz",
     params=(Param("min_gpu_share", 0.02, "softmax kernels' share of the window's GPU time"),
             Param("dispatch_gap_us", 50.0, "host gaps before a removed launch shorter than this "
                   "count as its dispatch cost")))

@@ -28,8 +28,8 @@ from profkit.judge.rules.base import GEMM_KERNEL_RE, Finding, Param, RuleContext
 RULE = RuleMeta(
     code="PK302", name="fp32-gemm",
     summary="fp32 GEMMs on the CUDA cores: allow TF32 or run them in bf16",
-    tables=(Table.KERNEL,), example="traces/probe_h200_addnorm_gemm.sqlite",
-    quiet_on="traces/real/train_llama.sqlite",
+    tables=(Table.KERNEL,), example="traces/probe_h200_addnorm_gemm.sqlite.xz",
+    quiet_on="traces/real/train_llama.sqlite.xz",
     params=(Param("min_gpu_share", 0.02, "fp32 GEMMs' share of the window's GPU time"),
             Param("target", 0.70, "share of the TF32 roof a library GEMM reaches")))
 

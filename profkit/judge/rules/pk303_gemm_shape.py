@@ -31,8 +31,8 @@ from profkit.judge.rules.base import Finding, Param, RuleContext, RuleMeta, Scop
 RULE = RuleMeta(
     code="PK303", name="skinny-gemm",
     summary="weight-streaming GEMMs with a few rows: batch more tokens or quantise the weights",
-    tables=(Table.KERNEL,), example="traces/real/generate_llama.sqlite",
-    quiet_on="traces/real/train_llama.sqlite",
+    tables=(Table.KERNEL,), example="traces/real/generate_llama.sqlite.xz",
+    quiet_on="traces/real/train_llama.sqlite.xz",
     params=(Param("min_gpu_share", 0.05, "skinny GEMMs' share of the window's GPU time"),))
 
 TILE_RE = re.compile(r"nvjet_sm\d+_\w{3}_(\d+)x(\d+)_")

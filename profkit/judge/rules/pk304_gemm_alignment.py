@@ -35,8 +35,8 @@ from profkit.judge.rules.base import Finding, Param, RuleContext, RuleMeta, Scop
 RULE = RuleMeta(
     code="PK304", name="gemm-alignment",
     summary="GEMM dims not multiples of 8 (16-bit) run below their FLOP rate: pad them to 64",
-    tables=(Table.KERNEL, Table.NVTX), example="traces/real/train_gpt2_rec.sqlite",
-    quiet_on="traces/real/train_llama_aten.sqlite",
+    tables=(Table.KERNEL, Table.NVTX), example="traces/real/train_gpt2_rec.sqlite.xz",
+    quiet_on="traces/real/train_llama_aten.sqlite.xz",
     params=(Param("pad_to", 64, "pad the unaligned dimension to a multiple of this"),))
 
 ATEN_GEMM_RE = re.compile(r"^aten::(mm|addmm|bmm)")

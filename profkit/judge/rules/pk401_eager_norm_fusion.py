@@ -49,8 +49,8 @@ from profkit.judge.rules.pk402_elementwise_chain import ELEMENTWISE_RE
 RULE = RuleMeta(
     code="PK401", name="eager-norm-fusion",
     summary="add+RMSNorm / add+LayerNorm / bias+GELU / softmax in eager: the bundled fused kernels",
-    tables=(Table.KERNEL,), example="traces/model_tiny_llama.sqlite",
-    quiet_on="traces/fused_add_rmsnorm_cuda.sqlite",
+    tables=(Table.KERNEL,), example="traces/model_tiny_llama.sqlite.xz",
+    quiet_on="traces/fused_add_rmsnorm_cuda.sqlite.xz",
     params=(Param("min_pairs_per_iteration", 1, "pairs per iteration"),
             Param("dispatch_gap_us", 50.0, "host gaps before a removed launch shorter than this "
                   "are dispatch, removed with it"),

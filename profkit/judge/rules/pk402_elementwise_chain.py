@@ -34,8 +34,8 @@ from profkit.judge.rules.pk202_autocast_recast import CAST_RE
 RULE = RuleMeta(
     code="PK402", name="elementwise-chain",
     summary="chains of small eager elementwise kernels: torch.compile fuses them into one",
-    tables=(Table.KERNEL,), example="traces/micro_chain.sqlite",
-    quiet_on="traces/real/cnn_infer.sqlite",
+    tables=(Table.KERNEL,), example="traces/micro_chain.sqlite.xz",
+    quiet_on="traces/real/cnn_infer.sqlite.xz",
     params=(Param("min_chain", 3, "kernels in a row"),
             Param("max_kernel_us", 50.0, "each kernel shorter than this"),
             Param("min_gpu_share", 0.02, "chains' share of the window's GPU time")))

@@ -54,8 +54,8 @@ RULE = RuleMeta(
     code="PK403", name="inference-bn-fold",
     summary="eager BatchNorm/ReLU/add passes between convolutions at inference: fold and fuse "
             "with torch.compile + freezing",
-    tables=(Table.KERNEL, Table.RUNTIME), example="traces/real/cnn_infer.sqlite",
-    quiet_on="traces/real/loader_cnn.sqlite",
+    tables=(Table.KERNEL, Table.RUNTIME), example="traces/real/cnn_infer.sqlite.xz",
+    quiet_on="traces/real/loader_cnn.sqlite.xz",
     params=(Param("min_gpu_share", 0.05, "BatchNorm inference kernels' share of the window's GPU time"),
             Param("dispatch_gap_us", 50.0, "host gaps before a removed launch shorter than this "
                                            "go with it")))

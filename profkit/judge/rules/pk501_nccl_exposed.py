@@ -29,8 +29,8 @@ from profkit.judge.rules.base import Finding, Param, RuleContext, RuleMeta, Scop
 RULE = RuleMeta(
     code="PK501", name="nccl-exposed",
     summary="per-step NCCL collectives with no compute beside them: overlap, bucket sizes",
-    tables=(Table.KERNEL,), example="traces/ddp2/rank0.sqlite",
-    quiet_on="traces/real/train_llama.sqlite",
+    tables=(Table.KERNEL,), example="traces/ddp2/rank0.sqlite.xz",
+    quiet_on="traces/real/train_llama.sqlite.xz",
     params=(Param("min_exposed_share", 0.03, "exposed collective time, as a share of the wall time"),))
 
 

@@ -1,7 +1,7 @@
 """Pictures of a profile: the roofline and the timeline, as matplotlib Figures.
 
     >>> import profkit, profkit.show.plots
-    >>> prof = profkit.load("traces/micro_hinted.sqlite")
+    >>> prof = profkit.load("traces/micro_hinted.sqlite.xz")
     >>> fig = profkit.show.plots.roofline(prof, by="range")
     >>> fig.savefig("roofline.png")
 

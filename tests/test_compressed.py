@@ -1,0 +1,133 @@
+"""Compressed traces: read directly, decompressed once into a private cache keyed by content."""
+from __future__ import annotations
+
+import bz2
+import gzip
+import hashlib
+import lzma
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from profkit.cli import main
+from profkit.read import compressed
+from synth import plain
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACE = ROOT / "traces" / "micro_addnorm.sqlite.xz"
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    d = tmp_path / "cache"
+    monkeypatch.setenv("PROFKIT_CACHE_DIR", str(d))
+    compressed._SEEN.clear()
+    yield d
+    compressed._SEEN.clear()
+
+
+def csv_of(path: Path) -> str:
+    res = CliRunner().invoke(main, ["classify", "--by", "kernel", "--format", "csv", str(path)])
+    assert res.exit_code == 0, res.output
+    return res.stdout
+
+
+@pytest.mark.parametrize("suffix,pack", [(".gz", gzip.compress), (".xz", lzma.compress),
+                                         (".bz2", bz2.compress)])
+def test_each_format_reads_as_the_plain_export(tmp_path, cache, suffix, pack):
+    raw = plain(TRACE).read_bytes()
+    flat = tmp_path / "t.sqlite"
+    flat.write_bytes(raw)
+    packed = tmp_path / f"t.sqlite{suffix}"
+    packed.write_bytes(pack(raw))
+    before = (hashlib.sha256(packed.read_bytes()).hexdigest(), packed.stat().st_mtime_ns)
+    assert csv_of(packed) == csv_of(flat)
+    assert (hashlib.sha256(packed.read_bytes()).hexdigest(), packed.stat().st_mtime_ns) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["t.sqlite", packed.name, "cache"])
+
+
+def test_cache_is_keyed_by_content_not_by_name(tmp_path, cache):
+    a, b = tmp_path / "a.sqlite.xz", tmp_path / "b.sqlite.xz"
+    shutil.copyfile(TRACE, a)
+    shutil.copyfile(TRACE, b)
+    assert compressed.decompressed(a) == compressed.decompressed(b)
+    assert len(list(cache.glob("*.sqlite"))) == 1
+    # An edited file (same name) gets a fresh entry, never the stale copy.
+    a.write_bytes(lzma.compress(plain(ROOT / "traces" / "micro_chain.sqlite.xz").read_bytes()))
+    assert compressed.decompressed(a) != compressed.decompressed(b)
+    assert len(list(cache.glob("*.sqlite"))) == 2
+
+
+def test_two_runs_racing_on_one_trace_both_read_it(tmp_path, cache):
+    code = ("import sys; from profkit.read.compressed import decompressed; "
+            "print(decompressed(sys.argv[1]))")
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(TRACE)], stdout=subprocess.PIPE,
+                              text=True, env={**os.environ, "PROFKIT_CACHE_DIR": str(cache)})
+             for _ in range(4)]
+    outs = {p.communicate()[0].strip() for p in procs}
+    assert all(p.returncode == 0 for p in procs)
+    assert len(outs) == 1 and Path(outs.pop()).read_bytes() == plain(TRACE).read_bytes()
+    assert [p.name for p in cache.iterdir() if p.suffix == ".part"] == []
+
+
+def test_cache_stays_under_its_bound_and_keeps_the_newest(tmp_path, cache, monkeypatch):
+    names = ["micro_addnorm", "micro_chain", "micro_softmax"]
+    sizes = [len(lzma.decompress((ROOT / "traces" / f"{n}.sqlite.xz").read_bytes())) for n in names]
+    monkeypatch.setenv("PROFKIT_CACHE_MAX_BYTES", str(max(sizes) + 1))
+    last = None
+    for n in names:
+        last = compressed.decompressed(ROOT / "traces" / f"{n}.sqlite.xz")
+    left = list(cache.glob("*.sqlite"))
+    assert left == [last] and sum(p.stat().st_size for p in left) <= max(sizes) + 1
+
+
+def test_zst_without_its_package_is_one_clear_line(tmp_path, cache, monkeypatch):
+    monkeypatch.setitem(sys.modules, "zstandard", None)  # as if it were not installed
+    p = tmp_path / "t.sqlite.zst"
+    p.write_bytes(b"\x28\xb5\x2f\xfd" + b"\0" * 64)
+    res = CliRunner().invoke(main, ["classify", str(p)])
+    assert res.exit_code == 2
+    assert res.stderr.strip().splitlines() == [
+        f"profkit: error: {p}: reading .zst traces needs the zstandard package (pip install "
+        "zstandard), or decompress it with `zstd -d`"]
+
+
+def test_an_unwritable_cache_is_named(tmp_path, monkeypatch):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    monkeypatch.setenv("PROFKIT_CACHE_DIR", str(ro / "sub"))
+    compressed._SEEN.clear()
+    try:
+        if os.access(ro, os.W_OK):
+            pytest.skip("running as a user who can write anywhere (root)")
+        res = CliRunner().invoke(main, ["classify", str(TRACE)])
+        assert res.exit_code == 2 and "set PROFKIT_CACHE_DIR to a writable folder" in res.stderr
+    finally:
+        ro.chmod(0o700)
+        compressed._SEEN.clear()
+
+
+def test_names_of_exports():
+    assert compressed.trace_stem("a/rank0.sqlite.xz") == "rank0"
+    assert compressed.trace_stem("rank0.sqlite") == "rank0"
+    assert compressed.is_trace_name("x.SQLITE.GZ") and not compressed.is_trace_name("x.json.gz")
+
+
+def _tracked_bytes() -> int:
+    out = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True)
+    if out.returncode != 0:
+        pytest.skip("not a git checkout")
+    files = [ROOT / f for f in out.stdout.decode().split("\0") if f]
+    return sum(f.stat().st_size for f in files if f.is_file())
+
+
+def test_the_tracked_tree_stays_small_enough_to_travel():
+    # A working tree over 64 MiB cannot be sent to a GPU machine with the code; traces are
+    # committed compressed, and the tree is kept well under that.
+    assert _tracked_bytes() < 45_000_000

@@ -24,10 +24,10 @@ for case in add_rmsnorm add_layernorm bias_gelu softmax; do
 done
 
 step "model eager --aten --ncu"
-pk capture --force --aten --ncu --ncu-count 60 -o "$out/traces/model_tiny_llama.sqlite.xz" \
+pk capture --force --aten --ncu --ncu-count 60 -o "$out/traces/model_tiny_llama.sqlite" \
   scripts/workloads/tiny_llama.py --steps 6 > "$out/logs/model_eager.log" 2>&1 || echo "   failed"
 step "model fused (triton add_rmsnorm) --aten"
-pk capture --force --aten -o "$out/traces/model_tiny_llama_fused.sqlite.xz" \
+pk capture --force --aten -o "$out/traces/model_tiny_llama_fused.sqlite" \
   scripts/workloads/tiny_llama.py --steps 6 --fused triton > "$out/logs/model_fused.log" 2>&1 || echo "   failed"
 
 step "bench_kernels --quick under nsys + ncu"

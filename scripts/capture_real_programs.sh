@@ -53,7 +53,7 @@ for step in "$@"; do
     sync)         pk sync_loop $W/sync_loop.py ;;
     sync_fixed)   pk sync_loop_nosync $W/sync_loop.py --no-sync ;;
     cnn_metrics)  pk cnn_infer --nsys-args "--gpu-metrics-devices=0 --gpu-metrics-frequency=10000" \
-                    $W/cnn_infer.py && python3 scripts/trim_gpu_metrics.py "$out/traces/cnn_infer.sqlite.xz" ;;
+                    $W/cnn_infer.py && python3 scripts/trim_gpu_metrics.py "$out/traces/cnn_infer.sqlite" ;;
     cnn_compiled) pk cnn_infer_compiled $W/cnn_infer.py --compile --iters 20 ;;
     *) echo "unknown step $step" ;;
   esac

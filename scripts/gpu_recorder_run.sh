@@ -13,7 +13,7 @@ timeout 150 python3 scripts/bench_recorder.py --out "$out/bench_recorder.json" 2
 echo "== captures ($(date -u +%T))"
 scripts/capture_real_programs.sh "$out" 200 train_rec train_aten
 echo "== checks ($(date -u +%T))"
-python3 scripts/check_recorder_trace.py "$out/traces/train_llama_rec.sqlite.xz" 2>&1 | tee "$out/check_rec.log"
+python3 scripts/check_recorder_trace.py "$out/traces/train_llama_rec.sqlite" 2>&1 | tee "$out/check_rec.log"
 for t in rec aten; do
   [ -f "$out/traces/train_llama_$t.sqlite" ] && python3 -m profkit classify \
     "$out/traces/train_llama_$t.sqlite" --by aten --top 20 > "$out/classify_${t}_aten.txt" 2>&1

@@ -363,8 +363,9 @@ def test_default_output_goes_to_traces_dir(tools):
     assert (tools.work / "traces" / "train.sqlite").is_file()
     assert (tools.work / "traces" / "train.nsys-rep").is_file()
     assert f"profkit: wrote {tools.work / 'traces' / 'train.sqlite'}" in r.stderr
-    assert "profkit: [1/1] nsys profile: " in r.stderr
-    assert "profkit: [1/1] nsys profile: finished in " in r.stderr
+    assert "profkit: [1/2] calibration run (no profiler): " in r.stderr
+    assert "profkit: [2/2] nsys profile: " in r.stderr
+    assert "profkit: [2/2] nsys profile: finished in " in r.stderr
 
 
 def test_output_name_gets_sqlite_suffix(tools):
@@ -620,7 +621,7 @@ def test_ctrl_c_keeps_partial_trace(tools):
         time.sleep(60)
     """)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.Popen([sys.executable, "-m", "profkit", "capture", "slow.py"],
+    proc = subprocess.Popen([sys.executable, "-m", "profkit", "capture", "--no-calibrate", "slow.py"],
                             cwd=tools.work, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
@@ -635,6 +636,58 @@ def test_ctrl_c_keeps_partial_trace(tools):
     assert (tools.work / "slow.sqlite").is_file()
     assert f"profkit: interrupted: {tools.work / 'slow.sqlite'} holds what ran until then" in err
     assert "Traceback" not in err.replace("KeyboardInterrupt", "")
+
+
+def test_ctrl_c_in_the_calibration_run_captures_nothing(tools):
+    """Ctrl-C while the script runs unprofiled: exit 130, one line, no trace, no temporary files."""
+    import signal
+    import time
+    _script(tools.work / "slow.py", """
+        import time
+        print("ready", flush=True)
+        time.sleep(60)
+    """)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen([sys.executable, "-m", "profkit", "capture", "slow.py"],
+                            cwd=tools.work, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert proc.stdout.readline() == "ready\n"
+        time.sleep(0.3)
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert "profkit: interrupted in the calibration run, before profiling: nothing was captured" in err
+    assert sorted(p.name for p in tools.work.iterdir()) == ["slow.py"]
+
+
+def test_calibration_times_the_ranges_into_the_trace(tools):
+    _script(tools.work / "steps.py", """
+        import time
+        import nvtx
+        for i in range(6):
+            with nvtx.annotate("step"):
+                time.sleep(0.003)
+        nvtx.push_range("tail")
+        nvtx.pop_range()
+    """)
+    r = _invoke(["steps.py"])
+    assert r.exit_code == 0, r.stderr
+    meta = dict(sqlite3.connect(tools.work / "steps.sqlite").execute(
+        "SELECT key, value FROM PROFKIT_META").fetchall())
+    cal = json.loads(meta["calibration"])
+    assert cal["format"] == "profkit-calibration/1" and cal["exit_code"] == 0
+    assert [x["name"] for x in cal["ranges"]] == ["step"] * 6 + ["tail"]
+    assert all(x["end_ns"] - x["start_ns"] >= 3_000_000 for x in cal["ranges"][:6])
+    assert all(x["gpu_ns"] is None for x in cal["ranges"])  # no CUDA here
+    r = _invoke(["--no-calibrate", "-o", "plain.sqlite", "steps.py"])
+    assert r.exit_code == 0 and "calibration run" not in r.stderr and "[1/1] nsys profile" in r.stderr
+    meta = dict(sqlite3.connect(tools.work / "plain.sqlite").execute(
+        "SELECT key, value FROM PROFKIT_META").fetchall())
+    assert "calibration" not in meta and "--no-calibrate" in meta["command"]
 
 
 # --- profkit peaks without a GPU -----------------------------------------------------------------

@@ -1,6 +1,7 @@
 """Bootstrap that runs a user's script the way ``python script.py args…`` would, under the profiler.
 
-    python -m profkit.capture.bootstrap [--aten[=recorder|emit_nvtx]] [--exit-code-file FILE] [--] script.py [args…]
+    python -m profkit.capture.bootstrap [--aten[=recorder|emit_nvtx]] [--exit-code-file FILE]
+                                        [--calibrate FILE] [--] script.py [args…]
 
 * ``sys.argv`` is ``[script.py, args…]``, ``sys.path[0]`` is the script's folder and the script
   runs as ``__main__`` (through :func:`runpy.run_path`), so the script needs no edits.
@@ -9,6 +10,8 @@
   types, contiguity and cost-changing arguments. ``--aten=emit_nvtx`` uses
   ``torch.autograd.profiler.emit_nvtx(record_shapes=True)`` instead (shapes only).
 * ``--exit-code-file`` records the script's exit status, which nsys/ncu do not pass on reliably.
+* ``--calibrate FILE`` times the script's top-level NVTX ranges with no profiler attached
+  (:mod:`profkit.capture.calibrate`) and writes them to FILE as JSON.
 """
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ import contextlib
 import os
 import runpy
 import sys
+import time
 import traceback
 from typing import Optional
 
@@ -23,9 +27,10 @@ from typing import Optional
 ATEN_SOURCES = ("recorder", "emit_nvtx")
 
 
-def _parse(argv: list[str]) -> tuple[Optional[str], Optional[str], list[str]]:
+def _parse(argv: list[str]) -> tuple[Optional[str], Optional[str], Optional[str], list[str]]:
     aten: Optional[str] = None
     code_file: Optional[str] = None
+    calib: Optional[str] = None
     i = 0
     while i < len(argv):
         arg = argv[i]
@@ -38,13 +43,18 @@ def _parse(argv: list[str]) -> tuple[Optional[str], Optional[str], list[str]]:
             code_file = argv[i]
         elif arg.startswith("--exit-code-file="):
             code_file = arg.split("=", 1)[1]
+        elif arg == "--calibrate" and i + 1 < len(argv):
+            i += 1
+            calib = argv[i]
+        elif arg.startswith("--calibrate="):
+            calib = arg.split("=", 1)[1]
         elif arg == "--":
             i += 1
             break
         else:
             break
         i += 1
-    return aten, code_file, argv[i:]
+    return aten, code_file, calib, argv[i:]
 
 
 def _exit_status(exc: SystemExit) -> int:
@@ -82,11 +92,32 @@ def _aten_context(source: str) -> contextlib.AbstractContextManager:
     return emit_nvtx(record_shapes=True) if source == "emit_nvtx" else recorder()
 
 
-def run(script: str, args: list[str], aten: Optional[str] = None) -> int:
-    """``aten``: None, ``"recorder"`` or ``"emit_nvtx"`` (True: the recorder)."""
+def run(script: str, args: list[str], aten: Optional[str] = None,
+        calibrate: Optional[str] = None) -> int:
+    """Run ``script`` as ``__main__`` with ``args``; return its exit status.
+
+    ``aten``: None, ``"recorder"`` or ``"emit_nvtx"`` (True: the recorder). ``calibrate``: a
+    file to write the script's top-level NVTX range times to (profkit.capture.calibrate)."""
     if aten is True:
         aten = "recorder"
-    """Run ``script`` as ``__main__`` with ``args``; return its exit status."""
+    if calibrate is None:
+        return _run(script, args, aten)
+    from profkit.capture.calibrate import RangeClock, write
+    clock = RangeClock()
+    clock.install()
+    t0 = time.perf_counter_ns()
+    code = 1
+    try:
+        code = _run(script, args, aten)
+        return code
+    finally:
+        wall = time.perf_counter_ns() - t0
+        clock.finish()
+        with contextlib.suppress(OSError):
+            write(calibrate, clock.as_dict(script, list(args), wall, code))
+
+
+def _run(script: str, args: list[str], aten: Optional[str]) -> int:
     sys.argv = [script, *args]
     script_dir = os.path.dirname(os.path.abspath(script))
     if sys.path and sys.path[0] in ("", os.getcwd()):
@@ -123,13 +154,13 @@ def run(script: str, args: list[str], aten: Optional[str] = None) -> int:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    aten, code_file, rest = _parse(list(sys.argv[1:] if argv is None else argv))
+    aten, code_file, calib, rest = _parse(list(sys.argv[1:] if argv is None else argv))
     if not rest:
         print("usage: python -m profkit.capture.bootstrap [--aten[=recorder|emit_nvtx]] "
-              "[--exit-code-file FILE] "
+              "[--exit-code-file FILE] [--calibrate FILE] "
               "script.py [args...]", file=sys.stderr)
         return 2
-    code = run(rest[0], rest[1:], aten=aten)
+    code = run(rest[0], rest[1:], aten=aten, calibrate=calib)
     if code_file:
         with contextlib.suppress(OSError):
             with open(code_file, "w") as fh:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import json
 import os
 import platform
 import shlex
@@ -365,8 +366,12 @@ def capture(script: str | Path, script_args: Sequence[str] = (), *, output: Opti
             ncu_count: Optional[int] = None, ncu_args: Optional[str | Sequence[str]] = None,
             gpu_metrics_hz: Optional[int] = None, aten_source: str = "recorder",
             python: Optional[str] = None, say: Say = _default_say,
-            command_line: Optional[Sequence[str]] = None) -> CaptureResult:
+            command_line: Optional[Sequence[str]] = None, calibrate: bool = True) -> CaptureResult:
     """Profile ``script`` and leave ``STEM.sqlite`` (+ ``.nsys-rep``); see the module docstring.
+
+    ``calibrate``: first run the script once with no profiler attached, timing its top-level
+    NVTX ranges (profkit.capture.calibrate); the times go into the trace's PROFKIT_META as
+    ``calibration``, so the step model can predict the program as it runs unprofiled.
 
     Returns the script's exit status (130 after Ctrl-C) with the files written. Problems the
     user can fix raise :class:`ProfkitError` before anything runs.
@@ -390,15 +395,25 @@ def capture(script: str | Path, script_args: Sequence[str] = (), *, output: Opti
     files = companions(out)
     tmp_base = out.parent / f".{files['nsys-rep'].name[:-len('.nsys-rep')]}.profkit-tmp-{os.getpid()}"
     code_file = tmp_base.with_name(tmp_base.name + ".exit")
+    calib_file = tmp_base.with_name(tmp_base.name + ".calib.json")
     temps = [tmp_base.with_name(tmp_base.name + s)
-             for s in (".sqlite", ".nsys-rep", ".ncu-rep", ".ncu.csv", ".exit")]
+             for s in (".sqlite", ".nsys-rep", ".ncu-rep", ".ncu.csv", ".exit", ".calib.json")]
     result = CaptureResult(trace=None, exit_code=0)
-    passes = 2 if ncu else 1
+    passes = 1 + int(ncu) + int(calibrate)
+    step = iter(range(1, passes + 1))
     try:
+        calibration = None
+        started = _dt.datetime.now(_dt.timezone.utc)
+        if calibrate:
+            calibration = _calibration_pass(python, script_p, script_args, calib_file,
+                                            f"[{next(step)}/{passes}] calibration run (no profiler)",
+                                            say, result)
+            if result.interrupted:  # Ctrl-C before profiling: nothing to keep
+                result.exit_code = 130
+                return result
         app = script_command(python, script_p, script_args, aten, code_file, aten_source)
         nsys_cmd = build_nsys_command(nsys, tmp_base, app, extra_nsys, gpu_metrics_hz)
-        started = _dt.datetime.now(_dt.timezone.utc)
-        p1 = run_pass(nsys_cmd, f"[1/{passes}] nsys profile", say)
+        p1 = run_pass(nsys_cmd, f"[{next(step)}/{passes}] nsys profile", say)
         code = _read_exit_code(code_file)
         result.exit_code = code if code is not None else (130 if p1.interrupted else p1.returncode)
         # 130: the script stopped on KeyboardInterrupt (Ctrl-C reached it, maybe not us)
@@ -417,6 +432,8 @@ def capture(script: str | Path, script_args: Sequence[str] = (), *, output: Opti
             "python": f"{platform.python_implementation()} {platform.python_version()} ({python})",
             "host": platform.node(), "interrupted": int(result.interrupted),
         }
+        if calibration is not None:
+            meta["calibration"] = calibration
         if ncu and ncu_exe and not result.interrupted:
             rep_tmp = tmp_base.with_name(tmp_base.name + ".ncu-rep")
             csv_tmp = tmp_base.with_name(tmp_base.name + ".ncu.csv")
@@ -448,11 +465,12 @@ def capture(script: str | Path, script_args: Sequence[str] = (), *, output: Opti
             meta.update({"ncu_command": shlex.join(ncu_cmd), "ncu_path": ncu_exe,
                          "ncu_version": nsys_locate.tool_version(ncu_exe),
                          "ncu_range": ncu_range or "", "ncu_count": count})
-            p2 = run_pass(ncu_cmd, f"[2/{passes}] ncu", say)
+            ncu_label = f"[{next(step)}/{passes}] ncu"
+            p2 = run_pass(ncu_cmd, ncu_label, say)
             result.interrupted = result.interrupted or p2.interrupted
             if rep_tmp.is_file():
                 export = build_ncu_export_command(ncu_exe, rep_tmp)
-                say(f"profkit: [2/{passes}] ncu export: {shlex.join(export)} > {csv_tmp}")
+                say(f"profkit: {ncu_label} export: {shlex.join(export)} > {csv_tmp}")
                 with open(csv_tmp, "w") as fh:
                     res = subprocess.run(export, stdout=fh, stderr=subprocess.PIPE, text=True)
                 if res.returncode != 0:
@@ -490,6 +508,31 @@ def capture(script: str | Path, script_args: Sequence[str] = (), *, output: Opti
         for t in temps:
             with contextlib.suppress(OSError):
                 t.unlink()
+
+
+def _calibration_pass(python: str, script: Path, args: Sequence[str], calib_file: Path, label: str,
+                      say: Say, result: CaptureResult) -> Optional[str]:
+    """Run the script once with no profiler, timing its top-level NVTX ranges; the JSON text,
+    or None (with a note) when the run failed or timed no range."""
+    cmd = [python, "-m", "profkit.capture.bootstrap", "--calibrate", str(calib_file), "--",
+           str(script), *args]
+    p = run_pass(cmd, label, say)
+    if p.interrupted:
+        result.interrupted = True
+        return None
+    try:
+        text = calib_file.read_text()
+        data = json.loads(text)
+    except (OSError, ValueError):
+        result.notes.append(f"the calibration run (no profiler) wrote no timings (exit status "
+                            f"{p.returncode}); predictions will use an estimated tracing cost")
+        return None
+    if p.returncode != 0 or not data.get("ranges"):
+        why = (f"the script exited with status {p.returncode}" if p.returncode != 0 else
+               "the script opened no NVTX range (wrap each step in one)")
+        result.notes.append(f"calibration run (no profiler): {why}; predictions will use an "
+                            "estimated tracing cost")
+    return text
 
 
 def merge_existing(raw_csv: str | Path, trace: str | Path, output: Optional[str | Path] = None,

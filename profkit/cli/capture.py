@@ -21,11 +21,13 @@ def _say(msg: str) -> None:
 
 
 def _command_line(output, force, nsys_args, aten, ncu, ncu_range, ncu_count, ncu_args, script,
-                  script_args, gpu_metrics_hz=None, aten_source="recorder") -> list[str]:
+                  script_args, gpu_metrics_hz=None, aten_source="recorder",
+                  calibrate=True) -> list[str]:
     argv = ["profkit", "capture"]
     if output:
         argv += ["-o", output]
     argv += ["--force"] if force else []
+    argv += [] if calibrate else ["--no-calibrate"]
     argv += ["--nsys-args", nsys_args] if nsys_args else []
     argv += ["--aten"] if aten else []
     argv += ["--aten-source", aten_source] if aten and aten_source != "recorder" else []
@@ -71,6 +73,10 @@ def _command_line(output, force, nsys_args, aten, ncu, ncu_range, ncu_count, ncu
 @click.option("--gpu-metrics-frequency", type=int, default=10_000, show_default=True,
               help="Samples per second for --gpu-metrics.")
 @click.option("--ncu-args", default=None, metavar="TEXT", help="Extra ncu flags, shell-split.")
+@click.option("--calibrate/--no-calibrate", default=True, show_default=True,
+              help="First run the script once without any profiler, timing its top-level NVTX "
+                   "ranges, so predictions are for the program as it runs unprofiled (the "
+                   "profiler slows the host by 20-70%).")
 @click.option("--merge-ncu", "merge_csv", type=click.Path(dir_okay=False), default=None,
               metavar="RAW.csv",
               help="Do not run anything: merge an ncu raw-page CSV into the existing trace "
@@ -81,7 +87,7 @@ def _command_line(output, force, nsys_args, aten, ncu, ncu_range, ncu_count, ncu
 def capture(output: Optional[str], force: bool, nsys_args: Optional[str], aten: bool,
             aten_source: str, ncu: bool,
             ncu_range: Optional[str], ncu_count: Optional[int], gpu_metrics: bool,
-            gpu_metrics_frequency: int, ncu_args: Optional[str],
+            gpu_metrics_frequency: int, ncu_args: Optional[str], calibrate: bool,
             merge_csv: Optional[str], script: str, script_args: tuple[str, ...]) -> None:
     """Profile SCRIPT (with its ARGS) under Nsight Systems into an SQLite trace.
 
@@ -106,12 +112,15 @@ def capture(output: Optional[str], force: bool, nsys_args: Optional[str], aten: 
     result = cap.capture(script, list(script_args), output=output, force=force,
                          nsys_args=nsys_args, aten=aten, ncu=ncu, ncu_range=ncu_range,
                          ncu_count=ncu_count, ncu_args=ncu_args, gpu_metrics_hz=hz,
-                         aten_source=aten_source, say=_say,
+                         aten_source=aten_source, say=_say, calibrate=calibrate,
                          command_line=_command_line(output, force, nsys_args, aten, ncu, ncu_range,
                                                     ncu_count, ncu_args, script, script_args, hz,
-                                                    aten_source))
+                                                    aten_source, calibrate))
     for note in result.notes:
         _say(f"profkit: {note}")
+    if result.trace is None:
+        _say("profkit: interrupted in the calibration run, before profiling: nothing was captured")
+        sys.exit(result.exit_code or 130)
     extra = ", ".join(str(p) for k, p in result.files.items() if k != "sqlite")
     _say(f"profkit: wrote {result.trace}" + (f" (and {extra})" if extra else ""))
     if result.interrupted:

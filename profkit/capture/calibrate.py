@@ -1,0 +1,180 @@
+"""The calibration run: the user's script timed without any profiler, range by range.
+
+Under Nsight Systems the host side of a step runs 1.2-1.7x slower than without it (every traced
+CUDA call and the CPU time around it cost more), so a model built from the profiled run alone
+would price a slowed host. ``profkit capture`` therefore runs the script once more with no
+profiler attached, under this recorder (``python -m profkit.capture.bootstrap --calibrate FILE``):
+it hooks the NVTX push/pop calls of ``torch.cuda.nvtx`` and the ``nvtx`` package (which do
+nothing when no profiler listens) and records, for every top-level range of the main thread:
+
+* ``start_ns``/``end_ns``: the host clock (``time.perf_counter_ns``) at its push and pop;
+* ``gpu_ns``: where the GPU was in the stream when the range began: a CUDA event recorded at the
+  push, read after the script ends (ns after the first such event). An iteration's GPU-side
+  period stays right when the CPU runs ahead of the GPU, which the host clock alone does not.
+
+One event per top-level range costs a few microseconds of CPU. Nothing is recorded while a CUDA
+graph is being captured, and CUDA is never initialised by the recorder itself. What it writes:
+
+    {"format": "profkit-calibration/1", "script": ..., "argv": [...], "wall_ns": ...,
+     "exit_code": ..., "ranges": [{"name", "start_ns", "end_ns", "gpu_ns"}, ...]}
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib.util
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+FORMAT = "profkit-calibration/1"
+
+
+class RangeClock:
+    """Times the top-level NVTX ranges of the main thread (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.main = threading.main_thread().ident
+        self.depth = 0
+        self.open: Optional[dict] = None
+        self.ranges: list[dict] = []
+        self._events: list[tuple[dict, Any]] = []
+        self._torch: Any = None
+
+    # -- the hooks ----------------------------------------------------------------------------
+    def push(self, name: Any) -> None:
+        if threading.get_ident() != self.main:
+            return
+        self.depth += 1
+        if self.depth == 1:
+            rec = {"name": str(name), "start_ns": time.perf_counter_ns(), "end_ns": None,
+                   "gpu_ns": None}
+            ev = self._event()
+            if ev is not None:
+                self._events.append((rec, ev))
+            self.open = rec
+
+    def pop(self) -> None:
+        if threading.get_ident() != self.main or self.depth == 0:
+            return
+        self.depth -= 1
+        if self.depth == 0 and self.open is not None:
+            self.open["end_ns"] = time.perf_counter_ns()
+            self.ranges.append(self.open)
+            self.open = None
+
+    def _event(self) -> Any:
+        torch = self._torch
+        if torch is None:
+            return None
+        try:
+            # Never the one to initialise CUDA, and never inside a graph capture (the event
+            # would become a node of the graph).
+            if not torch.cuda.is_initialized() or torch.cuda.is_current_stream_capturing():
+                return None
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record()
+            return ev
+        except Exception:  # noqa: BLE001 - timing must never break the user's program
+            return None
+
+    # -- installing ----------------------------------------------------------------------------
+    def install(self) -> None:
+        """Hook torch.cuda.nvtx and the nvtx package, where they are installed."""
+        if importlib.util.find_spec("torch") is not None:
+            with contextlib.suppress(Exception):
+                import torch
+                import torch.cuda.nvtx as tnvtx
+                self._torch = torch
+                _wrap(tnvtx, "range_push", lambda msg, *a, **k: self.push(msg))
+                _wrap(tnvtx, "range_pop", lambda *a, **k: self.pop())
+        if importlib.util.find_spec("nvtx") is not None:
+            with contextlib.suppress(Exception):
+                import nvtx
+                self._hook_nvtx(nvtx)
+
+    def _hook_nvtx(self, nvtx: Any) -> None:
+        mod = getattr(nvtx, "nvtx", nvtx)
+        for owner in {id(nvtx): nvtx, id(mod): mod}.values():
+            _wrap(owner, "push_range", lambda message=None, *a, **k: self.push(message or ""))
+            _wrap(owner, "pop_range", lambda *a, **k: self.pop())
+        cls = getattr(mod, "annotate", None)
+        if cls is None:
+            return
+        clock = self
+        init, enter, exit_, call = cls.__init__, cls.__enter__, cls.__exit__, cls.__call__
+
+        @functools.wraps(init)
+        def __init__(inst, message=None, *a, **k):  # noqa: N807
+            init(inst, message, *a, **k)
+            inst._profkit_name = message
+
+        @functools.wraps(enter)
+        def __enter__(inst):  # noqa: N807
+            clock.push(getattr(inst, "_profkit_name", None) or "")
+            return enter(inst)
+
+        @functools.wraps(exit_)
+        def __exit__(inst, *exc):  # noqa: N807
+            try:
+                return exit_(inst, *exc)
+            finally:
+                clock.pop()
+
+        @functools.wraps(call)
+        def __call__(inst, func):  # noqa: N807
+            inner = call(inst, func)  # without a profiler nvtx returns func itself
+            name = getattr(inst, "_profkit_name", None) or func.__name__
+
+            @functools.wraps(func)
+            def timed(*args, **kwargs):
+                clock.push(name)
+                try:
+                    return inner(*args, **kwargs)
+                finally:
+                    clock.pop()
+            return timed
+
+        cls.__init__, cls.__enter__, cls.__exit__, cls.__call__ = __init__, __enter__, __exit__, __call__
+
+    # -- the result ----------------------------------------------------------------------------
+    def finish(self) -> None:
+        """Read the GPU times of the ranges (waits for the GPU once, after the script)."""
+        if not self._events:
+            return
+        try:
+            self._torch.cuda.synchronize()
+            first = self._events[0][1]
+            for rec, ev in self._events:
+                rec["gpu_ns"] = int(round(first.elapsed_time(ev) * 1e6))
+        except Exception:  # noqa: BLE001 - a broken CUDA context: host times only
+            for rec, _ in self._events:
+                rec["gpu_ns"] = None
+
+    def as_dict(self, script: str, argv: list[str], wall_ns: int, exit_code: int) -> dict:
+        ranges = list(self.ranges)
+        if self.open is not None:  # the script ended inside a range
+            ranges.append({**self.open, "end_ns": self.open["start_ns"] + 0})
+        return {"format": FORMAT, "script": script, "argv": argv, "wall_ns": int(wall_ns),
+                "exit_code": int(exit_code), "ranges": ranges}
+
+
+def _wrap(owner: Any, name: str, hook: Callable) -> None:
+    """Replace ``owner.name`` by a function that calls ``hook`` first, then the original."""
+    orig = getattr(owner, name, None)
+    if orig is None or getattr(orig, "_profkit_hooked", False):
+        return
+
+    @functools.wraps(orig)
+    def hooked(*args, **kwargs):
+        with contextlib.suppress(Exception):
+            hook(*args, **kwargs)
+        return orig(*args, **kwargs)
+    hooked._profkit_hooked = True  # type: ignore[attr-defined]
+    setattr(owner, name, hooked)
+
+
+def write(path: str | Path, data: dict) -> None:
+    Path(path).write_text(json.dumps(data, separators=(",", ":")))

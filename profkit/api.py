@@ -128,7 +128,7 @@ class Profile:
         return read_gpu_metrics.read_gpu_metrics(self.path)
 
     def ops(self, by: str = "range", innermost: bool = False, top: Optional[int] = None) -> pd.DataFrame:
-        """One row per op, sorted by GPU time: times, share, bound class, evidence and next step.
+        """One row per op, most busy GPU time first: times, share, bound class, evidence and next step.
 
         ``by``: ``range`` (NVTX range name), ``kernel`` (kernel name) or ``aten`` (aten op and
         input sizes, from emit_nvtx). ``innermost``: with ``by="range"``, count each GPU activity
@@ -334,7 +334,8 @@ def op_json(name: str, row: pd.Series, level: str) -> dict:
     return {
         "name": name, "level": level, "count": int(row["count"]),
         "gpu_time_ns": _num(row["gpu_time_ns"]), "gpu_time_median_ns": _num(row["gpu_time_median_ns"]),
-        "gpu_busy_ns": _num(row["busy_ns"]), "first_call_ns": _num(row["first_call_ns"]),
+        "gpu_busy_ns": _num(row["busy_ns"]), "gpu_busy_median_ns": _num(row["busy_median_ns"]),
+        "first_call_ns": _num(row["first_call_ns"]),
         "share": _num(row["share"]), "cpu_time_ns": _num(row["cpu_time_ns"]),
         "kernels_per_call": _num(row["kernels_per_call"]),
         "class": row["class"], "confidence": row["confidence"],

@@ -209,3 +209,45 @@ def test_diff_and_multirank_tables_fit_a_narrow_terminal(command, columns):
     wide = CliRunner().invoke(main, [*command, "--wide"], env={"COLUMNS": str(columns)})
     assert wide.exit_code == 0 and "not shown" not in wide.stdout
     assert max(len(x) for x in wide.stdout.splitlines()) > columns  # every column kept
+
+
+def _waits_and_works(tmp_path):
+    """'waits': two 1 us kernels 900 us apart (the host works in between); 'works': one 50 us
+    kernel. By span 'waits' is the larger op, by GPU work 'works' is."""
+    return make_trace(tmp_path / "t.sqlite",
+                      kernels=[(10_000, 11_000, 1, 1), (910_000, 911_000, 2, 1), (1_000_000, 1_050_000, 3, 2)],
+                      runtime=[(5_000, 6_000, 1), (905_000, 906_000, 2), (990_000, 991_000, 3)],
+                      nvtx=[(0, 950_000, "waits", TID), (980_000, 1_100_000, "works", TID)])
+
+
+def test_gpu_time_is_busy_time_and_orders_the_ops(tmp_path):
+    path = _waits_and_works(tmp_path)
+    rep = json.loads(run("classify", str(path), "--format", "json").stdout)
+    ops = {op["name"]: op for op in rep["ops"]}
+    assert [op["name"] for op in rep["ops"]] == ["works", "waits"]
+    # gpu_time_ns keeps its meaning (the projected span, as nsys gives it); busy time beside it
+    assert ops["waits"]["gpu_time_ns"] == 901_000 and ops["waits"]["gpu_time_median_ns"] == 901_000
+    assert ops["waits"]["gpu_busy_ns"] == 2_000 and ops["waits"]["gpu_busy_median_ns"] == 2_000
+    assert ops["works"]["gpu_time_ns"] == ops["works"]["gpu_busy_ns"] == 50_000
+    res = CliRunner().invoke(main, whole(["classify", str(path), "--wide"]), env={"COLUMNS": "80"})
+    head = next(x for x in res.stdout.splitlines() if x.lstrip().startswith("op "))
+    assert head.split()[:7] == ["op", "calls", "GPU", "time", "median", "GPU", "span"]
+    rows = [x.split() for x in res.stdout.splitlines() if x.lstrip().startswith(("waits ", "works "))]
+    # op, calls, GPU time (busy), median call (busy), GPU span, share
+    assert [r[:9] for r in rows] == [["works", "1", "50.0", "us", "50.0", "us", "50.0", "us", "96.2%"],
+                                     ["waits", "1", "2.0", "us", "2.0", "us", "901.0", "us", "3.8%"]]
+    csv = run("classify", str(path), "--format", "csv").stdout.splitlines()
+    assert csv[0].endswith(",gpu_busy_ns,gpu_busy_median_ns")
+    assert csv[2].startswith("waits,range,1,901000,901000.0,") and csv[2].endswith(",2000,2000.0")
+
+
+@pytest.mark.parametrize("wide", [False, True])
+def test_table_is_exact_at_80_columns_and_wide(wide):
+    """The whole table at 80 columns (least useful columns left out and named) and with --wide
+    (every column, GPU span included): add_rmsnorm's GPU time is its busy 1.74 ms, its span
+    10.68 ms (a first call that waited on set-up)."""
+    res = CliRunner().invoke(main, whole(["classify", str(TRACE), *(["--wide"] if wide else [])]),
+                             env={"COLUMNS": "80"})
+    assert res.exit_code == 0, res.output
+    name = "classify_micro_addnorm_gemm_wide.txt" if wide else "classify_micro_addnorm_gemm_80.txt"
+    assert res.stdout == (GOLDEN / name).read_text()

@@ -123,7 +123,9 @@ class _Side:
 
     @classmethod
     def of(cls, prof: Profile, by: str) -> "_Side":
-        ops = prof.ops(by=by)
+        # diff compares projected spans per call, so its rows come in order of span (classify's
+        # table lists ops by busy time).
+        ops = prof.ops(by=by).sort_values("gpu_time_ns", ascending=False, kind="stable")
         groups = group_ops(prof.trace, by=by)
         span = groups.instances.groupby("op")["span_ns"]
         q1, q3, med = span.quantile(0.25), span.quantile(0.75), span.median()

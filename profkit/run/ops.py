@@ -138,4 +138,7 @@ def _aggregate(inst: pd.DataFrame, members: pd.DataFrame, acts: pd.DataFrame,
     dur = (acts["end"] - acts["start"]).to_numpy()[members["act_idx"].to_numpy()]
     ops["kernel_median_ns"] = pd.Series(dur, index=members["op"].to_numpy()).groupby(level=0).median()
     ops.index.name = "name"
-    return ops.sort_values("gpu_time_ns", ascending=False, kind="stable")
+    # Most GPU work first: busy time (the union of the op's activities), not the projected span,
+    # which also counts the gaps while the GPU waited (a range whose kernels ran 9 ms can span a
+    # second); the span breaks ties.
+    return ops.sort_values(["busy_ns", "gpu_time_ns"], ascending=False, kind="stable")

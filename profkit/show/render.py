@@ -18,9 +18,12 @@ from profkit.read.text import visible
 CLASS_STYLE = {"compute": "bold magenta", "memory": "bold cyan", "launch": "bold yellow",
                "unknown": "dim",
                "communication": "bold green"}
+# gpu_time_ns is the op's projected span (nsys's "Total Proj Time"); gpu_busy_ns the union of its
+# activities, which the table shows as "GPU time" (added last, so existing columns keep their place).
 CSV_COLUMNS = ["name", "level", "count", "gpu_time_ns", "gpu_time_median_ns", "share", "cpu_time_ns",
                "class", "confidence", "source", "reason", "rung", "action", "expected_op_speedup",
-               "expected_end_to_end_speedup", "expected_gpu_time_speedup"]
+               "expected_end_to_end_speedup", "expected_gpu_time_speedup", "gpu_busy_ns",
+               "gpu_busy_median_ns"]
 
 
 def short_name(name: str, width: int = 60) -> str:
@@ -129,13 +132,17 @@ def markdown_run(run: dict) -> list[str]:
 
 # Terminal table columns, (header, justify), and the order in which they go when the terminal is
 # narrow: least useful first. The op, its time, share, class and next step always stay.
+# "GPU time" is the op's busy GPU time (the union of its kernels, copies and memsets: what the
+# share is of, and what the table sorts by); "median" the median call's busy time; "GPU span" the
+# projected spans summed (first kernel start to last kernel end of each call, as nsys's
+# nvtx_gpu_proj_sum gives it), which also counts the gaps while the GPU waited.
 TABLE_COLUMNS = [("op", "left"), ("calls", "right"), ("GPU time", "right"), ("median", "right"),
-                 ("share", "right"), ("class", "left"), ("conf", "left"), ("evidence", "left"),
-                 ("next step", "left"), ("op x", "right"), ("e2e x", "right")]
-DROP_ORDER = ["median", "op x", "conf", "calls", "evidence", "e2e x"]
+                 ("GPU span", "right"), ("share", "right"), ("class", "left"), ("conf", "left"),
+                 ("evidence", "left"), ("next step", "left"), ("op x", "right"), ("e2e x", "right")]
+DROP_ORDER = ["GPU span", "median", "op x", "conf", "calls", "evidence", "e2e x"]
 # Width each column needs to read well (the table's borders and padding come on top).
-_NEEDS = {"op": 26, "calls": 5, "GPU time": 9, "median": 9, "share": 6, "class": 8, "conf": 6,
-          "evidence": 34, "next step": 30, "op x": 5, "e2e x": 6}
+_NEEDS = {"op": 26, "calls": 5, "GPU time": 9, "median": 9, "GPU span": 9, "share": 6, "class": 8,
+          "conf": 6, "evidence": 34, "next step": 30, "op x": 5, "e2e x": 6}
 
 
 def table_columns(width: int, wide: bool = False) -> list[str]:
@@ -195,8 +202,9 @@ def table(df: pd.DataFrame, header: dict, console_width: int = 200, wide: bool =
     op_width = 48 if wide or console_width >= 160 else _NEEDS["op"]
     for name, row in df.iterrows():
         cells = {"op": wrap_name(short_name(str(name), 48), op_width), "calls": str(int(row["count"])),
-                 "GPU time": fmt_time(row["gpu_time_ns"]), "median": fmt_time(row["gpu_time_median_ns"]),
-                 "share": f"{row['share']:.1%}", "class": row["class"], "conf": row["confidence"],
+                 "GPU time": fmt_time(row["busy_ns"]), "median": fmt_time(row["busy_median_ns"]),
+                 "GPU span": fmt_time(row["gpu_time_ns"]), "share": f"{row['share']:.1%}",
+                 "class": row["class"], "conf": row["confidence"],
                  "evidence": evidence_text(row), "next step": f"{row['rung']}: {row['action']}",
                  "op x": f"{row['expected_op_speedup']:.2f}",
                  "e2e x": f"{row['expected_end_to_end_speedup']:.3f}"}
@@ -226,8 +234,9 @@ def to_json(report: dict) -> str:
 
 
 def to_csv(df: pd.DataFrame) -> str:
-    out = df.reset_index()
-    out["gpu_time_ns"] = out["gpu_time_ns"].astype("int64")
+    out = df.reset_index().rename(columns={"busy_ns": "gpu_busy_ns", "busy_median_ns": "gpu_busy_median_ns"})
+    for col in ("gpu_time_ns", "gpu_busy_ns"):
+        out[col] = out[col].astype("int64")
     return out[CSV_COLUMNS].to_csv(index=False)
 
 
@@ -241,13 +250,14 @@ def markdown_cell(x: object) -> str:
 def markdown_ops_table(df: pd.DataFrame, cell: Callable[[object], str] = markdown_cell,
                        times: str = "x") -> list[str]:
     """The ops table as Markdown lines (header, rule, one line per op)."""
-    lines = [f"| op | calls | GPU time | median | share | class | confidence | evidence | next step "
-             f"| op {times} | e2e {times} |",
-             "|---|---:|---:|---:|---:|---|---|---|---|---:|---:|"]
+    lines = [f"| op | calls | GPU time | median | GPU span | share | class | confidence | evidence "
+             f"| next step | op {times} | e2e {times} |",
+             "|---|---:|---:|---:|---:|---:|---|---|---|---|---:|---:|"]
     for name, row in df.iterrows():
         lines.append("| " + " | ".join(cell(v) for v in [
-            short_name(str(name), 60), int(row["count"]), fmt_time(row["gpu_time_ns"]),
-            fmt_time(row["gpu_time_median_ns"]), f"{row['share']:.1%}", row["class"], row["confidence"],
+            short_name(str(name), 60), int(row["count"]), fmt_time(row["busy_ns"]),
+            fmt_time(row["busy_median_ns"]), fmt_time(row["gpu_time_ns"]), f"{row['share']:.1%}",
+            row["class"], row["confidence"],
             evidence_text(row), f"{row['rung']}: {row['action']}",
             f"{float(row['expected_op_speedup']):.2f}",
             f"{float(row['expected_end_to_end_speedup']):.3f}"]) + " |")

@@ -263,6 +263,13 @@ class TraceReader:
                 self._strings = {}
         return self._strings
 
+    def profkit_meta(self) -> dict[str, Optional[str]]:
+        """``PROFKIT_META`` (key, value), written by ``profkit capture``; empty for other exports."""
+        if "PROFKIT_META" not in self.tables or not {"key", "value"} <= columns_of(self.conn, "PROFKIT_META"):
+            return {}
+        return {as_text(k): (None if v is None else as_text(v))
+                for k, v in self.conn.execute("SELECT key, value FROM PROFKIT_META") if k is not None}
+
     # -- GPU activity ---------------------------------------------------------------------------
     def _name_expr(self, table: str, candidates: list[str]) -> tuple[str, bool]:
         """The first name column present; whether it holds StringIds ids (vs text)."""
@@ -499,6 +506,20 @@ class TraceReader:
                                                  "copyKind": "coalesce(a.copyKind, 0)",
                                                  "srcKind": "coalesce(a.srcKind, -1)",
                                                  "dstKind": "coalesce(a.dstKind, -1)"}))
+
+    def synchronization(self) -> pd.DataFrame:
+        """CUPTI's synchronization records: correlationId, pidkey (globalPid >> 24), streamId.
+
+        They name the stream a ``cudaStreamSynchronize`` or ``cudaStreamWaitEvent`` call was about
+        (the runtime table does not); the record type is read from the call's name instead of
+        ``syncType``, whose numbering differs between versions."""
+        cols = ["correlationId", "pidkey", "streamId"]
+        t = resolve_table(self.tables, "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION")
+        if not t or not {"correlationId", "streamId", "globalPid"} <= columns_of(self.conn, t):
+            return pd.DataFrame({c: np.empty(0, dtype=np.int64) for c in cols})
+        return pd.DataFrame(self.int_columns(t, {
+            "correlationId": "coalesce(a.correlationId, -1)", "pidkey": "coalesce(a.globalPid, 0) >> 24",
+            "streamId": "coalesce(a.streamId, -1)"}), columns=cols)
 
     def api_calls(self, name_ids: Optional[list[int]] = None) -> pd.DataFrame:
         """CUDA runtime/driver API calls: start, end, globalTid, correlationId, name.

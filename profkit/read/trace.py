@@ -143,6 +143,17 @@ class Trace:
             reader.close()
 
     @cached_property
+    def sync_streams(self) -> pd.DataFrame:
+        """The stream each synchronising call was about (CUPTI synchronization records), read on
+        first use: correlationId, pidkey, streamId."""
+        return self._read(lambda r: r.synchronization())
+
+    @cached_property
+    def meta(self) -> dict[str, Optional[str]]:
+        """profkit's own metadata (PROFKIT_META: the capture command, the calibration run, ...)."""
+        return self._read(lambda r: r.profkit_meta())
+
+    @cached_property
     def total_gpu_time_ns(self) -> int:
         """Sum of the durations of every kernel, memcpy and memset in the trace."""
         return int((self.activities["end"] - self.activities["start"]).sum())

@@ -1,0 +1,140 @@
+"""Calibration: the CPU scale at which the replay runs like the program without a profiler.
+
+Under Nsight Systems the host side of a step runs 1.2-1.7x slower (measured on the H200: about
+6-8 us more per traced CUDA call with cuBLAS/cuDNN tracing, most of it in the CPU time between
+calls), the GPU side not at all. So the model keeps every GPU duration and scales every CPU
+duration by one factor ``host``:
+
+* **measured**: ``profkit capture`` ran the script once without a profiler and timed its
+  top-level NVTX ranges (profkit.capture.calibrate). The steady-state period of the range that
+  marks iterations is the target; ``host`` is the scale at which the replay's median iteration
+  equals it (bisection: the replay's iteration grows with ``host``). When the GPU sets the pace
+  both with and without the profiler, any scale below some bound fits the target; the estimate
+  below is then used, within that bound.
+* **estimated**: without calibration data (a trace exported elsewhere, a script with no NVTX
+  range), each traced call is taken to have cost ``TRACE_COST_NS`` more than it does unprofiled,
+  capped so the CPU keeps at least MIN_HOST of its measured time. Said to be an estimate.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import numpy as np
+
+from profkit.run.step.graph import StepGraph
+from profkit.run.step.simulate import Schedule, simulate
+from profkit.run.window import leading_setup
+
+# Measured on the H200 with `profkit capture`'s nsys flags (docs/step-model.md): 6.5 us per
+# traced call on a Llama training step, 8 on an LSTMCell loop and a ResNet-18 inference.
+TRACE_COST_NS = 6_500.0
+MIN_HOST, MAX_HOST = 0.05, 1.5
+TOLERANCE = 0.005          # the fit is good when the replay is within 0.5% of the target
+MAX_STEPS = 14
+
+
+@dataclass
+class Calibration:
+    """How the profiled run relates to the program without a profiler."""
+    source: str                        # "measured", "estimated"
+    host: float                        # CPU scale of the unprofiled program
+    profiled_iteration_ns: float       # the window's measured median iteration
+    replay_iteration_ns: float         # the replay at host=1
+    unprofiled_iteration_ns: float     # measured (source measured) or predicted (estimated)
+    predicted_iteration_ns: float      # the replay at ``host``
+    detail: str = ""
+    measured_iterations: int = 0       # unprofiled iterations the target is the median of
+
+    @property
+    def host_inflation(self) -> float:
+        """How much more CPU time the profiled run took: 1/host - 1 (0.57 = +57%)."""
+        return 1.0 / self.host - 1.0 if self.host > 0 else 0.0
+
+    def as_dict(self) -> dict:
+        return {"source": self.source, "host_scale": round(self.host, 4),
+                "profiled_iteration_ns": int(round(self.profiled_iteration_ns)),
+                "unprofiled_iteration_ns": int(round(self.unprofiled_iteration_ns)),
+                "predicted_iteration_ns": int(round(self.predicted_iteration_ns)),
+                "host_time_added_by_profiler": round(self.host_inflation, 4),
+                "unprofiled_iterations": int(self.measured_iterations), "detail": self.detail}
+
+
+def unprofiled_periods(meta_text: Optional[str], delimiter: Optional[str]) -> Optional[np.ndarray]:
+    """The steady-state iteration periods (ns) of the calibration run, or None.
+
+    Periods of the range ``delimiter`` (the one the window's iterations come from): GPU-side when
+    every instance has a GPU time, else host-side; the first iterations and set-up outliers are
+    left out as the window leaves them out (profkit.run.window.leading_setup)."""
+    if not meta_text or not delimiter:
+        return None
+    try:
+        data = json.loads(meta_text)
+    except ValueError:
+        return None
+    ranges = [r for r in data.get("ranges", []) if r.get("name") == delimiter]
+    if len(ranges) < 3:
+        return None
+    gpu = [r.get("gpu_ns") for r in ranges]
+    key = "gpu_ns" if all(isinstance(x, (int, float)) for x in gpu) else "start_ns"
+    starts = np.array([float(r[key]) for r in ranges])
+    first = leading_setup(starts.astype(np.int64))
+    periods = np.diff(starts[first:])
+    periods = periods[periods > 0]
+    return periods if len(periods) else None
+
+
+def calibrate(graph: StepGraph, meta_text: Optional[str] = None,
+              sim: Callable[[float], Schedule] | None = None) -> tuple[Calibration, Schedule]:
+    """The calibration of ``graph`` (``meta_text``: the trace's PROFKIT_META ``calibration``) and
+    the replay at the calibrated CPU scale."""
+    sim = sim or (lambda h: simulate(graph, host=h))
+    profiled = float(np.median(graph.measured_periods))
+    at1 = sim(1.0)
+    prior = estimated_host(graph)
+    target_periods = unprofiled_periods(meta_text, graph.window.delimiter)
+    if target_periods is None:
+        s = sim(prior) if prior != 1.0 else at1
+        why = ("no calibration run in the trace (capture with `profkit capture`)" if not meta_text
+               else "the calibration run timed no iteration of the window's range")
+        return Calibration("estimated", prior, profiled, at1.iteration_ns, s.iteration_ns,
+                           s.iteration_ns,
+                           f"{why}: {TRACE_COST_NS / 1e3:.1f} us of tracing cost per CUDA call "
+                           "taken off the CPU time"), s
+    target = float(np.median(target_periods))
+    cache: dict[float, Schedule] = {1.0: at1}
+
+    def f(h: float) -> float:
+        if h not in cache:
+            cache[h] = sim(h)
+        return cache[h].iteration_ns
+
+    h = prior
+    if abs(f(h) / target - 1) > TOLERANCE:
+        lo, hi = (MIN_HOST, h) if f(h) > target else (h, MAX_HOST)
+        for _ in range(MAX_STEPS):
+            mid = 0.5 * (lo + hi)
+            if f(mid) > target:
+                hi = mid
+            else:
+                lo = mid
+            if abs(f(mid) / target - 1) <= TOLERANCE:
+                break
+        h = min((lo, hi, mid), key=lambda x: abs(f(x) / target - 1))
+    detail = (f"median of {len(target_periods)} iterations of `{graph.window.delimiter}` timed "
+              "without a profiler")
+    miss = f(h) / target - 1
+    if abs(miss) > 0.05:
+        detail += (f"; the replay cannot reach it by scaling the CPU alone ({miss:+.0%} left: the "
+                   "GPU side also ran at another speed, or the run varied)")
+    return Calibration("measured", h, profiled, at1.iteration_ns, target, f(h), detail,
+                       len(target_periods)), cache[h]
+
+
+def estimated_host(graph: StepGraph) -> float:
+    """The CPU scale that takes TRACE_COST_NS per traced call off the CPU time."""
+    cpu = float(graph.c_gap.sum() + graph.c_own.sum())
+    if cpu <= 0 or graph.n_calls == 0:
+        return 1.0
+    return float(np.clip(1.0 - graph.n_calls * TRACE_COST_NS / cpu, MIN_HOST * 2, 1.0))

@@ -1,0 +1,454 @@
+"""The step graph: the judged window's CPU and GPU work as a dependency graph that can be replayed.
+
+Nodes are the CUDA API calls of the busiest process (one chain of CPU work, in the order the
+calls ran) and the GPU operations they launched (kernels, copies, memsets, per stream). Each node
+keeps what the trace measured as parameters of its dependencies, so that replaying the graph
+unmodified reproduces the trace (profkit.run.step.simulate):
+
+* a call starts ``gap`` after its CPU predecessor ends: the CPU time between two calls (Python,
+  the framework, data preparation). The predecessor is the call that ended last before it
+  started, on any thread of the process, so the hand-off between PyTorch's main thread and its
+  autograd thread (the main thread waits in ``backward()`` while the other launches) is an edge;
+* a call ends ``own`` after it starts, or, when it waits for the GPU, ``wake`` after the GPU work
+  it waits for ends: a stream or device synchronisation, a device-to-host or pageable copy,
+  ``cudaFree`` (waits for the device), a launch that found the launch queue full;
+* a GPU operation starts at the later of ``lat`` after its launch call starts, ``qgap`` after the
+  previous operation of its stream ends, and ``dep_delta`` after an operation of another stream it
+  waited for (an event wait, inferred from the timeline) ends.
+
+Work already on the GPU when the window opens (launched before it) is kept at its measured times.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Optional
+
+import numpy as np
+import pandas as pd
+
+from profkit.read.nsys import match_names, per_name
+from profkit.run.summary import FAMILIES, _kernel_family
+from profkit.run.window import Window, main_threads, top_level, _primary_pid
+
+
+class CallKind(IntEnum):
+    """What a CUDA API call does, for the model (closed set)."""
+    LAUNCH = 0        # a kernel launch
+    GRAPH_LAUNCH = 1  # a CUDA graph replay
+    SYNC = 2          # stream/device/event synchronize
+    COPY = 3          # a memcpy (blocking or not: see the wait)
+    MEMSET = 4
+    ALLOC = 5         # cudaMalloc and the driver's allocation calls
+    FREE = 6          # cudaFree and friends
+    EVENT = 7         # event record/query, stream wait event
+    OTHER = 8
+
+
+class Wait(IntEnum):
+    """What GPU work a call waits for."""
+    NONE = 0
+    STREAM = 1   # every earlier operation of one stream
+    DEVICE = 2   # every earlier operation of the device
+    OP = 3       # one operation (its own copy; the operation a full launch queue waited on)
+
+
+CALL_KINDS = [
+    (CallKind.GRAPH_LAUNCH, re.compile(r"^cu(da)?GraphLaunch")),
+    (CallKind.LAUNCH, re.compile(r"^cu(da)?Launch|^cudaLaunch")),
+    (CallKind.SYNC, re.compile(r"^cu(da)?(Device|Ctx|Stream|Event)Synchronize|^cudaThreadSynchronize")),
+    (CallKind.COPY, re.compile(r"^cu(da)?Memcpy")),
+    (CallKind.MEMSET, re.compile(r"^cu(da)?Memset")),
+    (CallKind.FREE, re.compile(r"^cu(da)?(Free|MemFree|MemRelease|MemUnmap|MemAddressFree|FreeHost|"
+                               r"HostUnregister|MemPoolTrim)")),
+    (CallKind.ALLOC, re.compile(r"^cu(da)?(Malloc|MemAlloc|MemCreate|MemMap|MemSetAccess|"
+                                r"MemAddressReserve|HostAlloc|MallocHost|HostRegister|MemHostAlloc)")),
+    (CallKind.EVENT, re.compile(r"^cu(da)?(Event|StreamWaitEvent)")),
+]
+DEVICE_SYNC_RE = re.compile(r"^cu(da)?(DeviceSynchronize|CtxSynchronize|ThreadSynchronize|EventSynchronize)")
+STREAM_SYNC_RE = re.compile(r"^cu(da)?StreamSynchronize")
+# A synchronous memcpy (no Async): the legacy default stream waits for the device.
+SYNC_COPY_RE = re.compile(r"^cu(da)?Memcpy(?!.*Async)")
+FREE_WAITS_RE = re.compile(r"^cu(da)?Free(_v\d+)?$|^cuMemFree")  # cudaFree waits for the device
+PAGEABLE, PINNED = 0, 1  # ENUM_CUDA_MEM_KIND
+D2H, H2D = 2, 1          # copyKind
+
+# Below these the measured delay is the hardware's own; above, something else held the work.
+TOLERANCE_NS = 2_000
+BLOCKED_FACTOR = 10.0     # a call this many times its name's median (and >= BLOCKED_MIN_NS) waited
+BLOCKED_MIN_NS = 50_000
+DEFAULT_LAT_NS = 3_000.0  # launch call start -> kernel start when nothing else held it
+DEFAULT_QGAP_NS = 1_000.0  # previous kernel's end -> next kernel's start when queued
+DEFAULT_WAKE_NS = 5_000.0  # GPU work done -> the waiting call returns
+
+
+@dataclass
+class StepGraph:
+    """The window's work as arrays (calls: ``c_*``, in the order they ran; GPU operations:
+    ``g_*``). Times are ns on the trace's timeline; see the module docstring for the edges."""
+    window: Window
+    call_names: np.ndarray       # distinct API names
+    c_start: np.ndarray
+    c_end: np.ndarray
+    c_name: np.ndarray           # index into call_names
+    c_kind: np.ndarray           # CallKind
+    c_tid: np.ndarray
+    c_pred: np.ndarray           # CPU predecessor (index) or -1
+    c_gap: np.ndarray            # ns of CPU work between the predecessor's end and this start
+    c_own: np.ndarray            # ns of the call's own CPU time
+    c_wait: np.ndarray           # Wait
+    c_wait_arg: np.ndarray       # stream index (STREAM), device (DEVICE) or op index (OP)
+    c_wake: np.ndarray           # ns from the awaited work's end to the call's return
+    c_range: np.ndarray          # index into range_names: the innermost user range open at the call
+    c_gap_range: np.ndarray      # the same at the middle of the CPU time before the call
+    range_names: list[str]
+    op_names: np.ndarray
+    g_start: np.ndarray
+    g_end: np.ndarray
+    g_dur: np.ndarray
+    g_stream: np.ndarray         # index into streams
+    g_dev: np.ndarray
+    g_call: np.ndarray           # the launching call, -1 for work launched before the window
+    g_prev: np.ndarray           # previous operation of the stream, -1 for none
+    g_lat: np.ndarray
+    g_qgap: np.ndarray
+    g_dep: np.ndarray            # operation of another stream it waited for, -1 for none
+    g_dep_delta: np.ndarray
+    g_family: np.ndarray         # index into FAMILIES (compute, memory, launch, communication)
+    g_name: np.ndarray           # index into op_names
+    g_kind: np.ndarray           # 0 kernel, 1 memcpy, 2 memset
+    streams: list[tuple[int, int]]
+    ops_ptr: np.ndarray          # CSR: the operations call i launched are ops_idx[ops_ptr[i]:ops_ptr[i+1]]
+    ops_idx: np.ndarray
+    iter_call: np.ndarray        # first call of each iteration, then len(calls)
+    measured_periods: np.ndarray  # the window's measured iteration periods (ns)
+    gpu_periods: bool            # periods are GPU-side (first GPU start to the next)
+    end_ns: int                  # the window's end
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def n_calls(self) -> int:
+        return len(self.c_start)
+
+    @property
+    def n_ops(self) -> int:
+        return len(self.g_start)
+
+    def copy(self) -> "StepGraph":
+        """A deep copy whose arrays a transformation may change."""
+        out = StepGraph(**{k: (v.copy() if isinstance(v, np.ndarray) else
+                               (list(v) if isinstance(v, list) else v))
+                           for k, v in self.__dict__.items()})
+        return out
+
+
+def call_kinds(names: np.ndarray) -> np.ndarray:
+    """CallKind per distinct API name."""
+    out = np.full(len(names), int(CallKind.OTHER), dtype=np.int8)
+    for i, n in enumerate(names):
+        for kind, rx in CALL_KINDS:
+            if rx.match(str(n)):
+                out[i] = int(kind)
+                break
+    return out
+
+
+def build(trace, window: Window, launch_floor_ns: float = 1_000.0) -> StepGraph:
+    """The step graph of ``window`` in ``trace`` (the full trace, not a windowed view)."""
+    pid = _primary_pid(trace)
+    w0, w1 = int(window.start_ns), int(window.end_ns)
+    calls = trace.api_calls
+    ctid = calls["globalTid"].to_numpy(np.int64)
+    cst = calls["start"].to_numpy(np.int64)
+    sel = (np.right_shift(ctid, 24) == pid) & (cst >= w0) & (cst <= w1) if pid is not None else \
+        (cst >= w0) & (cst <= w1)
+    calls = calls[sel]
+    order = np.lexsort((calls["end"].to_numpy(np.int64), calls["start"].to_numpy(np.int64)))
+    calls = calls.iloc[order].reset_index(drop=True)
+    n = len(calls)
+    c_start = calls["start"].to_numpy(np.int64)
+    c_end = calls["end"].to_numpy(np.int64)
+    c_tid = calls["globalTid"].to_numpy(np.int64)
+    codes, names = pd.factorize(calls["name"].astype(str))
+    names = np.asarray(names, dtype=object)
+    kinds_by_name = call_kinds(names)
+    c_kind = kinds_by_name[codes] if n else np.empty(0, np.int8)
+
+    # CPU predecessor: the call that ended last before this one started (any thread).
+    end_order = np.argsort(c_end, kind="stable")
+    k = np.searchsorted(c_end[end_order], c_start, side="right") - 1
+    c_pred = np.where(k >= 0, end_order[np.maximum(k, 0)], -1)
+    # A call cannot precede itself; ties of zero-length calls are broken by order.
+    c_pred = np.where(c_pred >= np.arange(n), -1, c_pred)
+    c_gap = np.where(c_pred >= 0, c_start - c_end[np.maximum(c_pred, 0)], 0).astype(np.float64)
+    c_gap = np.maximum(c_gap, 0.0)
+
+    # GPU operations of the window's calls, and the ones still running when it opens.
+    acts = trace.activities
+    a_pid = np.right_shift(acts["globalPid"].to_numpy(np.int64), 24)
+    corr_to_call = pd.Series(np.arange(n), index=calls["correlationId"].to_numpy(np.int64))
+    corr_to_call = corr_to_call[~corr_to_call.index.duplicated()]
+    mine = (a_pid == pid) if pid is not None else np.ones(len(acts), bool)
+    a_corr = acts["correlationId"].to_numpy(np.int64)
+    call_of = corr_to_call.reindex(a_corr).to_numpy()
+    in_win = mine & ~np.isnan(call_of)
+    a_start = acts["start"].to_numpy(np.int64)
+    a_end = acts["end"].to_numpy(np.int64)
+    carry = mine & ~in_win & (a_end > w0) & (a_start <= w1) & \
+        (acts["api_start"].fillna(-1).to_numpy() < w0)
+    keep = in_win | carry
+    ops = acts[keep]
+    g_call = np.where(in_win[keep], call_of[keep], -1).astype(np.int64)
+    g_start = ops["start"].to_numpy(np.int64)
+    g_end = ops["end"].to_numpy(np.int64)
+    dev = ops["deviceId"].to_numpy(np.int64)
+    stream_keys = list(zip(dev.tolist(), ops["streamId"].to_numpy(np.int64).tolist()))
+    s_codes, s_uniq = pd.factorize(pd.Series(stream_keys, dtype=object))
+    streams = [tuple(x) for x in s_uniq]
+    g_stream = s_codes.astype(np.int64)
+    # Order: by stream, then start (FIFO per stream).
+    o = np.lexsort((g_end, g_start, g_stream))
+    g_call, g_start, g_end, dev, g_stream = g_call[o], g_start[o], g_end[o], dev[o], g_stream[o]
+    ops = ops.iloc[o]
+    m = len(g_start)
+    g_dur = (g_end - g_start).astype(np.float64)
+    g_prev = np.arange(m) - 1
+    g_prev[(g_prev < 0) | (np.r_[True, g_stream[1:] != g_stream[:-1]])] = -1
+    kind_map = {"kernel": 0, "memcpy": 1, "memset": 2}
+    g_kind = ops["kind"].astype(str).map(kind_map).to_numpy(np.int8)
+    ncodes, op_names = pd.factorize(ops["name"].astype(str))
+    op_names = np.asarray(op_names, dtype=object)
+    g_family = _kernel_family(ncodes, op_names, g_kind == 0, g_dur, launch_floor_ns).astype(np.int8)
+
+    # Launch latency and queue gap: the measured delay of the binding constraint, the typical
+    # value (median) of the other, never above what was measured.
+    c_s = np.where(g_call >= 0, c_start[np.maximum(g_call, 0)], 0).astype(np.float64)
+    c_e = np.where(g_call >= 0, c_end[np.maximum(g_call, 0)], 0).astype(np.float64)
+    p_end = np.where(g_prev >= 0, g_end[np.maximum(g_prev, 0)], -np.inf).astype(np.float64)
+    launch_delay = g_start - c_s
+    queue_delay = g_start - p_end
+    has_call = g_call >= 0
+    clear_launch = has_call & ((g_prev < 0) | (p_end < c_s))
+    clear_queue = has_call & (g_prev >= 0) & (p_end > c_e)
+    lat_med = _median(launch_delay[clear_launch & (launch_delay >= 0)], DEFAULT_LAT_NS)
+    qgap_med = _median(queue_delay[clear_queue & (queue_delay >= 0)], DEFAULT_QGAP_NS)
+    launch_bound = has_call & ((g_prev < 0) | (c_s + lat_med >= p_end + qgap_med))
+    g_lat = np.where(launch_bound, launch_delay, np.minimum(lat_med, launch_delay))
+    g_qgap = np.where(launch_bound, np.minimum(qgap_med, queue_delay), queue_delay)
+    g_lat = np.maximum(np.nan_to_num(g_lat, nan=0.0, posinf=0.0, neginf=0.0), 0.0)
+    g_qgap = np.maximum(np.nan_to_num(g_qgap, nan=0.0, posinf=0.0, neginf=0.0), 0.0)
+
+    # Cross-stream waits: an operation held well past both of its own constraints, that started
+    # right after an operation of another stream (launched earlier) ended, waited for that one.
+    g_dep = np.full(m, -1, dtype=np.int64)
+    g_dep_delta = np.zeros(m)
+    if len(streams) > 1:
+        own_ready = np.maximum(c_s + np.where(launch_bound, lat_med, g_lat),
+                               p_end + np.where(launch_bound, g_qgap, qgap_med))
+        held = has_call & (g_start - own_ready > 5 * TOLERANCE_NS)
+        if held.any():
+            eo = np.argsort(g_end, kind="stable")
+            ends = g_end[eo]
+            for i in np.flatnonzero(held):
+                j = np.searchsorted(ends, g_start[i], side="right") - 1
+                while j >= 0 and g_start[i] - ends[j] <= 5 * TOLERANCE_NS:
+                    d = eo[j]
+                    if g_stream[d] != g_stream[i] and (g_call[d] < g_call[i]):
+                        g_dep[i] = d
+                        g_dep_delta[i] = float(g_start[i] - g_end[d])
+                        # Its own constraints now hold at their typical values.
+                        g_lat[i] = min(lat_med, max(launch_delay[i], 0.0))
+                        g_qgap[i] = min(qgap_med, max(queue_delay[i], 0.0)) if g_prev[i] >= 0 else 0.0
+                        break
+                    j -= 1
+
+    # The operations each call launched, in stream order.
+    ci = g_call[g_call >= 0]
+    gi = np.flatnonzero(g_call >= 0)
+    oo = np.lexsort((g_start[gi], ci))
+    ops_idx = gi[oo]
+    ops_ptr = np.searchsorted(ci[oo], np.arange(n + 1), side="left").astype(np.int64)
+
+    c_wait, c_wait_arg, c_wake, c_own = _waits(trace, calls, names, codes, c_kind, c_start, c_end,
+                                               g_call, g_start, g_end, g_stream, dev, streams,
+                                               ops, ops_ptr, ops_idx)
+    gap_mid = np.where(c_pred >= 0, (c_start + c_end[np.maximum(c_pred, 0)]) // 2, c_start)
+    range_names, (c_range, c_gap_range) = _call_ranges(trace, [c_start, gap_mid])
+    iter_call, periods, gpu_side = _iterations(window, c_start, n)
+    return StepGraph(window=window, call_names=names, c_start=c_start, c_end=c_end,
+                     c_name=codes.astype(np.int64), c_kind=c_kind, c_tid=c_tid, c_pred=c_pred,
+                     c_gap=c_gap, c_own=c_own, c_wait=c_wait, c_wait_arg=c_wait_arg, c_wake=c_wake,
+                     c_range=c_range, c_gap_range=c_gap_range, range_names=range_names,
+                     op_names=op_names,
+                     g_start=g_start, g_end=g_end, g_dur=g_dur, g_stream=g_stream, g_dev=dev,
+                     g_call=g_call, g_prev=g_prev, g_lat=g_lat, g_qgap=g_qgap, g_dep=g_dep,
+                     g_dep_delta=g_dep_delta, g_family=g_family, g_name=ncodes.astype(np.int64),
+                     g_kind=g_kind, streams=streams, ops_ptr=ops_ptr, ops_idx=ops_idx,
+                     iter_call=iter_call, measured_periods=periods, gpu_periods=gpu_side,
+                     end_ns=w1)
+
+
+def _median(x: np.ndarray, default: float) -> float:
+    x = x[np.isfinite(x)]
+    return float(np.median(x)) if len(x) else default
+
+
+def _waits(trace, calls, names, codes, c_kind, c_start, c_end, g_call, g_start, g_end, g_stream,
+           dev, streams, ops, ops_ptr, ops_idx):
+    """Per call: what GPU work it waits for, its own CPU time and its wake-up delay."""
+    n = len(c_start)
+    dur = (c_end - c_start).astype(np.float64)
+    wait = np.zeros(n, dtype=np.int8)
+    arg = np.full(n, -1, dtype=np.int64)
+    name_of = names[codes] if n else np.empty(0, object)
+    stream_index = {s: i for i, s in enumerate(streams)}
+    main_dev = int(pd.Series(dev).mode().iat[0]) if len(dev) else 0
+    default_stream = (int(pd.Series(g_stream).mode().iat[0]) if len(g_stream) else -1)
+
+    # Stream of each stream synchronize (CUPTI's synchronization records).
+    syncs = trace.sync_streams
+    sync_stream = {}
+    if len(syncs):
+        pid = np.right_shift(c_tid_of(calls), 24)
+        key = pd.MultiIndex.from_arrays([syncs["pidkey"].to_numpy(np.int64),
+                                         syncs["correlationId"].to_numpy(np.int64)])
+        st = pd.Series(syncs["streamId"].to_numpy(np.int64), index=key)
+        st = st[~st.index.duplicated()]
+        look = pd.MultiIndex.from_arrays([pid, calls["correlationId"].to_numpy(np.int64)])
+        found = st.reindex(look).to_numpy()
+        for i in np.flatnonzero(~np.isnan(found)):
+            sync_stream[i] = int(found[i])
+
+    is_dev_sync = match_names(pd.Series(names, dtype=object), DEVICE_SYNC_RE)[codes] if n else np.zeros(0, bool)
+    is_stream_sync = match_names(pd.Series(names, dtype=object), STREAM_SYNC_RE)[codes] if n else np.zeros(0, bool)
+    is_sync_copy = match_names(pd.Series(names, dtype=object), SYNC_COPY_RE)[codes] if n else np.zeros(0, bool)
+    is_free_wait = match_names(pd.Series(names, dtype=object), FREE_WAITS_RE)[codes] if n else np.zeros(0, bool)
+
+    wait[is_dev_sync | is_free_wait | is_sync_copy] = int(Wait.DEVICE)
+    arg[is_dev_sync | is_free_wait | is_sync_copy] = main_dev
+    for i in np.flatnonzero(is_stream_sync):
+        s = sync_stream.get(int(i))
+        idx = stream_index.get((main_dev, s)) if s is not None else None
+        if idx is None:
+            idx = default_stream
+        wait[i], arg[i] = int(Wait.STREAM), idx
+
+    # Copies that block the CPU: device-to-host, and anything from or to pageable memory.
+    kinds = trace.copy_kinds
+    if len(kinds) and n:
+        kk = kinds.drop_duplicates("correlationId").set_index("correlationId")
+        for i in np.flatnonzero(c_kind == int(CallKind.COPY)):
+            lo, hi = ops_ptr[i], ops_ptr[i + 1]
+            if hi <= lo:
+                continue
+            g = int(ops_idx[lo])
+            corr = int(calls["correlationId"].iat[i])
+            if corr not in kk.index or wait[i] == int(Wait.DEVICE):
+                continue
+            r = kk.loc[corr]
+            blocking = (int(r["copyKind"]) == D2H or int(r["srcKind"]) == PAGEABLE
+                        or int(r["dstKind"]) == PAGEABLE)
+            if blocking:
+                wait[i], arg[i] = int(Wait.OP), g
+
+    # Observed waits: the end of the awaited work, for the calls known to wait.
+    awaited = np.full(n, -np.inf)
+    last_end_stream = np.full(max(len(streams), 1), -np.inf)
+    carried = np.flatnonzero(g_call < 0)
+    for g in carried:
+        last_end_stream[g_stream[g]] = max(last_end_stream[g_stream[g]], g_end[g])
+    dev_of_stream = np.array([s[0] for s in streams] or [0])
+    for i in range(n):
+        w = wait[i]
+        if w == int(Wait.STREAM):
+            awaited[i] = last_end_stream[arg[i]] if arg[i] >= 0 else -np.inf
+        elif w == int(Wait.DEVICE):
+            sel = dev_of_stream == arg[i]
+            awaited[i] = last_end_stream[sel].max() if sel.any() else -np.inf
+        elif w == int(Wait.OP):
+            awaited[i] = g_end[arg[i]]
+        for g in ops_idx[ops_ptr[i]:ops_ptr[i + 1]]:
+            last_end_stream[g_stream[g]] = max(last_end_stream[g_stream[g]], g_end[g])
+        if w == int(Wait.OP):
+            awaited[i] = g_end[arg[i]]
+
+    # Calls of other kinds that measured far longer than usual and returned right after a GPU
+    # operation ended: a full launch queue, an allocation that synchronised.
+    med = pd.Series(dur).groupby(codes).median().to_numpy() if n else np.zeros(0)
+    long = (wait == int(Wait.NONE)) & (dur > np.maximum(BLOCKED_FACTOR * med[codes], BLOCKED_MIN_NS)) \
+        if n else np.zeros(0, bool)
+    if long.any() and len(g_end):
+        eo = np.argsort(g_end, kind="stable")
+        ends = g_end[eo]
+        for i in np.flatnonzero(long):
+            j = np.searchsorted(ends, c_end[i], side="right") - 1
+            if j >= 0 and c_end[i] - ends[j] <= 5 * TOLERANCE_NS and ends[j] > c_start[i]:
+                g = eo[j]
+                if g_call[g] < i:
+                    wait[i], arg[i], awaited[i] = int(Wait.OP), g, ends[j]
+
+    blocked = (wait != int(Wait.NONE)) & (awaited > c_start)
+    wake_obs = c_end - awaited
+    wake_med = _median(wake_obs[blocked & (wake_obs >= 0)], DEFAULT_WAKE_NS)
+    # Own CPU time of a call that waited: what the same API costs when it does not wait.
+    unblocked_med = pd.Series(np.where(blocked, np.nan, dur)).groupby(codes).median()
+    base = unblocked_med.reindex(np.arange(len(names))).to_numpy()[codes] if n else np.zeros(0)
+    base = np.where(np.isnan(base), np.minimum(dur, DEFAULT_WAKE_NS), base)
+    own = np.where(blocked, np.minimum(dur, base), dur)
+    wake = np.where(blocked, np.maximum(wake_obs, 0.0),
+                    np.clip(np.where(np.isfinite(wake_obs), c_end - awaited, wake_med), 0.0, wake_med))
+    wake = np.where(wait == int(Wait.NONE), 0.0, wake)
+    return wait, arg, wake.astype(np.float64), own.astype(np.float64)
+
+
+def c_tid_of(calls: pd.DataFrame) -> np.ndarray:
+    return calls["globalTid"].to_numpy(np.int64)
+
+
+def _call_ranges(trace, times: list[np.ndarray]) -> tuple[list[str], list[np.ndarray]]:
+    """For each array of times: the innermost user NVTX range open on the main thread at each
+    (work launched from helper threads counts for the main thread's ranges, as in attribution)."""
+    user = trace.user_ranges
+    if user.empty or not len(times[0]):
+        return ["(no range)"], [np.zeros(len(t), dtype=np.int64) for t in times]
+    mains = main_threads(user)
+    tids = set(mains.values())
+    r = user[user["globalTid"].isin(tids)].sort_values("start", kind="stable")
+    st, en = r["start"].to_numpy(np.int64), r["end"].to_numpy(np.int64)
+    ncode, rnames = pd.factorize(r["name"].astype(str))
+    names = [str(x) for x in rnames] + ["(no range)"]
+    return names, [_innermost(st, en, ncode, t, len(names) - 1) for t in times]
+
+
+def _innermost(st: np.ndarray, en: np.ndarray, code: np.ndarray, times: np.ndarray,
+               none: int) -> np.ndarray:
+    """Per time: the code of the latest-starting range (sorted by start) that contains it."""
+    out = np.full(len(times), none, dtype=np.int64)
+    order = np.argsort(times, kind="stable")
+    stack: list[int] = []
+    j = 0
+    for i in order:
+        t = times[i]
+        while j < len(st) and st[j] <= t:
+            stack.append(j)
+            j += 1
+        while stack and en[stack[-1]] < t:
+            stack.pop()
+        k = len(stack) - 1
+        while k >= 0 and en[stack[k]] < t:  # an inner range that ended below the top
+            k -= 1
+        if k >= 0:
+            out[i] = code[stack[k]]
+    return out
+
+
+def _iterations(window: Window, c_start: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, bool]:
+    """The first call of each of the window's iterations (then n), and its measured periods."""
+    periods = np.asarray(window.periods_ns, dtype=np.float64)
+    if not window.iteration_ns or not n:
+        return np.array([0, n], dtype=np.int64), np.array([float(window.wall_ns)]), False
+    starts = window.start_ns + np.concatenate([[0], np.cumsum(window.iteration_ns[:-1])])
+    first = np.searchsorted(c_start, starts, side="left")
+    gpu_side = len(window.gpu_period_ns) == len(window.iteration_ns)
+    return np.concatenate([first, [n]]).astype(np.int64), periods, gpu_side

@@ -1,0 +1,166 @@
+"""Replay a step graph: each node starts when its predecessors are done (Daydream's scheduler).
+
+Calls run one after the other on the CPU chain, in the order they ran; a GPU operation starts
+when its launch call has issued it, its stream's previous operation is done and any operation of
+another stream it waits for is done. ``host`` scales every CPU duration (the gaps between calls
+and the calls' own time): the calibration finds the scale at which the replay runs as fast as the
+program without a profiler. Replaying the unmodified graph with ``host=1`` reproduces the trace.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from profkit.run.step.graph import StepGraph, Wait
+
+# How a node's start (GPU) or end (call) was bound, for the critical path.
+BY_LAUNCH, BY_STREAM, BY_DEP, BY_FIXED = 0, 1, 2, 3
+BY_OWN, BY_WAIT = 0, 1
+
+
+@dataclass
+class Schedule:
+    """Simulated times (ns on the trace's timeline) and what bound each node."""
+    c_start: np.ndarray
+    c_end: np.ndarray
+    c_end_by: np.ndarray       # BY_OWN or BY_WAIT
+    c_waited: np.ndarray       # the operation whose end released a waiting call, or -1
+    g_start: np.ndarray
+    g_end: np.ndarray
+    g_by: np.ndarray           # BY_LAUNCH, BY_STREAM, BY_DEP, BY_FIXED
+    periods: np.ndarray        # each iteration's simulated period
+    starts: np.ndarray         # each iteration's simulated start (the periods run from these)
+    end_ns: float              # the window's simulated end
+    host: float
+
+    @property
+    def iteration_ns(self) -> float:
+        """The median iteration: what the step takes."""
+        return float(np.median(self.periods)) if len(self.periods) else 0.0
+
+
+def simulate(g: StepGraph, host: float = 1.0) -> Schedule:
+    """Replay ``g`` with every CPU duration scaled by ``host``."""
+    n, m = g.n_calls, g.n_ops
+    c_start = np.zeros(n)
+    c_end = np.zeros(n)
+    c_end_by = np.zeros(n, dtype=np.int8)
+    c_waited = np.full(n, -1, dtype=np.int64)
+    g_start = g.g_start.astype(np.float64).copy()
+    g_end = g.g_end.astype(np.float64).copy()
+    g_by = np.full(m, BY_FIXED, dtype=np.int8)
+    n_streams = max(len(g.streams), 1)
+    last_end = [-np.inf] * n_streams
+    last_op = [-1] * n_streams
+    dev_of = [s[0] for s in g.streams] or [0]
+    for op in np.flatnonzero(g.g_call < 0):  # work already on the GPU when the window opens
+        s = int(g.g_stream[op])
+        if g_end[op] > last_end[s]:
+            last_end[s], last_op[s] = float(g_end[op]), int(op)
+
+    pred = g.c_pred.tolist()
+    gap = (g.c_gap * host).tolist()
+    own = (g.c_own * host).tolist()
+    wait = g.c_wait.tolist()
+    warg = g.c_wait_arg.tolist()
+    wake = g.c_wake.tolist()
+    ptr = g.ops_ptr.tolist()
+    idx = g.ops_idx.tolist()
+    prev = g.g_prev.tolist()
+    lat = g.g_lat.tolist()
+    qgap = g.g_qgap.tolist()
+    dep = g.g_dep.tolist()
+    dep_d = g.g_dep_delta.tolist()
+    dur = g.g_dur.tolist()
+    stream = g.g_stream.tolist()
+    gs = g_start.tolist()
+    ge = g_end.tolist()
+    gb = g_by.tolist()
+    cs = [0.0] * n
+    ce = [0.0] * n
+    anchor = float(g.c_start[0]) if n else 0.0
+    offset = (g.c_start - (g.c_start[0] if n else 0)).astype(np.float64).tolist()
+    WS, WD, WO = int(Wait.STREAM), int(Wait.DEVICE), int(Wait.OP)
+    for i in range(n):
+        p = pred[i]
+        t = (ce[p] + gap[i]) if p >= 0 else anchor + offset[i]
+        cs[i] = t
+        for k in range(ptr[i], ptr[i + 1]):
+            op = idx[k]
+            s = t + lat[op]
+            by = BY_LAUNCH
+            pv = prev[op]
+            if pv >= 0:
+                r = ge[pv] + qgap[op]
+                if r > s:
+                    s, by = r, BY_STREAM
+            d = dep[op]
+            if d >= 0:
+                r = ge[d] + dep_d[op]
+                if r > s:
+                    s, by = r, BY_DEP
+            gs[op] = s
+            e = s + dur[op]
+            ge[op] = e
+            gb[op] = by
+            st = stream[op]
+            if e > last_end[st]:
+                last_end[st], last_op[st] = e, op
+        e = t + own[i]
+        w = wait[i]
+        if w:
+            if w == WS:
+                a = warg[i]
+                rel, ref = (last_end[a], last_op[a]) if a >= 0 else (-np.inf, -1)
+            elif w == WD:
+                rel, ref = -np.inf, -1
+                for st in range(n_streams):
+                    if dev_of[st] == warg[i] and last_end[st] > rel:
+                        rel, ref = last_end[st], last_op[st]
+            else:  # WO
+                ref = warg[i]
+                rel = ge[ref] if ref >= 0 else -np.inf
+            r = rel + wake[i]
+            if r > e:
+                e = r
+                c_end_by[i] = BY_WAIT
+                c_waited[i] = ref
+        ce[i] = e
+    c_start[:] = cs
+    c_end[:] = ce
+    g_start = np.asarray(gs)
+    g_end = np.asarray(ge)
+    g_by = np.asarray(gb, dtype=np.int8)
+    starts, end = _starts(g, c_start, c_end, g_start, g_end)
+    periods = np.diff(np.append(starts, end))
+    return Schedule(c_start, c_end, c_end_by, c_waited, g_start, g_end, g_by, periods, starts, end,
+                    host)
+
+
+def _starts(g: StepGraph, c_start, c_end, g_start, g_end) -> tuple[np.ndarray, float]:
+    """Each iteration's start and the window's end, as the window defines its periods: from the
+    first GPU start of the work launched in an iteration to the next one's (GPU-side), or from
+    call to call (CPU-side)."""
+    n = g.n_calls
+    tail = float(g.end_ns) - max(float(g.c_end[-1]) if n else -np.inf,
+                                 float(g.g_end.max()) if g.n_ops else -np.inf)
+    end = max(float(c_end[-1]) if n else -np.inf, float(g_end.max()) if g.n_ops else -np.inf)
+    end = end + max(tail, 0.0) if np.isfinite(end) else float(g.end_ns)
+    bounds = g.iter_call
+    k = len(bounds) - 1
+    if k <= 0 or n == 0:
+        return np.array([c_start[0] if n else 0.0]), end
+    if g.gpu_periods and g.n_ops:
+        call_of = g.g_call
+        ok = call_of >= 0
+        it = np.searchsorted(bounds, call_of[ok], side="right") - 1
+        first = np.full(k, np.inf)
+        np.minimum.at(first, np.clip(it, 0, k - 1), g_start[ok])
+        if np.isfinite(first).all():
+            starts = first
+        else:
+            starts = c_start[np.minimum(bounds[:-1], n - 1)]
+    else:
+        starts = c_start[np.minimum(bounds[:-1], n - 1)]
+    return starts, end

@@ -45,7 +45,7 @@ def _row_configs():
 def _decode_warps(block: int, wide: int = 16) -> int:
     """num_warps for a decode row: a fixed rule by row length (as Liger-Kernel's), since timing
     a 2 µs kernel in the autotuner measures launch noise, not the kernel.  `wide`: rows of 8192 and
-    more, per kernel.  At 64x8192 on an H200 (scripts/probe_variants.py decode_warps, µs with 8 / 16
+    more, per kernel.  At 64x8192 on an H200 (scripts/gpu/probe_variants.py decode_warps, µs with 8 / 16
     / 32 warps): add+RMSNorm 3.81 / 3.52 / 3.38, add+LayerNorm 4.01 / 3.91 / 3.95, softmax 3.26 /
     3.21 / 3.43; so 32 for add+RMSNorm, 16 for the others."""
     return 4 if block < 2048 else 8 if block < 8192 else wide
@@ -54,7 +54,7 @@ def _decode_warps(block: int, wide: int = 16) -> int:
 def _reload_warps(block: int) -> int:
     """num_warps for add+RMSNorm's reload mode: block // 256 (16 for 4096, 32 for 8192).  Timing
     the candidates, the autotuner picked 8 for 4096 in one run and 16 in another; side by side
-    (scripts/probe_variants.py reload: analyses/data/probe_variants_h200.json) 16 beat 8 by 2% at
+    (scripts/gpu/probe_variants.py reload: analyses/data/probe_variants_h200.json) 16 beat 8 by 2% at
     16384x4096 and 32 beat 16 by 2% at 65536x8192, in place and not."""
     return min(32, max(4, block // 256))
 
@@ -98,7 +98,7 @@ def _launch(kernel, grid: tuple, x: Tensor, *args, **consts) -> None:
     From the second call of a specialisation on, the compiled kernel is launched through its own
     launcher, without Triton's per-call argument binding, cache key and autotuner lookup: on an
     H200 host a 16x4096 softmax launch took 5.3 µs of CPU that way, against 13.6 µs through the
-    JIT function and 19.9 µs through the autotuner (scripts/probe_variants.py host;
+    JIT function and 19.9 µs through the autotuner (scripts/gpu/probe_variants.py host;
     analyses/kernels_h200.md).  The specialisation is keyed more finely than Triton's own: each
     tensor's dtype and 16-byte alignment, every integer's exact value, the compile-time arguments
     and the device; a float's value is never compiled in.  Launch hooks (Triton's profiler) and
@@ -412,7 +412,7 @@ def _bias_gelu_flat_kernel(X, B, OUT, NUMEL, N: tl.constexpr, XBLOCK: tl.constex
     # Small (decode) tensors: the flattened index, whose bias column is idx % N with N a compile-time
     # constant (a multiply and shift, not a division).  The 2-D tile's program -> (row, column block)
     # split and 2-D masks sit before the loads, on the critical path of a 1-2 µs kernel: side by side
-    # on an H200 (scripts/probe_variants.py gelu_flat) the flat kernel took 1.17 vs 1.25 µs at
+    # on an H200 (scripts/gpu/probe_variants.py gelu_flat) the flat kernel took 1.17 vs 1.25 µs at
     # 1x4096 (same block) and 2.41 vs 2.59 at 64x8192 (each at its best block).
     idx = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
     mask = idx < NUMEL
@@ -437,7 +437,7 @@ def bias_gelu(x: Tensor, bias: Tensor, approximate: str = "none", *, out=None):
     tanh = approximate == "tanh"
     if x.numel() <= FLAT_GELU_MAX:
         # 2 elements a thread (programs of 128 threads) while that is at most ~4 programs an SM, else 4
-        # (programs of 256).  Side by side (scripts/probe_variants.py gelu_flat, µs, 256/4 vs 1024/8):
+        # (programs of 256).  Side by side (scripts/gpu/probe_variants.py gelu_flat, µs, 256/4 vs 1024/8):
         # 1x4096 1.17 vs 1.24, 16x4096 1.44 vs 1.47, 64x8192 2.69 vs 2.41.
         xblock, warps = (256, 4) if x.numel() <= 1 << 17 else (1024, 8)
         _launch(_bias_gelu_flat_kernel, (triton.cdiv(x.numel(), xblock),),
@@ -528,7 +528,7 @@ def softmax(x: Tensor, scale: float = 1.0, *, out=None, max_single: int | None =
 
 def _stream_softmax_store(rows: int) -> bool:
     """Store a decode batch's probabilities with the streaming hint (.cs), as Liger-Kernel does.
-    On an H200 (scripts/probe_variants.py consumer, analyses/data/probe_variants_h200.json, keys
+    On an H200 (scripts/gpu/probe_variants.py consumer, analyses/data/probe_variants_h200.json, keys
     consumer_earlier_run and consumer) it took 16x4096 from 1.99 to 1.91 µs, and 1.96 to 1.87 in a
     second run, and cost nothing when the matmul that reads the probabilities follows (16x4096 with
     p @ v: 9.48 and 9.43 either way); a single row measured 1.81 plain vs 1.84 µs in the first run and

@@ -1,4 +1,4 @@
-"""Damaged copies of a real trace, for the fuzz test and ``scripts/fuzz.py``.
+"""Damaged copies of a real trace, for the fuzz test and ``scripts/tools/fuzz.py``.
 
 Each mutation takes the bytes of a good export and returns the bytes of a damaged one, either at
 the byte level (flipped bits, zeroed or random runs, truncation) or at the SQL level (a NULL in a

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-spec = importlib.util.spec_from_file_location("accuracy", ROOT / "scripts" / "accuracy.py")
+spec = importlib.util.spec_from_file_location("accuracy", ROOT / "scripts" / "pages" / "accuracy.py")
 acc = importlib.util.module_from_spec(spec)
 sys.modules["accuracy"] = acc
 spec.loader.exec_module(acc)

@@ -1,4 +1,4 @@
-"""The committed case-study pages (analyses/*.md) must equal a fresh run of scripts/make_analyses.py.
+"""The committed case-study pages (analyses/*.md) must equal a fresh run of scripts/pages/make_analyses.py.
 
 A case whose trace is not in traces/ yet (not captured) is skipped, not failed.
 """
@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _load_script():
-    spec = importlib.util.spec_from_file_location("make_analyses", ROOT / "scripts" / "make_analyses.py")
+    spec = importlib.util.spec_from_file_location("make_analyses", ROOT / "scripts" / "pages" / "make_analyses.py")
     mod = importlib.util.module_from_spec(spec)
     sys.modules["make_analyses"] = mod
     spec.loader.exec_module(mod)
@@ -31,10 +31,10 @@ def test_committed_page_matches_a_fresh_run(case, tmp_path):
     if missing:
         pytest.skip(f"trace {missing[0]} not captured yet")
     committed = ROOT / "analyses" / f"{case.name}.md"
-    assert committed.exists(), f"{committed} is not committed: run python scripts/make_analyses.py"
+    assert committed.exists(), f"{committed} is not committed: run python scripts/pages/make_analyses.py"
     fresh = ma.render_case(case, tmp_path)
     assert fresh == committed.read_text(), (
-        f"{committed.name} is stale: run `python scripts/make_analyses.py --only {case.name}`")
+        f"{committed.name} is stale: run `python scripts/pages/make_analyses.py --only {case.name}`")
 
 
 def test_check_mode_passes_on_the_committed_pages(capsys):

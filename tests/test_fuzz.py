@@ -1,7 +1,7 @@
 """Damaged traces get one clear line, never a traceback (issue: no traceback, ever, on a file).
 
 A fixed-seed sample of byte- and SQL-level mutations of committed traces (tests/mutate.py) runs
-through the CLI in this process; ``scripts/fuzz.py`` runs the same checks for long runs.
+through the CLI in this process; ``scripts/tools/fuzz.py`` runs the same checks for long runs.
 """
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ from synth import plain
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACES = ROOT / "traces"
-sys.path.insert(0, str(ROOT / "scripts"))
-import fuzz  # noqa: E402  (scripts/ is not a package)
+sys.path.insert(0, str(ROOT / "scripts" / "tools"))
+import fuzz  # noqa: E402  (scripts/tools/ is not a package)
 
 
 def damaged_copy(tmp_path: Path, sql: str, params: tuple = (), src: str = "micro_addnorm.sqlite.xz") -> Path:

@@ -1,4 +1,4 @@
-"""analyses/kernels_h200.md must equal a fresh run of scripts/make_kernels_page.py on the committed data."""
+"""analyses/kernels_h200.md must equal a fresh run of scripts/pages/make_kernels_page.py on the committed data."""
 from __future__ import annotations
 
 import importlib.util
@@ -14,7 +14,7 @@ pytestmark = pytest.mark.skipif(not DATA.exists(), reason="no committed kernel b
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("make_kernels_page", ROOT / "scripts" / "make_kernels_page.py")
+    spec = importlib.util.spec_from_file_location("make_kernels_page", ROOT / "scripts" / "pages" / "make_kernels_page.py")
     mod = importlib.util.module_from_spec(spec)
     sys.modules["make_kernels_page"] = mod
     spec.loader.exec_module(mod)
@@ -23,7 +23,7 @@ def _load():
 
 def test_check_mode(capsys):
     mkp = _load()
-    assert mkp.main(["--check"]) == 0, "analyses/kernels_h200.md is stale: run `python scripts/make_kernels_page.py`"
+    assert mkp.main(["--check"]) == 0, "analyses/kernels_h200.md is stale: run `python scripts/pages/make_kernels_page.py`"
     assert "no drift" in capsys.readouterr().out
 
 

@@ -1,4 +1,4 @@
-"""analyses/closing_the_loop.md must equal a fresh run of scripts/make_loop_page.py."""
+"""analyses/closing_the_loop.md must equal a fresh run of scripts/pages/make_loop_page.py."""
 from __future__ import annotations
 
 import importlib.util
@@ -9,7 +9,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("make_loop_page", ROOT / "scripts" / "make_loop_page.py")
+    spec = importlib.util.spec_from_file_location("make_loop_page", ROOT / "scripts" / "pages" / "make_loop_page.py")
     mod = importlib.util.module_from_spec(spec)
     sys.modules["make_loop_page"] = mod
     spec.loader.exec_module(mod)
@@ -21,7 +21,7 @@ mlp = _load()
 
 def test_committed_page_matches_a_fresh_run():
     assert mlp.PAGE.read_text() == mlp.render(), \
-        "analyses/closing_the_loop.md is stale: run `python scripts/make_loop_page.py`"
+        "analyses/closing_the_loop.md is stale: run `python scripts/pages/make_loop_page.py`"
 
 
 def test_check_mode(capsys):

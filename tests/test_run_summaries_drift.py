@@ -1,4 +1,4 @@
-"""analyses/run_summaries.md is what scripts/make_run_summaries.py makes from traces/real now."""
+"""analyses/run_summaries.md is what scripts/pages/make_run_summaries.py makes from traces/real now."""
 from __future__ import annotations
 
 import subprocess
@@ -9,6 +9,6 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_run_summaries_page_is_current():
-    res = subprocess.run([sys.executable, str(ROOT / "scripts" / "make_run_summaries.py"), "--check"],
+    res = subprocess.run([sys.executable, str(ROOT / "scripts" / "pages" / "make_run_summaries.py"), "--check"],
                          capture_output=True, text=True, cwd=ROOT)
     assert res.returncode == 0, res.stdout + res.stderr

@@ -219,7 +219,7 @@ def test_no_grad_path_skips_autograd_but_grad_path_keeps_it():
 
 
 def _load_bench():
-    spec = importlib.util.spec_from_file_location("bench_kernels", os.path.join(ROOT, "scripts", "bench_kernels.py"))
+    spec = importlib.util.spec_from_file_location("bench_kernels", os.path.join(ROOT, "scripts", "bench", "bench_kernels.py"))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod

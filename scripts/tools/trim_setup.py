@@ -1,0 +1,48 @@
+"""Shrink a capture whose set-up (torch.compile's compilation, autotuning and CUDA-graph recording)
+dwarfs its steady state, so it can live in a repository.
+
+Every CUDA activity and NVTX range that ends more than KEEP_NS before the first instance of the
+NVTX range NAME (the loop's iteration range; ``auto``: the start of the window profkit finds) is
+deleted, the cut is recorded in PROFKIT_META
+(``trimmed_before_ns``), and the file is vacuumed. The steady state is untouched; what profkit
+reports as set-up before the window becomes shorter than it ran. Only for traces this project
+captured itself: never run it on a trace someone else owns.
+
+    python scripts/tools/trim_setup.py TRACE.sqlite NAME
+"""
+from __future__ import annotations
+
+import sqlite3
+import sys
+
+KEEP_NS = 2_000_000_000
+TABLES = ["CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY",
+          "CUPTI_ACTIVITY_KIND_MEMSET", "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION",
+          "CUPTI_ACTIVITY_KIND_CUDA_EVENT", "CUDA_GRAPH_NODE_EVENTS", "NVTX_EVENTS"]
+
+
+def main(path: str, name: str) -> None:
+    if name == "auto":
+        import profkit
+        first = profkit.load(path).window.start_ns
+    con = sqlite3.connect(path)
+    if name != "auto":
+        first = con.execute("SELECT min(start) FROM NVTX_EVENTS WHERE text = ?", (name,)).fetchone()[0]
+    if first is None:
+        sys.exit(f"trim_setup: no NVTX range named {name!r} in {path}")
+    cut = first - KEEP_NS
+    have = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    for t in TABLES:
+        if t in have:
+            n = con.execute(f'DELETE FROM {t} WHERE "end" IS NOT NULL AND "end" < ?', (cut,)).rowcount
+            print(f"{t}: {n} rows before the cut deleted")
+    con.execute("INSERT INTO PROFKIT_META (key, value) VALUES ('trimmed_before_ns', ?)", (str(cut),))
+    con.commit()
+    con.execute("VACUUM")
+    con.close()
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
+    main(sys.argv[1], sys.argv[2])

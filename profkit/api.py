@@ -163,22 +163,28 @@ class Profile:
                                         float((crit[idx] * dur_all[idx]).sum() / d) if d > 0 else 0.0)
             # Element type from this op's own kernels (no trace-wide default: None = unknown).
             record = records.get(name)
-            recorded = recorded_dtype(record) if record is not None else None
-            dtype = recorded or _op_dtype(member_acts)
+            dtype, causal = _shape_inputs(member_acts, knames, record)
             precision = dtype.precision
-            causal = (record.causal if record is not None and record.causal is not None
-                      else ev.attention_causal(knames))
             rec.update(launch_stats(member_acts, self.peaks.launch_floor_ns))
             calls = int(op["count"])
+            hint = groups.hints.get(name)
+            # A range of a --aten capture: the work of the aten calls nested in it, summed.
+            summed = self._aten_sum(idx, calls, float(op["busy_ns"]), dur_all) if by == "range" else None
             # Best source first; exact copy bytes outrank a shape guess; judge() drops a source
-            # whose numbers land above a roof and says so in the evidence.
+            # whose numbers land above a roof and says so in the evidence. A range's summed aten
+            # work comes where an op's own shapes would, before a hint, unless the sum covers
+            # only part of the range (confidence "low": a lower bound on its work): then a hint
+            # written for the whole range goes first.
+            partial = summed is not None and summed.notes.get("aten_modelled_share", 1.0) < ev.ATEN_FULL_SHARE
             candidates = [lambda: ev.from_ncu(member_acts, self.trace.ncu, calls, self.gpu.l2_bytes),
                           lambda: gpu_metrics.from_gpu_metrics(member_acts, self.gpu_samples, calls,
                                                                self.peaks.memory_bandwidth),
                           lambda: ev.from_copies(member_acts, calls),
                           lambda: ev.from_shapes(str(name), dtype, causal=causal, record=record)
                           if by == "aten" else None,
-                          lambda: ev.from_hint(groups.hints.get(name), precision)]
+                          lambda: None if partial else summed,
+                          lambda: ev.from_hint(hint, precision),
+                          lambda: summed if partial else None]
             verdict, work = judge(rec, candidates, self.peaks, knames[:20])
             if work is not None and work.precision is not None:
                 precision = work.precision
@@ -208,6 +214,64 @@ class Profile:
         df.attrs["level"] = by
         df.attrs["kernels_of"] = kernels_of  # for counting an action once (ranked_actions)
         return df
+
+    @cached_property
+    def _aten_calls(self) -> Optional[tuple[np.ndarray, np.ndarray, list, list]]:
+        """For range rows of a ``--aten`` capture: per activity of the window, the aten call (its
+        innermost aten range) that launched it and that call's op (-1: none); per op (as at
+        ``--by aten``: name and input sizes) its name (``aten::mm``) and the shape model's work
+        of one call, judged as at ``--by aten`` (None: no model, or a reading above a roof).
+        None when the window has no aten ranges with GPU work."""
+        if self.trace.ranges_of_level("aten").empty:
+            return None
+        try:
+            groups = group_ops(self.trace, by="aten")
+        except ProfkitError:
+            return None
+        acts = self.trace.activities
+        # The columns the element type and launch statistics read, without the trace's attrs
+        # (which pandas deep-copies on every slice).
+        slim = pd.DataFrame({c: acts[c].to_numpy() for c in ("name", "kind", "start", "end")})
+        records = aten_record.records_by_key(groups.instances["name"], aten_key)
+        m = groups.members
+        keys = list(groups.ops.index)
+        code = {k: i for i, k in enumerate(keys)}
+        call_of = np.full(len(acts), -1, dtype=np.int64)
+        op_of = np.full(len(acts), -1, dtype=np.int64)
+        call_of[m["act_idx"].to_numpy(np.int64)] = m["instance"].to_numpy(np.int64)
+        op_of[m["act_idx"].to_numpy(np.int64)] = m["op"].map(code).to_numpy(np.int64)
+        by_op = {op: m["act_idx"].to_numpy()[ix] for op, ix in m.groupby("op", sort=False).indices.items()}
+        works = []
+        for key, op in groups.ops.iterrows():
+            member_acts = slim.take(by_op.get(key, np.empty(0, dtype=np.int64)))
+            knames = member_acts["name"].drop_duplicates().tolist()
+            record = records.get(key)
+            dtype, causal = _shape_inputs(member_acts, knames, record)
+            rec = {"name": key, **op.to_dict(), **launch_stats(member_acts, self.peaks.launch_floor_ns)}
+            _, work = judge(rec, [lambda: ev.from_shapes(str(key), dtype, causal=causal, record=record)],
+                            self.peaks, knames[:20])
+            works.append(work)
+        return call_of, op_of, [str(k).split(" ", 1)[0] for k in keys], works
+
+    def _aten_sum(self, idx: np.ndarray, calls: int, busy_ns: float,
+                  dur_all: np.ndarray) -> Optional[ev.Work]:
+        """A range's work per call from the aten calls that launched its activities ``idx``
+        (evidence.from_aten_calls; ``busy_ns``: the range's busy time over its calls), or None."""
+        aten = self._aten_calls
+        if aten is None or not len(idx):
+            return None
+        call_of, op_of, names, works = aten
+        u = np.unique(idx)
+        c, o, d = call_of[u], op_of[u], dur_all[u]
+        inside = c >= 0
+        if not inside.any():
+            return None
+        n_ops = len(works)
+        time_of = np.bincount(o[inside], weights=d[inside], minlength=n_ops)
+        distinct = np.unique(np.stack([o[inside], c[inside]]), axis=1)
+        calls_of = np.bincount(distinct[0], minlength=n_ops)
+        parts = [(names[k], works[k], int(calls_of[k]), float(time_of[k])) for k in np.nonzero(calls_of)[0]]
+        return ev.from_aten_calls(parts, calls, float(d.sum()), busy_ns)
 
     def _apply_pairs(self, rows: list[dict], works: dict, frame: Frame) -> None:
         """Producer -> consumer pairs that a bundled kernel fuses get one joint suggestion."""
@@ -292,6 +356,16 @@ def ranked_actions(findings: list, ops: Optional[pd.DataFrame] = None) -> list[d
                             "basis": row["basis"]})
     actions.sort(key=lambda a: -a["expected_end_to_end_speedup"])
     return actions
+
+
+def _shape_inputs(member_acts: pd.DataFrame, knames: list[str], record) -> tuple[ev.OpDtype, Optional[bool]]:
+    """What the shape model needs beside an op's shapes: its element type (the recorder's
+    record first, else its own kernels) and whether its attention is causal (None: unknown)."""
+    recorded = recorded_dtype(record) if record is not None else None
+    dtype = recorded or _op_dtype(member_acts)
+    causal = (record.causal if record is not None and record.causal is not None
+              else ev.attention_causal(knames))
+    return dtype, causal
 
 
 def _op_dtype(member_acts: pd.DataFrame) -> ev.OpDtype:

@@ -210,6 +210,19 @@ def _choose(op, verdict, work, peaks, text, kpc, span, busy, pct, under_graph, k
                 span / max(floor, kmed), "launch bound: span / max(launch floor, kernel time)")
 
     gemm = bool(GEMM_RE.search(text))
+    # A range whose work is summed over the calls of several different aten ops (a range of a
+    # --aten capture): where it sits under its roof is known, but advice drawn from its kernel
+    # names (a GEMM, TF32, a bundled kernel for a pattern among them) would be about a part of
+    # it, with the whole range's bytes or FLOPs: the fix is made on one of its ops. (A range
+    # around one op, such as an autograd node around its aten call, gets that op's advice.)
+    summed = (work is not None and work.parts > 1 and chain > 2
+              and not (pct is not None and pct >= NEAR_ROOF))
+    if summed and (verdict.bound is BoundClass.COMPUTE or (verdict.bound is BoundClass.MEMORY and gemm)):
+        roof = "compute" if verdict.bound is BoundClass.COMPUTE else "memory bandwidth"
+        where = f" at {pct:.0%} of its {roof} roof" if pct is not None else ""
+        return (Rung.NONE, f"a range of {chain:.0f} different kernels{where} (work summed over its "
+                           "aten calls): act on its ops, not on the range: --by aten shows which "
+                           "ones to change", 1.0, "several ops summed: no estimate for the range")
     if verdict.bound is BoundClass.MEMORY:
         if work is not None and work.source.value == "copy":
             return (Rung.NONE, "a copy: avoid it (keep the data on the GPU), use pinned memory with "
@@ -219,7 +232,8 @@ def _choose(op, verdict, work, peaks, text, kpc, span, busy, pct, under_graph, k
         pat = _pattern(text, knames, str(op["name"])) if chain >= 2 else None
         if pat:  # fusion removes bytes, so it pays even for an op already near the bandwidth roof
             eager, fused = _FUSED_PASSES[pat]
-            if work is not None and work.bytes:
+            if work is not None and work.bytes and not work.parts:
+                # (A range's bytes summed over its aten calls are not all the pattern's bytes.)
                 t_fused = work.bytes * fused / eager / (TARGET_MEMORY * peaks.memory_bandwidth) * 1e9
                 basis = (f"byte-count bound: span / ({fused}/{eager} of the bytes at "
                          f"{TARGET_MEMORY:.0%} of bandwidth)")

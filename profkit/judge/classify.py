@@ -87,9 +87,10 @@ def _cap(confidence: str, work: Optional[Work]) -> str:
 
 
 def _time_of(op: dict, work: Optional[Work]) -> float:
-    """The time the counts are divided by: ncu's own duration for ncu counts (same source),
-    else the op's median busy time per call."""
-    if work is not None and work.source is Source.NCU and work.time_ns:
+    """The time the counts are divided by: the time they come with (ncu's own duration for ncu
+    counts; a range's mean busy time per call for the mean work of its aten calls), else the
+    op's median busy time per call."""
+    if work is not None and work.time_ns:
         return float(work.time_ns)
     return float(op["busy_median_ns"]) or float(op["gpu_time_median_ns"])
 

@@ -24,7 +24,7 @@ from profkit.read.hints import Hint
 from profkit.model import Source
 
 __all__ = ["Work", "OpDtype", "ELEM_BYTES", "precision_of", "from_ncu", "from_hint", "from_copies",
-           "from_shapes", "op_dtype"]
+           "from_shapes", "from_aten_calls", "op_dtype"]
 
 
 @dataclass
@@ -49,6 +49,9 @@ class Work:
     # A lower reading of the same source (e.g. causal attention FLOPs), tried before giving the
     # source up when the primary reading lands above a roof.
     fallback: Optional["Work"] = None
+    # Different ops (aten::mm, aten::add, ...) whose calls were summed into this count (a range's
+    # aten calls, from_aten_calls); 0 for an op's own count.
+    parts: int = 0
 
 
 def precision_of(names: list[str]) -> Optional[str]:
@@ -343,3 +346,79 @@ def from_shapes(op_key: str, dtype: OpDtype | int | None = None,
                                  detail=f"{cc.kind}: {cc.formula} (causal assumed: the full "
                                         "count is above the compute roof)")
     return work
+
+
+# A range's work from the aten calls nested in it (from_aten_calls) is offered when calls that
+# the shape model covers hold at least this share of the range's GPU time (below, most of the
+# work is unknown and the sum would say little)...
+ATEN_MIN_SHARE = 0.5
+# ...with the shape model's own confidence ("medium", never more: a sum over several ops is no
+# surer than the model of each) only from this share up, when one element type holds at least
+# this share of the FLOPs (of the bytes, for work without FLOPs), and when calls whose element
+# type is a guess hold under the rest; otherwise "low".
+ATEN_FULL_SHARE = 0.9
+
+
+def from_aten_calls(calls: list[tuple[str, Optional[Work], int, float]], n_calls: int,
+                    total_ns: float, busy_ns: float) -> Optional[Work]:
+    """A range's work per call: the sum of the shape model's work of the aten calls nested in it
+    that launched its GPU work (each aten call counted once: the innermost aten range around a
+    launch owns its kernels, so a wrapper such as aten::linear around aten::addmm adds nothing).
+
+    ``calls``: one entry per aten op and input sizes: the op's name (``aten::mm``); its work per
+    call, or None where the model has none or its reading lands above a roof; how many of its
+    calls the range holds; their GPU time in the range. ``n_calls``: the range's own calls.
+    ``total_ns``: the GPU time of all the range's activities, inside aten calls or not; None is
+    returned when modelled calls hold under ATEN_MIN_SHARE of it. ``busy_ns``: the range's busy
+    GPU time over all its calls. The counts are a mean per call (calls of one range name may
+    differ: the backward of the LM head and of a small projection), so they are measured over
+    the mean busy time per call (``time_ns``), not the median call's. Element type: that of the
+    calls with the most FLOPs (bytes when there are none), so the compute roof is the one the
+    bulk of the arithmetic runs against.
+    """
+    if n_calls <= 0 or total_ns <= 0 or busy_ns <= 0:
+        return None
+    names = {op for op, w, n, _ in calls if w is not None and w.flops is not None
+             and w.bytes is not None and n > 0}
+    modelled = [(w, n, t) for _, w, n, t in calls
+                if w is not None and w.flops is not None and w.bytes is not None and n > 0]
+    if not modelled:
+        return None
+    modelled_ns = sum(t for _, _, t in modelled)
+    share = modelled_ns / total_ns
+    if share < ATEN_MIN_SHARE:
+        return None
+    flops = sum(w.flops * n for w, n, _ in modelled)
+    nbytes = sum(w.bytes * n for w, n, _ in modelled)
+    weight: dict[Optional[str], float] = {}
+    for w, n, _ in modelled:
+        weight[w.precision] = weight.get(w.precision, 0.0) + (w.flops if flops > 0 else w.bytes) * n
+    precision, top = max(weight.items(), key=lambda kv: kv[1])
+    type_share = top / sum(weight.values()) if sum(weight.values()) > 0 else 1.0
+    guessed_ns = sum(t for w, _, t in modelled if w.confidence_cap == "low")
+    low = []
+    if share < ATEN_FULL_SHARE:
+        low.append(f"only {share:.0%} of its GPU time is in aten calls the shape model covers")
+    if precision is not None and type_share < ATEN_FULL_SHARE:
+        low.append(f"{precision} holds {type_share:.0%} of its work; the rest runs against other roofs")
+    if guessed_ns > (1.0 - ATEN_FULL_SHARE) * modelled_ns:
+        low.append(f"{guessed_ns / modelled_ns:.0%} of the modelled time is in calls of unknown element type")
+    cands = tuple(dict.fromkeys(c for w, _, _ in modelled if w.precision is None for c in w.candidates))
+    n_all = sum(n for _, _, n, _ in calls)
+    n_mod = sum(n for _, n, _ in modelled)
+    notes = {"aten_calls_per_call": n_all / n_calls, "aten_modelled_calls_per_call": n_mod / n_calls,
+             "aten_ops": len(modelled), "aten_modelled_share": share,
+             "element_type": precision or "unknown",
+             "element_type_basis": "the aten calls with the most "
+                                   + ("FLOPs" if flops > 0 else "bytes") + " in the range"}
+    if type_share < 1.0:
+        notes["element_type_share"] = type_share
+    if low:
+        notes["aten_sum_confidence"] = "low: " + "; ".join(low)
+    return Work(Source.SHAPES, flops=flops / n_calls, bytes=nbytes / n_calls, precision=precision,
+                candidates=cands if precision is None else (), bytes_basis="model",
+                confidence_cap="low" if low else "medium", notes=notes, parts=len(names),
+                time_ns=busy_ns / n_calls,
+                detail=f"sum of the {n_mod / n_calls:g} aten calls per call nested in the range that "
+                       f"the shape model covers ({len(modelled)} ops by name and input sizes, "
+                       f"{share:.0%} of the range's GPU time)")

@@ -81,7 +81,10 @@ def evidence_text(row: pd.Series) -> str:
             parts.append(f"AI {ev['arithmetic_intensity']:.3g}")
         if not parts:
             parts.append(row["reason"])
-    return "; ".join(parts) + f" [{row['source']}]"
+    source = row["source"]
+    if source == "shapes" and ev.get("aten_modelled_calls_per_call"):  # a range: its aten calls summed
+        source += f": {ev['aten_modelled_calls_per_call']:.3g} aten calls summed"
+    return "; ".join(parts) + f" [{source}]"
 
 
 _IDLE_LABELS = [("idle_host", "waiting for the CPU"), ("idle_sync", "after a sync"),

@@ -1,5 +1,6 @@
 """The accuracy harness holds its floor on the committed traces with counters (see
-analyses/accuracy.md; the floors sit a little under the measured numbers)."""
+analyses/accuracy.md; the floors sit a little under the measured numbers), and the committed page
+is what scripts/pages/accuracy.py makes of them now. Every trace is measured once, for both."""
 from __future__ import annotations
 
 import importlib.util
@@ -30,13 +31,25 @@ FLOORS = {  # trace: (agreement by GPU time, aten bytes within +-25% by GPU time
 }
 
 
+@pytest.fixture(scope="module")
+def corpus() -> tuple[str, dict]:
+    """The page and each trace's result, as ``accuracy.py --remerge`` makes them (counters paired
+    by the current matcher)."""
+    text, results = acc.build(remerge=True)
+    return text, {r.trace: r for r in results}
+
+
+def test_committed_page_matches_a_fresh_run(corpus):
+    page = ROOT / "analyses" / "accuracy.md"
+    assert corpus[0] == page.read_text(), \
+        "analyses/accuracy.md is stale: run `python scripts/pages/accuracy.py --remerge`"
+
+
 @pytest.mark.parametrize("trace", sorted(FLOORS))
-def test_accuracy_floor(trace, tmp_path):
-    path = ROOT / trace
-    if not path.exists():
+def test_accuracy_floor(trace, corpus):
+    if not (ROOT / trace).exists():
         pytest.skip(f"{trace} not present")
-    src, _ = acc.remerged(path, tmp_path)  # counters paired by the current matcher
-    r = acc.measure(src)
+    r = corpus[1][trace]
     agree, bytes_floor = FLOORS[trace]
     assert r.kernels > 0 and r.agree_ns / r.gpu_ns >= agree
     assert r.above_roof == 0
@@ -44,3 +57,13 @@ def test_accuracy_floor(trace, tmp_path):
     assert all(truth == pred for _, truth, pred in r.dtype_ops), r.dtype_ops
     if bytes_floor is not None:
         assert r.bytes_ns > 0 and r.bytes_ok_ns / r.bytes_ns >= bytes_floor
+
+
+def test_check_mode_reports_drift(tmp_path, capsys, monkeypatch):
+    stale = tmp_path / "accuracy.md"
+    stale.write_text("stale\n")
+    monkeypatch.setattr(acc, "build", lambda traces, remerge: ("fresh\n", []))
+    assert acc.main(["--check", "-o", str(stale)]) == 1
+    err = capsys.readouterr().err
+    assert "differs from a fresh run" in err and "-stale" in err and "+fresh" in err
+    assert stale.read_text() == "stale\n"

@@ -25,21 +25,35 @@ def _load_script():
 ma = _load_script()
 
 
+@pytest.fixture(scope="module")
+def fresh(tmp_path_factory) -> dict:
+    """Every page and the index, rendered once for the module ({path: text})."""
+    pages, _ = ma.render_pages(ma.CASES, ROOT / "analyses", index=True,
+                               img_root=tmp_path_factory.mktemp("img"))
+    return pages
+
+
 @pytest.mark.parametrize("case", ma.CASES, ids=[c.name for c in ma.CASES])
-def test_committed_page_matches_a_fresh_run(case, tmp_path):
+def test_committed_page_matches_a_fresh_run(case, fresh):
     missing = [t for t in case.traces() if not (ROOT / t).exists()]
     if missing:
         pytest.skip(f"trace {missing[0]} not captured yet")
     committed = ROOT / "analyses" / f"{case.name}.md"
     assert committed.exists(), f"{committed} is not committed: run python scripts/pages/make_analyses.py"
-    fresh = ma.render_case(case, tmp_path)
-    assert fresh == committed.read_text(), (
+    assert fresh[committed] == committed.read_text(), (
         f"{committed.name} is stale: run `python scripts/pages/make_analyses.py --only {case.name}`")
 
 
-def test_check_mode_passes_on_the_committed_pages(capsys):
+def test_committed_index_matches_a_fresh_run(fresh):
+    index = ROOT / "analyses" / "README.md"
+    assert fresh[index] == index.read_text(), \
+        "analyses/README.md is stale: run `python scripts/pages/make_analyses.py`"
+
+
+def test_check_mode_passes_on_the_committed_pages(fresh, capsys, monkeypatch):
+    monkeypatch.setattr(ma, "render_pages", lambda *a, **k: (fresh, []))  # rendered once for the module
     assert ma.main(["--check"]) == 0
-    assert "no drift" in capsys.readouterr().out
+    assert f"{len(fresh)} page(s) checked, no drift" in capsys.readouterr().out
 
 
 def test_check_mode_reports_drift(tmp_path, capsys):

@@ -5,6 +5,8 @@ import importlib.util
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -19,14 +21,23 @@ def _load():
 mlp = _load()
 
 
-def test_committed_page_matches_a_fresh_run():
-    assert mlp.PAGE.read_text() == mlp.render(), \
+@pytest.fixture(scope="module")
+def fresh() -> str:
+    return mlp.render()
+
+
+def test_committed_page_matches_a_fresh_run(fresh):
+    assert mlp.PAGE.read_text() == fresh, \
         "analyses/closing_the_loop.md is stale: run `python scripts/pages/make_loop_page.py`"
 
 
-def test_check_mode(capsys):
+def test_check_mode(fresh, capsys, monkeypatch):
+    monkeypatch.setattr(mlp, "render", lambda: fresh)  # the page rendered once for the module
     assert mlp.main(["--check"]) == 0
     assert "no drift" in capsys.readouterr().out
+    monkeypatch.setattr(mlp, "render", lambda: fresh + "one more line\n")
+    assert mlp.main(["--check"]) == 1
+    assert "+one more line" in capsys.readouterr().err
 
 
 def test_page_states_what_was_not_recaptured_and_where_advice_was_wrong():

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """How often profkit's verdict without counters agrees with an ncu-derived truth.
 
-    python scripts/pages/accuracy.py [TRACE.sqlite ...] [-o analyses/accuracy.md]
+    python scripts/pages/accuracy.py --remerge           # rewrite analyses/accuracy.md from traces/
+    python scripts/pages/accuracy.py --remerge --check   # exit 1 when the committed page is stale
+    python scripts/pages/accuracy.py [TRACE.sqlite ...] [-o PAGE.md]
 
 Each trace must hold ncu counters (``PROFKIT_NCU_METRICS``, e.g. from ``profkit capture --ncu``,
 ideally one whole iteration). For every kernel name with counters:
@@ -42,6 +44,7 @@ import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import profkit  # noqa: E402
 from profkit.judge.classify import TINY_KERNEL_FACTOR  # noqa: E402
@@ -51,6 +54,7 @@ from profkit.run.attribution import aten_key  # noqa: E402
 from profkit.judge.dtypes import recorded_dtype  # noqa: E402
 from profkit.errors import ProfkitError  # noqa: E402
 from profkit.read.compressed import decompressed, find_traces, is_compressed, trace_stem  # noqa: E402
+from _page import write_or_check  # noqa: E402  (scripts/pages/)
 
 # GEMM, convolution and attention ops: their element type decides the roof they are judged on.
 TENSOR_OP_RE = re.compile(r"^aten::(mm|addmm|bmm|baddbmm|matmul|linear|_?convolution|cudnn_convolution"
@@ -292,15 +296,13 @@ def render(results: list[TraceAccuracy]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("traces", nargs="*", type=Path)
-    ap.add_argument("-o", "--out", type=Path, default=ROOT / "analyses" / "accuracy.md")
-    ap.add_argument("--remerge", action="store_true",
-                    help="merge each trace's sibling STEM.ncu.csv again with the current matcher")
-    args = ap.parse_args(argv)
-    traces = args.traces or find_traces(ROOT / "traces", recursive=True)
+def build(traces: Optional[list[Path]] = None, remerge: bool = False) -> tuple[str, list[TraceAccuracy]]:
+    """The page for ``traces`` (default: every export under traces/) and every trace's result
+    (those without counters carry a note). ``remerge``: pair each trace's counters again
+    (:func:`remerged`) before measuring, as the committed page is made."""
     import tempfile
+
+    traces = traces or find_traces(ROOT / "traces", recursive=True)
     results, merges = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for p in traces:
@@ -308,17 +310,29 @@ def main(argv: Optional[list[str]] = None) -> int:
             p = p.resolve()
             if p.is_relative_to(ROOT):
                 label = str(p.relative_to(ROOT))
-            src, how = remerged(p, Path(tmp)) if args.remerge else (p, "")
+            src, how = remerged(p, Path(tmp)) if remerge else (p, "")
             if how:
                 merges.append(f"- {label}: {how}")
             results.append(measure(src, label))
-    results = [r for r in results if not r.note] or results
-    text = render(results)
+    text = render([r for r in results if not r.note] or results)
     if merges:
         text += "\nCounters merged again with the current matcher (`--remerge`):\n\n" + "\n".join(merges) + "\n"
-    args.out.write_text(text)
-    sys.stdout.write(text)
-    return 0
+    return text, results
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("traces", nargs="*", type=Path)
+    ap.add_argument("-o", "--out", type=Path, default=ROOT / "analyses" / "accuracy.md")
+    ap.add_argument("--remerge", action="store_true",
+                    help="merge each trace's sibling STEM.ncu.csv again with the current matcher "
+                         "(the committed page is made this way)")
+    ap.add_argument("--check", action="store_true", help="exit 1 when the page at --out differs from a fresh run")
+    args = ap.parse_args(argv)
+    text, _ = build(args.traces, args.remerge)
+    if not args.check:
+        sys.stdout.write(text)
+    return write_or_check({args.out: text}, args.check, command="python scripts/pages/accuracy.py --remerge")
 
 
 if __name__ == "__main__":

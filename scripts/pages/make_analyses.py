@@ -25,7 +25,6 @@ differently named ranges (for one trace that holds both variants). Roofline imag
 from __future__ import annotations
 
 import argparse
-import difflib
 import re
 import sys
 import tempfile
@@ -37,6 +36,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import profkit  # noqa: E402
 from profkit.read.compressed import trace_stem  # noqa: E402
@@ -47,11 +47,13 @@ from profkit.run.attribution import aten_key  # noqa: E402
 from profkit.compare.diff import DiffResult, diff, to_markdown  # noqa: E402
 from profkit.run.ops import group_ops  # noqa: E402
 from functools import partial  # noqa: E402
+from _page import write_or_check  # noqa: E402  (scripts/pages/)
 
 # The case studies measure kernels in benchmark scripts: the whole capture, per-thread
 # projection, and gains on GPU time (the scripts synchronise around each timed call).
 load_case = partial(profkit.load, window="all", attribution="thread", gains="gpu")
 
+COMMAND = "python scripts/pages/make_analyses.py"  # regenerates every page
 DISAGREEMENT_PCT = 20.0   # predicted vs measured further apart than this needs a "why"
 NOTES_PLACEHOLDER = "WHY:"  # notes are inserted under this heading
 
@@ -804,44 +806,27 @@ def render_index(cases: list[Case]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_pages(cases: list[Case], out_dir: Path, index: bool = False) -> tuple[list[Path], list[str]]:
-    """Write every case whose traces exist; return (pages written, cases skipped). ``index``: also
-    write README.md (a full run of the defined cases)."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written, skipped = [], []
+def render_pages(cases: list[Case], out_dir: Path, index: bool = False,
+                 img_root: Optional[Path] = None) -> tuple[dict[Path, str], list[str]]:
+    """The page of every case whose traces exist, {out_dir/NAME.md: text}, and the cases skipped.
+    ``index``: README.md too (a full run of the defined cases). Roofline images go to
+    ``img_root``/img (default: ``out_dir``/img); the pages link to them as img/NAME.png."""
+    pages, skipped = {}, []
     for case in cases:
         try:
-            text = render_case(case, out_dir)
+            pages[out_dir / f"{case.name}.md"] = render_case(case, img_root or out_dir)
         except FileNotFoundError as exc:
             skipped.append(f"{case.name} (trace {exc.args[0]} not captured yet)")
-            continue
-        page = out_dir / f"{case.name}.md"
-        page.write_text(text)
-        written.append(page)
     if index:
-        page = out_dir / "README.md"
-        page.write_text(render_index(cases))
-        written.append(page)
-    return written, skipped
+        pages[out_dir / "README.md"] = render_index(cases)
+    return pages, skipped
 
 
-def check(cases: list[Case], committed_dir: Path, index: bool = False) -> list[str]:
-    """Regenerate into a temp dir; the pages that differ from the committed ones (with a diff)."""
-    problems = []
-    with tempfile.TemporaryDirectory() as tmp:
-        pages, _ = write_pages(cases, Path(tmp), index=index)
-        for page in pages:
-            old = committed_dir / page.name
-            new = page.read_text()
-            if not old.exists():
-                problems.append(f"{old.relative_to(ROOT) if old.is_relative_to(ROOT) else old}: "
-                                "not committed (run scripts/pages/make_analyses.py)")
-                continue
-            if old.read_text() != new:
-                d = "".join(difflib.unified_diff(old.read_text().splitlines(True), new.splitlines(True),
-                                                 str(old), "regenerated", n=1))
-                problems.append(f"{old}: differs from a fresh run\n{d}")
-    return problems
+def write_pages(cases: list[Case], out_dir: Path, index: bool = False) -> tuple[list[Path], list[str]]:
+    """Write every case whose traces exist; return (pages written, cases skipped)."""
+    pages, skipped = render_pages(cases, out_dir, index=index)
+    write_or_check(pages, check=False, command=COMMAND)
+    return list(pages), skipped
 
 
 def _adhoc(args) -> Case:
@@ -885,28 +870,15 @@ def main(argv: Optional[list[str]] = None) -> int:
             print(f"{c.name}: {' vs '.join(c.traces())} ({'ready' if have else 'trace missing'})")
         return 0
     try:
-        if args.check:
-            problems = check(cases, args.out, index=full)
-            for p in problems:
-                print(f"drift: {p}", file=sys.stderr)
-            if problems:
-                print("make_analyses: pages are stale: run `python scripts/pages/make_analyses.py` and commit",
-                      file=sys.stderr)
-                return 1
-            print(f"make_analyses: {len(cases)} case(s) checked, no drift")
-            return 0
-        pages, skipped = write_pages(cases, args.out, index=full)
-    except CaseError as exc:
+        with tempfile.TemporaryDirectory() as tmp:  # --check: images of the fresh run go here
+            pages, skipped = render_pages(cases, args.out, index=full,
+                                          img_root=Path(tmp) if args.check else None)
+    except (CaseError, profkit.ProfkitError) as exc:
         print(f"make_analyses: error: {exc}", file=sys.stderr)
         return 2
-    except profkit.ProfkitError as exc:
-        print(f"make_analyses: error: {exc}", file=sys.stderr)
-        return 2
-    for p in pages:
-        print(f"wrote {p.relative_to(ROOT) if p.is_relative_to(ROOT) else p}")
     for s in skipped:
         print(f"skipped {s}", file=sys.stderr)
-    return 0
+    return write_or_check(pages, args.check, command=COMMAND)
 
 
 if __name__ == "__main__":

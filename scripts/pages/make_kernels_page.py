@@ -12,6 +12,7 @@ analysis text + the run's table verbatim (the .md beside the CSV) + the previous
 """
 from __future__ import annotations
 
+import argparse
 import csv
 import functools
 import math
@@ -27,6 +28,7 @@ PREVIOUS = ROOT / "analyses" / "data" / "kernels_h200_previous.md"
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(ROOT / "scripts" / "gpu"))  # ncu_decode_compare: the ncu run's summary
+from _page import write_or_check  # noqa: E402
 from kernels_page_text import CHECKS, HEAD, PREV_ROUND, SWAP, THIS_ROUND, WHY_DECODE  # noqa: E402  (the page's prose)
 
 OURS = ("auto", "cuda", "triton")            # what the package ships (cuda_v0 = the previous launch config)
@@ -657,16 +659,16 @@ def render_all(path: Path = DATA) -> str:
 
 
 def main(argv=None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    check = "--check" in argv
-    args = [a for a in argv if a != "--check"]
-    path = Path(args[0]).resolve() if args else DATA
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("path", nargs="?", type=Path, default=DATA,
+                    help="a benchmark CSV, or a run's folder holding bench_kernels.csv (default: the committed run)")
+    ap.add_argument("--check", action="store_true", help="exit 1 when the committed page is stale")
+    args = ap.parse_args(argv)
+    path = args.path.resolve()
     if not (path / "bench_kernels.csv" if path.is_dir() else path).exists():
         print(f"make_kernels_page: no benchmark data at {path}", file=sys.stderr)
         return 2
-    from make_loop_page import write_or_check  # one write-or-check for every generated page
-
-    return write_or_check(PAGE, render_all(path), check)
+    return write_or_check({PAGE: render_all(path)}, args.check, command="python scripts/pages/make_kernels_page.py")
 
 
 if __name__ == "__main__":

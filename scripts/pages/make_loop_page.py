@@ -11,7 +11,6 @@ the rule) are written by a person after looking at the numbers; everything else 
 from __future__ import annotations
 
 import argparse
-import difflib
 import re
 import sys
 from dataclasses import dataclass
@@ -20,10 +19,12 @@ from typing import Optional
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import profkit  # noqa: E402
 from profkit.compare.diff import run_change  # noqa: E402
 from profkit.show.render import fmt_time  # noqa: E402
+from _page import write_or_check  # noqa: E402  (scripts/pages/)
 
 PAGE = ROOT / "analyses" / "closing_the_loop.md"
 TARGET = 0.25  # the issue's target: predicted within +-25% of measured
@@ -330,24 +331,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="exit 1 when the committed page is stale")
     args = ap.parse_args(argv)
-    text = render()
-    return write_or_check(PAGE, text, args.check)
-
-
-def write_or_check(page: Path, text: str, check: bool) -> int:
-    """Write a generated page, or with ``check`` exit 1 (showing the diff) when it is stale."""
-    if check:
-        old = page.read_text() if page.exists() else ""
-        if old != text:
-            sys.stderr.writelines(difflib.unified_diff(old.splitlines(True), text.splitlines(True),
-                                                       str(page), "fresh"))
-            print(f"{page.name} differs from a fresh run", file=sys.stderr)
-            return 1
-        print(f"{page.name}: no drift")
-        return 0
-    page.write_text(text)
-    print(f"wrote {page.relative_to(ROOT)}")
-    return 0
+    return write_or_check({PAGE: render()}, args.check, command="python scripts/pages/make_loop_page.py")
 
 
 if __name__ == "__main__":

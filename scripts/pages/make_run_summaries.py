@@ -10,14 +10,16 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Optional
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import profkit  # noqa: E402
 from profkit.show import render  # noqa: E402
 from profkit.compare.diff import run_change  # noqa: E402
-from make_loop_page import write_or_check  # noqa: E402  (scripts/ is on sys.path)
+from _page import write_or_check  # noqa: E402  (scripts/pages/)
 
 PAGE = ROOT / "analyses" / "run_summaries.md"
 REAL = "traces/real"
@@ -78,11 +80,11 @@ def build() -> str:
     return "\n".join(lines)
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--check", action="store_true")
-    args = ap.parse_args()
-    return write_or_check(PAGE, build(), args.check)
+def main(argv: Optional[list[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="exit 1 when the committed page is stale")
+    args = ap.parse_args(argv)
+    return write_or_check({PAGE: build()}, args.check, command="python scripts/pages/make_run_summaries.py")
 
 
 if __name__ == "__main__":

@@ -345,3 +345,25 @@ def test_nothing_matched_is_said():
     assert [o["name"] for o in d["only_before"]] == ["add_rmsnorm"]
     assert [o["name"] for o in d["only_after"]] == ["scaled_softmax"]
     assert any("no op of BEFORE matched" in w for w in d["warnings"])
+
+
+@pytest.mark.parametrize("wide", [False, True])
+def test_table_is_exact_at_80_columns_and_wide(wide):
+    """The Llama training step before and after fusing its optimizer and norms: at 80 columns
+    the least needed columns are left out and named; --wide keeps them all. (The run-summary
+    lines above the table come from the run summary and are checked by its own tests; here they
+    only have to fit.)"""
+    real = ROOT / "traces" / "real"
+    res = CliRunner().invoke(main, ["diff", str(real / "train_llama.sqlite.xz"),
+                                    str(real / "train_llama_fused.sqlite.xz"), *(["--wide"] if wide else [])],
+                             env={"COLUMNS": "80"})
+    assert res.exit_code == 0, res.output
+    title = next(i for i, line in enumerate(res.stdout.splitlines()) if "train_llama.sqlite.xz →" in line)
+    head, table = res.stdout.splitlines()[:title], "\n".join(res.stdout.splitlines()[title:]) + "\n"
+    assert head[0].startswith("wall time per iteration: ")
+    if wide:
+        assert max(len(x) for x in table.splitlines()) > 80 and "not shown" not in res.stdout
+    else:
+        assert max(len(x) for x in res.stdout.splitlines()) <= 80
+    name = "diff_train_llama_fused_wide.txt" if wide else "diff_train_llama_fused_80.txt"
+    assert table == (ROOT / "tests" / "data" / "golden" / name).read_text()

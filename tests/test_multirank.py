@@ -282,3 +282,29 @@ def test_refuses_to_overwrite_a_rank_trace(tmp_path):
     res = run("classify", str(tmp_path), "-o", str(tmp_path / "rank1.sqlite.xz"))
     assert res.exit_code == 2 and "refusing to write over the input trace" in res.stderr
     assert (tmp_path / "rank1.sqlite.xz").read_bytes() == before
+
+
+GOLDEN = ROOT / "tests" / "data" / "golden"
+
+
+def _steady(text: str) -> str:
+    """The ranks table's last column is how long each rank's analysis took: the one number that
+    differs between runs. It is written as 'N.N s' right-aligned; keep the width, drop the value."""
+    import re
+    return re.sub(r"(?m)(?<= )( *\d+\.\d s)(?= +$)", lambda m: f"{'_._ s':>{len(m.group(1))}}", text)
+
+
+@pytest.mark.parametrize("wide", [False, True])
+def test_cli_table_is_exact_at_80_columns_and_wide(wide):
+    """Every table fits 80 columns, the columns left out are named once under them, and --wide
+    keeps them all (the tables are then wider than the terminal)."""
+    res = CliRunner().invoke(main, whole(["classify", str(DDP), "--workers", "1",
+                                          *(["--wide"] if wide else [])]), env={"COLUMNS": "80"})
+    assert res.exit_code == 0, res.output
+    lines = res.stdout.splitlines()
+    if wide:
+        assert max(map(len, lines)) > 80 and "not shown" not in res.stdout
+    else:
+        assert max(map(len, lines)) <= 80
+    name = "multirank_ddp2_wide.txt" if wide else "multirank_ddp2_80.txt"
+    assert _steady(res.stdout) == (GOLDEN / name).read_text()

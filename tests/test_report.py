@@ -166,24 +166,42 @@ def test_markdown_report_has_pngs_beside_it(tmp_path):
     assert EVIL not in md and "&lt;script&gt;" in md
 
 
-def test_gain_plan_counts_nested_ops_once(tmp_path):
-    import pandas as pd
-    # outer [0, 1000] holds inner [100, 500]; "side" [2000, 3000] stands alone.
-    trace = make_trace(tmp_path / "n.sqlite", kernels=[(200, 300, 1, 1), (650, 700, 2, 1), (2200, 2400, 3, 2)],
-                       runtime=[(110, 120, 1), (600, 610, 2), (2100, 2110, 3)],
-                       nvtx=[(0, 1000, "outer", TID), (100, 500, "inner", TID), (2000, 3000, "side", TID)])
+@pytest.mark.parametrize("name", ["fused_softmax_torch_ncu", "micro_graph", "micro_chain", "real/train_llama"])
+def test_headline_is_the_first_ranked_action_of_the_run(name, tmp_path):
+    """One source of truth: the summary's headline gain is the first of the run's ranked actions
+    (run.actions in the JSON), which the Run section lists in the same order."""
+    prof = profkit.load(TRACES / f"{name}.sqlite.xz")
+    df = prof.ops(by="range")
+    actions = prof.run_json(df)["actions"]
+    s = report.summarize(prof, df, "range")
+    assert s.actions == actions and actions
+    assert s.headline_speedup == actions[0]["expected_end_to_end_speedup"] == \
+        max(a["expected_end_to_end_speedup"] for a in actions)
+    text = report.render_html(s, df, b"", b"", "", [])
+    assert not parse(text).errors
+    assert f'<span id="headline-gain">{s.headline_speedup:.2f}×</span>' in text
+    assert f'expected end-to-end gain</div><div class="v">{s.headline_speedup:.2f}×</div>' in text
+    assert "No suggestion is expected to pay off" not in text
+    items = text.split('id="gain"')[1].split("</ol>")[0].count("<li>")
+    assert items == len(actions)
+    # The Run section: one wrapped line per summary line, no pre block wider than the page.
+    run = text.split('<section id="run">')[1].split("</section>")[0]
+    assert "<pre>" not in run and 'class="runlines"' in run
+    assert run.count('<div class="act">') == len(actions)
+    md = report.render_markdown(s, df, "", [])
+    assert f"- Expected end-to-end gain: **{s.headline_speedup:.2f}×**" in md
+
+
+def test_no_action_says_so(tmp_path):
+    trace = evil_trace(tmp_path / "quiet.sqlite")
     prof = load_all(trace)
-    df = pd.DataFrame({"worth_it": [True, True, True], "expected_end_to_end_speedup": [1.5, 1.25, 1.1],
-                       "expected_op_speedup": [3.0, 2.0, 2.0], "class": ["launch", "memory", "memory"],
-                       "rung": ["torch.compile", "triton", "triton"], "action": ["a", "b", "c"]},
-                      index=pd.Index(["outer", "inner", "side"], name="name"))
-    plan, combined = report._gain_plan(prof, df, "range")
-    assert [p["op"] for p in plan] == ["outer", "side"]        # inner is inside outer: not added again
-    saved = (1 - 1 / 1.5) + (1 - 1 / 1.1)
-    # Disjoint savings add up, but the run cannot get shorter than the CPU's own time.
-    f = prof.frame()
-    assert combined == pytest.approx(min(1 / (1 - saved), f.wall_ns / f.host_floor_ns))
-    assert report._gain_plan(prof, df.assign(worth_it=False), "range") == ([], 1.0)
+    df = prof.ops(by="range")
+    s = report.summarize(prof, df.assign(worth_it=False), "range")
+    s.run["actions"] = []
+    assert s.headline_speedup == 1.0
+    text = report.render_html(s, df, b"", b"", "", [])
+    assert "No suggestion is expected to pay off end to end" in text and "1.00×" in text
+    assert "- No suggestion is expected to pay off end to end" in report.render_markdown(s, df, "", [])
 
 
 def test_report_on_a_real_trace_via_cli(tmp_path):

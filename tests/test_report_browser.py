@@ -83,3 +83,36 @@ def test_report_loads_without_console_errors_and_screenshots(browser, tmp_path, 
     page.screenshot(path=str(shot), full_page=True)
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
     page.close()
+
+
+def test_llama_report_agrees_with_itself_and_fits_1400px(browser, tmp_path):
+    """A plain capture of a Llama training step: the summary's headline is the gain of the first
+    action that the Run section ranks (one list, the JSON's run.actions), and nothing on the
+    page is wider than a 1400 px window (the Run section's long action lines wrap)."""
+    prof = profkit.load(ROOT / "traces" / "real" / "train_llama.sqlite.xz")
+    index = report.build(prof, tmp_path / "out")
+    actions = report.summarize(prof, prof.ops(by="range"), "range").actions
+    assert actions, "this capture has actions that pay"
+    gain = f"{actions[0]['expected_end_to_end_speedup']:.2f}"
+    page, problems = open_page(browser, index)
+    assert problems == []
+    shot = tmp_path / "llama_1400.png"
+    page.screenshot(path=str(shot), full_page=True)
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # Nothing wider than the window: no horizontal scrolling, no element past the right edge.
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+    wide = page.evaluate("""[...document.querySelectorAll('body *')]
+        .filter(e => e.getBoundingClientRect().right > window.innerWidth + 0.5)
+        .map(e => e.tagName + '.' + e.className)""")
+    assert wide == []
+    # One story: the card, the gain box and the Run section's first action all say the same gain.
+    card = page.locator(".card", has_text="expected end-to-end gain").locator(".v").inner_text()
+    assert card == f"{gain}×"
+    assert page.inner_text("#headline-gain") == f"{gain}×"
+    run_text = page.inner_text("section#run")
+    first = next(line for line in run_text.splitlines() if line.startswith("actions"))
+    assert f"[{gain}x end to end" in first
+    assert page.locator("#gain li").first.inner_text().endswith(f"{gain}× end to end")
+    assert "No suggestion is expected to pay off" not in page.inner_text("body")
+    assert page.locator("section#run pre").count() == 0
+    page.close()

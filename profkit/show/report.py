@@ -19,11 +19,10 @@ import pandas as pd
 
 from profkit import __version__
 from profkit.errors import ProfkitError
-from profkit.show.render import (evidence_text, fmt_rate, fmt_time, markdown_ops_table, markdown_run, run_lines,
-                            short_name)
+from profkit.show.render import (_ACTION_LINE, evidence_text, fmt_rate, fmt_time, markdown_ops_table,
+                                 markdown_run, run_lines, short_name)
 
 TOP_OPS = 10
-TOP_SUGGESTIONS = 3
 
 
 @dataclass
@@ -40,47 +39,18 @@ class Summary:
     peaks_source: str
     peaks_text: str
     warnings: list[str]
-    suggestions: list[dict] = field(default_factory=list)   # the top suggestions that add up
-    combined_speedup: float = 1.0
     run: dict = field(default_factory=dict)                  # Profile.run_json: window, breakdown, verdict
 
+    @property
+    def actions(self) -> list[dict]:
+        """The ranked actions of the run (``run.actions`` in the JSON): the Run section lists
+        them, and the summary's headline is the first one's gain, so the page says one thing."""
+        return list(self.run.get("actions") or [])
 
-def _gain_plan(profile, df: pd.DataFrame, by: str) -> tuple[list[dict], float]:
-    """The top suggestions by end-to-end gain whose ops share no GPU work, and their combined gain
-    (Amdahl over total GPU time: each saves 1 - 1/e2e of it; disjoint savings add up)."""
-    from profkit.run.ops import group_ops
-
-    cand = df[(df["worth_it"].astype(bool)) & (df["expected_end_to_end_speedup"] > 1.0)]
-    cand = cand.sort_values("expected_end_to_end_speedup", ascending=False, kind="stable")
-    if cand.empty:
-        return [], 1.0
-    if len(cand) == 1 or by == "kernel":
-        members = None  # one op, or kernels (each activity is one kernel's): nothing can overlap
-    else:
-        members = group_ops(profile.trace, by=by).members.groupby("op")["act_idx"].apply(set)
-    used: set = set()
-    plan, saved = [], 0.0
-    for name, r in cand.iterrows():
-        acts = members.get(name, set()) if members is not None else {name}
-        if acts & used:
-            continue  # nested in (or around) an op already counted: its saving is not extra
-        used |= acts
-        f = 1.0 - 1.0 / float(r["expected_end_to_end_speedup"])
-        saved += f
-        plan.append({"op": str(name), "class": r["class"], "rung": r["rung"], "action": r["action"],
-                     "expected_op_speedup": float(r["expected_op_speedup"]),
-                     "expected_end_to_end_speedup": float(r["expected_end_to_end_speedup"]),
-                     "saved_fraction": f})
-        if len(plan) == TOP_SUGGESTIONS:
-            break
-    combined = 1.0 / max(1.0 - saved, 1e-9)
-    # Savings that add up still cannot beat the best op's own gain (the run is at most all of
-    # those ops), nor take the run below the CPU's own time (Frame.host_floor_ns).
-    combined = min(combined, max(p["expected_op_speedup"] for p in plan))
-    frame = profile.frame()
-    if frame.host_floor_ns > 0:
-        combined = min(combined, frame.wall_ns / frame.host_floor_ns)
-    return plan, max(combined, 1.0)
+    @property
+    def headline_speedup(self) -> float:
+        """Expected end-to-end gain of the first ranked action (1.0 when none pays)."""
+        return float(self.actions[0]["expected_end_to_end_speedup"]) if self.actions else 1.0
 
 
 def summarize(profile, df: pd.DataFrame, by: str) -> Summary:
@@ -88,15 +58,13 @@ def summarize(profile, df: pd.DataFrame, by: str) -> Summary:
     span = tr.gpu_span_ns
     peaks = profile.peaks
     roofs = ", ".join(f"{k} {fmt_rate(v, 'FLOP/s')}" for k, v in peaks.flops.items())
-    plan, combined = _gain_plan(profile, df, by)
     return Summary(trace=Path(profile.path).name, gpu=profile.gpu.name, level=by,
                    total_gpu_time_ns=tr.total_gpu_time_ns, gpu_busy_ns=tr.gpu_busy_ns, gpu_span_ns=span,
                    busy_fraction=tr.gpu_busy_ns / span if span else 0.0, n_ops=len(df),
                    n_kernels=int((tr.activities["kind"] == "kernel").sum()),
                    peaks_source=str(peaks.source),
                    peaks_text=f"memory {fmt_rate(peaks.memory_bandwidth, 'B/s')}; {roofs}",
-                   warnings=list(profile.warnings), suggestions=plan, combined_speedup=combined,
-                   run=profile.run_json(df))
+                   warnings=list(profile.warnings), run=profile.run_json(df))
 
 
 def _png(fig) -> bytes:
@@ -191,7 +159,7 @@ table { border-collapse: collapse; width: 100%; font-size: 0.86rem; }
 th, td { border-bottom: 1px solid #e6e6e6; padding: 5px 8px; text-align: left; vertical-align: top; }
 th { background: #f6f6f6; position: sticky; top: 0; }
 td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
-td.op { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: 0.8rem; min-width: 240px;
+td.op { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: 0.8rem; min-width: 200px;
         max-width: 420px; overflow-wrap: anywhere; }
 .badge { display: inline-block; padding: 1px 8px; border-radius: 10px; color: #fff; font-size: 0.78rem;
          font-weight: 600; white-space: nowrap; }
@@ -202,7 +170,12 @@ figure { margin: 8px 0; } figure img { max-width: 100%; height: auto; border: 1p
 figcaption { color: var(--muted); font-size: 0.85rem; }
 .warn { background: #fff4e5; border-left: 4px solid #e69500; padding: 6px 10px; margin: 6px 0; }
 .gain { background: #eef6ee; border-left: 4px solid #228833; padding: 8px 12px; margin: 8px 0; }
-td.ev { min-width: 190px; }
+td.ev { min-width: 190px; } td.next { min-width: 200px; }
+.wrap { overflow-x: auto; }  /* a narrow window scrolls the table, not the page */
+.runlines { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: 0.82rem;
+            background: #f8f8f8; border: 1px solid #eee; border-radius: 6px; padding: 8px 12px; }
+.runlines div { white-space: pre-wrap; overflow-wrap: anywhere; padding-left: 9ch; text-indent: -9ch; }
+.runlines div.act { padding-left: 12ch; text-indent: -12ch; }
 footer { color: var(--muted); font-size: 0.8rem; margin-top: 32px; }
 """
 
@@ -237,20 +210,20 @@ def render_html(s: Summary, df: pd.DataFrame, roof_png: bytes, tl_png: bytes, ro
     for k, v in [("GPU", s.gpu), ("total GPU time", fmt_time(s.total_gpu_time_ns)),
                  ("GPU busy", f"{s.busy_fraction:.1%} of {fmt_time(s.gpu_span_ns)}"),
                  ("ops", f"{s.n_ops} ({s.level})"), ("kernels", f"{s.n_kernels:,}"),
-                 ("expected end-to-end gain", f"{s.combined_speedup:.2f}×")]:
+                 ("expected end-to-end gain", f"{s.headline_speedup:.2f}×")]:
         p.append(f'<div class="card"><div class="k">{_e(k)}</div><div class="v">{_e(v)}</div></div>\n')
     p.append("</div>\n")
     for w in s.warnings + notes:
         p.append(f'<p class="warn">{_e(w)}</p>\n')
     p.append(f"<p class=\"meta\">Peaks used: {_e(s.peaks_text)} ({_e(s.peaks_source)}).</p>\n")
-    if s.suggestions:
+    if s.actions:
         items = "".join(
-            f"<li><b title=\"{_e(x['op'])}\">{_e(short_name(x['op'], 60))}</b> ({_e(x['class'])}): "
-            f"{_e(x['rung'])}: {_e(x['action'])} — op {x['expected_op_speedup']:.2f}×, "
-            f"end to end {x['expected_end_to_end_speedup']:.3f}×</li>" for x in s.suggestions)
-        p.append(f'<div class="gain" id="gain"><b>Expected end-to-end gain of the top {len(s.suggestions)} '
-                 f'suggestion(s): {s.combined_speedup:.2f}×</b> (Amdahl over total GPU time; ops that '
-                 f'share GPU work counted once)<ul>{items}</ul></div>\n')
+            f"<li>{_e(a['action'])} — <b>{float(a['expected_end_to_end_speedup']):.2f}× end to "
+            f"end</b></li>" for a in s.actions)
+        p.append(f'<div class="gain" id="gain"><b>Expected end-to-end gain: '
+                 f'<span id="headline-gain">{s.headline_speedup:.2f}×</span></b> from the first of '
+                 f'the {len(s.actions)} ranked action(s) of the Run section (each on wall time, '
+                 f'alone: their gains do not multiply)<ol>{items}</ol></div>\n')
     else:
         p.append('<div class="gain" id="gain">No suggestion is expected to pay off end to end: '
                  'the ops run near their roofs or are too small to matter.</div>\n')
@@ -277,7 +250,7 @@ def render_html(s: Summary, df: pd.DataFrame, roof_png: bytes, tl_png: bytes, ro
              "<code>profkit timeline --range NAME --instance N</code> or export with "
              "<code>profkit export-perfetto</code>.</figcaption></figure>\n</section>\n")
     # Full table
-    p.append('<section id="ops">\n<h2>All ops</h2>\n<table id="all-ops">\n<thead><tr><th>op</th>'
+    p.append('<section id="ops">\n<h2>All ops</h2>\n<div class="wrap"><table id="all-ops">\n<thead><tr><th>op</th>'
              '<th class="num">calls</th><th class="num">GPU time</th><th class="num">median</th>'
              '<th class="num">GPU span</th><th class="num">share</th><th>class</th><th>confidence</th>'
              '<th>evidence</th><th>next step</th><th class="num">op ×</th><th class="num">e2e ×</th>'
@@ -289,10 +262,10 @@ def render_html(s: Summary, df: pd.DataFrame, roof_png: bytes, tl_png: bytes, ro
                  f"<td class=\"num\">{_e(fmt_time(r['gpu_time_ns']))}</td>"
                  f"<td class=\"num\">{r['share']:.1%}</td><td>{_badge(r['class'])}</td>"
                  f"<td>{_e(r['confidence'])}</td><td class=\"ev\">{_e(evidence_text(r))}</td>"
-                 f"<td>{_e(r['rung'])}: {_e(r['action'])}</td>"
+                 f"<td class=\"next\">{_e(r['rung'])}: {_e(r['action'])}</td>"
                  f"<td class=\"num\">{float(r['expected_op_speedup']):.2f}</td>"
                  f"<td class=\"num\">{float(r['expected_end_to_end_speedup']):.3f}</td></tr>\n")
-    p.append("</tbody></table>\n</section>\n")
+    p.append("</tbody></table></div>\n</section>\n")
     p.append(f"<footer>Generated by profkit {_e(__version__)} from {_e(s.trace)}. GPU time is busy GPU "
              "time (the union of an op's kernels, copies and memsets; median: the median call's); GPU "
              "span sums each call's first kernel start to last kernel end, gaps included; share is busy "
@@ -320,10 +293,14 @@ def _run_html(run: dict) -> str:
                   for k, c in _BAR for v in [run["breakdown"].get(k, 0)] if v > 0)
     legend = " · ".join(f'<span style="color:{c}">■</span> {_e(k)} {run["breakdown"].get(k, 0) / wall:.0%}'
                         for k, c in _BAR if run["breakdown"].get(k, 0) > 0)
+    # One block per line, wrapped to the page, continuation lines under the text (not the
+    # label), as the terminal prints them.
+    lines = "".join(f'<div class="{"act" if _ACTION_LINE.match(line) else "ln"}">{_e(line)}</div>'
+                    for line in run_lines(run))
     return ('<section id="run">\n<h2>Run</h2>\n'
             f'<p><b>{_e(run["verdict"]["class"])}</b>: {_e(run["verdict"]["reason"])}</p>\n'
             f'<div class="runbar" style="width:100%;white-space:nowrap;overflow:hidden">{bar}</div>\n'
-            f'<p class="meta">{legend}</p>\n<pre>{_e(chr(10).join(run_lines(run)))}</pre>\n</section>\n')
+            f'<p class="meta">{legend}</p>\n<div class="runlines">{lines}</div>\n</section>\n')
 
 
 def render_markdown(s: Summary, df: pd.DataFrame, roof_note: str, notes: list[str]) -> str:
@@ -337,13 +314,13 @@ def render_markdown(s: Summary, df: pd.DataFrame, roof_note: str, notes: list[st
          f"- GPU busy: {s.busy_fraction:.1%} of {fmt_time(s.gpu_span_ns)}",
          f"- Ops: {s.n_ops} ({s.level}); kernels: {s.n_kernels:,}",
          f"- Peaks used: {_md(s.peaks_text)}",
-         f"- Expected end-to-end gain of the top {len(s.suggestions)} suggestion(s): "
-         f"**{s.combined_speedup:.2f}×** (Amdahl over total GPU time; ops sharing GPU work counted once)"]
+         (f"- Expected end-to-end gain: **{s.headline_speedup:.2f}×**, from the first of the "
+          f"{len(s.actions)} ranked action(s) of the Run section (each on wall time, alone)"
+          if s.actions else "- No suggestion is expected to pay off end to end")]
+    for i, a in enumerate(s.actions, 1):
+        L.append(f"  {i}. {_md(a['action'])} — {float(a['expected_end_to_end_speedup']):.2f}× end to end")
     for w in s.warnings + notes:
         L.append(f"- Warning: {_md(w)}")
-    for x in s.suggestions:
-        L.append(f"  - {_md(short_name(x['op'], 60))} ({x['class']}): {_md(x['rung'])}: {_md(x['action'])} — "
-                 f"op {x['expected_op_speedup']:.2f}×, end to end {x['expected_end_to_end_speedup']:.3f}×")
     L += ["", "### Top ops by GPU time", "", "| op | GPU time | share | class | next step | e2e × |",
           "|---|---:|---:|---|---|---:|"]
     for name, r in df.head(TOP_OPS).iterrows():

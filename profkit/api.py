@@ -32,6 +32,7 @@ from profkit.read.nsys import match_names
 from profkit.run.summary import (MIN_ACTION_GAIN, RunSummary, apply_actions, critical_fraction, summarize,
                          sync_intervals)
 from profkit.read.trace import Trace
+from profkit.run.step.model import StepModel, model_of
 from profkit.run.window import LIBRARY_RANGE_RE, Window, find_window
 
 SCHEMA_VERSION = 2
@@ -77,6 +78,24 @@ class Profile:
                            "+103-173% under profkit's recorder): host-side verdicts and gains describe the "
                            "recorded run; judge them on a capture without --aten")
         return self._run
+
+    def step_model(self) -> Optional[StepModel]:
+        """The step model of the window (profkit.run.step): the dependency graph of its CPU and GPU
+        work replayed from the trace, calibrated to the program without a profiler, with the
+        critical path of the calibrated replay. ``model.simulate(graph)`` replays an edited copy
+        of ``model.graph``. None (with a warning) when the window cannot be modelled."""
+        if "_step_model" not in self.__dict__:
+            try:
+                m = model_of(self.full_trace, self.window, self.peaks.launch_floor_ns)
+            except (ValueError, IndexError, KeyError) as exc:  # an odd window: no model, no crash
+                self._warn(f"the step model could not be built for this window ({exc}); "
+                           "predictions use the profiled run as it is")
+                m = None
+            if m is not None:
+                for w in m.warnings:
+                    self._warn(w)
+            self.__dict__["_step_model"] = m
+        return self.__dict__["_step_model"]
 
     def findings(self) -> list:
         """Every rule's findings (profkit.judge.rules), best expected gain on wall time first."""
@@ -318,6 +337,9 @@ class Profile:
         by expected gain on wall time.
         """
         out = self.run().as_dict()
+        model = self.step_model()
+        if model is not None:
+            out.update(model.as_dict())
         findings = self.findings()
         actions = ranked_actions(findings, ops)
         # Every rule that fired, paying or not: "fused=True, but it will not shorten this step"

@@ -115,6 +115,7 @@ def run_lines(run: dict) -> list[str]:
     if where:
         lines.append("         waiting for the CPU in: " + ", ".join(
             f"{k} {v / wall:.0%}" for k, v in where[:3]))
+    lines += model_lines(run)
     v = run["verdict"]
     lines.append(f"verdict  {v['class']}: {v['reason']}")
     for i, a in enumerate(run["actions"], 1):
@@ -124,6 +125,42 @@ def run_lines(run: dict) -> list[str]:
     if fired:
         lines.append("rules    " + ", ".join(f"{f['code']} {f['rule']} {f['expected_end_to_end_speedup']:.2f}x"
                                              for f in fired) + " (profkit rules --explain CODE)")
+    return lines
+
+
+PATH_LABELS = {"gpu:compute": "GPU compute", "gpu:memory": "GPU memory", "gpu:launch": "GPU tiny kernels",
+               "nccl": "NCCL", "gpu:gap": "GPU-side gaps", "cpu:launch": "launch calls",
+               "cpu:python": "CPU between calls", "cpu:data": "data loading", "cpu:sync": "syncs and the refill after them",
+               "cpu:alloc": "allocation/free", "cpu:pageable_copy": "pageable copies",
+               "cpu:copy": "copies", "cpu:other": "other CUDA calls"}
+
+
+def model_lines(run: dict) -> list[str]:
+    """The step model's lines: the iteration with and without the profiler, and its critical
+    path by kind (largest first, with where each happens)."""
+    cal = run.get("calibration")
+    if not cal or run.get("iterations", 0) < 2:  # a whole capture is no step to model
+        return []
+    rep = run["replay"]
+    how = ("measured without a profiler" if cal["source"] == "measured" else
+           "estimated: no calibration run")
+    lines = [f"model    iteration {fmt_time(cal['profiled_iteration_ns'])} under the profiler, "
+             f"{fmt_time(cal['predicted_iteration_ns'])} without ({how}"
+             + (f" {fmt_time(cal['unprofiled_iteration_ns'])}" if cal["source"] == "measured" else "")
+             + f"; {cal['host_time_added_by_profiler']:+.0%} host time from tracing); "
+             f"replay of the trace {fmt_time(rep['simulated_iteration_ns'])}"]
+    parts = run.get("critical_path") or []
+    total = sum(p["ns_per_iteration"] for p in parts)
+    if total > 0:
+        kinds: dict[str, list] = {}
+        for p in parts:
+            k = kinds.setdefault(p["kind"], [0, []])
+            k[0] += p["ns_per_iteration"]
+            k[1].append(p["where"])
+        shown = [(k, v) for k, v in sorted(kinds.items(), key=lambda kv: -kv[1][0]) if v[0] / total >= 0.02]
+        lines.append(f"path     {fmt_time(total)} an iteration: " + ", ".join(
+            f"{PATH_LABELS.get(k, k)} {v[0] / total:.0%} ({', '.join(dict.fromkeys(v[1][:2]))})"
+            for k, v in shown[:5]))
     return lines
 
 

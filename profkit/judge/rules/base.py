@@ -167,6 +167,80 @@ class RuleContext:
         take the run below it, the host still has to issue every launch."""
         return self.run.host_floor_ns
 
+    # -- pricing through the step model ------------------------------------------------------
+    @cached_property
+    def model(self):
+        """The step model (profkit.run.step), or None when the window has none."""
+        return self.prof.step_model()
+
+    @property
+    def host(self) -> float:
+        """The CPU scale the fixes are priced at: the program without a profiler (calibrated), or
+        no CPU at all when gains are judged on GPU time (``gains="gpu"``: kernel benchmarks)."""
+        return 0.0 if self.prof.gains == "gpu" else (self.model.host if self.model else 1.0)
+
+    @cached_property
+    def baseline(self):
+        """The unmodified replay the fixes are priced against."""
+        m = self.model
+        if m is None:
+            return None
+        return m.baseline if self.host == m.host else m.simulate(host=self.host)
+
+    @property
+    def baseline_ns(self) -> float:
+        return self.baseline.mean_iteration_ns if self.baseline is not None else 0.0
+
+    def price(self, edit, what: str, cap: Optional[float] = None) -> tuple[float, str]:
+        """(gain, basis) of the graph edit ``edit`` (StepGraph -> edited copy): the model's
+        iteration before over after, replayed at the calibrated CPU scale. ``cap``: the most the
+        change can give (the op's own gain): a model that says more is wrong there, and the cap
+        is used with a warning."""
+        m = self.model
+        if m is None:
+            return 1.0, "no step model for this window: not priced"
+        base = self.baseline_ns
+        new = m.simulate(edit(m.graph), host=self.host).mean_iteration_ns
+        gain = base / new if new > 0 else 1.0
+        frame = "GPU time alone" if self.prof.gains == "gpu" else "without the profiler"
+        basis = (f"step model: {what}: iteration {base / 1e6:.2f} -> {new / 1e6:.2f} ms {frame} "
+                 "(mean over the window)")
+        if cap is not None and gain > cap * 1.001:
+            self.prof._warn(f"{what}: the step model priced {gain:.2f}x, above the change's own "
+                            f"{cap:.2f}x, which cannot be: {cap:.2f}x is used")
+            gain = cap
+            basis += f" (capped at the change's own {cap:.2f}x)"
+        return max(gain, 1.0), basis
+
+    def acts_named(self, names) -> pd.DataFrame:
+        """The window's activities whose kernel name is one of ``names``."""
+        a = self.acts
+        return a[a["name"].astype(str).isin({str(n) for n in names}).to_numpy()]
+
+    def graph_ops(self, rows: pd.DataFrame) -> np.ndarray:
+        """The step graph's operations for rows of the window's activities (``acts``)."""
+        m = self.model
+        if m is None or rows.empty:
+            return np.empty(0, dtype=np.int64)
+        idx = m.graph.ops_of(rows["start"].to_numpy(np.int64), rows["correlationId"].to_numpy(np.int64))
+        return idx[idx >= 0]
+
+    def price_ops(self, rows: pd.DataFrame, factor: float, what: str, drop_launches: bool = False,
+                  cap: Optional[float] = None) -> tuple[float, str]:
+        """Price the kernels in ``rows`` running ``factor`` times faster (inf: gone), with their
+        launches gone too when ``drop_launches``."""
+        from profkit.run.step.transform import scale_ops
+        ops = self.graph_ops(rows)
+        return self.price(lambda g: scale_ops(g, ops, factor, drop_launches), what, cap)
+
+    def price_fusion(self, groups: list[pd.DataFrame], new_ns: list[float], what: str,
+                     cap: Optional[float] = None) -> tuple[float, str]:
+        """Price each group of kernels fused into one of the given duration (its other launches
+        gone with their dispatch)."""
+        from profkit.run.step.transform import replace_ops
+        idx = [self.graph_ops(gr) for gr in groups]
+        return self.price(lambda g: replace_ops(g, idx, np.asarray(new_ns, dtype=np.float64)), what, cap)
+
     def gpu_saving_gain(self, saved_ns: float, critical_share: float) -> tuple[float, float, str]:
         """(gain on wall, new wall, basis) for ``saved_ns`` of GPU time saved, ``critical_share``
         of which was on the critical path; bounded by the host floor and the GPU floor."""

@@ -8,23 +8,30 @@ Why
     batch while the GPU has nothing queued; pageable host memory makes each copy a CPU-staged
     synchronous transfer.
 Evidence
-    ``idle_host_by_range`` (host idle by the top-level range open at the gap) and
-    ``idle_memcpy_wait`` of the run breakdown.
+    The step model's CPU time before each call that falls in a data-loading range; with no such
+    range, the longest stretch of CPU time with no CUDA call in each iteration when it is at least
+    ``min_gap_share`` of the iteration (a numpy augmentation in the training loop, tokenisation),
+    outside the ranges nested in the step. Pageable host-to-device copies (PK104) join the fix.
 Fix
     ``DataLoader(num_workers=N, pin_memory=True, persistent_workers=True, prefetch_factor=2)``
     and ``batch.to(device, non_blocking=True)``; move heavy augmentation to the GPU.
 Expected gain
-    ``wall / max(GPU busy + GPU-side gaps, wall - GPU idle in data ranges and copies)``: the
-    loading leaves the critical path, the rest of the CPU's work stays. Measured on
-    loader_cnn -> loader_cnn_workers: predicted 12.3x, measured 11.5x per iteration.
+    Graph edit: the loading CPU time shrinks to 1/``workers`` (the main process then waits only
+    for what ``workers`` processes cannot produce in time), pageable copies become pinned and
+    non-blocking. The step model replays the edited graph at the calibrated CPU scale. Measured
+    on loader_cnn -> loader_cnn_workers (before the step model): predicted 12.3x, measured 11.5x.
 References
     PyTorch ``torch.utils.data`` docs (multi-process loading, memory pinning);
     PyTorch performance tuning guide, "Enable async data loading and augmentation".
 """
 from __future__ import annotations
 
+import numpy as np
+
 from profkit.model import Rung
-from profkit.judge.rules.base import Finding, Param, RuleContext, RuleMeta, Table, speedup
+from profkit.judge.rules.base import Finding, Param, RuleContext, RuleMeta, Table
+from profkit.run.step.graph import StepGraph
+from profkit.run.step.transform import pin_copies, scale_gaps
 from profkit.run.summary import DATA_RE
 
 RULE = RuleMeta(
@@ -32,24 +39,61 @@ RULE = RuleMeta(
     summary="the GPU idles while the main process loads batches: DataLoader workers, pinned memory",
     tables=(Table.NVTX, Table.RUNTIME, Table.KERNEL), example="traces/real/loader_cnn.sqlite.xz",
     quiet_on="traces/real/loader_cnn_workers.sqlite.xz",
-    params=(Param("min_idle_share", 0.05, "GPU idle while loading, as a share of the wall time"),))
+    params=(Param("min_idle_share", 0.05, "loading CPU time, as a share of the iteration"),
+            Param("min_gap_share", 0.25, "an unannotated gap with no CUDA call, as a share of the "
+                                         "iteration, that counts as loading"),
+            Param("workers", 8.0, "DataLoader worker processes the fix assumes")))
+
+
+def loading_calls(g: StepGraph) -> tuple[np.ndarray, str]:
+    """The calls whose preceding CPU time is data loading, and how they were found."""
+    where = np.array(g.range_names, dtype=object)[g.c_gap_range] if g.n_calls else np.empty(0, object)
+    in_data = np.array([bool(DATA_RE.search(str(w))) for w in where], dtype=bool)
+    if in_data.any():
+        return np.flatnonzero(in_data), "in data-loading ranges"
+    # No such range: the longest gap of each iteration, outside the step's inner ranges.
+    k = len(g.iter_call) - 1
+    if k < 2 or not g.n_calls:
+        return np.empty(0, dtype=np.int64), ""
+    periods = np.asarray(g.measured_periods, dtype=np.float64)
+    med = float(np.median(periods))
+    inner = {"(no range)"}  # between steps: outside every range (inside one, it is the step's own work)
+    out = []
+    for it in range(k):
+        lo, hi = int(g.iter_call[it]), int(g.iter_call[it + 1])
+        if hi <= lo:
+            continue
+        j = lo + int(np.argmax(g.c_gap[lo:hi]))
+        if g.c_gap[j] >= RULE.param("min_gap_share") * med and str(where[j]) in inner:
+            out.append(j)
+    if len(out) < 0.5 * k:
+        return np.empty(0, dtype=np.int64), ""
+    return np.asarray(out, dtype=np.int64), "with no CUDA call, outside the step's ranges"
 
 
 def detect(ctx: RuleContext) -> list[Finding]:
-    r = ctx.run
-    wall = ctx.wall_ns
-    b = r.breakdown
-    data = sum(v for k, v in r.idle_host_by_range.items() if DATA_RE.search(k))
-    idle = data + b["idle_memcpy_wait"]
-    if idle <= RULE.param("min_idle_share") * wall:
+    m = ctx.model
+    if m is None:
         return []
-    gpu_floor = float(r.gpu_busy_ns + b["idle_other"])
-    g = speedup(wall, max(gpu_floor, wall - idle))
-    ranges = [k for k in r.idle_host_by_range if DATA_RE.search(k)]
+    g = m.graph
+    calls, how = loading_calls(g)
+    its = max(len(g.iter_call) - 1, 1)
+    load_ns = float(g.c_gap[calls].sum()) * m.host / its if len(calls) else 0.0
+    if load_ns <= RULE.param("min_idle_share") * m.iteration_ns:
+        return []
+    pageable = np.flatnonzero(g.g_host_paced & (g.g_call >= 0))
+    w = RULE.param("workers")
+
+    def edit(gr):
+        out = scale_gaps(gr, calls, w)
+        return pin_copies(out, pageable, np.nan_to_num(gr.g_bytes[pageable])) if len(pageable) else out
+
+    gain, basis = ctx.price(edit, f"loading {load_ns / 1e6:.2f} ms per iteration ({how}) / {w:.0f} "
+                                  f"workers" + (f", {len(pageable) / its:.0f} pageable copies per "
+                                                "iteration pinned" if len(pageable) else ""))
+    ranges = sorted({g.range_names[int(g.c_gap_range[i])] for i in calls})
     return [Finding(RULE.code, RULE.name,
                     "prepare batches off the critical path: DataLoader num_workers > 0, "
                     "pin_memory=True, .to(device, non_blocking=True), prefetch", Rung.LIBRARY,
-                    {"idle_in_data_ranges_ns": int(data), "idle_memcpy_wait_ns": int(b["idle_memcpy_wait"]),
-                     "data_ranges": ranges[:3], "gpu_floor_ns": int(gpu_floor)}, g,
-                    f"wall / max(GPU busy + GPU-side gaps {gpu_floor / 1e6:.1f} ms, wall - GPU idle "
-                    f"while the CPU loads or copies data {idle / 1e6:.1f} ms)", g)]
+                    {"loading_ns_per_iteration": int(load_ns), "where": how, "data_ranges": ranges[:3],
+                     "pageable_copies": int(len(pageable))}, gain, basis, gain)]

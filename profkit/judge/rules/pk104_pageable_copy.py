@@ -13,15 +13,22 @@ Fix
     ``DataLoader(pin_memory=True)`` or ``tensor.pin_memory()`` once for reused host buffers, then
     ``.to(device, non_blocking=True)``; keep data resident on the GPU where it fits.
 Expected gain
-    ``wall / max(GPU busy + GPU-side gaps, wall - CPU time inside the pageable copies' calls)``.
-    The GPU idle while the CPU prepares the batch is PK102's, not counted here.
+    Graph edit: each pageable copy runs at the pinned bandwidth (measured on the trace's own
+    pinned copies of at least 1 MB, else PCIe Gen5's ~25 GB/s), no longer at the host's pace, and
+    its call no longer waits for it (``non_blocking=True``). The step model replays the edited
+    graph at the calibrated CPU scale. The GPU idle while the CPU prepares the batch is PK102's,
+    not changed here.
 References
     CUDA C++ Best Practices Guide, "Pinned Memory"; PyTorch docs, "Use pinned memory buffers".
 """
 from __future__ import annotations
 
+import numpy as np
+
 from profkit.model import Rung
-from profkit.judge.rules.base import Finding, Param, RuleContext, RuleMeta, Table, speedup
+
+from profkit.judge.rules.base import Finding, Param, RuleContext, RuleMeta, Table
+from profkit.run.step.transform import PINNED_BYTES_PER_S, pin_copies
 
 RULE = RuleMeta(
     code="PK104", name="pageable-copy",
@@ -33,28 +40,36 @@ RULE = RuleMeta(
 PAGEABLE, H2D = 0, 1
 
 
+def pinned_bandwidth(g) -> float | None:
+    """Bytes per second of the trace's own pinned copies of 1 MB or more (median), if any."""
+    big = (g.g_kind == 1) & ~g.g_host_paced & (np.nan_to_num(g.g_bytes) >= 1e6) & (g.g_dur > 0)
+    if not big.any():
+        return None
+    return float(np.median(g.g_bytes[big] / g.g_dur[big] * 1e9))
+
+
 def detect(ctx: RuleContext) -> list[Finding]:
-    kinds = ctx.prof.full_trace.copy_kinds
-    a = ctx.acts
-    copies = a[a["kind"].astype(str) == "memcpy"]
-    if kinds.empty or copies.empty:
+    m = ctx.model
+    if m is None:
         return []
-    k = kinds[(kinds["copyKind"] == H2D) & (kinds["srcKind"] == PAGEABLE)]
-    hit = copies.merge(k[["start", "correlationId"]], on=["start", "correlationId"])
-    if hit.empty:
+    g = m.graph
+    ops = np.flatnonzero(g.g_host_paced & (g.g_call >= 0))
+    if not len(ops):
         return []
-    cpu = float((hit["api_end"] - hit["api_start"]).clip(lower=0).sum())
-    wall = ctx.wall_ns
-    if cpu <= RULE.param("min_cpu_share") * wall:
+    calls = g.g_call[ops]
+    its = max(len(g.iter_call) - 1, 1)
+    cpu = float((g.c_end - g.c_start)[calls].sum()) * m.host / its
+    if cpu <= RULE.param("min_cpu_share") * m.iteration_ns:
         return []
-    r = ctx.run
-    gpu_floor = float(r.gpu_busy_ns + r.breakdown["idle_other"])
-    g = speedup(wall, max(gpu_floor, wall - cpu))
+    bw = pinned_bandwidth(g)
+    nbytes = np.nan_to_num(g.g_bytes[ops])
+    gain, basis = ctx.price(lambda gr: pin_copies(gr, ops, nbytes, bw),
+                            f"{len(ops) / its:.0f} pageable copies per iteration pinned "
+                            f"({(bw or PINNED_BYTES_PER_S) / 1e9:.0f} GB/s"
+                            f"{' measured' if bw else ', assumed'}) and non-blocking")
     return [Finding(RULE.code, RULE.name,
-                    f"copy from pinned memory: {len(hit)} host-to-device copies "
-                    f"({hit['bytes'].sum() / 1e6:.0f} MB) come from pageable memory; use "
+                    f"copy from pinned memory: {len(ops)} host-to-device copies "
+                    f"({nbytes.sum() / 1e6:.0f} MB) come from pageable memory; use "
                     "pin_memory=True (DataLoader) or a pinned buffer, and .to(device, non_blocking=True)",
-                    Rung.LIBRARY, {"copies": int(len(hit)), "bytes": int(hit["bytes"].sum()),
-                                   "cpu_in_copy_calls_ns": int(cpu)}, g,
-                    f"wall / max(GPU floor {gpu_floor / 1e6:.1f} ms, wall - CPU time in pageable "
-                    f"copy calls {cpu / 1e6:.2f} ms)", g)]
+                    Rung.LIBRARY, {"copies": int(len(ops)), "bytes": int(nbytes.sum()),
+                                   "cpu_in_copy_calls_ns_per_iteration": int(cpu)}, gain, basis, gain)]

@@ -30,6 +30,7 @@ import re
 
 from profkit.model import Rung
 from profkit.judge.rules.base import Finding, Param, RuleContext, RuleMeta, Scope, Table, matches
+from profkit.run.step.transform import scale_ops
 
 RULE = RuleMeta(
     code="PK201", name="unfused-optimizer",
@@ -68,10 +69,17 @@ def detect(ctx: RuleContext) -> list[Finding]:
     chunks = float(rows["count"].min())  # launches per foreach op (its chunks), all ops alike
     foreach_passes = float(sum(passes(n) * c for n, c in rows["count"].items())) / chunks
     op_gain = max(1.0, foreach_passes / fused_passes)
-    saved = total * (1.0 - 1.0 / op_gain)
     crit = float(rows["critical_ns"].sum()) / total if total else 0.0
-    g, _, basis = ctx.gpu_saving_gain(saved, crit)
-    g = min(g, op_gain)
+    # The fused step: one kernel per chunk (the most frequent foreach kind's launches stay and
+    # carry the whole update's time / op_gain), the other kinds' kernels and launches go.
+    keep = str(rows["count"].idxmax())
+    kept = ctx.acts_named([keep])
+    gone = ctx.acts_named([n for n in rows.index if n != keep])
+    kept_ns = float(kept["dur"].sum())
+    g, basis = ctx.price(lambda gr: scale_ops(scale_ops(gr, ctx.graph_ops(gone), float("inf"), True),
+                                              ctx.graph_ops(kept), kept_ns / (total / op_gain)),
+                         f"foreach kernels {ctx.per_iteration(total)} -> one fused kernel per chunk "
+                         f"{ctx.per_iteration(total / op_gain)}", cap=op_gain)
     which = "AdamW/Adam" if adam else "SGD"
     return [Finding(RULE.code, RULE.name,
                     f"use the fused optimizer: torch.optim.{'AdamW' if adam else 'SGD'}(..., fused=True) "
@@ -79,5 +87,5 @@ def detect(ctx: RuleContext) -> list[Finding]:
                     f"over the parameters per step instead of {fused_passes})",
                     Rung.LIBRARY, {"optimizer_kernel_ns": int(total), "foreach_passes": round(foreach_passes, 1),
                                    "fused_passes": fused_passes, "critical_share": round(crit, 3)},
-                    g, f"optimizer {ctx.per_iteration(total)} x (1 - {fused_passes}/{foreach_passes:.0f} "
-                       f"passes); {basis}", op_gain, op_gain, Scope.OPS, frozenset(rows.index))]
+                    g, f"{fused_passes} of {foreach_passes:.0f} passes; {basis}", op_gain, op_gain,
+                    Scope.OPS, frozenset(rows.index))]

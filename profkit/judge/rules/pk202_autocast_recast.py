@@ -70,11 +70,13 @@ def detect(ctx: RuleContext) -> list[Finding]:
         elems = sum(a * b for a, b in weights)
         ev["weight_casts_per_iteration"] = round(len(weights) / max(ctx.iterations, 1), 1)
         ev["weight_cast_bytes_per_iteration"] = int(6 * elems / max(ctx.iterations, 1))  # read 4, write 2
-    g, _, basis = ctx.gpu_saving_gain(total, crit)
+    g, basis = ctx.price_ops(ctx.acts_named(casts.index), float("inf"),
+                             f"cast kernels {ctx.per_iteration(total)} and their launches removed",
+                             drop_launches=True)
     return [Finding(RULE.code, RULE.name,
                     f"keep bf16 weights for the forward and backward and the fp32 master copy only in "
                     f"the optimizer (cast once per step), instead of autocast casting them again each "
                     f"step ({per_it:.0f} fp32 -> 16-bit cast kernels per iteration)", Rung.LIBRARY,
                     ev, g,
-                    f"upper bound, all casts removed: cast kernels {ctx.per_iteration(total)}; {basis}",
+                    f"upper bound, all casts removed: {basis}",
                     g, None, Scope.OPS, frozenset(casts.index))]

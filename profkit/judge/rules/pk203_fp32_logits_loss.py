@@ -55,11 +55,11 @@ def detect(ctx: RuleContext) -> list[Finding]:
     if shapes:  # with aten shapes: tokens x vocab of the logits, and their fp32 bytes
         tokens, vocab = max(shapes, key=lambda s: s[0] * s[1])
         ev.update({"logits_shape": [tokens, vocab], "fp32_logits_bytes": int(4 * tokens * vocab)})
-    g, _, basis = ctx.gpu_saving_gain(saved, crit)
-    g = min(g, OP_GAIN)
+    g, basis = ctx.price_ops(ctx.acts_named(rows.index), OP_GAIN,
+                             f"log-softmax fwd+bwd {ctx.per_iteration(total)} / {OP_GAIN:.0f}", cap=OP_GAIN)
     return [Finding(RULE.code, RULE.name,
                     "compute the loss without materialising fp32 logits: a fused linear-cross-entropy "
                     "(Liger-Kernel LigerFusedLinearCrossEntropyLoss) or a chunked bf16 loss",
                     Rung.LIBRARY, ev, g,
-                    f"log-softmax fwd+bwd {ctx.per_iteration(total)} / {OP_GAIN:.0f}; {basis}",
+                    basis,
                     g, OP_GAIN, Scope.OPS, frozenset(rows.index))]

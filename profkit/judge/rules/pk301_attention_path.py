@@ -63,13 +63,12 @@ def _fp32_flash(ctx: RuleContext, names) -> list[Finding]:
     rows = k.loc[fp32]
     total = float(rows["total_ns"].sum())
     crit = float(rows["critical_ns"].sum()) / total if total else 0.0
-    g, _, basis = ctx.gpu_saving_gain(total / 2.0, crit)
-    g = min(g, 2.0)
+    g, basis = ctx.price_ops(ctx.acts_named(fp32), 2.0, f"fp32 attention {ctx.per_iteration(total)} / 2 "
+                             "(half the bytes per element)", cap=2.0)
     return [Finding(RULE.code, RULE.name,
                     "attention runs in fp32: run it in bf16 (autocast) so SDPA can use the flash / "
                     "cuDNN kernel", Rung.LIBRARY, {"fp32_attention_ns": int(total)}, g,
-                    f"fp32 attention {ctx.per_iteration(total)} / 2 (half the bytes per element); "
-                    f"{basis}", g, 2.0, Scope.OPS, frozenset(fp32))]
+                    basis, g, 2.0, Scope.OPS, frozenset(fp32))]
 
 
 MAX_GLUE = 6  # kernels between the two GEMMs of one attention (scale, mask, softmax, casts)
@@ -124,9 +123,9 @@ def detect(ctx: RuleContext) -> list[Finding]:
     cpu_removed = removed_launch_cost(a, removed, RULE.param("dispatch_gap_us") * 1e3)
     gemm_ns = float(dur[after].sum()) * 2.0  # the GEMM pairs around the glue stay (as one kernel)
     op_gain = (saved + gemm_ns) / gemm_ns if gemm_ns else None
-    g, basis = ctx.host_and_gpu_saving_gain(saved, share, cpu_removed)
-    if op_gain is not None:
-        g = min(g, op_gain)
+    g, basis = ctx.price_ops(a[glue | after].iloc[np.flatnonzero(glue[glue | after])], float("inf"),
+                             f"softmax and the kernels between each attention's GEMMs "
+                             f"{ctx.per_iteration(saved)} removed with their launches", True, cap=op_gain)
     per = max(ctx.iterations, 1)
     return [Finding(RULE.code, RULE.name,
                     "attention on the math path (GEMM + softmax + GEMM): use "
@@ -134,7 +133,6 @@ def detect(ctx: RuleContext) -> list[Finding]:
                     "backend", Rung.LIBRARY,
                     {"softmax_kernel_ns": int(total), "glue_kernel_ns": int(saved),
                      "removed_launches": int(removed.sum()), "cpu_removed_ns": int(cpu_removed)}, g,
-                    f"softmax and the kernels between each attention's GEMMs removed "
-                    f"{ctx.per_iteration(saved)}, {int(removed.sum()) / per:.0f} launches per iteration "
-                    f"with their dispatch {ctx.per_iteration(cpu_removed)}; {basis}", g, op_gain,
+                    f"{int(removed.sum()) / per:.0f} launches per iteration with their dispatch "
+                    f"{ctx.per_iteration(cpu_removed)}; {basis}", g, op_gain,
                     Scope.OPS, frozenset(soft.index))]

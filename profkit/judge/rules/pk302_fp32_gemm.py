@@ -51,13 +51,11 @@ def detect(ctx: RuleContext) -> list[Finding]:
     if total < RULE.param("min_gpu_share") * float(k["total_ns"].sum()):
         return []
     op_gain = max(1.0, RULE.param("target") * peaks["tf32"] / peaks["fp32"])
-    saved = total * (1.0 - 1.0 / op_gain)
-    crit = float(rows["critical_ns"].sum()) / total
-    g, _, basis = ctx.gpu_saving_gain(saved, crit)
-    g = min(g, op_gain)
+    g, basis = ctx.price_ops(ctx.acts_named(fp32), op_gain,
+                             f"fp32 GEMMs {ctx.per_iteration(total)} / {op_gain:.1f}", cap=op_gain)
     return [Finding(RULE.code, RULE.name,
                     "fp32 GEMMs on the CUDA cores: torch.set_float32_matmul_precision(\"high\") (TF32) "
                     "or run them in bf16 (autocast)", Rung.LIBRARY,
                     {"fp32_gemm_ns": int(total), "kernels": len(fp32)}, g,
-                    f"fp32 GEMMs {ctx.per_iteration(total)} / ({RULE.param('target'):.0%} x TF32 / fp32 "
-                    f"peak = {op_gain:.1f}); {basis}", g, op_gain, Scope.OPS, frozenset(fp32))]
+                    f"{RULE.param('target'):.0%} x TF32 / fp32 peak = {op_gain:.1f}; {basis}", g,
+                    op_gain, Scope.OPS, frozenset(fp32))]

@@ -55,12 +55,12 @@ def detect(ctx: RuleContext) -> list[Finding]:
     if total < RULE.param("min_gpu_share") * float(k["total_ns"].sum()):
         return []
     crit = float(rows["critical_ns"].sum()) / total
-    g, _, basis = ctx.gpu_saving_gain(total / OP_GAIN, crit)
-    g = min(g, OP_GAIN)
+    g, basis = ctx.price_ops(ctx.acts_named(names), OP_GAIN,
+                             f"skinny GEMMs {ctx.per_iteration(total)} / {OP_GAIN:.0f} (half the weight "
+                             "bytes)", cap=OP_GAIN)
     return [Finding(RULE.code, RULE.name,
                     "skinny GEMMs stream the weights: batch more tokens per call (more sequences per "
                     "decode step), or quantise the weights to 8 bits (torchao int8_weight_only)",
                     Rung.LIBRARY, {"skinny_gemm_ns": int(total), "kernels": len(names),
                                    "critical_share": round(crit, 3)}, g,
-                    f"skinny GEMMs {ctx.per_iteration(total)} / {OP_GAIN:.0f} (half the weight bytes); "
-                    f"{basis}", g, OP_GAIN, Scope.OPS, frozenset(names))]
+                    basis, g, OP_GAIN, Scope.OPS, frozenset(names))]

@@ -84,14 +84,16 @@ def detect(ctx: RuleContext) -> list[Finding]:
         if saved <= 0:
             continue
         op_gain = total / (total - saved)
-        e2e, _, basis = ctx.gpu_saving_gain(saved, crit_ns / total if total else 0.0)
-        e2e = min(e2e, op_gain)
+        kernels = set().union(*(ops.attrs.get("kernels_of", {}).get(n, set()) for n in names))
+        e2e, basis = ctx.price_ops(ctx.acts_named(kernels), op_gain,
+                                   f"the unaligned GEMMs' kernels {ctx.per_iteration(total)} / {op_gain:.2f}",
+                                   cap=op_gain)
         out.append(Finding(RULE.code, RULE.name,
                            f"pad the GEMM dimensions that are not multiples of {GEMM_ALIGN[prec]} to multiples "
                            f"of {to} ({len(names)} {prec} GEMM shapes, e.g. {names[0]})", Rung.LIBRARY,
                            {"unaligned": names[:5], "aligned_median_flops_per_s": good,
                             "op_gains": [round(g, 2) for g in gains[:5]]}, e2e,
-                           f"unaligned GEMMs {ctx.per_iteration(total)} at the aligned GEMMs' median "
-                           f"{good / 1e12:.0f} TFLOP/s over the padded FLOPs; {basis}", e2e, op_gain,
+                           f"at the aligned GEMMs' median {good / 1e12:.0f} TFLOP/s over the padded "
+                           f"FLOPs; {basis}", e2e, op_gain,
                            Scope.OPS, frozenset()))
     return out

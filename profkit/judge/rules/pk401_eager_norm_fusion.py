@@ -116,14 +116,16 @@ def detect(ctx: RuleContext) -> list[Finding]:
         op_gain = eager / fused
         saved = total * (1.0 - fused / eager)
         share = float((dur[both] * crit[both]).sum() / total) if total else 0.0
-        g, _, basis = ctx.gpu_saving_gain(saved, share)
-        g = min(g, op_gain)
+        groups = [a.iloc[[i - 1, i]] for i in idx]
+        g, basis = ctx.price_fusion(groups, [float(dur[[i - 1, i]].sum()) * fused / eager for i in idx],
+                                    f"pairs {ctx.per_iteration(total)} x {fused}/{eager}, one launch each",
+                                    cap=op_gain)
         out.append(Finding(RULE.code, RULE.name,
                            f"fuse the {len(idx)} producer -> consumer pairs into the bundled kernel "
                            f"kernels.{kern} ({eager} passes over HBM become {fused})", Rung.TRITON,
                            {"kernel": kern, "pairs": len(idx), "pair_kernel_ns": int(total),
                             "critical_share": round(share, 3)}, g,
-                           f"pairs {ctx.per_iteration(total)} x (1 - {fused}/{eager}); {basis}", g,
+                           basis, g,
                            op_gain, Scope.OPS, frozenset(names.iloc[both].astype(str).tolist())))
     return out
 
@@ -181,7 +183,11 @@ def _composed_rmsnorm(ctx: RuleContext) -> Finding | None:
     cpu_chains = removed_launch_cost(a, member, RULE.param("dispatch_gap_us") * 1e3)
     cpu_removed = max(cpu_chains - len(chains) * RULE.param("fused_call_us") * 1e3, 0.0)
     op_gain = total / longest_total if longest_total else 1.0
-    g, basis = ctx.host_and_gpu_saving_gain(saved, share, cpu_removed)
+    groups = [a.iloc[first:last + 1] for first, last in chains]
+    g, basis = ctx.price_fusion(groups, [float(dur[first:last + 1].max()) for first, last in chains],
+                                f"each chain one kernel as long as its longest, "
+                                f"{ctx.per_iteration(total)} -> {ctx.per_iteration(longest_total)}",
+                                cap=op_gain)
     n_add = int(with_add.sum())
     per = max(ctx.iterations, 1)
     kern = "kernels.add_rmsnorm" if n_add else "torch.nn.functional.rms_norm"

@@ -81,13 +81,17 @@ def detect(ctx: RuleContext) -> list[Finding]:
         return []
     op_gain = total / (total - saved)
     share = float(crit_ns / total)
-    g, _, basis = ctx.gpu_saving_gain(saved, share)
-    g = min(g, op_gain)
+    sel = np.flatnonzero(in_chain)
+    rid_all = run_id[in_chain]
+    runs = np.unique(rid_all)
+    groups = [a.iloc[sel[rid_all == r]] for r in runs]
+    g, basis = ctx.price_fusion(groups, [float(longest[r]) for r in runs],
+                                f"chains {ctx.per_iteration(total)} -> their longest kernels "
+                                f"{ctx.per_iteration(total - saved)}, one launch each", cap=op_gain)
     return [Finding(RULE.code, RULE.name,
                     f"torch.compile the code around the {chains} chains of small elementwise kernels "
                     f"({chains / max(ctx.iterations, 1):.0f} per iteration): each becomes one kernel",
                     Rung.TORCH_COMPILE, {"chains": chains, "chain_kernel_ns": int(total),
                                          "critical_share": round(share, 3)}, g,
-                    f"chains {ctx.per_iteration(total)} -> their longest kernels "
-                    f"{ctx.per_iteration(total - saved)}; {basis}", g, op_gain, Scope.OPS,
+                    basis, g, op_gain, Scope.OPS,
                     frozenset(members))]

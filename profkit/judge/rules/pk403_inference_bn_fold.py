@@ -104,10 +104,11 @@ def detect(ctx: RuleContext) -> list[Finding]:
     # The CPU's side: each removed kernel's launch call and the short gap before it.
     cpu_removed = removed_launch_cost(a, removed, RULE.param("dispatch_gap_us") * 1e3)
     op_gain = t_epi / (t_epi - saved)
-    g, basis = ctx.host_and_gpu_saving_gain(saved, share, cpu_removed)
-    g = min(g, op_gain)
-    # The most the basis allows: every BatchNorm, ReLU and add pass gone.
-    bound = max(ctx.host_and_gpu_saving_gain(t_epi, share, cpu_removed)[0], g)
+    g, basis = ctx.price_ops(a[removed], float("inf"),
+                             f"BatchNorm/ReLU/add kernels {ctx.per_iteration(t_epi)} -> "
+                             f"{ctx.per_iteration(t_epi - saved)} and their launches removed", True, cap=op_gain)
+    # The most the change allows: every BatchNorm, ReLU and add pass gone.
+    bound = max(ctx.price_ops(a[epilogue], float("inf"), "every epilogue kernel removed", True)[0], g)
     n_bn = int(matches(names, re.compile(r"batch_norm_transform_input|batch_norm_elementwise|bn_fw_inf"
                                           r"|BatchNormInference", re.I)).sum())
     per = max(ctx.iterations, 1)
@@ -121,7 +122,6 @@ def detect(ctx: RuleContext) -> list[Finding]:
                     {"bn_kernel_ns": int(dur[bn_own].sum()), "fused_relu_ns": int(dur[act_fused].sum()),
                      "epilogue_kernel_ns": int(t_epi), "removed_launches": int(removed.sum()),
                      "cpu_removed_ns": int(cpu_removed), "critical_share": round(share, 3)}, g,
-                    f"BatchNorm/ReLU/add kernels {ctx.per_iteration(t_epi)} -> "
-                    f"{ctx.per_iteration(t_epi - saved)} (BatchNorm folded, add+ReLU one pass, other "
-                    f"ReLUs and convolutions unchanged), {int(removed.sum()) / per:.0f} launches per "
-                    f"iteration removed; {basis}", bound, op_gain, Scope.OPS, frozenset(members))]
+                    f"BatchNorm folded, add+ReLU one pass, other ReLUs and convolutions unchanged, "
+                    f"{int(removed.sum()) / per:.0f} launches per iteration removed; {basis}", bound,
+                    op_gain, Scope.OPS, frozenset(members))]

@@ -78,33 +78,50 @@ def critical_path(g: StepGraph, s: Schedule, host: float = 1.0) -> CriticalPath:
     share = _refill_shares(g, s, segs, host)
     k = len(s.starts)
     bounds = np.append(s.starts, s.end_ns)
-    per_it: list[dict[tuple[str, str], float]] = [dict() for _ in range(k)]
+    # Each segment as a row (start, end, key, weight); a refill becomes two rows, its owner's share
+    # and the rest under its own kind.
+    keys: dict[tuple[str, str], int] = {}
+    rows_a, rows_b, rows_k, rows_w = [], [], [], []
     for a, b, kind, where, owner in segs:
-        parts = [(kind, where, 1.0)]
         if owner is not None:
             f = share.get(owner, 0.0)
-            parts = [(owner[0], owner[1], f), (kind, where, 1.0 - f)]
-        # Clip to the iterations it overlaps.
-        i = max(int(np.searchsorted(bounds, a, side="right")) - 1, 0)
-        while i < k and bounds[i] < b:
-            lo, hi = max(a, bounds[i]), min(b, bounds[i + 1])
-            if hi > lo:
-                for kk, ww, f in parts:
-                    if f > 0:
-                        per_it[i][(kk, ww)] = per_it[i].get((kk, ww), 0.0) + f * (hi - lo)
-            i += 1
+            if f > 0:
+                rows_a.append(a); rows_b.append(b); rows_w.append(f)
+                rows_k.append(keys.setdefault(owner, len(keys)))
+            if f >= 1.0:
+                continue
+            w = 1.0 - f
+        else:
+            w = 1.0
+        rows_a.append(a); rows_b.append(b); rows_w.append(w)
+        rows_k.append(keys.setdefault((kind, where), len(keys)))
+    a = np.asarray(rows_a, dtype=np.float64)
+    b = np.asarray(rows_b, dtype=np.float64)
+    key = np.asarray(rows_k, dtype=np.int64)
+    wgt = np.asarray(rows_w, dtype=np.float64)
+    # Clip each row to the iterations it overlaps (most lie in one; the few that span several
+    # are split, iteration by iteration).
+    per_it = np.zeros((k, max(len(keys), 1)))
+    lo_it = np.clip(np.searchsorted(bounds, a, side="right") - 1, 0, max(k - 1, 0))
+    hi_it = np.clip(np.searchsorted(bounds, b, side="left") - 1, 0, max(k - 1, 0))
+    span = hi_it - lo_it
+    for d in range(int(span.max()) + 1 if len(a) and k else 0):
+        it = lo_it + d
+        ok = it <= hi_it
+        lo = np.maximum(a[ok], bounds[it[ok]])
+        hi = np.minimum(b[ok], bounds[it[ok] + 1])
+        ln = np.clip(hi - lo, 0.0, None) * wgt[ok]
+        np.add.at(per_it, (it[ok], key[ok]), ln)
+    names = [kk for kk, _ in sorted(keys.items(), key=lambda kv: kv[1])]
     periods = np.diff(bounds)
     med = float(np.median(periods)) if k else 0.0
     typical = [i for i in range(k) if med and abs(periods[i] / med - 1) <= TYPICAL] or list(range(k))
-    total: dict[tuple[str, str], float] = {}
-    for i in typical:
-        covered = sum(per_it[i].values())
-        gap = periods[i] - covered  # stretches no segment reached (before the first call)
-        if gap > 0:
-            per_it[i][("cpu:python", "(outside the calls)")] = per_it[i].get(
-                ("cpu:python", "(outside the calls)"), 0.0) + gap
-        for key, v in per_it[i].items():
-            total[key] = total.get(key, 0.0) + v
+    sums = per_it[typical].sum(axis=0) if k else np.zeros(0)
+    total: dict[tuple[str, str], float] = {names[j]: float(v) for j, v in enumerate(sums[:len(names)]) if v > 0}
+    # Stretches no segment reached (before the first call of the window).
+    outside = float((periods[typical] - per_it[typical].sum(axis=1)).clip(0).sum()) if k else 0.0
+    if outside > 0:
+        total[("cpu:python", "(outside the calls)")] = total.get(("cpu:python", "(outside the calls)"), 0.0) + outside
     raw = sum(total.values())
     scale = med / raw if raw > 0 else 0.0
     parts = [Part(kk, ww, v * scale) for (kk, ww), v in sorted(total.items(), key=lambda kv: -kv[1])
@@ -139,12 +156,16 @@ def _refill_shares(g: StepGraph, s: Schedule, segs: list[tuple], host: float) ->
         return {}
     from profkit.run.step.simulate import simulate
     from profkit.run.step.transform import drop_waits
-    site_of = np.array([f"{_api(g.call_names[g.c_name[i]])} in {_where_call(g, i)}"
-                        for i in range(g.n_calls)], dtype=object) if g.n_calls else np.empty(0, object)
+    # A site is the range the waiting call ran in: `.item()` is a copy and a stream sync, and
+    # both go when the value stays on the GPU. Launches that waited on a full queue stay.
+    blocking = (g.c_wait > 0) & np.isin(g.c_kind, [int(CallKind.SYNC), int(CallKind.COPY),
+                                                   int(CallKind.FREE), int(CallKind.ALLOC)])
+    range_of = np.array([_where_call(g, i) for i in range(g.n_calls)], dtype=object) \
+        if g.n_calls else np.empty(0, object)
     base = float(s.end_ns - s.starts[0]) if len(s.starts) else 0.0
     shares = {}
     for site in sorted(refill, key=lambda x: -refill[x])[:MAX_SITES]:
-        sel = np.flatnonzero((site_of == site[1]) & (g.c_wait > 0))
+        sel = np.flatnonzero(blocking & (range_of == site[1].rsplit(" in ", 1)[-1]))
         if not len(sel):
             continue
         t = simulate(drop_waits(g, sel), host)
@@ -162,9 +183,28 @@ def _where_call(g: StepGraph, i: int) -> str:
     return g.range_names[int(g.c_range[i])]
 
 
+def _labels(g: StepGraph) -> tuple[list[str], list[str], list[str], list[str]]:
+    """Per call: its kind label and its place ("cudaLaunchKernel in forward"); per call, the
+    kind and place of the CPU time before it (by the range open in the middle of it). Made once
+    per distinct value, not per call."""
+    api = [_api(n) for n in g.call_names]
+    kind_of: dict[tuple, str] = {}
+    c_kind, c_where, gap_kind, gap_where = [], [], [], []
+    for i in range(g.n_calls):
+        key = (int(g.c_kind[i]), int(g.c_wait[i]), int(g.c_wait_arg[i]) if int(g.c_wait[i]) == int(Wait.OP) else -1)
+        if key not in kind_of:
+            kind_of[key] = _call_label(g, i)
+        c_kind.append(kind_of[key])
+        c_where.append(f"{api[g.c_name[i]]} in {g.range_names[g.c_range[i]]}")
+        w = g.range_names[g.c_gap_range[i]]
+        gap_where.append(w)
+        gap_kind.append("cpu:data" if _DATA.search(w) else "cpu:python")
+    return c_kind, c_where, gap_kind, gap_where
+
+
 def _walk(g: StepGraph, s: Schedule) -> list[tuple]:
-    """Segments (start, end, kind, where, released by the GPU) from the window's end back to
-    its start."""
+    """Segments (start, end, kind, where, released by the GPU, GPU queued) from the window's end
+    back to its start."""
     out: list[tuple] = []
     n, m = g.n_calls, g.n_ops
     if n == 0:
@@ -172,57 +212,58 @@ def _walk(g: StepGraph, s: Schedule) -> list[tuple]:
     t_stop = float(s.c_start[0])
     in_win = np.flatnonzero(g.g_call >= 0)
     last_op = int(in_win[np.argmax(s.g_end[in_win])]) if len(in_win) else -1
-    if last_op >= 0 and s.g_end[last_op] > s.c_end[n - 1]:
-        node, idx = "g", last_op
+    cs, ce, gs, ge = s.c_start.tolist(), s.c_end.tolist(), s.g_start.tolist(), s.g_end.tolist()
+    g_by, c_by, waited = s.g_by.tolist(), s.c_end_by.tolist(), s.c_waited.tolist()
+    g_call, g_prev, g_dep, fam = g.g_call.tolist(), g.g_prev.tolist(), g.g_dep.tolist(), g.g_family.tolist()
+    pred = g.c_pred.tolist()
+    c_kind, c_where, gap_kind, gap_where = _labels(g)
+    rname = g.range_names
+    c_range = g.c_range.tolist()
+    if last_op >= 0 and ge[last_op] > ce[n - 1]:
+        node, idx = 0, last_op   # 0: a GPU operation's end, 1: a call's end, 2: a call's start
     else:
-        node, idx = "ce", n - 1
-    tail_from = s.g_end[idx] if node == "g" else s.c_end[idx]
+        node, idx = 1, n - 1
+    tail_from = ge[idx] if node == 0 else ce[idx]
     if s.end_ns > tail_from:
-        out.append((float(tail_from), float(s.end_ns), "cpu:python", "(after the last call)", False, False))
-    names = g.call_names
+        out.append((tail_from, float(s.end_ns), "cpu:python", "(after the last call)", False, False))
     guard = 4 * (n + m) + 10
     while guard > 0:
         guard -= 1
-        if node == "g":
+        if node == 0:
             op = idx
-            call = int(g.g_call[op])
-            where = _where_call(g, call) if call >= 0 else "(before the window)"
-            out.append((float(s.g_start[op]), float(s.g_end[op]), GPU_KINDS[int(g.g_family[op])], where, False,
-                        int(s.g_by[op]) in (BY_STREAM, BY_DEP)))
-            by = int(s.g_by[op])
-            if s.g_start[op] <= t_stop or by == BY_FIXED:
+            call = g_call[op]
+            where = rname[c_range[call]] if call >= 0 else "(before the window)"
+            by = g_by[op]
+            out.append((gs[op], ge[op], GPU_KINDS[fam[op]], where, False, by == BY_STREAM or by == BY_DEP))
+            if gs[op] <= t_stop or by == BY_FIXED:
                 break
             if by == BY_LAUNCH:
-                out.append((float(s.c_start[call]), float(s.g_start[op]), "cpu:launch", where, False, False))
-                node, idx = "cs", call
+                out.append((cs[call], gs[op], "cpu:launch", where, False, False))
+                node, idx = 2, call
             elif by == BY_STREAM:
-                p = int(g.g_prev[op])
-                out.append((float(s.g_end[p]), float(s.g_start[op]), "gpu:gap", where, False, False))
-                node, idx = "g", p
+                pv = g_prev[op]
+                out.append((ge[pv], gs[op], "gpu:gap", where, False, False))
+                node, idx = 0, pv
             else:  # BY_DEP
-                d = int(g.g_dep[op])
-                out.append((float(s.g_end[d]), float(s.g_start[op]), "gpu:gap", where, False, False))
-                node, idx = "g", d
-        elif node == "ce":
+                d = g_dep[op]
+                out.append((ge[d], gs[op], "gpu:gap", where, False, False))
+                node, idx = 0, d
+        elif node == 1:
             i = idx
-            kind = _call_label(g, i)
-            where = f"{_api(names[g.c_name[i]])} in {_where_call(g, i)}"
-            if int(s.c_end_by[i]) == BY_WAIT and int(s.c_waited[i]) >= 0:
-                w = int(s.c_waited[i])
-                out.append((float(s.g_end[w]), float(s.c_end[i]), kind, where, True, False))
-                node, idx = "g", w
+            if c_by[i] == BY_WAIT and waited[i] >= 0:
+                w = waited[i]
+                out.append((ge[w], ce[i], c_kind[i], c_where[i], True, False))
+                node, idx = 0, w
             else:
-                out.append((float(s.c_start[i]), float(s.c_end[i]), kind, where, False, False))
-                node, idx = "cs", i
-        else:  # "cs": the CPU time before the call
+                out.append((cs[i], ce[i], c_kind[i], c_where[i], False, False))
+                node, idx = 2, i
+        else:  # the CPU time before the call
             i = idx
-            p = int(g.c_pred[i])
-            if p < 0 or s.c_start[i] <= t_stop:
+            pv = pred[i]
+            if pv < 0 or cs[i] <= t_stop:
                 break
-            where = g.range_names[int(g.c_gap_range[i])]
-            label = "cpu:data" if _DATA.search(where) else "cpu:python"
-            out.append((float(s.c_end[p]), float(s.c_start[i]), label, where, False, False))
-            node, idx = "ce", p
+            out.append((ce[pv], cs[i], gap_kind[i], gap_where[i], False, False))
+            node, idx = 1, pv
     return out
 
 

@@ -117,7 +117,10 @@ class StepGraph:
     g_dep_delta: np.ndarray
     g_family: np.ndarray         # index into FAMILIES (compute, memory, launch, communication)
     g_name: np.ndarray           # index into op_names
+    g_corr: np.ndarray           # correlation id (with g_start, the key of the trace's activity)
+    g_bytes: np.ndarray          # bytes of a copy or memset (NaN for kernels)
     g_kind: np.ndarray           # 0 kernel, 1 memcpy, 2 memset
+    g_host_paced: np.ndarray     # a copy from or to pageable memory: the CPU stages it, so it runs at the host's speed
     streams: list[tuple[int, int]]
     ops_ptr: np.ndarray          # CSR: the operations call i launched are ops_idx[ops_ptr[i]:ops_ptr[i+1]]
     ops_idx: np.ndarray
@@ -134,6 +137,12 @@ class StepGraph:
     @property
     def n_ops(self) -> int:
         return len(self.g_start)
+
+    def ops_of(self, starts: np.ndarray, corr: np.ndarray) -> np.ndarray:
+        """Indices of the operations with these (start, correlation id) pairs, the key of a row of
+        the trace's activities (-1 where the window's graph does not hold it)."""
+        key = dict(zip(zip(self.g_start.tolist(), self.g_corr.tolist()), range(self.n_ops)))
+        return np.array([key.get((int(s), int(c)), -1) for s, c in zip(starts, corr)], dtype=np.int64)
 
     def copy(self) -> "StepGraph":
         """A deep copy whose arrays a transformation may change."""
@@ -270,6 +279,7 @@ def build(trace, window: Window, launch_floor_ns: float = 1_000.0) -> StepGraph:
     ops_idx = gi[oo]
     ops_ptr = np.searchsorted(ci[oo], np.arange(n + 1), side="left").astype(np.int64)
 
+    g_host_paced = _pageable_ops(trace, ops, g_kind)
     c_wait, c_wait_arg, c_wake, c_own = _waits(trace, calls, names, codes, c_kind, c_start, c_end,
                                                g_call, g_start, g_end, g_stream, dev, streams,
                                                ops, ops_ptr, ops_idx)
@@ -284,9 +294,28 @@ def build(trace, window: Window, launch_floor_ns: float = 1_000.0) -> StepGraph:
                      g_start=g_start, g_end=g_end, g_dur=g_dur, g_stream=g_stream, g_dev=dev,
                      g_call=g_call, g_prev=g_prev, g_lat=g_lat, g_qgap=g_qgap, g_dep=g_dep,
                      g_dep_delta=g_dep_delta, g_family=g_family, g_name=ncodes.astype(np.int64),
-                     g_kind=g_kind, streams=streams, ops_ptr=ops_ptr, ops_idx=ops_idx,
+                     g_corr=ops["correlationId"].to_numpy(np.int64),
+                     g_bytes=ops["bytes"].to_numpy(np.float64),
+                     g_kind=g_kind, g_host_paced=g_host_paced, streams=streams, ops_ptr=ops_ptr, ops_idx=ops_idx,
                      iter_call=iter_call, measured_periods=periods, gpu_periods=gpu_side,
                      end_ns=w1)
+
+
+def _pageable_ops(trace, ops: pd.DataFrame, g_kind: np.ndarray) -> np.ndarray:
+    """Which operations are copies from or to pageable host memory."""
+    out = np.zeros(len(ops), dtype=bool)
+    kinds = trace.copy_kinds
+    if not len(kinds) or not (g_kind == 1).any():
+        return out
+    k = kinds.drop_duplicates(["correlationId", "start"])
+    pageable = (k["srcKind"].to_numpy() == PAGEABLE) | (k["dstKind"].to_numpy() == PAGEABLE)
+    key = set(zip(k["correlationId"].to_numpy(np.int64)[pageable].tolist(),
+                  k["start"].to_numpy(np.int64)[pageable].tolist()))
+    corr = ops["correlationId"].to_numpy(np.int64)
+    st = ops["start"].to_numpy(np.int64)
+    for i in np.flatnonzero(g_kind == 1):
+        out[i] = (int(corr[i]), int(st[i])) in key
+    return out
 
 
 def _median(x: np.ndarray, default: float) -> float:

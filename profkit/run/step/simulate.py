@@ -36,8 +36,14 @@ class Schedule:
 
     @property
     def iteration_ns(self) -> float:
-        """The median iteration: what the step takes."""
+        """The median iteration: what the step takes (as the window measures it)."""
         return float(np.median(self.periods)) if len(self.periods) else 0.0
+
+    @property
+    def mean_iteration_ns(self) -> float:
+        """The window's simulated length over its iterations. Unlike the median of the periods it
+        never grows when a node of the graph gets shorter: what-ifs are priced on it."""
+        return float(self.end_ns - self.starts[0]) / len(self.starts) if len(self.starts) else 0.0
 
 
 def simulate(g: StepGraph, host: float = 1.0) -> Schedule:
@@ -72,7 +78,7 @@ def simulate(g: StepGraph, host: float = 1.0) -> Schedule:
     qgap = g.g_qgap.tolist()
     dep = g.g_dep.tolist()
     dep_d = g.g_dep_delta.tolist()
-    dur = g.g_dur.tolist()
+    dur = np.where(g.g_host_paced, g.g_dur * host, g.g_dur).tolist()
     stream = g.g_stream.tolist()
     gs = g_start.tolist()
     ge = g_end.tolist()

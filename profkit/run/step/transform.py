@@ -1,14 +1,42 @@
 """Graph edits: what a fix changes in the step, as a change to a copy of the step graph.
 
-Each function takes a StepGraph and returns an edited copy; the model prices it by replaying
-both (profkit.run.step.model.StepModel.speedup). Daydream's primitives: select nodes, shrink or
-remove them, add or remove a dependency.
+Each edit takes a StepGraph and returns an edited copy; the model prices it by replaying both at
+the calibrated CPU scale (profkit.run.step.model.StepModel.speedup). They are Daydream's
+primitives — select nodes, shrink or remove them, remove a dependency — composed into the fixes
+the rules propose:
+
+* ``drop_waits``: calls no longer wait for the GPU (a value kept on the GPU, no ``.item()``);
+* ``remove_calls``: calls gone with their own CPU time and the short dispatch before them (an
+  allocation the caching allocator serves, a launch a fused kernel makes unnecessary);
+* ``scale_ops``: GPU operations take ``1/factor`` of their time (a faster kernel, another
+  precision); ``factor=inf`` removes their time (a fused-away kernel);
+* ``pin_copies``: pageable copies become pinned: they run at the measured pinned bandwidth,
+  no longer at the host's pace, and their calls no longer wait;
+* ``scale_gaps``: the CPU time before the selected calls shrinks (data loading moved to
+  workers);
+* ``cuda_graph``: the launches of a region replayed as one graph: their CPU cost goes, the
+  operations follow each other at a graph's node gap, and, when the whole step is captured, the
+  Python between the launches goes too.
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 
-from profkit.run.step.graph import StepGraph, Wait
+from profkit.run.step.graph import CallKind, StepGraph, Wait
+
+# Host gaps shorter than this before a removed launch are the per-op dispatch (framework code
+# between two launches) that goes with it; longer ones are the program's own Python and stay.
+DISPATCH_GAP_NS = 50_000.0
+# Measured on the H200 (docs/step-model.md): back-to-back kernels of a replayed CUDA graph start
+# about 0.3-1 us apart, and a graph launch costs the CPU about 10 us plus 0.1 us per node.
+GRAPH_NODE_GAP_NS = 500.0
+GRAPH_LAUNCH_NS = 10_000.0
+GRAPH_NODE_NS = 100.0
+# Pinned host<->device bandwidth of an H200's PCIe Gen5 x16 link when the trace has no pinned
+# copy of its own to measure it from.
+PINNED_BYTES_PER_S = 25e9
 
 
 def drop_waits(g: StepGraph, calls: np.ndarray) -> StepGraph:
@@ -19,3 +47,160 @@ def drop_waits(g: StepGraph, calls: np.ndarray) -> StepGraph:
     out.c_wait[sel] = int(Wait.NONE)
     out.c_wake[sel] = 0.0
     return out
+
+
+def remove_calls(g: StepGraph, calls: np.ndarray, dispatch_gap_ns: float = DISPATCH_GAP_NS) -> StepGraph:
+    """The selected calls take no CPU time and wait for nothing; the CPU time before each goes
+    too when shorter than ``dispatch_gap_ns`` (the dispatch that made the call). GPU work they
+    launched stays (remove it with scale_ops)."""
+    out = g.copy()
+    sel = np.zeros(g.n_calls, dtype=bool)
+    sel[np.asarray(calls, dtype=np.int64)] = True
+    out.c_own[sel] = 0.0
+    out.c_wait[sel] = int(Wait.NONE)
+    out.c_wake[sel] = 0.0
+    short = sel & (out.c_gap < dispatch_gap_ns)
+    out.c_gap[short] = 0.0
+    return out
+
+
+def scale_ops(g: StepGraph, ops: np.ndarray, factor: float, drop_launches: bool = False) -> StepGraph:
+    """The selected GPU operations run ``factor`` times faster (``inf``: they take no time and
+    their queue gap goes too). ``drop_launches``: their launch calls go as well (remove_calls),
+    when no other operation of the same call stays."""
+    out = g.copy()
+    sel = np.zeros(g.n_ops, dtype=bool)
+    sel[np.asarray(ops, dtype=np.int64)] = True
+    if np.isinf(factor):
+        out.g_dur[sel] = 0.0
+        out.g_qgap[sel] = 0.0
+    else:
+        out.g_dur[sel] = out.g_dur[sel] / max(factor, 1e-9)
+    if drop_launches:
+        calls = np.unique(g.g_call[sel & (g.g_call >= 0)])
+        keep = np.zeros(g.n_calls, dtype=bool)
+        keep[g.g_call[~sel & (g.g_call >= 0)]] = True
+        calls = calls[~keep[calls]]
+        out = remove_calls(out, calls)
+    return out
+
+
+def replace_ops(g: StepGraph, groups: list[np.ndarray], new_ns: np.ndarray) -> StepGraph:
+    """Each group of operations becomes one operation of ``new_ns`` (the group's first keeps the
+    time, the others take none and their launches go): a fusion."""
+    out = g.copy()
+    drop: list[int] = []
+    for ops, ns in zip(groups, new_ns):
+        ops = np.asarray(ops, dtype=np.int64)
+        if not len(ops):
+            continue
+        first = ops[np.argmin(g.g_start[ops])]
+        rest = ops[ops != first]
+        out.g_dur[first] = float(ns)
+        out.g_dur[rest] = 0.0
+        out.g_qgap[rest] = 0.0
+        drop.extend(rest.tolist())
+    if drop:
+        d = np.asarray(drop, dtype=np.int64)
+        calls = np.unique(g.g_call[d][g.g_call[d] >= 0])
+        # A call that also launched a kept operation stays.
+        kept = np.ones(g.n_ops, dtype=bool)
+        kept[d] = False
+        has_kept = np.zeros(g.n_calls, dtype=bool)
+        has_kept[g.g_call[kept & (g.g_call >= 0)]] = True
+        out = remove_calls(out, calls[~has_kept[calls]])
+    return out
+
+
+def pin_copies(g: StepGraph, ops: np.ndarray, bytes_: np.ndarray,
+               bandwidth: Optional[float] = None, non_blocking: bool = True) -> StepGraph:
+    """Pageable copies become pinned: each runs ``bytes / bandwidth`` (the pinned bandwidth the
+    trace measured, else PINNED_BYTES_PER_S) and no longer at the host's pace; with
+    ``non_blocking`` its call no longer waits for it."""
+    out = g.copy()
+    ops = np.asarray(ops, dtype=np.int64)
+    bw = bandwidth or PINNED_BYTES_PER_S
+    out.g_dur[ops] = np.minimum(out.g_dur[ops], np.asarray(bytes_, dtype=np.float64) / bw * 1e9)
+    out.g_host_paced[ops] = False
+    if non_blocking:
+        calls = g.g_call[ops]
+        calls = calls[calls >= 0]
+        waits_on_copy = calls[(g.c_wait[calls] == int(Wait.OP))]
+        out.c_wait[waits_on_copy] = int(Wait.NONE)
+        out.c_wake[waits_on_copy] = 0.0
+    return out
+
+
+def scale_gaps(g: StepGraph, calls: np.ndarray, factor: float) -> StepGraph:
+    """The CPU time before the selected calls takes ``1/factor`` of its time."""
+    out = g.copy()
+    sel = np.asarray(calls, dtype=np.int64)
+    out.c_gap[sel] = out.c_gap[sel] / max(factor, 1e-9)
+    return out
+
+
+def graphable(g: StepGraph, calls: np.ndarray) -> list[str]:
+    """Why the selected calls cannot be captured in a CUDA graph (empty when they can): a
+    synchronisation, an allocation or free, or a pageable copy inside the region."""
+    sel = np.asarray(calls, dtype=np.int64)
+    why = []
+    kind = g.c_kind[sel]
+    waits = g.c_wait[sel]
+    names = g.call_names[g.c_name[sel]] if len(sel) else np.empty(0, object)
+    if ((kind == int(CallKind.SYNC)) | ((kind == int(CallKind.COPY)) & (waits != int(Wait.NONE)))).any():
+        n = int(((kind == int(CallKind.SYNC)) | ((kind == int(CallKind.COPY)) & (waits != int(Wait.NONE)))).sum())
+        why.append(f"{n} synchronising call(s) ({_names(names[(kind == int(CallKind.SYNC)) | ((kind == int(CallKind.COPY)) & (waits != int(Wait.NONE)))])})")
+    alloc = (kind == int(CallKind.ALLOC)) | (kind == int(CallKind.FREE))
+    if alloc.any():
+        why.append(f"{int(alloc.sum())} allocation/free call(s) ({_names(names[alloc])})")
+    ops = np.concatenate([g.ops_idx[g.ops_ptr[i]:g.ops_ptr[i + 1]] for i in sel]) if len(sel) else np.empty(0, np.int64)
+    if len(ops) and g.g_host_paced[ops].any():
+        why.append(f"{int(g.g_host_paced[ops].sum())} pageable copy(ies)")
+    return why
+
+
+def _names(names: np.ndarray) -> str:
+    import re
+    uniq = sorted({re.sub(r"_v\d+$", "", str(n)) for n in names})
+    return ", ".join(uniq[:3]) + (", ..." if len(uniq) > 3 else "")
+
+
+def cuda_graph(g: StepGraph, calls: np.ndarray, whole_step: bool = False,
+               replays_per_iteration: Optional[int] = None) -> StepGraph:
+    """The launches among ``calls`` replayed as CUDA graphs: the launch calls' CPU time and the
+    dispatch before them go (all the CPU time between the region's calls with ``whole_step``:
+    nothing of the step runs as Python any more), one graph launch per iteration (or
+    ``replays_per_iteration``) costs GRAPH_LAUNCH_NS plus GRAPH_NODE_NS a node, and the
+    operations follow each other GRAPH_NODE_GAP_NS apart."""
+    out = g.copy()
+    sel = np.zeros(g.n_calls, dtype=bool)
+    sel[np.asarray(calls, dtype=np.int64)] = True
+    launches = sel & np.isin(g.c_kind, [int(CallKind.LAUNCH), int(CallKind.MEMSET), int(CallKind.COPY),
+                                        int(CallKind.EVENT), int(CallKind.OTHER)])
+    launches &= g.c_wait == int(Wait.NONE)
+    out.c_own[launches] = 0.0
+    gaps = launches if not whole_step else sel
+    out.c_gap[gaps & ((g.c_gap < DISPATCH_GAP_NS) | whole_step)] = 0.0
+    # The graph launch: charged to the first launch of each iteration in the region.
+    it = np.searchsorted(g.iter_call, np.flatnonzero(launches), side="right") - 1
+    firsts = np.flatnonzero(launches)[np.r_[True, it[1:] != it[:-1]]] if launches.any() else np.empty(0, np.int64)
+    nodes = np.zeros(g.n_calls)
+    for i in np.flatnonzero(launches):
+        nodes[i] = g.ops_ptr[i + 1] - g.ops_ptr[i]
+    per_it_nodes = np.bincount(it, weights=nodes[launches], minlength=len(g.iter_call)) if launches.any() else np.zeros(0)
+    for f, k in zip(firsts, np.unique(it)):
+        out.c_own[f] = GRAPH_LAUNCH_NS + GRAPH_NODE_NS * float(per_it_nodes[k])
+    # Operations of the region: back to back on the GPU.
+    ops = np.concatenate([g.ops_idx[g.ops_ptr[i]:g.ops_ptr[i + 1]] for i in np.flatnonzero(launches)]) \
+        if launches.any() else np.empty(0, np.int64)
+    if len(ops):
+        out.g_qgap[ops] = np.minimum(out.g_qgap[ops], GRAPH_NODE_GAP_NS)
+    return out
+
+
+def ops_named(g: StepGraph, names) -> np.ndarray:
+    """Indices of the window's operations (not those carried in from before it) whose kernel name
+    is one of ``names``."""
+    wanted = {str(n) for n in names}
+    hit = np.array([str(n) in wanted for n in g.op_names], dtype=bool)
+    return np.flatnonzero(hit[g.g_name] & (g.g_call >= 0)) if len(hit) else np.empty(0, np.int64)

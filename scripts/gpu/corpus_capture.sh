@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# On a GPU machine, from the repository root: capture the baseline of every what-if corpus
+# program (or only the NAMEs given) with `profkit capture`, within a time budget.
+#
+#   scripts/gpu/corpus_capture.sh OUTDIR SECONDS [NAME...]
+#
+# The programs and their baseline arguments come from the registry in
+# scripts/whatif_accuracy.py (`list`: name<TAB>script<TAB>args...). Traces go to
+# OUTDIR/traces/NAME.sqlite, each capture's output to OUTDIR/logs/NAME.log, and nsys's NVTX and
+# kernel summaries to OUTDIR/logs/NAME_*.csv. A capture never gets more time than is left.
+set -u
+out=${1:?usage: corpus_capture.sh OUTDIR SECONDS [NAME...]}; budget=${2:?usage: corpus_capture.sh OUTDIR SECONDS [NAME...]}
+shift 2
+deadline=$(( $(date +%s) + budget ))
+mkdir -p "$out/traces" "$out/logs"
+export PYTHONUNBUFFERED=1
+left() { echo $(( deadline - $(date +%s) )); }
+
+python3 scripts/whatif_accuracy.py list > "$out/programs.tsv" || { echo "cannot read the registry"; exit 1; }
+for want in "$@"; do  # names asked for that the registry does not have
+  cut -f1 "$out/programs.tsv" | grep -qx -- "$want" || echo "== unknown program $want"
+done
+
+while IFS=$'\t' read -r -a f <&3; do
+  name=${f[0]}; script=${f[1]}; args=("${f[@]:2}")
+  if [ $# -gt 0 ]; then
+    hit=0; for want in "$@"; do [ "$want" = "$name" ] && hit=1; done
+    [ $hit -eq 1 ] || continue
+  fi
+  t=$(left); [ "$t" -le 20 ] && { echo "== skip $name (no time left)"; continue; }
+  echo "== $name ($(date -u +%T), ${t}s left): $script ${args[*]}"
+  s=$(date +%s)
+  timeout "$t" python3 -m profkit capture --force -o "$out/traces/$name.sqlite" "$script" "${args[@]}" \
+    < /dev/null > "$out/logs/$name.log" 2>&1 || echo "   $name failed: $(tail -3 "$out/logs/$name.log")"
+  echo "   $name took $(( $(date +%s) - s ))s"
+done 3< "$out/programs.tsv"
+
+for t in "$out"/traces/*.sqlite; do
+  [ -f "$t" ] || continue
+  b=$(basename "$t" .sqlite)
+  nsys stats -q -r nvtx_gpu_proj_sum,cuda_gpu_kern_sum --format csv -o "$out/logs/$b" "$t" >/dev/null 2>&1
+done
+rm -f "$out"/traces/*.nsys-rep
+ls -la "$out"/traces

@@ -1,0 +1,109 @@
+"""Batch-1 BERT-base inference (HF BertModel, random weights, bf16), one 128-token request at
+a time, as an online classifier serves them.
+
+Each request (fresh random token ids) is an NVTX range ``infer``; predictions stay on the GPU
+and are read once after the loop.
+
+The forward is about 250 kernel launches (12 layers of GEMMs, layer norms, GELU, softmax
+attention, adds) of a few microseconds of GPU work each: the CPU's Python and launch path sets
+the pace, and the GPU idles most of each request.
+
+    python w_bert_b1_infer.py [--steps 40] [--fix cuda_graph | --fix compile]
+
+Fixes:
+  cuda_graph  the forward captured once in a CUDA graph (``torch.cuda.graph``) on a static
+              input buffer; each request is copied into it and the graph replayed: one launch
+              a request instead of ~250. (Under capture HF cannot look at the padding, so it
+              builds an all-true attention mask: SDPA then takes its masked path, a small cost
+              at this size.)
+  compile     ``torch.compile(model)`` (default mode): Inductor fuses the element-wise work
+              into fewer kernels launched from generated code, but still launches each one.
+              Compilation (tens of seconds) happens in the first requests, which are warm-up.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+
+import torch
+from transformers import BertConfig, BertModel
+
+FIXES = ("cuda_graph", "compile")
+CUDA_ONLY = ("cuda_graph",)
+
+
+def nvtx(name: str):
+    """An NVTX range (nothing where CUDA is absent, for CPU smoke runs)."""
+    return torch.cuda.nvtx.range(name) if torch.cuda.is_available() else contextlib.nullcontext()
+
+
+def parse_fixes(ap: argparse.ArgumentParser, args: argparse.Namespace) -> set[str]:
+    fixes = {f.strip() for v in args.fix for f in v.split(",") if f.strip()}
+    if fixes - set(FIXES):
+        ap.error(f"unknown fix {sorted(fixes - set(FIXES))}; known: {', '.join(FIXES)}")
+    if args.device == "cpu" and fixes & set(CUDA_ONLY):
+        ap.error(f"fix {sorted(fixes & set(CUDA_ONLY))} needs --device cuda")
+    if {"cuda_graph", "compile"} <= fixes:
+        ap.error("cuda_graph and compile are alternatives: pick one")
+    return fixes
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=40, help="requests (the first ones are warm-up)")
+    ap.add_argument("--fix", action="append", default=[], help="fixes, repeatable or comma-separated: "
+                    + ", ".join(FIXES))
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--small", action="store_true", help="tiny model, for a CPU smoke run")
+    args = ap.parse_args()
+    fixes = parse_fixes(ap, args)
+    dev = torch.device(args.device)
+    torch.manual_seed(0)
+
+    if args.small:
+        cfg = BertConfig(vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+                         intermediate_size=128)
+        seq = 16
+    else:
+        cfg = BertConfig()  # bert-base: 12 layers, hidden 768, 12 heads
+        seq = 128
+    model = BertModel(cfg).to(dev, torch.bfloat16).eval()  # bf16 weights, as served
+    if "compile" in fixes:
+        model = torch.compile(model)
+
+    def forward(ids: torch.Tensor) -> torch.Tensor:
+        return model(input_ids=ids).pooler_output  # no padding: no attention mask needed
+
+    run = forward
+    if "cuda_graph" in fixes:
+        static_ids = torch.randint(0, cfg.vocab_size, (1, seq), device=dev)
+        with torch.no_grad():
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):  # warm-up off the default stream, as capture requires
+                for _ in range(3):
+                    forward(static_ids)
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                static_out = forward(static_ids)
+
+        def run(ids: torch.Tensor) -> torch.Tensor:
+            static_ids.copy_(ids)
+            graph.replay()
+            return static_out
+
+    preds = []
+    with torch.no_grad():
+        for _ in range(args.steps):
+            ids = torch.randint(0, cfg.vocab_size, (1, seq), device=dev)
+            with nvtx("infer"):
+                preds.append(run(ids).argmax(-1))
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+    print(f"w_bert_b1_infer: {args.steps} requests, fixes {sorted(fixes) or 'none'}, "
+          f"pred histogram max {torch.cat(preds).bincount().max().item()}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,112 @@
+"""BERT-base encoder inference (HF BertModel, random weights) in plain fp32, batch 32 x 256
+tokens: GPU-bound, the matrix products run on fp32 FMA units.
+
+Each batch (fresh random token ids) is an NVTX range ``infer``; the pooled output is reduced to
+a prediction on the GPU and read once after the loop.
+
+PyTorch's default leaves fp32 matrix products in full fp32 (no TF32), so about 1.5 TFLOP a
+batch run at fp32 speed: tens of ms a batch on an H200, far above the ~2 ms the CPU needs to
+launch the forward.
+
+    python w_bert_fp32_infer.py [--steps 40] [--fix tf32 | --fix bf16_autocast | --fix cuda_graph]
+
+Fixes:
+  tf32           ``torch.set_float32_matmul_precision("high")``: the fp32 GEMMs run on tensor
+                 cores in TF32. Pays: the step is GEMM-bound.
+  bf16_autocast  the forward under ``torch.autocast("cuda", dtype=torch.bfloat16)``: bf16 GEMMs
+                 and attention, and half the activation traffic. Pays, a bit more than tf32.
+  cuda_graph     the forward captured in a CUDA graph on a static input and replayed: removes
+                 launch overhead, which this GPU-bound step does not have. Expected no gain,
+                 and a small loss: under capture HF cannot look at the (absent) padding, so it
+                 builds an all-true attention mask and SDPA takes its slower masked fp32 path.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+
+import torch
+from transformers import BertConfig, BertModel
+
+FIXES = ("tf32", "bf16_autocast", "cuda_graph")
+CUDA_ONLY = ("cuda_graph",)
+
+
+def nvtx(name: str):
+    """An NVTX range (nothing where CUDA is absent, for CPU smoke runs)."""
+    return torch.cuda.nvtx.range(name) if torch.cuda.is_available() else contextlib.nullcontext()
+
+
+def parse_fixes(ap: argparse.ArgumentParser, args: argparse.Namespace) -> set[str]:
+    fixes = {f.strip() for v in args.fix for f in v.split(",") if f.strip()}
+    if fixes - set(FIXES):
+        ap.error(f"unknown fix {sorted(fixes - set(FIXES))}; known: {', '.join(FIXES)}")
+    if args.device == "cpu" and fixes & set(CUDA_ONLY):
+        ap.error(f"fix {sorted(fixes & set(CUDA_ONLY))} needs --device cuda")
+    return fixes
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=40, help="batches (the first ones are warm-up)")
+    ap.add_argument("--fix", action="append", default=[], help="fixes, repeatable or comma-separated: "
+                    + ", ".join(FIXES))
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--small", action="store_true", help="tiny model and batch, for a CPU smoke run")
+    args = ap.parse_args()
+    fixes = parse_fixes(ap, args)
+    dev = torch.device(args.device)
+    torch.manual_seed(0)
+    if "tf32" in fixes:
+        torch.set_float32_matmul_precision("high")
+
+    if args.small:
+        cfg = BertConfig(vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+                         intermediate_size=128)
+        batch, seq = 2, 16
+    else:
+        cfg = BertConfig()  # bert-base: 12 layers, hidden 768, 12 heads, vocab 30522
+        batch, seq = 32, 256
+    model = BertModel(cfg).to(dev).eval()
+    # No attention mask: full-length batches, and HF then needs no mask (no data-dependent check).
+    # (autocast's weight-cast cache must be off where a CUDA graph is captured)
+    amp = (torch.autocast(dev.type, dtype=torch.bfloat16, cache_enabled="cuda_graph" not in fixes)
+           if "bf16_autocast" in fixes else contextlib.nullcontext())
+
+    def forward(ids: torch.Tensor) -> torch.Tensor:
+        with amp:
+            return model(input_ids=ids).pooler_output
+
+    run = forward
+    if "cuda_graph" in fixes:
+        static_ids = torch.randint(0, cfg.vocab_size, (batch, seq), device=dev)
+        with torch.no_grad():
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):  # warm-up off the default stream, as capture requires
+                for _ in range(3):
+                    forward(static_ids)
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                static_out = forward(static_ids)
+
+        def run(ids: torch.Tensor) -> torch.Tensor:
+            static_ids.copy_(ids)
+            graph.replay()
+            return static_out
+
+    preds = []
+    with torch.no_grad():
+        for _ in range(args.steps):
+            ids = torch.randint(0, cfg.vocab_size, (batch, seq), device=dev)
+            with nvtx("infer"):
+                preds.append(run(ids).argmax(-1))
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+    print(f"w_bert_fp32_infer: {args.steps} batches, fixes {sorted(fixes) or 'none'}, "
+          f"last preds {preds[-1][:4].tolist()}")
+
+
+if __name__ == "__main__":
+    main()

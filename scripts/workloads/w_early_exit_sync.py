@@ -1,0 +1,123 @@
+"""Inference with a data-dependent early exit: a bf16 encoder (6 pre-norm MLP blocks, hidden
+2048, 8 x 512 tokens) classifies each sequence; only when some sequence is not confident does
+a small iterative refiner (a GRU cell, 40 rounds, about 300 small kernels) revise the scores.
+
+Each batch is an NVTX range ``infer`` holding ``encoder``, ``exit_check`` and ``refine``.
+
+Defect: the exit test ``if conf.min().item() >= threshold`` reads a GPU value in the middle of
+the forward. The CPU waits there for the whole encoder (a few ms of GEMMs), and only then
+launches the refiner's few hundred small kernels one by one while the GPU sits idle between
+them. With random weights no sequence is ever confident, so the refiner runs every batch.
+
+    python w_early_exit_sync.py [--steps 40] [--fix no_sync]
+
+Fix:
+  no_sync  the branch taken on the GPU: the refiner always runs and
+           ``torch.where(confident, scores, refined)`` picks the result, so nothing is read
+           back and the CPU queues the refiner (and the next batch) while the encoder runs.
+           Same GPU work as the baseline here, since the baseline always refines.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+FIXES = ("no_sync",)
+CUDA_ONLY: tuple[str, ...] = ()
+THRESHOLD = 0.9
+
+
+def nvtx(name: str):
+    """An NVTX range (nothing where CUDA is absent, for CPU smoke runs)."""
+    return torch.cuda.nvtx.range(name) if torch.cuda.is_available() else contextlib.nullcontext()
+
+
+def parse_fixes(ap: argparse.ArgumentParser, args: argparse.Namespace) -> set[str]:
+    fixes = {f.strip() for v in args.fix for f in v.split(",") if f.strip()}
+    if fixes - set(FIXES):
+        ap.error(f"unknown fix {sorted(fixes - set(FIXES))}; known: {', '.join(FIXES)}")
+    if args.device == "cpu" and fixes & set(CUDA_ONLY):
+        ap.error(f"fix {sorted(fixes & set(CUDA_ONLY))} needs --device cuda")
+    return fixes
+
+
+class Block(nn.Module):
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(d)
+        self.fc1 = nn.Linear(d, 4 * d)
+        self.fc2 = nn.Linear(4 * d, d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.fc2(F.gelu(self.fc1(self.norm(x))))
+
+
+class Refiner(nn.Module):
+    """Revises class scores in small rounds: softmax, project, GRU cell, project back, add."""
+
+    def __init__(self, classes: int, width: int, rounds: int) -> None:
+        super().__init__()
+        self.rounds = rounds
+        self.inp = nn.Linear(classes, width)
+        self.cell = nn.GRUCell(width, width)
+        self.out = nn.Linear(width, classes)
+
+    def forward(self, scores: torch.Tensor) -> torch.Tensor:
+        h = scores.new_zeros(scores.shape[0], self.cell.hidden_size)
+        for _ in range(self.rounds):
+            h = self.cell(self.inp(scores.softmax(-1)), h)
+            scores = scores + self.out(h)
+        return scores
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=40, help="batches (the first ones are warm-up)")
+    ap.add_argument("--fix", action="append", default=[], help="fixes, repeatable or comma-separated: "
+                    + ", ".join(FIXES))
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--small", action="store_true", help="tiny model and batch, for a CPU smoke run")
+    args = ap.parse_args()
+    fixes = parse_fixes(ap, args)
+    dev = torch.device(args.device)
+    torch.manual_seed(0)
+
+    d, blocks, batch, seq, classes, width, rounds = 2048, 6, 8, 512, 1000, 256, 40
+    if args.small:
+        d, blocks, batch, seq, classes, width, rounds = 64, 2, 2, 16, 10, 16, 4
+    encoder = nn.Sequential(*[Block(d) for _ in range(blocks)], nn.LayerNorm(d))
+    encoder = encoder.to(dev, torch.bfloat16).eval()
+    head = nn.Linear(d, classes).to(dev).eval()  # small fp32 parts
+    refiner = Refiner(classes, width, rounds).to(dev).eval()
+
+    preds = []
+    with torch.no_grad():
+        for _ in range(args.steps):
+            x = torch.randn(batch, seq, d, device=dev, dtype=torch.bfloat16)  # embedded input
+            with nvtx("infer"):
+                with nvtx("encoder"):
+                    scores = head(encoder(x).mean(1).float())
+                with nvtx("exit_check"):
+                    conf = scores.softmax(-1).amax(-1)
+                    if "no_sync" in fixes:
+                        confident = conf.min() >= THRESHOLD  # a GPU bool, never read here
+                    elif conf.min().item() >= THRESHOLD:  # the defect: waits for the encoder
+                        preds.append(scores.argmax(-1))
+                        continue
+                with nvtx("refine"):
+                    refined = refiner(scores)
+                    if "no_sync" in fixes:
+                        refined = torch.where(confident, scores, refined)
+                preds.append(refined.argmax(-1))
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+    print(f"w_early_exit_sync: {args.steps} batches, fixes {sorted(fixes) or 'none'}, "
+          f"class histogram max {torch.stack(preds).flatten().bincount().max().item()}")
+
+
+if __name__ == "__main__":
+    main()

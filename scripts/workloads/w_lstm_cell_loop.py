@@ -1,0 +1,120 @@
+"""Sequence-encoder inference written as a Python loop over ``nn.LSTMCell``: 2 layers, hidden
+512, input 256, batch 16, 256 timesteps, fp32, a fresh random sequence every batch.
+
+Each batch is an NVTX range ``infer``. The loop launches 3 small kernels a cell a timestep
+(two GEMMs and the fused cell update), about 1,500 launches a batch, each a few microseconds
+of GPU work: the CPU's launch rate sets the pace and the GPU is mostly idle.
+
+    python w_lstm_cell_loop.py [--steps 40] [--fix cuda_graph | --fix cudnn_lstm]
+
+Fixes:
+  cuda_graph  the whole loop captured once in a CUDA graph (``torch.cuda.graph``) on a static
+              input buffer; each batch is copied into it and the graph replayed: one launch.
+  cudnn_lstm  ``nn.LSTM(num_layers=2)`` with the same weights: cuDNN runs the recurrence with
+              a handful of kernels (input GEMM for all timesteps, persistent recurrent kernels).
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+
+import torch
+import torch.nn as nn
+
+FIXES = ("cuda_graph", "cudnn_lstm")
+CUDA_ONLY = ("cuda_graph",)
+
+
+def nvtx(name: str):
+    """An NVTX range (nothing where CUDA is absent, for CPU smoke runs)."""
+    return torch.cuda.nvtx.range(name) if torch.cuda.is_available() else contextlib.nullcontext()
+
+
+def parse_fixes(ap: argparse.ArgumentParser, args: argparse.Namespace) -> set[str]:
+    fixes = {f.strip() for v in args.fix for f in v.split(",") if f.strip()}
+    if fixes - set(FIXES):
+        ap.error(f"unknown fix {sorted(fixes - set(FIXES))}; known: {', '.join(FIXES)}")
+    if args.device == "cpu" and fixes & set(CUDA_ONLY):
+        ap.error(f"fix {sorted(fixes & set(CUDA_ONLY))} needs --device cuda")
+    if {"cuda_graph", "cudnn_lstm"} <= fixes:
+        ap.error("cuda_graph and cudnn_lstm are alternatives: pick one")
+    return fixes
+
+
+def cell_loop(cells: nn.ModuleList, x: torch.Tensor) -> torch.Tensor:
+    """Run the stacked cells over x (time, batch, features); returns the last layer's outputs."""
+    batch = x.shape[1]
+    h = [x.new_zeros(batch, c.hidden_size) for c in cells]
+    c = [x.new_zeros(batch, c.hidden_size) for c in cells]
+    outs = []
+    for t in range(x.shape[0]):
+        inp = x[t]
+        for i, cell in enumerate(cells):
+            h[i], c[i] = cell(inp, (h[i], c[i]))
+            inp = h[i]
+        outs.append(inp)
+    return torch.stack(outs)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=40, help="batches (the first ones are warm-up)")
+    ap.add_argument("--fix", action="append", default=[], help="fixes, repeatable or comma-separated: "
+                    + ", ".join(FIXES))
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--small", action="store_true", help="short sequences, for a CPU smoke run")
+    args = ap.parse_args()
+    fixes = parse_fixes(ap, args)
+    dev = torch.device(args.device)
+    torch.manual_seed(0)
+
+    feat, hidden, layers, batch, steps_t = 256, 512, 2, 16, 256
+    if args.small:
+        feat, hidden, batch, steps_t = 16, 32, 2, 8
+    cells = nn.ModuleList(nn.LSTMCell(feat if i == 0 else hidden, hidden) for i in range(layers))
+    cells = cells.to(dev).eval()
+    run = lambda x: cell_loop(cells, x)
+
+    if "cudnn_lstm" in fixes:
+        lstm = nn.LSTM(feat, hidden, num_layers=layers).to(dev).eval()
+        with torch.no_grad():  # same weights as the cells
+            for i, cell in enumerate(cells):
+                getattr(lstm, f"weight_ih_l{i}").copy_(cell.weight_ih)
+                getattr(lstm, f"weight_hh_l{i}").copy_(cell.weight_hh)
+                getattr(lstm, f"bias_ih_l{i}").copy_(cell.bias_ih)
+                getattr(lstm, f"bias_hh_l{i}").copy_(cell.bias_hh)
+        run = lambda x: lstm(x)[0]
+
+    if "cuda_graph" in fixes:
+        static_x = torch.randn(steps_t, batch, feat, device=dev)
+        with torch.no_grad():
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):  # warm-up off the default stream, as capture requires
+                for _ in range(3):
+                    run(static_x)
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                static_y = run(static_x)
+
+        def run(x: torch.Tensor) -> torch.Tensor:
+            static_x.copy_(x)
+            graph.replay()
+            return static_y
+
+    checksum = torch.zeros((), device=dev)
+    with torch.no_grad():
+        for _ in range(args.steps):
+            x = torch.randn(steps_t, batch, feat, device=dev)
+            with nvtx("infer"):
+                y = run(x)
+                checksum += y[-1].float().mean()  # consumes the output on the GPU
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+    print(f"w_lstm_cell_loop: {args.steps} batches, fixes {sorted(fixes) or 'none'}, "
+          f"checksum {checksum.item():.4f}")
+
+
+if __name__ == "__main__":
+    main()

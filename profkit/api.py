@@ -348,9 +348,10 @@ class Profile:
                             "expected_end_to_end_speedup": round(float(f.expected_end_to_end_speedup), 3),
                             "bound": round(float(f.bound), 3)} for f in findings]
         out["actions"] = actions[:3]
-        if actions and out["verdict"]["class"] == "gpu-bound":
-            out["verdict"]["action"] = actions[0]["action"]
-            out["verdict"]["expected_end_to_end_speedup"] = actions[0]["expected_end_to_end_speedup"]
+        # One source of truth: the verdict's action is the first of the ranked actions.
+        out["verdict"]["action"] = actions[0]["action"] if actions else None
+        out["verdict"]["expected_end_to_end_speedup"] = (actions[0]["expected_end_to_end_speedup"]
+                                                         if actions else 1.0)
         return out
 
 

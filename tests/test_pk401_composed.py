@@ -19,7 +19,10 @@ def test_hf_decode_chains_found_exactly():
     ev = f.evidence
     assert (ev["composed"], ev["kernel"], ev["chains"], ev["with_add"], ev["launches"]) == \
         (True, "add_rmsnorm", 576, 512, 5120)
-    assert round(f.expected_end_to_end_speedup, 3) == 1.234
+    # Priced by the step model (each chain one kernel, its other launches gone): a few percent
+    # to a few tens of percent on this host-bound decode (measured 1.10-1.60x without the
+    # profiler in two sessions).
+    assert 1.02 < f.expected_end_to_end_speedup < 1.3
     assert f.expected_end_to_end_speedup <= f.expected_op_speedup
 
 

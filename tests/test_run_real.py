@@ -121,12 +121,13 @@ def test_verdicts_of_the_real_programs(profiles):
     assert v["generate_llama"] == "host-bound"
     assert v["loader_cnn"] == "data-bound"
     assert v["cnn_infer"] == "gpu-bound"
-    # The sync drains the queue every step, but the CPU's own work per step is longer than the
-    # GPU's: removing the sync is not what the step waits on, and the verdict says so.
+    # The sync drains the queue every step; the step model replays the step without its waits,
+    # at the CPU speed estimated without the profiler, and finds the sync worth removing (timed
+    # without a profiler on the H200: 1.40x, analyses/whatif.md).
     r = profiles["sync_loop"].run()
-    assert v["sync_loop"] == "host-bound" and "removing the syncs gains at most" in r.reason
+    assert v["sync_loop"] == "sync-bound"
     sync = next(a for a in r.actions if a.rule == "per-step-sync")
-    assert sync.expected_end_to_end_speedup < 1.2
+    assert 1.05 < sync.expected_end_to_end_speedup < 1.5
     top = profiles["loader_cnn"].run().actions[0]
     assert top.rule == "data-loading" and "num_workers" in top.action
 

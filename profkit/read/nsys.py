@@ -521,11 +521,13 @@ class TraceReader:
             "correlationId": "coalesce(a.correlationId, -1)", "pidkey": "coalesce(a.globalPid, 0) >> 24",
             "streamId": "coalesce(a.streamId, -1)"}), columns=cols)
 
-    def api_calls(self, name_ids: Optional[list[int]] = None) -> pd.DataFrame:
+    def api_calls(self, name_ids: Optional[list[int]] = None,
+                  between: Optional[tuple[int, int]] = None) -> pd.DataFrame:
         """CUDA runtime/driver API calls: start, end, globalTid, correlationId, name.
 
         ``name_ids``: only calls with these names (StringIds ids, see Trace._name_ids), so a trace
         with millions of launch calls is not read whole to find its few synchronize calls.
+        ``between``: only calls that start in [t0, t1] ns (one window of a long trace).
         Names are as the export stores them, versioned (``cudaStreamSynchronize_v3020``): match
         them by prefix.
         """
@@ -538,6 +540,9 @@ class TraceReader:
             if not name_ids:
                 return empty
             where = f"a.nameId IN ({','.join(str(int(i)) for i in name_ids)})"
+        if between is not None:
+            where = " AND ".join(w for w in (where, f"a.start BETWEEN {int(between[0])} AND "
+                                                    f"{int(between[1])}") if w)
         df = pd.DataFrame(self.int_columns(self.runtime_table, {
             "start": "a.start", "end": 'a."end"', "globalTid": "coalesce(a.globalTid, 0)",
             "correlationId": "coalesce(a.correlationId, -1)", "nameId": "coalesce(a.nameId, -1)"},

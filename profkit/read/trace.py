@@ -72,6 +72,17 @@ class Trace:
         """CUDA API calls (all of them, not only launches), read on first use."""
         return self._in_window(self._read(lambda r: r.api_calls()))
 
+    def api_calls_between(self, t0: int, t1: int) -> pd.DataFrame:
+        """The CUDA API calls that start in [t0, t1] ns (all of them already read: filtered;
+        else read for that stretch alone, so a long trace is not read whole for one window)."""
+        if "api_calls" in self.__dict__:
+            c = self.api_calls
+            return c[(c["start"] >= t0) & (c["start"] <= t1)].reset_index(drop=True)
+        cache = self.__dict__.setdefault("_api_between", {})
+        if (t0, t1) not in cache:
+            cache[(t0, t1)] = self._read(lambda r: r.api_calls(between=(t0, t1)))
+        return cache[(t0, t1)]
+
     def _in_window(self, calls: pd.DataFrame) -> pd.DataFrame:
         w = self.__dict__.get("_window_ns")
         if w is None:

@@ -205,11 +205,12 @@ class RuleContext:
         frame = "GPU time alone" if self.prof.gains == "gpu" else "without the profiler"
         basis = (f"step model: {what}: iteration {base / 1e6:.2f} -> {new / 1e6:.2f} ms {frame} "
                  "(mean over the window)")
-        if cap is not None and gain > cap * 1.001:
-            self.prof._warn(f"{what}: the step model priced {gain:.2f}x, above the change's own "
-                            f"{cap:.2f}x, which cannot be: {cap:.2f}x is used")
+        if cap is not None and gain > cap:
+            if gain > cap * 1.001:  # beyond rounding: the model is wrong there, say so
+                self.prof._warn(f"{what}: the step model priced {gain:.2f}x, above the change's own "
+                                f"{cap:.2f}x, which cannot be: {cap:.2f}x is used")
+                basis += f" (capped at the change's own {cap:.2f}x)"
             gain = cap
-            basis += f" (capped at the change's own {cap:.2f}x)"
         return max(gain, 1.0), basis
 
     def acts_named(self, names) -> pd.DataFrame:
@@ -217,13 +218,21 @@ class RuleContext:
         a = self.acts
         return a[a["name"].astype(str).isin({str(n) for n in names}).to_numpy()]
 
-    def graph_ops(self, rows: pd.DataFrame) -> np.ndarray:
-        """The step graph's operations for rows of the window's activities (``acts``)."""
-        m = self.model
-        if m is None or rows.empty:
-            return np.empty(0, dtype=np.int64)
-        idx = m.graph.ops_of(rows["start"].to_numpy(np.int64), rows["correlationId"].to_numpy(np.int64))
-        return idx[idx >= 0]
+    @cached_property
+    def _op_key(self) -> dict:
+        g = self.model.graph
+        return dict(zip(zip(g.g_start.tolist(), g.g_corr.tolist()), range(g.n_ops)))
+
+    def graph_ops(self, rows: pd.DataFrame, aligned: bool = False) -> np.ndarray:
+        """The step graph's operations for rows of the window's activities (``acts``); with
+        ``aligned``, one entry per row (-1 where the graph does not hold it)."""
+        if self.model is None or rows.empty:
+            return np.full(len(rows), -1, dtype=np.int64) if aligned else np.empty(0, dtype=np.int64)
+        key = self._op_key
+        idx = np.fromiter((key.get(k, -1) for k in zip(rows["start"].to_numpy(np.int64).tolist(),
+                                                        rows["correlationId"].to_numpy(np.int64).tolist())),
+                          dtype=np.int64, count=len(rows))
+        return idx if aligned else idx[idx >= 0]
 
     def price_ops(self, rows: pd.DataFrame, factor: float, what: str, drop_launches: bool = False,
                   cap: Optional[float] = None) -> tuple[float, str]:
@@ -233,13 +242,19 @@ class RuleContext:
         ops = self.graph_ops(rows)
         return self.price(lambda g: scale_ops(g, ops, factor, drop_launches), what, cap)
 
-    def price_fusion(self, groups: list[pd.DataFrame], new_ns: list[float], what: str,
+    def price_fusion(self, rows: pd.DataFrame, group: np.ndarray, new_ns, what: str,
                      cap: Optional[float] = None) -> tuple[float, str]:
-        """Price each group of kernels fused into one of the given duration (its other launches
-        gone with their dispatch)."""
+        """Price the kernels of ``rows`` fused by ``group`` (a group id per row, 0..n-1): each
+        group becomes one kernel of ``new_ns[id]``, its other launches gone with their dispatch."""
         from profkit.run.step.transform import replace_ops
-        idx = [self.graph_ops(gr) for gr in groups]
-        return self.price(lambda g: replace_ops(g, idx, np.asarray(new_ns, dtype=np.float64)), what, cap)
+        ops = self.graph_ops(rows, aligned=True)
+        group = np.asarray(group, dtype=np.int64)
+        ok = ops >= 0
+        order = np.argsort(group[ok], kind="stable")
+        g_sorted, o_sorted = group[ok][order], ops[ok][order]
+        cuts = np.searchsorted(g_sorted, np.arange(len(new_ns) + 1))
+        groups = [o_sorted[cuts[i]:cuts[i + 1]] for i in range(len(new_ns))]
+        return self.price(lambda g: replace_ops(g, groups, np.asarray(new_ns, dtype=np.float64)), what, cap)
 
     def gpu_saving_gain(self, saved_ns: float, critical_share: float) -> tuple[float, float, str]:
         """(gain on wall, new wall, basis) for ``saved_ns`` of GPU time saved, ``critical_share``

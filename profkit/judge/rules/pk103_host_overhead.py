@@ -60,31 +60,34 @@ RULE = RuleMeta(
     code="PK103", name="host-overhead",
     summary="the CPU's per-kernel launch cost sets the pace: CUDA graphs, static KV cache, bigger batches",
     tables=(Table.RUNTIME, Table.KERNEL, Table.NVTX), example="traces/real/generate_llama.sqlite.xz",
-    quiet_on="traces/real/cnn_infer.sqlite.xz",
-    params=(Param("min_idle_share", 0.05, "GPU idle waiting for the CPU, as a share of the wall time"),
+    quiet_on="traces/real/train_llama_compiled.sqlite.xz",
+    params=(Param("min_idle_share", 0.05, "CPU work on the critical path, as a share of the iteration, "
+                                         "above which the step is host-paced"),
             Param("dispatch_gap_us", 50.0, "host gaps between launches shorter than this are "
                                            "per-op framework overhead that a graph removes")))
 
 
 def regions(g: StepGraph, collectives: bool) -> tuple[np.ndarray, bool]:
     """The calls a graph would capture: those in the ranges nested in the step when it has such
-    ranges (the loop's own Python stays), else every call of the window; and whether the whole
-    step is captured. Data-loading ranges stay out."""
+    ranges (the loop's own Python stays), else every call of the window; and whether the Python
+    between them goes too (only where ranges mark the model's code). Data-loading ranges stay
+    out."""
     names = np.array(g.range_names, dtype=object)
     where = names[g.c_range] if g.n_calls else np.empty(0, object)
     data = np.array([bool(DATA_RE.search(str(w))) for w in where], dtype=bool)
     inner = (where != g.window.delimiter) & (where != "(no range)") & ~data
-    if g.window.delimiter and inner.any() and not collectives:
-        return np.flatnonzero(inner), False
-    if collectives:
-        return np.flatnonzero(inner), False
-    return np.flatnonzero(~data), True
+    if g.window.delimiter and inner.any():
+        # The ranges inside the step mark the model's code: a captured region runs none of its
+        # Python (a data-parallel step's collectives launch from autograd hooks, outside it).
+        return np.flatnonzero(inner), not collectives
+    # Nothing marks which Python is the model's: only the dispatch before each launch goes.
+    return np.flatnonzero(~data), False
 
 
-def _fusion_groups(ctx: RuleContext) -> tuple[list, list, float]:
+def _fusion_groups(ctx: RuleContext) -> tuple[np.ndarray, list, float]:
     """Runs of non-library kernels between two library kernels (per stream, in order): each
-    becomes one kernel as long as its longest. Returns the groups, their new durations and the
-    share of kernel time already Inductor's."""
+    becomes one kernel as long as its longest. Returns the graph's operations of each run, their
+    new durations and the share of kernel time already Inductor's."""
     a = ctx.kernels_in_stream_order
     if a.empty:
         return [], [], 0.0
@@ -96,13 +99,17 @@ def _fusion_groups(ctx: RuleContext) -> tuple[list, list, float]:
     stream = a["streamId"].to_numpy()
     brk = np.r_[True, (lib[1:] | lib[:-1]) | (stream[1:] != stream[:-1])]
     rid = np.cumsum(brk)
-    groups, new = [], []
     body = ~lib
-    for r in np.unique(rid[body]):
-        idx = np.flatnonzero((rid == r) & body)
-        if len(idx) >= 2:
-            groups.append(a.iloc[idx])
-            new.append(float(dur[idx].max()))
+    runs, gid, size = np.unique(rid[body], return_inverse=True, return_counts=True)
+    longest = np.zeros(len(runs))
+    np.maximum.at(longest, gid, dur[body])
+    ops = ctx.graph_ops(a[body], aligned=True)
+    keep = (size[gid] >= 2) & (ops >= 0)
+    order = np.argsort(gid[keep], kind="stable")
+    g_sorted, o_sorted = gid[keep][order], ops[keep][order]
+    cuts = np.searchsorted(g_sorted, np.arange(len(runs) + 1))
+    groups = [o_sorted[cuts[i]:cuts[i + 1]] for i in range(len(runs)) if size[i] >= 2]
+    new = [float(longest[i]) for i in range(len(runs)) if size[i] >= 2]
     return groups, new, inductor_share
 
 
@@ -113,13 +120,17 @@ def detect(ctx: RuleContext) -> list[Finding]:
     g = m.graph
     crit = m.critical.by_kind()
     cpu_launch = sum(v for k, v in crit.items() if k in ("cpu:launch", "cpu:python", "cpu:other"))
-    if cpu_launch <= RULE.param("min_idle_share") * m.iteration_ns:
-        return []
+    host_paced = cpu_launch > RULE.param("min_idle_share") * m.iteration_ns
     its = max(len(g.iter_call) - 1, 1)
     collectives = bool(ctx.kernels.index.astype(str).str.match(NCCL_RE).any())
     calls, whole = regions(g, collectives)
     graphed = np.flatnonzero(g.c_kind == int(CallKind.GRAPH_LAUNCH))
     calls = calls[g.c_kind[calls] != int(CallKind.GRAPH_LAUNCH)]
+    # A blocking call that does not come back every iteration (the caching allocator growing
+    # once) stays outside the graphs and blocks nothing.
+    block = blocking_calls(g, calls)
+    if len(block) < 0.5 * its:
+        calls = np.setdiff1d(calls, block)
     blockers = graphable(g, calls)
     ev = {"cpu_on_path_ns_per_iteration": int(cpu_launch),
           "launches_per_iteration": round(float((g.c_kind[calls] == int(CallKind.LAUNCH)).sum()) / its, 1),
@@ -132,9 +143,8 @@ def detect(ctx: RuleContext) -> list[Finding]:
     ev.update(cuda_graph_speedup=round(graph_gain, 3), inductor_kernel_share=round(inductor_share, 3))
     gain, basis = graph_gain, graph_basis
     if not compiled and groups:
-        ops = [ctx.graph_ops(gr) for gr in groups]
         comp_gain, comp_basis = ctx.price(
-            lambda gr: cuda_graph(replace_ops(gr, ops, np.asarray(new)), calls, whole),
+            lambda gr: cuda_graph(replace_ops(gr, groups, np.asarray(new)), calls, whole),
             "torch.compile(mode=\"reduce-overhead\"): the launches as CUDA graphs and each run of "
             "non-library kernels between library kernels fused into its longest")
         ev["compile_speedup"] = round(comp_gain, 3)
@@ -151,11 +161,57 @@ def detect(ctx: RuleContext) -> list[Finding]:
                   "the step (in HF generate(), logits processing and sampling run eager between graph "
                   "replays), or give each launch more work (larger batches)")
     if blockers:
-        # Not applicable as the program stands: say what to remove, and what graphs give after.
+        # The step cannot be one graph as it stands. What can be captured are the pieces between
+        # the blocking calls (torch.compile breaks its graph there; a static KV cache lets HF's
+        # decode forward be one such piece), the Python right after each blocking call staying.
         ev["refused"] = blockers
+        block = blocking_calls(g, calls)
+        pieces = np.setdiff1d(calls, block)
+        after = np.searchsorted(pieces, block, side="right")
+        keep = pieces[after[after < len(pieces)]]
+        long_gaps = pieces[g.c_gap[pieces] >= LONG_GAP_NS]
+        keep = np.union1d(keep, long_gaps)
+        piece_gain, piece_basis = ctx.price(
+            lambda gr: cuda_graph(gr, pieces, whole, keep),
+            f"the pieces between the {len(block) / its:.0f} blocking calls per iteration replayed as "
+            "CUDA graphs (the Python after each blocking call and gaps over 1 ms stay)")
+        ev["pieces_speedup"] = round(piece_gain, 3)
+        if piece_gain >= 1.02 and len(graphed) >= 0.5 * its:
+            return [Finding(RULE.code, RULE.name, action, Rung.TORCH_COMPILE, ev, piece_gain,
+                            f"{piece_basis}; the step holds {'; '.join(blockers)}", max(gain, piece_gain))]
+        if piece_gain >= 1.02:
+            return [Finding(RULE.code, RULE.name,
+                            f"capture the pieces of the step between its blocking calls in CUDA graphs "
+                            f"(torch.compile(mode=\"reduce-overhead\") breaks its graph at them; for HF "
+                            f"generate(), cache_implementation=\"static\"): the whole step cannot be one "
+                            f"graph as it stands, it holds {'; '.join(blockers)}",
+                            Rung.TORCH_COMPILE, ev, piece_gain,
+                            f"{piece_basis}; the whole step as one graph after removing them: "
+                            f"{gain:.2f}x", max(gain, piece_gain))]
         return [Finding(RULE.code, RULE.name,
                         f"CUDA graphs cannot capture the step as it stands: it holds "
                         f"{'; '.join(blockers)} (per window); remove them first (PK101 syncs, PK105 "
                         "allocations, PK104 pageable copies), then capture it", Rung.NONE, ev, 1.0,
                         f"refused; after removing them: {gain:.2f}x ({basis})", max(gain, 1.0))]
+    if not host_paced:
+        if gain < 1.02:
+            return []
+        # GPU-paced: only the fusion can pay.
+        action = ("torch.compile the model: Inductor fuses each run of small kernels between the "
+                  "GEMM/attention/convolution kernels into one (the GPU sets this step's pace)")
     return [Finding(RULE.code, RULE.name, action, Rung.TORCH_COMPILE, ev, gain, basis, gain)]
+
+
+LONG_GAP_NS = 1_000_000.0  # CPU time between captured pieces longer than this is the program's own
+
+
+def blocking_calls(g: StepGraph, calls: np.ndarray) -> np.ndarray:
+    """The calls among ``calls`` a graph cannot hold: syncs, waiting copies, allocations, frees,
+    and calls launching pageable copies."""
+    k = g.c_kind[calls]
+    bad = (k == int(CallKind.SYNC)) | (k == int(CallKind.ALLOC)) | (k == int(CallKind.FREE))
+    bad |= (k == int(CallKind.COPY)) & (g.c_wait[calls] != 0)
+    paced = np.zeros(g.n_calls, dtype=bool)
+    paced[g.g_call[g.g_host_paced & (g.g_call >= 0)]] = True
+    bad |= paced[calls]
+    return np.asarray(calls)[bad]

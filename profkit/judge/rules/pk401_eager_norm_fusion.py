@@ -116,8 +116,9 @@ def detect(ctx: RuleContext) -> list[Finding]:
         op_gain = eager / fused
         saved = total * (1.0 - fused / eager)
         share = float((dur[both] * crit[both]).sum() / total) if total else 0.0
-        groups = [a.iloc[[i - 1, i]] for i in idx]
-        g, basis = ctx.price_fusion(groups, [float(dur[[i - 1, i]].sum()) * fused / eager for i in idx],
+        pos = np.concatenate([[i - 1, i] for i in idx])
+        g, basis = ctx.price_fusion(a.iloc[pos], np.repeat(np.arange(len(idx)), 2),
+                                    [float(dur[[i - 1, i]].sum()) * fused / eager for i in idx],
                                     f"pairs {ctx.per_iteration(total)} x {fused}/{eager}, one launch each",
                                     cap=op_gain)
         out.append(Finding(RULE.code, RULE.name,
@@ -183,8 +184,9 @@ def _composed_rmsnorm(ctx: RuleContext) -> Finding | None:
     cpu_chains = removed_launch_cost(a, member, RULE.param("dispatch_gap_us") * 1e3)
     cpu_removed = max(cpu_chains - len(chains) * RULE.param("fused_call_us") * 1e3, 0.0)
     op_gain = total / longest_total if longest_total else 1.0
-    groups = [a.iloc[first:last + 1] for first, last in chains]
-    g, basis = ctx.price_fusion(groups, [float(dur[first:last + 1].max()) for first, last in chains],
+    pos = np.concatenate([np.arange(first, last + 1) for first, last in chains])
+    gid = np.concatenate([np.full(last - first + 1, k) for k, (first, last) in enumerate(chains)])
+    g, basis = ctx.price_fusion(a.iloc[pos], gid, [float(dur[first:last + 1].max()) for first, last in chains],
                                 f"each chain one kernel as long as its longest, "
                                 f"{ctx.per_iteration(total)} -> {ctx.per_iteration(longest_total)}",
                                 cap=op_gain)

@@ -82,10 +82,8 @@ def detect(ctx: RuleContext) -> list[Finding]:
     op_gain = total / (total - saved)
     share = float(crit_ns / total)
     sel = np.flatnonzero(in_chain)
-    rid_all = run_id[in_chain]
-    runs = np.unique(rid_all)
-    groups = [a.iloc[sel[rid_all == r]] for r in runs]
-    g, basis = ctx.price_fusion(groups, [float(longest[r]) for r in runs],
+    runs, gid = np.unique(run_id[in_chain], return_inverse=True)
+    g, basis = ctx.price_fusion(a.iloc[sel], gid, [float(longest[r]) for r in runs],
                                 f"chains {ctx.per_iteration(total)} -> their longest kernels "
                                 f"{ctx.per_iteration(total - saved)}, one launch each", cap=op_gain)
     return [Finding(RULE.code, RULE.name,

@@ -21,7 +21,7 @@ Work already on the GPU when the window opens (launched before it) is kept at it
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import IntEnum
 from typing import Optional
 
@@ -163,11 +163,31 @@ def call_kinds(names: np.ndarray) -> np.ndarray:
     return out
 
 
+# The model replays at most this many consecutive iterations, from the middle of the window: a
+# steady state repeats itself, and every fix is priced by a few dozen replays.
+MAX_ITERATIONS = 12
+
+
+def modelled(window: Window, most: int = MAX_ITERATIONS) -> Window:
+    """The ``most`` iterations in the middle of ``window`` (the window itself when it has no more)."""
+    k = len(window.iteration_ns)
+    if k <= most:
+        return window
+    s = (k - most) // 2
+    starts = window.start_ns + np.concatenate([[0], np.cumsum(window.iteration_ns)])
+    gpu = window.gpu_period_ns[s:s + most] if len(window.gpu_period_ns) == k else []
+    return replace(window, start_ns=int(starts[s]), end_ns=int(starts[s + most]), iterations=most,
+                   iteration_ns=list(window.iteration_ns[s:s + most]), gpu_period_ns=list(gpu),
+                   source=f"{window.source}; iterations {s}..{s + most - 1} of it modelled")
+
+
 def build(trace, window: Window, launch_floor_ns: float = 1_000.0) -> StepGraph:
-    """The step graph of ``window`` in ``trace`` (the full trace, not a windowed view)."""
+    """The step graph of ``window`` in ``trace`` (the full trace, not a windowed view): of its
+    iterations, the MAX_ITERATIONS in the middle."""
+    window = modelled(window)
     pid = _primary_pid(trace)
     w0, w1 = int(window.start_ns), int(window.end_ns)
-    calls = trace.api_calls
+    calls = trace.api_calls_between(w0, w1)
     ctid = calls["globalTid"].to_numpy(np.int64)
     cst = calls["start"].to_numpy(np.int64)
     sel = (np.right_shift(ctid, 24) == pid) & (cst >= w0) & (cst <= w1) if pid is not None else \

@@ -166,12 +166,13 @@ def _names(names: np.ndarray) -> str:
 
 
 def cuda_graph(g: StepGraph, calls: np.ndarray, whole_step: bool = False,
-               replays_per_iteration: Optional[int] = None) -> StepGraph:
+               keep_gaps: Optional[np.ndarray] = None) -> StepGraph:
     """The launches among ``calls`` replayed as CUDA graphs: the launch calls' CPU time and the
     dispatch before them go (all the CPU time between the region's calls with ``whole_step``:
     nothing of the step runs as Python any more), one graph launch per iteration (or
-    ``replays_per_iteration``) costs GRAPH_LAUNCH_NS plus GRAPH_NODE_NS a node, and the
-    operations follow each other GRAPH_NODE_GAP_NS apart."""
+    ``keep_gaps``: calls whose CPU time before them stays even so: the Python between captured
+    pieces) costs GRAPH_LAUNCH_NS plus GRAPH_NODE_NS a node, and the operations follow each
+    other GRAPH_NODE_GAP_NS apart."""
     out = g.copy()
     sel = np.zeros(g.n_calls, dtype=bool)
     sel[np.asarray(calls, dtype=np.int64)] = True
@@ -180,7 +181,10 @@ def cuda_graph(g: StepGraph, calls: np.ndarray, whole_step: bool = False,
     launches &= g.c_wait == int(Wait.NONE)
     out.c_own[launches] = 0.0
     gaps = launches if not whole_step else sel
-    out.c_gap[gaps & ((g.c_gap < DISPATCH_GAP_NS) | whole_step)] = 0.0
+    gaps = gaps & ((g.c_gap < DISPATCH_GAP_NS) | whole_step)
+    if keep_gaps is not None:
+        gaps[np.asarray(keep_gaps, dtype=np.int64)] = False
+    out.c_gap[gaps] = 0.0
     # The graph launch: charged to the first launch of each iteration in the region.
     it = np.searchsorted(g.iter_call, np.flatnonzero(launches), side="right") - 1
     firsts = np.flatnonzero(launches)[np.r_[True, it[1:] != it[:-1]]] if launches.any() else np.empty(0, np.int64)

@@ -47,6 +47,7 @@ import numpy as np
 
 from profkit.model import Rung
 from profkit.judge.rules.base import Finding, Param, RuleContext, RuleMeta, Table
+from profkit.read.nsys import per_name
 from profkit.run.step.graph import CallKind, StepGraph
 from profkit.run.step.transform import cuda_graph, graphable, replace_ops
 from profkit.run.summary import DATA_RE, GEMM_RE, NCCL_RE
@@ -91,9 +92,9 @@ def _fusion_groups(ctx: RuleContext) -> tuple[np.ndarray, list, float]:
     a = ctx.kernels_in_stream_order
     if a.empty:
         return [], [], 0.0
-    names = a["name"].astype(str)
-    lib = (names.str.match(GEMM_RE) | names.str.match(NCCL_RE)).to_numpy()
-    ind = names.str.match(INDUCTOR_RE).to_numpy()
+    # Matched once per distinct name (the window can hold a million kernels of a few hundred).
+    lib = per_name(a["name"], lambda n: bool(GEMM_RE.match(n) or NCCL_RE.match(n))).astype(bool)
+    ind = per_name(a["name"], lambda n: bool(INDUCTOR_RE.match(n))).astype(bool)
     dur = a["dur"].to_numpy(np.float64)
     inductor_share = float(dur[ind].sum()) / max(float(dur.sum()), 1.0)
     stream = a["streamId"].to_numpy()

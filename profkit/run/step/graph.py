@@ -166,6 +166,7 @@ def call_kinds(names: np.ndarray) -> np.ndarray:
 # The model replays at most this many consecutive iterations, from the middle of the window: a
 # steady state repeats itself, and every fix is priced by a few dozen replays.
 MAX_ITERATIONS = 12
+MAX_CALLS = 150_000       # ... and no more CUDA calls than this (a window of a million kernels)
 
 
 def modelled(window: Window, most: int = MAX_ITERATIONS) -> Window:
@@ -188,6 +189,24 @@ def build(trace, window: Window, launch_floor_ns: float = 1_000.0) -> StepGraph:
     pid = _primary_pid(trace)
     w0, w1 = int(window.start_ns), int(window.end_ns)
     calls = trace.api_calls_between(w0, w1)
+    notes = []
+    if len(calls) > MAX_CALLS:
+        # A very long window: model the iterations (or, with one, the stretch) that the first
+        # MAX_CALLS calls cover; a steady state repeats itself.
+        cut = int(np.sort(calls["start"].to_numpy(np.int64))[MAX_CALLS])
+        k = len(window.iteration_ns)
+        if k > 1:
+            starts = window.start_ns + np.concatenate([[0], np.cumsum(window.iteration_ns)])
+            keep = min(max(int(np.searchsorted(starts, cut, side="right")) - 1, 1), k)
+            gpu = window.gpu_period_ns[:keep] if len(window.gpu_period_ns) == k else []
+            window = replace(window, iteration_ns=list(window.iteration_ns[:keep]),
+                             gpu_period_ns=list(gpu), end_ns=int(starts[keep]), iterations=keep)
+        else:
+            window = replace(window, end_ns=cut, iteration_ns=[], gpu_period_ns=[])
+        w1 = int(window.end_ns)
+        calls = calls[calls["start"] <= w1]
+        notes.append(f"the step model covers the first {len(calls)} CUDA calls of the window "
+                     f"({(w1 - w0) / max(int(window.end_ns) - w0, 1):.0%} of it)")
     ctid = calls["globalTid"].to_numpy(np.int64)
     cst = calls["start"].to_numpy(np.int64)
     sel = (np.right_shift(ctid, 24) == pid) & (cst >= w0) & (cst <= w1) if pid is not None else \
@@ -318,7 +337,7 @@ def build(trace, window: Window, launch_floor_ns: float = 1_000.0) -> StepGraph:
                      g_bytes=ops["bytes"].to_numpy(np.float64),
                      g_kind=g_kind, g_host_paced=g_host_paced, streams=streams, ops_ptr=ops_ptr, ops_idx=ops_idx,
                      iter_call=iter_call, measured_periods=periods, gpu_periods=gpu_side,
-                     end_ns=w1)
+                     end_ns=w1, notes=notes)
 
 
 def _pageable_ops(trace, ops: pd.DataFrame, g_kind: np.ndarray) -> np.ndarray:

@@ -23,32 +23,17 @@ Fixes:
 from __future__ import annotations
 
 import argparse
-import contextlib
 
 import numpy as np
 import torch
 import torchvision
 
+from _corpus import nvtx, parse_fixes  # noqa: E402 (the workloads' shared helpers)
+
 FIXES = ("workers", "gpu_aug")
 CUDA_ONLY: tuple[str, ...] = ()
 MEAN = np.array([0.485, 0.456, 0.406], np.float32)
 STD = np.array([0.229, 0.224, 0.225], np.float32)
-
-
-def nvtx(name: str):
-    """An NVTX range (nothing where CUDA is absent, for CPU smoke runs)."""
-    return torch.cuda.nvtx.range(name) if torch.cuda.is_available() else contextlib.nullcontext()
-
-
-def parse_fixes(ap: argparse.ArgumentParser, args: argparse.Namespace) -> set[str]:
-    fixes = {f.strip() for v in args.fix for f in v.split(",") if f.strip()}
-    if fixes - set(FIXES):
-        ap.error(f"unknown fix {sorted(fixes - set(FIXES))}; known: {', '.join(FIXES)}")
-    if args.device == "cpu" and fixes & set(CUDA_ONLY):
-        ap.error(f"fix {sorted(fixes & set(CUDA_ONLY))} needs --device cuda")
-    if {"workers", "gpu_aug"} <= fixes:
-        ap.error("workers and gpu_aug are alternatives: pick one")
-    return fixes
 
 
 class Augmented(torch.utils.data.Dataset):
@@ -99,7 +84,7 @@ def main() -> None:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--small", action="store_true", help="tiny images and batch, for a CPU smoke run")
     args = ap.parse_args()
-    fixes = parse_fixes(ap, args)
+    fixes = parse_fixes(ap, args, FIXES, CUDA_ONLY, alternatives=({"workers", "gpu_aug"},))
     dev = torch.device(args.device)
     torch.manual_seed(0)
     rng = np.random.default_rng(0)

@@ -28,29 +28,16 @@ Fixes:
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import random
 
 import torch
 from transformers import BertConfig, BertModel
 
+from _corpus import nvtx, parse_fixes  # noqa: E402 (the workloads' shared helpers)
+
 FIXES = ("no_empty_cache", "expandable_segments")
 CUDA_ONLY: tuple[str, ...] = ()
-
-
-def nvtx(name: str):
-    """An NVTX range (nothing where CUDA is absent, for CPU smoke runs)."""
-    return torch.cuda.nvtx.range(name) if torch.cuda.is_available() else contextlib.nullcontext()
-
-
-def parse_fixes(ap: argparse.ArgumentParser, args: argparse.Namespace) -> set[str]:
-    fixes = {f.strip() for v in args.fix for f in v.split(",") if f.strip()}
-    if fixes - set(FIXES):
-        ap.error(f"unknown fix {sorted(fixes - set(FIXES))}; known: {', '.join(FIXES)}")
-    if args.device == "cpu" and fixes & set(CUDA_ONLY):
-        ap.error(f"fix {sorted(fixes & set(CUDA_ONLY))} needs --device cuda")
-    return fixes
 
 
 def main() -> None:
@@ -61,7 +48,7 @@ def main() -> None:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--small", action="store_true", help="tiny model and batch, for a CPU smoke run")
     args = ap.parse_args()
-    fixes = parse_fixes(ap, args)
+    fixes = parse_fixes(ap, args, FIXES, CUDA_ONLY)
     if "expandable_segments" in fixes:
         # Read when CUDA's allocator starts, so it must be set before the first CUDA call.
         conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")

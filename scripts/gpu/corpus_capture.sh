@@ -16,7 +16,7 @@ mkdir -p "$out/traces" "$out/logs"
 export PYTHONUNBUFFERED=1
 left() { echo $(( deadline - $(date +%s) )); }
 
-python3 scripts/whatif_accuracy.py list > "$out/programs.tsv" || { echo "cannot read the registry"; exit 1; }
+python3 scripts/whatif_accuracy.py list --capture > "$out/programs.tsv" || { echo "cannot read the registry"; exit 1; }
 for want in "$@"; do  # names asked for that the registry does not have
   cut -f1 "$out/programs.tsv" | grep -qx -- "$want" || echo "== unknown program $want"
 done

@@ -16,8 +16,10 @@ Fix
     ``DataLoader(num_workers=N, pin_memory=True, persistent_workers=True, prefetch_factor=2)``
     and ``batch.to(device, non_blocking=True)``; move heavy augmentation to the GPU.
 Expected gain
-    Graph edit: the loading CPU time shrinks to 1/``workers`` (the main process then waits only
-    for what ``workers`` processes cannot produce in time), pageable copies become pinned and
+    Graph edit: the loading CPU time leaves the main process for ``workers`` processes that run
+    beside it (``load_in_workers``): each batch is ready once the workers, sharing the loading,
+    have produced it, so the step runs at the slower of the main process's own pace and the
+    workers' (loading time / ``workers`` per batch); pageable copies become pinned and
     non-blocking. The step model replays the edited graph at the calibrated CPU scale. Measured
     on loader_cnn -> loader_cnn_workers (before the step model): predicted 12.3x, measured 11.5x.
 References
@@ -31,7 +33,7 @@ import numpy as np
 from profkit.model import Rung
 from profkit.judge.rules.base import Finding, Param, RuleContext, RuleMeta, Table
 from profkit.run.step.graph import StepGraph
-from profkit.run.step.transform import pin_copies, scale_gaps
+from profkit.run.step.transform import load_in_workers, pin_copies
 from profkit.run.summary import DATA_RE
 
 RULE = RuleMeta(
@@ -85,7 +87,7 @@ def detect(ctx: RuleContext) -> list[Finding]:
     w = RULE.param("workers")
 
     def edit(gr):
-        out = scale_gaps(gr, calls, w)
+        out = load_in_workers(gr, calls, w)
         return pin_copies(out, pageable, np.nan_to_num(gr.g_bytes[pageable])) if len(pageable) else out
 
     gain, basis = ctx.price(edit, f"loading {load_ns / 1e6:.2f} ms per iteration ({how}) / {w:.0f} "

@@ -86,7 +86,7 @@ def regions(g: StepGraph, collectives: bool) -> tuple[np.ndarray, bool]:
 
 
 def _fusion_groups(ctx: RuleContext) -> tuple[np.ndarray, list, float]:
-    """Runs of non-library kernels between two library kernels (per stream, in order): each
+    """Runs of non-library kernels between two library (or Inductor) kernels (per stream, in order): each
     becomes one kernel as long as its longest. Returns the graph's operations of each run, their
     new durations and the share of kernel time already Inductor's."""
     a = ctx.kernels_in_stream_order
@@ -98,6 +98,9 @@ def _fusion_groups(ctx: RuleContext) -> tuple[np.ndarray, list, float]:
     dur = a["dur"].to_numpy(np.float64)
     inductor_share = float(dur[ind].sum()) / max(float(dur.sum()), 1.0)
     stream = a["streamId"].to_numpy()
+    # Inductor's own kernels are already fused: they end a run like a library kernel does, so a
+    # compiled program is only offered the fusion of what it still runs eagerly.
+    lib = lib | ind
     brk = np.r_[True, (lib[1:] | lib[:-1]) | (stream[1:] != stream[:-1])]
     rid = np.cumsum(brk)
     body = ~lib

@@ -13,7 +13,10 @@ Fix
 Expected gain
     Conservative: the FLOPs of a kernel are at most its time x the fp32 peak, and at 70% of the
     TF32 roof they take time x fp32 peak / (0.7 x TF32 peak); the saving times its critical
-    share, never below the CPU's own time.
+    share, never below the CPU's own time. Graph edit: the fp32 GEMM kernels shrink by that
+    factor; the step model replays the edited graph. Running them in bf16 instead (autocast) is
+    priced the same way at the bf16 roof (``bf16_speedup`` in the evidence); the finding leads with
+    TF32, the one-line change, and names bf16 as the larger one.
 References
     PyTorch docs "TensorFloat-32 (TF32) on Ampere (and later) devices"; NVIDIA H200 datasheet.
 """
@@ -53,9 +56,17 @@ def detect(ctx: RuleContext) -> list[Finding]:
     op_gain = max(1.0, RULE.param("target") * peaks["tf32"] / peaks["fp32"])
     g, basis = ctx.price_ops(ctx.acts_named(fp32), op_gain,
                              f"fp32 GEMMs {ctx.per_iteration(total)} / {op_gain:.1f}", cap=op_gain)
-    return [Finding(RULE.code, RULE.name,
-                    "fp32 GEMMs on the CUDA cores: torch.set_float32_matmul_precision(\"high\") (TF32) "
-                    "or run them in bf16 (autocast)", Rung.LIBRARY,
-                    {"fp32_gemm_ns": int(total), "kernels": len(fp32)}, g,
+    ev = {"fp32_gemm_ns": int(total), "kernels": len(fp32)}
+    action = ("fp32 GEMMs on the CUDA cores: torch.set_float32_matmul_precision(\"high\") (TF32) "
+              "or run them in bf16 (autocast)")
+    if "bf16" in peaks:
+        # Only the GEMMs are priced: autocast also halves the bytes of the bf16-safe elementwise ops
+        # and adds casts, which the trace of an fp32 run cannot size.
+        bf_gain = max(op_gain, RULE.param("target") * peaks["bf16"] / peaks["fp32"])
+        bf, _ = ctx.price_ops(ctx.acts_named(fp32), bf_gain, "", cap=bf_gain)
+        ev["bf16_speedup"] = round(bf, 3)
+        if bf > g * 1.05:
+            action += f" [bf16: {bf:.2f}x end to end]"
+    return [Finding(RULE.code, RULE.name, action, Rung.LIBRARY, ev, g,
                     f"{RULE.param('target'):.0%} x TF32 / fp32 peak = {op_gain:.1f}; {basis}", g,
                     op_gain, Scope.OPS, frozenset(fp32))]

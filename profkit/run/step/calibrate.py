@@ -10,7 +10,10 @@ duration by one factor ``host``:
   marks iterations is the target; ``host`` is the scale at which the replay's median iteration
   equals it (bisection: the replay's iteration grows with ``host``). When the GPU sets the pace
   both with and without the profiler, any scale below some bound fits the target; the estimate
-  below is then used, within that bound.
+  below is then used, within that bound. When the target is below what any CPU scale reaches
+  (the GPU itself ran a little faster in the calibration run), the scale is the largest at which
+  the replay comes within TOLERANCE of its floor, never the floor MIN_HOST itself: that would
+  erase the CPU from the model.
 * **estimated**: without calibration data (a trace exported elsewhere, a script with no NVTX
   range), each traced call is taken to have cost ``TRACE_COST_NS`` more than it does unprofiled,
   capped so the CPU keeps at least MIN_HOST of its measured time. Said to be an estimate.
@@ -111,7 +114,23 @@ def calibrate(graph: StepGraph, meta_text: Optional[str] = None,
         return cache[h].iteration_ns
 
     h = prior
-    if abs(f(h) / target - 1) > TOLERANCE:
+    floor = f(MIN_HOST)
+    unreachable = f(h) > target * (1 + TOLERANCE) and floor > target * (1 + TOLERANCE)
+    if unreachable:
+        # Out of reach: even a CPU many times faster leaves the replay above the target, so the
+        # GPU side ran faster in the calibration run (or the run varied). Scaling the CPU down to
+        # MIN_HOST would only erase the CPU from the model; keep the CPU as fast as the replay
+        # needs to come closest (the largest scale within TOLERANCE of the floor), at most prior.
+        lo, hi = MIN_HOST, h
+        if f(hi) > floor * (1 + TOLERANCE):
+            for _ in range(MAX_STEPS):
+                mid = 0.5 * (lo + hi)
+                if f(mid) > floor * (1 + TOLERANCE):
+                    hi = mid
+                else:
+                    lo = mid
+            h = lo
+    elif abs(f(h) / target - 1) > TOLERANCE:
         lo, hi = (MIN_HOST, h) if f(h) > target else (h, MAX_HOST)
         for _ in range(MAX_STEPS):
             mid = 0.5 * (lo + hi)
@@ -125,7 +144,11 @@ def calibrate(graph: StepGraph, meta_text: Optional[str] = None,
     detail = (f"median of {len(target_periods)} iterations of `{graph.window.delimiter}` timed "
               "without a profiler")
     miss = f(h) / target - 1
-    if abs(miss) > 0.05:
+    if unreachable:
+        detail += (f"; the GPU sets the pace with and without the profiler ({miss:+.1%} left that a "
+                   f"faster CPU cannot take off): the CPU scale {h:.2f} is the largest at which the "
+                   "replay comes closest, at most the per-call estimate")
+    elif abs(miss) > 0.05:
         detail += (f"; the replay cannot reach it by scaling the CPU alone ({miss:+.0%} left: the "
                    "GPU side also ran at another speed, or the run varied)")
     return Calibration("measured", h, profiled, at1.iteration_ns, target, f(h), detail,

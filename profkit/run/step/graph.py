@@ -129,6 +129,10 @@ class StepGraph:
     gpu_periods: bool            # periods are GPU-side (first GPU start to the next)
     end_ns: int                  # the window's end
     notes: list[str] = field(default_factory=list)
+    # CPU work (ns, scaled like every CPU duration) that other processes must have finished, from
+    # the window's start, before a call may start; NaN for none. Set by load_in_workers (data
+    # prepared by DataLoader workers): None in a graph built from a trace.
+    c_ready: Optional[np.ndarray] = None
 
     @property
     def n_calls(self) -> int:

@@ -2,7 +2,8 @@
 
 Calls run one after the other on the CPU chain, in the order they ran; a GPU operation starts
 when its launch call has issued it, its stream's previous operation is done and any operation of
-another stream it waits for is done. ``host`` scales every CPU duration (the gaps between calls
+another stream it waits for is done; a call that consumes what other processes prepare (a
+DataLoader's workers, ``c_ready``) starts no earlier than they have it ready. ``host`` scales every CPU duration (the gaps between calls
 and the calls' own time): the calibration finds the scale at which the replay runs as fast as the
 program without a profiler. Replaying the unmodified graph with ``host=1`` reproduces the trace.
 """
@@ -88,9 +89,14 @@ def simulate(g: StepGraph, host: float = 1.0) -> Schedule:
     anchor = float(g.c_start[0]) if n else 0.0
     offset = (g.c_start - (g.c_start[0] if n else 0)).astype(np.float64).tolist()
     WS, WD, WO = int(Wait.STREAM), int(Wait.DEVICE), int(Wait.OP)
+    ready = None
+    if g.c_ready is not None:
+        ready = np.where(np.isnan(g.c_ready), -np.inf, anchor + g.c_ready * host).tolist()
     for i in range(n):
         p = pred[i]
         t = (ce[p] + gap[i]) if p >= 0 else anchor + offset[i]
+        if ready is not None and ready[i] > t:
+            t = ready[i]
         cs[i] = t
         for k in range(ptr[i], ptr[i + 1]):
             op = idx[k]

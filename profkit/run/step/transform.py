@@ -12,8 +12,9 @@ the rules propose:
   precision); ``factor=inf`` removes their time (a fused-away kernel);
 * ``pin_copies``: pageable copies become pinned: they run at the measured pinned bandwidth,
   no longer at the host's pace, and their calls no longer wait;
-* ``scale_gaps``: the CPU time before the selected calls shrinks (data loading moved to
-  workers);
+* ``load_in_workers``: the CPU time before the selected calls (data loading) moves to ``k``
+  worker processes that run beside the step: the main process no longer spends it, and waits
+  only when the workers, producing a batch every ``1/k`` of its loading time, are not ready;
 * ``cuda_graph``: the launches of a region replayed as one graph: their CPU cost goes, the
   operations follow each other at a graph's node gap, and, when the whole step is captured, the
   Python between the launches goes too.
@@ -131,11 +132,19 @@ def pin_copies(g: StepGraph, ops: np.ndarray, bytes_: np.ndarray,
     return out
 
 
-def scale_gaps(g: StepGraph, calls: np.ndarray, factor: float) -> StepGraph:
-    """The CPU time before the selected calls takes ``1/factor`` of its time."""
+def load_in_workers(g: StepGraph, calls: np.ndarray, workers: float) -> StepGraph:
+    """The CPU time before the selected calls (one batch's loading each, in program order) is
+    done by ``workers`` processes beside the main one: the main process's gap goes, and the call
+    waits until the workers have produced that batch. They share the loading evenly and start
+    with the window (no batches prefetched before it), so the k-th batch is ready once the
+    loading of the first k batches, divided by ``workers``, is done: the step runs at the pace
+    of the slower of the main process and the workers."""
     out = g.copy()
-    sel = np.asarray(calls, dtype=np.int64)
-    out.c_gap[sel] = out.c_gap[sel] / max(factor, 1e-9)
+    sel = np.sort(np.asarray(calls, dtype=np.int64))
+    ready = np.full(g.n_calls, np.nan) if g.c_ready is None else g.c_ready.copy()
+    ready[sel] = np.cumsum(g.c_gap[sel]) / max(workers, 1e-9)
+    out.c_gap[sel] = 0.0
+    out.c_ready = ready
     return out
 
 

@@ -1,0 +1,93 @@
+"""The step model on the what-if corpus (traces/corpus: real programs captured with a calibration
+run): the replay reproduces the trace, the calibration the program without the profiler, the
+critical path adds up, and the graph edits behave as their mechanism says."""
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import profkit
+from profkit.run.step import transform as T
+from profkit.run.step.calibrate import MIN_HOST, estimated_host
+from profkit.judge.rules.pk102_data_loading import loading_calls
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = sorted(ROOT.glob("traces/corpus/*.sqlite.xz"))
+
+
+@functools.lru_cache(maxsize=None)
+def _load(path: str):
+    return profkit.load(path)
+
+
+def model(name: str):
+    return _load(str(ROOT / "traces" / "corpus" / f"{name}.sqlite.xz")).step_model()
+
+
+@pytest.mark.parametrize("path", CORPUS, ids=lambda p: p.name.split(".")[0])
+def test_replay_and_calibration_meet_their_targets(path):
+    m = model(path.name.split(".")[0])
+    c = m.calibration
+    assert abs(c.replay_iteration_ns / c.profiled_iteration_ns - 1) <= 0.03
+    assert c.source == "measured"
+    assert abs(c.predicted_iteration_ns / c.unprofiled_iteration_ns - 1) <= 0.05
+    # A CPU scale at the floor would mean the model dropped the CPU, not that it was calibrated.
+    assert MIN_HOST < m.host <= 1.0
+
+
+@pytest.mark.parametrize("path", CORPUS, ids=lambda p: p.name.split(".")[0])
+def test_the_critical_path_adds_up_to_the_iteration(path):
+    m = model(path.name.split(".")[0])
+    parts = m.critical.per_iteration()
+    total = sum(p["ns_per_iteration"] for p in parts)
+    assert total == pytest.approx(m.iteration_ns, rel=0.02)
+    assert all(p["ns_per_iteration"] >= 0 for p in parts)
+
+
+def test_a_gpu_bound_calibration_keeps_the_cpu():
+    # mlp_train_big: the GPU sets the pace with and without nsys and ran 1% faster without it; no
+    # CPU scale reaches that, and the model keeps the CPU at (or below) the per-call estimate.
+    m = model("mlp_train_big")
+    assert m.calibration.predicted_iteration_ns > m.calibration.unprofiled_iteration_ns
+    assert 0.5 < m.host <= estimated_host(m.graph) + 1e-9
+    assert "GPU sets the pace" in m.calibration.detail
+
+
+def test_workers_run_beside_the_step_and_bound_it():
+    m = model("dataloader_cnn")
+    g = m.graph
+    calls, _ = loading_calls(g)
+    assert len(calls) >= 0.5 * (len(g.iter_call) - 1)
+    base = m.simulate().mean_iteration_ns
+    gone = T.load_in_workers(g, calls, 1e12)  # loading free: the main process's own pace
+    main_only = m.simulate(gone).mean_iteration_ns
+    its = len(calls)
+    load = float(g.c_gap[calls].sum()) * m.host / its
+    for w in (1, 2, 8):
+        t = m.simulate(T.load_in_workers(g, calls, w)).mean_iteration_ns
+        # Beside the step, not in it: never slower than loading in the main process, never
+        # faster than the slower of the two sides.
+        assert t <= base * 1.001
+        assert t >= max(main_only, load / w) * 0.98
+    one = m.simulate(T.load_in_workers(g, calls, 1)).mean_iteration_ns
+    assert one < base  # even one worker overlaps the loading with the step
+    assert main_only < base
+
+
+def test_workers_leave_a_graph_without_loading_untouched():
+    m = model("sync_loop")
+    g = T.load_in_workers(m.graph, np.empty(0, dtype=np.int64), 8)
+    assert m.simulate(g).mean_iteration_ns == pytest.approx(m.simulate().mean_iteration_ns)
+
+
+def test_the_whatif_page_is_current(monkeypatch):
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import whatif_accuracy as w
+    monkeypatch.setattr(profkit, "load", lambda path: _load(str(path)))  # the traces loaded above
+    text = w.page_text(json.loads(w.MEASURED.read_text()))
+    assert w.PAGE.read_text() == text, "run: python3 scripts/whatif_accuracy.py page"

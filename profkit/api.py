@@ -7,7 +7,6 @@
 """
 from __future__ import annotations
 
-import re
 from functools import cached_property
 from pathlib import Path
 from typing import Optional
@@ -29,7 +28,8 @@ from profkit.run.ops import group_ops
 from profkit.errors import ProfkitError
 from profkit.read.peaks import Peaks, resolve_peaks
 from profkit.read.nsys import match_names
-from profkit.run.summary import (MIN_ACTION_GAIN, RunSummary, apply_actions, critical_fraction, summarize,
+from profkit.run.summary import (MIN_ACTION_GAIN, RunSummary, apply_actions, charge_refill_to_syncs,
+                                  critical_fraction, summarize,
                          sync_intervals)
 from profkit.read.trace import Trace
 from profkit.run.step.model import StepModel, model_of
@@ -68,6 +68,9 @@ class Profile:
         """Where the window's wall time goes and the verdict for the whole program."""
         if self._run is None:
             summary = summarize(self.full_trace, self.window, self.peaks.launch_floor_ns)
+            model = self.step_model() if summary.refill_ns else None
+            if model is not None:
+                charge_refill_to_syncs(summary, model.sync_cost_ns(max(len(self.window.iteration_ns), 1)))
             # Set first: rules may read the frame (wall time) while they run.
             self._run = summary
             self._findings = rules.evaluate(self, summary)
@@ -101,6 +104,16 @@ class Profile:
         """Every rule's findings (profkit.judge.rules), best expected gain on wall time first."""
         self.run()
         return list(self._findings)
+
+    def combined_actions(self) -> list[dict]:
+        """The top findings priced together by the step model (profkit.judge.combine): every pair
+        and the triple of the three best, each replayed as one edited graph; best first."""
+        if "_combined" not in self.__dict__:
+            from profkit.judge.combine import combined
+            model = self.step_model()
+            host = 0.0 if self.gains == "gpu" else (model.host if model else 1.0)
+            self.__dict__["_combined"] = combined(model, host, self.findings())
+        return list(self.__dict__["_combined"])
 
     @cached_property
     def critical(self) -> np.ndarray:
@@ -217,7 +230,8 @@ class Profile:
                            f"of {self.peaks.gpu} allows, which cannot be: check the hint in the "
                            "range name (or --peaks)")
             under_graph = bool(member_acts["graphNodeId"].notna().any()) if len(member_acts) else False
-            sug = advise(rec, verdict, work, self.peaks, knames[:20], under_graph, frame)
+            sug = advise(rec, verdict, work, self.peaks, knames[:20], under_graph, frame,
+                         price=self._op_pricer(rec, member_acts, frame))
             rec.update({
                 "class": verdict.bound.value, "confidence": verdict.confidence,
                 "source": verdict.source.value, "reason": verdict.reason,
@@ -233,6 +247,47 @@ class Profile:
         df.attrs["level"] = by
         df.attrs["kernels_of"] = kernels_of  # for counting an action once (ranked_actions)
         return df
+
+    def _op_pricer(self, rec: dict, member_acts: pd.DataFrame, frame: Frame):
+        """``price(op_speedup)`` for advise(): the step model's replay with this op's kernels that
+        much faster, on the window's mean iteration (None: no model, none of its kernels in the
+        modelled stretch, or a saving too small to reach an action's 1.02x even if all of it
+        came off the wall time)."""
+        model = self.step_model()
+        # Gains on GPU time (kernel benchmarks) are the GPU-time frame itself: no step to replay.
+        if model is None or member_acts.empty or self.gains == "gpu":
+            return None
+
+        def price(s: float):
+            steady = float(rec["gpu_time_median_ns"]) * float(rec["count"])
+            saved = min(steady * (1.0 - 1.0 / s), float(rec["busy_ns"]))
+            if frame.wall_ns <= saved or frame.wall_ns / (frame.wall_ns - saved) < MIN_ACTION_GAIN:
+                return None
+            from profkit.run.step.transform import scale_ops
+            key, host, base = self._op_pricing_base(model)  # host: the calibrated CPU scale
+            ops = np.array([key.get((int(a), int(c)), -1) for a, c in
+                            zip(member_acts["start"].to_numpy(np.int64),
+                                member_acts["correlationId"].to_numpy(np.int64))], dtype=np.int64)
+            ops = ops[ops >= 0]
+            if not len(ops):
+                return None
+            new = model.simulate(scale_ops(model.graph, ops, s), host=host).mean_iteration_ns
+            if new <= 0:
+                return None
+            return max(base / new, 1.0), (f"step model: this op's kernels {s:.2f}x faster: iteration "
+                                          f"{base / 1e6:.2f} -> {new / 1e6:.2f} ms")
+        return price
+
+    def _op_pricing_base(self, model: StepModel) -> tuple[dict, float, float]:
+        """(graph operation by (start, correlation id), CPU scale, baseline mean iteration), once."""
+        if "_op_base" not in self.__dict__:
+            g = model.graph
+            host = 0.0 if self.gains == "gpu" else model.host
+            base = (model.baseline.mean_iteration_ns if host == model.host
+                    else model.simulate(host=host).mean_iteration_ns)
+            self.__dict__["_op_base"] = (dict(zip(zip(g.g_start.tolist(), g.g_corr.tolist()), range(g.n_ops))),
+                                         host, base)
+        return self.__dict__["_op_base"]
 
     @cached_property
     def _aten_calls(self) -> Optional[tuple[np.ndarray, np.ndarray, list, list]]:
@@ -348,6 +403,7 @@ class Profile:
                             "expected_end_to_end_speedup": round(float(f.expected_end_to_end_speedup), 3),
                             "bound": round(float(f.bound), 3)} for f in findings]
         out["actions"] = actions[:3]
+        out["combinations"] = self.combined_actions()
         # One source of truth: the verdict's action is the first of the ranked actions.
         out["verdict"]["action"] = actions[0]["action"] if actions else None
         out["verdict"]["expected_end_to_end_speedup"] = (actions[0]["expected_end_to_end_speedup"]

@@ -91,3 +91,34 @@ def test_the_whatif_page_is_current(monkeypatch):
     monkeypatch.setattr(profkit, "load", lambda path: _load(str(path)))  # the traces loaded above
     text = w.page_text(json.loads(w.MEASURED.read_text()))
     assert w.PAGE.read_text() == text, "run: python3 scripts/whatif_accuracy.py page"
+
+
+def test_fixes_priced_together_replay_one_graph():
+    p = _load(str(ROOT / "traces" / "corpus" / "early_exit_sync.sqlite.xz"))
+    combos = p.combined_actions()
+    assert combos, "the two best findings have edits to combine"
+    by = {tuple(sorted(c["codes"])): c for c in combos}
+    both = by[("PK101", "PK103")]
+    # The CUDA graph of the pieces and the dropped sync shorten the same CPU stretch: together
+    # they give more than either alone, far less than the product.
+    assert max(both["alone"]) <= both["expected_end_to_end_speedup"] < both["alone"][0] * both["alone"][1]
+    m = p.step_model()
+    f = {x.code: x for x in p.findings()}
+    g = f["PK103"].edit(f["PK101"].edit(m.graph))
+    again = m.simulate().mean_iteration_ns / m.simulate(g).mean_iteration_ns
+    assert both["expected_end_to_end_speedup"] == pytest.approx(again, rel=1e-3)
+    assert p.run_json()["combinations"] == combos
+
+
+def test_a_mid_step_item_charges_its_refill_to_the_sync():
+    # early_exit_sync: an .item() in the middle of the forward drains the queue, then ~280 small
+    # launches run with the GPU idle. The model says how much of that idle the sync costs.
+    p = _load(str(ROOT / "traces" / "corpus" / "early_exit_sync.sqlite.xz"))
+    r = p.run()
+    m = p.step_model()
+    b = r.breakdown
+    assert sum(b.values()) == r.wall_time_ns
+    assert r.refill_charged_ns > 0
+    assert r.refill_charged_ns == pytest.approx(
+        min(m.sync_cost_ns(len(p.window.iteration_ns)), r.refill_ns), rel=1e-6, abs=2)
+    assert b["idle_sync"] >= r.refill_charged_ns

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 from profkit.judge import comm
 
@@ -128,7 +128,11 @@ FUSED_PASSES = _FUSED_PASSES  # public name for the rules (profkit.judge.rules.p
 
 
 def advise(op: dict, verdict: Verdict, work: Optional[Work], peaks: Peaks, kernel_names: list[str],
-           under_graph: bool, frame: Frame) -> Suggestion:
+           under_graph: bool, frame: Frame,
+           price: Optional[Callable[[float], Optional[tuple[float, str]]]] = None) -> Suggestion:
+    """The next step for one op and what it would give. ``price(op_speedup)``: the step model's
+    (gain on wall time, basis) of the op's kernels running that much faster (None where it cannot
+    say); without it, or where it says nothing, the Amdahl estimate on the window (gains())."""
     span = float(op["gpu_time_median_ns"])
     busy = float(op["busy_median_ns"]) or span
     kpc = float(op["kernels_per_call"])
@@ -149,6 +153,15 @@ def advise(op: dict, verdict: Verdict, work: Optional[Work], peaks: Peaks, kerne
                                      tuple(kernel_names))
     s = max(1.0, s)
     e2e, e2e_gpu = end_to_end(op, s, frame)
+    # A launch-bound op's gain is CPU time (fewer launches), not shorter kernels: the kernel-time
+    # edit would not see it, so it keeps the estimate on the window.
+    priced = (price(s) if (price is not None and s > 1.0 and e2e_gpu > 1.0
+                           and verdict.bound is not BoundClass.LAUNCH) else None)
+    if priced is not None:
+        # The model replays the step with the op's kernels shrunk: the Amdahl estimate is its
+        # special case (a GPU-bound step, the op on the critical path).
+        e2e = min(priced[0], s)
+        basis = f"{basis}; {priced[1]}" if basis else priced[1]
     worth = rung is not Rung.NONE and e2e >= MIN_END_TO_END
     share = float(op["share"])
     what = "the work" if verdict.bound is BoundClass.COMMUNICATION else "a kernel"

@@ -121,6 +121,13 @@ def run_lines(run: dict) -> list[str]:
     for i, a in enumerate(run["actions"], 1):
         lines.append(f"{'actions' if i == 1 else '':8} {i}. {a['action']} "
                      f"[{a['expected_end_to_end_speedup']:.2f}x end to end; {a['basis']}]")
+    combos = [c for c in run.get("combinations") or [] if not c.get("overlap")]
+    best_alone = max((a["expected_end_to_end_speedup"] for a in run["actions"]), default=1.0)
+    if combos and combos[0]["expected_end_to_end_speedup"] >= 1.02 * best_alone:
+        c = combos[0]
+        lines.append(f"together {' + '.join(c['codes'])}: {c['expected_end_to_end_speedup']:.2f}x end to end "
+                     f"(alone {', '.join(f'{g:.2f}x' for g in c['alone'])}; the step model replays the "
+                     "fixes' edits at once)")
     fired = run.get("findings") or []
     if fired:
         lines.append("rules    " + ", ".join(f"{f['code']} {f['rule']} {f['expected_end_to_end_speedup']:.2f}x"

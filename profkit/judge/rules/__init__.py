@@ -59,5 +59,13 @@ def evaluate(prof: "Profile", run: "RunSummary") -> list[Finding]:
     ctx = RuleContext(prof, run)
     out: list[Finding] = []
     for mod in RULES:
-        out.extend(mod.detect(ctx))
+        ctx.priced = []
+        found = mod.detect(ctx)
+        for f in found:
+            # The edit whose replay gave the finding its gain (a rule prices several variants
+            # and keeps one), for pricing findings together (profkit.judge.combine).
+            if f.edit is None:
+                f.edit = next((e for g, e in reversed(ctx.priced)
+                               if abs(g - f.expected_end_to_end_speedup) < 1e-12), None)
+        out.extend(found)
     return sorted(out, key=lambda f: -f.expected_end_to_end_speedup)

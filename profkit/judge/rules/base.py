@@ -15,7 +15,7 @@ import ast
 import re
 from enum import Enum
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import numpy as np
 import pandas as pd
@@ -80,6 +80,9 @@ class Finding:
     expected_op_speedup: Optional[float] = None  # on the kernels it touches (ops scope)
     scope: Scope = Scope.PROGRAM
     kernels: frozenset[str] = field(default_factory=frozenset)  # kernel names it claims
+    # The step-graph edit that priced expected_end_to_end_speedup (StepGraph -> edited copy), so
+    # that findings can be priced together (profkit.judge.combine); None when not priced so.
+    edit: Optional[Callable] = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         # Plain floats: numpy scalars would leak into the JSON and the reprs.
@@ -105,6 +108,7 @@ class RuleContext:
     def __init__(self, prof: "Profile", run: "RunSummary") -> None:
         self.prof = prof
         self.run = run
+        self.priced: list[tuple[float, Callable]] = []  # (gain, edit) of every price() call
 
     @property
     def wall_ns(self) -> float:
@@ -211,6 +215,7 @@ class RuleContext:
                                 f"{cap:.2f}x, which cannot be: {cap:.2f}x is used")
                 basis += f" (capped at the change's own {cap:.2f}x)"
             gain = cap
+        self.priced.append((max(gain, 1.0), edit))
         return max(gain, 1.0), basis
 
     def acts_named(self, names) -> pd.DataFrame:

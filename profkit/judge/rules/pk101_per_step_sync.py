@@ -31,8 +31,8 @@ import numpy as np
 
 from profkit.model import Rung
 from profkit.judge.rules.base import Finding, Param, RuleContext, RuleMeta, Table
-from profkit.run.step.graph import CallKind, StepGraph, Wait
-from profkit.run.step.transform import drop_waits
+from profkit.run.step.graph import StepGraph
+from profkit.run.step.transform import drop_waits, sync_calls
 
 RULE = RuleMeta(
     code="PK101", name="per-step-sync",
@@ -40,19 +40,6 @@ RULE = RuleMeta(
     tables=(Table.RUNTIME, Table.KERNEL), example="traces/corpus/early_exit_sync.sqlite.xz",
     quiet_on="traces/real/sync_loop_nosync.sqlite.xz",
     params=(Param("min_per_iteration", 0.9, "synchronising calls per iteration (on average)"),))
-
-
-def sync_calls(g: StepGraph) -> np.ndarray:
-    """The calls that wait for the GPU in a sync or a device-to-host copy (not a free, an
-    allocation or a pageable host-to-device copy: other rules' business)."""
-    waits = g.c_wait != int(Wait.NONE)
-    sync = waits & (g.c_kind == int(CallKind.SYNC))
-    copy = waits & (g.c_kind == int(CallKind.COPY)) & (g.c_wait == int(Wait.OP))
-    if copy.any():
-        arg = np.maximum(g.c_wait_arg, 0)
-        d2h = np.array(["Device-to-Host" in str(n) for n in g.op_names], dtype=bool)
-        copy &= d2h[g.g_name[arg]] if len(g.op_names) else False
-    return np.flatnonzero(sync | copy)
 
 
 def sites(g: StepGraph, calls: np.ndarray) -> dict[str, int]:

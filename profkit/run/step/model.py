@@ -44,6 +44,18 @@ class StepModel:
         new = self.simulate(graph).iteration_ns
         return self.iteration_ns / new if new > 0 else 1.0
 
+    def sync_cost_ns(self, iterations: int) -> float:
+        """What the syncs (stream/device syncs, device-to-host copies) cost the profiled run over
+        ``iterations`` iterations: the replay at the profiled CPU speed against the same replay
+        with their waits dropped (profkit.run.step.transform.drop_waits)."""
+        from profkit.run.step.transform import drop_waits, sync_calls
+        calls = sync_calls(self.graph)
+        if not len(calls):
+            return 0.0
+        base = simulate(self.graph, 1.0).mean_iteration_ns
+        new = simulate(drop_waits(self.graph, calls), 1.0).mean_iteration_ns
+        return max(base - new, 0.0) * iterations
+
     @property
     def replay_error(self) -> float:
         """The unmodified replay against the measured iteration (profiled)."""

@@ -217,3 +217,16 @@ def ops_named(g: StepGraph, names) -> np.ndarray:
     wanted = {str(n) for n in names}
     hit = np.array([str(n) in wanted for n in g.op_names], dtype=bool)
     return np.flatnonzero(hit[g.g_name] & (g.g_call >= 0)) if len(hit) else np.empty(0, np.int64)
+
+
+def sync_calls(g: StepGraph) -> np.ndarray:
+    """The calls that wait for the GPU in a sync or a device-to-host copy (not a free, an
+    allocation or a pageable host-to-device copy: other rules' business)."""
+    waits = g.c_wait != int(Wait.NONE)
+    sync = waits & (g.c_kind == int(CallKind.SYNC))
+    copy = waits & (g.c_kind == int(CallKind.COPY)) & (g.c_wait == int(Wait.OP))
+    if copy.any():
+        arg = np.maximum(g.c_wait_arg, 0)
+        d2h = np.array(["Device-to-Host" in str(n) for n in g.op_names], dtype=bool)
+        copy &= d2h[g.g_name[arg]] if len(g.op_names) else False
+    return np.flatnonzero(sync | copy)

@@ -497,6 +497,11 @@ def _innermost(st: np.ndarray, en: np.ndarray, code: np.ndarray, times: np.ndarr
                none: int) -> np.ndarray:
     """Per time: the code of the latest-starting range (sorted by start) that contains it."""
     out = np.full(len(times), none, dtype=np.int64)
+    if not len(times):
+        return out
+    # Only the ranges that overlap the times can hold one: a long trace's others are skipped.
+    near = (st <= times.max()) & (en >= times.min())
+    st, en, code = st[near], en[near], code[near]
     order = np.argsort(times, kind="stable")
     stack: list[int] = []
     j = 0

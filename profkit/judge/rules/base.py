@@ -224,19 +224,22 @@ class RuleContext:
         return a[a["name"].astype(str).isin({str(n) for n in names}).to_numpy()]
 
     @cached_property
-    def _op_key(self) -> dict:
+    def _op_key(self) -> tuple[pd.MultiIndex, np.ndarray]:
+        """The graph's operations by (start, correlation id); the last of equal keys wins."""
         g = self.model.graph
-        return dict(zip(zip(g.g_start.tolist(), g.g_corr.tolist()), range(g.n_ops)))
+        keys = pd.DataFrame({"start": g.g_start, "corr": g.g_corr, "op": np.arange(g.n_ops)})
+        keys = keys.drop_duplicates(["start", "corr"], keep="last")
+        return pd.MultiIndex.from_arrays([keys["start"], keys["corr"]]), keys["op"].to_numpy(np.int64)
 
     def graph_ops(self, rows: pd.DataFrame, aligned: bool = False) -> np.ndarray:
         """The step graph's operations for rows of the window's activities (``acts``); with
         ``aligned``, one entry per row (-1 where the graph does not hold it)."""
         if self.model is None or rows.empty:
             return np.full(len(rows), -1, dtype=np.int64) if aligned else np.empty(0, dtype=np.int64)
-        key = self._op_key
-        idx = np.fromiter((key.get(k, -1) for k in zip(rows["start"].to_numpy(np.int64).tolist(),
-                                                        rows["correlationId"].to_numpy(np.int64).tolist())),
-                          dtype=np.int64, count=len(rows))
+        key, op = self._op_key
+        at = key.get_indexer(pd.MultiIndex.from_arrays([rows["start"].to_numpy(np.int64),
+                                                        rows["correlationId"].to_numpy(np.int64)]))
+        idx = np.where(at >= 0, op[at], -1)
         return idx if aligned else idx[idx >= 0]
 
     def price_ops(self, rows: pd.DataFrame, factor: float, what: str, drop_launches: bool = False,

@@ -116,9 +116,10 @@ def detect(ctx: RuleContext) -> list[Finding]:
         op_gain = eager / fused
         saved = total * (1.0 - fused / eager)
         share = float((dur[both] * crit[both]).sum() / total) if total else 0.0
-        pos = np.concatenate([[i - 1, i] for i in idx])
+        ix = np.asarray(idx, dtype=np.int64)
+        pos = np.stack([ix - 1, ix], axis=1).ravel()
         g, basis = ctx.price_fusion(a.iloc[pos], np.repeat(np.arange(len(idx)), 2),
-                                    [float(dur[[i - 1, i]].sum()) * fused / eager for i in idx],
+                                    ((dur[ix - 1] + dur[ix]) * fused / eager).tolist(),
                                     f"pairs {ctx.per_iteration(total)} x {fused}/{eager}, one launch each",
                                     cap=op_gain)
         out.append(Finding(RULE.code, RULE.name,

@@ -261,8 +261,11 @@ class RuleContext:
         order = np.argsort(group[ok], kind="stable")
         g_sorted, o_sorted = group[ok][order], ops[ok][order]
         cuts = np.searchsorted(g_sorted, np.arange(len(new_ns) + 1))
-        groups = [o_sorted[cuts[i]:cuts[i + 1]] for i in range(len(new_ns))]
-        return self.price(lambda g: replace_ops(g, groups, np.asarray(new_ns, dtype=np.float64)), what, cap)
+        # Groups the graph holds none of change nothing (replace_ops skips them): left out.
+        held = np.flatnonzero(cuts[1:] > cuts[:-1])
+        groups = [o_sorted[cuts[i]:cuts[i + 1]] for i in held]
+        ns = np.asarray(new_ns, dtype=np.float64)[held]
+        return self.price(lambda g: replace_ops(g, groups, ns), what, cap)
 
     def gpu_saving_gain(self, saved_ns: float, critical_share: float) -> tuple[float, float, str]:
         """(gain on wall, new wall, basis) for ``saved_ns`` of GPU time saved, ``critical_share``

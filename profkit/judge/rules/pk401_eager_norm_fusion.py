@@ -118,7 +118,7 @@ def detect(ctx: RuleContext) -> list[Finding]:
         share = float((dur[both] * crit[both]).sum() / total) if total else 0.0
         ix = np.asarray(idx, dtype=np.int64)
         pos = np.stack([ix - 1, ix], axis=1).ravel()
-        g, basis = ctx.price_fusion(a.iloc[pos], np.repeat(np.arange(len(idx)), 2),
+        g, basis = ctx.price_fusion(a[["start", "correlationId"]].iloc[pos], np.repeat(np.arange(len(idx)), 2),
                                     ((dur[ix - 1] + dur[ix]) * fused / eager).tolist(),
                                     f"pairs {ctx.per_iteration(total)} x {fused}/{eager}, one launch each",
                                     cap=op_gain)

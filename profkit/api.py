@@ -63,6 +63,7 @@ class Profile:
         self.notes: list[str] = []
         self._run: Optional[RunSummary] = None
         self._findings: list = []
+        self._ops: dict[tuple, pd.DataFrame] = {}
 
     def run(self) -> RunSummary:
         """Where the window's wall time goes and the verdict for the whole program."""
@@ -167,6 +168,13 @@ class Profile:
         only for the innermost range around its launch.
         """
         by = self.level_for(by)
+        # The op table is computed once per view: report() and the CLI's header ask again.
+        key = (by, innermost, top)
+        if key not in self._ops:
+            self._ops[key] = self._compute_ops(by, innermost, top)
+        return self._ops[key].copy()
+
+    def _compute_ops(self, by: str, innermost: bool, top: Optional[int]) -> pd.DataFrame:
         groups = group_ops(self.trace, by=by, innermost=innermost)
         n_open = self.trace.unclosed_ranges if by != "kernel" else 0
         note = (f"{n_open} NVTX range(s) never closed (the program ended or crashed inside them): "

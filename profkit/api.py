@@ -457,7 +457,7 @@ def _shape_inputs(member_acts: pd.DataFrame, knames: list[str], record) -> tuple
 
 def _op_dtype(member_acts: pd.DataFrame) -> ev.OpDtype:
     """The op's element type from its kernels, weighted by their GPU time."""
-    k = member_acts[member_acts["kind"].astype(str) == "kernel"]
+    k = member_acts[member_acts["kind"] == "kernel"]
     if k.empty:
         return ev.op_dtype([])
     t = (k["end"] - k["start"]).groupby(k["name"].astype(str)).sum()

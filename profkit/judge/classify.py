@@ -166,7 +166,7 @@ def launch_stats(member_acts: pd.DataFrame, floor_ns: float) -> dict:
     """
     if member_acts is None or member_acts.empty:
         return {}
-    k = member_acts[member_acts["kind"].astype(str) == "kernel"]
+    k = member_acts[member_acts["kind"] == "kernel"]
     if k.empty:
         return {"tiny_kernel_busy_share": None, "tiny_kernel_count_share": None}
     dur = (k["end"] - k["start"]).to_numpy(dtype=float)

@@ -70,7 +70,7 @@ _FLOP_COLS = ["flops_fp64", "flops_fp32", "flops_fp16", "flops_tensor"]
 
 def _kernels_only(member_acts: pd.DataFrame) -> pd.DataFrame:
     """The op's kernels: memcpy/memset have no counters and must not scale the kernels' ones."""
-    return member_acts[member_acts["kind"].astype(str) == "kernel"]
+    return member_acts[member_acts["kind"] == "kernel"]
 
 
 _BASIS_TEXT = {"hbm": "DRAM reads + stores into L2", "dram": "DRAM bytes", "l2": "L2 bytes"}

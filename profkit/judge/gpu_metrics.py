@@ -30,7 +30,7 @@ def from_gpu_metrics(member_acts: pd.DataFrame, gm: Optional[GpuMetrics], calls:
     from the samples overlapping its kernels; None without enough overlap."""
     if gm is None or member_acts.empty:
         return None
-    k = member_acts[member_acts["kind"].astype(str) == "kernel"]
+    k = member_acts[member_acts["kind"] == "kernel"]
     if k.empty:
         return None
     dev = int(k["deviceId"].mode().iat[0])

@@ -133,7 +133,7 @@ class RuleContext:
     @cached_property
     def kernels(self) -> pd.DataFrame:
         """Per kernel name: count, total and median ns, critical ns (GPU time something waited on)."""
-        a = self.acts[self.acts["kind"].astype(str) == "kernel"]
+        a = self.acts[self.acts["kind"] == "kernel"]
         if a.empty:
             return pd.DataFrame(columns=["count", "total_ns", "median_ns", "critical_ns"])
         g = a.groupby("name", sort=False, observed=True)
@@ -149,7 +149,7 @@ class RuleContext:
         """The window's kernels, each stream's in launch order (the rules that look at what runs
         next to what); shared, so read-only."""
         a = self.acts
-        return a[a["kind"].astype(str) == "kernel"].sort_values(["streamId", "start"], kind="stable")
+        return a[a["kind"] == "kernel"].sort_values(["streamId", "start"], kind="stable")
 
     @cached_property
     def calls(self) -> pd.DataFrame:

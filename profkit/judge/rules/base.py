@@ -237,6 +237,8 @@ class RuleContext:
         if self.model is None or rows.empty:
             return np.full(len(rows), -1, dtype=np.int64) if aligned else np.empty(0, dtype=np.int64)
         key, op = self._op_key
+        if not len(op):
+            return np.full(len(rows), -1, dtype=np.int64) if aligned else np.empty(0, dtype=np.int64)
         at = key.get_indexer(pd.MultiIndex.from_arrays([rows["start"].to_numpy(np.int64),
                                                         rows["correlationId"].to_numpy(np.int64)]))
         idx = np.where(at >= 0, op[at], -1)

@@ -110,14 +110,22 @@ class Trace:
         Taken from the kernels' own launch calls (one row per correlation id and process), so a
         trace with a million launches is not read twice."""
         a = self.activities
-        a = a[a["api_start"].notna() & (a["kind"] == "kernel")]
-        pid = np.right_shift(a["globalPid"].to_numpy(np.int64), 24)
-        calls = pd.DataFrame({"start": a["api_start"].to_numpy(np.int64),
-                              "end": a["api_end"].to_numpy(np.int64),
-                              "globalTid": a["globalTid"].to_numpy(np.int64),
-                              "correlationId": a["correlationId"].to_numpy(np.int64), "pid": pid})
-        calls = calls.drop_duplicates(["pid", "correlationId"])
-        return calls.drop(columns="pid").sort_values("start", kind="stable").reset_index(drop=True)
+        sel = (a["api_start"].notna() & (a["kind"] == "kernel")).to_numpy()
+        pid = np.right_shift(a["globalPid"].to_numpy(np.int64)[sel], 24)
+        corr = a["correlationId"].to_numpy(np.int64)[sel]
+        # The first row of each (process, correlation id), as drop_duplicates keeps it, found
+        # through one integer key where the ids allow (one hash instead of two and a join).
+        pcode, _ = pd.factorize(pid)
+        lo, span = (int(corr.min()), int(corr.max()) - int(corr.min()) + 1) if len(corr) else (0, 1)
+        if (len(_) or 1) * span < 2 ** 62:
+            first = ~pd.Series(pcode.astype(np.int64) * span + (corr - lo)).duplicated().to_numpy()
+        else:
+            first = ~pd.DataFrame({"p": pcode, "c": corr}).duplicated().to_numpy()
+        calls = pd.DataFrame({"start": a["api_start"].to_numpy()[sel][first].astype(np.int64),
+                              "end": a["api_end"].to_numpy()[sel][first].astype(np.int64),
+                              "globalTid": a["globalTid"].to_numpy()[sel][first].astype(np.int64),
+                              "correlationId": corr[first]})
+        return calls.sort_values("start", kind="stable").reset_index(drop=True)
 
     @cached_property
     def strings(self) -> dict[int, str]:

@@ -76,7 +76,7 @@ def group_ops(trace: Trace, by: str = "range", innermost: bool = False) -> OpGro
             for n in inst["name"].unique():
                 check_range_name(n)  # an impossible hint is an error, not silently dropped
             parsed = {n: parse_range_name(clean_range_name(n)) for n in inst["name"].unique()}
-            inst["op"] = inst["name"].map(lambda n: parsed[n][0])
+            inst["op"] = inst["name"].map({n: v[0] for n, v in parsed.items()})
             hints = _mean_hints(inst, parsed)
         members = pd.DataFrame({
             "instance": pairs["range_idx"].to_numpy(), "act_idx": pairs["act_idx"].to_numpy()})

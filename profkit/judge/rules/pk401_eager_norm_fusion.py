@@ -114,7 +114,6 @@ def detect(ctx: RuleContext) -> list[Finding]:
         total = float(dur[both].sum())
         eager, fused = FUSED_PASSES[kern]
         op_gain = eager / fused
-        saved = total * (1.0 - fused / eager)
         share = float((dur[both] * crit[both]).sum() / total) if total else 0.0
         ix = np.asarray(idx, dtype=np.int64)
         pos = np.stack([ix - 1, ix], axis=1).ravel()

@@ -28,9 +28,9 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-from profkit.read.nsys import match_names, per_name
-from profkit.run.summary import FAMILIES, _kernel_family
-from profkit.run.window import Window, main_threads, top_level, _primary_pid
+from profkit.read.nsys import match_names
+from profkit.run.summary import _kernel_family
+from profkit.run.window import Window, main_threads, _primary_pid
 
 
 class CallKind(IntEnum):
@@ -373,7 +373,6 @@ def _waits(trace, calls, names, codes, c_kind, c_start, c_end, g_call, g_start, 
     dur = (c_end - c_start).astype(np.float64)
     wait = np.zeros(n, dtype=np.int8)
     arg = np.full(n, -1, dtype=np.int64)
-    name_of = names[codes] if n else np.empty(0, object)
     stream_index = {s: i for i, s in enumerate(streams)}
     main_dev = int(pd.Series(dev).mode().iat[0]) if len(dev) else 0
     default_stream = (int(pd.Series(g_stream).mode().iat[0]) if len(g_stream) else -1)

@@ -1,5 +1,9 @@
 """Suite-wide set-up for running the tests in parallel worker processes (pytest-xdist).
 
+It sits at the top of the repository, not in tests/: a conftest in tests/ would put tests/ on
+sys.path before the kernel tests import the bundled ``kernels`` package, and tests/kernels/
+(a folder without __init__.py) would then be imported in its place.
+
 Work that tests share stays in one process: tests that use a module-scoped fixture run in the
 worker that built it (one xdist group per module), and the tests of one committed trace (the
 sweeps parametrized by trace) run in the worker that loaded it (one group per trace; see
@@ -12,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-TRACES = Path(__file__).resolve().parents[1] / "traces"
+TRACES = Path(__file__).resolve().parent / "traces"
 
 # Importing readline in the controlling process (some pytest plugins do) exports COLUMNS=80 and
 # LINES=24 to the C environment that worker processes start with, though Python's os.environ

@@ -6,14 +6,14 @@ from pathlib import Path
 
 import pytest
 
-import profkit
 from profkit.compare.diff import run_change
+import shared
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _finding(trace: str, code: str):
-    prof = profkit.load(ROOT / trace)
+    prof = shared.profile(ROOT / trace)
     return prof, {f.code: f for f in prof.findings()}.get(code)
 
 
@@ -38,7 +38,7 @@ def test_prediction_within_25_percent_of_measured(before, after, code, key):
     b, f = _finding(before, code)
     assert f is not None
     predicted = f.evidence[key] if key else f.expected_end_to_end_speedup
-    measured = run_change(b, profkit.load(ROOT / after))["measured_speedup"]
+    measured = run_change(b, shared.profile(ROOT / after))["measured_speedup"]
     assert abs(measured / predicted - 1) <= 0.25, (predicted, measured)
 
 
@@ -67,13 +67,13 @@ def test_data_loading_is_not_compiled_away():
 
 def test_a_cheap_change_worth_it_ranks_before_a_compile():
     # DDP rank 0: removing the per-step sync ranks before capturing the pieces between the syncs
-    actions = profkit.load(ROOT / "traces/ddp2/rank0.sqlite.xz").run().actions
+    actions = shared.profile(ROOT / "traces/ddp2/rank0.sqlite.xz").run().actions
     assert actions[0].code == "PK101"
     assert any(a.code == "PK103" for a in actions)
 
 
 def test_inductor_fused_kernels_are_not_gemms():
-    ops = profkit.load(ROOT / "traces/real/cnn_infer_compiled.sqlite.xz").ops(by="kernel")
+    ops = shared.ops(ROOT / "traces/real/cnn_infer_compiled.sqlite.xz", by="kernel")
     fused = ops[ops.index.str.startswith("triton_poi_fused_add_convolution_relu")]
     assert len(fused) and (fused["class"] == "memory").all()
 
@@ -87,29 +87,29 @@ def test_a_step_that_already_replays_graphs_is_told_what_is_left_outside_them():
 
 
 def test_the_run_change_says_whether_the_medians_lie_apart():
-    before = profkit.load(ROOT / "traces/real/train_llama.sqlite.xz")
-    after = profkit.load(ROOT / "traces/real/train_llama_fused.sqlite.xz")
+    before = shared.profile(ROOT / "traces/real/train_llama.sqlite.xz")
+    after = shared.profile(ROOT / "traces/real/train_llama_fused.sqlite.xz")
     rc = run_change(before, after)
     assert rc["verdict"] == "no change"  # 2.3% slower, inside both medians' 95% intervals
     lo, hi = rc["before_median_ci_ns"]
     assert lo <= rc["before_ns"] <= hi
-    big = run_change(profkit.load(ROOT / "traces/real/train_llama_eager_rerun.sqlite.xz"),
-                     profkit.load(ROOT / "traces/real/train_llama_compiled.sqlite.xz"))
+    big = run_change(shared.profile(ROOT / "traces/real/train_llama_eager_rerun.sqlite.xz"),
+                     shared.profile(ROOT / "traces/real/train_llama_compiled.sqlite.xz"))
     assert big["verdict"] == "improvement"
     # a second mode (generate()'s prefill between calls) widens BEFORE's interval, yet 3x is seen
-    gen = run_change(profkit.load(ROOT / "traces/real/generate_llama.sqlite.xz"),
-                     profkit.load(ROOT / "traces/real/generate_llama_graphs.sqlite.xz"))
+    gen = run_change(shared.profile(ROOT / "traces/real/generate_llama.sqlite.xz"),
+                     shared.profile(ROOT / "traces/real/generate_llama_graphs.sqlite.xz"))
     assert gen["verdict"] == "improvement"
 
 
 def test_several_captures_of_a_side_enter_the_verdict():
     # six steps a capture could not resolve the DDP sync removal (~8%) ...
-    old = run_change(profkit.load(ROOT / "traces/ddp2/rank0.sqlite.xz"),
-                     profkit.load(ROOT / "traces/ddp2_nosync/rank0.sqlite.xz"))
+    old = run_change(shared.profile(ROOT / "traces/ddp2/rank0.sqlite.xz"),
+                     shared.profile(ROOT / "traces/ddp2_nosync/rank0.sqlite.xz"))
     assert old["verdict"] in ("no change", "improvement")
     # ... thirty steps a capture and two captures a side do (7.95 -> 7.60 ms)
-    base = [profkit.load(ROOT / f"traces/{d}/rank0.sqlite.xz") for d in ("ddp2_samerun", "ddp2_rerun")]
-    after = [profkit.load(ROOT / f"traces/{d}/rank0.sqlite.xz") for d in ("ddp2_nosync", "ddp2_nosync_rerun")]
+    base = [shared.profile(ROOT / f"traces/{d}/rank0.sqlite.xz") for d in ("ddp2_samerun", "ddp2_rerun")]
+    after = [shared.profile(ROOT / f"traces/{d}/rank0.sqlite.xz") for d in ("ddp2_nosync", "ddp2_nosync_rerun")]
     rc = run_change(base[0], after[0], before_also=base[1:], after_also=after[1:])
     assert rc["captures"] == {"before": 2, "after": 2}
     assert 1.0 < rc["between_captures_pct"] < 3.0
@@ -119,7 +119,7 @@ def test_several_captures_of_a_side_enter_the_verdict():
 def test_padding_the_vocabulary_op_gain_is_measured():
     """PK304's per-op prediction against the GEMMs' measured GPU time after padding."""
     b, f = _finding("traces/real/train_gpt2_rec.sqlite.xz", "PK304")
-    a = profkit.load(ROOT / "traces/real/train_gpt2_padded_rec.sqlite.xz")
+    a = shared.profile(ROOT / "traces/real/train_gpt2_padded_rec.sqlite.xz")
 
     def lm_head_ns(p, vocab):
         ops = p.ops(by="aten")
@@ -148,7 +148,7 @@ def test_sdpa_op_gain_is_measured():
     before[first - 1] = True                                             # the GEMM before it
     dur = a["dur"].to_numpy(np.float64)
     eager_ns = float(dur[glue | after | before].sum()) / ctx.iterations
-    sdpa = profkit.load(ROOT / "traces/real/train_llama_sdpa_samerun.sqlite.xz")
+    sdpa = shared.profile(ROOT / "traces/real/train_llama_sdpa_samerun.sqlite.xz")
     sctx = RuleContext(sdpa, sdpa.run())
     k = sctx.kernels
     fused_ns = float(k[matches(k.index.to_series(), FLASH_RE)]["total_ns"].sum()) / sctx.iterations
@@ -161,7 +161,7 @@ def test_sdpa_op_gain_is_measured():
 
 
 def test_unaligned_gemm_rows_say_which_dimension_to_pad():
-    ops = profkit.load(ROOT / "traces/real/train_gpt2_rec.sqlite.xz").ops(by="aten")
+    ops = shared.ops(ROOT / "traces/real/train_gpt2_rec.sqlite.xz", by="aten")
     row = ops.loc[[n for n in ops.index if n.startswith("aten::mm [[4096, 768], [768, 50257]]")][0]]
     assert "N = 50257 not a multiple of 8" in row["action"] and "pad_to_multiple_of=64" in row["action"]
     aligned = ops.loc[[n for n in ops.index if n.startswith("aten::mm [[4096, 768], [768, 3072]]")][0]]
@@ -173,7 +173,7 @@ def test_composed_rmsnorm_swap_prediction_within_25_percent_of_pooled_captures()
     # the four interleaved captures (the single pairs measure 0.97x and 1.16x), so both captures of
     # each side are pooled, as `profkit diff --before-also/--after-also` does.
     b, f = _finding("traces/real/generate_llama_samerun.sqlite.xz", "PK401")
-    load = lambda t: profkit.load(ROOT / t)  # noqa: E731
+    load = lambda t: shared.profile(ROOT / t)  # noqa: E731
     r = run_change(b, load("traces/real/generate_llama_fused.sqlite.xz"),
                    before_also=[load("traces/real/generate_llama_samerun_rerun.sqlite.xz")],
                    after_also=[load("traces/real/generate_llama_fused_rerun.sqlite.xz")])

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-import profkit
 from profkit.errors import ProfkitError
 from profkit.read.compressed import find_traces
+import shared
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = find_traces(ROOT / "traces", recursive=True)
@@ -29,23 +29,13 @@ def _levels():
                                       f"{'-inner' if innermost else ''}{'-measured' if peaks else ''}")
 
 
-@pytest.fixture(scope="module")
-def profiles():
-    cache: dict = {}
-    def get(path, peaks):
-        if (path, peaks) not in cache:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                cache[(path, peaks)] = profkit.load(path, peaks=peaks)
-        return cache[(path, peaks)]
-    return get
-
-
 @pytest.mark.parametrize("trace,peaks,by,innermost", list(_levels()))
-def test_no_row_above_a_roof(profiles, trace, peaks, by, innermost):
-    prof = profiles(trace, peaks)
+def test_no_row_above_a_roof(trace, peaks, by, innermost):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        shared.profile(trace, peaks=peaks)
     try:
-        df = prof.ops(by=by, innermost=innermost)
+        df = shared.ops(trace, by=by, innermost=innermost, peaks=peaks)
     except ProfkitError:
         pytest.skip(f"no {by} level in {trace.name}")
     bad = []

@@ -13,6 +13,7 @@ import profkit
 from profkit.judge import rules
 from profkit.cli import main
 from profkit.compare.diff import run_change
+import shared
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = sorted([*ROOT.glob("traces/*.sqlite.xz"), *ROOT.glob("traces/real/*.sqlite.xz"),
@@ -39,13 +40,8 @@ CASES = {
     "PK501": ("ddp2/rank0", "real/train_llama"),
 }
 
-_cache: dict[str, profkit.api.Profile] = {}
-
-
 def prof(name: str) -> profkit.api.Profile:
-    if name not in _cache:
-        _cache[name] = profkit.load(ROOT / "traces" / f"{name}.sqlite.xz")
-    return _cache[name]
+    return shared.profile(ROOT / "traces" / f"{name}.sqlite.xz")
 
 
 def codes(name: str) -> list[str]:
@@ -197,26 +193,15 @@ COMPILED = re.compile(r"^triton_(poi|red|per|tem)_|Torch-Compiled Region|Compile
                       r"/compile/|autotun", re.I)
 
 
-_loaded_cache: dict = {}
-_ops_cache: dict = {}
-
-
 def _loaded(path: Path, window: str = "auto") -> profkit.api.Profile:
-    """One Profile per trace and window for the sweeps below (loading is most of their time)."""
-    key = (str(path), window)
-    if key not in _loaded_cache:
-        _loaded_cache[key] = profkit.load(path, window=window)
-    return _loaded_cache[key]
+    return shared.profile(path, window=window)
 
 
 def _ops(path: Path, by: str, window: str = "auto"):
-    key = (str(path), by, window)
-    if key not in _ops_cache:
-        try:
-            _ops_cache[key] = _loaded(path, window).ops(by=by)
-        except profkit.errors.ProfkitError:
-            _ops_cache[key] = None
-    return _ops_cache[key]
+    try:
+        return shared.ops(path, by=by, window=window)
+    except profkit.errors.ProfkitError:
+        return None
 
 
 def _op_rows(path: Path, window: str = "auto"):
@@ -279,7 +264,7 @@ def test_nccl_set_up_is_never_advised():
             if re.search(r"nccl", name, re.I):
                 assert not re.search(r"\bfuse\b", str(row["action"])), (by, name, row["action"])
     # The whole capture, set-up included: the communicator's broadcast runs once, never per step.
-    p = profkit.load(ROOT / "traces" / "ddp2" / "rank0.sqlite.xz", window="all")
+    p = shared.profile(ROOT / "traces" / "ddp2" / "rank0.sqlite.xz", window="all")
     for f in p.findings():
         if f.code == "PK501":
             assert not any("Broadcast" in k for k in f.kernels)

@@ -16,6 +16,7 @@ from click.testing import CliRunner
 import profkit
 from profkit.cli import main
 from profkit.run.ops import group_ops
+import shared
 from synth import plain
 
 REAL = Path(__file__).resolve().parents[1] / "traces" / "real"
@@ -58,7 +59,7 @@ def _busy_in(intervals: list[tuple[int, int]], w0: int, w1: int) -> int:
 
 @pytest.fixture(scope="module")
 def profiles():
-    return {n: profkit.load(REAL / f"{n}.sqlite.xz") for n in PROGRAMS}
+    return {n: shared.profile(REAL / f"{n}.sqlite.xz") for n in PROGRAMS}
 
 
 def test_window_of_the_training_step_is_the_steps_after_the_first(profiles):
@@ -173,8 +174,8 @@ def test_window_options(profiles):
 
 def test_diff_measures_wall_time_per_iteration():
     from profkit.compare.diff import diff
-    b = profkit.load(REAL / "loader_cnn.sqlite.xz")
-    a = profkit.load(REAL / "loader_cnn_workers.sqlite.xz")
+    b = shared.profile(REAL / "loader_cnn.sqlite.xz")
+    a = shared.profile(REAL / "loader_cnn_workers.sqlite.xz")
     run = diff(b, a).run
     assert run["per"] == "iteration"
     assert run["measured_speedup"] == round(b.window.iteration_median_ns / a.window.iteration_median_ns, 3)
@@ -182,7 +183,7 @@ def test_diff_measures_wall_time_per_iteration():
 
 
 def test_emit_nvtx_decorations_are_cut_before_grouping():
-    ops = profkit.load(REAL / "train_llama_aten.sqlite.xz").ops(by="range")
+    ops = shared.ops(REAL / "train_llama_aten.sqlite.xz", by="range")
     assert len(ops) < 60  # about 900 rows when every op_id/seq made its own name
     assert "MmBackward0" in ops.index and not any("op_id =" in n for n in ops.index)
 
@@ -201,7 +202,7 @@ def test_ncu_pass_without_a_range_covers_one_whole_iteration():
     con.close()
     assert meta["ncu_iteration"] == "step#2" and n_ncu == launched == 62
     # a range that mixes bf16 tensor-core GEMMs with fp32 helpers is judged on the bf16 roof
-    op = profkit.load(path).ops(by="range").loc["step"]
+    op = shared.ops(path, by="range").loc["step"]
     assert op["source"] == "ncu" and op["class"] == "compute" and 0.3 < op["pct_of_roof"] < 0.5
 
 
@@ -210,7 +211,7 @@ def test_iteration_time_holds_when_the_cpu_runs_ahead(name):
     """GPU-bound loops without a per-step sync (and CUDA-graph replays) let the CPU queue work
     ahead: the CPU-side periods were 15-30% short of the real ones (eager ResNet-50: 7.59 ms by
     the CPU, 8.97 ms by wall / iterations). The GPU-side period agrees with the wall time."""
-    w = profkit.load(REAL / f"{name}.sqlite.xz").window
+    w = shared.profile(REAL / f"{name}.sqlite.xz").window
     assert len(w.gpu_period_ns) == w.iterations
     assert np.median(w.iteration_ns) < 0.9 * w.iteration_median_ns
     if name.startswith("cnn"):  # steady from the first window iteration on
@@ -219,13 +220,13 @@ def test_iteration_time_holds_when_the_cpu_runs_ahead(name):
 
 def test_compile_setup_before_the_loop_does_not_hide_the_loop():
     # torch.compile's autotuning launches most of the capture's kernels before the first `infer`
-    w = profkit.load(REAL / "cnn_infer_compiled.sqlite.xz").window
+    w = shared.profile(REAL / "cnn_infer_compiled.sqlite.xz").window
     assert w.source == "nvtx infer[1:20] of 20" and not w.is_all
 
 
 def test_library_ranges_never_mark_iterations():
     # generate() with a static cache runs CUB scans under CCCL NVTX ranges, three times in all
-    w = profkit.load(REAL / "generate_llama_graphs.sqlite.xz").window
+    w = shared.profile(REAL / "generate_llama_graphs.sqlite.xz").window
     assert w.source.startswith("kernel sequence") and "CCCL" not in w.source
 
 
@@ -261,6 +262,6 @@ def test_set_up_is_skipped_but_a_periodic_slow_step_stays():
 def test_the_generate_window_is_the_measured_call():
     # traces/real/generate_llama*: a warm-up generate() of 64 tokens (55-82 ms each), then the
     # measured one (~8 ms a token): the window is the second call
-    w = profkit.load(REAL / "generate_llama_samerun.sqlite.xz").window
+    w = shared.profile(REAL / "generate_llama_samerun.sqlite.xz").window
     assert w.source.startswith("kernel sequence: iterations 65..131")
     assert max(w.iteration_ns) < 20_000_000

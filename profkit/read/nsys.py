@@ -49,6 +49,15 @@ ACTIVITY_COLUMNS = ["start", "end", "deviceId", "streamId", "correlationId", "gl
                     "api_end"]
 
 
+class SharedCodes(tuple):
+    """(codes, names) kept in the activities' ``attrs``. pandas deep-copies ``attrs`` into every
+    frame and column derived from a frame (a column read, a mask, a take): for these arrays that
+    was about a fifth of an analysis. They are never written to, so derived frames share them."""
+
+    def __deepcopy__(self, memo) -> "SharedCodes":
+        return self
+
+
 @dataclass
 class ExportInfo:
     path: str
@@ -489,7 +498,7 @@ class TraceReader:
         codes, _ = pd.factorize(acts.pop("name_key").to_numpy(np.int64))
         _, first = np.unique(codes, return_index=True)
         remap, names = pd.factorize(acts["name"].to_numpy(object)[first])  # equal texts: one code
-        acts.attrs["name_codes"] = (remap[codes].astype(np.int64), np.asarray(names, dtype=object))
+        acts.attrs["name_codes"] = SharedCodes((remap[codes].astype(np.int64), np.asarray(names, dtype=object)))
         return acts
 
     def copy_memory_kinds(self) -> pd.DataFrame:

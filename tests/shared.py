@@ -1,0 +1,56 @@
+"""Profiles of committed traces, loaded and judged once per test process.
+
+Loading a trace, building its step model and running the rules is most of the suite's time, and
+many tests read the same traces with the same options. ``profile`` gives each caller its own
+shallow copy of one Profile that was loaded and run (``Profile.run()``) once in this process: the
+trace, the run summary, the findings and the step model are shared (nothing writes to them after
+``run()``); the warning and note lists are the copy's own, so what ``ops()`` adds to them in one
+test is not seen by another. ``ops`` keeps each op table once and returns a copy per call.
+
+Only for tests that read a Profile: a test that changes one, or checks what a fresh load warns
+about, loads its own with ``profkit.load``.
+"""
+from __future__ import annotations
+
+import copy
+import functools
+from pathlib import Path
+from typing import Optional
+
+import pandas as pd
+
+import profkit
+from profkit.api import Profile
+
+
+@functools.lru_cache(maxsize=None)
+def _judged(path: str, peaks: Optional[str], window: str, attribution: str, gains: str) -> Profile:
+    p = profkit.load(path, peaks=peaks, window=window, attribution=attribution, gains=gains)
+    p.run()
+    return p
+
+
+def _key(path, peaks) -> tuple[str, Optional[str]]:
+    return str(Path(path).resolve()), (None if peaks is None else str(Path(peaks).resolve()))
+
+
+def profile(path, peaks=None, window: str = "auto", attribution: str = "process",
+            gains: str = "wall") -> Profile:
+    """``profkit.load(path, ...)`` after ``run()``: a copy of the one loaded in this process."""
+    p = copy.copy(_judged(*_key(path, peaks), window, attribution, gains))
+    p.warnings, p.notes = list(p.warnings), list(p.notes)
+    return p
+
+
+@functools.lru_cache(maxsize=None)
+def _ops(path: str, peaks: Optional[str], window: str, attribution: str, gains: str, by: str,
+         innermost: bool) -> pd.DataFrame:
+    return profile(path, peaks, window, attribution, gains).ops(by=by, innermost=innermost)
+
+
+def ops(path, by: str = "range", innermost: bool = False, peaks=None, window: str = "auto",
+        attribution: str = "process", gains: str = "wall") -> pd.DataFrame:
+    """``profile(path, ...).ops(by, innermost)``, computed once in this process. Each call gets a
+    copy of the table (the evidence dicts in it are shared: read them, do not change them). A
+    level the trace lacks raises ProfkitError on every call, as ``ops`` does."""
+    return _ops(*_key(path, peaks), window, attribution, gains, by, innermost).copy()

@@ -3,7 +3,6 @@ run): the replay reproduces the trace, the calibration the program without the p
 critical path adds up, and the graph edits behave as their mechanism says."""
 from __future__ import annotations
 
-import functools
 import json
 import sys
 from pathlib import Path
@@ -11,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import profkit
+import shared
 from profkit.run.step import transform as T
 from profkit.run.step.calibrate import MIN_HOST, estimated_host
 from profkit.judge.rules.pk102_data_loading import loading_calls
@@ -20,12 +19,9 @@ ROOT = Path(__file__).resolve().parents[1]
 CORPUS = sorted(ROOT.glob("traces/corpus/*.sqlite.xz"))
 
 
-_LOAD = profkit.load  # the real one: the page test below stands a cached one in for it
-
-
-@functools.lru_cache(maxsize=None)
 def _load(path: str):
-    return _LOAD(path)
+    # Shared with the other sweeps over the committed traces: loaded and judged once per process.
+    return shared.profile(path)
 
 
 def model(name: str):
@@ -88,11 +84,10 @@ def test_workers_leave_a_graph_without_loading_untouched():
     assert m.simulate(g).mean_iteration_ns == pytest.approx(m.simulate().mean_iteration_ns)
 
 
-def test_the_whatif_page_is_current(monkeypatch):
+def test_the_whatif_page_is_current():
     sys.path.insert(0, str(ROOT / "scripts"))
     import whatif_accuracy as w
-    monkeypatch.setattr(profkit, "load", lambda path: _load(str(path)))  # the traces loaded above
-    text = w.page_text(json.loads(w.MEASURED.read_text()))
+    text = w.page_text(json.loads(w.MEASURED.read_text()), load=lambda path: _load(str(path)))
     assert w.PAGE.read_text() == text, "run: python3 scripts/whatif_accuracy.py page"
 
 

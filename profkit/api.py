@@ -106,14 +106,19 @@ class Profile:
         self.run()
         return list(self._findings)
 
+    @property
+    def pricing_host(self) -> float:
+        """The CPU scale fixes are priced at: the program without a profiler (calibrated), or no
+        CPU at all when gains are judged on GPU time (``gains="gpu"``: kernel benchmarks)."""
+        model = self.step_model()
+        return 0.0 if self.gains == "gpu" else (model.host if model else 1.0)
+
     def combined_actions(self) -> list[dict]:
         """The top findings priced together by the step model (profkit.judge.combine): every pair
         and the triple of the three best, each replayed as one edited graph; best first."""
         if "_combined" not in self.__dict__:
             from profkit.judge.combine import combined
-            model = self.step_model()
-            host = 0.0 if self.gains == "gpu" else (model.host if model else 1.0)
-            self.__dict__["_combined"] = combined(model, host, self.findings())
+            self.__dict__["_combined"] = combined(self.step_model(), self.pricing_host, self.findings())
         return list(self.__dict__["_combined"])
 
     @cached_property
@@ -239,7 +244,7 @@ class Profile:
                            "range name (or --peaks)")
             under_graph = bool(member_acts["graphNodeId"].notna().any()) if len(member_acts) else False
             sug = advise(rec, verdict, work, self.peaks, knames[:20], under_graph, frame,
-                         price=self._op_pricer(rec, member_acts, frame))
+                         price=self._op_pricer(member_acts))
             rec.update({
                 "class": verdict.bound.value, "confidence": verdict.confidence,
                 "source": verdict.source.value, "reason": verdict.reason,
@@ -256,46 +261,28 @@ class Profile:
         df.attrs["kernels_of"] = kernels_of  # for counting an action once (ranked_actions)
         return df
 
-    def _op_pricer(self, rec: dict, member_acts: pd.DataFrame, frame: Frame):
+    def _op_pricer(self, member_acts: pd.DataFrame):
         """``price(op_speedup)`` for advise(): the step model's replay with this op's kernels that
-        much faster, on the window's mean iteration (None: no model, none of its kernels in the
-        modelled stretch, or a saving too small to reach an action's 1.02x even if all of it
-        came off the wall time)."""
+        much faster, on the window's mean iteration at the calibrated CPU scale (None: no model,
+        or none of its kernels in the modelled stretch)."""
         model = self.step_model()
         # Gains on GPU time (kernel benchmarks) are the GPU-time frame itself: no step to replay.
         if model is None or member_acts.empty or self.gains == "gpu":
             return None
 
         def price(s: float):
-            steady = float(rec["gpu_time_median_ns"]) * float(rec["count"])
-            saved = min(steady * (1.0 - 1.0 / s), float(rec["busy_ns"]))
-            if frame.wall_ns <= saved or frame.wall_ns / (frame.wall_ns - saved) < MIN_ACTION_GAIN:
-                return None
             from profkit.run.step.transform import scale_ops
-            key, host, base = self._op_pricing_base(model)  # host: the calibrated CPU scale
-            ops = np.array([key.get((int(a), int(c)), -1) for a, c in
-                            zip(member_acts["start"].to_numpy(np.int64),
-                                member_acts["correlationId"].to_numpy(np.int64))], dtype=np.int64)
-            ops = ops[ops >= 0]
+            ops = model.ops_of(member_acts["start"].to_numpy(np.int64),
+                               member_acts["correlationId"].to_numpy(np.int64))
             if not len(ops):
                 return None
-            new = model.simulate(scale_ops(model.graph, ops, s), host=host).mean_iteration_ns
+            base = model.baseline.mean_iteration_ns
+            new = model.simulate(scale_ops(model.graph, ops, s)).mean_iteration_ns
             if new <= 0:
                 return None
             return max(base / new, 1.0), (f"step model: this op's kernels {s:.2f}x faster: iteration "
                                           f"{base / 1e6:.2f} -> {new / 1e6:.2f} ms")
         return price
-
-    def _op_pricing_base(self, model: StepModel) -> tuple[dict, float, float]:
-        """(graph operation by (start, correlation id), CPU scale, baseline mean iteration), once."""
-        if "_op_base" not in self.__dict__:
-            g = model.graph
-            host = 0.0 if self.gains == "gpu" else model.host
-            base = (model.baseline.mean_iteration_ns if host == model.host
-                    else model.simulate(host=host).mean_iteration_ns)
-            self.__dict__["_op_base"] = (dict(zip(zip(g.g_start.tolist(), g.g_corr.tolist()), range(g.n_ops))),
-                                         host, base)
-        return self.__dict__["_op_base"]
 
     @cached_property
     def _aten_calls(self) -> Optional[tuple[np.ndarray, np.ndarray, list, list]]:

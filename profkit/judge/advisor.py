@@ -102,9 +102,14 @@ def end_to_end(op: dict, op_speedup: float, frame: Frame) -> tuple[float, float]
     inflate it."""
     if op_speedup <= 1.0:
         return 1.0, 1.0
+    return gains(steady_saving(op, op_speedup), op_speedup, float(op.get("critical_fraction", 1.0)), frame)
+
+
+def steady_saving(op: dict, op_speedup: float) -> float:
+    """GPU time saved by making ``op`` ``op_speedup`` times faster: on its steady-state calls
+    (median x count), never more than its own busy time."""
     steady = float(op["gpu_time_median_ns"]) * float(op["count"])
-    saved = min(steady * (1.0 - 1.0 / op_speedup), float(op["busy_ns"]))
-    return gains(saved, op_speedup, float(op.get("critical_fraction", 1.0)), frame)
+    return min(steady * (1.0 - 1.0 / op_speedup), float(op["busy_ns"]))
 
 
 def _pattern(text: str, kernel_names: tuple[str, ...] = (), op_name: str = "") -> Optional[str]:
@@ -154,8 +159,11 @@ def advise(op: dict, verdict: Verdict, work: Optional[Work], peaks: Peaks, kerne
     s = max(1.0, s)
     e2e, e2e_gpu = end_to_end(op, s, frame)
     # A launch-bound op's gain is CPU time (fewer launches), not shorter kernels: the kernel-time
-    # edit would not see it, so it keeps the estimate on the window.
-    priced = (price(s) if (price is not None and s > 1.0 and e2e_gpu > 1.0
+    # edit would not see it, so it keeps the estimate on the window. Nor is the step replayed for
+    # a saving that could not pay even if all of it came off the wall time.
+    saved = steady_saving(op, s) if s > 1.0 else 0.0
+    could_pay = frame.wall_ns > saved and frame.wall_ns / (frame.wall_ns - saved) >= MIN_END_TO_END
+    priced = (price(s) if (price is not None and s > 1.0 and e2e_gpu > 1.0 and could_pay
                            and verdict.bound is not BoundClass.LAUNCH) else None)
     if priced is not None:
         # The model replays the step with the op's kernels shrunk: the Amdahl estimate is its

@@ -12,9 +12,9 @@ from itertools import combinations as subsets
 from typing import Optional
 
 from profkit.judge.rules.base import Finding
+from profkit.run.summary import MIN_ACTION_GAIN
 
 MAX_FIXES = 3      # the top findings combined: pairs and the triple, four replays at most
-MIN_GAIN = 1.02    # a finding below this alone is not an action (profkit.run.summary)
 
 
 def combined(model, host: float, findings: list[Finding], max_fixes: int = MAX_FIXES) -> list[dict]:
@@ -24,7 +24,7 @@ def combined(model, host: float, findings: list[Finding], max_fixes: int = MAX_F
         return []
     pool: list[Finding] = []
     for f in sorted(findings, key=lambda f: -f.expected_end_to_end_speedup):
-        if (f.edit is not None and f.expected_end_to_end_speedup >= MIN_GAIN
+        if (f.edit is not None and f.expected_end_to_end_speedup >= MIN_ACTION_GAIN
                 and f.code not in {p.code for p in pool}):
             pool.append(f)
         if len(pool) == max_fixes:

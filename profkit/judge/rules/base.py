@@ -181,7 +181,7 @@ class RuleContext:
     def host(self) -> float:
         """The CPU scale the fixes are priced at: the program without a profiler (calibrated), or
         no CPU at all when gains are judged on GPU time (``gains="gpu"``: kernel benchmarks)."""
-        return 0.0 if self.prof.gains == "gpu" else (self.model.host if self.model else 1.0)
+        return self.prof.pricing_host
 
     @cached_property
     def baseline(self):
@@ -223,26 +223,13 @@ class RuleContext:
         a = self.acts
         return a[a["name"].astype(str).isin({str(n) for n in names}).to_numpy()]
 
-    @cached_property
-    def _op_key(self) -> tuple[pd.MultiIndex, np.ndarray]:
-        """The graph's operations by (start, correlation id); the last of equal keys wins."""
-        g = self.model.graph
-        keys = pd.DataFrame({"start": g.g_start, "corr": g.g_corr, "op": np.arange(g.n_ops)})
-        keys = keys.drop_duplicates(["start", "corr"], keep="last")
-        return pd.MultiIndex.from_arrays([keys["start"], keys["corr"]]), keys["op"].to_numpy(np.int64)
-
     def graph_ops(self, rows: pd.DataFrame, aligned: bool = False) -> np.ndarray:
         """The step graph's operations for rows of the window's activities (``acts``); with
         ``aligned``, one entry per row (-1 where the graph does not hold it)."""
-        if self.model is None or rows.empty:
+        if self.model is None:
             return np.full(len(rows), -1, dtype=np.int64) if aligned else np.empty(0, dtype=np.int64)
-        key, op = self._op_key
-        if not len(op):
-            return np.full(len(rows), -1, dtype=np.int64) if aligned else np.empty(0, dtype=np.int64)
-        at = key.get_indexer(pd.MultiIndex.from_arrays([rows["start"].to_numpy(np.int64),
-                                                        rows["correlationId"].to_numpy(np.int64)]))
-        idx = np.where(at >= 0, op[at], -1)
-        return idx if aligned else idx[idx >= 0]
+        return self.model.ops_of(rows["start"].to_numpy(np.int64),
+                                 rows["correlationId"].to_numpy(np.int64), aligned)
 
     def price_ops(self, rows: pd.DataFrame, factor: float, what: str, drop_launches: bool = False,
                   cap: Optional[float] = None) -> tuple[float, str]:

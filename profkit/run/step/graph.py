@@ -142,12 +142,6 @@ class StepGraph:
     def n_ops(self) -> int:
         return len(self.g_start)
 
-    def ops_of(self, starts: np.ndarray, corr: np.ndarray) -> np.ndarray:
-        """Indices of the operations with these (start, correlation id) pairs, the key of a row of
-        the trace's activities (-1 where the window's graph does not hold it)."""
-        key = dict(zip(zip(self.g_start.tolist(), self.g_corr.tolist()), range(self.n_ops)))
-        return np.array([key.get((int(s), int(c)), -1) for s, c in zip(starts, corr)], dtype=np.int64)
-
     def copy(self) -> "StepGraph":
         """A deep copy whose arrays a transformation may change."""
         out = StepGraph(**{k: (v.copy() if isinstance(v, np.ndarray) else

@@ -3,9 +3,11 @@ its critical path, built once per trace and shared by the run summary and the ru
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Optional
 
 import numpy as np
+import pandas as pd
 
 from profkit.run.step.calibrate import Calibration, calibrate
 from profkit.run.step.critical import CriticalPath, critical_path
@@ -43,6 +45,27 @@ class StepModel:
         """The predicted gain of a transformed graph: baseline iteration over the new one."""
         new = self.simulate(graph).iteration_ns
         return self.iteration_ns / new if new > 0 else 1.0
+
+    @cached_property
+    def _op_index(self) -> tuple[pd.MultiIndex, np.ndarray]:
+        """The graph's operations by (start, correlation id); the last of equal keys wins. Edits
+        keep every operation's index, so this serves every edited copy of the graph too."""
+        g = self.graph
+        keys = pd.DataFrame({"start": g.g_start, "corr": g.g_corr, "op": np.arange(g.n_ops)})
+        keys = keys.drop_duplicates(["start", "corr"], keep="last")
+        return pd.MultiIndex.from_arrays([keys["start"], keys["corr"]]), keys["op"].to_numpy(np.int64)
+
+    def ops_of(self, starts: np.ndarray, corr: np.ndarray, aligned: bool = False) -> np.ndarray:
+        """The graph's operations with these (start, correlation id) pairs, the key of a row of
+        the trace's activities; with ``aligned``, one entry per pair (-1 where the graph does not
+        hold it), else only those it holds."""
+        key, op = self._op_index
+        if not len(op) or not len(starts):
+            return np.full(len(starts), -1, dtype=np.int64) if aligned else np.empty(0, dtype=np.int64)
+        at = key.get_indexer(pd.MultiIndex.from_arrays([np.asarray(starts, dtype=np.int64),
+                                                        np.asarray(corr, dtype=np.int64)]))
+        idx = np.where(at >= 0, op[at], -1)
+        return idx if aligned else idx[idx >= 0]
 
     def sync_cost_ns(self, iterations: int) -> float:
         """What the syncs (stream/device syncs, device-to-host copies) cost the profiled run over

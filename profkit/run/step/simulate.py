@@ -3,9 +3,9 @@
 Calls run one after the other on the CPU chain, in the order they ran; a GPU operation starts
 when its launch call has issued it, its stream's previous operation is done and any operation of
 another stream it waits for is done; a call that consumes what other processes prepare (a
-DataLoader's workers, ``c_ready``) starts no earlier than they have it ready. ``host`` scales every CPU duration (the gaps between calls
-and the calls' own time): the calibration finds the scale at which the replay runs as fast as the
-program without a profiler. Replaying the unmodified graph with ``host=1`` reproduces the trace.
+DataLoader's workers, ``c_ready``) starts no earlier than they have it ready. ``host`` scales
+every CPU duration (the gaps between calls and the calls' own time): the calibration finds the
+scale at which the replay runs as fast as the program without a profiler. Replaying the unmodified graph with ``host=1`` reproduces the trace.
 """
 from __future__ import annotations
 

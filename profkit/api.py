@@ -23,7 +23,7 @@ from profkit.judge.advisor import Frame, Suggestion, advise, advise_pair
 from profkit.read import aten_record
 from profkit.run.attribution import aten_key
 from profkit.judge.dtypes import recorded_dtype
-from profkit.judge.classify import judge, launch_stats
+from profkit.judge.classify import judge, kernel_launch_stats
 from profkit.run.ops import group_ops
 from profkit.errors import ProfkitError
 from profkit.read.peaks import Peaks, resolve_peaks
@@ -122,6 +122,11 @@ class Profile:
         return list(self.__dict__["_combined"])
 
     @cached_property
+    def _kernels(self) -> "_Kernels":
+        acts = self.trace.activities
+        return _Kernels(acts, (acts["end"] - acts["start"]).to_numpy(dtype="float64"), self.trace.ncu)
+
+    @cached_property
     def critical(self) -> np.ndarray:
         """Per activity of the window: 1 where finishing it sooner would shorten the run
         (run.critical_fraction), computed once for the op table and the rules."""
@@ -192,6 +197,7 @@ class Profile:
         frame = self.frame()
         crit = self.critical
         dur_all = (acts["end"] - acts["start"]).to_numpy(dtype="float64")
+        kernels = self._kernels
         rows, works, kernels_of = [], {}, {}
         # profkit's recorder writes each op's types and arguments: they outrank kernel names.
         records = (aten_record.records_by_key(groups.instances["name"], aten_key)
@@ -208,9 +214,10 @@ class Profile:
                                         float((crit[idx] * dur_all[idx]).sum() / d) if d > 0 else 0.0)
             # Element type from this op's own kernels (no trace-wide default: None = unknown).
             record = records.get(name)
-            dtype, causal = _shape_inputs(member_acts, knames, record)
+            dtype, causal = _shape_inputs(kernels, idx, knames, record)
             precision = dtype.precision
-            rec.update(launch_stats(member_acts, self.peaks.launch_floor_ns))
+            if len(idx):
+                rec.update(kernel_launch_stats(kernels.durations(idx), self.peaks.launch_floor_ns))
             calls = int(op["count"])
             hint = groups.hints.get(name)
             # A range of a --aten capture: the work of the aten calls nested in it, summed.
@@ -221,10 +228,14 @@ class Profile:
             # only part of the range (confidence "low": a lower bound on its work): then a hint
             # written for the whole range goes first.
             partial = summed is not None and summed.notes.get("aten_modelled_share", 1.0) < ev.ATEN_FULL_SHARE
-            candidates = [lambda: ev.from_ncu(member_acts, self.trace.ncu, calls, self.gpu.l2_bytes),
+            # (no kernel among the members: no counters; a kernel among them: not a copy op)
+            has_kernel = bool(kernels.is_kernel[idx].any())
+            candidates = [lambda: ev.from_ncu(member_acts, self.trace.ncu, calls, self.gpu.l2_bytes,
+                                              matched=kernels.ncu_rows(idx))
+                          if has_kernel else None,
                           lambda: gpu_metrics.from_gpu_metrics(member_acts, self.gpu_samples, calls,
                                                                self.peaks.memory_bandwidth),
-                          lambda: ev.from_copies(member_acts, calls),
+                          lambda: None if has_kernel else ev.from_copies(member_acts, calls),
                           lambda: ev.from_shapes(str(name), dtype, causal=causal, record=record)
                           if by == "aten" else None,
                           lambda: None if partial else summed,
@@ -298,9 +309,7 @@ class Profile:
         except ProfkitError:
             return None
         acts = self.trace.activities
-        # The columns the element type and launch statistics read, without the trace's attrs
-        # (which pandas deep-copies on every slice).
-        slim = pd.DataFrame({c: acts[c].to_numpy() for c in ("name", "kind", "start", "end")})
+        kernels = self._kernels
         records = aten_record.records_by_key(groups.instances["name"], aten_key)
         m = groups.members
         keys = list(groups.ops.index)
@@ -312,11 +321,13 @@ class Profile:
         by_op = {op: m["act_idx"].to_numpy()[ix] for op, ix in m.groupby("op", sort=False).indices.items()}
         works = []
         for key, op in groups.ops.iterrows():
-            member_acts = slim.take(by_op.get(key, np.empty(0, dtype=np.int64)))
-            knames = member_acts["name"].drop_duplicates().tolist()
+            idx = by_op.get(key, np.empty(0, dtype=np.int64))
+            knames = list(dict.fromkeys(kernels.name_of(idx)))
             record = records.get(key)
-            dtype, causal = _shape_inputs(member_acts, knames, record)
-            rec = {"name": key, **op.to_dict(), **launch_stats(member_acts, self.peaks.launch_floor_ns)}
+            dtype, causal = _shape_inputs(kernels, idx, knames, record)
+            rec = {"name": key, **op.to_dict(),
+                   **(kernel_launch_stats(kernels.durations(idx), self.peaks.launch_floor_ns)
+                      if len(idx) else {})}
             _, work = judge(rec, [lambda: ev.from_shapes(str(key), dtype, causal=causal, record=record)],
                             self.peaks, knames[:20])
             works.append(work)
@@ -432,23 +443,63 @@ def ranked_actions(findings: list, ops: Optional[pd.DataFrame] = None) -> list[d
     return actions
 
 
-def _shape_inputs(member_acts: pd.DataFrame, knames: list[str], record) -> tuple[ev.OpDtype, Optional[bool]]:
+def _shape_inputs(kernels: "_Kernels", idx: np.ndarray, knames: list[str],
+                  record) -> tuple[ev.OpDtype, Optional[bool]]:
     """What the shape model needs beside an op's shapes: its element type (the recorder's
     record first, else its own kernels) and whether its attention is causal (None: unknown)."""
     recorded = recorded_dtype(record) if record is not None else None
-    dtype = recorded or _op_dtype(member_acts)
+    dtype = recorded or kernels.dtype(idx)
     causal = (record.causal if record is not None and record.causal is not None
               else ev.attention_causal(knames))
     return dtype, causal
 
 
-def _op_dtype(member_acts: pd.DataFrame) -> ev.OpDtype:
-    """The op's element type from its kernels, weighted by their GPU time."""
-    k = member_acts[member_acts["kind"] == "kernel"]
-    if k.empty:
-        return ev.op_dtype([])
-    t = (k["end"] - k["start"]).groupby(k["name"].astype(str)).sum()
-    return ev.op_dtype(t.index.tolist(), t.to_numpy(dtype=float).tolist())
+class _Kernels:
+    """The window's kernels as arrays, for the per-op questions of the op table (numpy on an
+    op's activity positions instead of a pandas frame per op: an aten table has thousands)."""
+
+    def __init__(self, acts: pd.DataFrame, dur: np.ndarray, ncu: pd.DataFrame) -> None:
+        self.is_kernel = (acts["kind"] == "kernel").to_numpy()
+        # every kernel's ncu rows, matched once (evidence.match_ncu), by activity position
+        self.ncu = (ev.match_ncu(acts[self.is_kernel].assign(_act=np.flatnonzero(self.is_kernel)), ncu)
+                    if not ncu.empty else None)
+        self._ncu_act = None if self.ncu is None else self.ncu["_act"].to_numpy()
+        self.dur = dur
+        codes, names = pd.factorize(acts["name"].astype(str))
+        order = np.argsort(names.to_numpy(dtype=object).astype(str), kind="stable")
+        rank = np.empty(len(order), dtype=np.int64)
+        rank[order] = np.arange(len(order))
+        self.code = rank[codes]  # codes in name order, as a groupby by name sorts them
+        self.names = names.to_numpy(dtype=object)[order]
+        self._name_of = self.names[self.code]
+
+    def name_of(self, idx: np.ndarray) -> list:
+        """The activities' names (kernels, copies and memsets), in ``idx`` order."""
+        return self._name_of[idx].tolist()
+
+    def ncu_rows(self, idx: np.ndarray) -> Optional[pd.DataFrame]:
+        """``evidence.match_ncu`` of the kernels among the activities ``idx``, in ``idx`` order."""
+        if self.ncu is None:
+            return None
+        pos = np.flatnonzero(np.isin(self._ncu_act, idx))
+        if len(pos) and np.any(np.diff(idx) < 0):  # members out of trace order: follow idx
+            sorter = np.argsort(idx, kind="stable")
+            at = sorter[np.searchsorted(idx, self._ncu_act[pos], sorter=sorter)]
+            pos = pos[np.argsort(at, kind="stable")]
+        return self.ncu.iloc[pos]
+
+    def durations(self, idx: np.ndarray) -> np.ndarray:
+        """GPU time of each kernel among the activities ``idx``."""
+        return self.dur[idx[self.is_kernel[idx]]]
+
+    def dtype(self, idx: np.ndarray) -> ev.OpDtype:
+        """The op's element type from its kernels, weighted by their GPU time."""
+        k = idx[self.is_kernel[idx]]
+        if not len(k):
+            return ev.op_dtype([])
+        present, inv = np.unique(self.code[k], return_inverse=True)
+        t = np.bincount(inv, weights=self.dur[k])
+        return ev.op_dtype(self.names[present].tolist(), t.tolist())
 
 
 def _suggestion_fields(sug: Suggestion) -> dict:

@@ -690,6 +690,37 @@ def test_calibration_times_the_ranges_into_the_trace(tools):
     assert "calibration" not in meta and "--no-calibrate" in meta["command"]
 
 
+def test_calibration_hooks_torch_nvtx_when_the_script_imports_it(tmp_path):
+    # A stand-in torch (no CUDA) on the path: the recorder must neither import it first (the
+    # script's start-up would change by seconds) nor miss the ranges of a script that does.
+    fake = tmp_path / "lib" / "torch"
+    (fake / "cuda").mkdir(parents=True)
+    (fake / "__init__.py").write_text("from . import cuda\n")
+    (fake / "cuda" / "__init__.py").write_text(
+        "from . import nvtx\ndef is_initialized():\n    return False\n")
+    (fake / "cuda" / "nvtx.py").write_text(
+        "def range_push(msg):\n    return 0\ndef range_pop():\n    return 0\n")
+    probe = _script(tmp_path / "probe.py", """
+        import sys
+        before = "torch" in sys.modules
+        import torch
+        for i in range(3):
+            torch.cuda.nvtx.range_push("step")
+            torch.cuda.nvtx.range_push("inner")
+            torch.cuda.nvtx.range_pop()
+            torch.cuda.nvtx.range_pop()
+        print(before)
+    """)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "lib"), str(ROOT)])}
+    res = subprocess.run([sys.executable, "-m", "profkit.capture.bootstrap", "--calibrate",
+                          str(tmp_path / "cal.json"), str(probe)],
+                         capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == "False\n"
+    cal = json.loads((tmp_path / "cal.json").read_text())
+    assert [x["name"] for x in cal["ranges"]] == ["step"] * 3
+
+
 # --- profkit peaks without a GPU -----------------------------------------------------------------
 def _peaks_command():
     _capture_command()

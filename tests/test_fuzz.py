@@ -92,11 +92,13 @@ def test_undecodable_and_blob_names_are_replaced_not_raised(tmp_path):
     assert "\x1b" not in r.stdout
 
 
-def test_fuzz_sample_keeps_the_contract():
-    """A few hundred mutations: exit 0 or 2, no traceback, at most 2 clean lines on stderr."""
-    n, failures, codes = fuzz.run(300, seed=13, traces=fuzz.DEFAULT_TRACES)
+@pytest.mark.parametrize("seed", [13, 14, 15, 16])
+def test_fuzz_sample_keeps_the_contract(seed):
+    """240 mutations (four seeded chunks, so parallel workers share them): exit 0 or 2,
+    no traceback, at most 2 clean lines on stderr."""
+    n, failures, codes = fuzz.run(60, seed=seed, traces=fuzz.DEFAULT_TRACES)
     assert failures == 0
-    assert codes.get(2, 0) > 50 and codes.get(0, 0) > 50  # both good and refused runs happened
+    assert codes.get(2, 0) > 10 and codes.get(0, 0) > 10  # both good and refused runs happened
 
 
 def test_fuzz_sample_through_a_real_process(tmp_path):

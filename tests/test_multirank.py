@@ -246,7 +246,7 @@ def test_dask_bad_rank_is_reported(with_bad_rank):
 
 def test_dask_unreachable_scheduler(eight_ranks, monkeypatch):
     paths, _ = eight_ranks
-    monkeypatch.setattr(mr, "DASK_CONNECT_TIMEOUT", "2s")
+    monkeypatch.setattr(mr, "DASK_CONNECT_TIMEOUT", "0.5s")
     res = run("classify", *map(str, paths[:2]), "--dask", "tcp://127.0.0.1:9")
     assert res.exit_code == 2 and "cannot reach the Dask scheduler" in res.stderr
 

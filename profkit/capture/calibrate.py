@@ -13,7 +13,9 @@ nothing when no profiler listens) and records, for every top-level range of the 
   period stays right when the CPU runs ahead of the GPU, which the host clock alone does not.
 
 One event per top-level range costs a few microseconds of CPU. Nothing is recorded while a CUDA
-graph is being captured, and CUDA is never initialised by the recorder itself. What it writes:
+graph is being captured, and CUDA is never initialised by the recorder itself. Neither is torch
+imported by it: the hooks go in when the script imports ``torch.cuda.nvtx`` or ``nvtx`` (an import
+hook), so a script's start-up is the same as without profkit. What it writes:
 
     {"format": "profkit-calibration/1", "script": ..., "argv": [...], "wall_ns": ...,
      "exit_code": ..., "ranges": [{"name", "start_ns", "end_ns", "gpu_ns"}, ...]}
@@ -22,11 +24,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib.util
+import importlib.abc
 import json
+import sys
 import threading
 import time
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Callable, Optional
 
 FORMAT = "profkit-calibration/1"
@@ -41,7 +45,6 @@ class RangeClock:
         self.open: Optional[dict] = None
         self.ranges: list[dict] = []
         self._events: list[tuple[dict, Any]] = []
-        self._torch: Any = None
 
     # -- the hooks ----------------------------------------------------------------------------
     def push(self, name: Any) -> None:
@@ -66,7 +69,7 @@ class RangeClock:
             self.open = None
 
     def _event(self) -> Any:
-        torch = self._torch
+        torch = sys.modules.get("torch")
         if torch is None:
             return None
         try:
@@ -82,18 +85,13 @@ class RangeClock:
 
     # -- installing ----------------------------------------------------------------------------
     def install(self) -> None:
-        """Hook torch.cuda.nvtx and the nvtx package, where they are installed."""
-        if importlib.util.find_spec("torch") is not None:
-            with contextlib.suppress(Exception):
-                import torch
-                import torch.cuda.nvtx as tnvtx
-                self._torch = torch
-                _wrap(tnvtx, "range_push", lambda msg, *a, **k: self.push(msg))
-                _wrap(tnvtx, "range_pop", lambda *a, **k: self.pop())
-        if importlib.util.find_spec("nvtx") is not None:
-            with contextlib.suppress(Exception):
-                import nvtx
-                self._hook_nvtx(nvtx)
+        """Hook torch.cuda.nvtx and the nvtx package: now where the script's process already
+        imported them, otherwise right after the script imports them."""
+        after_import({"torch.cuda.nvtx": self._hook_torch_nvtx, "nvtx": self._hook_nvtx})
+
+    def _hook_torch_nvtx(self, tnvtx: Any) -> None:
+        _wrap(tnvtx, "range_push", lambda msg, *a, **k: self.push(msg))
+        _wrap(tnvtx, "range_pop", lambda *a, **k: self.pop())
 
     def _hook_nvtx(self, nvtx: Any) -> None:
         mod = getattr(nvtx, "nvtx", nvtx)
@@ -145,7 +143,7 @@ class RangeClock:
         if not self._events:
             return
         try:
-            self._torch.cuda.synchronize()
+            sys.modules["torch"].cuda.synchronize()
             first = self._events[0][1]
             for rec, ev in self._events:
                 rec["gpu_ns"] = int(round(first.elapsed_time(ev) * 1e6))
@@ -159,6 +157,55 @@ class RangeClock:
             ranges.append({**self.open, "end_ns": self.open["start_ns"] + 0})
         return {"format": FORMAT, "script": script, "argv": argv, "wall_ns": int(wall_ns),
                 "exit_code": int(exit_code), "ranges": ranges}
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs ``hooks[name](module)`` right after module ``name`` has executed, before the importer
+    sees it. Finding and loading stay with the finders behind this one."""
+
+    def __init__(self, hooks: dict[str, Callable[[ModuleType], None]]) -> None:
+        self.hooks = hooks
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        hook = self.hooks.get(fullname)
+        if hook is None:
+            return None
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            if finder is self or find is None:
+                continue
+            spec = find(fullname, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        loader = spec.loader
+        exec_module = getattr(loader, "exec_module", None)
+        if exec_module is None:
+            return spec
+
+        def exec_then_hook(module: ModuleType) -> None:
+            exec_module(module)
+            with contextlib.suppress(Exception):
+                hook(module)
+        # Loaders are made per spec by the path finders: setting this one's method touches no
+        # other module's import.
+        loader.exec_module = exec_then_hook
+        return spec
+
+
+def after_import(hooks: dict[str, Callable[[ModuleType], None]]) -> None:
+    """Call each hook on its module: at once if it is imported, else when it gets imported."""
+    pending = {}
+    for name, hook in hooks.items():
+        module = sys.modules.get(name)
+        if module is None:
+            pending[name] = hook
+        else:
+            with contextlib.suppress(Exception):
+                hook(module)
+    if pending:
+        sys.meta_path.insert(0, _AfterImport(pending))
 
 
 def _wrap(owner: Any, name: str, hook: Callable) -> None:

@@ -167,9 +167,13 @@ def launch_stats(member_acts: pd.DataFrame, floor_ns: float) -> dict:
     if member_acts is None or member_acts.empty:
         return {}
     k = member_acts[member_acts["kind"] == "kernel"]
-    if k.empty:
+    return kernel_launch_stats((k["end"] - k["start"]).to_numpy(dtype=float), floor_ns)
+
+
+def kernel_launch_stats(dur: np.ndarray, floor_ns: float) -> dict:
+    """:func:`launch_stats` from the durations of an op's kernels (ns, at least one activity)."""
+    if not len(dur):
         return {"tiny_kernel_busy_share": None, "tiny_kernel_count_share": None}
-    dur = (k["end"] - k["start"]).to_numpy(dtype=float)
     tiny = dur < TINY_KERNEL_FACTOR * floor_ns
     total = float(dur.sum())
     return {"tiny_kernel_busy_share": float(dur[tiny].sum() / total) if total > 0 else 1.0,

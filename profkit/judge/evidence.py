@@ -23,7 +23,7 @@ from profkit.judge.dtypes import ELEM_BYTES, UNKNOWN_ELEM_BYTES, OpDtype, op_dty
 from profkit.read.hints import Hint
 from profkit.model import Source
 
-__all__ = ["Work", "OpDtype", "ELEM_BYTES", "precision_of", "from_ncu", "from_hint", "from_copies",
+__all__ = ["Work", "OpDtype", "ELEM_BYTES", "precision_of", "from_ncu", "match_ncu", "from_hint", "from_copies",
            "from_shapes", "from_aten_calls", "op_dtype"]
 
 
@@ -85,8 +85,15 @@ def hbm_bytes(ncu_rows: pd.DataFrame) -> pd.Series:
                                                               ncu_rows["l2_write_bytes"].fillna(0))
 
 
+def match_ncu(kernels: pd.DataFrame, ncu: pd.DataFrame) -> pd.DataFrame:
+    """The ncu rows of ``kernels`` (matched by process, device and start), beside their columns."""
+    return kernels.merge(ncu, left_on=["globalPid", "deviceId", "start"],
+                         right_on=["globalPid", "deviceId", "kernel_start"], how="inner")
+
+
 def from_ncu(member_acts: pd.DataFrame, ncu: pd.DataFrame, calls: int,
-             l2_capacity: Optional[float] = None) -> Optional[Work]:
+             l2_capacity: Optional[float] = None,
+             matched: Optional[pd.DataFrame] = None) -> Optional[Work]:
     """Counters of the op's kernels that the ncu pass profiled (matched by device and start).
 
     Per kernel identity (demangled name): the profiled launches of a kernel stand for all its
@@ -94,14 +101,14 @@ def from_ncu(member_acts: pd.DataFrame, ncu: pd.DataFrame, calls: int,
     FLOPs and time all come from ncu (its ``gpu__time_duration``), so a cold-cache byte count is
     never divided by a warm-cache nsys time. Kernels of the op that ncu never saw are covered by
     scaling with their nsys time, and the detail says so. Copies and memsets are left out.
+    ``matched``: ``match_ncu`` of the op's kernels when the caller matched the whole trace once.
     """
     if ncu.empty or member_acts.empty:
         return None
     kern = _kernels_only(member_acts)
     if kern.empty:
         return None
-    m = kern.merge(ncu, left_on=["globalPid", "deviceId", "start"],
-                   right_on=["globalPid", "deviceId", "kernel_start"], how="inner")
+    m = match_ncu(kern, ncu) if matched is None else matched
     if m.empty:
         return None
     m = m.copy()
@@ -115,15 +122,14 @@ def from_ncu(member_acts: pd.DataFrame, ncu: pd.DataFrame, calls: int,
     hbm_seen = m["l2_write_bytes"].notna().any()
     m["hbm"] = hbm_bytes(m)
     launches = kern.groupby("name", observed=True).size()
-    totals = {c: 0.0 for c in _FLOP_COLS + ["dram", "hbm", "l2_bytes", "ncu_ns", "nsys_ns"]}
+    cols = _FLOP_COLS + ["dram", "hbm", "l2_bytes", "ncu_ns", "nsys_ns"]
     l2_seen = m["l2_bytes"].notna().any()
-    per_launch_l2 = []
-    for name, g in m.groupby("name", observed=True):
-        factor = float(launches.get(name, len(g))) / len(g)
-        for c in totals:
-            totals[c] += float(g[c].fillna(0).sum()) * factor
-        if l2_seen:
-            per_launch_l2.append(float(g["l2_bytes"].fillna(0).mean()))
+    by_name = m[cols].astype(float).fillna(0).groupby(m["name"], observed=True)
+    sums, seen = by_name.sum(), by_name.size()
+    # a kernel's profiled launches stand for all its launches in the op
+    factor = (launches.reindex(sums.index).fillna(seen) / seen).to_numpy(dtype=float)
+    totals = {c: sum((sums[c].to_numpy() * factor).tolist(), 0.0) for c in cols}
+    per_launch_l2 = (sums["l2_bytes"] / seen).tolist() if l2_seen else []
     covered_nsys = totals["nsys_ns"]
     unprofiled = kern[~kern["name"].isin(set(m["name"]))]
     extra_ns = float((unprofiled["end"] - unprofiled["start"]).sum())

@@ -2,7 +2,9 @@
 
 Launched in a subprocess by test_triton_interpreter.py with TRITON_INTERPRET=1 set before triton is
 imported.  Outputs are preallocated and poisoned with NaN so unwritten elements fail.  Exits 1 and
-lists the failures if any case is off.
+lists the failures if any case is off.  Arguments pick the parts to run (``float32``, ``bfloat16``,
+``float16``: the shape sweep in that type; ``special``: the tile path, special values and the shared
+row prologue); none runs them all.
 """
 from __future__ import annotations
 
@@ -17,6 +19,9 @@ import torch  # noqa: E402
 from kernels import triton_kernels as tk  # noqa: E402
 from _kernel_refs import TOL, make_inputs, ref64, rel_err  # noqa: E402
 
+PARTS = ("float32", "bfloat16", "float16", "special")
+parts = set(sys.argv[1:]) or set(PARTS)
+assert parts <= set(PARTS), f"unknown part(s) {sorted(parts - set(PARTS))}; parts: {PARTS}"
 seed = int.from_bytes(os.urandom(4), "little")
 torch.manual_seed(seed)
 failures: list[str] = []
@@ -40,6 +45,8 @@ def check(name, outs, refs, dtype):
 # 300 rows: the prefill class (add+RMSNorm reads its row twice there)
 CASES = [(1, 64, None), (3, 1000, None), (2, 5120, None), (2, 1000, 256), (1, 12345, 4096), (300, 96, None)]
 for dtype in (torch.float32, torch.bfloat16, torch.float16):
+    if str(dtype).removeprefix("torch.") not in parts:
+        continue
     for rows, n, ms in CASES:
         tag = f"{dtype}-{rows}x{n}-max_single={ms}"
         inp = make_inputs("add_rmsnorm", rows, n, dtype)
@@ -71,25 +78,26 @@ for dtype in (torch.float32, torch.bfloat16, torch.float16):
                 tk.bias_gelu(inp["x"], inp["bias"], approx, out=out)
                 check(f"bias_gelu[{approx}] {tag}", (out,), ref64("bias_gelu", inp, approx), dtype)
 
-# bias+GELU past FLAT_GELU_MAX elements takes the 2-D tile kernel (a ragged last row block and column tile)
-for approx in ("none", "tanh"):
-    inp = make_inputs("bias_gelu", tk.FLAT_GELU_MAX // 1000 + 3, 1000, torch.float32)
-    out = nan_like(inp["x"])
-    tk.bias_gelu(inp["x"], inp["bias"], approx, out=out)
-    check(f"bias_gelu[{approx}] tile path", (out,), ref64("bias_gelu", inp, approx), torch.float32)
+if "special" in parts:
+    # bias+GELU past FLAT_GELU_MAX elements takes the 2-D tile kernel (a ragged last row block and column tile)
+    for approx in ("none", "tanh"):
+        inp = make_inputs("bias_gelu", tk.FLAT_GELU_MAX // 1000 + 3, 1000, torch.float32)
+        out = nan_like(inp["x"])
+        tk.bias_gelu(inp["x"], inp["bias"], approx, out=out)
+        check(f"bias_gelu[{approx}] tile path", (out,), ref64("bias_gelu", inp, approx), torch.float32)
 
-# -inf rows and NaN propagate like eager softmax, on both paths
-for ms in (None, 128):
-    x = torch.randn(3, 300)
-    x[0] = float("-inf")
-    x[1, 5] = float("nan")
-    x[2, :150] = float("-inf")
-    out = nan_like(x)
-    tk.softmax(x, 1.0, out=out, max_single=ms)
-    base = torch.softmax(x, -1)
-    n_cases += 1
-    if not (torch.equal(out.isnan(), base.isnan()) and torch.allclose(out[2], base[2], atol=1e-6)):
-        failures.append(f"softmax special values (max_single={ms}) differ from eager")
+    # -inf rows and NaN propagate like eager softmax, on both paths
+    for ms in (None, 128):
+        x = torch.randn(3, 300)
+        x[0] = float("-inf")
+        x[1, 5] = float("nan")
+        x[2, :150] = float("-inf")
+        out = nan_like(x)
+        tk.softmax(x, 1.0, out=out, max_single=ms)
+        base = torch.softmax(x, -1)
+        n_cases += 1
+        if not (torch.equal(out.isnan(), base.isnan()) and torch.allclose(out[2], base[2], atol=1e-6)):
+            failures.append(f"softmax special values (max_single={ms}) differ from eager")
 
 # The shared @triton.jit row prologue (_add_rows) on its own, in a tiny kernel: h = round(x + r).
 import triton  # noqa: E402
@@ -104,15 +112,16 @@ def _probe(X, R, H, F, N, BLOCK: tl.constexpr):
     tl.store(F + cols, hf, mask=mask)
 
 
-for dtype in (torch.float32, torch.bfloat16):
-    xs, rs = torch.randn(100, dtype=dtype), torch.randn(100, dtype=dtype)
-    hs, fs = nan_like(xs), torch.full((100,), float("nan"))
-    _probe[(1,)](xs, rs, hs, fs, 100, BLOCK=128)
-    want = (xs.double() + rs.double()).to(dtype)
-    n_cases += 1
-    # (the interpreter's fp32 -> bf16 conversion may round differently: compare within tolerance)
-    if not (rel_err(hs, want.double()) <= TOL[dtype] and torch.equal(fs, hs.float())):
-        failures.append(f"_add_rows {dtype}: stored/returned h differs from round(x + r)")
+if "special" in parts:
+    for dtype in (torch.float32, torch.bfloat16):
+        xs, rs = torch.randn(100, dtype=dtype), torch.randn(100, dtype=dtype)
+        hs, fs = nan_like(xs), torch.full((100,), float("nan"))
+        _probe[(1,)](xs, rs, hs, fs, 100, BLOCK=128)
+        want = (xs.double() + rs.double()).to(dtype)
+        n_cases += 1
+        # (the interpreter's fp32 -> bf16 conversion may round differently: compare within tolerance)
+        if not (rel_err(hs, want.double()) <= TOL[dtype] and torch.equal(fs, hs.float())):
+            failures.append(f"_add_rows {dtype}: stored/returned h differs from round(x + r)")
 
 
 print(f"triton interpreter: {n_cases} cases, {len(failures)} failures, seed {seed}")

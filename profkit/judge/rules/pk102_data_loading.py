@@ -49,8 +49,8 @@ RULE = RuleMeta(
 
 def loading_calls(g: StepGraph) -> tuple[np.ndarray, str]:
     """The calls whose preceding CPU time is data loading, and how they were found."""
-    where = np.array(g.range_names, dtype=object)[g.c_gap_range] if g.n_calls else np.empty(0, object)
-    in_data = np.array([bool(DATA_RE.search(str(w))) for w in where], dtype=bool)
+    data_range = np.array([bool(DATA_RE.search(str(n))) for n in g.range_names], dtype=bool)
+    in_data = data_range[g.c_gap_range] if g.n_calls else np.empty(0, bool)
     if in_data.any():
         return np.flatnonzero(in_data), "in data-loading ranges"
     # No such range: the longest gap of each iteration, outside the step's inner ranges.
@@ -66,7 +66,7 @@ def loading_calls(g: StepGraph) -> tuple[np.ndarray, str]:
         if hi <= lo:
             continue
         j = lo + int(np.argmax(g.c_gap[lo:hi]))
-        if g.c_gap[j] >= RULE.param("min_gap_share") * med and str(where[j]) in inner:
+        if g.c_gap[j] >= RULE.param("min_gap_share") * med and str(g.range_names[g.c_gap_range[j]]) in inner:
             out.append(j)
     if len(out) < 0.5 * k:
         return np.empty(0, dtype=np.int64), ""

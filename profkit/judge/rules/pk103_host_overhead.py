@@ -75,7 +75,8 @@ def regions(g: StepGraph, collectives: bool) -> tuple[np.ndarray, bool]:
     out."""
     names = np.array(g.range_names, dtype=object)
     where = names[g.c_range] if g.n_calls else np.empty(0, object)
-    data = np.array([bool(DATA_RE.search(str(w))) for w in where], dtype=bool)
+    data_range = np.array([bool(DATA_RE.search(str(n))) for n in g.range_names], dtype=bool)
+    data = data_range[g.c_range] if g.n_calls else np.empty(0, bool)
     inner = (where != g.window.delimiter) & (where != "(no range)") & ~data
     if g.window.delimiter and inner.any():
         # The ranges inside the step mark the model's code: a captured region runs none of its

@@ -197,15 +197,12 @@ def cuda_graph(g: StepGraph, calls: np.ndarray, whole_step: bool = False,
     # The graph launch: charged to the first launch of each iteration in the region.
     it = np.searchsorted(g.iter_call, np.flatnonzero(launches), side="right") - 1
     firsts = np.flatnonzero(launches)[np.r_[True, it[1:] != it[:-1]]] if launches.any() else np.empty(0, np.int64)
-    nodes = np.zeros(g.n_calls)
-    for i in np.flatnonzero(launches):
-        nodes[i] = g.ops_ptr[i + 1] - g.ops_ptr[i]
+    nodes = np.where(launches, np.diff(g.ops_ptr), 0).astype(np.float64)
     per_it_nodes = np.bincount(it, weights=nodes[launches], minlength=len(g.iter_call)) if launches.any() else np.zeros(0)
     for f, k in zip(firsts, np.unique(it)):
         out.c_own[f] = GRAPH_LAUNCH_NS + GRAPH_NODE_NS * float(per_it_nodes[k])
     # Operations of the region: back to back on the GPU.
-    ops = np.concatenate([g.ops_idx[g.ops_ptr[i]:g.ops_ptr[i + 1]] for i in np.flatnonzero(launches)]) \
-        if launches.any() else np.empty(0, np.int64)
+    ops = g.ops_idx[np.repeat(launches, np.diff(g.ops_ptr))]  # the launches' operations, in order
     if len(ops):
         out.g_qgap[ops] = np.minimum(out.g_qgap[ops], GRAPH_NODE_GAP_NS)
     return out

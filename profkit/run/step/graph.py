@@ -30,7 +30,7 @@ import pandas as pd
 
 from profkit.read.nsys import match_names
 from profkit.run.summary import _kernel_family
-from profkit.run.window import Window, main_threads, _primary_pid
+from profkit.run.window import LIBRARY_RANGE_RE, Window, main_threads, _primary_pid
 
 
 class CallKind(IntEnum):
@@ -473,8 +473,11 @@ def c_tid_of(calls: pd.DataFrame) -> np.ndarray:
 
 def _call_ranges(trace, times: list[np.ndarray]) -> tuple[list[str], list[np.ndarray]]:
     """For each array of times: the innermost user NVTX range open on the main thread at each
-    (work launched from helper threads counts for the main thread's ranges, as in attribution)."""
+    (work launched from helper threads counts for the main thread's ranges, as in attribution).
+    Ranges that libraries open themselves (CUB, cuBLAS, cuDNN, NCCL) are not the user's: a call
+    inside one counts for the user's range around it."""
     user = trace.user_ranges
+    user = user[~match_names(user["name"], LIBRARY_RANGE_RE)]
     if user.empty or not len(times[0]):
         return ["(no range)"], [np.zeros(len(t), dtype=np.int64) for t in times]
     mains = main_threads(user)

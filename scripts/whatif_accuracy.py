@@ -629,7 +629,8 @@ def cmd_table(args: argparse.Namespace) -> None:
 # --- predicted against measured: analyses/whatif.md ----------------------------------------------
 # Which trace stands for each program (a calibrated `profkit capture` where there is one), and which
 # rule of profkit's catalogue proposes each fix (None: no rule proposes it; predicted 1.00x). For
-# PK103 the evidence key names the variant (CUDA graph alone, or torch.compile with graphs; in a
+# PK103 the evidence key names the variant (CUDA graph alone, torch.compile's default mode: the
+# fusion alone, or torch.compile with graphs; in a
 # step that holds blocking calls, the pieces between them: HF generate()'s static cache compiles
 # the decode forward, which runs between generate()'s own syncs).
 TRACES = {prog["name"]: f"traces/corpus/{prog['name']}.sqlite.xz" for prog in PROGRAMS}
@@ -643,7 +644,7 @@ FIX_RULES = {
     ("lstm_cell_loop", "cuda_graph"): ("PK103", "cuda_graph_speedup"), ("lstm_cell_loop", "cudnn_lstm"): (None, None),
     ("bert_fp32_infer", "tf32"): ("PK302", None), ("bert_fp32_infer", "bf16_autocast"): ("PK302", "bf16_speedup"),
     ("bert_fp32_infer", "cuda_graph"): ("PK103", "cuda_graph_speedup"),
-    ("bert_b1_infer", "cuda_graph"): ("PK103", "cuda_graph_speedup"), ("bert_b1_infer", "compile"): ("PK103", "compile_speedup"),
+    ("bert_b1_infer", "cuda_graph"): ("PK103", "cuda_graph_speedup"), ("bert_b1_infer", "compile"): ("PK103", "fusion_speedup"),
     ("generate_llama", "static"): ("PK103", "pieces_speedup"), ("generate_llama", "graphs"): ("PK103", "pieces_speedup"),
     ("dataloader_cnn", "workers_pin"): ("PK102", None),
     ("numpy_aug_train", "workers"): ("PK102", None), ("numpy_aug_train", "gpu_aug"): ("PK102", None),
@@ -652,7 +653,7 @@ FIX_RULES = {
     ("compiled_gpt_train", "fused_adamw"): ("PK201", None),
     ("graphed_encoder_infer", "pinned"): ("PK104", None), ("graphed_encoder_infer", "tf32"): ("PK302", None),
     ("resnet50_train", "fused_sgd"): ("PK201", None), ("resnet50_train", "cudnn_benchmark"): (None, None),
-    ("handwritten_block_train", "compile"): ("PK103", "compile_speedup"),
+    ("handwritten_block_train", "compile"): ("PK103", "fusion_speedup"),
     ("handwritten_block_train", "fused_adamw"): ("PK201", None),
     ("varlen_empty_cache", "no_empty_cache"): ("PK105", None), ("varlen_empty_cache", "expandable_segments"): (None, None),
     ("sync_loop", "no_sync"): ("PK101", None),

@@ -51,11 +51,14 @@ def _group(item: pytest.Item) -> str | None:
     return None
 
 
-@pytest.hookimpl(tryfirst=True)
+@pytest.hookimpl(wrapper=True)
 def pytest_collection_modifyitems(config, items):
-    if not getattr(config.option, "loadgroup", False):
-        return
-    for item in items:
-        group = _group(item)
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
+    # A wrapper, so the groups are marked before every plugin's own modifyitems runs: xdist's
+    # reads the marks there, and the order among plain (even tryfirst) hooks changes between
+    # pytest releases.
+    if getattr(config.option, "loadgroup", False):
+        for item in items:
+            group = _group(item)
+            if group is not None:
+                item.add_marker(pytest.mark.xdist_group(group))
+    return (yield)

@@ -71,6 +71,23 @@ def test_a_library_range_does_not_mark_the_model_code():
     assert 2.3 < f.evidence["pieces_speedup"] < 3.5
 
 
+def test_pinned_non_blocking_copies_drop_the_sync_after_them():
+    # numpy_aug_train copies each batch from pageable memory: PyTorch issues cudaMemcpyAsync and
+    # then cudaStreamSynchronize. From pinned memory with non_blocking=True neither waits.
+    m = model("numpy_aug_train")
+    g = m.graph
+    ops = np.flatnonzero(g.g_host_paced & (g.g_call >= 0))
+    calls = g.g_call[ops]
+    after = np.flatnonzero(np.isin(g.c_pred, calls) & (g.c_kind == int(T.CallKind.SYNC)))
+    assert len(calls) and len(after) == len(calls)
+    assert (g.c_wait[after] == int(T.Wait.STREAM)).all()
+    pinned = T.pin_copies(g, ops, np.nan_to_num(g.g_bytes[ops]))
+    assert (pinned.c_wait[calls] == int(T.Wait.NONE)).all()
+    assert (pinned.c_wait[after] == int(T.Wait.NONE)).all()
+    blocking = T.pin_copies(g, ops, np.nan_to_num(g.g_bytes[ops]), non_blocking=False)
+    assert (blocking.c_wait[after] == int(T.Wait.STREAM)).all()
+
+
 def test_workers_run_beside_the_step_and_bound_it():
     m = model("dataloader_cnn")
     g = m.graph

@@ -117,7 +117,9 @@ def pin_copies(g: StepGraph, ops: np.ndarray, bytes_: np.ndarray,
                bandwidth: Optional[float] = None, non_blocking: bool = True) -> StepGraph:
     """Pageable copies become pinned: each runs ``bytes / bandwidth`` (the pinned bandwidth the
     trace measured, else PINNED_BYTES_PER_S) and no longer at the host's pace; with
-    ``non_blocking`` its call no longer waits for it."""
+    ``non_blocking`` its call no longer waits for it, nor does a stream synchronisation that
+    directly follows the call (PyTorch's blocking host-to-device copy is the copy and that
+    sync; ``.to(device, non_blocking=True)`` from pinned memory issues the copy alone)."""
     out = g.copy()
     ops = np.asarray(ops, dtype=np.int64)
     bw = bandwidth or PINNED_BYTES_PER_S
@@ -129,6 +131,12 @@ def pin_copies(g: StepGraph, ops: np.ndarray, bytes_: np.ndarray,
         waits_on_copy = calls[(g.c_wait[calls] == int(Wait.OP))]
         out.c_wait[waits_on_copy] = int(Wait.NONE)
         out.c_wake[waits_on_copy] = 0.0
+        is_copy = np.zeros(g.n_calls, dtype=bool)
+        is_copy[calls] = True
+        follows = (g.c_pred >= 0) & is_copy[np.maximum(g.c_pred, 0)]
+        sync = follows & (g.c_kind == int(CallKind.SYNC)) & (g.c_wait == int(Wait.STREAM))
+        out.c_wait[sync] = int(Wait.NONE)
+        out.c_wake[sync] = 0.0
     return out
 
 

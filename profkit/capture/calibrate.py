@@ -189,8 +189,10 @@ class _AfterImport(importlib.abc.MetaPathFinder):
             with contextlib.suppress(Exception):
                 hook(module)
         # Loaders are made per spec by the path finders: setting this one's method touches no
-        # other module's import.
-        loader.exec_module = exec_then_hook
+        # other module's import. A loader that takes no new attribute is left alone (no timing
+        # of that module's ranges, never a failed import).
+        with contextlib.suppress(AttributeError, TypeError):
+            loader.exec_module = exec_then_hook
         return spec
 
 

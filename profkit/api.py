@@ -124,7 +124,7 @@ class Profile:
     @cached_property
     def _kernels(self) -> "_Kernels":
         acts = self.trace.activities
-        return _Kernels(acts, (acts["end"] - acts["start"]).to_numpy(dtype="float64"), self.trace.ncu)
+        return _Kernels(self.trace.activities, self.trace.ncu)
 
     @cached_property
     def critical(self) -> np.ndarray:
@@ -196,8 +196,8 @@ class Profile:
                          for op, ix in groups.members.groupby("op", sort=False).indices.items()}
         frame = self.frame()
         crit = self.critical
-        dur_all = (acts["end"] - acts["start"]).to_numpy(dtype="float64")
         kernels = self._kernels
+        dur_all = kernels.dur
         rows, works, kernels_of = [], {}, {}
         # profkit's recorder writes each op's types and arguments: they outrank kernel names.
         records = (aten_record.records_by_key(groups.instances["name"], aten_key)
@@ -205,10 +205,10 @@ class Profile:
         ops = groups.ops if top is None else groups.ops.head(top)
         for name, op in ops.iterrows():
             rec = {"name": name, **op.to_dict()}
-            member_acts = acts.take(members_by_op.get(name, np.empty(0, dtype=np.int64)))
-            knames = member_acts["name"].drop_duplicates().tolist()
-            rec["distinct_kernels"] = len(knames)
             idx = members_by_op.get(name, np.empty(0, dtype=np.int64))
+            member_acts = acts.take(idx)
+            knames = kernels.names_in(idx)
+            rec["distinct_kernels"] = len(knames)
             d = dur_all[idx].sum()
             rec["critical_fraction"] = (1.0 if self.gains == "gpu" else
                                         float((crit[idx] * dur_all[idx]).sum() / d) if d > 0 else 0.0)
@@ -322,7 +322,7 @@ class Profile:
         works = []
         for key, op in groups.ops.iterrows():
             idx = by_op.get(key, np.empty(0, dtype=np.int64))
-            knames = list(dict.fromkeys(kernels.name_of(idx)))
+            knames = kernels.names_in(idx)
             record = records.get(key)
             dtype, causal = _shape_inputs(kernels, idx, knames, record)
             rec = {"name": key, **op.to_dict(),
@@ -458,13 +458,13 @@ class _Kernels:
     """The window's kernels as arrays, for the per-op questions of the op table (numpy on an
     op's activity positions instead of a pandas frame per op: an aten table has thousands)."""
 
-    def __init__(self, acts: pd.DataFrame, dur: np.ndarray, ncu: pd.DataFrame) -> None:
+    def __init__(self, acts: pd.DataFrame, ncu: pd.DataFrame) -> None:
         self.is_kernel = (acts["kind"] == "kernel").to_numpy()
         # every kernel's ncu rows, matched once (evidence.match_ncu), by activity position
         self.ncu = (ev.match_ncu(acts[self.is_kernel].assign(_act=np.flatnonzero(self.is_kernel)), ncu)
                     if not ncu.empty else None)
         self._ncu_act = None if self.ncu is None else self.ncu["_act"].to_numpy()
-        self.dur = dur
+        self.dur = (acts["end"] - acts["start"]).to_numpy(dtype="float64")
         codes, names = pd.factorize(acts["name"].astype(str))
         order = np.argsort(names.to_numpy(dtype=object).astype(str), kind="stable")
         rank = np.empty(len(order), dtype=np.int64)
@@ -473,9 +473,10 @@ class _Kernels:
         self.names = names.to_numpy(dtype=object)[order]
         self._name_of = self.names[self.code]
 
-    def name_of(self, idx: np.ndarray) -> list:
-        """The activities' names (kernels, copies and memsets), in ``idx`` order."""
-        return self._name_of[idx].tolist()
+    def names_in(self, idx: np.ndarray) -> list:
+        """The distinct names of the activities ``idx`` (kernels, copies and memsets), in the
+        order they first come."""
+        return list(dict.fromkeys(self._name_of[idx].tolist()))
 
     def ncu_rows(self, idx: np.ndarray) -> Optional[pd.DataFrame]:
         """``evidence.match_ncu`` of the kernels among the activities ``idx``, in ``idx`` order."""

@@ -630,9 +630,9 @@ def cmd_table(args: argparse.Namespace) -> None:
 # Which trace stands for each program (a calibrated `profkit capture` where there is one), and which
 # rule of profkit's catalogue proposes each fix (None: no rule proposes it; predicted 1.00x). For
 # PK103 the evidence key names the variant (CUDA graph alone, torch.compile's default mode: the
-# fusion alone, or torch.compile with graphs; in a
-# step that holds blocking calls, the pieces between them: HF generate()'s static cache compiles
-# the decode forward, which runs between generate()'s own syncs).
+# fusion alone, or torch.compile with graphs; in a step that holds blocking calls, the pieces
+# between them: HF generate()'s static cache compiles the decode forward, which runs between
+# generate()'s own syncs).
 TRACES = {prog["name"]: f"traces/corpus/{prog['name']}.sqlite.xz" for prog in PROGRAMS}
 FIX_RULES = {
     ("train_llama", "fused"): ("PK201", None), ("train_llama", "compile"): ("PK103", "compile_speedup"),

@@ -78,6 +78,19 @@ for dtype in (torch.float32, torch.bfloat16, torch.float16):
                 tk.bias_gelu(inp["x"], inp["bias"], approx, out=out)
                 check(f"bias_gelu[{approx}] {tag}", (out,), ref64("bias_gelu", inp, approx), dtype)
 
+# The shared @triton.jit row prologue (_add_rows) on its own, in a tiny kernel: h = round(x + r).
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+
+@triton.jit
+def _probe(X, R, H, F, N, BLOCK: tl.constexpr):
+    cols = tl.arange(0, BLOCK)
+    mask = cols < N
+    hf = tk._add_rows(X, R, H, cols, mask, True, True)
+    tl.store(F + cols, hf, mask=mask)
+
+
 if "special" in parts:
     # bias+GELU past FLAT_GELU_MAX elements takes the 2-D tile kernel (a ragged last row block and column tile)
     for approx in ("none", "tanh"):
@@ -99,20 +112,7 @@ if "special" in parts:
         if not (torch.equal(out.isnan(), base.isnan()) and torch.allclose(out[2], base[2], atol=1e-6)):
             failures.append(f"softmax special values (max_single={ms}) differ from eager")
 
-# The shared @triton.jit row prologue (_add_rows) on its own, in a tiny kernel: h = round(x + r).
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
-
-
-@triton.jit
-def _probe(X, R, H, F, N, BLOCK: tl.constexpr):
-    cols = tl.arange(0, BLOCK)
-    mask = cols < N
-    hf = tk._add_rows(X, R, H, cols, mask, True, True)
-    tl.store(F + cols, hf, mask=mask)
-
-
-if "special" in parts:
+    # the shared row prologue, in the tiny kernel above
     for dtype in (torch.float32, torch.bfloat16):
         xs, rs = torch.randn(100, dtype=dtype), torch.randn(100, dtype=dtype)
         hs, fs = nan_like(xs), torch.full((100,), float("nan"))

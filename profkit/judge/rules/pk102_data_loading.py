@@ -31,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 
 from profkit.model import Rung
-from profkit.judge.rules.base import Finding, Param, RuleContext, RuleMeta, Table
+from profkit.judge.rules.base import Finding, Param, RuleContext, RuleMeta, Table, matches
 from profkit.run.step.graph import StepGraph
 from profkit.run.step.transform import load_in_workers, pin_copies
 from profkit.run.summary import DATA_RE
@@ -49,8 +49,7 @@ RULE = RuleMeta(
 
 def loading_calls(g: StepGraph) -> tuple[np.ndarray, str]:
     """The calls whose preceding CPU time is data loading, and how they were found."""
-    data_range = np.array([bool(DATA_RE.search(str(n))) for n in g.range_names], dtype=bool)
-    in_data = data_range[g.c_gap_range] if g.n_calls else np.empty(0, bool)
+    in_data = matches(g.range_names, DATA_RE)[g.c_gap_range]
     if in_data.any():
         return np.flatnonzero(in_data), "in data-loading ranges"
     # No such range: the longest gap of each iteration, outside the step's inner ranges.

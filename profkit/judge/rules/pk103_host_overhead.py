@@ -49,7 +49,7 @@ import re
 import numpy as np
 
 from profkit.model import Rung
-from profkit.judge.rules.base import Finding, Param, RuleContext, RuleMeta, Table
+from profkit.judge.rules.base import Finding, Param, RuleContext, RuleMeta, Table, matches
 from profkit.read.nsys import per_name
 from profkit.run.step.graph import CallKind, StepGraph
 from profkit.run.step.transform import cuda_graph, graphable, replace_ops
@@ -78,8 +78,7 @@ def regions(g: StepGraph, collectives: bool) -> tuple[np.ndarray, bool]:
     out."""
     names = np.array(g.range_names, dtype=object)
     where = names[g.c_range] if g.n_calls else np.empty(0, object)
-    data_range = np.array([bool(DATA_RE.search(str(n))) for n in g.range_names], dtype=bool)
-    data = data_range[g.c_range] if g.n_calls else np.empty(0, bool)
+    data = matches(g.range_names, DATA_RE)[g.c_range]
     inner = (where != g.window.delimiter) & (where != "(no range)") & ~data
     if g.window.delimiter and inner.any():
         # The ranges inside the step mark the model's code: a captured region runs none of its

@@ -2,9 +2,10 @@
 
 `loss.item()` blocks the CPU until the GPU has finished the step, so the CPU work after it
 (logging, metrics) runs while the GPU idles. `--no-sync` keeps the losses on the GPU and
-reads them once at the end.
+reads them once at the end. `--graph` keeps the `.item()` and captures the step before it
+(forward, backward, the fused AdamW step) in one CUDA graph, replayed with one launch.
 
-    python sync_loop.py [--steps 30] [--no-sync]
+    python sync_loop.py [--steps 30] [--no-sync | --graph]
 """
 from __future__ import annotations
 
@@ -28,22 +29,49 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--no-sync", action="store_true")
+    ap.add_argument("--graph", action="store_true")
     args = ap.parse_args()
+    if args.no_sync and args.graph:
+        ap.error("--no-sync and --graph are alternatives: pick one")
     torch.manual_seed(0)
     d = 4096
     model = torch.nn.Sequential(*[torch.nn.Linear(d, d) for _ in range(6)]).cuda()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    # capturable=True keeps the step count on the GPU, which a captured optimizer step needs.
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True, capturable=args.graph)
     x = torch.randn(2048, d, device="cuda")
+
+    def train_step() -> torch.Tensor:
+        # (autocast's weight-cast cache must be off where a CUDA graph is captured)
+        with torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=not args.graph):
+            loss = model(x).float().pow(2).mean()
+        loss.backward()
+        opt.step()
+        if not args.graph:  # a captured step leaves the grads to the next replay's backward
+            opt.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    if args.graph:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm-up off the default stream, as capture requires
+            for _ in range(3):
+                opt.zero_grad(set_to_none=True)
+                train_step()
+        torch.cuda.current_stream().wait_stream(side)
+        opt.zero_grad(set_to_none=True)  # the captured backward allocates the grads in the graph's pool
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static_loss = train_step()
     history: list = []
     nvtx = torch.cuda.nvtx
     for i in range(args.steps):
         mark = nvtx.range("ncu_iter") if i == args.steps // 2 else contextlib.nullcontext()
         with mark, nvtx.range("step"):
-            with torch.autocast("cuda", dtype=torch.bfloat16):
-                loss = model(x).float().pow(2).mean()
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
+            if args.graph:
+                graph.replay()
+                loss = static_loss
+            else:
+                loss = train_step()
             bookkeeping(history, loss.detach() if args.no_sync else loss.item())
     torch.cuda.synchronize()
     last = history[-1][0]

@@ -47,6 +47,15 @@ def combined(model, host: float, findings: list[Finding], max_fixes: int = MAX_F
     return sorted(out, key=lambda c: -c["expected_end_to_end_speedup"])
 
 
+def together(model, host: float, group: list[Finding]) -> Optional[float]:
+    """The gain of ``group``'s edits replayed at once at CPU scale ``host`` (None where they do not
+    compose): for one change that does what several rules propose (compiling the model and the
+    optimizer step is PK103's edit and PK201's)."""
+    if model is None or any(f.edit is None for f in group):
+        return None
+    return _replay(model, host, model.simulate(host=host).mean_iteration_ns, group)
+
+
 def _replay(model, host: float, base: float, group) -> Optional[float]:
     g = model.graph
     try:

@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import profkit  # noqa: E402
 from profkit.compare.diff import run_change  # noqa: E402
+from profkit.judge.combine import together  # noqa: E402
 from profkit.show.render import fmt_time  # noqa: E402
 from _page import write_or_check  # noqa: E402  (scripts/pages/)
 
@@ -204,7 +205,7 @@ PAIRS += (
          "traces/real/train_llama_eager_rerun.sqlite.xz", "traces/real/train_llama_compiled.sqlite.xz",
          "model = torch.compile(model, mode=\"reduce-overhead\"); the optimizer step under "
          "torch.compile (`train_llama.py --compile`; the eager baseline re-captured in the same run)",
-         "PK103", "PK103 used to predict the CUDA-graph part only: 1.89x, and 1.89x with all host idle "
+         "PK103+PK201", "PK103 used to predict the CUDA-graph part only: 1.89x, and 1.89x with all host idle "
          "removed, since the step's GPU floor is 9.34 ms. Measured 4.10x: torch.compile also "
          "halved the GPU time per step. Memory-bound kernel time fell from 6.4 to 2.0 ms per "
          "step (RMSNorm, the SiLU gate, rotary embeddings, casts, the loss and the optimizer "
@@ -217,7 +218,13 @@ PAIRS += (
          "uses. A first reading of this pair said 5.8x: with CUDA graphs the CPU queues steps "
          "ahead of the GPU, and the CPU-side period (3.18 ms) is not the step time; the "
          "GPU-side period (4.48 ms) agrees with wall time / iterations (64.2 ms / 14). The "
-         "window now also skips the second step, where the CUDA graphs are recorded (52.9 ms)."),
+         "window now also skips the second step, where the CUDA graphs are recorded (52.9 ms). "
+         "PK103 then stopped fusing the optimizer's foreach kernels (compiling the model leaves the "
+         "optimizer step; fused=True, PK201, is its fix), so this change, which compiles both, is "
+         "priced as PK103's and PK201's edits together. The prediction is for the program without "
+         "the profiler, while both captures here ran under nsys, which slows the eager step far more "
+         "than the graphed one: timed without a profiler the same change gave 2.80x, predicted "
+         "2.81x (analyses/whatif.md, train_llama compile)."),
     Pair("HF generate() decode: dynamic -> static KV cache + CUDA graphs",
          "traces/real/generate_llama.sqlite.xz", "traces/real/generate_llama_graphs.sqlite.xz",
          "cache_implementation=\"static\" and compile_config=CompileConfig(fullgraph=True, "
@@ -252,6 +259,10 @@ def _row(p: Pair) -> dict:
     predicted = f.expected_end_to_end_speedup if f else None
     if f and p.evidence_key:
         predicted = float(f.evidence[p.evidence_key])
+    if "+" in p.rule:  # a change that does what several rules propose: their edits replayed at once
+        group = [found[c] for c in p.rule.split("+") if c in found]
+        f = group[0] if len(group) == len(p.rule.split("+")) else None
+        predicted = together(b.step_model(), b.pricing_host, group) if f else None
     row = {"pair": p, "run": b.run(), "finding": f, "predicted": predicted,
            "top": top[0] if top else None, "captured": (ROOT / p.after).exists()}
     if not row["captured"]:
@@ -304,7 +315,10 @@ def render() -> str:
                 f"- BEFORE: {r['run'].verdict.value} — {r['run'].reason}."]
         for i, a in enumerate(r["run"].top_actions(), 1):
             out.append(f"  {i}. {a.code} {a.rule}: {a.action} [{_x(a.expected_end_to_end_speedup)}; {a.basis}]")
-        if f is not None:
+        if f is not None and "+" in p.rule:
+            out.append(f"- {p.rule} (the applied change does what both propose): their edits replayed "
+                       f"together, predicted {_x(r['predicted'])}.")
+        elif f is not None:
             out.append(f"- {f.code} {f.rule} (the applied change): {f.action} — predicted "
                        f"{_x(f.expected_end_to_end_speedup)} (bound {_x(f.bound)}); basis: {f.basis}.")
         else:

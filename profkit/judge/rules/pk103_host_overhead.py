@@ -29,9 +29,9 @@ Expected gain
       what graphs would give after that).
     * ``torch.compile(mode="reduce-overhead")`` of eager code: the same graph edit, plus Inductor's
       fusion: each run of non-library kernels between two library kernels (GEMM, convolution,
-      attention, NCCL) becomes one kernel as long as the longest of the run (on the Llama
-      training step this floor said 9.3 -> 4.1 ms of GPU time per step; the compiled step ran
-      at 4.5 ms).
+      attention, NCCL) becomes one kernel as long as the longest of the run. The optimizer's
+      foreach kernels stay as they are: compiling the model leaves the optimizer step, whose
+      own fix is ``fused=True`` (PK201).
     * ``torch.compile`` in its default mode (evidence ``fusion_speedup``): the fusion alone, each
       fused-away kernel's launch and the dispatch before it gone; no CUDA graph, so the other
       launches and the Python between them stay.
@@ -58,6 +58,9 @@ from profkit.run.summary import DATA_RE, GEMM_RE, NCCL_RE
 # Kernels Inductor wrote: a window where they carry this share of the kernel time is compiled.
 INDUCTOR_RE = re.compile(r"^triton_")
 COMPILED_SHARE = 0.3
+# The optimizer's foreach kernels: ``torch.compile(model)`` does not compile the optimizer step
+# (a separate call), and its cheaper fix is ``fused=True`` (PK201), so they are not fused here.
+FOREACH_RE = re.compile(r"multi_tensor_apply_kernel")
 GRAPH_LAUNCH_RE = re.compile(r"^cudaGraphLaunch")
 
 RULE = RuleMeta(
@@ -98,12 +101,13 @@ def _fusion_groups(ctx: RuleContext) -> tuple[np.ndarray, list, float]:
     # Matched once per distinct name (the window can hold a million kernels of a few hundred).
     lib = per_name(a["name"], lambda n: bool(GEMM_RE.match(n) or NCCL_RE.match(n))).astype(bool)
     ind = per_name(a["name"], lambda n: bool(INDUCTOR_RE.match(n))).astype(bool)
+    opt = per_name(a["name"], lambda n: bool(FOREACH_RE.search(n))).astype(bool)
     dur = a["dur"].to_numpy(np.float64)
     inductor_share = float(dur[ind].sum()) / max(float(dur.sum()), 1.0)
     stream = a["streamId"].to_numpy()
     # Inductor's own kernels are already fused: they end a run like a library kernel does, so a
     # compiled program is only offered the fusion of what it still runs eagerly.
-    lib = lib | ind
+    lib = lib | ind | opt
     brk = np.r_[True, (lib[1:] | lib[:-1]) | (stream[1:] != stream[:-1])]
     rid = np.cumsum(brk)
     body = ~lib

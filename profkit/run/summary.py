@@ -298,8 +298,11 @@ def _verdict(r: RunSummary) -> tuple[RunClass, str]:
             name = next(k for k in r.idle_host_by_range if DATA_RE.search(k))
             return RunClass.DATA, (f"{share}, {data / wall:.0%} while the CPU is in `{name}` "
                                    "(data loading)")
+        loose = ("; with no loop in the window that is the script's set-up and the Python between "
+                 "one-shot calls, not a step to speed up (--window NAME judges one range)"
+                 if not r.window.iterations else "")
         return RunClass.HOST, (f"{share}, {b['idle_host'] / wall:.0%} waiting for the CPU to "
-                               "launch the next work")
+                               f"launch the next work{loose}")
     return RunClass.GPU, (f"{share}, mostly with the next work already queued "
                           "(launch latency between short kernels, waits on other streams)")
 

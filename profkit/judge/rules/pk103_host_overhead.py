@@ -37,7 +37,8 @@ Expected gain
       launches and the Python between them stay.
 
     A data-parallel step launches its collectives from autograd hooks, outside one captured
-    graph: there only the launches inside the inner ranges go.
+    graph: there only the launches inside the inner ranges go. A window with no iterations (no
+    loop found) gets no finding: a graph pays by replaying, and nothing there runs twice.
 References
     PyTorch CUDA Graphs docs; ``torch.compile`` modes; HF transformers "Static cache and
     torch.compile" docs; Nsight Systems ``nsys analyze`` rule ``gpu_gaps``.
@@ -126,7 +127,9 @@ def _fusion_groups(ctx: RuleContext) -> tuple[np.ndarray, list, float]:
 
 def detect(ctx: RuleContext) -> list[Finding]:
     m = ctx.model
-    if m is None:
+    if m is None or ctx.iterations == 0:
+        # No loop in the window (a one-shot script, a set of micro-benchmarks): a graph pays by
+        # replaying what it captured, and nothing here runs twice.
         return []
     g = m.graph
     crit = m.critical.by_kind()

@@ -88,6 +88,24 @@ def test_pinned_non_blocking_copies_drop_the_sync_after_them():
     assert (blocking.c_wait[after] == int(T.Wait.STREAM)).all()
 
 
+def test_a_value_kept_on_the_gpu_takes_its_copy_and_sync_along():
+    # early_exit_sync's .item(): a device-to-host cudaMemcpyAsync, then cudaStreamSynchronize.
+    # Kept on the GPU, both calls go (CPU time, wait, dispatch) and the copy's GPU operation too.
+    m = model("early_exit_sync")
+    g = m.graph
+    syncs = T.sync_calls(g)
+    pairs = [(int(g.c_pred[i]), int(i)) for i in syncs if g.c_kind[i] == int(T.CallKind.SYNC)]
+    copies = np.array([c for c, _ in pairs if g.c_kind[c] == int(T.CallKind.COPY)])
+    assert len(copies) and len(copies) == len(pairs)
+    out = T.remove_syncs(g, syncs)
+    gone = np.concatenate([copies, syncs])
+    assert (out.c_own[gone] == 0).all() and (out.c_wait[gone] == int(T.Wait.NONE)).all()
+    ops = np.concatenate([g.ops_idx[g.ops_ptr[c]:g.ops_ptr[c + 1]] for c in copies])
+    assert len(ops) and (out.g_dur[ops] == 0).all()
+    kept = T.drop_waits(g, syncs)  # only the waits gone: the calls' CPU time stays
+    assert m.simulate(out).mean_iteration_ns < m.simulate(kept).mean_iteration_ns < m.baseline.mean_iteration_ns
+
+
 def test_workers_run_beside_the_step_and_bound_it():
     m = model("dataloader_cnn")
     g = m.graph

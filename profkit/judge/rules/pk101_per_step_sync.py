@@ -16,11 +16,12 @@ Fix
     data-dependent branch on the GPU with ``torch.where``); use ``non_blocking=True`` copies
     into pinned memory and an event for the few values needed.
 Expected gain
-    Graph edit: the site's calls no longer wait for the GPU (their own CPU time stays). The step
-    model replays the edited graph at the calibrated CPU scale; the gain is the iteration before
-    over after. Not modelled: the Python around a removed ``.item()`` (a branch, a logging call),
-    which goes too when the fix removes it, so a sync that guards much CPU work gains more than
-    priced.
+    Graph edit (``remove_syncs``): the values stay on the GPU, so the site's sync calls go (their
+    wait, their CPU time and the dispatch before each), with the device-to-host copy that fetched
+    each value (``.item()`` is a copy call and a stream sync). The step model replays the edited
+    graph at the calibrated CPU scale; the gain is the iteration before over after. Not
+    modelled: the Python around a removed ``.item()`` (a branch, a logging call), which goes too
+    when the fix removes it, so a sync that guards much CPU work gains more than priced.
 References
     PyTorch performance tuning guide, "Avoid unnecessary CPU-GPU synchronization";
     Nsight Systems ``nsys analyze`` rule ``cuda_api_sync``.
@@ -32,7 +33,7 @@ import numpy as np
 from profkit.model import Rung
 from profkit.judge.rules.base import Finding, Param, RuleContext, RuleMeta, Table
 from profkit.run.step.graph import StepGraph
-from profkit.run.step.transform import drop_waits, sync_calls
+from profkit.run.step.transform import remove_syncs, sync_calls
 
 RULE = RuleMeta(
     code="PK101", name="per-step-sync",
@@ -62,8 +63,9 @@ def detect(ctx: RuleContext) -> list[Finding]:
         return []
     where = sites(g, calls)
     names = ", ".join(f"{w} ({n / its:.0f} per iteration)" for w, n in list(where.items())[:3])
-    gain, basis = ctx.price(lambda gr: drop_waits(gr, calls),
-                            f"the {len(calls) / its:.0f} syncs per iteration no longer wait")
+    gain, basis = ctx.price(lambda gr: remove_syncs(gr, calls),
+                            f"the {len(calls) / its:.0f} syncs per iteration and the device-to-host "
+                            "copies before them gone")
     ev = {"syncs_per_iteration": round(len(calls) / its, 1),
           "sites": {w: round(n / its, 1) for w, n in list(where.items())[:5]}}
     if gain >= 1.02:

@@ -224,6 +224,24 @@ def ops_named(g: StepGraph, names) -> np.ndarray:
     return np.flatnonzero(hit[g.g_name] & (g.g_call >= 0)) if len(hit) else np.empty(0, np.int64)
 
 
+def remove_syncs(g: StepGraph, calls: np.ndarray) -> StepGraph:
+    """The values the selected sync calls waited for stay on the GPU: each call goes (its CPU
+    time, its wait, the dispatch before it), and so does the device-to-host copy that fetched
+    the value (``.item()`` is a copy call, then a stream sync, on the same thread): the copy's
+    call, its dispatch and its GPU operation. The Python around them stays."""
+    sel = np.asarray(calls, dtype=np.int64)
+    d2h = np.array(["Device-to-Host" in str(n) for n in g.op_names], dtype=bool)
+    copies = [int(i) for i in sel if g.c_kind[i] == int(CallKind.COPY)]
+    for i in sel:
+        p = int(g.c_pred[i])
+        if g.c_kind[i] == int(CallKind.SYNC) and p >= 0 and g.c_kind[p] == int(CallKind.COPY):
+            copies.append(p)
+    ops = [int(o) for c in copies for o in g.ops_idx[g.ops_ptr[c]:g.ops_ptr[c + 1]]
+           if len(d2h) and d2h[g.g_name[o]]]
+    out = scale_ops(g, np.asarray(ops, dtype=np.int64), np.inf, drop_launches=True) if ops else g
+    return remove_calls(out, sel)
+
+
 def sync_calls(g: StepGraph) -> np.ndarray:
     """The calls that wait for the GPU in a sync or a device-to-host copy (not a free, an
     allocation or a pageable host-to-device copy: other rules' business)."""

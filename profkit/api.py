@@ -28,9 +28,9 @@ from profkit.run.ops import group_ops
 from profkit.errors import ProfkitError
 from profkit.read.peaks import Peaks, resolve_peaks
 from profkit.read.nsys import match_names
-from profkit.run.summary import (MIN_ACTION_GAIN, RunSummary, apply_actions, charge_refill_to_syncs,
-                                  critical_fraction, summarize,
-                         sync_intervals)
+from profkit.run.summary import (MIN_ACTION_GAIN, RunSummary, apply_actions,
+                                  charge_refill_to_syncs, critical_fraction, rank_actions, summarize,
+                                  sync_intervals)
 from profkit.read.trace import Trace
 from profkit.run.step.model import StepModel, model_of
 from profkit.run.window import LIBRARY_RANGE_RE, Window, find_window
@@ -418,7 +418,8 @@ class Profile:
 
 
 def ranked_actions(findings: list, ops: Optional[pd.DataFrame] = None) -> list[dict]:
-    """Rule findings and op-level suggestions that pay, ranked by expected gain on wall time.
+    """Rule findings and op-level suggestions that pay, ranked as the run summary ranks them: by
+    expected gain on wall time, the cheaper of two within 5% first.
 
     One action is counted once: an op row whose GPU work is mostly kernels a finding already
     claims (the rule speaks for them, e.g. the foreach optimizer kernels under an `optimizer`
@@ -439,8 +440,9 @@ def ranked_actions(findings: list, ops: Optional[pd.DataFrame] = None) -> list[d
                             "expected_end_to_end_speedup":
                                 round(float(row["expected_end_to_end_speedup"]), 3),
                             "basis": row["basis"]})
-    actions.sort(key=lambda a: -a["expected_end_to_end_speedup"])
-    return actions
+    # The run summary's order: op suggestions carry their rung in "rule".
+    return rank_actions(actions, lambda a: a["expected_end_to_end_speedup"],
+                        lambda a: a.get("rung") or a["rule"].removeprefix("op:"))
 
 
 def _shape_inputs(kernels: "_Kernels", idx: np.ndarray, knames: list[str],

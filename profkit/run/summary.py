@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 import pandas as pd
@@ -307,17 +307,25 @@ def _verdict(r: RunSummary) -> tuple[RunClass, str]:
                           "(launch latency between short kernels, waits on other streams)")
 
 
-# An action this good or better is worth doing before any costlier rung's (cheapest first, as
-# an expert works: a setting or a one-line change before torch.compile, before a kernel).
-CHEAP_FIRST_GAIN = 1.10
+# Two actions whose gains are within this factor count as equal: the cheaper change goes first
+# (a setting or a one-line change before torch.compile, before a kernel), as an expert works.
+NEAR_GAIN = 1.05
 
 
-def _rank(a) -> tuple:
+def rank_actions(items: list, gain: Callable[[Any], float], rung: Callable[[Any], str]) -> list:
+    """``items`` best expected gain first, except that an action on a cheaper rung of the ladder
+    goes before a costlier one whose gain is within NEAR_GAIN of its own. ``rung``: a Rung's value
+    (an unknown one ranks as the costliest)."""
     from profkit.model import Rung
-    ladder = list(Rung)
-    g = a.expected_end_to_end_speedup
-    rung = ladder.index(a.rung) if a.rung in ladder else len(ladder)
-    return (0, rung, -g) if g >= CHEAP_FIRST_GAIN else (1, 0, -g)
+    ladder = [r.value for r in Rung]
+    step = lambda a: ladder.index(rung(a)) if rung(a) in ladder else len(ladder)  # noqa: E731
+    out = sorted(items, key=lambda a: -gain(a))
+    for i in range(1, len(out)):
+        j = i
+        while j > 0 and step(out[j]) < step(out[j - 1]) and gain(out[j]) * NEAR_GAIN >= gain(out[j - 1]):
+            out[j - 1], out[j] = out[j], out[j - 1]
+            j -= 1
+    return out
 
 
 def charge_refill_to_syncs(summary: RunSummary, sync_cost_ns: float) -> RunSummary:
@@ -344,10 +352,10 @@ def charge_refill_to_syncs(summary: RunSummary, sync_cost_ns: float) -> RunSumma
 
 
 def apply_actions(summary: RunSummary, actions: list) -> RunSummary:
-    """Attach the program findings (profkit.judge.rules), ranked: those worth at least
-    CHEAP_FIRST_GAIN cheapest rung first (then by gain), then the rest by gain; and decide the
-    verdict with them."""
-    summary.actions = sorted(actions, key=_rank)
+    """Attach the program findings (profkit.judge.rules), ranked (rank_actions: by gain, the
+    cheaper of two within NEAR_GAIN first); and decide the verdict with them."""
+    summary.actions = rank_actions(actions, lambda a: a.expected_end_to_end_speedup,
+                                   lambda a: a.rung.value)
     summary.verdict, summary.reason = _verdict(summary)
     return summary
 

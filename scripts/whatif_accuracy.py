@@ -366,6 +366,25 @@ PROGRAMS: list[dict] = [
         },
     },
     {
+        "name": "gpt2_fp32_train", "script": f"{W}/w_gpt2_fp32_train.py", "args": [],
+        "capture_args": ["--steps", "16"],
+        "step_range": "train_step", "kind": "training",
+        "fixes": {
+            "tf32": {"args": ["--fix", "tf32"], "pays": True,
+                     "what": "torch.set_float32_matmul_precision('high')"},
+            "bf16_autocast": {"args": ["--fix", "bf16_autocast"], "pays": True,
+                              "what": "forward under torch.autocast(bfloat16)"},
+            "fused_adamw": {"args": ["--fix", "fused_adamw"], "pays": None,
+                            "what": "AdamW(fused=True) instead of the default foreach"},
+        },
+        "expect": {
+            "baseline": "GPT-2 124M, fp32 without TF32, batch 8x512: fp32 GEMMs on the CUDA cores, GPU-bound",
+            "tf32": "pays: the GEMMs on the tensor cores",
+            "bf16_autocast": "pays more: bf16 GEMMs and half the activation bytes",
+            "fused_adamw": "a little: 124M params, ~10 foreach passes become one",
+        },
+    },
+    {
         # Not in the corpus: a CUDA graph per padded length (empty_cache kept), PK103's top action
         # here. Captured as a user would (torch.cuda.graph around model(input_ids=...)),
         # transformers 5.17 took its fp32 eager attention path under capture instead of SDPA's
@@ -692,6 +711,8 @@ FIX_RULES = {
     ("handwritten_block_train", "fused_adamw"): ("PK201", None),
     ("varlen_empty_cache", "no_empty_cache"): ("PK105", None), ("varlen_empty_cache", "expandable_segments"): (None, None),
     ("sync_loop", "graph"): ("PK103", "pieces_speedup"),
+    ("gpt2_fp32_train", "tf32"): ("PK302", None), ("gpt2_fp32_train", "bf16_autocast"): ("PK302", "bf16_speedup"),
+    ("gpt2_fp32_train", "fused_adamw"): ("PK201", None),
     ("sync_loop", "no_sync"): ("PK101", None),
 }
 MEASURED = ROOT / "analyses" / "data" / "whatif" / "measured_h200.json"

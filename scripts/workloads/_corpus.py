@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+from typing import Callable, Optional
 
 import torch
 
@@ -26,3 +27,25 @@ def parse_fixes(ap: argparse.ArgumentParser, args: argparse.Namespace, known, cu
         if set(alt) <= fixes:
             ap.error(f"{' and '.join(sorted(alt))} are alternatives: pick one")
     return fixes
+
+
+def program_args(doc: str, known, cuda_only=(), alternatives=(), steps: int = 40,
+                 steps_help: str = "training steps (the first ones are warm-up)",
+                 small_help: str = "tiny model and batch, for a CPU smoke run",
+                 more: Optional[Callable[[argparse.ArgumentParser], None]] = None,
+                 ) -> tuple[argparse.Namespace, set[str], torch.device]:
+    """The corpus programs' command line: ``--steps``, ``--fix`` (checked by parse_fixes),
+    ``--device``, ``--small`` and whatever ``more`` adds; then the torch seed is set. Returns the
+    arguments, the fixes asked for and the device."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=steps, help=steps_help)
+    ap.add_argument("--fix", action="append", default=[], help="fixes, repeatable or comma-separated: "
+                    + ", ".join(known))
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--small", action="store_true", help=small_help)
+    if more is not None:
+        more(ap)
+    args = ap.parse_args()
+    fixes = parse_fixes(ap, args, known, cuda_only, alternatives)
+    torch.manual_seed(0)
+    return args, fixes, torch.device(args.device)

@@ -22,28 +22,20 @@ Fixes:
 """
 from __future__ import annotations
 
-import argparse
-
 import torch
 from transformers import BertConfig, BertModel
 
-from _corpus import nvtx, parse_fixes  # noqa: E402 (the workloads' shared helpers)
+from _corpus import nvtx, program_args  # noqa: E402 (the workloads' shared helpers)
 
 FIXES = ("cuda_graph", "compile")
 CUDA_ONLY = ("cuda_graph",)
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=40, help="requests (the first ones are warm-up)")
-    ap.add_argument("--fix", action="append", default=[], help="fixes, repeatable or comma-separated: "
-                    + ", ".join(FIXES))
-    ap.add_argument("--device", default="cuda")
-    ap.add_argument("--small", action="store_true", help="tiny model, for a CPU smoke run")
-    args = ap.parse_args()
-    fixes = parse_fixes(ap, args, FIXES, CUDA_ONLY, alternatives=({"cuda_graph", "compile"},))
-    dev = torch.device(args.device)
-    torch.manual_seed(0)
+    args, fixes, dev = program_args(__doc__, FIXES, CUDA_ONLY,
+                                    alternatives=({"cuda_graph", "compile"},),
+                                    steps_help="requests (the first ones are warm-up)",
+                                    small_help="tiny model, for a CPU smoke run")
 
     if args.small:
         cfg = BertConfig(vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,

@@ -22,29 +22,20 @@ Fixes:
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 
 import torch
 from transformers import BertConfig, BertModel
 
-from _corpus import nvtx, parse_fixes  # noqa: E402 (the workloads' shared helpers)
+from _corpus import nvtx, program_args  # noqa: E402 (the workloads' shared helpers)
 
 FIXES = ("tf32", "bf16_autocast", "cuda_graph")
 CUDA_ONLY = ("cuda_graph",)
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=40, help="batches (the first ones are warm-up)")
-    ap.add_argument("--fix", action="append", default=[], help="fixes, repeatable or comma-separated: "
-                    + ", ".join(FIXES))
-    ap.add_argument("--device", default="cuda")
-    ap.add_argument("--small", action="store_true", help="tiny model and batch, for a CPU smoke run")
-    args = ap.parse_args()
-    fixes = parse_fixes(ap, args, FIXES, CUDA_ONLY)
-    dev = torch.device(args.device)
-    torch.manual_seed(0)
+    args, fixes, dev = program_args(__doc__, FIXES, CUDA_ONLY,
+                                    steps_help="batches (the first ones are warm-up)")
     if "tf32" in fixes:
         torch.set_float32_matmul_precision("high")
 

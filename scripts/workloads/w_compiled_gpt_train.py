@@ -20,13 +20,11 @@ Fixes:
 """
 from __future__ import annotations
 
-import argparse
-
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from _corpus import nvtx, parse_fixes  # noqa: E402 (the workloads' shared helpers)
+from _corpus import nvtx, program_args  # noqa: E402 (the workloads' shared helpers)
 
 FIXES = ("reduce_overhead", "fused_adamw")
 CUDA_ONLY = ("reduce_overhead",)
@@ -68,16 +66,7 @@ class GPT(nn.Module):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=40, help="training steps (the first ones are warm-up)")
-    ap.add_argument("--fix", action="append", default=[], help="fixes, repeatable or comma-separated: "
-                    + ", ".join(FIXES))
-    ap.add_argument("--device", default="cuda")
-    ap.add_argument("--small", action="store_true", help="tiny model and batch, for a CPU smoke run")
-    args = ap.parse_args()
-    fixes = parse_fixes(ap, args, FIXES, CUDA_ONLY)
-    dev = torch.device(args.device)
-    torch.manual_seed(0)
+    args, fixes, dev = program_args(__doc__, FIXES, CUDA_ONLY)
 
     vocab, d, heads, layers, batch, seq = 8192, 1024, 16, 4, 16, 512
     if args.small:

@@ -23,13 +23,11 @@ Fixes:
 """
 from __future__ import annotations
 
-import argparse
-
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from _corpus import nvtx, parse_fixes  # noqa: E402 (the workloads' shared helpers)
+from _corpus import nvtx, program_args  # noqa: E402 (the workloads' shared helpers)
 
 FIXES = ("no_sync", "graphs")
 CUDA_ONLY = ("graphs",)
@@ -66,16 +64,9 @@ class Refiner(nn.Module):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=40, help="batches (the first ones are warm-up)")
-    ap.add_argument("--fix", action="append", default=[], help="fixes, repeatable or comma-separated: "
-                    + ", ".join(FIXES))
-    ap.add_argument("--device", default="cuda")
-    ap.add_argument("--small", action="store_true", help="tiny model and batch, for a CPU smoke run")
-    args = ap.parse_args()
-    fixes = parse_fixes(ap, args, FIXES, CUDA_ONLY, alternatives=[("no_sync", "graphs")])
-    dev = torch.device(args.device)
-    torch.manual_seed(0)
+    args, fixes, dev = program_args(__doc__, FIXES, CUDA_ONLY,
+                                    alternatives=[("no_sync", "graphs")],
+                                    steps_help="batches (the first ones are warm-up)")
 
     d, blocks, batch, seq, classes, width, rounds = 2048, 6, 8, 512, 1000, 256, 40
     if args.small:

@@ -15,12 +15,10 @@ Fixes:
 """
 from __future__ import annotations
 
-import argparse
-
 import torch
 import torch.nn as nn
 
-from _corpus import nvtx, parse_fixes  # noqa: E402 (the workloads' shared helpers)
+from _corpus import nvtx, program_args  # noqa: E402 (the workloads' shared helpers)
 
 FIXES = ("cuda_graph", "cudnn_lstm")
 CUDA_ONLY = ("cuda_graph",)
@@ -42,16 +40,10 @@ def cell_loop(cells: nn.ModuleList, x: torch.Tensor) -> torch.Tensor:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=40, help="batches (the first ones are warm-up)")
-    ap.add_argument("--fix", action="append", default=[], help="fixes, repeatable or comma-separated: "
-                    + ", ".join(FIXES))
-    ap.add_argument("--device", default="cuda")
-    ap.add_argument("--small", action="store_true", help="short sequences, for a CPU smoke run")
-    args = ap.parse_args()
-    fixes = parse_fixes(ap, args, FIXES, CUDA_ONLY, alternatives=({"cuda_graph", "cudnn_lstm"},))
-    dev = torch.device(args.device)
-    torch.manual_seed(0)
+    args, fixes, dev = program_args(__doc__, FIXES, CUDA_ONLY,
+                                    alternatives=({"cuda_graph", "cudnn_lstm"},),
+                                    steps_help="batches (the first ones are warm-up)",
+                                    small_help="short sequences, for a CPU smoke run")
 
     feat, hidden, layers, batch, steps_t = 256, 512, 2, 16, 256
     if args.small:

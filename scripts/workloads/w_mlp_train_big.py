@@ -19,13 +19,11 @@ Fixes (none is expected to pay much):
 """
 from __future__ import annotations
 
-import argparse
-
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from _corpus import nvtx, parse_fixes  # noqa: E402 (the workloads' shared helpers)
+from _corpus import nvtx, program_args  # noqa: E402 (the workloads' shared helpers)
 
 FIXES = ("cuda_graph", "fused_adamw", "compile")
 CUDA_ONLY = ("cuda_graph",)
@@ -43,16 +41,8 @@ class Block(nn.Module):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=40, help="training steps (the first ones are warm-up)")
-    ap.add_argument("--fix", action="append", default=[], help="fixes, repeatable or comma-separated: "
-                    + ", ".join(FIXES))
-    ap.add_argument("--device", default="cuda")
-    ap.add_argument("--small", action="store_true", help="tiny model and batch, for a CPU smoke run")
-    args = ap.parse_args()
-    fixes = parse_fixes(ap, args, FIXES, CUDA_ONLY, alternatives=[("cuda_graph", "compile")])
-    dev = torch.device(args.device)
-    torch.manual_seed(0)
+    args, fixes, dev = program_args(__doc__, FIXES, CUDA_ONLY,
+                                    alternatives=[("cuda_graph", "compile")])
 
     d, ffn, blocks, rows = (32, 128, 2, 64) if args.small else (1024, 4096, 2, 65536)
     model = nn.Sequential(*[Block(d, ffn) for _ in range(blocks)], nn.LayerNorm(d), nn.Linear(d, 1)).to(dev)

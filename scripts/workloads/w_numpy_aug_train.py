@@ -22,13 +22,11 @@ Fixes:
 """
 from __future__ import annotations
 
-import argparse
-
 import numpy as np
 import torch
 import torchvision
 
-from _corpus import nvtx, parse_fixes  # noqa: E402 (the workloads' shared helpers)
+from _corpus import nvtx, program_args  # noqa: E402 (the workloads' shared helpers)
 
 FIXES = ("workers", "gpu_aug")
 CUDA_ONLY: tuple[str, ...] = ()
@@ -77,16 +75,9 @@ def gpu_batch(images: np.ndarray, labels: np.ndarray, crop: int, batch: int, rng
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=40, help="training steps (the first ones are warm-up)")
-    ap.add_argument("--fix", action="append", default=[], help="fixes, repeatable or comma-separated: "
-                    + ", ".join(FIXES))
-    ap.add_argument("--device", default="cuda")
-    ap.add_argument("--small", action="store_true", help="tiny images and batch, for a CPU smoke run")
-    args = ap.parse_args()
-    fixes = parse_fixes(ap, args, FIXES, CUDA_ONLY, alternatives=({"workers", "gpu_aug"},))
-    dev = torch.device(args.device)
-    torch.manual_seed(0)
+    args, fixes, dev = program_args(__doc__, FIXES, CUDA_ONLY,
+                                    alternatives=({"workers", "gpu_aug"},),
+                                    small_help="tiny images and batch, for a CPU smoke run")
     rng = np.random.default_rng(0)
 
     n_img, size, crop, batch, classes, workers = 512, 144, 128, 128, 100, 8

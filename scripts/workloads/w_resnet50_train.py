@@ -5,7 +5,8 @@ Each step (fresh random images and labels, made on the GPU) is an NVTX range ``t
 holding ``forward``, ``backward`` and ``optimizer``. About 3 TFLOP of convolutions a step,
 plus BatchNorm/ReLU passes, against ~1,000 launches: the CPU stays ahead of the GPU.
 
-    python w_resnet50_train.py [--steps 40] [--fix fused_sgd | --fix cudnn_benchmark | --fix compile | --fix compile_graphs]
+    python w_resnet50_train.py [--steps 40]
+        [--fix fused_sgd | --fix cudnn_benchmark | --fix compile | --fix compile_graphs]
 
 Fixes (the first two are not expected to pay much):
   fused_sgd        ``SGD(fused=True)``: the update of 25.6M parameters in one fused kernel instead
@@ -24,28 +25,19 @@ Fixes (the first two are not expected to pay much):
 """
 from __future__ import annotations
 
-import argparse
-
 import torch
 import torchvision
 
-from _corpus import nvtx, parse_fixes  # noqa: E402 (the workloads' shared helpers)
+from _corpus import nvtx, program_args  # noqa: E402 (the workloads' shared helpers)
 
 FIXES = ("fused_sgd", "cudnn_benchmark", "compile", "compile_graphs")
 CUDA_ONLY: tuple[str, ...] = ()
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=40, help="training steps (the first ones are warm-up)")
-    ap.add_argument("--fix", action="append", default=[], help="fixes, repeatable or comma-separated: "
-                    + ", ".join(FIXES))
-    ap.add_argument("--device", default="cuda")
-    ap.add_argument("--small", action="store_true", help="tiny batch and images, for a CPU smoke run")
-    args = ap.parse_args()
-    fixes = parse_fixes(ap, args, FIXES, CUDA_ONLY, alternatives=[("compile", "compile_graphs")])
-    dev = torch.device(args.device)
-    torch.manual_seed(0)
+    args, fixes, dev = program_args(__doc__, FIXES, CUDA_ONLY,
+                                    alternatives=[("compile", "compile_graphs")],
+                                    small_help="tiny batch and images, for a CPU smoke run")
     if "cudnn_benchmark" in fixes:
         torch.backends.cudnn.benchmark = True
 

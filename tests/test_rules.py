@@ -394,3 +394,14 @@ def test_the_cheaper_of_two_near_actions_goes_first():
     # timed without a profiler, the sync's removal gave 1.29x and the graphs 1.19x
     run = shared.profile(ROOT / "traces/corpus/sync_loop.sqlite.xz").run()
     assert [a.code for a in run.actions[:2]] == ["PK101", "PK103"]
+
+
+def test_a_shape_varying_loop_that_allocates_is_not_graphed():
+    # varlen_empty_cache: BERT batches padded to 128/256/384/512 tokens, empty_cache() after each:
+    # the same kernels launch with other grids from batch to batch, and the step allocates
+    f = {x.code: x for x in shared.profile(ROOT / "traces/corpus/varlen_empty_cache.sqlite.xz").findings()}
+    assert f["PK103"].evidence["launch_shapes"] >= 2 and f["PK103"].expected_end_to_end_speedup == 1.0
+    assert "pad the inputs to a few sizes" in f["PK103"].action
+    # gpt2_empty_cache allocates every step too, but its shapes never change: the pieces are priced
+    g = {x.code: x for x in shared.profile(ROOT / "traces/corpus/gpt2_empty_cache.sqlite.xz").findings()}
+    assert "launch_shapes" not in g["PK103"].evidence and g["PK103"].evidence["pieces_speedup"] > 1.02

@@ -530,6 +530,20 @@ class TraceReader:
             "correlationId": "coalesce(a.correlationId, -1)", "pidkey": "coalesce(a.globalPid, 0) >> 24",
             "streamId": "coalesce(a.streamId, -1)"}), columns=cols)
 
+    def kernel_shapes(self, between: tuple[int, int]) -> pd.DataFrame:
+        """Each kernel's launch shape in [t0, t1] ns: start, correlationId, grid and block (the
+        products of their x, y, z); empty where the export has no launch dimensions."""
+        cols = ["start", "correlationId", "grid", "block"]
+        t = self.kernel_table
+        have = columns_of(self.conn, t) if t else set()
+        if not t or not {"gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ"} <= set(have):
+            return pd.DataFrame({c: pd.Series(dtype="int64") for c in cols})
+        return pd.DataFrame(self.int_columns(t, {
+            "start": "a.start", "correlationId": "coalesce(a.correlationId, -1)",
+            "grid": "coalesce(a.gridX, 1) * coalesce(a.gridY, 1) * coalesce(a.gridZ, 1)",
+            "block": "coalesce(a.blockX, 1) * coalesce(a.blockY, 1) * coalesce(a.blockZ, 1)"},
+            where=f"a.start BETWEEN {int(between[0])} AND {int(between[1])}"))[cols]
+
     def api_calls(self, name_ids: Optional[list[int]] = None,
                   between: Optional[tuple[int, int]] = None) -> pd.DataFrame:
         """CUDA runtime/driver API calls: start, end, globalTid, correlationId, name.

@@ -26,7 +26,11 @@ Expected gain
       a node), and the captured kernels follow each other about 0.5 us apart. The region must
       be capturable as the program stands: a synchronisation, an allocation or free, or a
       pageable copy inside it refuses the action, which then names what to remove first (and
-      what graphs would give after that).
+      what graphs would give after that). A loop that allocates inside the step and whose
+      kernels launch with other shapes from one iteration to another (the same kernels, other
+      grid or block sizes, each pattern seen at least twice: variable-length batches) is refused
+      whole, pieces included: a graph holds one shape and its memory, so the inputs must be
+      padded to a few sizes first.
     * ``torch.compile(mode="reduce-overhead")`` of eager code: the same graph edit, plus Inductor's
       fusion: each run of non-library kernels between two library kernels (GEMM, convolution,
       attention, NCCL) becomes one kernel as long as the longest of the run. The optimizer's
@@ -180,6 +184,22 @@ def detect(ctx: RuleContext) -> list[Finding]:
                   f"{ev['launches_per_iteration']:.0f} other launches per iteration): capture more of "
                   "the step (in HF generate(), logits processing and sampling run eager between graph "
                   "replays), or give each launch more work (larger batches)")
+    allocates = np.isin(g.c_kind[calls], [int(CallKind.ALLOC), int(CallKind.FREE)]).any()
+    if blockers and allocates:
+        shapes = loop_shapes(ctx, g)
+        if shapes > 1:
+            # A graph holds one shape and the memory of that shape; a loop that allocates because
+            # its shapes change would need one graph per shape, and its memory, first.
+            ev["refused"] = blockers
+            ev["launch_shapes"] = shapes
+            return [Finding(RULE.code, RULE.name,
+                            f"CUDA graphs cannot capture this loop as it stands: its kernels run {shapes} "
+                            f"different shapes across iterations and it allocates inside the step "
+                            f"({'; '.join(blockers)}); a graph holds one shape and its memory: pad the "
+                            "inputs to a few sizes (one graph per size) and keep the caching allocator "
+                            "warm (PK105), then capture", Rung.NONE, ev, 1.0,
+                            f"refused; one graph for the whole step after that: {gain:.2f}x ({basis})",
+                            max(gain, 1.0))]
     if blockers:
         # The step cannot be one graph as it stands. What can be captured are the pieces between
         # the blocking calls (torch.compile breaks its graph there; a static KV cache lets HF's
@@ -223,6 +243,28 @@ def detect(ctx: RuleContext) -> list[Finding]:
 
 
 LONG_GAP_NS = 1_000_000.0  # CPU time between captured pieces longer than this is the program's own
+
+
+def loop_shapes(ctx: RuleContext, g: StepGraph) -> int:
+    """How many launch-shape patterns the loop runs more than once: each iteration's kernels as
+    (name, grid, block), one pattern per distinct multiset. 1 for a loop whose shapes never
+    change (an odd iteration, run once, does not count); more when the input's shape changes
+    between iterations (variable-length batches) and the step runs each shape again later."""
+    a = ctx.kernels_in_stream_order
+    if a.empty or len(g.iter_call) < 3:
+        return 1
+    w = ctx.run.window
+    shapes = ctx.prof.full_trace.kernel_shapes(w.start_ns, w.end_ns)
+    if shapes.empty:
+        return 1
+    k = a[["start", "correlationId", "name"]].merge(shapes, on=["start", "correlationId"], how="inner")
+    ops = ctx.graph_ops(k, aligned=True)
+    call = np.where(ops >= 0, g.g_call[np.maximum(ops, 0)], -1)
+    k = k.assign(it=np.searchsorted(g.iter_call, call, side="right") - 1)[call >= 0]
+    sig = (k.sort_values(["it", "name", "grid", "block"])
+           .groupby("it")[["name", "grid", "block"]].apply(lambda d: hash(tuple(map(tuple, d.to_numpy())))))
+    counts = sig.value_counts()
+    return max(int((counts >= 2).sum()), 1)
 
 
 def blocking_calls(g: StepGraph, calls: np.ndarray) -> np.ndarray:

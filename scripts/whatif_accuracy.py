@@ -765,12 +765,9 @@ def predicted(prof, code: str | None, key: str | None) -> tuple[float, str]:
     if code is None:
         return 1.0, "no rule proposes it"
     if "+" in code:  # a fix that does what several rules propose: their edits replayed at once
-        from profkit.judge.combine import together
-        group = [f for f in prof.findings() if f.code in code.split("+")]
-        if len(group) != len(code.split("+")):
-            return 1.0, f"{code}: not every rule fires"
-        g = together(prof.step_model(), prof.pricing_host, group)
-        return (g, code) if g is not None else (1.0, f"{code}: the edits do not compose")
+        g = prof.price_together(code.split("+"))
+        return (g, code) if g is not None else (1.0, f"{code}: not every rule fires, or the edits "
+                                                      "do not compose")
     for f in prof.findings():
         if f.code == code:
             g = float(f.evidence.get(key, f.expected_end_to_end_speedup)) if key else f.expected_end_to_end_speedup

@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from profkit.compare.diff import run_change
-from profkit.judge.combine import together
 import shared
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -20,13 +19,12 @@ def _finding(trace: str, code: str):
 
 def _predicted(trace: str, code: str, key: str | None) -> float:
     prof = shared.profile(ROOT / trace)
-    found = {f.code: f for f in prof.findings()}
     if "+" in code:  # one change doing what several rules propose: their edits at once, at the
         # profiled CPU scale (host 1.0), since the capture after the change ran under nsys too
-        gain = together(prof.step_model(), 1.0, [found[c] for c in code.split("+")])
+        gain = prof.price_together(code.split("+"), host=1.0)
         assert gain is not None
         return gain
-    f = found[code]
+    f = {f.code: f for f in prof.findings()}[code]
     return f.evidence[key] if key else f.expected_end_to_end_speedup
 
 

@@ -23,7 +23,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import profkit  # noqa: E402
 from profkit.compare.diff import run_change  # noqa: E402
-from profkit.judge.combine import together  # noqa: E402
 from profkit.show.render import fmt_time  # noqa: E402
 from _page import write_or_check  # noqa: E402  (scripts/pages/)
 
@@ -260,9 +259,8 @@ def _row(p: Pair) -> dict:
     if f and p.evidence_key:
         predicted = float(f.evidence[p.evidence_key])
     if "+" in p.rule:  # a change that does what several rules propose: their edits replayed at once
-        group = [found[c] for c in p.rule.split("+") if c in found]
-        f = group[0] if len(group) == len(p.rule.split("+")) else None
-        predicted = together(b.step_model(), b.pricing_host, group) if f else None
+        predicted = b.price_together(p.rule.split("+"))
+        f = found.get(p.rule.split("+")[0]) if predicted is not None else None
     row = {"pair": p, "run": b.run(), "finding": f, "predicted": predicted,
            "top": top[0] if top else None, "captured": (ROOT / p.after).exists()}
     if not row["captured"]:

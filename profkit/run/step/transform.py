@@ -133,8 +133,7 @@ def pin_copies(g: StepGraph, ops: np.ndarray, bytes_: np.ndarray,
         out.c_wake[waits_on_copy] = 0.0
         is_copy = np.zeros(g.n_calls, dtype=bool)
         is_copy[calls] = True
-        follows = (g.c_pred >= 0) & is_copy[np.maximum(g.c_pred, 0)]
-        sync = follows & (g.c_kind == int(CallKind.SYNC)) & (g.c_wait == int(Wait.STREAM))
+        sync = _right_after(g, is_copy) & (g.c_kind == int(CallKind.SYNC)) & (g.c_wait == int(Wait.STREAM))
         out.c_wait[sync] = int(Wait.NONE)
         out.c_wake[sync] = 0.0
     return out
@@ -229,17 +228,26 @@ def remove_syncs(g: StepGraph, calls: np.ndarray) -> StepGraph:
     time, its wait, the dispatch before it), and so does the device-to-host copy that fetched
     the value (``.item()`` is a copy call, then a stream sync, on the same thread): the copy's
     call, its dispatch and its GPU operation. The Python around them stays."""
-    sel = np.asarray(calls, dtype=np.int64)
-    d2h = np.array(["Device-to-Host" in str(n) for n in g.op_names], dtype=bool)
-    copies = [int(i) for i in sel if g.c_kind[i] == int(CallKind.COPY)]
-    for i in sel:
-        p = int(g.c_pred[i])
-        if g.c_kind[i] == int(CallKind.SYNC) and p >= 0 and g.c_kind[p] == int(CallKind.COPY):
-            copies.append(p)
-    ops = [int(o) for c in copies for o in g.ops_idx[g.ops_ptr[c]:g.ops_ptr[c + 1]]
-           if len(d2h) and d2h[g.g_name[o]]]
-    out = scale_ops(g, np.asarray(ops, dtype=np.int64), np.inf, drop_launches=True) if ops else g
-    return remove_calls(out, sel)
+    sel = np.zeros(g.n_calls, dtype=bool)
+    sel[np.asarray(calls, dtype=np.int64)] = True
+    is_copy = g.c_kind == int(CallKind.COPY)
+    after_copy = sel & (g.c_kind == int(CallKind.SYNC)) & _right_after(g, is_copy)
+    copies = sel & is_copy
+    copies[g.c_pred[after_copy]] = True
+    ops = g.ops_idx[np.repeat(copies, np.diff(g.ops_ptr))]  # the copies' operations
+    ops = ops[_device_to_host(g)[g.g_name[ops]]] if len(ops) else ops
+    out = scale_ops(g, ops, np.inf, drop_launches=True) if len(ops) else g
+    return remove_calls(out, np.flatnonzero(sel))
+
+
+def _right_after(g: StepGraph, mask: np.ndarray) -> np.ndarray:
+    """Per call: whether the call just before it on its thread is one of ``mask`` (per call)."""
+    return (g.c_pred >= 0) & mask[np.maximum(g.c_pred, 0)]
+
+
+def _device_to_host(g: StepGraph) -> np.ndarray:
+    """Per operation name: whether it is a device-to-host copy."""
+    return np.array(["Device-to-Host" in str(n) for n in g.op_names], dtype=bool)
 
 
 def sync_calls(g: StepGraph) -> np.ndarray:
@@ -250,6 +258,5 @@ def sync_calls(g: StepGraph) -> np.ndarray:
     copy = waits & (g.c_kind == int(CallKind.COPY)) & (g.c_wait == int(Wait.OP))
     if copy.any():
         arg = np.maximum(g.c_wait_arg, 0)
-        d2h = np.array(["Device-to-Host" in str(n) for n in g.op_names], dtype=bool)
-        copy &= d2h[g.g_name[arg]] if len(g.op_names) else False
+        copy &= _device_to_host(g)[g.g_name[arg]] if len(g.op_names) else False
     return np.flatnonzero(sync | copy)

@@ -722,10 +722,15 @@ PAGE = ROOT / "analyses" / "whatif.md"
 def cmd_merge(args: argparse.Namespace) -> None:
     """Each rep of a ``measure`` output becomes one run folder of the committed data (the baseline
     and the fixes of one rep ran one after the other, which is what a folder means there)."""
-    new = json.loads(Path(args.measured).read_text())
+    try:
+        new = json.loads(Path(args.measured).read_text())
+        programs = new["programs"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise SystemExit(f"cannot read {args.measured} as a `measure` output ({e}): pass "
+                         "OUTDIR/measured.json") from None
     data = json.loads(MEASURED.read_text())
     added = 0
-    for prog, entry in new["programs"].items():
+    for prog, entry in programs.items():
         for var, v in entry["variants"].items():
             for rep, med, n in zip(v["reps"], v["median_ns"], v["n_used"]):
                 folder = f"{args.folder}_r{rep}"
@@ -852,7 +857,8 @@ def page_text(measured: dict, load=None) -> str:
         "",
         "Each program of the corpus (`scripts/whatif_accuracy.py`, `scripts/workloads/`) was captured on an "
         "NVIDIA H200 with `profkit capture` (a calibration run without the profiler, then nsys), and each fix was "
-        "applied by hand (a flag of the program) and timed without any profiler. **Predicted** is the gain "
+        f"applied by hand (a flag of the program) and timed without any profiler ({measured['gpu']}, "
+        f"{measured['date']}). **Predicted** is the gain "
         "profkit's rule for that fix prices through the step model (the rule's edit of the step graph, replayed "
         "at the calibrated CPU scale; a fix that does what two rules propose, such as `PK103+PK201`, by both "
         "edits replayed together); **measured** is the baseline's median iteration over the fix's, both from "

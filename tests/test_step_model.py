@@ -109,7 +109,7 @@ def test_a_value_kept_on_the_gpu_takes_its_copy_and_sync_along():
 def test_workers_run_beside_the_step_and_bound_it():
     m = model("dataloader_cnn")
     g = m.graph
-    calls, _ = loading_calls(g)
+    calls, _, _ = loading_calls(g)
     assert len(calls) >= 0.5 * (len(g.iter_call) - 1)
     base = m.simulate().mean_iteration_ns
     gone = T.load_in_workers(g, calls, 1e12)  # loading free: the main process's own pace
@@ -169,3 +169,52 @@ def test_a_mid_step_item_charges_its_refill_to_the_sync():
     assert r.refill_charged_ns == pytest.approx(
         min(m.sync_cost_ns(len(p.window.iteration_ns)), r.refill_ns), rel=1e-6, abs=2)
     assert b["idle_sync"] >= r.refill_charged_ns
+
+
+def test_the_launch_queue_is_read_from_the_trace_and_holds_the_gpu_bound_cpu():
+    from profkit.run.step.graph import DEFAULT_QUEUE_DEPTH, CallKind
+    m = model("bert_fp32_infer")  # GPU-bound: the CPU runs ahead until the queue is full
+    g = m.graph
+    assert g.queue_depth == 1022
+    assert 5_000 <= g.queue_wake_ns <= 20_000
+    launches = g.c_kind == int(CallKind.LAUNCH)
+    # The full-queue waits (0.1-1 ms a launch in the trace) are not CPU work of the model.
+    assert np.percentile(g.c_own[launches], 99) < 100_000
+    # With the GPU's time gone the step runs at the CPU's pace: its CPU work per iteration.
+    its = len(g.iter_call) - 1
+    cpu = float(g.c_gap.sum() + g.c_own.sum()) * m.host / its
+    free = m.simulate(T.scale_ops(g, np.arange(g.n_ops), float("inf"))).mean_iteration_ns
+    assert 0.8 * cpu <= free <= 1.2 * cpu
+    # A host-bound step never fills the queue: its depth is not read from it.
+    assert model("lstm_cell_loop").graph.queue_depth == DEFAULT_QUEUE_DEPTH
+
+
+def test_work_queued_before_the_window_follows_the_edits():
+    m = model("bert_fp32_infer")
+    g = m.graph
+    carried = np.flatnonzero(g.g_call < 0)
+    assert len(carried) > 100  # a full queue: several iterations launched before the window
+    base = m.simulate(host=1.0)
+    assert np.allclose(base.g_end[carried], g.g_end[carried])  # unedited: as measured
+    half = m.simulate(T.scale_ops(g, carried, 2.0), host=1.0)
+    assert half.g_end[carried[-1]] < base.g_end[carried[-1]] - 0.3 * g.g_dur[carried].sum()
+
+
+def test_the_loading_after_the_last_step_goes_to_the_workers_too():
+    m = model("numpy_aug_train")  # numpy augmentation between steps, outside every range
+    g = m.graph
+    calls, how, tail = loading_calls(g)
+    assert tail and g.tail_ns > 0.5 * np.median(g.measured_periods)
+    s = m.simulate(T.load_in_workers(g, calls, 8.0, tail))
+    # Every iteration, the last included, runs at the step's own pace once the loading is off it.
+    assert s.periods.max() < 2.0 * np.median(s.periods)
+    assert m.simulate(T.load_in_workers(g, calls, 8.0)).periods[-1] > 3 * np.median(s.periods)
+
+
+def test_tf32_leaves_fused_fp32_attention_to_pk301():
+    from profkit.judge.patterns import FLASH_RE
+    p = _load(str(ROOT / "traces" / "corpus" / "bert_fp32_infer.sqlite.xz"))
+    f = next(f for f in p.findings() if f.code == "PK302")
+    assert f.kernels and not any(FLASH_RE.search(n) for n in f.kernels)
+    # bf16 autocast adds its casts' CPU (37 us a GEMM): the CPU now bounds this step in bf16.
+    assert 1.0 < f.evidence["bf16_speedup"] < 2 * f.expected_end_to_end_speedup

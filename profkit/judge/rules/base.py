@@ -256,38 +256,6 @@ class RuleContext:
         ns = np.asarray(new_ns, dtype=np.float64)[held]
         return self.price(lambda g: replace_ops(g, groups, ns), what, cap)
 
-    def gpu_saving_gain(self, saved_ns: float, critical_share: float) -> tuple[float, float, str]:
-        """(gain on wall, new wall, basis) for ``saved_ns`` of GPU time saved, ``critical_share``
-        of which was on the critical path; bounded by the host floor and the GPU floor."""
-        wall = self.wall_ns
-        crit = min(max(critical_share, 0.0), 1.0)
-        new = max(self.host_floor_ns, wall - saved_ns * crit)
-        return speedup(wall, new), new, (
-            f"wall / max(CPU's own time {self.host_floor_ns / 1e6:.1f} ms, "
-            f"wall - saved GPU time {saved_ns / 1e6:.2f} ms x critical share {crit:.2f})")
-
-    def host_and_gpu_saving_gain(self, gpu_saved_ns: float, critical_share: float,
-                                 cpu_removed_ns: float) -> tuple[float, str]:
-        """(gain, basis) of a change that removes GPU time and CPU time at once, on the median
-        iteration (the window's wall when it has none). The iteration shrinks by the GPU time saved
-        on the critical path plus the CPU time removed while the GPU waited for the CPU (the
-        window's share of waiting for the CPU), never below the GPU's remaining busy time."""
-        r = self.run
-        wall = self.wall_ns
-        its = self.iterations
-        base = float(r.window.iteration_median_ns) if its and r.window.iteration_median_ns else wall
-        per = float(its) if its and base != wall else 1.0
-        host_wait = min(max(r.breakdown.get("idle_host", 0) / wall, 0.0), 1.0) if wall else 0.0
-        crit = min(max(critical_share, 0.0), 1.0)
-        gpu_floor = (r.gpu_busy_ns + r.breakdown.get("idle_other", 0) - gpu_saved_ns) / per
-        shrink = (gpu_saved_ns * crit + cpu_removed_ns * host_wait) / per
-        new = max(gpu_floor, base - shrink, 1.0)
-        what = "median iteration" if per > 1 else "wall"
-        return speedup(base, new), (
-            f"{what} {base / 1e6:.2f} ms / max(GPU floor {gpu_floor / 1e6:.2f} ms, {what} - saved GPU time "
-            f"{gpu_saved_ns / per / 1e6:.3f} ms x critical share {crit:.2f} - removed CPU time "
-            f"{cpu_removed_ns / per / 1e6:.2f} ms x share waiting for the CPU {host_wait:.2f})")
-
     def aten_sizes(self, op: str) -> list[list]:
         """Input sizes of each call of aten op ``op`` in the window (emit_nvtx record_shapes);
         empty when the trace has no aten ranges."""

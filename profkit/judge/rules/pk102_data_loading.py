@@ -47,15 +47,17 @@ RULE = RuleMeta(
             Param("workers", 8.0, "DataLoader worker processes the fix assumes")))
 
 
-def loading_calls(g: StepGraph) -> tuple[np.ndarray, str]:
-    """The calls whose preceding CPU time is data loading, and how they were found."""
-    in_data = matches(g.range_names, DATA_RE)[g.c_gap_range]
+def loading_calls(g: StepGraph) -> tuple[np.ndarray, str, bool]:
+    """The calls whose preceding CPU time is data loading, how they were found, and whether the
+    CPU time after the window's last call (the batch after the window) is loading too."""
+    data = matches(g.range_names, DATA_RE)
+    in_data = data[g.c_gap_range]
     if in_data.any():
-        return np.flatnonzero(in_data), "in data-loading ranges"
+        return np.flatnonzero(in_data), "in data-loading ranges", bool(g.tail_range >= 0 and data[g.tail_range])
     # No such range: the longest gap of each iteration, outside the step's inner ranges.
     k = len(g.iter_call) - 1
     if k < 2 or not g.n_calls:
-        return np.empty(0, dtype=np.int64), ""
+        return np.empty(0, dtype=np.int64), "", False
     periods = np.asarray(g.measured_periods, dtype=np.float64)
     med = float(np.median(periods))
     inner = {"(no range)"}  # between steps: outside every range (inside one, it is the step's own work)
@@ -68,8 +70,12 @@ def loading_calls(g: StepGraph) -> tuple[np.ndarray, str]:
         if g.c_gap[j] >= RULE.param("min_gap_share") * med and str(g.range_names[g.c_gap_range[j]]) in inner:
             out.append(j)
     if len(out) < 0.5 * k:
-        return np.empty(0, dtype=np.int64), ""
-    return np.asarray(out, dtype=np.int64), "with no CUDA call, outside the step's ranges"
+        return np.empty(0, dtype=np.int64), "", False
+    # The loop prepares each batch after the step before it: the last iteration's comes after the
+    # window's last call.
+    tail = g.tail_ns >= RULE.param("min_gap_share") * med and \
+        g.tail_range >= 0 and str(g.range_names[g.tail_range]) in inner
+    return np.asarray(out, dtype=np.int64), "with no CUDA call, outside the step's ranges", bool(tail)
 
 
 def detect(ctx: RuleContext) -> list[Finding]:
@@ -77,16 +83,16 @@ def detect(ctx: RuleContext) -> list[Finding]:
     if m is None:
         return []
     g = m.graph
-    calls, how = loading_calls(g)
+    calls, how, tail = loading_calls(g)
     its = max(len(g.iter_call) - 1, 1)
-    load_ns = float(g.c_gap[calls].sum()) * m.host / its if len(calls) else 0.0
+    load_ns = (float(g.c_gap[calls].sum()) + (g.tail_ns if tail else 0.0)) * m.host / its if len(calls) else 0.0
     if load_ns <= RULE.param("min_idle_share") * m.iteration_ns:
         return []
     pageable = np.flatnonzero(g.g_host_paced & (g.g_call >= 0))
     w = RULE.param("workers")
 
     def edit(gr):
-        out = load_in_workers(gr, calls, w)
+        out = load_in_workers(gr, calls, w, tail)
         return pin_copies(out, pageable, np.nan_to_num(gr.g_bytes[pageable])) if len(pageable) else out
 
     gain, basis = ctx.price(edit, f"loading {load_ns / 1e6:.2f} ms per iteration ({how}) / {w:.0f} "

@@ -15,14 +15,13 @@ Fix
     ``torch.nn.functional.scaled_dot_product_attention`` in bf16/fp16 (flash or cuDNN backend:
     ``torch.nn.attention.sdpa_kernel``); HF: ``attn_implementation="sdpa"``.
 Expected gain
-    GPU: the kernels between the GEMM before each softmax and the GEMM after it (scale, mask,
-    softmax, casts: every pass over the score matrix) removed, times their critical share; the
-    GEMM work remains. CPU: those launches and one of each GEMM pair removed, with their short
-    dispatch gaps (as PK403). The median iteration shrinks by the GPU saving on the critical path
-    plus the CPU saving times the share of the wall the GPU waits for the CPU
-    (``RuleContext.host_and_gpu_saving_gain``). On HF eager attention (a host-bound Llama step)
-    the softmax time alone predicted 1.01x and the saving bounded by the CPU's remaining time
-    1.04x; SDPA measured 1.11x, from 38 fewer launches a step; this model says 1.09x.
+    Graph edit (``scale_ops`` with the launches dropped): the kernels between the GEMM before
+    each softmax and the GEMM after it (scale, mask, softmax, casts: every pass over the score
+    matrix) take no time, and their launch calls go with the short dispatch before each; the
+    GEMM work stays. fp32 fused attention: its kernels at half their time (half the bytes per
+    element in bf16). The step model replays the edited graph at the calibrated CPU scale; never
+    above the op's own gain. On HF eager attention (a host-bound Llama step) SDPA measured 1.11x,
+    from 38 fewer launches a step.
 References
     Dao et al., FlashAttention (2022); PyTorch SDPA docs.
 """

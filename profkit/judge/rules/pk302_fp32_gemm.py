@@ -7,7 +7,10 @@ Why
     On an H200 fp32 FFMA peaks near 67 TFLOP/s; TF32 tensor cores near 495 and bf16 near 989.
     ``torch.backends.cuda.matmul.allow_tf32`` is off by default, so fp32 models run on FFMA.
 Evidence
-    The kernel's element type from its name (profkit.judge.dtypes). bf16/fp16/TF32 GEMMs never fire it.
+    The kernel's element type from its name (profkit.judge.dtypes). bf16/fp16/TF32 GEMMs never fire
+    it, nor does fused attention in fp32 (``fmha_cutlassF_f32``): TF32 leaves it as it is (measured
+    on the H200: BERT-base 3.0 -> 2.6 ms an iteration, GPT-2 7.6 -> 7.4 ms, while their GEMMs ran
+    4-9x faster); PK301 prices it in bf16.
 Fix
     ``torch.set_float32_matmul_precision("high")`` (TF32), or autocast / bf16 weights.
 Expected gain
@@ -15,8 +18,13 @@ Expected gain
     TF32 roof they take time x fp32 peak / (0.7 x TF32 peak); the saving times its critical
     share, never below the CPU's own time. Graph edit: the fp32 GEMM kernels shrink by that
     factor; the step model replays the edited graph. Running them in bf16 instead (autocast) is
-    priced the same way at the bf16 roof (``bf16_speedup`` in the evidence); the finding leads with
-    TF32, the one-line change, and names bf16 as the larger one.
+    priced at the bf16 roof with fp32 fused attention at half its time (half the bytes), and with
+    the CPU that autocast adds: the casts of each GEMM's operands, ``cast_cpu_us`` a GEMM kernel
+    added to its launch (measured without a profiler on the H200: BERT-base inference 194 more
+    launches an iteration for 74 GEMMs, GPT-2 training 342 for 155, about 16 us each): a
+    GPU-bound fp32 step can become host-bound in bf16 (both did, at 11.6 and 42 ms). In the
+    evidence as ``bf16_speedup``; the finding leads with TF32, the one-line change, and names
+    bf16 when it is the larger one.
 References
     PyTorch docs "TensorFloat-32 (TF32) on Ampere (and later) devices"; NVIDIA H200 datasheet.
 """
@@ -24,7 +32,11 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
+
 from profkit.judge.dtypes import kernel_dtype
+from profkit.judge.patterns import FLASH_RE
+from profkit.run.step.transform import scale_ops
 from profkit.model import Rung
 from profkit.judge.rules.base import GEMM_KERNEL_RE, Finding, Param, RuleContext, RuleMeta, Scope, Table, matches
 
@@ -34,7 +46,9 @@ RULE = RuleMeta(
     tables=(Table.KERNEL,), example="traces/probe_h200_addnorm_gemm.sqlite.xz",
     quiet_on="traces/real/train_llama.sqlite.xz",
     params=(Param("min_gpu_share", 0.02, "fp32 GEMMs' share of the window's GPU time"),
-            Param("target", 0.70, "share of the TF32 roof a library GEMM reaches")))
+            Param("target", 0.70, "share of the TF32 roof a library GEMM reaches"),
+            Param("cast_cpu_us", 37.0, "CPU time (without a profiler) autocast adds a GEMM kernel: "
+                                       "the dispatch and launch of its operands' casts")))
 
 CONV_RE = re.compile(r"conv|fprop|dgrad|wgrad", re.I)
 
@@ -45,8 +59,9 @@ def detect(ctx: RuleContext) -> list[Finding]:
     if "fp32" not in peaks or "tf32" not in peaks:
         return []
     names = k.index.to_series()
-    fp32 = [n for n in names[matches(names, GEMM_KERNEL_RE) & ~matches(names, CONV_RE)]
+    fp32 = [n for n in names[matches(names, GEMM_KERNEL_RE) & ~matches(names, CONV_RE) & ~matches(names, FLASH_RE)]
             if kernel_dtype(n).precision == "fp32"]
+    attn = [n for n in names[matches(names, FLASH_RE)] if kernel_dtype(n).precision == "fp32"]
     if not fp32:
         return []
     rows = k.loc[fp32]
@@ -59,11 +74,20 @@ def detect(ctx: RuleContext) -> list[Finding]:
     ev = {"fp32_gemm_ns": int(total), "kernels": len(fp32)}
     action = ("fp32 GEMMs on the CUDA cores: torch.set_float32_matmul_precision(\"high\") (TF32) "
               "or run them in bf16 (autocast)")
-    if "bf16" in peaks:
-        # Only the GEMMs are priced: autocast also halves the bytes of the bf16-safe elementwise ops
-        # and adds casts, which the trace of an fp32 run cannot size.
+    if "bf16" in peaks and ctx.model is not None:
+        # The elementwise ops' bytes, which autocast halves where they run on bf16 activations,
+        # are left as they are: the trace of an fp32 run cannot say which do.
         bf_gain = max(op_gain, RULE.param("target") * peaks["bf16"] / peaks["fp32"])
-        bf, _ = ctx.price_ops(ctx.acts_named(fp32), bf_gain, "", cap=bf_gain)
+        gemm_ops = ctx.graph_ops(ctx.acts_named(fp32))
+        attn_ops = ctx.graph_ops(ctx.acts_named(attn))
+        cast_ns = RULE.param("cast_cpu_us") * 1e3 / max(ctx.host, 1e-9)  # in the trace's CPU time
+
+        def bf16(gr):
+            out = scale_ops(scale_ops(gr, gemm_ops, bf_gain), attn_ops, 2.0)
+            calls = gr.g_call[gemm_ops]
+            np.add.at(out.c_own, calls[calls >= 0], cast_ns)
+            return out
+        bf, _ = ctx.price(bf16, "", cap=bf_gain)
         ev["bf16_speedup"] = round(bf, 3)
         if bf > g * 1.05:
             action += f" [bf16: {bf:.2f}x end to end]"

@@ -21,14 +21,13 @@ Evidence
 Fix
     The named bundled kernel (``from kernels import add_rmsnorm``); or ``torch.compile`` the block.
 Expected gain
-    Passes over the activation, eager vs fused (add+norm 5 -> 4, bias+GELU and softmax 4 -> 2):
-    the pairs' kernel time x (1 - fused / eager), times the critical share, never below the CPU's
-    own time. A composed RMSNorm: GPU, each chain down to its longest kernel; CPU, every launch
-    of the chain removed with its short dispatch gap (as PK301), less ``fused_call_us`` for the
-    fused call that replaces them; the median iteration shrinks by both, the CPU's times the share
-    of the wall the GPU waits for the CPU (``RuleContext.host_and_gpu_saving_gain``). On HF
-    ``generate()`` decode (a host-bound Llama, 9 chains a token) this predicted 1.23x; the swap
-    measured 1.20x between captures (their baselines 23% apart) and 1.60x without the profiler.
+    Graph edit (``replace_ops``, a fusion): each producer -> consumer pair becomes one kernel of
+    the pair's time x fused / eager passes over the activation (add+norm 5 -> 4, bias+GELU and
+    softmax 4 -> 2), the second launch gone with its short dispatch. A composed RMSNorm: each
+    chain becomes one kernel as long as its longest, its other launches gone. The step model
+    replays the edited graph at the calibrated CPU scale; never above the op's own gain. On HF
+    ``generate()`` decode (a host-bound Llama, 9 chains a token) the swap measured 1.60x without
+    the profiler.
 References
     profkit ``kernels/`` and analyses/fused_add_rmsnorm.md, fused_add_layernorm.md.
 """

@@ -25,16 +25,13 @@ Fix
     BatchNorm pass only). torch.compile (first choice): ``torch._inductor.config.freezing =
     True``, ``model = torch.compile(model.eval())``, run under ``torch.no_grad()``; warm up once.
 Expected gain
-    Bytes model on measured kernel time: the BatchNorm kernels go (folded into the weights);
-    an add followed by its ReLU becomes one kernel that moves what the add moved (read two,
-    write one), so the ReLU's time goes; every other ReLU stays as it is (bias + ReLU, read one,
-    write one); convolution time unchanged; Triton's kernels assumed no faster than eager's.
-    The CPU loses the removed kernels' launch calls and their dispatch gaps under
-    ``dispatch_gap_us`` (as PK103), nothing more. The median iteration shrinks by the saved GPU
-    time x its critical share plus the removed launch cost x the share of the wall the GPU waits
-    for the CPU, never below the GPU's remaining busy time
-    (``RuleContext.host_and_gpu_saving_gain``); never above the op gain (epilogue kernel time
-    before / after).
+    Graph edit (``scale_ops`` with the launches dropped), a bytes model on measured kernel time:
+    the BatchNorm kernels go (folded into the weights); an add followed by its ReLU becomes one
+    kernel that moves what the add moved (read two, write one), so the ReLU's time goes; every
+    other ReLU stays as it is (bias + ReLU, read one, write one); convolution time unchanged;
+    Triton's kernels assumed no faster than eager's. The removed kernels' launch calls go with
+    their short dispatch. The step model replays the edited graph at the calibrated CPU scale;
+    never above the op gain (epilogue kernel time before / after).
 References
     PyTorch ``torch._inductor.config.freezing``; ``torch.fx`` conv-bn fusion tutorial
     ("(beta) Building a Convolution/Batch Norm fuser in FX").

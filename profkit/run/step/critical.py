@@ -225,7 +225,9 @@ def _walk(g: StepGraph, s: Schedule) -> list[tuple]:
         node, idx = 1, n - 1
     tail_from = ge[idx] if node == 0 else ce[idx]
     if s.end_ns > tail_from:
-        out.append((tail_from, float(s.end_ns), "cpu:python", "(after the last call)", False, False))
+        w = g.range_names[g.tail_range] if 0 <= g.tail_range < len(g.range_names) else "(after the last call)"
+        out.append((tail_from, float(s.end_ns), "cpu:data" if _DATA.search(w) else "cpu:python",
+                    w, False, False))
     guard = 4 * (n + m) + 10
     while guard > 0:
         guard -= 1

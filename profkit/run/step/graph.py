@@ -11,7 +11,12 @@ unmodified reproduces the trace (profkit.run.step.simulate):
   autograd thread (the main thread waits in ``backward()`` while the other launches) is an edge;
 * a call ends ``own`` after it starts, or, when it waits for the GPU, ``wake`` after the GPU work
   it waits for ends: a stream or device synchronisation, a device-to-host or pageable copy,
-  ``cudaFree`` (waits for the device), a launch that found the launch queue full;
+  ``cudaFree`` (waits for the device), an allocation that synchronised;
+* a call that puts work on the GPU takes a slot of the device's launch queue, which holds
+  ``queue_depth`` entries (1,022 on the H200, measured from the launches that found it full): a
+  call that finds it full returns ``queue_wake`` after the entry ``queue_depth`` places earlier
+  ended. A GPU-bound step's CPU spends most of its time there; when the GPU gets faster, so does
+  the CPU;
 * a GPU operation starts at the later of ``lat`` after its launch call starts, ``qgap`` after the
   previous operation of its stream ends, and ``dep_delta`` after an operation of another stream it
   waited for (an event wait, inferred from the timeline) ends.
@@ -81,6 +86,15 @@ BLOCKED_MIN_NS = 50_000
 DEFAULT_LAT_NS = 3_000.0  # launch call start -> kernel start when nothing else held it
 DEFAULT_QGAP_NS = 1_000.0  # previous kernel's end -> next kernel's start when queued
 DEFAULT_WAKE_NS = 5_000.0  # GPU work done -> the waiting call returns
+# Measured on the H200 (CUDA 12/13 drivers): a launch blocks once 1,022 calls' work is
+# outstanding on the device, and returns 6-17 us after the oldest of them ends. Used when the
+# trace never fills the queue (its depth cannot be read from it then).
+DEFAULT_QUEUE_DEPTH = 1_022
+QUEUE_FIT_NS = 50_000      # a full-queue launch returns within this of the release it waited for
+# A launch queue holds hundreds of entries: a host-bound step, whose GPU finishes each kernel
+# before the next launch, has a few outstanding at most, and its launches returning after the
+# previous kernel ended says nothing of the queue's depth.
+MIN_QUEUE_DEPTH = 64
 
 
 @dataclass
@@ -133,6 +147,18 @@ class StepGraph:
     # the window's start, before a call may start; NaN for none. Set by load_in_workers (data
     # prepared by DataLoader workers): None in a graph built from a trace.
     c_ready: Optional[np.ndarray] = None
+    # Launch queue: whether a call takes a slot of it (it put work on the GPU; a CUDA graph's
+    # replayed launches take none but the first), its depth and wake-up (see the module docstring).
+    c_queue: Optional[np.ndarray] = None
+    queue_depth: int = DEFAULT_QUEUE_DEPTH
+    queue_wake_ns: float = 8_000.0
+    # The CPU time after the window's last call and operation, up to its end (the next batch's
+    # loading, when the loop prepares data between steps), scaled like every CPU duration; the
+    # range open in the middle of it; and, set by load_in_workers, when (ns of CPU from the
+    # window's start) the workers have the batch after the window ready.
+    tail_ns: float = 0.0
+    tail_range: int = -1
+    tail_ready: float = float("nan")
 
     @property
     def n_calls(self) -> int:
@@ -317,11 +343,17 @@ def build(trace, window: Window, launch_floor_ns: float = 1_000.0) -> StepGraph:
     ops_ptr = np.searchsorted(ci[oo], np.arange(n + 1), side="left").astype(np.int64)
 
     g_host_paced = _pageable_ops(trace, ops, g_kind)
+    c_queue = np.diff(ops_ptr) > 0
+    depth, q_wake, q_blocked = launch_queue(c_start, c_end, c_queue, ops_ptr, ops_idx, g_call,
+                                            g_start, g_end, dev)
     c_wait, c_wait_arg, c_wake, c_own = _waits(trace, calls, names, codes, c_kind, c_start, c_end,
                                                g_call, g_start, g_end, g_stream, dev, streams,
-                                               ops, ops_ptr, ops_idx)
+                                               ops, ops_ptr, ops_idx, q_blocked)
     gap_mid = np.where(c_pred >= 0, (c_start + c_end[np.maximum(c_pred, 0)]) // 2, c_start)
-    range_names, (c_range, c_gap_range) = _call_ranges(trace, [c_start, gap_mid])
+    last = max(int(c_end[-1]) if n else w0, int(g_end.max()) if len(g_end) else w0)
+    tail_ns = float(max(w1 - last, 0))
+    range_names, (c_range, c_gap_range, t_range) = _call_ranges(
+        trace, [c_start, gap_mid, np.array([(last + w1) // 2], dtype=np.int64)])
     iter_call, periods, gpu_side = _iterations(window, c_start, n)
     return StepGraph(window=window, call_names=names, c_start=c_start, c_end=c_end,
                      c_name=codes.astype(np.int64), c_kind=c_kind, c_tid=c_tid, c_pred=c_pred,
@@ -335,7 +367,68 @@ def build(trace, window: Window, launch_floor_ns: float = 1_000.0) -> StepGraph:
                      g_bytes=ops["bytes"].to_numpy(np.float64),
                      g_kind=g_kind, g_host_paced=g_host_paced, streams=streams, ops_ptr=ops_ptr, ops_idx=ops_idx,
                      iter_call=iter_call, measured_periods=periods, gpu_periods=gpu_side,
-                     end_ns=w1, notes=notes)
+                     end_ns=w1, notes=notes, c_queue=c_queue, queue_depth=depth,
+                     queue_wake_ns=q_wake, tail_ns=tail_ns, tail_range=int(t_range[0]))
+
+
+def queue_entries(c_queue: np.ndarray, ops_ptr: np.ndarray, ops_idx: np.ndarray,
+                  g_call: np.ndarray, g_start: np.ndarray, g_dev: np.ndarray
+                  ) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """Per device, the launch queue's entries in the order they were queued: the operations
+    already on the GPU when the window opens (by start), then the calls that take a slot, in
+    order; as (operations whose end frees the slot: the call's last one, call or -1)."""
+    out: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    pre = np.flatnonzero(g_call < 0)
+    pre = pre[np.argsort(g_start[pre], kind="stable")]
+    calls = np.flatnonzero(c_queue & (np.diff(ops_ptr) > 0))
+    last = ops_idx[ops_ptr[calls + 1] - 1] if len(calls) else np.empty(0, np.int64)
+    first = ops_idx[ops_ptr[calls]] if len(calls) else np.empty(0, np.int64)
+    for d in np.unique(g_dev):
+        p, c = pre[g_dev[pre] == d], g_dev[first] == d
+        out[int(d)] = (np.concatenate([p, last[c]]).astype(np.int64),
+                       np.concatenate([np.full(len(p), -1), calls[c]]).astype(np.int64))
+    return out
+
+
+def launch_queue(c_start, c_end, c_queue, ops_ptr, ops_idx, g_call, g_start, g_end, dev
+                 ) -> tuple[int, float, np.ndarray]:
+    """The launch queue's depth, the wake-up of a call it held, and per call the end of the
+    entry whose completion let it return when it found the queue full (NaN where it did not).
+
+    A call with ``r`` entries queued before it finds ``r`` minus those already done outstanding
+    (entries queued later cannot be done before it starts). The most ever outstanding is the
+    depth when the queue filled: then the calls that found it full returned right after the
+    entry that many places earlier ended. A trace that never fills it says nothing of its depth:
+    DEFAULT_QUEUE_DEPTH."""
+    n = len(c_start)
+    release = np.full(n, np.nan)
+    best, fits, wakes = 0, [], []
+    per_dev = queue_entries(c_queue, ops_ptr, ops_idx, g_call, g_start, dev)
+    for d, (ent_op, ent_call) in per_dev.items():
+        ends = g_end[ent_op].astype(np.float64)
+        rank = np.flatnonzero(ent_call >= 0)
+        calls = ent_call[rank]
+        if not len(calls):
+            continue
+        done = np.searchsorted(np.sort(ends), c_start[calls], side="right")
+        outstanding = rank - done
+        depth = int(outstanding.max())
+        if depth <= 0:
+            continue
+        r = rank - depth
+        ok = r >= 0
+        rel = np.full(len(calls), np.nan)
+        rel[ok] = ends[r[ok]]
+        full = ok & (rel > c_start[calls]) & (c_end[calls] >= rel) & (c_end[calls] - rel <= QUEUE_FIT_NS)
+        if depth >= MIN_QUEUE_DEPTH and full.sum() >= 3:
+            best = max(best, depth)
+            release[calls[full]] = rel[full]
+            wakes.append(c_end[calls[full]] - rel[full])
+        else:
+            fits.append(depth + 1)  # never filled: deeper than the most seen outstanding
+    depth = best or max([DEFAULT_QUEUE_DEPTH] + fits)
+    wake = float(np.median(np.concatenate(wakes))) if wakes else 8_000.0
+    return depth, wake, release
 
 
 def _pageable_ops(trace, ops: pd.DataFrame, g_kind: np.ndarray) -> np.ndarray:
@@ -361,8 +454,10 @@ def _median(x: np.ndarray, default: float) -> float:
 
 
 def _waits(trace, calls, names, codes, c_kind, c_start, c_end, g_call, g_start, g_end, g_stream,
-           dev, streams, ops, ops_ptr, ops_idx):
-    """Per call: what GPU work it waits for, its own CPU time and its wake-up delay."""
+           dev, streams, ops, ops_ptr, ops_idx, q_release=None):
+    """Per call: what GPU work it waits for, its own CPU time and its wake-up delay.
+    ``q_release``: for the calls that found the launch queue full, the end of the entry that let
+    them return (launch_queue); their own time is what the call costs when it does not wait."""
     n = len(c_start)
     dur = (c_end - c_start).astype(np.float64)
     wait = np.zeros(n, dtype=np.int8)
@@ -440,9 +535,11 @@ def _waits(trace, calls, names, codes, c_kind, c_start, c_end, g_call, g_start, 
 
     # Calls of other kinds that measured far longer than usual and returned right after a GPU
     # operation ended: a full launch queue, an allocation that synchronised.
-    med = pd.Series(dur).groupby(codes).median().to_numpy() if n else np.zeros(0)
-    long = (wait == int(Wait.NONE)) & (dur > np.maximum(BLOCKED_FACTOR * med[codes], BLOCKED_MIN_NS)) \
-        if n else np.zeros(0, bool)
+    queued = ~np.isnan(q_release) if q_release is not None else np.zeros(n, bool)
+    med = pd.Series(np.where(queued, np.nan, dur)).groupby(codes).median().to_numpy() if n else np.zeros(0)
+    med = np.where(np.isnan(med), 0.0, med)
+    long = (wait == int(Wait.NONE)) & ~queued & \
+        (dur > np.maximum(BLOCKED_FACTOR * med[codes], BLOCKED_MIN_NS)) if n else np.zeros(0, bool)
     if long.any() and len(g_end):
         eo = np.argsort(g_end, kind="stable")
         ends = g_end[eo]
@@ -457,10 +554,10 @@ def _waits(trace, calls, names, codes, c_kind, c_start, c_end, g_call, g_start, 
     wake_obs = c_end - awaited
     wake_med = _median(wake_obs[blocked & (wake_obs >= 0)], DEFAULT_WAKE_NS)
     # Own CPU time of a call that waited: what the same API costs when it does not wait.
-    unblocked_med = pd.Series(np.where(blocked, np.nan, dur)).groupby(codes).median()
+    unblocked_med = pd.Series(np.where(blocked | queued, np.nan, dur)).groupby(codes).median()
     base = unblocked_med.reindex(np.arange(len(names))).to_numpy()[codes] if n else np.zeros(0)
     base = np.where(np.isnan(base), np.minimum(dur, DEFAULT_WAKE_NS), base)
-    own = np.where(blocked, np.minimum(dur, base), dur)
+    own = np.where(blocked | queued, np.minimum(dur, base), dur)
     wake = np.where(blocked, np.maximum(wake_obs, 0.0),
                     np.clip(np.where(np.isfinite(wake_obs), c_end - awaited, wake_med), 0.0, wake_med))
     wake = np.where(wait == int(Wait.NONE), 0.0, wake)

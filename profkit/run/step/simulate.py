@@ -3,7 +3,8 @@
 Calls run one after the other on the CPU chain, in the order they ran; a GPU operation starts
 when its launch call has issued it, its stream's previous operation is done and any operation of
 another stream it waits for is done; a call that consumes what other processes prepare (a
-DataLoader's workers, ``c_ready``) starts no earlier than they have it ready. ``host`` scales
+DataLoader's workers, ``c_ready``) starts no earlier than they have it ready; a call that puts
+work on the GPU returns no earlier than the launch queue has a slot for it. ``host`` scales
 every CPU duration (the gaps between calls and the calls' own time): the calibration finds the
 scale at which the replay runs as fast as the program without a profiler. Replaying the unmodified graph with ``host=1`` reproduces the trace.
 """
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from profkit.run.step.graph import StepGraph, Wait
+from profkit.run.step.graph import StepGraph, Wait, queue_entries
 
 # How a node's start (GPU) or end (call) was bound, for the critical path.
 BY_LAUNCH, BY_STREAM, BY_DEP, BY_FIXED = 0, 1, 2, 3
@@ -61,7 +62,15 @@ def simulate(g: StepGraph, host: float = 1.0) -> Schedule:
     last_end = [-np.inf] * n_streams
     last_op = [-1] * n_streams
     dev_of = [s[0] for s in g.streams] or [0]
-    for op in np.flatnonzero(g.g_call < 0):  # work already on the GPU when the window opens
+    # Work already queued when the window opens: the first of each stream starts when it did,
+    # the others back to back after it as they ran, each at its (possibly edited) duration. A
+    # GPU-bound step's full launch queue holds several iterations of it.
+    dur0 = np.where(g.g_host_paced, g.g_dur * host, g.g_dur)
+    for op in np.flatnonzero(g.g_call < 0):  # in stream order
+        pv = int(g.g_prev[op])
+        if pv >= 0 and g.g_call[pv] < 0:
+            g_start[op] = g_end[pv] + g.g_qgap[op]
+        g_end[op] = g_start[op] + dur0[op]
         s = int(g.g_stream[op])
         if g_end[op] > last_end[s]:
             last_end[s], last_op[s] = float(g_end[op]), int(op)
@@ -89,6 +98,16 @@ def simulate(g: StepGraph, host: float = 1.0) -> Schedule:
     anchor = float(g.c_start[0]) if n else 0.0
     offset = (g.c_start - (g.c_start[0] if n else 0)).astype(np.float64).tolist()
     WS, WD, WO = int(Wait.STREAM), int(Wait.DEVICE), int(Wait.OP)
+    # The launch queue, per device: the operation whose end frees each entry, in queued order.
+    entries = queue_entries(g.c_queue if g.c_queue is not None else np.diff(g.ops_ptr) > 0,
+                            g.ops_ptr, g.ops_idx, g.g_call, g.g_start, g.g_dev)
+    q_ops = {d: e[0][e[1] < 0].tolist() for d, e in entries.items()}  # already queued: pre-window
+    q_dev = np.full(n, -1, dtype=np.int64)
+    for d, (ops_, calls_) in entries.items():
+        q_dev[calls_[calls_ >= 0]] = d
+    q_dev = q_dev.tolist()
+    last_of = [idx[ptr[i + 1] - 1] if ptr[i + 1] > ptr[i] else -1 for i in range(n)]
+    depth, q_wake = int(g.queue_depth), float(g.queue_wake_ns)
     ready = None
     if g.c_ready is not None:
         ready = np.where(np.isnan(g.c_ready), -np.inf, anchor + g.c_ready * host).tolist()
@@ -98,9 +117,17 @@ def simulate(g: StepGraph, host: float = 1.0) -> Schedule:
         if ready is not None and ready[i] > t:
             t = ready[i]
         cs[i] = t
+        q_rel, q_ref = -np.inf, -1
+        qd = q_dev[i]
+        if qd >= 0:
+            q = q_ops[qd]
+            if len(q) >= depth:  # the queue is full: wait for the entry `depth` places back
+                q_ref = q[len(q) - depth]
+                q_rel = ge[q_ref] + q_wake
+        issue = t if q_rel <= t else q_rel
         for k in range(ptr[i], ptr[i + 1]):
             op = idx[k]
-            s = t + lat[op]
+            s = issue + lat[op]
             by = BY_LAUNCH
             pv = prev[op]
             if pv >= 0:
@@ -119,7 +146,13 @@ def simulate(g: StepGraph, host: float = 1.0) -> Schedule:
             st = stream[op]
             if e > last_end[st]:
                 last_end[st], last_op[st] = e, op
+        if qd >= 0:
+            q_ops[qd].append(last_of[i])
         e = t + own[i]
+        if q_rel > e:
+            e = q_rel
+            c_end_by[i] = BY_WAIT
+            c_waited[i] = q_ref
         w = wait[i]
         if w:
             if w == WS:
@@ -144,21 +177,23 @@ def simulate(g: StepGraph, host: float = 1.0) -> Schedule:
     g_start = np.asarray(gs)
     g_end = np.asarray(ge)
     g_by = np.asarray(gb, dtype=np.int8)
-    starts, end = _starts(g, c_start, c_end, g_start, g_end)
+    starts, end = _starts(g, c_start, c_end, g_start, g_end, host)
     periods = np.diff(np.append(starts, end))
     return Schedule(c_start, c_end, c_end_by, c_waited, g_start, g_end, g_by, periods, starts, end,
                     host)
 
 
-def _starts(g: StepGraph, c_start, c_end, g_start, g_end) -> tuple[np.ndarray, float]:
+def _starts(g: StepGraph, c_start, c_end, g_start, g_end, host: float) -> tuple[np.ndarray, float]:
     """Each iteration's start and the window's end, as the window defines its periods: from the
     first GPU start of the work launched in an iteration to the next one's (GPU-side), or from
     call to call (CPU-side)."""
     n = g.n_calls
-    tail = float(g.end_ns) - max(float(g.c_end[-1]) if n else -np.inf,
-                                 float(g.g_end.max()) if g.n_ops else -np.inf)
     end = max(float(c_end[-1]) if n else -np.inf, float(g_end.max()) if g.n_ops else -np.inf)
-    end = end + max(tail, 0.0) if np.isfinite(end) else float(g.end_ns)
+    # The CPU time after the last call (the next iteration's preparation) runs at the host's
+    # pace, and no earlier than the workers have the next batch ready.
+    end = end + g.tail_ns * host if np.isfinite(end) else float(g.end_ns)
+    if not np.isnan(g.tail_ready) and n:
+        end = max(end, float(g.c_start[0]) + g.tail_ready * host)
     bounds = g.iter_call
     k = len(bounds) - 1
     if k <= 0 or n == 0:

@@ -60,6 +60,8 @@ def remove_calls(g: StepGraph, calls: np.ndarray, dispatch_gap_ns: float = DISPA
     out.c_own[sel] = 0.0
     out.c_wait[sel] = int(Wait.NONE)
     out.c_wake[sel] = 0.0
+    if out.c_queue is not None:
+        out.c_queue[sel] = False  # a call that is not made takes no slot of the launch queue
     short = sel & (out.c_gap < dispatch_gap_ns)
     out.c_gap[short] = 0.0
     return out
@@ -139,19 +141,25 @@ def pin_copies(g: StepGraph, ops: np.ndarray, bytes_: np.ndarray,
     return out
 
 
-def load_in_workers(g: StepGraph, calls: np.ndarray, workers: float) -> StepGraph:
+def load_in_workers(g: StepGraph, calls: np.ndarray, workers: float, tail: bool = False) -> StepGraph:
     """The CPU time before the selected calls (one batch's loading each, in program order) is
     done by ``workers`` processes beside the main one: the main process's gap goes, and the call
     waits until the workers have produced that batch. They share the loading evenly and start
     with the window (no batches prefetched before it), so the k-th batch is ready once the
     loading of the first k batches, divided by ``workers``, is done: the step runs at the pace
-    of the slower of the main process and the workers."""
+    of the slower of the main process and the workers. ``tail``: the CPU time after the
+    window's last call is the next batch's loading too (a loop that prepares each batch after
+    the step before it), and goes to the workers the same way."""
     out = g.copy()
     sel = np.sort(np.asarray(calls, dtype=np.int64))
     ready = np.full(g.n_calls, np.nan) if g.c_ready is None else g.c_ready.copy()
-    ready[sel] = np.cumsum(g.c_gap[sel]) / max(workers, 1e-9)
+    done = np.cumsum(g.c_gap[sel]) / max(workers, 1e-9)
+    ready[sel] = done
     out.c_gap[sel] = 0.0
     out.c_ready = ready
+    if tail:
+        out.tail_ready = (float(done[-1]) if len(done) else 0.0) + g.tail_ns / max(workers, 1e-9)
+        out.tail_ns = 0.0
     return out
 
 
@@ -208,6 +216,9 @@ def cuda_graph(g: StepGraph, calls: np.ndarray, whole_step: bool = False,
     per_it_nodes = np.bincount(it, weights=nodes[launches], minlength=len(g.iter_call)) if launches.any() else np.zeros(0)
     for f, k in zip(firsts, np.unique(it)):
         out.c_own[f] = GRAPH_LAUNCH_NS + GRAPH_NODE_NS * float(per_it_nodes[k])
+    if out.c_queue is not None:  # the graph launch takes one slot of the launch queue
+        out.c_queue[launches] = False
+        out.c_queue[firsts] = True
     # Operations of the region: back to back on the GPU.
     ops = g.ops_idx[np.repeat(launches, np.diff(g.ops_ptr))]  # the launches' operations, in order
     if len(ops):

@@ -110,8 +110,30 @@ class Profile:
     def pricing_host(self) -> float:
         """The CPU scale fixes are priced at: the program without a profiler (calibrated), or no
         CPU at all when gains are judged on GPU time (``gains="gpu"``: kernel benchmarks)."""
+        if self.__dict__.get("_host_override") is not None:
+            return self.__dict__["_host_override"]
         model = self.step_model()
         return 0.0 if self.gains == "gpu" else (model.host if model else 1.0)
+
+    def findings_at(self, unprofiled_iteration_ns: float) -> tuple[list, float]:
+        """Every rule's findings priced for the program as it ran in another unprofiled run, whose
+        median iteration was ``unprofiled_iteration_ns`` (the same program timed on another
+        machine, or another day): the step model is calibrated to it as to the capture's own
+        calibration run, and the rules price at that CPU scale. Returns (findings, CPU scale);
+        the profile's own findings are left as they are."""
+        from profkit.run.step.calibrate import estimated_host, fit_host
+        model = self.step_model()
+        self.run()
+        if model is None or self.gains == "gpu":
+            return self.findings(), self.pricing_host
+        host, _ = fit_host(lambda h: model.simulate(host=h), float(unprofiled_iteration_ns),
+                           min(model.host, estimated_host(model.graph)) if model.calibration.source
+                           == "measured" else model.host)
+        self.__dict__["_host_override"] = host
+        try:
+            return rules.evaluate(self, self._run), host
+        finally:
+            self.__dict__["_host_override"] = None
 
     def combined_actions(self) -> list[dict]:
         """The top findings priced together by the step model (profkit.judge.combine): every pair

@@ -218,3 +218,29 @@ def test_tf32_leaves_fused_fp32_attention_to_pk301():
     assert f.kernels and not any(FLASH_RE.search(n) for n in f.kernels)
     # bf16 autocast adds its casts' CPU (37 us a GEMM): the CPU now bounds this step in bf16.
     assert 1.0 < f.evidence["bf16_speedup"] < 2 * f.expected_end_to_end_speedup
+
+
+def test_findings_at_another_unprofiled_run_recalibrate_the_cpu():
+    p = _load(str(ROOT / "traces" / "corpus" / "sync_loop.sqlite.xz"))  # host-bound
+    m = p.step_model()
+    own = {f.code: f.expected_end_to_end_speedup for f in p.findings()}
+    same, h = p.findings_at(m.calibration.unprofiled_iteration_ns)
+    assert abs(h / m.host - 1) < 0.05
+    assert all(abs(f.expected_end_to_end_speedup / own[f.code] - 1) < 0.03 for f in same)
+    slower, h2 = p.findings_at(1.3 * m.calibration.unprofiled_iteration_ns)
+    assert h2 > 1.2 * m.host
+    assert abs(m.simulate(host=h2).iteration_ns / (1.3 * m.calibration.unprofiled_iteration_ns) - 1) < 0.02
+    # The profile's own findings and pricing scale are left as they were.
+    assert {f.code: f.expected_end_to_end_speedup for f in p.findings()} == own and p.pricing_host == m.host
+
+
+def test_values_read_in_a_loop_are_computed_together():
+    m = model("vit_grad_norms")  # one .item() per parameter's gradient norm
+    g = m.graph
+    calls = T.sync_calls(g)
+    its = len(g.iter_call) - 1
+    plain, batched = T.remove_syncs(g, calls), T.remove_syncs(g, calls, calls)
+    gone = (batched.c_own == 0) & (plain.c_own > 0)
+    assert gone.sum() / its >= 100  # the per-parameter norm launches, one kernel left an iteration
+    assert np.isclose(batched.g_dur.sum(), plain.g_dur.sum(), rtol=0.01)  # the same GPU work
+    assert m.simulate(batched).mean_iteration_ns < m.simulate(plain).mean_iteration_ns

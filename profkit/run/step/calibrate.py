@@ -107,6 +107,33 @@ def calibrate(graph: StepGraph, meta_text: Optional[str] = None,
                            "taken off the CPU time"), s
     target = float(np.median(target_periods))
     cache: dict[float, Schedule] = {1.0: at1}
+    h, unreachable = fit_host(sim, target, prior, cache)
+
+    def f(x: float) -> float:
+        if x not in cache:
+            cache[x] = sim(x)
+        return cache[x].iteration_ns
+
+    detail = (f"median of {len(target_periods)} iterations of `{graph.window.delimiter}` timed "
+              "without a profiler")
+    miss = f(h) / target - 1
+    if unreachable:
+        detail += (f"; the GPU sets the pace with and without the profiler ({miss:+.1%} left that a "
+                   f"faster CPU cannot take off): the CPU scale {h:.2f} is the largest at which the "
+                   "replay comes closest, at most the per-call estimate")
+    elif abs(miss) > 0.05:
+        detail += (f"; the replay cannot reach it by scaling the CPU alone ({miss:+.0%} left: the "
+                   "GPU side also ran at another speed, or the run varied)")
+    return Calibration("measured", h, profiled, at1.iteration_ns, target, f(h), detail,
+                       len(target_periods)), cache[h]
+
+
+def fit_host(sim: Callable[[float], Schedule], target: float, prior: float,
+             cache: Optional[dict] = None) -> tuple[float, bool]:
+    """The CPU scale at which the replay ``sim`` runs an iteration in ``target`` ns (bisection
+    from ``prior``), and whether the target is out of reach (the GPU sets the pace: then the
+    largest scale within TOLERANCE of the replay's floor, at most ``prior``)."""
+    cache = {} if cache is None else cache
 
     def f(h: float) -> float:
         if h not in cache:
@@ -141,18 +168,7 @@ def calibrate(graph: StepGraph, meta_text: Optional[str] = None,
             if abs(f(mid) / target - 1) <= TOLERANCE:
                 break
         h = min((lo, hi, mid), key=lambda x: abs(f(x) / target - 1))
-    detail = (f"median of {len(target_periods)} iterations of `{graph.window.delimiter}` timed "
-              "without a profiler")
-    miss = f(h) / target - 1
-    if unreachable:
-        detail += (f"; the GPU sets the pace with and without the profiler ({miss:+.1%} left that a "
-                   f"faster CPU cannot take off): the CPU scale {h:.2f} is the largest at which the "
-                   "replay comes closest, at most the per-call estimate")
-    elif abs(miss) > 0.05:
-        detail += (f"; the replay cannot reach it by scaling the CPU alone ({miss:+.0%} left: the "
-                   "GPU side also ran at another speed, or the run varied)")
-    return Calibration("measured", h, profiled, at1.iteration_ns, target, f(h), detail,
-                       len(target_periods)), cache[h]
+    return h, unreachable
 
 
 def estimated_host(graph: StepGraph) -> float:

@@ -36,8 +36,10 @@ GRAPH_NODE_GAP_NS = 500.0
 GRAPH_LAUNCH_NS = 10_000.0
 GRAPH_NODE_NS = 100.0
 # Pinned host<->device bandwidth of an H200's PCIe Gen5 x16 link when the trace has no pinned
-# copy of its own to measure it from.
-PINNED_BYTES_PER_S = 25e9
+# copy of its own to measure it from: 55 GB/s measured for 19 MB host-to-device copies from
+# pinned memory (traces/corpus_fixed/resnet18_pageable__pinned, 2026-12-02); the same copies
+# from pageable memory ran at 7.4-7.7 GB/s.
+PINNED_BYTES_PER_S = 55e9
 
 
 def drop_waits(g: StepGraph, calls: np.ndarray) -> StepGraph:
@@ -234,21 +236,49 @@ def ops_named(g: StepGraph, names) -> np.ndarray:
     return np.flatnonzero(hit[g.g_name] & (g.g_call >= 0)) if len(hit) else np.empty(0, np.int64)
 
 
-def remove_syncs(g: StepGraph, calls: np.ndarray) -> StepGraph:
+def remove_syncs(g: StepGraph, calls: np.ndarray, batch: Optional[np.ndarray] = None) -> StepGraph:
     """The values the selected sync calls waited for stay on the GPU: each call goes (its CPU
     time, its wait, the dispatch before it), and so does the device-to-host copy that fetched
     the value (``.item()`` is a copy call, then a stream sync, on the same thread): the copy's
-    call, its dispatch and its GPU operation. The Python around them stays."""
+    call, its dispatch and its GPU operation. The Python around them stays.
+
+    ``batch``: among them, calls whose values are computed one by one in a loop (one per
+    parameter, per layer) and then kept together on the GPU (``torch._foreach_norm`` and
+    ``torch.stack``): the kernel launched right before each of their copies joins the others of
+    its iteration in one kernel (their time summed), the other launches and their dispatch gone."""
     sel = np.zeros(g.n_calls, dtype=bool)
     sel[np.asarray(calls, dtype=np.int64)] = True
     is_copy = g.c_kind == int(CallKind.COPY)
     after_copy = sel & (g.c_kind == int(CallKind.SYNC)) & _right_after(g, is_copy)
     copies = sel & is_copy
     copies[g.c_pred[after_copy]] = True
+    out = g
+    if batch is not None and len(batch):
+        out = _batch_producers(g, copies, np.asarray(batch, dtype=np.int64))
     ops = g.ops_idx[np.repeat(copies, np.diff(g.ops_ptr))]  # the copies' operations
     ops = ops[_device_to_host(g)[g.g_name[ops]]] if len(ops) else ops
-    out = scale_ops(g, ops, np.inf, drop_launches=True) if len(ops) else g
+    out = scale_ops(out, ops, np.inf, drop_launches=True) if len(ops) else out
     return remove_calls(out, np.flatnonzero(sel))
+
+
+def _batch_producers(g: StepGraph, copies: np.ndarray, batch: np.ndarray) -> StepGraph:
+    """The kernels launched right before the copies that fetch the ``batch`` syncs' values, one
+    fused kernel per iteration (replace_ops)."""
+    # The copy that fetched each batched value: the sync's predecessor, or the call itself.
+    fetch = np.where(g.c_kind[batch] == int(CallKind.SYNC), g.c_pred[batch], batch)
+    fetch = fetch[(fetch >= 0) & copies[np.maximum(fetch, 0)]]
+    prod = g.c_pred[fetch]
+    prod = np.unique(prod[(prod >= 0) & (g.c_kind[np.maximum(prod, 0)] == int(CallKind.LAUNCH))])
+    if len(prod) < 2:
+        return g
+    it = np.searchsorted(g.iter_call, prod, side="right") - 1
+    groups, ns = [], []
+    for k in np.unique(it):
+        ops = np.concatenate([g.ops_idx[g.ops_ptr[c]:g.ops_ptr[c + 1]] for c in prod[it == k]])
+        if len(ops) >= 2:
+            groups.append(ops)
+            ns.append(float(g.g_dur[ops].sum()))
+    return replace_ops(g, groups, np.asarray(ns)) if groups else g
 
 
 def _right_after(g: StepGraph, mask: np.ndarray) -> np.ndarray:

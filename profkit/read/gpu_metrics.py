@@ -92,7 +92,6 @@ def _union(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     new = np.empty(len(s), dtype=bool)
     new[:1] = True
     new[1:] = s[1:] > reach[:-1]
-    grp = np.cumsum(new) - 1
     return s[new], np.maximum.reduceat(e, np.flatnonzero(new)) if len(s) else e
 
 

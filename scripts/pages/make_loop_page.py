@@ -11,7 +11,6 @@ the rule) are written by a person after looking at the numbers; everything else 
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path

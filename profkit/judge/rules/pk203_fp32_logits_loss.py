@@ -48,7 +48,6 @@ def detect(ctx: RuleContext) -> list[Finding]:
         return []
     total = float(rows["total_ns"].sum())
     crit = float(rows["critical_ns"].sum()) / total if total else 0.0
-    saved = total * (1.0 - 1.0 / OP_GAIN)
     ev = {"log_softmax_kernel_ns": int(total), "median_call_ns": int(rows["median_ns"].max()),
           "critical_share": round(crit, 3)}
     shapes = [sz[0] for sz in ctx.aten_sizes("aten::_log_softmax") if sz and len(sz[0]) == 2]

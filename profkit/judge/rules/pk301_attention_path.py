@@ -61,7 +61,6 @@ def _fp32_flash(ctx: RuleContext, names) -> list[Finding]:
         return []
     rows = k.loc[fp32]
     total = float(rows["total_ns"].sum())
-    crit = float(rows["critical_ns"].sum()) / total if total else 0.0
     g, basis = ctx.price_ops(ctx.acts_named(fp32), 2.0, f"fp32 attention {ctx.per_iteration(total)} / 2 "
                              "(half the bytes per element)", cap=2.0)
     return [Finding(RULE.code, RULE.name,
@@ -115,7 +114,6 @@ def detect(ctx: RuleContext) -> list[Finding]:
     glue, after, a = _glue(ctx, set(soft.index))
     dur = a["dur"].to_numpy(np.float64)
     saved = float(dur[glue].sum())
-    share = float((dur * a["critical"].to_numpy(np.float64))[glue].sum() / saved) if saved else 0.0
     # The CPU's side: the removed launches (the glue, and one of each GEMM pair) and the short
     # host gaps before them, as PK403 counts them; on a host-bound step this is what shortens it.
     removed = glue | after

@@ -24,7 +24,7 @@ import numpy as np
 
 from profkit.run.step.graph import CallKind, StepGraph, Wait
 from profkit.run.step.simulate import BY_DEP, BY_FIXED, BY_LAUNCH, BY_STREAM, BY_WAIT, Schedule
-from profkit.run.summary import DATA_RE, FAMILIES
+from profkit.run.summary import DATA_RE
 
 GPU_KINDS = {0: "gpu:compute", 1: "gpu:memory", 2: "gpu:launch", 3: "nccl"}
 CALL_KIND_LABEL = {CallKind.LAUNCH: "cpu:launch", CallKind.GRAPH_LAUNCH: "cpu:launch",

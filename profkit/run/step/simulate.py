@@ -97,7 +97,7 @@ def simulate(g: StepGraph, host: float = 1.0) -> Schedule:
     ce = [0.0] * n
     anchor = float(g.c_start[0]) if n else 0.0
     offset = (g.c_start - (g.c_start[0] if n else 0)).astype(np.float64).tolist()
-    WS, WD, WO = int(Wait.STREAM), int(Wait.DEVICE), int(Wait.OP)
+    WS, WD = int(Wait.STREAM), int(Wait.DEVICE)
     # The launch queue, per device: the operation whose end frees each entry, in queued order.
     entries = queue_entries(g.c_queue if g.c_queue is not None else np.diff(g.ops_ptr) > 0,
                             g.ops_ptr, g.ops_idx, g.g_call, g.g_start, g.g_dev)

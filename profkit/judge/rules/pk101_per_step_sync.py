@@ -84,7 +84,10 @@ def detect(ctx: RuleContext) -> list[Finding]:
     if gain >= 1.02:
         return [Finding(RULE.code, RULE.name,
                         f"remove the per-step synchronisation in {names}: keep the values on the GPU "
-                        "and read them every N steps (or branch on the GPU with torch.where)",
+                        "and read them every N steps (or branch on the GPU with torch.where)"
+                        + (f"; the values read one by one in {', '.join(loops[:2])}: compute them "
+                           "together (torch._foreach_norm, torch.stack) and read them once"
+                           if loops else ""),
                         Rung.LIBRARY, ev, gain, basis, gain)]
     # CPU-paced: the sync is not what the step waits on. The expectation is no gain.
     return [Finding(RULE.code, RULE.name,

@@ -392,6 +392,24 @@ PROGRAMS: list[dict] = [
         },
     },
     {
+        # Added after PK302's bf16 pricing (autocast's casts, attention) was last changed: a model
+        # it was not built on, captured and timed in one allocation.
+        "name": "vit_fp32_infer", "script": f"{W}/w_vit_fp32_infer.py", "args": [],
+        "capture_args": ["--steps", "20"],
+        "step_range": "infer", "kind": "inference",
+        "fixes": {
+            "tf32": {"args": ["--fix", "tf32"], "pays": True,
+                     "what": "torch.set_float32_matmul_precision('high')"},
+            "bf16_autocast": {"args": ["--fix", "bf16_autocast"], "pays": True,
+                              "what": "forward under torch.autocast(bfloat16)"},
+        },
+        "expect": {
+            "baseline": "torchvision ViT-B/16 fp32, batch 64 at 224 px: fp32 GEMMs on the CUDA cores, GPU-bound",
+            "tf32": "pays: the GEMMs on the tensor cores",
+            "bf16_autocast": "pays: bf16 GEMMs and attention, with autocast's casts on the CPU",
+        },
+    },
+    {
         # Not in the corpus: a CUDA graph per padded length (empty_cache kept), PK103's top action
         # here. Captured as a user would (torch.cuda.graph around model(input_ids=...)),
         # transformers 5.17 took its fp32 eager attention path under capture instead of SDPA's
@@ -721,6 +739,7 @@ FIX_RULES = {
     ("gpt2_fp32_train", "tf32"): ("PK302", None), ("gpt2_fp32_train", "bf16_autocast"): ("PK302", "bf16_speedup"),
     ("gpt2_fp32_train", "fused_adamw"): ("PK201", None),
     ("sync_loop", "no_sync"): ("PK101", None),
+    ("vit_fp32_infer", "tf32"): ("PK302", None), ("vit_fp32_infer", "bf16_autocast"): ("PK302", "bf16_speedup"),
 }
 MEASURED = ROOT / "analyses" / "data" / "whatif" / "measured_h200.json"
 PAGE = ROOT / "analyses" / "whatif.md"

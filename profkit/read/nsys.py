@@ -20,6 +20,7 @@ import pandas as pd
 from profkit.read import compressed, livefile
 from profkit.errors import NoGpuActivityError, TraceError
 from profkit.read.peaks import GpuInfo
+from profkit.read.runtime import COLUMNS as RUNTIME_COLUMNS, RuntimeCalls
 from profkit.read.text import as_text, visible
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -173,6 +174,32 @@ def per_name(names, fn) -> np.ndarray:
     return values[codes]
 
 
+_LAST_INT = re.compile(rb"-?[0-9]+")
+
+
+def _parse_ints(text: object, n: int) -> Optional[np.ndarray]:
+    """The ``n`` integers of a comma-separated ``group_concat`` text, or None when it holds
+    anything else (an empty item for a NULL, text, a real such as ``1.5``, a blob).
+
+    The checks are what make a wrong value impossible rather than unlikely: exactly ``n - 1``
+    commas give ``n`` items; numpy stops at the first item that is not an integer and returns
+    fewer values, except at the last item, which is checked whole. (A blob whose bytes spell an
+    integer in ASCII digits reads as that integer.)"""
+    if n == 0:
+        return np.empty(0, dtype=np.int64) if text is None else None
+    if isinstance(text, str):
+        text = text.encode("utf-8", errors="replace")
+    if not isinstance(text, bytes) or not text.isascii() or text.count(b",") != n - 1:
+        return None
+    if not _LAST_INT.fullmatch(text, text.rfind(b",") + 1):
+        return None
+    try:
+        values = np.fromstring(text, dtype=np.int64, sep=",")
+    except (ValueError, DeprecationWarning):  # DeprecationWarning: raised where warnings are errors
+        return None
+    return values if len(values) == n else None
+
+
 def match_names(names: pd.Series, pattern: "re.Pattern[str]") -> np.ndarray:
     """``pattern.match`` over a column of names, evaluated once per distinct name (per_name)."""
     return per_name(names, lambda n: bool(pattern.match(n))).astype(bool)
@@ -209,6 +236,9 @@ class TraceReader:
                              "export one with `nsys export --type sqlite`")
         self._strings: Optional[dict[int, str]] = None
         self.unclosed_ranges = 0
+        # The API table as activities() read it (profkit.read.runtime), or as a Trace hands it
+        # on: the API-call queries below answer from it instead of scanning the table again.
+        self.runtime: Optional[RuntimeCalls] = None
 
     def close(self) -> None:
         self.conn.close()
@@ -290,22 +320,32 @@ class TraceReader:
         return "NULL", False
 
     def int_columns(self, table: str, exprs: dict[str, str], where: str = "",
-                    chunk: int = 2_000_000) -> dict[str, np.ndarray]:
+                    chunk: int = 250_000) -> dict[str, np.ndarray]:
         """Integer columns of ``table`` as numpy arrays, without a Python object per value.
 
         SQLite concatenates each column into one text per chunk of rows and numpy parses it:
-        several times faster than fetching rows for million-row tables. NULLs must be mapped to
-        a sentinel by the caller (``coalesce(x, -1)``), since group_concat skips them. A value
-        that is not an integer (NULL, text, a real, a blob: a damaged export) is skipped too,
-        which the row count gives away; then :meth:`_bad_column` names the column in a
-        :class:`TraceError`.
+        several times faster than fetching rows for million-row tables. A value that is not an
+        integer (NULL, text, a real, a blob: a damaged export) makes :meth:`_bad_column` name
+        the column in a :class:`TraceError`; NULLs the caller accepts must be mapped to a
+        sentinel (``coalesce(x, -1)``).
         """
-        out: dict[str, list[np.ndarray]] = {k: [] for k in exprs}
-        sel = ", ".join(f"group_concat(CASE WHEN typeof({e}) = 'integer' THEN {e} END)"
-                        for e in exprs.values())
+        # NULL as an empty item, so that it cannot go unseen (group_concat skips NULLs). The
+        # type of each value is checked on the text (_parse_ints) rather than with typeof() in
+        # SQL, which cost a third of the query.
+        sel = ", ".join(f"group_concat(coalesce({e}, ''))" for e in exprs.values())
         lo, hi = self.conn.execute(f'SELECT min(rowid), max(rowid) FROM "{table}"').fetchone()
         if lo is None:
             return {k: np.empty(0, dtype=np.int64) for k in exprs}
+        # The texts as bytes, not decoded into a second copy (a chunk's are 100 MB and more).
+        self.conn.text_factory = bytes
+        try:
+            return self._int_chunks(table, exprs, sel, where, chunk, lo, hi)
+        finally:
+            self.conn.text_factory = _decode
+
+    def _int_chunks(self, table: str, exprs: dict[str, str], sel: str, where: str, chunk: int,
+                    lo: int, hi: int) -> dict[str, np.ndarray]:
+        out: dict[str, list[np.ndarray]] = {k: [] for k in exprs}
         cond = f" AND ({where})" if where else ""
         first = lo
         # A damaged b-tree can make the seeks below go backwards or never end: each chunk must
@@ -331,12 +371,12 @@ class TraceReader:
             first = nxt
             n = row[0]
             for key, text in zip(exprs, row[1:]):
-                values = (np.fromstring(text, dtype=np.int64, sep=",") if text
-                          else np.empty(0, dtype=np.int64))
-                if len(values) != n:
+                values = _parse_ints(text, n)
+                if values is None:
                     raise self._bad_column(table, exprs[key], where)
                 out[key].append(values)
-        return {k: (np.concatenate(v) if v else np.empty(0, dtype=np.int64)) for k, v in out.items()}
+        return {k: (v[0] if len(v) == 1 else np.concatenate(v) if v else np.empty(0, dtype=np.int64))
+                for k, v in out.items()}
 
     def _bad_column(self, table: str, expr: str, where: str = "") -> TraceError:
         """The one-line error for a column that holds something other than integers."""
@@ -376,16 +416,38 @@ class TraceReader:
         values = self._query(f'SELECT "{col}" AS v FROM "{table}" ORDER BY rowid')["v"]
         return col, values.map(lambda v: None if v is None else visible(v))
 
-    def _launch_calls(self, corr_sources: list[str]) -> pd.DataFrame:
-        """Runtime calls that launched GPU work: correlationId, pid key, globalTid, start, end."""
+    def runtime_calls(self) -> Optional[RuntimeCalls]:
+        """The whole API table as arrays (profkit.read.runtime), or None when it lacks a column
+        or holds anything but integers in one (then the queries read what they need)."""
+        t = self.runtime_table
+        if not t or not {"start", "end", "globalTid", "correlationId", "nameId"} <= columns_of(self.conn, t):
+            return None
+        try:
+            return RuntimeCalls(**self.int_columns(t, RUNTIME_COLUMNS))
+        except TraceError:
+            return None
+
+    def _launch_calls(self, corr_sources: list[str],
+                      correlation_ids: Optional[np.ndarray] = None) -> pd.DataFrame:
+        """Runtime calls that launched GPU work: correlationId, pid key, globalTid, start, end.
+
+        ``correlation_ids``: those of the activities read from ``corr_sources``, to select the
+        calls from ``self.runtime`` when it is there rather than join in SQL."""
         cols = ["correlationId", "pidkey", "globalTid", "api_start", "api_end"]
         if not self.runtime_table or not corr_sources:
             return pd.DataFrame({c: np.empty(0, dtype=np.int64) for c in cols})
-        union = " UNION ".join(f'SELECT correlationId FROM "{t}"' for t in corr_sources)
-        rt = self.int_columns(self.runtime_table, {
-            "correlationId": "a.correlationId", "pidkey": "a.globalTid >> 24",
-            "globalTid": "a.globalTid", "api_start": "a.start", "api_end": "a.end"},
-            where=f"a.correlationId IN ({union}) AND a.globalTid IS NOT NULL")
+        pos = (self.runtime.launches(correlation_ids)
+               if self.runtime is not None and correlation_ids is not None else None)
+        if pos is not None:
+            rc = self.runtime
+            rt = {"correlationId": rc.correlationId[pos], "pidkey": np.right_shift(rc.globalTid[pos], 24),
+                  "globalTid": rc.globalTid[pos], "api_start": rc.start[pos], "api_end": rc.end[pos]}
+        else:
+            union = " UNION ".join(f'SELECT correlationId FROM "{t}"' for t in corr_sources)
+            rt = self.int_columns(self.runtime_table, {
+                "correlationId": "a.correlationId", "pidkey": "a.globalTid >> 24",
+                "globalTid": "a.globalTid", "api_start": "a.start", "api_end": "a.end"},
+                where=f"a.correlationId IN ({union}) AND a.globalTid IS NOT NULL")
         df = pd.DataFrame(rt, columns=cols)
         self.check_timestamps(self.runtime_table, df.rename(columns={"api_start": "start", "api_end": "end"}))
         return df
@@ -397,28 +459,28 @@ class TraceReader:
         memcpy/memset; ``name`` is the demangled kernel name (as ``nsys stats`` shows it) or
         ``[CUDA memcpy Host-to-Device]``-style names for copies. A GPU activity is tied to its
         launch call by correlationId within the same process (the bits of globalTid/globalPid
-        above the 24-bit thread id).
+        above the 24-bit thread id). The API table read on the way is kept in ``self.runtime``.
         """
         sources = [t for t in (self.kernel_table, self.memcpy_table, self.memset_table) if t]
-        # The launch-call scan is the slowest query; SQLite releases the GIL, so it runs on its
-        # own connection in a thread while the activity tables are read here.
+        # The API table is the largest read; SQLite releases the GIL, so it runs on its own
+        # connection in a thread while the activity tables are read here.
         pool = ThreadPoolExecutor(max_workers=1)
 
-        def launch_calls() -> pd.DataFrame:
+        def runtime_calls() -> Optional[RuntimeCalls]:
             reader = TraceReader(self.path)
             try:
-                return reader._launch_calls(sources)
+                return reader.runtime_calls()
             finally:
                 reader.close()
 
-        calls_future = pool.submit(launch_calls)
+        runtime_future = pool.submit(runtime_calls)
         try:
-            return self._activities(sources, calls_future)
+            return self._activities(sources, runtime_future)
         finally:
             # Also when reading failed here: the thread must not outlive the call.
             pool.shutdown(wait=True)
 
-    def _activities(self, sources: list[str], calls_future: Future) -> pd.DataFrame:
+    def _activities(self, sources: list[str], runtime_future: Future) -> pd.DataFrame:
         frames = []
         strings = self.strings()
         base = {"start": "a.start", "end": "a.end", "deviceId": "a.deviceId",
@@ -486,7 +548,8 @@ class TraceReader:
                 f"{self.path}: no GPU activity (no kernel, memcpy or memset rows); profile with "
                 "`nsys profile -t cuda,nvtx` (or `profkit capture`) and make sure the script runs GPU work")
         acts = pd.concat(frames, ignore_index=True)
-        calls = calls_future.result()
+        self.runtime = runtime_future.result()
+        calls = self._launch_calls(sources, acts["correlationId"].to_numpy(np.int64))
         acts["pidkey"] = np.right_shift(acts["globalPid"].to_numpy(np.int64), 24)
         acts = acts.merge(calls, how="left", on=["correlationId", "pidkey"], sort=False)
         acts["graphNodeId"] = acts["graphNodeId"].where(acts["graphNodeId"] >= 0)
@@ -566,10 +629,16 @@ class TraceReader:
         if between is not None:
             where = " AND ".join(w for w in (where, f"a.start BETWEEN {int(between[0])} AND "
                                                     f"{int(between[1])}") if w)
-        df = pd.DataFrame(self.int_columns(self.runtime_table, {
-            "start": "a.start", "end": 'a."end"', "globalTid": "coalesce(a.globalTid, 0)",
-            "correlationId": "coalesce(a.correlationId, -1)", "nameId": "coalesce(a.nameId, -1)"},
-            where=where))
+        if self.runtime is not None:  # read already: select instead of scanning the table again
+            rc = self.runtime
+            pos = rc.select(name_ids, between)
+            df = pd.DataFrame({"start": rc.start[pos], "end": rc.end[pos], "globalTid": rc.globalTid[pos],
+                               "correlationId": rc.correlationId[pos], "nameId": rc.nameId[pos]})
+        else:
+            df = pd.DataFrame(self.int_columns(self.runtime_table, {
+                "start": "a.start", "end": 'a."end"', "globalTid": "coalesce(a.globalTid, 0)",
+                "correlationId": "coalesce(a.correlationId, -1)", "nameId": "coalesce(a.nameId, -1)"},
+                where=where))
         self.check_timestamps(self.runtime_table, df)
         df["name"] = _lookup(df["nameId"], self.strings(), len(df))
         # Millions of calls, a few hundred names: a categorical keeps memory and matching cheap.
@@ -580,6 +649,8 @@ class TraceReader:
         """First start and last end of the API calls (of one process: globalTid >> 24)."""
         if not self.runtime_table:
             return None
+        if self.runtime is not None:
+            return self.runtime.span(pid)
         cond, args = ("WHERE globalTid >> 24 = ?", (pid,)) if pid is not None else ("", ())
         row = self.conn.execute(f'SELECT min(start), max("end") FROM "{self.runtime_table}" {cond}',
                                 args).fetchone()

@@ -15,6 +15,7 @@ from profkit.errors import TraceError
 from profkit.read.ncu import read_ncu_metrics
 from profkit.read.peaks import GpuInfo
 from profkit.read.nsys import ExportInfo, TraceReader, damaged
+from profkit.read.runtime import RuntimeCalls
 
 # What SQLite and pandas raise on a file that is broken below what the reader checks (pages
 # that no longer decode, a schema that no longer parses).
@@ -47,6 +48,8 @@ class Trace:
         try:
             self.info: ExportInfo = self._reader.export_info()
             self.activities: pd.DataFrame = self._reader.activities()
+            # The API table, read with the activities: later API-call questions select from it.
+            self._runtime: Optional[RuntimeCalls] = self._reader.runtime
             self.gpus: dict[int, GpuInfo] = self._reader.gpus()
             self.ncu: pd.DataFrame = read_ncu_metrics(self._reader.conn)
         except READ_ERRORS as exc:
@@ -151,6 +154,7 @@ class Trace:
 
     def _read(self, fn):
         reader = TraceReader(self.path)
+        reader.runtime = self._runtime
         try:
             return fn(reader)
         except READ_ERRORS as exc:
@@ -233,8 +237,8 @@ class Trace:
         goes by its GPU start. Ranges and API calls go by their start.
         """
         view = object.__new__(Trace)
-        view.path, view.attribution, view.info, view.gpus, view.ncu = (
-            self.path, self.attribution, self.info, self.gpus, self.ncu)
+        view.path, view.attribution, view.info, view.gpus, view.ncu, view._runtime = (
+            self.path, self.attribution, self.info, self.gpus, self.ncu, self._runtime)
         if "strings" in self.__dict__:
             view.__dict__["strings"] = self.strings
         a = self.activities

@@ -54,7 +54,8 @@ class Profile:
         if gains not in ("wall", "gpu"):
             raise ProfkitError(f"unknown gains frame {gains!r}: use wall or gpu")
         self.gains = gains
-        self.full_trace = Trace(path, attribution=attribution)
+        # The window, run summary and op table all read the NVTX ranges: read them at once.
+        self.full_trace = Trace(path, attribution=attribution, ranges_now=True)
         self.window: Window = find_window(self.full_trace, window)
         self.trace = (self.full_trace if self.window.is_all else
                       self.full_trace.windowed(self.window.start_ns, self.window.end_ns))

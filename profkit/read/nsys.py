@@ -333,7 +333,10 @@ class TraceReader:
         # type of each value is checked on the text (_parse_ints) rather than with typeof() in
         # SQL, which cost a third of the query.
         sel = ", ".join(f"group_concat(coalesce({e}, ''))" for e in exprs.values())
-        lo, hi = self.conn.execute(f'SELECT min(rowid), max(rowid) FROM "{table}"').fetchone()
+        # Two queries: SQLite finds a min() or a max() of the rowid in the b-tree alone, but
+        # scans the whole table for both at once.
+        lo = self.conn.execute(f'SELECT min(rowid) FROM "{table}"').fetchone()[0]
+        hi = self.conn.execute(f'SELECT max(rowid) FROM "{table}"').fetchone()[0]
         if lo is None:
             return {k: np.empty(0, dtype=np.int64) for k in exprs}
         # The texts as bytes, not decoded into a second copy (a chunk's are 100 MB and more).
@@ -350,22 +353,29 @@ class TraceReader:
         first = lo
         # A damaged b-tree can make the seeks below go backwards or never end: each chunk must
         # move forward, and there cannot be more chunks than the table's rows need.
-        chunks_left = self.conn.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0] // chunk + 2
+        rows = self.conn.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0]
+        chunks_left = rows // chunk + 2
+        # Rowids 1..n without a gap (as exports write them): the chunks' bounds are known without
+        # seeking them, which reads every page once more.
+        dense = rows == hi - lo + 1
         while first is not None:
             chunks_left -= 1
             if chunks_left < 0:
                 raise damaged(self.path, f"{table}: its rows cannot be read in order")
-            # Chunks of ``chunk`` existing rows, not of rowid values: a damaged file can hold
-            # rowids far apart (1 and 2**62), which a stride over the range would walk forever.
-            last = self.conn.execute(
-                f'SELECT rowid FROM "{table}" WHERE rowid >= ? ORDER BY rowid LIMIT 1 OFFSET ?',
-                (first, chunk - 1)).fetchone()
-            last = hi if last is None else last[0]
+            if dense:
+                last = min(first + chunk - 1, hi)
+            else:
+                # Chunks of ``chunk`` existing rows, not of rowid values: a damaged file can hold
+                # rowids far apart (1 and 2**62), which a stride over the range would walk forever.
+                last = self.conn.execute(
+                    f'SELECT rowid FROM "{table}" WHERE rowid >= ? ORDER BY rowid LIMIT 1 OFFSET ?',
+                    (first, chunk - 1)).fetchone()
+                last = hi if last is None else last[0]
             row = self.conn.execute(
                 f'SELECT count(*), {sel} FROM "{table}" AS a WHERE a.rowid BETWEEN ? AND ?{cond}',
                 (first, last)).fetchone()
-            nxt = self.conn.execute(f'SELECT min(rowid) FROM "{table}" WHERE rowid > ?',
-                                    (last,)).fetchone()[0]
+            nxt = (last + 1 if last < hi else None) if dense else self.conn.execute(
+                f'SELECT min(rowid) FROM "{table}" WHERE rowid > ?', (last,)).fetchone()[0]
             if last < first or (nxt is not None and nxt <= last):
                 raise damaged(self.path, f"{table}: its rows cannot be read in order")
             first = nxt

@@ -124,6 +124,21 @@ def top_level(ranges: pd.DataFrame) -> pd.DataFrame:
     return r[keep]
 
 
+def user_main_threads(trace) -> dict[int, int]:
+    """main_threads of the trace's user ranges, computed once per trace (the window, the run
+    summary and the step graph all ask)."""
+    if "_user_main_threads" not in trace.__dict__:
+        trace.__dict__["_user_main_threads"] = main_threads(trace.user_ranges)
+    return trace.__dict__["_user_main_threads"]
+
+
+def user_top_level(trace) -> pd.DataFrame:
+    """top_level of the trace's user ranges, computed once per trace; shared, so read-only."""
+    if "_user_top_level" not in trace.__dict__:
+        trace.__dict__["_user_top_level"] = top_level(trace.user_ranges)
+    return trace.__dict__["_user_top_level"]
+
+
 def _primary_pid(trace) -> Optional[int]:
     acts = trace.activities
     if acts.empty:
@@ -139,7 +154,7 @@ def _instances(trace, name: str) -> pd.DataFrame:
     if r.empty:
         raise ProfkitError(f"--window {name}: no NVTX range of that name in {trace.path}; "
                            "see the range names with `profkit classify --window all --by range`")
-    mains = main_threads(trace.user_ranges)
+    mains = user_main_threads(trace)
     pid = _primary_pid(trace)
     main = mains.get(pid) if pid is not None else None
     if main is not None and (r["globalTid"] == main).any():
@@ -236,10 +251,10 @@ def _nvtx_delimiter(trace) -> Optional[str]:
     user = trace.user_ranges
     if user.empty:
         return None
-    mains = main_threads(user)
+    mains = user_main_threads(trace)
     pid = _primary_pid(trace)
     main = mains.get(pid) if pid is not None else None
-    top = top_level(user)
+    top = user_top_level(trace)
     if main is not None:
         top = top[top["globalTid"] == main]
     top = top[loop_range_mask(top["name"])]

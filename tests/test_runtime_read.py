@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from profkit.read.nsys import TraceReader, _parse_ints
+from profkit.read.db import parse_ints
+from profkit.read.nsys import TraceReader
 from profkit.read.runtime import isin_ints
 from profkit.read.trace import Trace
 from profkit.run.summary import SYNC_OR_COPY_RE
@@ -35,7 +36,7 @@ TRACES = Path(__file__).resolve().parent.parent / "traces"
     ("1,\u00e9", 2, None),
 ])
 def test_parse_ints_takes_integers_only(text, n, expected):
-    got = _parse_ints(text, n)
+    got = parse_ints(text, n)
     if expected is None:
         assert got is None
     else:
@@ -112,3 +113,41 @@ def test_an_ambiguous_minus_one_falls_back_to_the_queries(tmp_path):
     acts = Trace(path).activities
     assert acts["api_start"].isna().tolist() == [False, True]
     assert acts["globalPid"].tolist() == [PID, PID]
+
+
+def test_a_prefetched_read_is_taken_once(tmp_path):
+    from profkit.read import runtime
+    path = tmp_path / "t.sqlite"
+    path.write_bytes(plain(TRACES / "micro_addnorm.sqlite.xz").read_bytes())
+    runtime.prefetch(path)
+    r = TraceReader(path)
+    try:
+        started = runtime._started.get(runtime._identity(path))
+        assert started is not None
+        taken = r.runtime_calls()
+        assert runtime.take_prefetched(path) is None  # taken once
+        again = r.runtime_calls()                      # read here
+    finally:
+        r.close()
+    assert started.done() and started.result() is taken
+    for col in ("start", "end", "globalTid", "correlationId", "nameId"):
+        assert (getattr(taken, col) == getattr(again, col)).all()
+
+
+def test_no_prefetch_for_a_compressed_or_missing_trace(tmp_path):
+    from profkit.read import runtime
+    runtime.prefetch(TRACES / "micro_addnorm.sqlite.xz")  # decompressed by the reader, once
+    runtime.prefetch(tmp_path / "missing.sqlite")
+    assert runtime.take_prefetched(TRACES / "micro_addnorm.sqlite.xz") is None
+    assert runtime.take_prefetched(tmp_path / "missing.sqlite") is None
+
+
+def test_the_command_line_imports_no_pandas_before_a_command_runs():
+    """profkit classify reads the API table while pandas and the analysis modules load: that
+    needs `import profkit.cli` to stay free of them."""
+    import subprocess
+    import sys
+    code = "import sys, profkit.cli; print(sorted({'pandas', 'numpy'} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parent.parent)
+    assert out.stdout.strip() == "[]"

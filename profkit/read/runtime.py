@@ -9,13 +9,24 @@ answering each question with a numpy mask, costs about as much as the first scan
 Only a table whose five columns hold integers everywhere is read this way (``None`` otherwise):
 the reader's queries then keep their own answer for damaged rows (a NULL thread id leaves a call
 out of the launches; a text start time is an error only where a question reads that row).
+
+The command line starts this read (``prefetch``) before it imports the analysis modules, which
+take about half a second: SQLite releases the GIL, so the two run side by side.
 """
 from __future__ import annotations
 
+import os
+import sqlite3
+import threading
+from concurrent.futures import Future
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Optional
 
 import numpy as np
+
+from profkit.errors import TraceError
+from profkit.read import compressed, db, livefile
 
 # The columns read, as int_columns expressions: no coalesce, so that a NULL anywhere makes the
 # read fail and the reader's queries answer instead.
@@ -89,3 +100,72 @@ class RuntimeCalls:
             mine = np.right_shift(self.globalTid, 24) == pid
             start, end = start[mine], end[mine]
         return (int(start.min()), int(end.max())) if len(start) else None
+
+
+def read_calls(conn: sqlite3.Connection, path: str) -> Optional[RuntimeCalls]:
+    """The whole API table of the open export ``conn`` as arrays, or None when the export has
+    none, lacks a column, or holds anything but integers in one (then the reader's queries read
+    what they need)."""
+    table = db.resolve_table(db.list_tables(conn), "CUPTI_ACTIVITY_KIND_RUNTIME")
+    if not table or not set(COLUMNS) <= db.columns_of(conn, table):
+        return None
+    try:
+        return RuntimeCalls(**db.int_columns(conn, path, table, COLUMNS))
+    except TraceError:
+        return None
+
+
+# Reads started by prefetch(), by the file's identity (path, device, inode, size, mtime).
+_started: dict[tuple, Future] = {}
+_lock = threading.Lock()
+
+
+def _identity(path: str | Path) -> Optional[tuple]:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (os.path.realpath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def prefetch(path: str | Path) -> None:
+    """Start reading the API table of the export at ``path`` in a background thread, for a
+    TraceReader of the same file to take (``take_prefetched``). Only for a plain export that no
+    one is writing: a compressed one is decompressed, and a crashed writer's is recovered, by
+    the reader itself, once."""
+    p = Path(path)
+    key = _identity(p)
+    try:
+        plain = key is not None and p.is_file() and not compressed.is_compressed(p) \
+            and livefile.writer_state(p)[0] == "none"
+    except OSError:
+        plain = False
+    if not plain:
+        return
+    with _lock:
+        if key in _started:
+            return
+        future: Future = Future()
+        _started[key] = future
+
+    def read() -> None:
+        try:
+            conn = db.open_readonly(p)
+            try:
+                future.set_result(read_calls(conn, str(path)))
+            finally:
+                conn.close()
+        except BaseException as exc:  # handed to the reader, which reads again and reports it
+            future.set_exception(exc)
+
+    # A daemon: a command that fails before reading the trace does not wait for it to finish.
+    threading.Thread(target=read, name="profkit-prefetch", daemon=True).start()
+
+
+def take_prefetched(path: str | Path) -> Optional[Future]:
+    """The read that ``prefetch`` started for this file (once), or None."""
+    key = _identity(path)
+    if key is None:
+        return None
+    with _lock:
+        return _started.pop(key, None)

@@ -40,6 +40,7 @@ _MEMCPY_LABELS = {0: "Unknown", 1: "Host-to-Device", 2: "Device-to-Host", 3: "Ho
                   10: "Peer-to-Peer", 11: "Unified Host-to-Device",
                   12: "Unified Device-to-Host", 13: "Unified Device-to-Device"}
 
+KINDS = ("kernel", "memcpy", "memset")  # in name order
 ACTIVITY_COLUMNS = ["start", "end", "deviceId", "streamId", "correlationId", "globalPid", "kind",
                     "name", "short_name", "bytes", "graphNodeId", "globalTid", "api_start",
                     "api_end"]
@@ -72,25 +73,26 @@ def _opt_count(value: object) -> Optional[int]:
     return value if isinstance(value, int) and 0 <= value < 2 ** 62 else None
 
 
-def per_name(names, fn) -> np.ndarray:
+def per_name(names, fn, dtype: type = object) -> np.ndarray:
     """``fn(name)`` for each of ``names`` (a column or array), evaluated once per distinct name;
-    an object array, None for a missing name.
+    an array of ``dtype``: None (object) or False (bool) for a missing name.
 
     Traces repeat a few hundred names millions of times; calling ``fn`` per row would dominate.
-    A categorical column is used through its codes, with no factorisation at all."""
+    A categorical column is used through its codes, with no factorisation at all. ``dtype=bool``
+    gives a mask without a million-element conversion from objects."""
     if isinstance(getattr(names, "dtype", None), pd.CategoricalDtype):
         codes, uniq = np.asarray(names.cat.codes), names.cat.categories
     else:
         codes, uniq = pd.factorize(pd.Series(names, dtype=object))
-    values = np.empty(len(uniq) + 1, dtype=object)
+    values = np.empty(len(uniq) + 1, dtype=dtype)
     values[:-1] = [fn(str(u)) for u in uniq]
-    values[-1] = None  # code -1: a missing name
+    values[-1] = None if dtype is object else False  # code -1: a missing name
     return values[codes]
 
 
 def match_names(names: pd.Series, pattern: "re.Pattern[str]") -> np.ndarray:
     """``pattern.match`` over a column of names, evaluated once per distinct name (per_name)."""
-    return per_name(names, lambda n: bool(pattern.match(n))).astype(bool)
+    return per_name(names, lambda n: bool(pattern.match(n)), bool)
 
 
 def _lookup(ids: Optional[pd.Series], strings: dict[int, str], n: int) -> np.ndarray:
@@ -326,7 +328,7 @@ class TraceReader:
             df["name"] = df["name"].fillna(df["short_name"]).fillna("<unnamed kernel>")
             df["short_name"] = df["short_name"].fillna(df["name"])
             df["bytes"] = np.nan
-            df["kind"] = "kernel"
+            df["kind"] = KINDS.index("kernel")
             # An integer key per name (its string id; the short name's when the full one is
             # missing), so names can be coded without hashing a million strings.
             nid = df["name_id"] if "name_id" in df else pd.Series(-1, index=df.index)
@@ -348,7 +350,7 @@ class TraceReader:
             self.check_timestamps(t, df)
             df["name"] = "[CUDA memcpy " + df["copyKind"].map(labels).fillna("Unknown") + "]"
             df["short_name"] = df["name"]
-            df["kind"] = "memcpy"
+            df["kind"] = KINDS.index("memcpy")
             df["name_key"] = -10 - df["copyKind"]
             frames.append(df.drop(columns=["copyKind"]))
         if self.memset_table:
@@ -357,7 +359,7 @@ class TraceReader:
             self.check_timestamps(t, df)
             df["name"] = "[CUDA memset]"
             df["short_name"] = df["name"]
-            df["kind"] = "memset"
+            df["kind"] = KINDS.index("memset")
             df["name_key"] = -5
             frames.append(df)
         frames = [f for f in frames if len(f)]
@@ -372,7 +374,13 @@ class TraceReader:
         acts = acts.merge(calls, how="left", on=["correlationId", "pidkey"], sort=False)
         acts["graphNodeId"] = acts["graphNodeId"].where(acts["graphNodeId"] >= 0)
         acts["bytes"] = acts["bytes"].astype("float64")
-        acts["kind"] = acts["kind"].astype("category")
+        # A categorical of the kinds present, in name order (what astype("category") of their
+        # names gives), built from small integer codes rather than a million strings.
+        present = sorted(set(acts["kind"].unique().tolist()), key=lambda k: KINDS[k])
+        remap = np.full(len(KINDS), -1, dtype=np.int8)
+        remap[present] = np.arange(len(present))
+        acts["kind"] = pd.Categorical.from_codes(remap[acts["kind"].to_numpy()],
+                                                 categories=[KINDS[k] for k in present])
         acts = acts[ACTIVITY_COLUMNS + ["name_key"]].sort_values(["start", "end"], kind="stable")
         acts = acts.reset_index(drop=True)
         # Names coded once here, from the integer keys (see Trace.name_codes).

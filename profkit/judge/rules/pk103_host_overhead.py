@@ -104,9 +104,9 @@ def _fusion_groups(ctx: RuleContext) -> tuple[np.ndarray, list, float]:
     if a.empty:
         return [], [], 0.0
     # Matched once per distinct name (the window can hold a million kernels of a few hundred).
-    lib = per_name(a["name"], lambda n: bool(GEMM_RE.match(n) or NCCL_RE.match(n))).astype(bool)
-    ind = per_name(a["name"], lambda n: bool(INDUCTOR_RE.match(n))).astype(bool)
-    opt = per_name(a["name"], lambda n: bool(FOREACH_RE.search(n))).astype(bool)
+    lib = per_name(a["name"], lambda n: bool(GEMM_RE.match(n) or NCCL_RE.match(n)), bool)
+    ind = per_name(a["name"], lambda n: bool(INDUCTOR_RE.match(n)), bool)
+    opt = per_name(a["name"], lambda n: bool(FOREACH_RE.search(n)), bool)
     dur = a["dur"].to_numpy(np.float64)
     inductor_share = float(dur[ind].sum()) / max(float(dur.sum()), 1.0)
     stream = a["streamId"].to_numpy()

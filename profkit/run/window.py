@@ -358,13 +358,13 @@ def warm_up_regime(periods: np.ndarray, factor: float = WARM_UP_FACTOR) -> int:
     n = len(periods)
     if n < 2 * MIN_ITERATIONS:
         return 0
-    slow = periods > factor * float(np.median(periods[n // 2:]))
-    end, run = 0, 0
-    for k in range(int(n * WARM_UP_SHARE)):
-        run = run + 1 if slow[k] else 0
-        if run >= MIN_ITERATIONS:
-            end = k + 1
-    return end
+    slow = periods[:int(n * WARM_UP_SHARE)] > factor * float(np.median(periods[n // 2:]))
+    # The length of the slow run ending at each iteration (0 where it is not slow), vectorised:
+    # a loop of 10^5 iterations in Python cost more than the rest of the window search.
+    k = np.arange(len(slow))
+    run = k - np.maximum.accumulate(np.where(slow, -1, k))
+    ends = np.flatnonzero(run >= MIN_ITERATIONS)
+    return int(ends[-1]) + 1 if len(ends) else 0
 
 
 def _excluded(trace, w: Window, lo: int, hi: int) -> list[dict]:

@@ -133,17 +133,17 @@ def parse_ints(text: object, n: int) -> Optional[np.ndarray]:
 
 
 def int_columns(conn: sqlite3.Connection, path: str, table: str, exprs: dict[str, str],
-            where: str = "", chunk: int = 250_000) -> dict[str, np.ndarray]:
+                where: str = "", chunk: int = 250_000) -> dict[str, np.ndarray]:
     """Integer columns of ``table`` as numpy arrays, without a Python object per value.
 
     SQLite concatenates each column into one text per chunk of rows and numpy parses it:
     several times faster than fetching rows for million-row tables. A value that is not an
-    integer (NULL, text, a real, a blob: a damaged export) makes :meth:`_bad_column` name
-    the column in a :class:`TraceError`; NULLs the caller accepts must be mapped to a
-    sentinel (``coalesce(x, -1)``).
+    integer (NULL, text, a real, a blob: a damaged export) makes :func:`bad_column` name the
+    column in a :class:`TraceError`; NULLs the caller accepts must be mapped to a sentinel
+    (``coalesce(x, -1)``).
     """
     # NULL as an empty item, so that it cannot go unseen (group_concat skips NULLs). The
-    # type of each value is checked on the text (_parse_ints) rather than with typeof() in
+    # type of each value is checked on the text (parse_ints) rather than with typeof() in
     # SQL, which cost a third of the query.
     sel = ", ".join(f"group_concat(coalesce({e}, ''))" for e in exprs.values())
     # Two queries: SQLite finds a min() or a max() of the rowid in the b-tree alone, but
@@ -152,15 +152,16 @@ def int_columns(conn: sqlite3.Connection, path: str, table: str, exprs: dict[str
     hi = conn.execute(f'SELECT max(rowid) FROM "{table}"').fetchone()[0]
     if lo is None:
         return {k: np.empty(0, dtype=np.int64) for k in exprs}
-    # The texts as bytes, not decoded into a second copy (a chunk's are 100 MB and more).
+    # The texts as bytes, not decoded into a second copy (a 1M-row table gives 100 MB of them).
     conn.text_factory = bytes
     try:
         return _int_chunks(conn, path, table, exprs, sel, where, chunk, lo, hi)
     finally:
         conn.text_factory = _decode
 
+
 def _int_chunks(conn: sqlite3.Connection, path: str, table: str, exprs: dict[str, str], sel: str,
-            where: str, chunk: int, lo: int, hi: int) -> dict[str, np.ndarray]:
+                where: str, chunk: int, lo: int, hi: int) -> dict[str, np.ndarray]:
     out: dict[str, list[np.ndarray]] = {k: [] for k in exprs}
     cond = f" AND ({where})" if where else ""
     first = lo
@@ -200,6 +201,7 @@ def _int_chunks(conn: sqlite3.Connection, path: str, table: str, exprs: dict[str
             out[key].append(values)
     return {k: (v[0] if len(v) == 1 else np.concatenate(v) if v else np.empty(0, dtype=np.int64))
             for k, v in out.items()}
+
 
 def bad_column(conn: sqlite3.Connection, path: str, table: str, expr: str, where: str = "") -> TraceError:
     """The one-line error for a column that holds something other than integers."""

@@ -54,7 +54,8 @@ class Profile:
         if gains not in ("wall", "gpu"):
             raise ProfkitError(f"unknown gains frame {gains!r}: use wall or gpu")
         self.gains = gains
-        self.full_trace = Trace(path, attribution=attribution)
+        # The window, run summary and op table all read the NVTX ranges: read them at once.
+        self.full_trace = Trace(path, attribution=attribution, ranges_now=True)
         self.window: Window = find_window(self.full_trace, window)
         self.trace = (self.full_trace if self.window.is_all else
                       self.full_trace.windowed(self.window.start_ns, self.window.end_ns))
@@ -157,7 +158,7 @@ class Profile:
 
     @cached_property
     def _kernels(self) -> "_Kernels":
-        return _Kernels(self.trace.activities, self.trace.ncu)
+        return _Kernels(self.trace.activities, self.trace.ncu, self.trace.name_codes)
 
     @cached_property
     def critical(self) -> np.ndarray:
@@ -493,19 +494,23 @@ class _Kernels:
     """The window's kernels as arrays, for the per-op questions of the op table (numpy on an
     op's activity positions instead of a pandas frame per op: an aten table has thousands)."""
 
-    def __init__(self, acts: pd.DataFrame, ncu: pd.DataFrame) -> None:
+    def __init__(self, acts: pd.DataFrame, ncu: pd.DataFrame,
+                 name_codes: tuple[np.ndarray, np.ndarray]) -> None:
         self.is_kernel = (acts["kind"] == "kernel").to_numpy()
         # every kernel's ncu rows, matched once (evidence.match_ncu), by activity position
         self.ncu = (ev.match_ncu(acts[self.is_kernel].assign(_act=np.flatnonzero(self.is_kernel)), ncu)
                     if not ncu.empty else None)
         self._ncu_act = None if self.ncu is None else self.ncu["_act"].to_numpy()
         self.dur = (acts["end"] - acts["start"]).to_numpy(dtype="float64")
-        codes, names = pd.factorize(acts["name"].astype(str))
-        order = np.argsort(names.to_numpy(dtype=object).astype(str), kind="stable")
+        # The trace's names coded once (Trace.name_codes; a window's view may not hold all of
+        # them), renumbered in name order, as a groupby by name sorts them.
+        codes, names = name_codes
+        names = np.asarray(names, dtype=object)
+        order = np.argsort(names.astype(str), kind="stable")
         rank = np.empty(len(order), dtype=np.int64)
         rank[order] = np.arange(len(order))
-        self.code = rank[codes]  # codes in name order, as a groupby by name sorts them
-        self.names = names.to_numpy(dtype=object)[order]
+        self.code = rank[codes]
+        self.names = names[order]
         self._name_of = self.names[self.code]
 
     def names_in(self, idx: np.ndarray) -> list:

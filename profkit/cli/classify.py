@@ -13,8 +13,6 @@ from typing import Optional
 
 import click
 
-from profkit.show import render
-from profkit.api import load
 from profkit.cli.common import (EXIT_USAGE, by_option, fail, load_options, one_line_errors, output_options,
                                 peaks_option, warn, window_options)
 from profkit.errors import ProfkitError
@@ -92,6 +90,12 @@ def classify(trace: tuple[str, ...], example: bool, by: str, innermost: bool, to
                         dask_address, wide)
         return
     path = str(EXAMPLE) if not trace else trace[0]
+    # The trace's API table, its largest read, starts now: the analysis modules imported below
+    # take about half a second, and SQLite reads on another core meanwhile.
+    from profkit.read.runtime import prefetch
+    prefetch(path)
+    from profkit.api import load
+    from profkit.show import render
     prof = load(path, peaks=peaks_file, **load_options())
     df = prof.ops(by=by, innermost=innermost, top=top)
     level = df.attrs.get("level", by)
@@ -117,6 +121,7 @@ def _classify_ranks(paths: list[str], by: str, innermost: bool, top: Optional[in
                     dask_address: Optional[str], wide: bool = False) -> None:
     """Several ranks: merged output of the good ones; one error line per bad one, then exit 2."""
     from profkit.compare import multirank as mr
+    from profkit.show import render
 
     files = mr.expand_inputs(paths)
     if output is not None:  # before the work, not only when writing

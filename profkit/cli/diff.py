@@ -6,9 +6,6 @@ from typing import Optional
 
 import click
 
-from profkit.compare import diff as diff_lib
-from profkit.show import render
-from profkit.api import load
 from profkit.cli.classify import table_width, write_output
 from profkit.cli.common import by_option, fail, load_options, one_line_errors, peaks_option, warn, window_options
 
@@ -62,6 +59,11 @@ def diff(before: str, after: str, by: str, matches: tuple[str, ...], gate: Optio
     (max(3%, 2 x IQR/median of the calls)), class and kernels per call, and profkit's predicted
     speedup for BEFORE's op next to the measured one. Exit codes: 0 ok, 1 --gate tripped, 2 bad input.
     """
+    # Imported here: `import profkit.cli` stays free of pandas (profkit classify reads its
+    # trace while the analysis modules load).
+    from profkit.api import load
+    from profkit.compare import diff as diff_lib
+    from profkit.show import render
     renames = _renames(matches)
     opts = dict(peaks=peaks_file, **load_options())
     res = diff_lib.diff(load(before, **opts), load(after, **opts), by=by, rename=renames,

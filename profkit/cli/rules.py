@@ -6,7 +6,6 @@ from typing import Optional
 
 import click
 
-from profkit.judge import rules as catalogue
 from profkit.cli.common import one_line_errors
 
 
@@ -24,6 +23,7 @@ def _row(mod) -> dict:
 @one_line_errors
 def rules(explain: Optional[str], as_json: bool) -> None:
     """List the rules that turn a trace into advice (code, name, one line, a trace that fires it)."""
+    from profkit.judge import rules as catalogue  # here: `import profkit.cli` stays light
     if explain:
         mod = catalogue.get(explain)
         if as_json:

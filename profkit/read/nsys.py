@@ -12,27 +12,23 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
-from urllib.parse import quote
 
 import numpy as np
 import pandas as pd
 
-from profkit.read import compressed, livefile
 from profkit.errors import NoGpuActivityError, TraceError
+from profkit.read import db
+# Opening and integer columns live in profkit.read.db (free of pandas); named here as before.
+from profkit.read.db import (REEXPORT, _unreadable, columns_of, damaged, list_tables,  # noqa: F401
+                             open_readonly, resolve_table)
 from profkit.read.peaks import GpuInfo
+from profkit.read import runtime
+from profkit.read.runtime import RuntimeCalls
 from profkit.read.text import as_text, visible
-
-SQLITE_MAGIC = b"SQLite format 3\x00"
 
 # Timestamps are ns since the session start (or the epoch): a value outside [0, 1e18] (year
 # 2001 + 31 years of ns since the epoch is ~1e18) cannot come from a clock.
 MAX_TIMESTAMP = 10 ** 18
-REEXPORT = "export the trace again with `nsys export --type sqlite`"
-
-
-def _decode(raw: bytes) -> str:
-    """Text as stored; bytes that are not UTF-8 are replaced, never raised (damaged names)."""
-    return raw.decode("utf-8", errors="replace")
 
 # NVTX event types (ENUM_NSYS_EVENT_TYPE), stable across versions.
 NVTX_PUSHPOP, NVTX_STARTEND, NVTXT_PUSHPOP, NVTXT_STARTEND, NVTX_DOMAIN_CREATE = 59, 60, 70, 71, 75
@@ -44,6 +40,7 @@ _MEMCPY_LABELS = {0: "Unknown", 1: "Host-to-Device", 2: "Device-to-Host", 3: "Ho
                   10: "Peer-to-Peer", 11: "Unified Host-to-Device",
                   12: "Unified Device-to-Host", 13: "Unified Device-to-Device"}
 
+KINDS = ("kernel", "memcpy", "memset")  # in name order
 ACTIVITY_COLUMNS = ["start", "end", "deviceId", "streamId", "correlationId", "globalPid", "kind",
                     "name", "short_name", "bytes", "graphNodeId", "globalTid", "api_start",
                     "api_end"]
@@ -67,68 +64,6 @@ class ExportInfo:
     tables: list[str] = field(default_factory=list)
 
 
-def _unreadable(p: Path, message: str) -> TraceError:
-    """``message`` (the file looks damaged), unless the file is still being written: then the
-    answer is to wait, not to export again."""
-    why = livefile.still_written(p)
-    return TraceError(livefile.still_written_message(p, why) if why else message)
-
-
-def open_readonly(path: str | Path) -> sqlite3.Connection:
-    """Open ``path`` read-only, with checks that give one clear message for each bad input.
-
-    Opened with ``mode=ro&immutable=1``: SQLite takes no lock and writes nothing beside the
-    file. A compressed export (``.gz``, ``.xz``, ``.bz2``, ``.zst``) is read from its decompressed
-    copy in profkit's cache (profkit.read.compressed). A file that a live writer holds is refused with "still being written"; one whose
-    writer crashed (a hot journal) is read from a recovered private snapshot (profkit.read.livefile).
-    """
-    p = Path(path)
-    if not p.exists():
-        raise TraceError(f"{p}: no such file; pass the .sqlite that `nsys export --type sqlite` wrote")
-    if not p.is_file():
-        raise TraceError(f"{p}: not a file; pass an .sqlite trace exported by Nsight Systems")
-    if p.stat().st_size == 0:
-        raise _unreadable(p, f"{p}: empty file (0 bytes); {REEXPORT}")
-    packed = compressed.is_compressed(p)
-    # A compressed export is read from its decompressed copy in the cache; messages name the input.
-    target = compressed.decompressed(p) if packed else p
-    try:
-        with target.open("rb") as fh:
-            head = fh.read(len(SQLITE_MAGIC))
-    except OSError as exc:
-        raise TraceError(f"{p}: cannot read ({exc.strerror})") from None
-    if head != SQLITE_MAGIC:
-        hint = (" (it looks like an .nsys-rep: run `nsys export --type sqlite` on it first)"
-                if p.suffix in (".nsys-rep", ".qdrep", ".qdstrm") else
-                "; export one with `nsys export --type sqlite report.nsys-rep`")
-        what = "does not hold an SQLite file once decompressed" if packed else "not an SQLite file"
-        raise TraceError(f"{p}: {what}{hint}")
-    state, why = ("none", "") if packed else livefile.writer_state(p)
-    if state == "live":
-        raise TraceError(livefile.still_written_message(p, why))
-    if state == "crashed":
-        try:
-            target = livefile.recovered_snapshot(p)
-        except (OSError, sqlite3.Error) as exc:
-            raise TraceError(f"{p}: {why}, and recovering it failed ({exc}); {REEXPORT}") from None
-    uri = f"file:{quote(str(target.resolve()))}?mode=ro&immutable=1"
-    try:
-        conn = sqlite3.connect(uri, uri=True)
-        conn.text_factory = _decode
-        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
-    except sqlite3.DatabaseError as exc:
-        raise _unreadable(p, f"{p}: damaged or truncated SQLite file ({exc}); {REEXPORT}") from None
-    except UnicodeError:  # SQLite's own message quoted bytes of a damaged schema
-        raise _unreadable(p, f"{p}: damaged or truncated SQLite file (the schema does not "
-                             f"decode); {REEXPORT}") from None
-    return conn
-
-
-def damaged(path: str | Path, detail: str) -> TraceError:
-    """The error for a file that cannot be read as it is: ``detail`` says where it is broken."""
-    return _unreadable(Path(path), f"{path}: damaged export: {detail}; {REEXPORT}")
-
-
 def _opt_text(value: object) -> Optional[str]:
     return None if value is None else as_text(value)
 
@@ -138,44 +73,26 @@ def _opt_count(value: object) -> Optional[int]:
     return value if isinstance(value, int) and 0 <= value < 2 ** 62 else None
 
 
-def list_tables(conn: sqlite3.Connection) -> list[str]:
-    return [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
-
-
-def resolve_table(tables: list[str], base: str) -> Optional[str]:
-    """``base`` itself, or its newest versioned form (``base_V3`` over ``base_V2``)."""
-    best, best_v = (base, 0) if base in tables else (None, -1)
-    pat = re.compile(re.escape(base) + r"_V(\d+)$")
-    for t in tables:
-        m = pat.match(t)
-        if m and int(m.group(1)) > best_v:
-            best, best_v = t, int(m.group(1))
-    return best
-
-
-def columns_of(conn: sqlite3.Connection, table: str) -> set[str]:
-    return {row[1] for row in conn.execute(f'PRAGMA table_info("{table}")')}
-
-
-def per_name(names, fn) -> np.ndarray:
+def per_name(names, fn, dtype: type = object) -> np.ndarray:
     """``fn(name)`` for each of ``names`` (a column or array), evaluated once per distinct name;
-    an object array, None for a missing name.
+    an array of ``dtype``: None (object) or False (bool) for a missing name.
 
     Traces repeat a few hundred names millions of times; calling ``fn`` per row would dominate.
-    A categorical column is used through its codes, with no factorisation at all."""
+    A categorical column is used through its codes, with no factorisation at all. ``dtype=bool``
+    gives a mask without a million-element conversion from objects."""
     if isinstance(getattr(names, "dtype", None), pd.CategoricalDtype):
         codes, uniq = np.asarray(names.cat.codes), names.cat.categories
     else:
         codes, uniq = pd.factorize(pd.Series(names, dtype=object))
-    values = np.empty(len(uniq) + 1, dtype=object)
+    values = np.empty(len(uniq) + 1, dtype=dtype)
     values[:-1] = [fn(str(u)) for u in uniq]
-    values[-1] = None  # code -1: a missing name
+    values[-1] = None if dtype is object else False  # code -1: a missing name
     return values[codes]
 
 
 def match_names(names: pd.Series, pattern: "re.Pattern[str]") -> np.ndarray:
     """``pattern.match`` over a column of names, evaluated once per distinct name (per_name)."""
-    return per_name(names, lambda n: bool(pattern.match(n))).astype(bool)
+    return per_name(names, lambda n: bool(pattern.match(n)), bool)
 
 
 def _lookup(ids: Optional[pd.Series], strings: dict[int, str], n: int) -> np.ndarray:
@@ -209,6 +126,9 @@ class TraceReader:
                              "export one with `nsys export --type sqlite`")
         self._strings: Optional[dict[int, str]] = None
         self.unclosed_ranges = 0
+        # The API table as activities() read it (profkit.read.runtime), or as a Trace hands it
+        # on: the API-call queries below answer from it instead of scanning the table again.
+        self.runtime: Optional[RuntimeCalls] = None
 
     def close(self) -> None:
         self.conn.close()
@@ -290,70 +210,9 @@ class TraceReader:
         return "NULL", False
 
     def int_columns(self, table: str, exprs: dict[str, str], where: str = "",
-                    chunk: int = 2_000_000) -> dict[str, np.ndarray]:
-        """Integer columns of ``table`` as numpy arrays, without a Python object per value.
-
-        SQLite concatenates each column into one text per chunk of rows and numpy parses it:
-        several times faster than fetching rows for million-row tables. NULLs must be mapped to
-        a sentinel by the caller (``coalesce(x, -1)``), since group_concat skips them. A value
-        that is not an integer (NULL, text, a real, a blob: a damaged export) is skipped too,
-        which the row count gives away; then :meth:`_bad_column` names the column in a
-        :class:`TraceError`.
-        """
-        out: dict[str, list[np.ndarray]] = {k: [] for k in exprs}
-        sel = ", ".join(f"group_concat(CASE WHEN typeof({e}) = 'integer' THEN {e} END)"
-                        for e in exprs.values())
-        lo, hi = self.conn.execute(f'SELECT min(rowid), max(rowid) FROM "{table}"').fetchone()
-        if lo is None:
-            return {k: np.empty(0, dtype=np.int64) for k in exprs}
-        cond = f" AND ({where})" if where else ""
-        first = lo
-        # A damaged b-tree can make the seeks below go backwards or never end: each chunk must
-        # move forward, and there cannot be more chunks than the table's rows need.
-        chunks_left = self.conn.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0] // chunk + 2
-        while first is not None:
-            chunks_left -= 1
-            if chunks_left < 0:
-                raise damaged(self.path, f"{table}: its rows cannot be read in order")
-            # Chunks of ``chunk`` existing rows, not of rowid values: a damaged file can hold
-            # rowids far apart (1 and 2**62), which a stride over the range would walk forever.
-            last = self.conn.execute(
-                f'SELECT rowid FROM "{table}" WHERE rowid >= ? ORDER BY rowid LIMIT 1 OFFSET ?',
-                (first, chunk - 1)).fetchone()
-            last = hi if last is None else last[0]
-            row = self.conn.execute(
-                f'SELECT count(*), {sel} FROM "{table}" AS a WHERE a.rowid BETWEEN ? AND ?{cond}',
-                (first, last)).fetchone()
-            nxt = self.conn.execute(f'SELECT min(rowid) FROM "{table}" WHERE rowid > ?',
-                                    (last,)).fetchone()[0]
-            if last < first or (nxt is not None and nxt <= last):
-                raise damaged(self.path, f"{table}: its rows cannot be read in order")
-            first = nxt
-            n = row[0]
-            for key, text in zip(exprs, row[1:]):
-                values = (np.fromstring(text, dtype=np.int64, sep=",") if text
-                          else np.empty(0, dtype=np.int64))
-                if len(values) != n:
-                    raise self._bad_column(table, exprs[key], where)
-                out[key].append(values)
-        return {k: (np.concatenate(v) if v else np.empty(0, dtype=np.int64)) for k, v in out.items()}
-
-    def _bad_column(self, table: str, expr: str, where: str = "") -> TraceError:
-        """The one-line error for a column that holds something other than integers."""
-        m = re.search(r'a\."?([A-Za-z_][A-Za-z0-9_]*)"?', expr)
-        col = m.group(1) if m else expr
-        cond = f"WHERE {where}" if where else ""
-        what = "values that are not integers"
-        if m:
-            nulls, texts, reals, blobs = self.conn.execute(
-                f'SELECT sum("{col}" IS NULL), sum(typeof("{col}") = \'text\'), '
-                f'sum(typeof("{col}") = \'real\'), sum(typeof("{col}") = \'blob\') '
-                f'FROM "{table}" AS a {cond}').fetchone()
-            kinds = [f"{n} {label}" for n, label in ((nulls, "NULL"), (texts, "text"),
-                                                     (reals, "real"), (blobs, "blob")) if n]
-            if kinds:
-                what = ", ".join(kinds) + " where integers are expected"
-        return damaged(self.path, f"{table}.{col} holds {what}")
+                    chunk: int = 250_000) -> dict[str, np.ndarray]:
+        """Integer columns of ``table`` as numpy arrays (profkit.read.db.int_columns)."""
+        return db.int_columns(self.conn, self.path, table, exprs, where, chunk)
 
     def check_timestamps(self, table: str, frame: pd.DataFrame, cols: tuple[str, ...] = ("start", "end")) -> None:
         """Raise when a timestamp cannot be one: negative, beyond 1e18 ns, or an end before its start."""
@@ -376,16 +235,39 @@ class TraceReader:
         values = self._query(f'SELECT "{col}" AS v FROM "{table}" ORDER BY rowid')["v"]
         return col, values.map(lambda v: None if v is None else visible(v))
 
-    def _launch_calls(self, corr_sources: list[str]) -> pd.DataFrame:
-        """Runtime calls that launched GPU work: correlationId, pid key, globalTid, start, end."""
+    def runtime_calls(self) -> Optional[RuntimeCalls]:
+        """The whole API table as arrays (profkit.read.runtime), or None when it lacks a column
+        or holds anything but integers in one (then the queries read what they need). Taken
+        from a read the command line started early, where there is one."""
+        started = runtime.take_prefetched(self.path)
+        if started is not None:
+            try:
+                return started.result()
+            except Exception:  # read again here, which reports what is wrong the usual way
+                pass
+        return runtime.read_calls(self.conn, self.path)
+
+    def _launch_calls(self, corr_sources: list[str],
+                      correlation_ids: Optional[np.ndarray] = None) -> pd.DataFrame:
+        """Runtime calls that launched GPU work: correlationId, pid key, globalTid, start, end.
+
+        ``correlation_ids``: those of the activities read from ``corr_sources``, to select the
+        calls from ``self.runtime`` when it is there rather than join in SQL."""
         cols = ["correlationId", "pidkey", "globalTid", "api_start", "api_end"]
         if not self.runtime_table or not corr_sources:
             return pd.DataFrame({c: np.empty(0, dtype=np.int64) for c in cols})
-        union = " UNION ".join(f'SELECT correlationId FROM "{t}"' for t in corr_sources)
-        rt = self.int_columns(self.runtime_table, {
-            "correlationId": "a.correlationId", "pidkey": "a.globalTid >> 24",
-            "globalTid": "a.globalTid", "api_start": "a.start", "api_end": "a.end"},
-            where=f"a.correlationId IN ({union}) AND a.globalTid IS NOT NULL")
+        pos = (self.runtime.launches(correlation_ids)
+               if self.runtime is not None and correlation_ids is not None else None)
+        if pos is not None:
+            rc = self.runtime
+            rt = {"correlationId": rc.correlationId[pos], "pidkey": np.right_shift(rc.globalTid[pos], 24),
+                  "globalTid": rc.globalTid[pos], "api_start": rc.start[pos], "api_end": rc.end[pos]}
+        else:
+            union = " UNION ".join(f'SELECT correlationId FROM "{t}"' for t in corr_sources)
+            rt = self.int_columns(self.runtime_table, {
+                "correlationId": "a.correlationId", "pidkey": "a.globalTid >> 24",
+                "globalTid": "a.globalTid", "api_start": "a.start", "api_end": "a.end"},
+                where=f"a.correlationId IN ({union}) AND a.globalTid IS NOT NULL")
         df = pd.DataFrame(rt, columns=cols)
         self.check_timestamps(self.runtime_table, df.rename(columns={"api_start": "start", "api_end": "end"}))
         return df
@@ -397,28 +279,28 @@ class TraceReader:
         memcpy/memset; ``name`` is the demangled kernel name (as ``nsys stats`` shows it) or
         ``[CUDA memcpy Host-to-Device]``-style names for copies. A GPU activity is tied to its
         launch call by correlationId within the same process (the bits of globalTid/globalPid
-        above the 24-bit thread id).
+        above the 24-bit thread id). The API table read on the way is kept in ``self.runtime``.
         """
         sources = [t for t in (self.kernel_table, self.memcpy_table, self.memset_table) if t]
-        # The launch-call scan is the slowest query; SQLite releases the GIL, so it runs on its
-        # own connection in a thread while the activity tables are read here.
+        # The API table is the largest read; SQLite releases the GIL, so it runs on its own
+        # connection in a thread while the activity tables are read here.
         pool = ThreadPoolExecutor(max_workers=1)
 
-        def launch_calls() -> pd.DataFrame:
+        def runtime_calls() -> Optional[RuntimeCalls]:
             reader = TraceReader(self.path)
             try:
-                return reader._launch_calls(sources)
+                return reader.runtime_calls()
             finally:
                 reader.close()
 
-        calls_future = pool.submit(launch_calls)
+        runtime_future = pool.submit(runtime_calls)
         try:
-            return self._activities(sources, calls_future)
+            return self._activities(sources, runtime_future)
         finally:
             # Also when reading failed here: the thread must not outlive the call.
             pool.shutdown(wait=True)
 
-    def _activities(self, sources: list[str], calls_future: Future) -> pd.DataFrame:
+    def _activities(self, sources: list[str], runtime_future: Future) -> pd.DataFrame:
         frames = []
         strings = self.strings()
         base = {"start": "a.start", "end": "a.end", "deviceId": "a.deviceId",
@@ -446,7 +328,7 @@ class TraceReader:
             df["name"] = df["name"].fillna(df["short_name"]).fillna("<unnamed kernel>")
             df["short_name"] = df["short_name"].fillna(df["name"])
             df["bytes"] = np.nan
-            df["kind"] = "kernel"
+            df["kind"] = KINDS.index("kernel")
             # An integer key per name (its string id; the short name's when the full one is
             # missing), so names can be coded without hashing a million strings.
             nid = df["name_id"] if "name_id" in df else pd.Series(-1, index=df.index)
@@ -468,7 +350,7 @@ class TraceReader:
             self.check_timestamps(t, df)
             df["name"] = "[CUDA memcpy " + df["copyKind"].map(labels).fillna("Unknown") + "]"
             df["short_name"] = df["name"]
-            df["kind"] = "memcpy"
+            df["kind"] = KINDS.index("memcpy")
             df["name_key"] = -10 - df["copyKind"]
             frames.append(df.drop(columns=["copyKind"]))
         if self.memset_table:
@@ -477,7 +359,7 @@ class TraceReader:
             self.check_timestamps(t, df)
             df["name"] = "[CUDA memset]"
             df["short_name"] = df["name"]
-            df["kind"] = "memset"
+            df["kind"] = KINDS.index("memset")
             df["name_key"] = -5
             frames.append(df)
         frames = [f for f in frames if len(f)]
@@ -486,12 +368,19 @@ class TraceReader:
                 f"{self.path}: no GPU activity (no kernel, memcpy or memset rows); profile with "
                 "`nsys profile -t cuda,nvtx` (or `profkit capture`) and make sure the script runs GPU work")
         acts = pd.concat(frames, ignore_index=True)
-        calls = calls_future.result()
+        self.runtime = runtime_future.result()
+        calls = self._launch_calls(sources, acts["correlationId"].to_numpy(np.int64))
         acts["pidkey"] = np.right_shift(acts["globalPid"].to_numpy(np.int64), 24)
         acts = acts.merge(calls, how="left", on=["correlationId", "pidkey"], sort=False)
         acts["graphNodeId"] = acts["graphNodeId"].where(acts["graphNodeId"] >= 0)
         acts["bytes"] = acts["bytes"].astype("float64")
-        acts["kind"] = acts["kind"].astype("category")
+        # A categorical of the kinds present, in name order (what astype("category") of their
+        # names gives), built from small integer codes rather than a million strings.
+        present = sorted(set(acts["kind"].unique().tolist()), key=lambda k: KINDS[k])
+        remap = np.full(len(KINDS), -1, dtype=np.int8)
+        remap[present] = np.arange(len(present))
+        acts["kind"] = pd.Categorical.from_codes(remap[acts["kind"].to_numpy()],
+                                                 categories=[KINDS[k] for k in present])
         acts = acts[ACTIVITY_COLUMNS + ["name_key"]].sort_values(["start", "end"], kind="stable")
         acts = acts.reset_index(drop=True)
         # Names coded once here, from the integer keys (see Trace.name_codes).
@@ -566,10 +455,16 @@ class TraceReader:
         if between is not None:
             where = " AND ".join(w for w in (where, f"a.start BETWEEN {int(between[0])} AND "
                                                     f"{int(between[1])}") if w)
-        df = pd.DataFrame(self.int_columns(self.runtime_table, {
-            "start": "a.start", "end": 'a."end"', "globalTid": "coalesce(a.globalTid, 0)",
-            "correlationId": "coalesce(a.correlationId, -1)", "nameId": "coalesce(a.nameId, -1)"},
-            where=where))
+        if self.runtime is not None:  # read already: select instead of scanning the table again
+            rc = self.runtime
+            pos = rc.select(name_ids, between)
+            df = pd.DataFrame({"start": rc.start[pos], "end": rc.end[pos], "globalTid": rc.globalTid[pos],
+                               "correlationId": rc.correlationId[pos], "nameId": rc.nameId[pos]})
+        else:
+            df = pd.DataFrame(self.int_columns(self.runtime_table, {
+                "start": "a.start", "end": 'a."end"', "globalTid": "coalesce(a.globalTid, 0)",
+                "correlationId": "coalesce(a.correlationId, -1)", "nameId": "coalesce(a.nameId, -1)"},
+                where=where))
         self.check_timestamps(self.runtime_table, df)
         df["name"] = _lookup(df["nameId"], self.strings(), len(df))
         # Millions of calls, a few hundred names: a categorical keeps memory and matching cheap.
@@ -580,6 +475,8 @@ class TraceReader:
         """First start and last end of the API calls (of one process: globalTid >> 24)."""
         if not self.runtime_table:
             return None
+        if self.runtime is not None:
+            return self.runtime.span(pid)
         cond, args = ("WHERE globalTid >> 24 = ?", (pid,)) if pid is not None else ("", ())
         row = self.conn.execute(f'SELECT min(start), max("end") FROM "{self.runtime_table}" {cond}',
                                 args).fetchone()

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import sqlite3
 import re
+from concurrent.futures import Future, ThreadPoolExecutor
 from functools import cached_property
 from typing import Optional
 from pathlib import Path
@@ -15,6 +16,7 @@ from profkit.errors import TraceError
 from profkit.read.ncu import read_ncu_metrics
 from profkit.read.peaks import GpuInfo
 from profkit.read.nsys import ExportInfo, TraceReader, damaged
+from profkit.read.runtime import RuntimeCalls
 
 # What SQLite and pandas raise on a file that is broken below what the reader checks (pages
 # that no longer decode, a schema that no longer parses).
@@ -35,33 +37,53 @@ class Trace:
     ``attribution``: ``process`` (default) also gives GPU work launched from a helper thread
     (PyTorch's autograd engine, a loader thread) to the ranges open at that moment on the
     process's main thread; ``thread`` keeps Nsight Systems' own per-thread projection.
+    ``ranges_now``: read the NVTX ranges in a thread while the activities are read, for a caller
+    that will need them (else they are read on first use).
     """
 
-    def __init__(self, path: str | Path, attribution: str = "process") -> None:
+    def __init__(self, path: str | Path, attribution: str = "process", ranges_now: bool = False) -> None:
         if attribution not in ATTRIBUTIONS:
             raise TraceError(f"unknown attribution {attribution!r}: use one of {', '.join(ATTRIBUTIONS)}")
         self.path = str(path)
         self.attribution = attribution
         self.unclosed_ranges = 0  # NVTX ranges that never closed (set when ranges are read)
+        self._ranges_future: Optional[Future] = None
         self._reader = TraceReader(path)
+        # Started once the file opened (a compressed trace is decompressed by then). SQLite
+        # releases the GIL: on a second core this read costs no wall time.
+        pool = ThreadPoolExecutor(max_workers=1) if ranges_now else None
+        if pool is not None:
+            self._ranges_future = pool.submit(self._read_ranges)
+        read = False
         try:
             self.info: ExportInfo = self._reader.export_info()
             self.activities: pd.DataFrame = self._reader.activities()
+            # The API table, read with the activities: later API-call questions select from it.
+            self._runtime: Optional[RuntimeCalls] = self._reader.runtime
             self.gpus: dict[int, GpuInfo] = self._reader.gpus()
             self.ncu: pd.DataFrame = read_ncu_metrics(self._reader.conn)
+            read = True
         except READ_ERRORS as exc:
             raise _damaged(self.path, exc) from None
         finally:
             self._reader.close()
+            if pool is not None:
+                # On an error here, the ranges' thread must not outlive the call.
+                pool.shutdown(wait=not read)
 
     @cached_property
     def ranges(self) -> pd.DataFrame:
-        """NVTX ranges, read on first use (the kernel level never needs them)."""
+        """NVTX ranges, read on first use (the kernel level never needs them), or as read with
+        the activities (``ranges_now``)."""
+        future, self._ranges_future = self._ranges_future, None
+        ranges, self.unclosed_ranges = future.result() if future is not None else self._read_ranges()
+        return ranges
+
+    def _read_ranges(self) -> tuple[pd.DataFrame, int]:
+        """The NVTX ranges and how many of them never closed."""
         reader = TraceReader(self.path)
         try:
-            ranges = reader.nvtx_ranges()
-            self.unclosed_ranges = reader.unclosed_ranges
-            return ranges
+            return reader.nvtx_ranges(), reader.unclosed_ranges
         except READ_ERRORS as exc:
             raise _damaged(self.path, exc) from None
         finally:
@@ -129,11 +151,15 @@ class Trace:
             first = ~pd.Series(pcode.astype(np.int64) * span + (corr - lo)).duplicated().to_numpy()
         else:
             first = ~pd.DataFrame({"p": pcode, "c": corr}).duplicated().to_numpy()
-        calls = pd.DataFrame({"start": a["api_start"].to_numpy()[sel][first].astype(np.int64),
-                              "end": a["api_end"].to_numpy()[sel][first].astype(np.int64),
-                              "globalTid": a["globalTid"].to_numpy()[sel][first].astype(np.int64),
-                              "correlationId": corr[first]})
-        return calls.sort_values("start", kind="stable").reset_index(drop=True)
+        # One gather per column, in start order (a stable sort, as sort_values("start") does).
+        rows = np.flatnonzero(sel)[first]
+        start = a["api_start"].to_numpy()[rows].astype(np.int64)
+        order = np.argsort(start, kind="stable")
+        rows = rows[order]
+        return pd.DataFrame({"start": start[order],
+                             "end": a["api_end"].to_numpy()[rows].astype(np.int64),
+                             "globalTid": a["globalTid"].to_numpy()[rows].astype(np.int64),
+                             "correlationId": corr[first][order]})
 
     @cached_property
     def strings(self) -> dict[int, str]:
@@ -151,6 +177,7 @@ class Trace:
 
     def _read(self, fn):
         reader = TraceReader(self.path)
+        reader.runtime = self._runtime
         try:
             return fn(reader)
         except READ_ERRORS as exc:
@@ -233,8 +260,9 @@ class Trace:
         goes by its GPU start. Ranges and API calls go by their start.
         """
         view = object.__new__(Trace)
-        view.path, view.attribution, view.info, view.gpus, view.ncu = (
-            self.path, self.attribution, self.info, self.gpus, self.ncu)
+        view.path, view.attribution, view.info, view.gpus, view.ncu, view._runtime = (
+            self.path, self.attribution, self.info, self.gpus, self.ncu, self._runtime)
+        view._ranges_future = None
         if "strings" in self.__dict__:
             view.__dict__["strings"] = self.strings
         a = self.activities

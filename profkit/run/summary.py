@@ -30,7 +30,7 @@ import pandas as pd
 
 from profkit.read.intervals import in_intervals, merge_intervals
 from profkit.read.nsys import match_names
-from profkit.run.window import Window, main_threads, top_level
+from profkit.run.window import Window, user_main_threads, user_top_level
 
 GPU_BOUND_IDLE = 0.20     # below this idle share of the wall time, the GPU sets the pace
 COMM_BOUND_SHARE = 0.30   # communication kernels over this share of the wall time
@@ -179,7 +179,9 @@ def summarize(trace, window: Window, launch_floor_ns: float) -> RunSummary:
 
     def of_process(df: pd.DataFrame) -> pd.DataFrame:
         keep = np.isin(np.right_shift(df["globalTid"].to_numpy(np.int64), 24), list(pids))
-        return df[keep].sort_values("start", kind="stable")
+        df = df[keep]
+        # Calls come sorted by start (Trace.launch_calls): a stable sort would change nothing.
+        return df if df["start"].is_monotonic_increasing else df.sort_values("start", kind="stable")
 
     sync_or_copy = trace.api_calls_matching(SYNC_OR_COPY_RE)
     sync = of_process(sync_or_copy[match_names(sync_or_copy["name"], SYNC_RE)])
@@ -205,8 +207,8 @@ def summarize(trace, window: Window, launch_floor_ns: float) -> RunSummary:
     refill_by_range = _host_idle_by_range(trace, gap_a[refill] + host_part[refill] // 2, host_part[refill])
     sw = sync[(sync["end"] > w0) & (sync["start"] < w1)]
     sync_blocked = int((np.minimum(sw["end"], w1) - np.maximum(sw["start"], w0)).sum())
-    launches = of_process(trace.launch_calls)
-    launches = launches[(launches["end"] > w0) & (launches["start"] < w1)]
+    launches = trace.launch_calls
+    launches = of_process(launches[((launches["end"] > w0) & (launches["start"] < w1)).to_numpy()])
     launch_ns = int((launches["end"] - launches["start"]).sum())
     # The CPU's last call in the window: a launch, a sync or a copy (what a step's CPU side ends
     # with), from the calls already read rather than another scan of the API table.
@@ -245,8 +247,8 @@ def _host_idle_by_range(trace, at: np.ndarray, length: np.ndarray) -> dict[str, 
     user = trace.user_ranges
     if user.empty or len(at) == 0:
         return {}
-    mains = main_threads(user)
-    top = top_level(user)
+    mains = user_main_threads(trace)
+    top = user_top_level(trace)
     top = top[top["globalTid"].isin(list(mains.values()))].sort_values("start", kind="stable")
     if top.empty:
         return {}

@@ -329,4 +329,4 @@ def iteration_bounds(run: "RunSummary") -> np.ndarray:
 def matches(names, rx: "re.Pattern[str]") -> np.ndarray:
     """Which of ``names`` the compiled regex finds a match in (a boolean array), searched once
     per distinct name (profkit.read.nsys.per_name)."""
-    return per_name(names, lambda n: bool(rx.search(n))).astype(bool)
+    return per_name(names, lambda n: bool(rx.search(n)), bool)

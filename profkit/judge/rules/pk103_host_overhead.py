@@ -104,9 +104,9 @@ def _fusion_groups(ctx: RuleContext) -> tuple[np.ndarray, list, float]:
     if a.empty:
         return [], [], 0.0
     # Matched once per distinct name (the window can hold a million kernels of a few hundred).
-    lib = per_name(a["name"], lambda n: bool(GEMM_RE.match(n) or NCCL_RE.match(n))).astype(bool)
-    ind = per_name(a["name"], lambda n: bool(INDUCTOR_RE.match(n))).astype(bool)
-    opt = per_name(a["name"], lambda n: bool(FOREACH_RE.search(n))).astype(bool)
+    lib = per_name(a["name"], lambda n: bool(GEMM_RE.match(n) or NCCL_RE.match(n)), bool)
+    ind = per_name(a["name"], lambda n: bool(INDUCTOR_RE.match(n)), bool)
+    opt = per_name(a["name"], lambda n: bool(FOREACH_RE.search(n)), bool)
     dur = a["dur"].to_numpy(np.float64)
     inductor_share = float(dur[ind].sum()) / max(float(dur.sum()), 1.0)
     stream = a["streamId"].to_numpy()
@@ -253,11 +253,18 @@ def loop_shapes(ctx: RuleContext, g: StepGraph) -> int:
     a = ctx.kernels_in_stream_order
     if a.empty or len(g.iter_call) < 3:
         return 1
+    # Only the kernels the graph holds (its modelled iterations) count: the shapes are read for
+    # the stretch of the window they start in, not for the whole window.
+    held = a[ctx.graph_ops(a, aligned=True) >= 0]
     w = ctx.run.window
-    shapes = ctx.prof.full_trace.kernel_shapes(w.start_ns, w.end_ns)
+    t0 = max(int(w.start_ns), int(held["start"].min())) if len(held) else 1
+    t1 = min(int(w.end_ns), int(held["start"].max())) if len(held) else 0
+    if t0 > t1:
+        return 1
+    shapes = ctx.prof.full_trace.kernel_shapes(t0, t1)
     if shapes.empty:
         return 1
-    k = a[["start", "correlationId", "name"]].merge(shapes, on=["start", "correlationId"], how="inner")
+    k = held[["start", "correlationId", "name"]].merge(shapes, on=["start", "correlationId"], how="inner")
     ops = ctx.graph_ops(k, aligned=True)
     call = np.where(ops >= 0, g.g_call[np.maximum(ops, 0)], -1)
     k = k.assign(it=np.searchsorted(g.iter_call, call, side="right") - 1)[call >= 0]

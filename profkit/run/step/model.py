@@ -62,10 +62,23 @@ class StepModel:
         key, op = self._op_index
         if not len(op) or not len(starts):
             return np.full(len(starts), -1, dtype=np.int64) if aligned else np.empty(0, dtype=np.int64)
-        at = key.get_indexer(pd.MultiIndex.from_arrays([np.asarray(starts, dtype=np.int64),
-                                                        np.asarray(corr, dtype=np.int64)]))
-        idx = np.where(at >= 0, op[at], -1)
+        starts = np.asarray(starts, dtype=np.int64)
+        # The graph holds a few iterations of a window that can hold a million activities: only
+        # the rows whose start is one of the graph's are looked up by the pair.
+        known = self._op_starts
+        at_start = np.minimum(np.searchsorted(known, starts), len(known) - 1)
+        cand = np.flatnonzero(known[at_start] == starts)
+        idx = np.full(len(starts), -1, dtype=np.int64)
+        if len(cand):
+            at = key.get_indexer(pd.MultiIndex.from_arrays([starts[cand],
+                                                            np.asarray(corr, dtype=np.int64)[cand]]))
+            idx[cand] = np.where(at >= 0, op[at], -1)
         return idx if aligned else idx[idx >= 0]
+
+    @cached_property
+    def _op_starts(self) -> np.ndarray:
+        """The distinct start times of the graph's operations, sorted."""
+        return np.sort(self._op_index[0].get_level_values(0).unique().to_numpy(np.int64))
 
     def sync_cost_ns(self, iterations: int) -> float:
         """What the syncs (stream/device syncs, device-to-host copies) cost the profiled run over

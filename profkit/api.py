@@ -144,13 +144,15 @@ class Profile:
             self.__dict__["_combined"] = combined(self.step_model(), self.pricing_host, self.findings())
         return list(self.__dict__["_combined"])
 
-    def price_together(self, codes: list[str], host: Optional[float] = None) -> Optional[float]:
+    def price_together(self, codes: list[str], host: Optional[float] = None,
+                       findings: Optional[list] = None) -> Optional[float]:
         """The gain of one change that does what several rules propose (compiling the model and
         the optimizer step: PK103 and PK201), their edits replayed at once at CPU scale ``host``
-        (default: the pricing scale). None when a rule does not fire or the edits do not
+        (default: the pricing scale) from ``findings`` (default: the profile's own; those of
+        ``findings_at`` with its scale). None when a rule does not fire or the edits do not
         compose."""
         from profkit.judge.combine import together
-        found = {f.code: f for f in self.findings()}
+        found = {f.code: f for f in (self.findings() if findings is None else findings)}
         if any(c not in found for c in codes):
             return None
         return together(self.step_model(), self.pricing_host if host is None else host,

@@ -807,11 +807,7 @@ def predicted(prof, code: str | None, key: str | None, at: tuple | None = None) 
         return 1.0, "no rule proposes it"
     findings, host = at if at is not None else (prof.findings(), None)
     if "+" in code:  # a fix that does what several rules propose: their edits replayed at once
-        from profkit.judge.combine import together
-        found = {f.code: f for f in findings}
-        parts = code.split("+")
-        g = together(prof.step_model(), prof.pricing_host if host is None else host,
-                     [found[c] for c in parts]) if all(c in found for c in parts) else None
+        g = prof.price_together(code.split("+"), host, findings)
         return (g, code) if g is not None else (1.0, f"{code}: not every rule fires, or the edits "
                                                       "do not compose")
     for f in findings:

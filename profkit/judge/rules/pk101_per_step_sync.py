@@ -51,11 +51,15 @@ RULE = RuleMeta(
                                    "tensors (fewer are separate values: a loss, an accuracy)")))
 
 
+def site_of(g: StepGraph, calls: np.ndarray) -> np.ndarray:
+    """The site of each sync call: the range it runs in."""
+    return np.asarray(g.range_names, dtype=object)[g.c_range[calls]]
+
+
 def sites(g: StepGraph, calls: np.ndarray) -> dict[str, int]:
     """Sync calls per site (the range each runs in), most first."""
     out: dict[str, int] = {}
-    for i in calls:
-        where = g.range_names[int(g.c_range[i])]
+    for where in site_of(g, calls):
         out[where] = out.get(where, 0) + 1
     return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
@@ -71,9 +75,8 @@ def detect(ctx: RuleContext) -> list[Finding]:
         return []
     where = sites(g, calls)
     names = ", ".join(f"{w} ({n / its:.0f} per iteration)" for w, n in list(where.items())[:3])
-    site_of = np.array([g.range_names[int(g.c_range[i])] for i in calls], dtype=object)
     loops = [w for w, n in where.items() if n / its >= RULE.param("loop_reads")]
-    batch = calls[np.isin(site_of, loops)] if loops else None
+    batch = calls[np.isin(site_of(g, calls), loops)] if loops else None
     gain, basis = ctx.price(lambda gr: remove_syncs(gr, calls, batch),
                             f"the {len(calls) / its:.0f} syncs per iteration and the device-to-host "
                             "copies before them gone" +

@@ -108,12 +108,7 @@ def calibrate(graph: StepGraph, meta_text: Optional[str] = None,
     target = float(np.median(target_periods))
     cache: dict[float, Schedule] = {1.0: at1}
     h, unreachable = fit_host(sim, target, prior, cache)
-
-    def f(x: float) -> float:
-        if x not in cache:
-            cache[x] = sim(x)
-        return cache[x].iteration_ns
-
+    f = _iteration_at(sim, cache)
     detail = (f"median of {len(target_periods)} iterations of `{graph.window.delimiter}` timed "
               "without a profiler")
     miss = f(h) / target - 1
@@ -133,13 +128,7 @@ def fit_host(sim: Callable[[float], Schedule], target: float, prior: float,
     """The CPU scale at which the replay ``sim`` runs an iteration in ``target`` ns (bisection
     from ``prior``), and whether the target is out of reach (the GPU sets the pace: then the
     largest scale within TOLERANCE of the replay's floor, at most ``prior``)."""
-    cache = {} if cache is None else cache
-
-    def f(h: float) -> float:
-        if h not in cache:
-            cache[h] = sim(h)
-        return cache[h].iteration_ns
-
+    f = _iteration_at(sim, {} if cache is None else cache)
     h = prior
     floor = f(MIN_HOST)
     unreachable = f(h) > target * (1 + TOLERANCE) and floor > target * (1 + TOLERANCE)
@@ -169,6 +158,15 @@ def fit_host(sim: Callable[[float], Schedule], target: float, prior: float,
                 break
         h = min((lo, hi, mid), key=lambda x: abs(f(x) / target - 1))
     return h, unreachable
+
+
+def _iteration_at(sim: Callable[[float], Schedule], cache: dict) -> Callable[[float], float]:
+    """The replay's median iteration at a CPU scale, each scale replayed once (into ``cache``)."""
+    def f(h: float) -> float:
+        if h not in cache:
+            cache[h] = sim(h)
+        return cache[h].iteration_ns
+    return f
 
 
 def estimated_host(graph: StepGraph) -> float:

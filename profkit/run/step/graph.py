@@ -91,6 +91,7 @@ DEFAULT_WAKE_NS = 5_000.0  # GPU work done -> the waiting call returns
 # trace never fills the queue (its depth cannot be read from it then).
 DEFAULT_QUEUE_DEPTH = 1_022
 QUEUE_FIT_NS = 50_000      # a full-queue launch returns within this of the release it waited for
+DEFAULT_QUEUE_WAKE_NS = 8_000.0  # ... and this after it, typically (measured 6-17 us)
 # A launch queue holds hundreds of entries: a host-bound step, whose GPU finishes each kernel
 # before the next launch, has a few outstanding at most, and its launches returning after the
 # previous kernel ended says nothing of the queue's depth.
@@ -151,7 +152,7 @@ class StepGraph:
     # replayed launches take none but the first), its depth and wake-up (see the module docstring).
     c_queue: Optional[np.ndarray] = None
     queue_depth: int = DEFAULT_QUEUE_DEPTH
-    queue_wake_ns: float = 8_000.0
+    queue_wake_ns: float = DEFAULT_QUEUE_WAKE_NS
     # The CPU time after the window's last call and operation, up to its end (the next batch's
     # loading, when the loop prepares data between steps), scaled like every CPU duration; the
     # range open in the middle of it; and, set by load_in_workers, when (ns of CPU from the
@@ -427,7 +428,7 @@ def launch_queue(c_start, c_end, c_queue, ops_ptr, ops_idx, g_call, g_start, g_e
         else:
             fits.append(depth + 1)  # never filled: deeper than the most seen outstanding
     depth = best or max([DEFAULT_QUEUE_DEPTH] + fits)
-    wake = float(np.median(np.concatenate(wakes))) if wakes else 8_000.0
+    wake = float(np.median(np.concatenate(wakes))) if wakes else DEFAULT_QUEUE_WAKE_NS
     return depth, wake, release
 
 

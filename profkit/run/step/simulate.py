@@ -103,10 +103,12 @@ def simulate(g: StepGraph, host: float = 1.0) -> Schedule:
                             g.ops_ptr, g.ops_idx, g.g_call, g.g_start, g.g_dev)
     q_ops = {d: e[0][e[1] < 0].tolist() for d, e in entries.items()}  # already queued: pre-window
     q_dev = np.full(n, -1, dtype=np.int64)
+    last_of = np.full(n, -1, dtype=np.int64)  # the operation whose end frees a call's entry
     for d, (ops_, calls_) in entries.items():
-        q_dev[calls_[calls_ >= 0]] = d
-    q_dev = q_dev.tolist()
-    last_of = [idx[ptr[i + 1] - 1] if ptr[i + 1] > ptr[i] else -1 for i in range(n)]
+        mine = calls_ >= 0
+        q_dev[calls_[mine]] = d
+        last_of[calls_[mine]] = ops_[mine]
+    q_dev, last_of = q_dev.tolist(), last_of.tolist()
     depth, q_wake = int(g.queue_depth), float(g.queue_wake_ns)
     ready = None
     if g.c_ready is not None:

@@ -86,9 +86,9 @@ BLOCKED_MIN_NS = 50_000
 DEFAULT_LAT_NS = 3_000.0  # launch call start -> kernel start when nothing else held it
 DEFAULT_QGAP_NS = 1_000.0  # previous kernel's end -> next kernel's start when queued
 DEFAULT_WAKE_NS = 5_000.0  # GPU work done -> the waiting call returns
-# Measured on the H200 (CUDA 12/13 drivers): a launch blocks once 1,022 calls' work is
-# outstanding on the device, and returns 6-17 us after the oldest of them ends. Used when the
-# trace never fills the queue (its depth cannot be read from it then).
+# Measured on the H200 (driver 580.159.04, traces of 2026-12-01): a launch blocks once 1,022
+# calls' work is outstanding on the device, and returns 6-17 us after the oldest of them ends.
+# Used when the trace never fills the queue (its depth cannot be read from it then).
 DEFAULT_QUEUE_DEPTH = 1_022
 QUEUE_FIT_NS = 50_000      # a full-queue launch returns within this of the release it waited for
 DEFAULT_QUEUE_WAKE_NS = 8_000.0  # ... and this after it, typically (measured 6-17 us)

@@ -503,7 +503,11 @@ def select(names: str | None) -> list[dict]:
 def cmd_list(args: argparse.Namespace) -> None:
     for prog in PROGRAMS:
         if args.capture:  # fewer steps where a full run would make a large trace
-            print("\t".join([prog["name"], prog["script"], *prog.get("capture_args", prog["args"])]))
+            cargs = prog.get("capture_args", prog["args"])
+            print("\t".join([prog["name"], prog["script"], *cargs]))
+            if args.fixed:  # NAME__FIX: the program with one fix applied, to see where the time went
+                for fname, fix in prog["fixes"].items():
+                    print("\t".join([f"{prog['name']}__{fname}", prog["script"], *cargs, *fix["args"]]))
         elif args.variants:
             for vname, vargs, _ in variants(prog):
                 print("\t".join([prog["name"], vname, prog["script"], *vargs]))
@@ -924,9 +928,9 @@ def page_text(measured: dict, load=None) -> str:
         "",
         f"- pairs: {n}, of which {len(low)} measured below 1.05x",
         f"- step time after the fix within ±15%: **{within} of {n}** ({within / max(n, 1):.0%})",
-        f"- median absolute error: **{med:.0%}**",
+        f"- median absolute error: **{med:.1%}**",
         f"- priced at the capture's calibration instead: {within_cap} of {n} within ±15%, median error "
-        f"{med_cap:.0%}",
+        f"{med_cap:.1%}",
         f"- pairs measured below 1.05x that profkit priced at 1.10x or more: **{len(false_promise)}**"
         + (" (" + ", ".join(f"{r['program']} {r['fix']} {r['predicted']:.2f}x" for r in false_promise) + ")"
            if false_promise else ""),
@@ -995,6 +999,8 @@ def main(argv: list[str] | None = None) -> None:
     p = sub.add_parser("list", help="print name<TAB>script<TAB>args... for each program's baseline")
     p.add_argument("--capture", action="store_true",
                    help="the arguments `profkit capture` gets (capture_args: fewer steps, a smaller trace)")
+    p.add_argument("--fixed", action="store_true",
+                   help="with --capture, also one line NAME__FIX per fix (the fix's arguments appended)")
     p.add_argument("--variants", action="store_true",
                    help="one line per variant: name<TAB>variant<TAB>script<TAB>args...")
     p.set_defaults(func=cmd_list)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # On a GPU machine, from the repository root: capture the baseline of every what-if corpus
-# program (or only the NAMEs given) with `profkit capture`, within a time budget.
+# program (or only the NAMEs given) with `profkit capture`, within a time budget. A NAME of the
+# form PROGRAM__FIX captures the program with that fix applied.
 #
 #   scripts/gpu/corpus_capture.sh OUTDIR SECONDS [NAME...]
 #
@@ -16,14 +17,16 @@ mkdir -p "$out/traces" "$out/logs"
 export PYTHONUNBUFFERED=1
 left() { echo $(( deadline - $(date +%s) )); }
 
-python3 scripts/whatif_accuracy.py list --capture > "$out/programs.tsv" || { echo "cannot read the registry"; exit 1; }
+python3 scripts/whatif_accuracy.py list --capture --fixed > "$out/programs.tsv" || { echo "cannot read the registry"; exit 1; }
 for want in "$@"; do  # names asked for that the registry does not have
   cut -f1 "$out/programs.tsv" | grep -qx -- "$want" || echo "== unknown program $want"
 done
 
 while IFS=$'\t' read -r -a f <&3; do
   name=${f[0]}; script=${f[1]}; args=("${f[@]:2}")
-  if [ $# -gt 0 ]; then
+  if [ $# -eq 0 ]; then
+    case $name in *__*) continue ;; esac  # fixed programs only when asked for by name
+  else
     hit=0; for want in "$@"; do [ "$want" = "$name" ] && hit=1; done
     [ $hit -eq 1 ] || continue
   fi

@@ -27,6 +27,7 @@ CASES = {
     "PK103": ("real/generate_llama", "real/train_llama_compiled"),
     "PK104": ("real/loader_cnn", "real/loader_cnn_workers"),
     "PK105": ("corpus/gpt2_empty_cache", "real/train_llama"),
+    "PK106": ("corpus/lstm_cell_loop", "corpus/early_exit_sync"),
     "PK201": ("real/train_llama", "real/train_llama_fused"),
     "PK202": ("real/train_llama", "real/generate_llama"),
     "PK203": ("real/train_llama", "real/sync_loop"),

@@ -277,5 +277,11 @@ def test_values_read_in_a_loop_are_computed_together():
     plain, batched = T.remove_syncs(g, calls), T.remove_syncs(g, calls, calls)
     gone = (batched.c_own == 0) & (plain.c_own > 0)
     assert gone.sum() / its >= 100  # the per-parameter norm launches, one kernel left an iteration
-    assert np.isclose(batched.g_dur.sum(), plain.g_dur.sum(), rtol=0.01)  # the same GPU work
+    # The same GPU work, less the memsets of each norm's reduction buffer.
+    memset = np.repeat(g.c_kind == int(T.CallKind.MEMSET), np.diff(g.ops_ptr))
+    assert np.isclose(batched.g_dur.sum(), plain.g_dur.sum() - g.g_dur[g.ops_idx[memset]].sum(), rtol=0.01)
     assert m.simulate(batched).mean_iteration_ns < m.simulate(plain).mean_iteration_ns
+    # The loop's body goes with it: each item's dispatch (kernel-name look-up, memset, launch).
+    loop = g.c_range == list(g.range_names).index("grad_norms")
+    cpu = lambda gr: float((gr.c_own[loop] + gr.c_gap[loop]).sum())  # noqa: E731
+    assert cpu(batched) < 0.2 * cpu(g) and cpu(plain) > 0.4 * cpu(g)

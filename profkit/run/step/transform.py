@@ -245,7 +245,9 @@ def remove_syncs(g: StepGraph, calls: np.ndarray, batch: Optional[np.ndarray] = 
     ``batch``: among them, calls whose values are computed one by one in a loop (one per
     parameter, per layer) and then kept together on the GPU (``torch._foreach_norm`` and
     ``torch.stack``): the kernel launched right before each of their copies joins the others of
-    its iteration in one kernel (their time summed), the other launches and their dispatch gone."""
+    its iteration in one kernel (their time summed), and every other call of the loop's body
+    (between its first value and its last, on its thread and in its range) goes with its
+    dispatch, its memsets' GPU work too."""
     sel = np.zeros(g.n_calls, dtype=bool)
     sel[np.asarray(calls, dtype=np.int64)] = True
     is_copy = g.c_kind == int(CallKind.COPY)
@@ -272,13 +274,27 @@ def _batch_producers(g: StepGraph, copies: np.ndarray, batch: np.ndarray) -> Ste
     if len(prod) < 2:
         return g
     it = np.searchsorted(g.iter_call, prod, side="right") - 1
-    groups, ns = [], []
+    groups, ns, body = [], [], []
     for k in np.unique(it):
-        ops = np.concatenate([g.ops_idx[g.ops_ptr[c]:g.ops_ptr[c + 1]] for c in prod[it == k]])
+        mine = prod[it == k]
+        ops = np.concatenate([g.ops_idx[g.ops_ptr[c]:g.ops_ptr[c + 1]] for c in mine])
         if len(ops) >= 2:
             groups.append(ops)
             ns.append(float(g.g_dur[ops].sum()))
-    return replace_ops(g, groups, np.asarray(ns)) if groups else g
+            # The loop's body between its first value and its last, on its thread and in its
+            # range: each item's dispatch (the kernel-name look-up, the memset of a reduction
+            # buffer, the Python of the loop) is replaced by one call for all of them.
+            lo, hi = int(mine.min()), int(batch[np.searchsorted(g.iter_call, batch, side="right") - 1 == k].max())
+            span = np.arange(lo + 1, hi + 1)
+            body.append(span[(g.c_tid[span] == g.c_tid[lo]) & (g.c_range[span] == g.c_range[lo])])
+    if not groups:
+        return g
+    out = replace_ops(g, groups, np.asarray(ns))
+    body_calls = np.setdiff1d(np.concatenate(body), g.g_call[[grp[np.argmin(g.g_start[grp])] for grp in groups]])
+    memsets = g.ops_idx[np.repeat(np.isin(np.arange(g.n_calls), body_calls)
+                                  & (g.c_kind == int(CallKind.MEMSET)), np.diff(g.ops_ptr))]
+    out = scale_ops(out, memsets, np.inf) if len(memsets) else out
+    return remove_calls(out, body_calls)
 
 
 def _right_after(g: StepGraph, mask: np.ndarray) -> np.ndarray:

@@ -1,0 +1,131 @@
+"""PK106 rnn-cell-loop: a recurrent layer stepped through time in Python, one cell call a timestep.
+
+What
+    PyTorch's fused LSTM/GRU cell kernels (``lstm_cell_forward``, ``gru_cell_forward``: what
+    ``nn.LSTMCell`` and ``nn.GRUCell`` launch) at least ``min_per_iteration`` times an iteration:
+    a Python loop over timesteps (and layers), each cell launching its two GEMMs and its
+    pointwise update.
+Why
+    Each timestep costs the CPU a few launches and the Python around them while the GPU runs a few
+    microseconds of work: the loop is launch-bound, the GPU mostly idle. ``nn.LSTM`` / ``nn.GRU``
+    run the same recurrence inside one call: cuDNN computes the input projections of all
+    timesteps in one GEMM and the recurrent part in a few kernels it launches itself, without
+    Python between timesteps.
+Evidence
+    The cell kernels per iteration, and the launch calls of the loop (from the GEMMs before each
+    iteration's first cell kernel to its last one). Only a plain recurrence over a sequence: when
+    other kernels than GEMMs run between two cell steps (a softmax, a projection and an add that
+    feed each step's output back as the next input: an iterative refiner), the library layers
+    cannot run the loop and the rule stays quiet (PK103 prices capturing it).
+Fix
+    Replace the loop with ``nn.LSTM(input_size, hidden_size, num_layers)`` (or ``nn.GRU``) over
+    the whole sequence (the cells' weights load into it as ``weight_ih_l{k}`` / ``weight_hh_l{k}``);
+    where the loop must stay (custom cells, per-step logic), capture it in a CUDA graph (PK103).
+Expected gain
+    Graph edit: the loop's calls are made by the library instead of Python: their CPU time and
+    the dispatch and Python between them go, one call per iteration comes back, and their
+    kernels run back to back with their measured durations (cuDNN's batched input GEMM and
+    persistent recurrent kernels are not slower than the cells' kernels, so the GPU side is not
+    priced down: a floor). The step model replays the edited graph at the calibrated CPU scale
+    (measured without a profiler on the H200, a 2-layer LSTMCell loop of 256 timesteps: nn.LSTM
+    3.13x, a CUDA graph of the loop 3.22x).
+References
+    PyTorch ``nn.LSTM`` / ``nn.GRU`` docs (cuDNN implementation); NVIDIA cuDNN RNN API
+    (persistent kernels); Appleyard et al., "Optimizing Performance of Recurrent Neural Networks
+    on GPUs" (2016).
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from profkit.model import Rung
+from profkit.judge.rules.base import GEMM_KERNEL_RE, Finding, Param, RuleContext, RuleMeta, Table
+from profkit.run.step.graph import CallKind, StepGraph
+from profkit.run.step.transform import cuda_graph
+
+CELL_RE = re.compile(r"(lstm|gru)_cell_forward", re.I)
+
+RULE = RuleMeta(
+    code="PK106", name="rnn-cell-loop",
+    summary="an LSTM/GRU stepped through time in Python: nn.LSTM / nn.GRU (cuDNN) over the sequence",
+    tables=(Table.KERNEL, Table.RUNTIME), example="traces/corpus/lstm_cell_loop.sqlite.xz",
+    quiet_on="traces/corpus/early_exit_sync.sqlite.xz",
+    params=(Param("min_per_iteration", 8, "cell kernels per iteration that make a loop over time"),))
+
+
+def loop_calls(g: StepGraph, cell_ops: np.ndarray) -> np.ndarray:
+    """The calls of each iteration's cell loop: from the GEMM launches right before its first cell
+    kernel's launch to its last cell kernel's launch, on that thread."""
+    names = np.asarray(g.op_names, dtype=object)
+    gemm = np.array([bool(GEMM_KERNEL_RE.search(str(n))) for n in names], dtype=bool)
+    # Per call: whether every operation it launched is a GEMM (a cell's projections).
+    n_ops = np.diff(g.ops_ptr)
+    op_gemm = gemm[g.g_name[g.ops_idx]] if len(g.ops_idx) else np.empty(0, bool)
+    gemm_ops_per_call = np.add.reduceat(op_gemm.astype(np.int64), g.ops_ptr[:-1]) if len(g.ops_idx) else 0
+    gemm_call = (n_ops > 0) & (gemm_ops_per_call == n_ops) & (g.c_kind == int(CallKind.LAUNCH))
+    cell_calls = np.unique(g.g_call[cell_ops][g.g_call[cell_ops] >= 0])
+    it = np.searchsorted(g.iter_call, cell_calls, side="right") - 1
+    out = []
+    for k in np.unique(it):
+        mine = cell_calls[it == k]
+        lo, hi = int(mine.min()), int(mine.max())
+        tid = g.c_tid[lo]
+        while lo > 0 and gemm_call[lo - 1] and g.c_tid[lo - 1] == tid:
+            lo -= 1
+        span = np.arange(lo, hi + 1)
+        out.append(span[g.c_tid[span] == tid])
+    return np.concatenate(out) if out else np.empty(0, np.int64)
+
+
+def plain_recurrence(g: StepGraph, cell_ops: np.ndarray) -> bool:
+    """Whether the loop is a plain recurrence over a sequence: between two consecutive cell
+    kernels of a stream only GEMMs run (the next cell's input and hidden projections), in at
+    least PLAIN_SHARE of the steps."""
+    names = np.asarray(g.op_names, dtype=object)
+    gemm = np.array([bool(GEMM_KERNEL_RE.search(str(n))) for n in names], dtype=bool)[g.g_name]
+    ops = np.sort(cell_ops)  # the graph's operations are in stream order, then start
+    pairs = [(a, b) for a, b in zip(ops[:-1], ops[1:]) if g.g_stream[a] == g.g_stream[b] and b - a > 1]
+    if not pairs:
+        return False
+    plain = sum(bool(gemm[a + 1:b].all()) for a, b in pairs)
+    return plain >= PLAIN_SHARE * len(pairs)
+
+
+PLAIN_SHARE = 0.9  # the loop's first and last steps may sit next to other work
+
+
+def detect(ctx: RuleContext) -> list[Finding]:
+    m = ctx.model
+    if m is None or ctx.iterations == 0:
+        return []
+    g = m.graph
+    names = np.asarray(g.op_names, dtype=object)
+    cell = np.array([bool(CELL_RE.search(str(n))) for n in names], dtype=bool)
+    cell_ops = np.flatnonzero(cell[g.g_name] & (g.g_call >= 0)) if len(cell) else np.empty(0, np.int64)
+    its = max(len(g.iter_call) - 1, 1)
+    if len(cell_ops) < RULE.param("min_per_iteration") * its:
+        return []
+    if not plain_recurrence(g, cell_ops):
+        # Work other than the cells' projections between two cell steps (a softmax, a Linear and
+        # a residual add feeding each step's output back in: an iterative refiner): nn.LSTM /
+        # nn.GRU cannot run that loop; graph capture (PK103) can.
+        return []
+    calls = loop_calls(g, cell_ops)
+    launches = int((g.c_kind[calls] == int(CallKind.LAUNCH)).sum())
+    gain, basis = ctx.price(lambda gr: cuda_graph(gr, calls, whole_step=True),
+                            f"the cell loop's {launches / its:.0f} launches per iteration and the Python "
+                            "between them made by one library call, its kernels kept")
+    if gain < 1.02:
+        return []
+    kinds = sorted({m_.group(1).upper() for n in names[np.unique(g.g_name[cell_ops])]
+                    for m_ in [CELL_RE.search(str(n))] if m_})
+    layer = "/".join(f"nn.{k}" for k in kinds)
+    return [Finding(RULE.code, RULE.name,
+                    f"run the recurrence with {layer} over the whole sequence (cuDNN) instead of a "
+                    f"Python loop of {'/'.join(k + 'Cell' for k in kinds)} calls "
+                    f"({len(cell_ops) / its:.0f} cell steps per iteration); where the loop must stay, "
+                    "capture it in a CUDA graph", Rung.LIBRARY,
+                    {"cell_kernels_per_iteration": round(len(cell_ops) / its, 1),
+                     "loop_launches_per_iteration": round(launches / its, 1)}, gain, basis, gain)]

@@ -12,6 +12,8 @@ from profkit.judge.dtypes import kernel_dtype, op_dtype
     ("nvjet_sm90_sss_128x128_32x4_1x2_h_bz_NNT", "fp32"),
     ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1", "bf16"),
     ("sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize256x128x8_stage3_warpsize4x2x1_ffma", "fp32"),
+    # fp32 data, TF32 math: cuBLAS with TF32 allowed, cuDNN's 1x1 convolutions as GEMMs
+    ("sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas", "tf32"),
     ("cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_tn_align8", "bf16"),
     ("cutlass_80_tensorop_s1688gemm_128x128_32x3_nn_align4", "tf32"),
     ("ampere_sgemm_128x64_nn", "fp32"),

@@ -65,6 +65,7 @@ _NVJET = re.compile(r"nvjet_(?:sm\d+_)?([a-z])([a-z])([a-z])_")
 _NVJET_LETTER = {"h": "fp16", "t": "bf16", "s": "fp32", "d": "fp64", "q": "fp8", "e": "fp8",
                  "i": "int8"}
 _XMMA = re.compile(r"(?:xmma|cutlass)\w*?_gemm_(bf16|f16|tf32|f32|f64|e4m3|e5m2|s8|i8)", re.I)
+_XMMA_TF32_MATH = re.compile(r"_gemm_f32(?:f32)?_tf32", re.I)  # xmma's second type pair is the math
 _XMMA_TYPE = {"bf16": "bf16", "f16": "fp16", "tf32": "tf32", "f32": "fp32", "f64": "fp64",
               "e4m3": "fp8", "e5m2": "fp8", "s8": "int8", "i8": "int8"}
 _TENSOROP = re.compile(r"tensorop_(bf16|f16|h|s|d|i8|e4m3)?_?[shd]?(\d{4,5})gemm", re.I)
@@ -107,6 +108,10 @@ def kernel_dtype(name: str) -> KernelDtype:
     m = _XMMA.search(n)
     if m:
         prec = _XMMA_TYPE[m.group(1).lower()]
+        if prec == "fp32" and _XMMA_TF32_MATH.search(n):
+            # fp32 operands, TF32 math (cuBLAS with TF32 allowed, cuDNN's 1x1 convolutions):
+            # already on the tensor cores.
+            return KernelDtype("tf32", "cuBLAS/CUTLASS gemm types 'f32f32_tf32f32': fp32 data, TF32 math")
         return KernelDtype(prec, f"cuBLAS/CUTLASS gemm type '{m.group(1)}'")
     m = _TENSOROP.search(n)
     if m and m.group(1):

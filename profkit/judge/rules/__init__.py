@@ -18,7 +18,7 @@ from profkit.judge.rules import (pk101_per_step_sync, pk102_data_loading, pk103_
                            pk104_pageable_copy, pk105_allocator_churn, pk106_rnn_cell_loop,
                            pk201_unfused_optimizer, pk202_autocast_recast,
                            pk203_fp32_logits_loss, pk301_attention_path, pk302_fp32_gemm,
-                           pk303_gemm_shape, pk304_gemm_alignment, pk401_eager_norm_fusion,
+                           pk303_gemm_shape, pk304_gemm_alignment, pk305_fp32_conv, pk401_eager_norm_fusion,
                            pk402_elementwise_chain, pk403_inference_bn_fold, pk501_nccl_exposed)
 from profkit.judge.rules.base import Finding, RuleContext, RuleMeta, Scope
 
@@ -30,7 +30,7 @@ RULES: tuple[ModuleType, ...] = (
     pk101_per_step_sync, pk102_data_loading, pk103_host_overhead, pk104_pageable_copy,
     pk105_allocator_churn, pk106_rnn_cell_loop,
     pk201_unfused_optimizer, pk202_autocast_recast, pk203_fp32_logits_loss,
-    pk301_attention_path, pk302_fp32_gemm, pk303_gemm_shape, pk304_gemm_alignment,
+    pk301_attention_path, pk302_fp32_gemm, pk303_gemm_shape, pk304_gemm_alignment, pk305_fp32_conv,
     pk401_eager_norm_fusion, pk402_elementwise_chain, pk403_inference_bn_fold, pk501_nccl_exposed)
 
 __all__ = ["RULES", "Finding", "RuleContext", "RuleMeta", "Scope", "evaluate", "get", "explain"]

@@ -1,0 +1,53 @@
+"""torchvision ResNet-50 image classification (random weights) in plain fp32 and PyTorch's default
+NCHW layout, batch 128 at 224 x 224: GPU-bound. cuDNN runs the convolutions as TF32 on the tensor
+cores (its default), transposing activations to and from NHWC around them.
+
+Each batch (fresh random images made on the GPU) is an NVTX range ``infer``; the predicted
+classes stay on the GPU and are read once after the loop. A program the step model was not built
+on: captured and timed in one allocation after PK305 (fp32 convolutions) was written.
+
+    python w_resnet50_fp32_infer.py [--steps 40] [--fix channels_last | --fix bf16_channels_last]
+                                    [--fix tf32]
+
+Fixes:
+  channels_last       model and input in ``torch.channels_last``, still fp32.
+  bf16_channels_last  model and input in bf16 and ``torch.channels_last``.
+  tf32                ``torch.set_float32_matmul_precision("high")``: only the final Linear is a
+                      matmul; the convolutions already run as TF32.
+"""
+from __future__ import annotations
+
+import torch
+import torchvision
+
+from _corpus import nvtx, program_args  # noqa: E402 (the workloads' shared helpers)
+
+FIXES = ("channels_last", "bf16_channels_last", "tf32")
+CUDA_ONLY: tuple[str, ...] = ()
+
+
+def main() -> None:
+    args, fixes, dev = program_args(__doc__, FIXES, CUDA_ONLY,
+                                    alternatives=({"channels_last", "bf16_channels_last"},),
+                                    steps_help="batches (the first ones are warm-up)")
+    if "tf32" in fixes:
+        torch.set_float32_matmul_precision("high")
+    batch, size = (2, 32) if args.small else (128, 224)
+    model = torchvision.models.resnet50().to(dev).eval()
+    dtype = torch.bfloat16 if "bf16_channels_last" in fixes else torch.float32
+    layout = torch.channels_last if fixes & {"channels_last", "bf16_channels_last"} else torch.contiguous_format
+    model = model.to(dtype=dtype, memory_format=layout)
+    preds = []
+    with torch.no_grad():
+        for _ in range(args.steps):
+            x = torch.randn(batch, 3, size, size, device=dev, dtype=dtype).contiguous(memory_format=layout)
+            with nvtx("infer"):
+                preds.append(model(x).argmax(-1))
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+    print(f"w_resnet50_fp32_infer: {args.steps} batches, fixes {sorted(fixes) or 'none'}, "
+          f"last preds {preds[-1][:4].tolist()}")
+
+
+if __name__ == "__main__":
+    main()

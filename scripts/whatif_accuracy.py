@@ -430,6 +430,26 @@ PROGRAMS: list[dict] = [
         },
     },
     {
+        "name": "resnet18_fp32_train", "script": f"{W}/w_resnet18_fp32_train.py", "args": [],
+        "capture_args": ["--steps", "20"],
+        "step_range": "train_step", "kind": "training",
+        "fixes": {
+            "channels_last": {"args": ["--fix", "channels_last"], "pays": None,
+                              "what": "model and input in torch.channels_last, fp32"},
+            "bf16_channels_last": {"args": ["--fix", "bf16_channels_last"], "pays": True,
+                                   "what": "channels_last, forward and loss under torch.autocast(bfloat16)"},
+            "fused_sgd": {"args": ["--fix", "fused_sgd"], "pays": False,
+                          "what": "SGD(fused=True) instead of the default foreach"},
+        },
+        "expect": {
+            "baseline": "torchvision ResNet-18 training, fp32 NCHW, batch 128: TF32 convolutions with cuDNN's "
+                        "layout transposes, GPU-bound",
+            "channels_last": "the transposes go",
+            "bf16_channels_last": "pays: bf16 convolutions, half the bytes between them",
+            "fused_sgd": "small: 11.7M parameters",
+        },
+    },
+    {
         "name": "distilbert_finetune", "script": f"{W}/w_distilbert_finetune.py", "args": [],
         "capture_args": ["--steps", "20"],
         "step_range": "train_step", "kind": "training",
@@ -788,6 +808,8 @@ FIX_RULES = {
     ("vit_fp32_infer", "tf32"): ("PK302", None), ("vit_fp32_infer", "bf16_autocast"): ("PK302", "bf16_speedup"),
     ("resnet50_fp32_infer", "channels_last"): ("PK305", "channels_last_speedup"),
     ("resnet50_fp32_infer", "bf16_channels_last"): ("PK305", None), ("resnet50_fp32_infer", "tf32"): ("PK302", None),
+    ("resnet18_fp32_train", "channels_last"): ("PK305", "channels_last_speedup"),
+    ("resnet18_fp32_train", "bf16_channels_last"): ("PK305", None), ("resnet18_fp32_train", "fused_sgd"): ("PK201", None),
     ("distilbert_finetune", "tf32"): ("PK302", None),
     ("distilbert_finetune", "bf16_autocast"): ("PK302", "bf16_speedup"),
     ("distilbert_finetune", "fused_adamw"): ("PK201", None), ("distilbert_finetune", "no_item"): ("PK101", None),

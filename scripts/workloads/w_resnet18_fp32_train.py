@@ -1,0 +1,60 @@
+"""ResNet-18 training (torchvision, random weights) in plain fp32 and PyTorch's default NCHW
+layout, batch 128 of 224 x 224 images, SGD with momentum (foreach): GPU-bound. cuDNN runs the
+convolutions (forward, data and weight gradients) as TF32, transposing to and from NHWC.
+
+Each step (fresh random images and labels, made on the GPU) is an NVTX range ``train_step``
+holding ``forward``, ``backward`` and ``optimizer``. A program the step model was not built on:
+captured and timed in one allocation, after PK305 (fp32 convolutions) was written, to judge its
+training path (autocast's weight casts, the backward's convolutions).
+
+    python w_resnet18_fp32_train.py [--steps 40] [--fix channels_last | --fix bf16_channels_last]
+                                    [--fix fused_sgd]
+
+Fixes:
+  channels_last       model and input in ``torch.channels_last``, still fp32.
+  bf16_channels_last  channels_last, and the forward and loss under
+                      ``torch.autocast("cuda", dtype=torch.bfloat16)``.
+  fused_sgd           ``SGD(fused=True)``.
+"""
+from __future__ import annotations
+
+import contextlib
+
+import torch
+import torchvision
+
+from _corpus import nvtx, program_args  # noqa: E402 (the workloads' shared helpers)
+
+FIXES = ("channels_last", "bf16_channels_last", "fused_sgd")
+CUDA_ONLY: tuple[str, ...] = ()
+
+
+def main() -> None:
+    args, fixes, dev = program_args(__doc__, FIXES, CUDA_ONLY,
+                                    alternatives=({"channels_last", "bf16_channels_last"},),
+                                    small_help="tiny batch and images, for a CPU smoke run")
+    batch, size = (2, 64) if args.small else (128, 224)
+    layout = torch.channels_last if fixes & {"channels_last", "bf16_channels_last"} else torch.contiguous_format
+    model = torchvision.models.resnet18(num_classes=1000).to(dev, memory_format=layout).train()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-5,
+                          fused=True if "fused_sgd" in fixes else None)
+    amp = (lambda: torch.autocast(dev.type, dtype=torch.bfloat16)) if "bf16_channels_last" in fixes \
+        else contextlib.nullcontext
+    for _ in range(args.steps):
+        x = torch.randn(batch, 3, size, size, device=dev).contiguous(memory_format=layout)
+        y = torch.randint(0, 1000, (batch,), device=dev)
+        with nvtx("train_step"):
+            with nvtx("forward"), amp():
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+            with nvtx("backward"):
+                loss.backward()
+            with nvtx("optimizer"):
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+    print(f"w_resnet18_fp32_train: {args.steps} steps, fixes {sorted(fixes) or 'none'}, loss {loss.item():.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,5 +1,5 @@
-"""What the what-if corpus programs (``w_*.py``) share: the NVTX range helper and the ``--fix``
-parser. The programs import it as a sibling module (a script's folder is first on sys.path)."""
+"""What the what-if corpus programs (``w_*.py``) share: the NVTX range helper, the ``--fix``
+parser and the annotated training step. The programs import it as a sibling module (a script's folder is first on sys.path)."""
 from __future__ import annotations
 
 import argparse
@@ -49,3 +49,32 @@ def program_args(doc: str, known, cuda_only=(), alternatives=(), steps: int = 40
     fixes = parse_fixes(ap, args, known, cuda_only, alternatives)
     torch.manual_seed(0)
     return args, fixes, torch.device(args.device)
+
+
+def train_step(forward: Callable[[], torch.Tensor], opt: torch.optim.Optimizer,
+               amp: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+               before: Optional[Callable[[], None]] = None,
+               after: Optional[Callable[[torch.Tensor], None]] = None) -> torch.Tensor:
+    """One training step as the corpus programs annotate it: an NVTX range ``train_step`` holding
+    ``forward`` (``forward()`` under ``amp()``, returning the loss), ``backward`` and
+    ``optimizer`` (step, then gradients set to None); ``before`` and ``after(loss)`` run inside
+    ``train_step``, first and last. Returns the loss."""
+    with nvtx("train_step"):
+        if before is not None:
+            before()
+        with nvtx("forward"), amp():
+            loss = forward()
+        with nvtx("backward"):
+            loss.backward()
+        with nvtx("optimizer"):
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        if after is not None:
+            after(loss)
+    return loss
+
+
+def finish(dev: torch.device) -> None:
+    """Wait for the GPU's queued work, so that the program's end is its last step's end."""
+    if dev.type == "cuda":
+        torch.cuda.synchronize()

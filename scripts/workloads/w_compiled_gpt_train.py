@@ -24,7 +24,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from _corpus import nvtx, program_args  # noqa: E402 (the workloads' shared helpers)
+from _corpus import finish, program_args, train_step  # noqa: E402 (the workloads' shared helpers)
 
 FIXES = ("reduce_overhead", "fused_adamw")
 CUDA_ONLY = ("reduce_overhead",)
@@ -78,19 +78,10 @@ def main() -> None:
 
     for _ in range(args.steps):
         ids = torch.randint(0, vocab, (batch, seq), device=dev)
-        with nvtx("train_step"):
-            if graphs:
-                # a new iteration: the graphs may overwrite the previous step's outputs
-                torch.compiler.cudagraph_mark_step_begin()
-            with nvtx("forward"), torch.autocast(dev.type, dtype=torch.bfloat16):
-                loss = cmodel(ids)
-            with nvtx("backward"):
-                loss.backward()
-            with nvtx("optimizer"):
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-    if dev.type == "cuda":
-        torch.cuda.synchronize()
+        # with graphs, a new iteration: the graphs may overwrite the previous step's outputs
+        loss = train_step(lambda: cmodel(ids), opt, lambda: torch.autocast(dev.type, dtype=torch.bfloat16),
+                          before=torch.compiler.cudagraph_mark_step_begin if graphs else None)
+    finish(dev)
     print(f"w_compiled_gpt_train: {args.steps} steps, fixes {sorted(fixes) or 'none'}, "
           f"loss {loss.item():.3f}")
 

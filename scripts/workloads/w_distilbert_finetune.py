@@ -27,7 +27,7 @@ import contextlib
 import torch
 from transformers import DistilBertConfig, DistilBertForSequenceClassification
 
-from _corpus import nvtx, program_args  # noqa: E402 (the workloads' shared helpers)
+from _corpus import finish, nvtx, program_args, train_step  # noqa: E402 (the workloads' shared helpers)
 
 FIXES = ("tf32", "bf16_autocast", "fused_adamw", "no_item")
 CUDA_ONLY: tuple[str, ...] = ()
@@ -51,22 +51,18 @@ def main() -> None:
         else contextlib.nullcontext
     running = torch.zeros((), device=dev)  # no_item: the loss stays on the GPU
     logged: list[float] = []
+
+    def log(loss: torch.Tensor) -> None:
+        with nvtx("log"):
+            if "no_item" in fixes:
+                running.add_(loss.detach())
+            else:
+                logged.append(loss.item())  # waits for the step's GPU work
+
     for _ in range(args.steps):
         ids = torch.randint(0, cfg.vocab_size, (batch, seq), device=dev)
         labels = torch.randint(0, cfg.num_labels, (batch,), device=dev)
-        with nvtx("train_step"):
-            with nvtx("forward"), amp():
-                loss = model(input_ids=ids, labels=labels).loss
-            with nvtx("backward"):
-                loss.backward()
-            with nvtx("optimizer"):
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-            with nvtx("log"):
-                if "no_item" in fixes:
-                    running += loss.detach()
-                else:
-                    logged.append(loss.item())  # waits for the step's GPU work
+        train_step(lambda: model(input_ids=ids, labels=labels).loss, opt, amp, after=log)
     total = running.item() if "no_item" in fixes else sum(logged)
     print(f"w_distilbert_finetune: {args.steps} steps, fixes {sorted(fixes) or 'none'}, "
           f"mean loss {total / max(args.steps, 1):.3f}")

@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from _corpus import nvtx, program_args  # noqa: E402 (the workloads' shared helpers)
+from _corpus import finish, program_args, train_step  # noqa: E402 (the workloads' shared helpers)
 
 FIXES = ("no_empty_cache", "fused_adamw")
 CUDA_ONLY: tuple[str, ...] = ()
@@ -41,20 +41,15 @@ def main() -> None:
     # Default AdamW picks the foreach implementation on CUDA; fused=True is the fix.
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True if "fused_adamw" in fixes else None)
 
+    def release(_loss: torch.Tensor) -> None:
+        if "no_empty_cache" not in fixes and dev.type == "cuda":
+            torch.cuda.empty_cache()  # the defect: every cached block back to the driver
+
     for _ in range(args.steps):
         ids = torch.randint(0, cfg.vocab_size, (batch, seq), device=dev)
-        with nvtx("train_step"):
-            with nvtx("forward"), torch.autocast(dev.type, dtype=torch.bfloat16):
-                loss = model(input_ids=ids, labels=ids).loss
-            with nvtx("backward"):
-                loss.backward()
-            with nvtx("optimizer"):
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-            if "no_empty_cache" not in fixes and dev.type == "cuda":
-                torch.cuda.empty_cache()  # the defect: every cached block back to the driver
-    if dev.type == "cuda":
-        torch.cuda.synchronize()
+        loss = train_step(lambda: model(input_ids=ids, labels=ids).loss, opt,
+                          lambda: torch.autocast(dev.type, dtype=torch.bfloat16), after=release)
+    finish(dev)
     print(f"w_gpt2_empty_cache: {args.steps} steps, fixes {sorted(fixes) or 'none'}, loss {loss.item():.3f}")
 
 

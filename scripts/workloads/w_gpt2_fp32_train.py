@@ -25,7 +25,7 @@ import contextlib
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from _corpus import nvtx, program_args  # noqa: E402 (the workloads' shared helpers)
+from _corpus import finish, program_args, train_step  # noqa: E402 (the workloads' shared helpers)
 
 FIXES = ("tf32", "bf16_autocast", "fused_adamw")
 CUDA_ONLY: tuple[str, ...] = ()
@@ -50,16 +50,8 @@ def main() -> None:
 
     for _ in range(args.steps):
         ids = torch.randint(0, cfg.vocab_size, (batch, seq), device=dev)
-        with nvtx("train_step"):
-            with nvtx("forward"), amp():
-                loss = model(input_ids=ids, labels=ids).loss
-            with nvtx("backward"):
-                loss.backward()
-            with nvtx("optimizer"):
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-    if dev.type == "cuda":
-        torch.cuda.synchronize()
+        loss = train_step(lambda: model(input_ids=ids, labels=ids).loss, opt, amp)
+    finish(dev)
     print(f"w_gpt2_fp32_train: {args.steps} steps, fixes {sorted(fixes) or 'none'}, loss {loss.item():.3f}")
 
 

@@ -24,7 +24,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from _corpus import nvtx, program_args  # noqa: E402 (the workloads' shared helpers)
+from _corpus import finish, program_args, train_step  # noqa: E402 (the workloads' shared helpers)
 
 FIXES = ("compile", "fused_adamw")
 CUDA_ONLY: tuple[str, ...] = ()
@@ -88,16 +88,8 @@ def main() -> None:
 
     for _ in range(args.steps):
         ids = torch.randint(0, vocab, (batch, seq), device=dev)
-        with nvtx("train_step"):
-            with nvtx("forward"), torch.autocast(dev.type, dtype=torch.bfloat16):
-                loss = fwd(ids)
-            with nvtx("backward"):
-                loss.backward()
-            with nvtx("optimizer"):
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-    if dev.type == "cuda":
-        torch.cuda.synchronize()
+        loss = train_step(lambda: fwd(ids), opt, lambda: torch.autocast(dev.type, dtype=torch.bfloat16))
+    finish(dev)
     print(f"w_handwritten_block_train: {args.steps} steps, fixes {sorted(fixes) or 'none'}, "
           f"loss {loss.item():.3f}")
 

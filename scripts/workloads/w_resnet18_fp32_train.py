@@ -23,7 +23,7 @@ import contextlib
 import torch
 import torchvision
 
-from _corpus import nvtx, program_args  # noqa: E402 (the workloads' shared helpers)
+from _corpus import finish, program_args, train_step  # noqa: E402 (the workloads' shared helpers)
 
 FIXES = ("channels_last", "bf16_channels_last", "fused_sgd")
 CUDA_ONLY: tuple[str, ...] = ()
@@ -43,16 +43,8 @@ def main() -> None:
     for _ in range(args.steps):
         x = torch.randn(batch, 3, size, size, device=dev).contiguous(memory_format=layout)
         y = torch.randint(0, 1000, (batch,), device=dev)
-        with nvtx("train_step"):
-            with nvtx("forward"), amp():
-                loss = torch.nn.functional.cross_entropy(model(x), y)
-            with nvtx("backward"):
-                loss.backward()
-            with nvtx("optimizer"):
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-    if dev.type == "cuda":
-        torch.cuda.synchronize()
+        loss = train_step(lambda: torch.nn.functional.cross_entropy(model(x), y), opt, amp)
+    finish(dev)
     print(f"w_resnet18_fp32_train: {args.steps} steps, fixes {sorted(fixes) or 'none'}, loss {loss.item():.3f}")
 
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import torch
 import torchvision
 
-from _corpus import nvtx, program_args  # noqa: E402 (the workloads' shared helpers)
+from _corpus import finish, program_args, train_step  # noqa: E402 (the workloads' shared helpers)
 
 FIXES = ("fused_sgd", "cudnn_benchmark", "compile", "compile_graphs")
 CUDA_ONLY: tuple[str, ...] = ()
@@ -55,16 +55,9 @@ def main() -> None:
     for _ in range(args.steps):
         x = torch.randn(batch, 3, size, size, device=dev).contiguous(memory_format=torch.channels_last)
         y = torch.randint(0, 1000, (batch,), device=dev)
-        with nvtx("train_step"):
-            with nvtx("forward"), torch.autocast(dev.type, dtype=torch.bfloat16):
-                loss = torch.nn.functional.cross_entropy(fwd(x), y)
-            with nvtx("backward"):
-                loss.backward()
-            with nvtx("optimizer"):
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-    if dev.type == "cuda":
-        torch.cuda.synchronize()
+        loss = train_step(lambda: torch.nn.functional.cross_entropy(fwd(x), y), opt,
+                          lambda: torch.autocast(dev.type, dtype=torch.bfloat16))
+    finish(dev)
     print(f"w_resnet50_train: {args.steps} steps, fixes {sorted(fixes) or 'none'}, loss {loss.item():.3f}")
 
 

@@ -113,13 +113,13 @@ def detect(ctx: RuleContext) -> list[Finding]:
         np.add.at(out.c_own, calls[calls >= 0], cast_ns)
         return out
 
+    transpose_ns = float(k.loc[transposes, "total_ns"].sum()) if transposes else 0.0
     cl_gain, _ = ctx.price(channels_last, "the layout transposes gone")
-    gain, basis = ctx.price(bf16, f"channels_last (the transposes, {ctx.per_iteration(float(k.loc[transposes, 'total_ns'].sum()) if transposes else 0.0)}, gone) "
+    gain, basis = ctx.price(bf16, f"channels_last (the transposes, {ctx.per_iteration(transpose_ns)}, gone) "
                                   f"and bf16: convolutions {ctx.per_iteration(conv_ns)} / {ratio:.1f}, the "
                                   "passes between them at half their bytes"
                                   + (", autocast's weight casts on the CPU" if training else ""))
-    ev = {"conv_ns": int(conv_ns), "transpose_ns": int(float(k.loc[transposes, "total_ns"].sum())) if transposes else 0,
-          "channels_last_speedup": round(cl_gain, 3)}
+    ev = {"conv_ns": int(conv_ns), "transpose_ns": int(transpose_ns), "channels_last_speedup": round(cl_gain, 3)}
     if gain < 1.02:
         # Another limit sets the step's pace (pageable copies, the CPU): the convolutions' time is
         # hidden behind it. Said, at no gain, so that it is priced with the fix of that limit.

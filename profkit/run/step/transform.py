@@ -284,7 +284,8 @@ def _batch_producers(g: StepGraph, copies: np.ndarray, batch: np.ndarray) -> Ste
             # The loop's body between its first value and its last, on its thread and in its
             # range: each item's dispatch (the kernel-name look-up, the memset of a reduction
             # buffer, the Python of the loop) is replaced by one call for all of them.
-            lo, hi = int(mine.min()), int(batch[np.searchsorted(g.iter_call, batch, side="right") - 1 == k].max())
+            reads = batch[np.searchsorted(g.iter_call, batch, side="right") - 1 == k]
+            lo, hi = int(mine.min()), int(reads.max()) if len(reads) else int(mine.max())
             span = np.arange(lo + 1, hi + 1)
             body.append(span[(g.c_tid[span] == g.c_tid[lo]) & (g.c_range[span] == g.c_range[lo])])
     if not groups:

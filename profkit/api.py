@@ -182,7 +182,7 @@ class Profile:
         if by != "range":
             return by
         user = self.trace.user_ranges
-        user = user[~match_names(user["name"], LIBRARY_RANGE_RE)]
+        user = user[~match_names(self.trace.range_codes_of(user), LIBRARY_RANGE_RE)]
         if len(user) and self.trace.linked_fraction > 0:
             return by
         aten = bool(self.trace.ranges["name"].str.startswith("aten::").any())

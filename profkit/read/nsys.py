@@ -74,13 +74,16 @@ def _opt_count(value: object) -> Optional[int]:
 
 
 def per_name(names, fn, dtype: type = object) -> np.ndarray:
-    """``fn(name)`` for each of ``names`` (a column or array), evaluated once per distinct name;
-    an array of ``dtype``: None (object) or False (bool) for a missing name.
+    """``fn(name)`` for each of ``names`` (a column or array, or ``(codes, distinct names)``
+    already factorised, as Trace.range_codes_of gives), evaluated once per distinct name; an
+    array of ``dtype``: None (object) or False (bool) for a missing name (code -1).
 
     Traces repeat a few hundred names millions of times; calling ``fn`` per row would dominate.
     A categorical column is used through its codes, with no factorisation at all. ``dtype=bool``
     gives a mask without a million-element conversion from objects."""
-    if isinstance(getattr(names, "dtype", None), pd.CategoricalDtype):
+    if isinstance(names, tuple):
+        codes, uniq = names
+    elif isinstance(getattr(names, "dtype", None), pd.CategoricalDtype):
         codes, uniq = np.asarray(names.cat.codes), names.cat.categories
     else:
         codes, uniq = pd.factorize(pd.Series(names, dtype=object))
@@ -90,8 +93,9 @@ def per_name(names, fn, dtype: type = object) -> np.ndarray:
     return values[codes]
 
 
-def match_names(names: pd.Series, pattern: "re.Pattern[str]") -> np.ndarray:
-    """``pattern.match`` over a column of names, evaluated once per distinct name (per_name)."""
+def match_names(names: "pd.Series | tuple[np.ndarray, np.ndarray]", pattern: "re.Pattern[str]") -> np.ndarray:
+    """``pattern.match`` over a column of names (or ``(codes, distinct names)``), evaluated once
+    per distinct name (per_name)."""
     return per_name(names, lambda n: bool(pattern.match(n)), bool)
 
 

@@ -256,8 +256,11 @@ def _host_idle_by_range(trace, at: np.ndarray, length: np.ndarray) -> dict[str, 
     idx = np.searchsorted(st, at, side="right") - 1
     ok = (idx >= 0)
     ok[ok] = en[idx[ok]] >= at[ok]
-    # Sum by range name through integer codes: one slot per name plus one for "outside".
-    name_code, names = pd.factorize(top["name"])
+    # Sum by range name through integer codes: one slot per name plus one for "outside". The
+    # trace's codes renumbered in order of appearance here, as factorising the names would.
+    trace_code, trace_names = trace.range_codes_of(top)
+    name_code, present = pd.factorize(trace_code)
+    names = trace_names[present]
     slot = np.where(ok, name_code[np.maximum(idx, 0)], len(names))
     sums = np.bincount(slot, weights=length.astype("float64"), minlength=len(names) + 1)
     labels = [str(n) for n in names] + ["(outside any range)"]

@@ -228,8 +228,7 @@ class Profile:
         if n_open:
             self._warn(note)
         acts = self.trace.activities
-        members_by_op = {op: groups.members["act_idx"].to_numpy()[ix]
-                         for op, ix in groups.members.groupby("op", sort=False).indices.items()}
+        members_by_op = groups.members_by_op()
         frame = self.frame()
         crit = self.critical
         kernels = self._kernels

@@ -140,11 +140,15 @@ def user_top_level(trace) -> pd.DataFrame:
 
 
 def _primary_pid(trace) -> Optional[int]:
-    acts = trace.activities
-    if acts.empty:
-        return None
-    dur = (acts["end"] - acts["start"]).groupby(np.right_shift(acts["globalPid"].to_numpy(np.int64), 24)).sum()
-    return int(dur.idxmax())
+    """The process that ran the most GPU time, computed once per trace (the window search asks
+    five times, the step graph once more)."""
+    if "_primary_pid" not in trace.__dict__:
+        acts = trace.activities
+        if acts.empty:
+            return None
+        dur = (acts["end"] - acts["start"]).groupby(np.right_shift(acts["globalPid"].to_numpy(np.int64), 24)).sum()
+        trace.__dict__["_primary_pid"] = int(dur.idxmax())
+    return trace.__dict__["_primary_pid"]
 
 
 def _instances(trace, name: str) -> pd.DataFrame:

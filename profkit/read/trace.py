@@ -60,6 +60,7 @@ class Trace:
             self.activities: pd.DataFrame = self._reader.activities()
             # The API table, read with the activities: later API-call questions select from it.
             self._runtime: Optional[RuntimeCalls] = self._reader.runtime
+            self._kernel_starts: Optional[np.ndarray] = self._reader.kernel_starts
             self.gpus: dict[int, GpuInfo] = self._reader.gpus()
             self.ncu: pd.DataFrame = read_ncu_metrics(self._reader.conn)
             read = True
@@ -178,6 +179,7 @@ class Trace:
     def _read(self, fn):
         reader = TraceReader(self.path)
         reader.runtime = self._runtime
+        reader.kernel_starts = self._kernel_starts
         try:
             return fn(reader)
         except READ_ERRORS as exc:
@@ -262,6 +264,7 @@ class Trace:
         view = object.__new__(Trace)
         view.path, view.attribution, view.info, view.gpus, view.ncu, view._runtime = (
             self.path, self.attribution, self.info, self.gpus, self.ncu, self._runtime)
+        view._kernel_starts = self._kernel_starts
         view._ranges_future = None
         if "strings" in self.__dict__:
             view.__dict__["strings"] = self.strings

@@ -182,7 +182,7 @@ class Profile:
         if by != "range":
             return by
         user = self.trace.user_ranges
-        user = user[~match_names(user["name"], LIBRARY_RANGE_RE)]
+        user = user[~match_names(self.trace.range_codes_of(user), LIBRARY_RANGE_RE)]
         if len(user) and self.trace.linked_fraction > 0:
             return by
         aten = bool(self.trace.ranges["name"].str.startswith("aten::").any())
@@ -228,8 +228,7 @@ class Profile:
         if n_open:
             self._warn(note)
         acts = self.trace.activities
-        members_by_op = {op: groups.members["act_idx"].to_numpy()[ix]
-                         for op, ix in groups.members.groupby("op", sort=False).indices.items()}
+        members_by_op = groups.members_by_op()
         frame = self.frame()
         crit = self.critical
         kernels = self._kernels

@@ -133,14 +133,16 @@ def parse_ints(text: object, n: int) -> Optional[np.ndarray]:
 
 
 def int_columns(conn: sqlite3.Connection, path: str, table: str, exprs: dict[str, str],
-                where: str = "", chunk: int = 250_000) -> dict[str, np.ndarray]:
+                where: str = "", chunk: int = 250_000,
+                rowids: Optional[tuple[int, int]] = None) -> dict[str, np.ndarray]:
     """Integer columns of ``table`` as numpy arrays, without a Python object per value.
 
     SQLite concatenates each column into one text per chunk of rows and numpy parses it:
     several times faster than fetching rows for million-row tables. A value that is not an
     integer (NULL, text, a real, a blob: a damaged export) makes :func:`bad_column` name the
     column in a :class:`TraceError`; NULLs the caller accepts must be mapped to a sentinel
-    (``coalesce(x, -1)``).
+    (``coalesce(x, -1)``). ``rowids``: only the rows whose rowid is in [lo, hi], found through
+    the table's b-tree instead of a scan of every row.
     """
     # NULL as an empty item, so that it cannot go unseen (group_concat skips NULLs). The
     # type of each value is checked on the text (parse_ints) rather than with typeof() in
@@ -150,24 +152,27 @@ def int_columns(conn: sqlite3.Connection, path: str, table: str, exprs: dict[str
     # scans the whole table for both at once.
     lo = conn.execute(f'SELECT min(rowid) FROM "{table}"').fetchone()[0]
     hi = conn.execute(f'SELECT max(rowid) FROM "{table}"').fetchone()[0]
-    if lo is None:
+    if rowids is not None and lo is not None:
+        lo, hi = max(lo, int(rowids[0])), min(hi, int(rowids[1]))
+    if lo is None or lo > hi:
         return {k: np.empty(0, dtype=np.int64) for k in exprs}
     # The texts as bytes, not decoded into a second copy (a 1M-row table gives 100 MB of them).
     conn.text_factory = bytes
     try:
-        return _int_chunks(conn, path, table, exprs, sel, where, chunk, lo, hi)
+        return _int_chunks(conn, path, table, exprs, sel, where, chunk, lo, hi, rowids is not None)
     finally:
         conn.text_factory = _decode
 
 
 def _int_chunks(conn: sqlite3.Connection, path: str, table: str, exprs: dict[str, str], sel: str,
-                where: str, chunk: int, lo: int, hi: int) -> dict[str, np.ndarray]:
+                where: str, chunk: int, lo: int, hi: int, part: bool = False) -> dict[str, np.ndarray]:
     out: dict[str, list[np.ndarray]] = {k: [] for k in exprs}
     cond = f" AND ({where})" if where else ""
     first = lo
     # A damaged b-tree can make the seeks below go backwards or never end: each chunk must
     # move forward, and there cannot be more chunks than the table's rows need.
-    rows = conn.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0]
+    rows = conn.execute(f'SELECT count(*) FROM "{table}" WHERE rowid BETWEEN ? AND ?', (lo, hi)).fetchone()[0] \
+        if part else conn.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0]
     chunks_left = rows // chunk + 2
     # Rowids 1..n without a gap (as exports write them): the chunks' bounds are known without
     # seeking them, which reads every page once more.
@@ -184,12 +189,12 @@ def _int_chunks(conn: sqlite3.Connection, path: str, table: str, exprs: dict[str
             last = conn.execute(
                 f'SELECT rowid FROM "{table}" WHERE rowid >= ? ORDER BY rowid LIMIT 1 OFFSET ?',
                 (first, chunk - 1)).fetchone()
-            last = hi if last is None else last[0]
+            last = hi if last is None else min(last[0], hi)
         row = conn.execute(
             f'SELECT count(*), {sel} FROM "{table}" AS a WHERE a.rowid BETWEEN ? AND ?{cond}',
             (first, last)).fetchone()
         nxt = (last + 1 if last < hi else None) if dense else conn.execute(
-            f'SELECT min(rowid) FROM "{table}" WHERE rowid > ?', (last,)).fetchone()[0]
+            f'SELECT min(rowid) FROM "{table}" WHERE rowid > ? AND rowid <= ?', (last, hi)).fetchone()[0]
         if last < first or (nxt is not None and nxt <= last):
             raise damaged(path, f"{table}: its rows cannot be read in order")
         first = nxt

@@ -74,13 +74,16 @@ def _opt_count(value: object) -> Optional[int]:
 
 
 def per_name(names, fn, dtype: type = object) -> np.ndarray:
-    """``fn(name)`` for each of ``names`` (a column or array), evaluated once per distinct name;
-    an array of ``dtype``: None (object) or False (bool) for a missing name.
+    """``fn(name)`` for each of ``names`` (a column or array, or ``(codes, distinct names)``
+    already factorised, as Trace.range_codes_of gives), evaluated once per distinct name; an
+    array of ``dtype``: None (object) or False (bool) for a missing name (code -1).
 
     Traces repeat a few hundred names millions of times; calling ``fn`` per row would dominate.
     A categorical column is used through its codes, with no factorisation at all. ``dtype=bool``
     gives a mask without a million-element conversion from objects."""
-    if isinstance(getattr(names, "dtype", None), pd.CategoricalDtype):
+    if isinstance(names, tuple):
+        codes, uniq = names
+    elif isinstance(getattr(names, "dtype", None), pd.CategoricalDtype):
         codes, uniq = np.asarray(names.cat.codes), names.cat.categories
     else:
         codes, uniq = pd.factorize(pd.Series(names, dtype=object))
@@ -90,8 +93,9 @@ def per_name(names, fn, dtype: type = object) -> np.ndarray:
     return values[codes]
 
 
-def match_names(names: pd.Series, pattern: "re.Pattern[str]") -> np.ndarray:
-    """``pattern.match`` over a column of names, evaluated once per distinct name (per_name)."""
+def match_names(names: "pd.Series | tuple[np.ndarray, np.ndarray]", pattern: "re.Pattern[str]") -> np.ndarray:
+    """``pattern.match`` over a column of names (or ``(codes, distinct names)``), evaluated once
+    per distinct name (per_name)."""
     return per_name(names, lambda n: bool(pattern.match(n)), bool)
 
 
@@ -129,6 +133,9 @@ class TraceReader:
         # The API table as activities() read it (profkit.read.runtime), or as a Trace hands it
         # on: the API-call queries below answer from it instead of scanning the table again.
         self.runtime: Optional[RuntimeCalls] = None
+        # The kernels' start times in rowid order, as activities() read them (or a Trace hands
+        # them on): kernel_shapes finds the rows of a stretch from them.
+        self.kernel_starts: Optional[np.ndarray] = None
 
     def close(self) -> None:
         self.conn.close()
@@ -210,9 +217,9 @@ class TraceReader:
         return "NULL", False
 
     def int_columns(self, table: str, exprs: dict[str, str], where: str = "",
-                    chunk: int = 250_000) -> dict[str, np.ndarray]:
+                    chunk: int = 250_000, rowids: Optional[tuple[int, int]] = None) -> dict[str, np.ndarray]:
         """Integer columns of ``table`` as numpy arrays (profkit.read.db.int_columns)."""
-        return db.int_columns(self.conn, self.path, table, exprs, where, chunk)
+        return db.int_columns(self.conn, self.path, table, exprs, where, chunk, rowids)
 
     def check_timestamps(self, table: str, frame: pd.DataFrame, cols: tuple[str, ...] = ("start", "end")) -> None:
         """Raise when a timestamp cannot be one: negative, beyond 1e18 ns, or an end before its start."""
@@ -319,8 +326,10 @@ class TraceReader:
                 exprs["name_id"] = f'coalesce(a."{full}", -1)'
             if short_text is None and short != "NULL":
                 exprs["short_id"] = f'coalesce(a."{short}", -1)'
-            df = pd.DataFrame(self.int_columns(t, exprs))
+            cols = self.int_columns(t, exprs)
+            df = pd.DataFrame(cols)
             self.check_timestamps(t, df)
+            self.kernel_starts = cols["start"]
             df["name"] = (full_text.to_numpy() if full_text is not None else
                           _lookup(df.get("name_id"), strings, len(df)))
             df["short_name"] = (short_text.to_numpy() if short_text is not None else
@@ -431,7 +440,24 @@ class TraceReader:
             "start": "a.start", "correlationId": "coalesce(a.correlationId, -1)",
             "grid": "coalesce(a.gridX, 1) * coalesce(a.gridY, 1) * coalesce(a.gridZ, 1)",
             "block": "coalesce(a.blockX, 1) * coalesce(a.blockY, 1) * coalesce(a.blockZ, 1)"},
-            where=f"a.start BETWEEN {int(between[0])} AND {int(between[1])}"))[cols]
+            where=f"a.start BETWEEN {int(between[0])} AND {int(between[1])}",
+            rowids=self._kernel_rowids(between)))[cols]
+
+    def _kernel_rowids(self, between: tuple[int, int]) -> Optional[tuple[int, int]]:
+        """The rowids, first and last, of the kernels that start in ``between``, from the start
+        times activities() read (``kernel_starts``), when the table's rowids run without a gap
+        (as exports write them): a stretch of a long trace is then read without scanning the
+        whole table for it. None (scan) otherwise."""
+        starts = self.kernel_starts
+        if starts is None or not len(starts):
+            return None
+        t = self.kernel_table
+        lo = self.conn.execute(f'SELECT min(rowid) FROM "{t}"').fetchone()[0]
+        hi = self.conn.execute(f'SELECT max(rowid) FROM "{t}"').fetchone()[0]
+        if lo is None or hi - lo + 1 != len(starts):
+            return None
+        pos = np.flatnonzero((starts >= int(between[0])) & (starts <= int(between[1])))
+        return (lo + int(pos[0]), lo + int(pos[-1])) if len(pos) else None
 
     def api_calls(self, name_ids: Optional[list[int]] = None,
                   between: Optional[tuple[int, int]] = None) -> pd.DataFrame:

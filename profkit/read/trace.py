@@ -60,6 +60,7 @@ class Trace:
             self.activities: pd.DataFrame = self._reader.activities()
             # The API table, read with the activities: later API-call questions select from it.
             self._runtime: Optional[RuntimeCalls] = self._reader.runtime
+            self._kernel_starts: Optional[np.ndarray] = self._reader.kernel_starts
             self.gpus: dict[int, GpuInfo] = self._reader.gpus()
             self.ncu: pd.DataFrame = read_ncu_metrics(self._reader.conn)
             read = True
@@ -178,6 +179,7 @@ class Trace:
     def _read(self, fn):
         reader = TraceReader(self.path)
         reader.runtime = self._runtime
+        reader.kernel_starts = self._kernel_starts
         try:
             return fn(reader)
         except READ_ERRORS as exc:
@@ -262,6 +264,7 @@ class Trace:
         view = object.__new__(Trace)
         view.path, view.attribution, view.info, view.gpus, view.ncu, view._runtime = (
             self.path, self.attribution, self.info, self.gpus, self.ncu, self._runtime)
+        view._kernel_starts = self._kernel_starts
         view._ranges_future = None
         if "strings" in self.__dict__:
             view.__dict__["strings"] = self.strings
@@ -280,6 +283,9 @@ class Trace:
         view.__dict__["ranges"] = r[in_window].reset_index(drop=True)
         if "_aten_mask" in self.__dict__:  # names already matched: the view's are a subset
             view.__dict__["_aten_mask"] = pd.Series(self._aten_mask.to_numpy()[in_window])
+        if "range_name_codes" in self.__dict__:  # likewise their codes (some names may be absent)
+            codes, uniq = self.range_name_codes
+            view.__dict__["range_name_codes"] = (codes[in_window], uniq)
         # API calls are read for the view on demand (rules); the run summary reads the full trace.
         view.__dict__["_window_ns"] = (start_ns, end_ns)
         return view
@@ -292,7 +298,34 @@ class Trace:
     @cached_property
     def _aten_mask(self) -> pd.Series:
         from profkit.read.nsys import match_names
-        return pd.Series(match_names(self.ranges["name"], _ATEN_PREFIX), index=self.ranges.index)
+        return pd.Series(match_names(self.range_codes_of(self.ranges), _ATEN_PREFIX), index=self.ranges.index)
+
+    @cached_property
+    def range_name_codes(self) -> tuple[np.ndarray, np.ndarray]:
+        """NVTX range names factorised once: (code per row of ``ranges``, distinct names).
+
+        A long trace holds 10^5 ranges and more under a few dozen names, and the window search,
+        the run summary and the step graph each match or group them by name: through these
+        codes, once per distinct name instead of once per range."""
+        codes, uniq = pd.factorize(self.ranges["name"])
+        return codes, np.asarray(uniq, dtype=object)
+
+    def ranges_named(self, name: str) -> np.ndarray:
+        """Mask over ``ranges``: the rows whose name is ``name`` (through range_name_codes)."""
+        codes, uniq = self.range_name_codes
+        return np.isin(codes, np.flatnonzero(uniq == name))
+
+    def range_codes_of(self, ranges: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+        """(code per row, distinct names) of ``ranges``, rows of ``self.ranges`` that kept its
+        index labels (a filter, a sort: user_ranges, ranges_of_level), from range_name_codes;
+        a frame indexed otherwise is factorised on its own."""
+        index, labels = self.ranges.index, ranges.index
+        if (isinstance(index, pd.RangeIndex) and index.start == 0 and index.step == 1 and len(labels)
+                and pd.api.types.is_integer_dtype(labels) and labels.min() >= 0 and labels.max() < len(index)):
+            codes, uniq = self.range_name_codes
+            return codes[labels.to_numpy(np.int64)], uniq
+        codes, uniq = pd.factorize(ranges["name"])
+        return codes, np.asarray(uniq, dtype=object)
 
     def ranges_of_level(self, level: str) -> pd.DataFrame:
         mask = self._aten_mask

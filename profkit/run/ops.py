@@ -44,6 +44,15 @@ class OpGroups:
     instances: pd.DataFrame  # one row per op instance (range instance or activity), column `op`
     members: pd.DataFrame    # (op, instance, act_idx): which activities each instance ran
     hints: dict[str, Hint]
+    # members' op as an integer code into an array of the op names: a million-row members
+    # table is grouped by op through these rather than by hashing its strings again.
+    member_codes: tuple[np.ndarray, np.ndarray]
+
+    def members_by_op(self) -> dict[str, np.ndarray]:
+        """Per op name, the act_idx of its members, in members order."""
+        code, names = self.member_codes
+        act = self.members["act_idx"].to_numpy()
+        return {names[c]: act[ix] for c, ix in pd.Series(code).groupby(code, sort=False).indices.items()}
 
 
 def group_ops(trace: Trace, by: str = "range", innermost: bool = False) -> OpGroups:
@@ -56,6 +65,8 @@ def group_ops(trace: Trace, by: str = "range", innermost: bool = False) -> OpGro
         inst["op"] = inst["name"]
         members = pd.DataFrame({"op": inst["op"].to_numpy(), "instance": inst["range_idx"].to_numpy(),
                                 "act_idx": acts.index.to_numpy()})
+        codes, names = trace.name_codes  # one member per activity, in activity order
+        member_codes = (codes, names)
     else:
         if trace.ranges.empty:
             raise ProfkitError(f"{trace.path}: no NVTX ranges, so nothing to group --by {by}; "
@@ -78,16 +89,24 @@ def group_ops(trace: Trace, by: str = "range", innermost: bool = False) -> OpGro
             parsed = {n: parse_range_name(clean_range_name(n)) for n in inst["name"].unique()}
             inst["op"] = inst["name"].map({n: v[0] for n, v in parsed.items()})
             hints = _mean_hints(inst, parsed)
-        members = pd.DataFrame({
-            "instance": pairs["range_idx"].to_numpy(), "act_idx": pairs["act_idx"].to_numpy()})
-        members["op"] = members["instance"].map(inst.set_index("range_idx")["op"])
-        members = members.dropna(subset=["op"])
+        # Each member's op through its instance (inst is sorted by range_idx), as integer codes.
+        inst_code, names = pd.factorize(inst["op"])
+        names = np.asarray(names, dtype=object)
+        instance = pairs["range_idx"].to_numpy()
+        at = np.searchsorted(inst["range_idx"].to_numpy(), instance)
+        code = inst_code[at] if len(inst) else np.full(len(instance), -1, dtype=np.int64)
+        keep = code >= 0  # an instance without an op is no op's member
+        members = pd.DataFrame({"instance": instance[keep], "act_idx": pairs["act_idx"].to_numpy()[keep],
+                                "op": names[code[keep]]},
+                               index=None if keep.all() else np.flatnonzero(keep))
+        member_codes = (code[keep], names)
     if inst.empty:
         raise ProfkitError(f"{trace.path}: no GPU work was launched inside any NVTX range; "
                            "use --by kernel")
-    ops = _aggregate(inst, members, acts, trace.total_gpu_time_ns)
+    ops = _aggregate(inst, members, member_codes, acts, trace.total_gpu_time_ns)
     ops["level"] = by
-    return OpGroups(level=by, ops=ops, instances=inst, members=members, hints=hints)
+    return OpGroups(level=by, ops=ops, instances=inst, members=members, hints=hints,
+                    member_codes=member_codes)
 
 
 def _mean_hints(inst: pd.DataFrame, parsed: dict[str, tuple[str, Hint | None]]) -> dict[str, Hint]:
@@ -108,8 +127,8 @@ def _mean_hints(inst: pd.DataFrame, parsed: dict[str, tuple[str, Hint | None]]) 
     return out
 
 
-def _aggregate(inst: pd.DataFrame, members: pd.DataFrame, acts: pd.DataFrame,
-               total_gpu_ns: int) -> pd.DataFrame:
+def _aggregate(inst: pd.DataFrame, members: pd.DataFrame, member_codes: tuple[np.ndarray, np.ndarray],
+               acts: pd.DataFrame, total_gpu_ns: int) -> pd.DataFrame:
     inst = inst.assign(frac=np.where(inst["span_ns"] > 0, inst["busy_ns"] / inst["span_ns"].where(
         inst["span_ns"] > 0, 1), 1.0))
     g = inst.sort_values("gpu_start", kind="stable").groupby("op", sort=False)
@@ -127,16 +146,19 @@ def _aggregate(inst: pd.DataFrame, members: pd.DataFrame, acts: pd.DataFrame,
     # (nested or never-closed ranges of one name): the share then cannot pass 100%. Without such
     # overlaps the busy time (union per instance) is already at most the distinct-activity sum.
     dur_all = (acts["end"] - acts["start"]).to_numpy()
-    distinct = members.drop_duplicates(["op", "act_idx"])
-    distinct_ns = pd.Series(dur_all[distinct["act_idx"].to_numpy()],
-                            index=distinct["op"].to_numpy()).groupby(level=0).sum()
+    code, names = member_codes
+    act_idx = members["act_idx"].to_numpy(np.int64)
+    # (op, activity) pairs as one integer key: the distinct ones, then their durations per op.
+    first = ~pd.Series(code.astype(np.int64) * max(len(acts), 1) + act_idx).duplicated().to_numpy()
+    distinct_ns = pd.Series(dur_all[act_idx[first]]).groupby(code[first]).sum()
+    distinct_ns.index = names[distinct_ns.index.to_numpy()]
     share_ns = np.minimum(ops["busy_ns"], distinct_ns.reindex(ops.index).fillna(0))
     ops["share"] = share_ns / total_gpu_ns if total_gpu_ns else 0.0
     ops["kernels_per_call"] = ops["kernels"] / ops["count"]
     # Median over calls, so a first call that waited on set-up does not decide the verdict.
     ops["busy_fraction"] = g["frac"].median()
-    dur = (acts["end"] - acts["start"]).to_numpy()[members["act_idx"].to_numpy()]
-    ops["kernel_median_ns"] = pd.Series(dur, index=members["op"].to_numpy()).groupby(level=0).median()
+    median = pd.Series(dur_all[act_idx]).groupby(code).median()
+    ops["kernel_median_ns"] = pd.Series(median.to_numpy(), index=names[median.index.to_numpy()])
     ops.index.name = "name"
     # Most GPU work first: busy time (the union of the op's activities), not the projected span,
     # which also counts the gaps while the GPU waited (a range whose kernels ran 9 ms can span a

@@ -150,7 +150,9 @@ def summarize(trace, window: Window, launch_floor_ns: float) -> RunSummary:
     ms, me, first = merge_intervals(s, e)
     busy = int((me - ms).sum())
 
-    fam = _kernel_family(codes, uniq, col("kind", object) == "kernel", e - s, launch_floor_ns)
+    # The kind compared on the categorical's codes, not as a million strings.
+    is_kernel = (acts["kind"] == "kernel").to_numpy()[sel][order]
+    fam = _kernel_family(codes, uniq, is_kernel, e - s, launch_floor_ns)
     by_fam = np.bincount(fam, weights=(e - s).astype("float64"), minlength=len(FAMILIES))
     total_dur = float(by_fam.sum())
     breakdown: dict[str, int] = {}
@@ -175,7 +177,9 @@ def summarize(trace, window: Window, launch_floor_ns: float) -> RunSummary:
     host_part = host_end - gap_a
 
     tids = col("globalTid", "float64")
-    pids = {int(t) >> 24 for t in np.unique(tids[~np.isnan(tids)])}
+    # The processes by hashing (pd.unique) rather than sorting a million thread ids.
+    tids = tids[~np.isnan(tids)].astype(np.int64)
+    pids = {int(p) for p in pd.unique(np.right_shift(tids, 24))}
 
     def of_process(df: pd.DataFrame) -> pd.DataFrame:
         keep = np.isin(np.right_shift(df["globalTid"].to_numpy(np.int64), 24), list(pids))
@@ -256,8 +260,11 @@ def _host_idle_by_range(trace, at: np.ndarray, length: np.ndarray) -> dict[str, 
     idx = np.searchsorted(st, at, side="right") - 1
     ok = (idx >= 0)
     ok[ok] = en[idx[ok]] >= at[ok]
-    # Sum by range name through integer codes: one slot per name plus one for "outside".
-    name_code, names = pd.factorize(top["name"])
+    # Sum by range name through integer codes: one slot per name plus one for "outside". The
+    # trace's codes renumbered in order of appearance here, as factorising the names would.
+    trace_code, trace_names = trace.range_codes_of(top)
+    name_code, present = pd.factorize(trace_code)
+    names = trace_names[present]
     slot = np.where(ok, name_code[np.maximum(idx, 0)], len(names))
     sums = np.bincount(slot, weights=length.astype("float64"), minlength=len(names) + 1)
     labels = [str(n) for n in names] + ["(outside any range)"]

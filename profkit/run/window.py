@@ -140,17 +140,21 @@ def user_top_level(trace) -> pd.DataFrame:
 
 
 def _primary_pid(trace) -> Optional[int]:
-    acts = trace.activities
-    if acts.empty:
-        return None
-    dur = (acts["end"] - acts["start"]).groupby(np.right_shift(acts["globalPid"].to_numpy(np.int64), 24)).sum()
-    return int(dur.idxmax())
+    """The process that ran the most GPU time, computed once per trace (the window search asks
+    five times, the step graph once more)."""
+    if "_primary_pid" not in trace.__dict__:
+        acts = trace.activities
+        if acts.empty:
+            return None
+        dur = (acts["end"] - acts["start"]).groupby(np.right_shift(acts["globalPid"].to_numpy(np.int64), 24)).sum()
+        trace.__dict__["_primary_pid"] = int(dur.idxmax())
+    return trace.__dict__["_primary_pid"]
 
 
 def _instances(trace, name: str) -> pd.DataFrame:
     """Instances of one user range on the main thread of the busiest process, in time order."""
     r = trace.ranges
-    r = r[r["name"] == name]
+    r = r[trace.ranges_named(name)]
     if r.empty:
         raise ProfkitError(f"--window {name}: no NVTX range of that name in {trace.path}; "
                            "see the range names with `profkit classify --window all --by range`")
@@ -180,7 +184,7 @@ def _kernel_share(trace, inst: pd.DataFrame) -> float:
     first = float(inst["start"].min())
     counts = t >= first
     user = trace.user_ranges
-    user = user[loop_range_mask(user["name"]) & (user["start"] < first)]
+    user = user[loop_range_mask(trace.range_codes_of(user)) & (user["start"] < first).to_numpy()]
     if not user.empty:
         counts |= in_intervals(t, *sorted_union(user["start"].to_numpy(np.int64),
                                                  user["end"].to_numpy(np.int64)))
@@ -191,9 +195,10 @@ def _kernel_share(trace, inst: pd.DataFrame) -> float:
     return float(dur[span].sum()) / total
 
 
-def loop_range_mask(names: pd.Series) -> np.ndarray:
+def loop_range_mask(names: "pd.Series | tuple[np.ndarray, np.ndarray]") -> np.ndarray:
     """Which user NVTX ranges can mark or hold a loop's work: not torch.compile's own, not the
-    ones libraries open (CCCL, NCCL, cuBLAS, cuDNN)."""
+    ones libraries open (CCCL, NCCL, cuBLAS, cuDNN). ``names``: a column, or (codes, distinct
+    names) as Trace.range_codes_of gives them."""
     # Both patterns in one pass over the distinct names (a trace holds 10^5 ranges and more).
     return ~per_name(names, lambda n: bool(COMPILE_RANGE_RE.match(n) or LIBRARY_RANGE_RE.match(n)), bool)
 
@@ -258,10 +263,16 @@ def _nvtx_delimiter(trace) -> Optional[str]:
     top = user_top_level(trace)
     if main is not None:
         top = top[top["globalTid"] == main]
-    top = top[loop_range_mask(top["name"])]
+    codes, uniq = trace.range_codes_of(top)
+    loop = loop_range_mask((codes, uniq)) & (codes >= 0)
+    top, codes = top[loop], codes[loop]
     if top.empty:
         return None
-    stats = top.assign(d=top["end"] - top["start"]).groupby("name")["d"].agg(["size", "sum"])
+    # Count and total per name through the codes, then in name order (as a groupby by name
+    # gives them): the sort below breaks ties by that order.
+    stats = (top["end"] - top["start"]).groupby(codes).agg(["size", "sum"])
+    stats.index = pd.Index(uniq[stats.index.to_numpy()], name="name")
+    stats = stats.sort_index()
     stats = stats[stats["size"] >= MIN_ITERATIONS]
     if stats.empty:
         return None
@@ -382,12 +393,13 @@ def _excluded(trace, w: Window, lo: int, hi: int) -> list[dict]:
             parts.append(f"host-to-device copies (model upload) {mb:.0f} MB in "
                          f"{_ms(int((h2d['end'] - h2d['start']).sum()))}")
         comp = trace.user_ranges
-        comp = comp[match_names(comp["name"], COMPILE_RANGE_RE) & (comp["start"] < w.start_ns).to_numpy()]
+        comp = comp[match_names(trace.range_codes_of(comp), COMPILE_RANGE_RE)
+                    & (comp["start"] < w.start_ns).to_numpy()]
         if len(comp):
             parts.append(f"torch.compile/autotuning ranges {_ms(int((comp['end'] - comp['start']).sum()))}")
         if w.delimiter and not w.source.startswith("time"):
             first = trace.ranges
-            first = first[(first["name"] == w.delimiter) & (first["start"] < w.start_ns)]
+            first = first[trace.ranges_named(w.delimiter) & (first["start"] < w.start_ns).to_numpy()]
             if len(first):
                 parts.append(f"first {len(first)} iteration(s) with first-call set-up "
                              f"{_ms(int((first['end'] - first['start']).sum()))}")

@@ -121,7 +121,8 @@ class RuleContext:
     @cached_property
     def acts(self) -> pd.DataFrame:
         """The window's GPU activities (launched inside it), with duration and critical share."""
-        a = self.prof.trace.activities.copy()
+        # A shallow copy: the columns added below are new arrays, the trace's frame stays as it is.
+        a = self.prof.trace.activities.copy(deep=False)
         # Names as a categorical over the trace's one factorisation: the rules match and group
         # by name many times, once per distinct name rather than once per kernel.
         codes, uniq = self.prof.trace.name_codes
@@ -133,7 +134,8 @@ class RuleContext:
     @cached_property
     def kernels(self) -> pd.DataFrame:
         """Per kernel name: count, total and median ns, critical ns (GPU time something waited on)."""
-        a = self.acts[self.acts["kind"] == "kernel"]
+        # Only the columns used below are filtered (not all of a million-row frame's).
+        a = self.acts.loc[(self.acts["kind"] == "kernel").to_numpy(), ["name", "dur", "critical"]]
         if a.empty:
             return pd.DataFrame(columns=["count", "total_ns", "median_ns", "critical_ns"])
         g = a.groupby("name", sort=False, observed=True)

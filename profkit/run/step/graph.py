@@ -575,15 +575,17 @@ def _call_ranges(trace, times: list[np.ndarray]) -> tuple[list[str], list[np.nda
     Ranges that libraries open themselves (CUB, cuBLAS, cuDNN, NCCL) are not the user's: a call
     inside one counts for the user's range around it."""
     user = trace.user_ranges
-    user = user[~match_names(user["name"], LIBRARY_RANGE_RE)]
+    user = user[~match_names(trace.range_codes_of(user), LIBRARY_RANGE_RE)]
     if user.empty or not len(times[0]):
         return ["(no range)"], [np.zeros(len(t), dtype=np.int64) for t in times]
     mains = main_threads(user)
     tids = set(mains.values())
     r = user[user["globalTid"].isin(tids)].sort_values("start", kind="stable")
     st, en = r["start"].to_numpy(np.int64), r["end"].to_numpy(np.int64)
-    ncode, rnames = pd.factorize(r["name"].astype(str))
-    names = [str(x) for x in rnames] + ["(no range)"]
+    # The trace's name codes renumbered in order of appearance, as factorising the names would.
+    trace_code, trace_names = trace.range_codes_of(r)
+    ncode, present = pd.factorize(trace_code)
+    names = [str(x) for x in trace_names[present]] + ["(no range)"]
     return names, [_innermost(st, en, ncode, t, len(names) - 1) for t in times]
 
 

@@ -299,3 +299,17 @@ def test_fp32_convolutions_pay_once_the_copies_that_set_the_pace_are_pinned():
     both = p.price_together(["PK104", "PK305"])
     assert both > 1.05 * found["PK104"].expected_end_to_end_speedup
     assert both == pytest.approx(2.02, rel=0.15)
+
+
+def test_channels_last_speeds_up_the_nchw_batchnorm_of_training_only():
+    # cuDNN's NCHW BatchNorm of training (per-channel reductions over strided data) against its
+    # ReLU on the same tensor; inference's affine BatchNorm is left as it is.
+    from profkit.judge.rules.pk305_fp32_conv import nhwc_batchnorm
+    g = model("resnet18_fp32_train").graph
+    ops, new = nhwc_batchnorm(g)
+    assert len(ops) and (new <= g.g_dur[ops]).all() and g.g_dur[ops].sum() > 1.5 * new.sum()
+    assert len(nhwc_batchnorm(model("resnet50_fp32_infer").graph)[0]) == 0
+    f = next(f for f in _load(str(ROOT / "traces" / "corpus" / "resnet18_fp32_train.sqlite.xz")).findings()
+             if f.code == "PK305")
+    # measured without a profiler: channels_last 1.66x (the step 24.58 -> 14.79 ms)
+    assert f.evidence["channels_last_speedup"] == pytest.approx(1.66, rel=0.1)

@@ -450,6 +450,23 @@ PROGRAMS: list[dict] = [
         },
     },
     {
+        "name": "resnet50_fp32_train", "script": f"{W}/w_resnet18_fp32_train.py", "args": ["--arch", "resnet50"],
+        "capture_args": ["--arch", "resnet50", "--steps", "12"],
+        "step_range": "train_step", "kind": "training",
+        "fixes": {
+            "channels_last": {"args": ["--fix", "channels_last"], "pays": None,
+                              "what": "model and input in torch.channels_last, fp32"},
+            "bf16_channels_last": {"args": ["--fix", "bf16_channels_last"], "pays": True,
+                                   "what": "channels_last, forward and loss under torch.autocast(bfloat16)"},
+        },
+        "expect": {
+            "baseline": "torchvision ResNet-50 training, fp32 NCHW, batch 128: a second CNN for PK305's "
+                        "BatchNorm estimate, timed after it was made",
+            "channels_last": "the transposes go, cuDNN's NCHW BatchNorm of training is replaced",
+            "bf16_channels_last": "pays: bf16 convolutions, half the bytes between them",
+        },
+    },
+    {
         "name": "distilbert_finetune", "script": f"{W}/w_distilbert_finetune.py", "args": [],
         "capture_args": ["--steps", "20"],
         "step_range": "train_step", "kind": "training",
@@ -810,6 +827,8 @@ FIX_RULES = {
     ("resnet50_fp32_infer", "bf16_channels_last"): ("PK305", None), ("resnet50_fp32_infer", "tf32"): ("PK302", None),
     ("resnet18_fp32_train", "channels_last"): ("PK305", "channels_last_speedup"),
     ("resnet18_fp32_train", "bf16_channels_last"): ("PK305", None), ("resnet18_fp32_train", "fused_sgd"): ("PK201", None),
+    ("resnet50_fp32_train", "channels_last"): ("PK305", "channels_last_speedup"),
+    ("resnet50_fp32_train", "bf16_channels_last"): ("PK305", None),
     ("distilbert_finetune", "tf32"): ("PK302", None),
     ("distilbert_finetune", "bf16_autocast"): ("PK302", "bf16_speedup"),
     ("distilbert_finetune", "fused_adamw"): ("PK201", None), ("distilbert_finetune", "no_item"): ("PK101", None),

@@ -7,8 +7,11 @@ holding ``forward``, ``backward`` and ``optimizer``. A program the step model wa
 captured and timed in one allocation, after PK305 (fp32 convolutions) was written, to judge its
 training path (autocast's weight casts, the backward's convolutions).
 
-    python w_resnet18_fp32_train.py [--steps 40] [--fix channels_last | --fix bf16_channels_last]
-                                    [--fix fused_sgd]
+    python w_resnet18_fp32_train.py [--steps 40] [--arch resnet50]
+                                    [--fix channels_last | --fix bf16_channels_last] [--fix fused_sgd]
+
+``--arch`` picks another torchvision model of the family (ResNet-50: the same program with
+bottleneck blocks, a second CNN to test the channels_last estimate on).
 
 Fixes:
   channels_last       model and input in ``torch.channels_last``, still fp32.
@@ -32,10 +35,12 @@ CUDA_ONLY: tuple[str, ...] = ()
 def main() -> None:
     args, fixes, dev = program_args(__doc__, FIXES, CUDA_ONLY,
                                     alternatives=({"channels_last", "bf16_channels_last"},),
-                                    small_help="tiny batch and images, for a CPU smoke run")
+                                    small_help="tiny batch and images, for a CPU smoke run",
+                                    more=lambda ap: ap.add_argument("--arch", default="resnet18",
+                                                                    choices=("resnet18", "resnet50")))
     batch, size = (2, 64) if args.small else (128, 224)
     layout = torch.channels_last if fixes & {"channels_last", "bf16_channels_last"} else torch.contiguous_format
-    model = torchvision.models.resnet18(num_classes=1000).to(dev, memory_format=layout).train()
+    model = getattr(torchvision.models, args.arch)(num_classes=1000).to(dev, memory_format=layout).train()
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-5,
                           fused=True if "fused_sgd" in fixes else None)
     amp = (lambda: torch.autocast(dev.type, dtype=torch.bfloat16)) if "bf16_channels_last" in fixes \
@@ -45,7 +50,7 @@ def main() -> None:
         y = torch.randint(0, 1000, (batch,), device=dev)
         loss = train_step(lambda: torch.nn.functional.cross_entropy(model(x), y), opt, amp)
     finish(dev)
-    print(f"w_resnet18_fp32_train: {args.steps} steps, fixes {sorted(fixes) or 'none'}, loss {loss.item():.3f}")
+    print(f"w_resnet18_fp32_train ({args.arch}): {args.steps} steps, fixes {sorted(fixes) or 'none'}, loss {loss.item():.3f}")
 
 
 if __name__ == "__main__":

@@ -39,11 +39,9 @@ from __future__ import annotations
 
 import re
 
-import numpy as np
-
 from profkit.judge.dtypes import kernel_dtype
 from profkit.judge.patterns import FLASH_RE
-from profkit.run.step.transform import scale_ops
+from profkit.run.step.transform import add_cpu, scale_ops
 from profkit.model import Rung
 from profkit.judge.rules.base import GEMM_KERNEL_RE, Finding, Param, RuleContext, RuleMeta, Scope, Table, matches
 
@@ -59,6 +57,12 @@ RULE = RuleMeta(
                                        "the dispatch and launch of its operands' casts")))
 
 CONV_RE = re.compile(r"conv|fprop|dgrad|wgrad", re.I)
+
+
+def cast_cpu_ns(ctx: RuleContext) -> float:
+    """``cast_cpu_us`` (measured without a profiler) in the trace's CPU time, where the step model
+    scales it back by the calibrated CPU scale."""
+    return RULE.param("cast_cpu_us") * 1e3 / max(ctx.host, 1e-9)
 
 
 def detect(ctx: RuleContext) -> list[Finding]:
@@ -88,13 +92,10 @@ def detect(ctx: RuleContext) -> list[Finding]:
         bf_gain = max(op_gain, RULE.param("bf16_share") * peaks["bf16"] / peaks["fp32"])
         gemm_ops = ctx.graph_ops(ctx.acts_named(fp32))
         attn_ops = ctx.graph_ops(ctx.acts_named(attn))
-        cast_ns = RULE.param("cast_cpu_us") * 1e3 / max(ctx.host, 1e-9)  # in the trace's CPU time
+        cast_ns = cast_cpu_ns(ctx)
 
         def bf16(gr):
-            out = scale_ops(scale_ops(gr, gemm_ops, bf_gain), attn_ops, 2.0)
-            calls = gr.g_call[gemm_ops]
-            np.add.at(out.c_own, calls[calls >= 0], cast_ns)
-            return out
+            return add_cpu(scale_ops(scale_ops(gr, gemm_ops, bf_gain), attn_ops, 2.0), gemm_ops, cast_ns)
         bf, _ = ctx.price(bf16, "", cap=bf_gain)
         ev["bf16_speedup"] = round(bf, 3)
         if bf > g * 1.05:

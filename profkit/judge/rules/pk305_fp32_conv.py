@@ -58,7 +58,7 @@ from profkit.judge.rules.base import GEMM_KERNEL_RE, Finding, Param, RuleContext
 from profkit.model import Rung
 from profkit.run.summary import NCCL_RE
 from profkit.run.step.graph import StepGraph
-from profkit.run.step.transform import ops_named, replace_ops, scale_ops
+from profkit.run.step.transform import add_cpu, ops_named, replace_ops, scale_ops
 
 CONV_RE = re.compile(r"fprop|dgrad|wgrad|implicit_gemm|convolve|conv2d", re.I)
 TRANSPOSE_RE = re.compile(r"nchwToNhwc|nhwcToNchw", re.I)
@@ -142,7 +142,7 @@ def detect(ctx: RuleContext) -> list[Finding]:
     # Training runs autocast, which casts each convolution's weights every step; inference runs
     # a bf16 model, cast once.
     training = any(TRAINING_RE.search(n) for n in names)
-    cast_ns = pk302_fp32_gemm.RULE.param("cast_cpu_us") * 1e3 / max(ctx.host, 1e-9) if training else 0.0
+    cast_ns = pk302_fp32_gemm.cast_cpu_ns(ctx) if training else 0.0
 
     bn_ops, bn_new = nhwc_batchnorm(g)
 
@@ -151,10 +151,7 @@ def detect(ctx: RuleContext) -> list[Finding]:
         return replace_ops(out, [np.array([o]) for o in bn_ops], bn_new) if len(bn_ops) else out
 
     def bf16(gr):
-        out = scale_ops(scale_ops(channels_last(gr), conv_ops, ratio), rest, 2.0)
-        calls = gr.g_call[conv_ops]
-        np.add.at(out.c_own, calls[calls >= 0], cast_ns)
-        return out
+        return add_cpu(scale_ops(scale_ops(channels_last(gr), conv_ops, ratio), rest, 2.0), conv_ops, cast_ns)
 
     transpose_ns = float(k.loc[transposes, "total_ns"].sum()) if transposes else 0.0
     cl_gain, _ = ctx.price(channels_last, "the layout transposes gone")

@@ -117,6 +117,15 @@ def replace_ops(g: StepGraph, groups: list[np.ndarray], new_ns: np.ndarray) -> S
     return out
 
 
+def add_cpu(g: StepGraph, ops: np.ndarray, ns: float) -> StepGraph:
+    """The call that launched each of ``ops`` takes ``ns`` more CPU time for it (work added right
+    before the launch, such as autocast's casts of a kernel's operands)."""
+    out = g.copy()
+    calls = g.g_call[np.asarray(ops, dtype=np.int64)]
+    np.add.at(out.c_own, calls[calls >= 0], ns)
+    return out
+
+
 def pin_copies(g: StepGraph, ops: np.ndarray, bytes_: np.ndarray,
                bandwidth: Optional[float] = None, non_blocking: bool = True) -> StepGraph:
     """Pageable copies become pinned: each runs ``bytes / bandwidth`` (the pinned bandwidth the

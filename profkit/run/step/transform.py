@@ -37,7 +37,7 @@ GRAPH_LAUNCH_NS = 10_000.0
 GRAPH_NODE_NS = 100.0
 # Pinned host<->device bandwidth of an H200's PCIe Gen5 x16 link when the trace has no pinned
 # copy of its own to measure it from: 55 GB/s measured for 19 MB host-to-device copies from
-# pinned memory (traces/corpus_fixed/resnet18_pageable__pinned, 2026-12-02); the same copies
+# pinned memory (the capture resnet18_pageable__pinned, 2026-12-02: traces/README.md); the same copies
 # from pageable memory ran at 7.4-7.7 GB/s.
 PINNED_BYTES_PER_S = 55e9
 

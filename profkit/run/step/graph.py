@@ -96,6 +96,7 @@ DEFAULT_QUEUE_WAKE_NS = 8_000.0  # ... and this after it, typically (measured 6-
 # before the next launch, has a few outstanding at most, and its launches returning after the
 # previous kernel ended says nothing of the queue's depth.
 MIN_QUEUE_DEPTH = 64
+DEPTH_SLACK = 3            # places below the depth a held call's release may be (several streams)
 
 
 @dataclass
@@ -304,7 +305,12 @@ def build(trace, window: Window, launch_floor_ns: float = 1_000.0) -> StepGraph:
     has_call = g_call >= 0
     clear_launch = has_call & ((g_prev < 0) | (p_end < c_s))
     clear_queue = has_call & (g_prev >= 0) & (p_end > c_e)
-    lat_med = _median(launch_delay[clear_launch & (launch_delay >= 0)], DEFAULT_LAT_NS)
+    # The typical launch latency, from the stream that launched the most: another stream's
+    # operations clear of their own stream may still wait for an event of the busy one (cuDNN's
+    # side streams of grouped convolutions in a GPU-bound step: 12 ms after their launch).
+    main = np.bincount(g_stream[has_call], minlength=1).argmax() if has_call.any() else 0
+    lat_med = _median(launch_delay[clear_launch & (launch_delay >= 0) & (g_stream == main)],
+                      DEFAULT_LAT_NS)
     qgap_med = _median(queue_delay[clear_queue & (queue_delay >= 0)], DEFAULT_QGAP_NS)
     launch_bound = has_call & ((g_prev < 0) | (c_s + lat_med >= p_end + qgap_med))
     g_lat = np.where(launch_bound, launch_delay, np.minimum(lat_med, launch_delay))
@@ -396,11 +402,10 @@ def launch_queue(c_start, c_end, c_queue, ops_ptr, ops_idx, g_call, g_start, g_e
     """The launch queue's depth, the wake-up of a call it held, and per call the end of the
     entry whose completion let it return when it found the queue full (NaN where it did not).
 
-    A call with ``r`` entries queued before it finds ``r`` minus those already done outstanding
-    (entries queued later cannot be done before it starts). The most ever outstanding is the
-    depth when the queue filled: then the calls that found it full returned right after the
-    entry that many places earlier ended. A trace that never fills it says nothing of its depth:
-    DEFAULT_QUEUE_DEPTH."""
+    The depth is the distance, in entries queued, from a call the full queue held back to the
+    entry whose end let it return (_held_distance); each call that returned within DEPTH_SLACK
+    places of it is a held one. A trace that never fills the queue says nothing of its depth:
+    deeper than the most entries ever outstanding, at least DEFAULT_QUEUE_DEPTH."""
     n = len(c_start)
     release = np.full(n, np.nan)
     best, fits, wakes = 0, [], []
@@ -412,24 +417,66 @@ def launch_queue(c_start, c_end, c_queue, ops_ptr, ops_idx, g_call, g_start, g_e
         if not len(calls):
             continue
         done = np.searchsorted(np.sort(ends), c_start[calls], side="right")
-        outstanding = rank - done
-        depth = int(outstanding.max())
-        if depth <= 0:
+        most = int((rank - done).max())
+        if most <= 0:
             continue
-        r = rank - depth
-        ok = r >= 0
+        depth = _held_distance(rank, calls, ends, c_start, c_end)
+        if depth < MIN_QUEUE_DEPTH:
+            fits.append(most + 1)  # never filled: deeper than the most seen outstanding
+            continue
+        # A call held by the full queue returns right after the entry `depth` places back ends;
+        # with several streams in the queue the distance varies by an entry or two (the side
+        # streams' work between): the latest release within DEPTH_SLACK places is the one.
+        held = np.zeros(len(calls), bool)
         rel = np.full(len(calls), np.nan)
-        rel[ok] = ends[r[ok]]
-        full = ok & (rel > c_start[calls]) & (c_end[calls] >= rel) & (c_end[calls] - rel <= QUEUE_FIT_NS)
-        if depth >= MIN_QUEUE_DEPTH and full.sum() >= 3:
-            best = max(best, depth)
-            release[calls[full]] = rel[full]
-            wakes.append(c_end[calls[full]] - rel[full])
-        else:
-            fits.append(depth + 1)  # never filled: deeper than the most seen outstanding
+        for dd in range(depth, max(depth - DEPTH_SLACK, 0), -1):
+            r = rank - dd
+            ok = (r >= 0) & ~held
+            cand = np.full(len(calls), np.nan)
+            cand[ok] = ends[r[ok]]
+            fit = ok & (cand > c_start[calls]) & (c_end[calls] >= cand) & \
+                (c_end[calls] - cand <= QUEUE_FIT_NS)
+            rel[fit], held[fit] = cand[fit], True
+        best = max(best, depth)
+        release[calls[held]] = rel[held]
+        wakes.append(c_end[calls[held]] - rel[held])
     depth = best or max([DEFAULT_QUEUE_DEPTH] + fits)
     wake = float(np.median(np.concatenate(wakes))) if wakes else DEFAULT_QUEUE_WAKE_NS
     return depth, wake, release
+
+
+def _held_distance(rank: np.ndarray, calls: np.ndarray, ends: np.ndarray, c_start: np.ndarray,
+                   c_end: np.ndarray) -> int:
+    """How many entries back the entry is whose end let a call held by a full launch queue
+    return (0: the queue never held one). Read from the calls that took far longer than the
+    device's typical one: for each, the last entry queued before it that ended while it ran,
+    within QUEUE_FIT_NS of its return. A full queue gives most of them one distance (1,022 on
+    the H200 with one stream; 1,134 with cuDNN's eight side streams of grouped convolutions in
+    the queue); a host-bound step's few long calls give scattered ones."""
+    dur = c_end[calls] - c_start[calls]
+    long = np.flatnonzero(dur > max(2.0 * float(np.median(dur)), 20_000.0))
+    order = np.argsort(ends, kind="stable")
+    sorted_ends = ends[order]
+    dists = []
+    for i in long:
+        r, ci = int(rank[i]), int(calls[i])
+        # entries that ended in (start, end] of the call, within QUEUE_FIT_NS of its end
+        lo = np.searchsorted(sorted_ends, max(c_start[ci], c_end[ci] - QUEUE_FIT_NS), side="right")
+        hi = np.searchsorted(sorted_ends, c_end[ci], side="right")
+        cand = order[lo:hi]
+        cand = cand[cand < r]
+        if len(cand):
+            dists.append(r - int(cand[np.argmax(ends[cand])]))
+    if len(dists) < 3:
+        return 0
+    vals, counts = np.unique(np.asarray(dists), return_counts=True)
+    top = int(counts.max())
+    mode = int(vals[np.argmax(counts)])
+    # the cluster's deepest distance that many calls share (1,022 beside 1,021)
+    deep = vals[(vals >= mode) & (vals < mode + DEPTH_SLACK) & (counts * 10 >= top)]
+    depth = int(deep.max())
+    near = int(counts[(vals <= depth) & (vals > depth - DEPTH_SLACK)].sum())
+    return depth if 2 * near > len(dists) else 0
 
 
 def _pageable_ops(trace, ops: pd.DataFrame, g_kind: np.ndarray) -> np.ndarray:

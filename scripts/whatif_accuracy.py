@@ -63,6 +63,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 ROOT = Path(__file__).resolve().parents[1]
 W = "scripts/workloads"
@@ -73,6 +74,26 @@ COMPILE_TIMEOUT_S = 300   # variants that torch.compile: 15-45 s there with cold
 # < 1.05x), None (not sure).  compiles: the variant runs torch.compile (longer time limit; see
 # --prime).  "h200" in the notes: one unprofiled run of each variant on an H200 (torch 2.11,
 # transformers 5.17), iteration medians timed as ``measure`` does; a first look, not a result.
+
+def _cnn_training(name: str, arch: str, baseline: str, channels_last: str, bf16: str,
+                  pays: tuple[Optional[bool], Optional[bool]] = (True, True)) -> dict:
+    """A torchvision CNN trained in fp32 NCHW by w_resnet18_fp32_train.py --arch ARCH, with
+    PK305's two fixes (what each was expected or measured to do in the three texts, and whether
+    each pays)."""
+    return {
+        "name": name, "script": f"{W}/w_resnet18_fp32_train.py", "args": ["--arch", arch],
+        "capture_args": ["--arch", arch, "--steps", "12"],
+        "step_range": "train_step", "kind": "training",
+        "fixes": {
+            "channels_last": {"args": ["--fix", "channels_last"], "pays": pays[0],
+                              "what": "model and input in torch.channels_last, fp32"},
+            "bf16_channels_last": {"args": ["--fix", "bf16_channels_last"], "pays": pays[1],
+                                   "what": "channels_last, forward and loss under torch.autocast(bfloat16)"},
+        },
+        "expect": {"baseline": baseline, "channels_last": channels_last, "bf16_channels_last": bf16},
+    }
+
+
 PROGRAMS: list[dict] = [
     {
         "name": "train_llama", "script": f"{W}/train_llama.py", "args": ["--steps", "40"],
@@ -466,6 +487,31 @@ PROGRAMS: list[dict] = [
             "bf16_channels_last": "pays: bf16 convolutions, half the bytes between them",
         },
     },
+    # CNNs the model was not built on, each captured and timed in one allocation.
+    _cnn_training("densenet121_fp32_train", "densenet121",
+                  "torchvision DenseNet-121, batch 128: BatchNorm and concatenations between thin convolutions",
+                  "pays: transposes and NCHW BatchNorm go. h200: 64.5 ms from 85.2, 1.32x (first priced 1.30x)",
+                  "pays, no more than channels_last: 65.8-72.9 ms, 1.17-1.40x (first priced 1.45x)"),
+    _cnn_training("efficientnet_b0_fp32_train", "efficientnet_b0",
+                  "torchvision EfficientNet-B0, batch 128: depthwise convolutions, SiLU, squeeze-and-excitation",
+                  "pays most: PyTorch's NCHW depthwise kernels give way to cuDNN's. h200: 34.0 ms from 62.4, "
+                  "1.84x (first priced 1.00x: no rule fired)",
+                  "pays, less than channels_last alone: 35.2-36.5 ms, 1.71x (first priced 1.00x)"),
+    _cnn_training("resnext50_fp32_train", "resnext50_32x4d",
+                  "torchvision ResNeXt-50 32x4d, batch 128: grouped convolutions on eight cuDNN side streams",
+                  "pays: h200: 59.2 ms from 77.0, 1.30x (first priced 1.22x)",
+                  "pays most: 36.9 ms, 2.09x (first priced 1.43x)"),
+    _cnn_training("mobilenet_v3_fp32_train", "mobilenet_v3_large",
+                  "torchvision MobileNetV3-Large, batch 128: depthwise convolutions, hardswish, "
+                  "squeeze-and-excitation; timed after PK305's depthwise estimate",
+                  "pays: h200: 22.4-27.5 ms from 44.5, 1.71x (priced 2.00x)",
+                  "pays most: 22.9-32.2 ms, 1.88x (priced 2.02x)"),
+    _cnn_training("convnext_tiny_fp32_train", "convnext_tiny",
+                  "torchvision ConvNeXt-Tiny, batch 128: 7x7 depthwise convolutions, LayerNorm, fp32 GELU MLPs; "
+                  "timed after PK305's depthwise estimate",
+                  "no gain: h200: 183.4 ms from 184.2, 1.00x (priced 1.00x)",
+                  "pays most: 46.8 ms, 3.93x (first priced 1.78x; cuDNN's fp32 depthwise weight gradients "
+                  "are not priced)", pays=(False, True)),
     {
         "name": "distilbert_finetune", "script": f"{W}/w_distilbert_finetune.py", "args": [],
         "capture_args": ["--steps", "20"],
@@ -791,8 +837,13 @@ def cmd_table(args: argparse.Namespace) -> None:
 # fusion alone, or torch.compile with graphs; in a step that holds blocking calls, the pieces
 # between them: HF generate()'s static cache compiles the decode forward, which runs between
 # generate()'s own syncs).
+# The torchvision CNNs of _cnn_training, each fix priced by PK305's evidence of it.
+CNN_TRAINING = ("densenet121_fp32_train", "efficientnet_b0_fp32_train", "resnext50_fp32_train",
+                "mobilenet_v3_fp32_train", "convnext_tiny_fp32_train")
 TRACES = {prog["name"]: f"traces/corpus/{prog['name']}.sqlite.xz" for prog in PROGRAMS}
 FIX_RULES = {
+    **{(name, fix): ("PK305", f"{fix}_speedup") for name in CNN_TRAINING
+       for fix in ("channels_last", "bf16_channels_last")},
     # --compile compiles the model (reduce-overhead) and the optimizer step (its foreach kernels
     # fused): the two rules' edits replayed together
     ("train_llama", "fused"): ("PK201", None), ("train_llama", "compile"): ("PK103+PK201", None),
@@ -824,11 +875,11 @@ FIX_RULES = {
     ("sync_loop", "no_sync"): ("PK101", None),
     ("vit_fp32_infer", "tf32"): ("PK302", None), ("vit_fp32_infer", "bf16_autocast"): ("PK302", "bf16_speedup"),
     ("resnet50_fp32_infer", "channels_last"): ("PK305", "channels_last_speedup"),
-    ("resnet50_fp32_infer", "bf16_channels_last"): ("PK305", None), ("resnet50_fp32_infer", "tf32"): ("PK302", None),
+    ("resnet50_fp32_infer", "bf16_channels_last"): ("PK305", "bf16_channels_last_speedup"), ("resnet50_fp32_infer", "tf32"): ("PK302", None),
     ("resnet18_fp32_train", "channels_last"): ("PK305", "channels_last_speedup"),
-    ("resnet18_fp32_train", "bf16_channels_last"): ("PK305", None), ("resnet18_fp32_train", "fused_sgd"): ("PK201", None),
+    ("resnet18_fp32_train", "bf16_channels_last"): ("PK305", "bf16_channels_last_speedup"), ("resnet18_fp32_train", "fused_sgd"): ("PK201", None),
     ("resnet50_fp32_train", "channels_last"): ("PK305", "channels_last_speedup"),
-    ("resnet50_fp32_train", "bf16_channels_last"): ("PK305", None),
+    ("resnet50_fp32_train", "bf16_channels_last"): ("PK305", "bf16_channels_last_speedup"),
     ("distilbert_finetune", "tf32"): ("PK302", None),
     ("distilbert_finetune", "bf16_autocast"): ("PK302", "bf16_speedup"),
     ("distilbert_finetune", "fused_adamw"): ("PK201", None), ("distilbert_finetune", "no_item"): ("PK101", None),

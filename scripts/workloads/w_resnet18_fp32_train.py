@@ -10,8 +10,11 @@ training path (autocast's weight casts, the backward's convolutions).
     python w_resnet18_fp32_train.py [--steps 40] [--arch resnet50]
                                     [--fix channels_last | --fix bf16_channels_last] [--fix fused_sgd]
 
-``--arch`` picks another torchvision model of the family (ResNet-50: the same program with
-bottleneck blocks, a second CNN to test the channels_last estimate on).
+``--arch`` picks another torchvision classifier, trained the same way: ResNet-50 (bottleneck
+blocks), DenseNet-121 (BatchNorm and concatenations between thin convolutions), EfficientNet-B0
+(depthwise convolutions, SiLU, squeeze-and-excitation), ResNeXt-50 (grouped convolutions),
+MobileNetV3-Large (depthwise convolutions, hardswish) and ConvNeXt-Tiny (7x7 depthwise
+convolutions, LayerNorm, GELU MLPs): CNNs the step model was not built on, to test PK305.
 
 Fixes:
   channels_last       model and input in ``torch.channels_last``, still fp32.
@@ -30,6 +33,8 @@ from _corpus import finish, program_args, train_step  # noqa: E402 (the workload
 
 FIXES = ("channels_last", "bf16_channels_last", "fused_sgd")
 CUDA_ONLY: tuple[str, ...] = ()
+ARCHS = ("resnet18", "resnet50", "densenet121", "efficientnet_b0", "resnext50_32x4d",
+         "mobilenet_v3_large", "convnext_tiny")
 
 
 def main() -> None:
@@ -37,7 +42,7 @@ def main() -> None:
                                     alternatives=({"channels_last", "bf16_channels_last"},),
                                     small_help="tiny batch and images, for a CPU smoke run",
                                     more=lambda ap: ap.add_argument("--arch", default="resnet18",
-                                                                    choices=("resnet18", "resnet50")))
+                                                                    choices=ARCHS))
     batch, size = (2, 64) if args.small else (128, 224)
     layout = torch.channels_last if fixes & {"channels_last", "bf16_channels_last"} else torch.contiguous_format
     model = getattr(torchvision.models, args.arch)(num_classes=1000).to(dev, memory_format=layout).train()

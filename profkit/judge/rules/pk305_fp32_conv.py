@@ -3,7 +3,8 @@
 What
     Convolution kernels (cuDNN / CUTLASS ``fprop``, ``dgrad``, ``wgrad``, implicit GEMMs) that
     read and write 32-bit floats, usually next to cuDNN's own ``nchwToNhwc`` / ``nhwcToNchw``
-    kernels: an fp32 CNN in PyTorch's default NCHW layout.
+    kernels, or PyTorch's own NCHW depthwise kernels (``conv_depthwise2d_*``): an fp32 CNN in
+    PyTorch's default NCHW layout.
 Why
     cuDNN runs fp32 convolutions as TF32 on the tensor cores by default
     (``torch.backends.cudnn.allow_tf32``), so unlike fp32 GEMMs (PK302) they are not on the CUDA
@@ -12,7 +13,8 @@ Why
     HBM. In bf16 the convolutions' tensor-core peak doubles and every activation pass between
     them (BatchNorm, ReLU, the residual add, pooling) moves half the bytes.
 Evidence
-    The 32-bit convolution kernels' time and the layout transposes' time in the window.
+    The 32-bit convolution kernels' time, PyTorch's NCHW depthwise kernels' time and the layout
+    transposes' time in the window.
 Fix
     ``model = model.to(memory_format=torch.channels_last)`` and ``x = x.to(memory_format=
     torch.channels_last)`` (the transposes go), then bf16: ``torch.autocast("cuda",
@@ -20,12 +22,17 @@ Fix
 Expected gain
     Graph edits, replayed by the step model. channels_last: the layout transpose kernels and
     their launches go, and cuDNN's NCHW BatchNorm kernels of training (per-channel reductions
-    over strided data) take what their bytes take at the pace of the elementwise pass on the same
-    tensor beside them (forward 12 bytes an element against the ReLU's 8 or an add's 12;
-    backward 20 against the ReLU backward's 12); inference's BatchNorm, an affine map, stays (in
-    the evidence as ``channels_last_speedup`` and ``nchw_batchnorm_saved_ns``). bf16 and channels_last
-    (the finding's gain): the transposes go, the convolutions reach the same share of the bf16
-    roof as of the TF32 one (their time / (bf16 peak / TF32 peak)), the other kernels that are
+    over strided data) and PyTorch's NCHW depthwise convolutions (memory-bound; cuDNN's NHWC
+    kernels replace them) take what their bytes take at the pace of the nearest elementwise pass
+    or device-to-device copy on their stream (BatchNorm forward 12 bytes an element against the
+    ReLU's or SiLU's 8 or an add's 12; backward 20 against their backward's 12; a depthwise
+    kernel 8); inference's BatchNorm, an affine map, stays (in the evidence as
+    ``channels_last_speedup`` and ``nchw_batchnorm_saved_ns``). bf16 and channels_last
+    (``bf16_channels_last_speedup``; the finding's gain, unless channels_last alone prices
+    higher: then that is the action): the transposes go, the convolutions and the TF32 GEMMs
+    beside them (cuDNN's 1x1 convolutions, the classifier) reach the same share of the bf16
+    roof as of the TF32 one (their time / (bf16 peak / TF32 peak)), fp32 GEMMs on the CUDA cores
+    (ConvNeXt's MLPs) gain what PK302 prices for their bf16, the other kernels that are
     not library calls (BatchNorm, activations, adds, pooling: memory-bound passes on the
     convolutions' outputs) take half their time, and in training autocast's cast of each
     convolution's weights costs the CPU ``cast_cpu_us`` a convolution kernel (PK302's figure,
@@ -33,12 +40,20 @@ Expected gain
     pass is left out. A step that another limit sets (pageable
     copies, the CPU) gains nothing from it until that limit goes: priced together with PK104's
     pinned copies, both edits replay at once. Measured without a profiler on the H200:
-    ResNet-50 fp32 inference channels_last 1.15x priced / 1.23x measured, with bf16 1.90x /
-    2.02x; ResNet-18 fp32 training with bf16 1.84x / 2.03x, channels_last alone 1.69x / 1.66x
-    (1.22x before the BatchNorm estimate, which this measurement led to: it is no test of it);
-    ResNet-50 fp32 training, timed after: channels_last 1.40x / 1.42x, with bf16 1.56x / 2.04x
-    (the model's bf16 step host-bound at the estimated CPU speed of a GPU-bound capture).
-    Pooling's NCHW kernels (``max_pool_*_nchw``) are not priced.
+    ResNet-50 fp32 inference channels_last 1.15x priced / 1.23x measured, with bf16 2.25x /
+    2.02x (1.90x before the GEMMs beside the convolutions were priced in bf16); ResNet-18 fp32
+    training with bf16 1.81x / 2.03x, channels_last alone 1.69x / 1.66x (1.22x before the
+    BatchNorm estimate, which this measurement led to: it is no test of it); ResNet-50 fp32
+    training, timed after: channels_last 1.41x / 1.42x, with bf16 1.93x / 2.04x (1.56x until
+    the step model read the launch queue's depth right: this miss led to it). Five more CNNs
+    (fp32 training): DenseNet-121 channels_last 1.30x / 1.32x, with bf16 1.45x / 1.30x;
+    EfficientNet-B0 1.80x / 1.84x and 1.65x / 1.71x (first 1.00x: the NCHW depthwise kernels
+    were not priced; this led to it); ResNeXt-50 1.35x / 1.30x and 2.22x / 2.09x (first 1.22x
+    and 1.43x: this led to the launch queue and latency beside cuDNN's side streams); then, as
+    tests of those: MobileNetV3-Large 2.00x / 1.71x and 1.99x / 1.88x; ConvNeXt-Tiny 1.00x /
+    1.00x and 2.37x / 3.93x (first 1.78x, before its fp32 GEMMs were priced as PK302 does;
+    cuDNN's fp32 depthwise weight gradients, 66 of its 184 ms, are not priced). Pooling's NCHW
+    kernels (``max_pool_*_nchw``) are not priced.
 References
     PyTorch "(beta) Channels Last Memory Format" tutorial; PyTorch docs "TensorFloat-32 (TF32)
     on Ampere (and later) devices" (``torch.backends.cudnn.allow_tf32`` defaults to True);
@@ -71,10 +86,24 @@ HALF_RE = re.compile(r"bf16|f16|fp16|half|bfloat16|__nv_bfloat16", re.I)
 # channels_last saved 1.1 ms of its 5.6 ms beyond the transposes), and is left as it is.
 BN_TRAIN_NCHW = ((re.compile(r"bn_fw_tr_1C11_kernel_NCHW"), 12.0, +1),   # (kernel, bytes/element, neighbour)
                  (re.compile(r"bn_bw_1C11_kernel_new"), 20.0, -1))
-# The elementwise pass on the same tensor next to it (the ReLU after the forward, the ReLU's
-# backward or the residual add before the backward) and the bytes per element it moves.
-ELEMENTWISE = ((re.compile(r"BinaryFunctor|CUDAFunctor_add<float>|threshold"), 12.0),
-               (re.compile(r"clamp_scalar|clamp_min|relu", re.I), 8.0))
+# PyTorch's own depthwise convolution kernels, which it runs on NCHW tensors (EfficientNet,
+# MobileNet); on channels_last tensors it calls cuDNN's NHWC kernels. A depthwise convolution
+# does a few multiply-adds per element: memory-bound, so on channels_last it takes what its bytes
+# take at the pace of an elementwise pass. Each reads one tensor and writes one (the forward, the
+# input gradient) or reads two and writes the small weight gradient: 8 bytes an element of its
+# tensor (stride 1; a strided one reads more than it writes, and is priced as if it did not).
+DEPTHWISE_NCHW = re.compile(r"conv_depthwise2d_(?:forward|backward|grad_weight)_kernel")
+DEPTHWISE_BYTES = 8.0
+# The elementwise pass on the same tensor next to it (the ReLU or SiLU after the forward, their
+# backward or the residual add before the backward) and the bytes per element it moves. A
+# device-to-device copy of a tensor reads and writes each element.
+ELEMENTWISE = ((re.compile(r"BinaryFunctor|CUDAFunctor_add<float>|threshold|silu_backward_kernel"), 12.0),
+               (re.compile(r"clamp_scalar|clamp_min|relu|silu_kernel", re.I), 8.0))
+COPY = re.compile(r"memcpy Device-to-Device")
+COPY_BYTES = 8.0
+# Where to look for that pass: the side the kernel's own tensor is on first, then a few places
+# either way (a scalar update or a copy of another size can sit in between).
+NEAR = 3
 
 RULE = RuleMeta(
     code="PK305", name="fp32-conv",
@@ -92,26 +121,52 @@ def conv32(name: str) -> bool:
     return p in ("fp32", "tf32") or bool(re.search(r"tf32|f32", name))
 
 
-def nhwc_batchnorm(g: StepGraph) -> tuple[np.ndarray, np.ndarray]:
-    """cuDNN's NCHW BatchNorm kernels of training, and what each would take on channels_last
-    tensors: its bytes at the pace of the elementwise pass on the same tensor next to it on the
-    stream (the bandwidth cancels), never more than it took. Kernels with no such neighbour keep
-    their time."""
-    names = [str(n) for n in g.op_names]
-    kind = np.zeros(len(names), dtype=np.int64)  # 1 + index into BN_TRAIN_NCHW, 0: not one
-    ew = np.zeros(len(names))                    # bytes per element of an elementwise pass, 0: not one
-    for i, n in enumerate(names):
-        kind[i] = next((k + 1 for k, (rx, _, _) in enumerate(BN_TRAIN_NCHW) if rx.search(n)), 0)
+def _pass_bytes(g: StepGraph) -> np.ndarray:
+    """Per operation name: the bytes per element of the elementwise pass (or device-to-device
+    copy) it is, 0 for anything else."""
+    out = np.zeros(len(g.op_names))
+    for i, n in enumerate(str(x) for x in g.op_names):
         if "elementwise_kernel" in n:
-            ew[i] = next((b for rx, b in ELEMENTWISE if rx.search(n)), 0.0)
-    ops = np.flatnonzero(kind[g.g_name] > 0)
-    new = g.g_dur[ops].copy()
+            out[i] = next((b for rx, b in ELEMENTWISE if rx.search(n)), 0.0)
+        elif COPY.search(n):
+            out[i] = COPY_BYTES
+    return out
+
+
+def at_pass_pace(g: StepGraph, ops: np.ndarray, nbytes: np.ndarray, side: np.ndarray) -> np.ndarray:
+    """What each of ``ops`` would take moving ``nbytes`` an element at the pace of the nearest
+    elementwise pass (or copy) on its stream (``side`` first, then up to NEAR places either way):
+    the bandwidth cancels, no shapes needed. Never more than it took; an operation with no such
+    neighbour keeps its time."""
+    per = _pass_bytes(g)[g.g_name]
+    new = g.g_dur[ops].astype(np.float64).copy()
     for j, op in enumerate(ops):
-        _, nbytes, side = BN_TRAIN_NCHW[kind[g.g_name[op]] - 1]
-        nb = op + side
-        if 0 <= nb < g.n_ops and g.g_stream[nb] == g.g_stream[op] and ew[g.g_name[nb]] > 0:
-            new[j] = min(new[j], g.g_dur[nb] * nbytes / ew[g.g_name[nb]])
-    return ops, new
+        s = int(side[j])
+        order = [s] + [d * k for k in range(1, NEAR + 1) for d in (s, -s) if d * k != s]
+        for d in order:
+            nb = op + d
+            if 0 <= nb < g.n_ops and g.g_stream[nb] == g.g_stream[op] and per[nb] > 0:
+                new[j] = min(new[j], g.g_dur[nb] * nbytes[j] / per[nb])
+                break
+    return new
+
+
+def nhwc_passes(g: StepGraph) -> tuple[np.ndarray, np.ndarray]:
+    """The kernels channels_last replaces by NHWC ones that read each tensor at the pace of an
+    elementwise pass: cuDNN's NCHW BatchNorm of training and PyTorch's NCHW depthwise
+    convolutions; and what each would take (at_pass_pace)."""
+    names = [str(n) for n in g.op_names]
+    kind = np.zeros(len(names), dtype=np.int64)  # 1 + index into BN_TRAIN_NCHW, -1 depthwise, 0 neither
+    for i, n in enumerate(names):
+        kind[i] = next((k + 1 for k, (rx, _, _) in enumerate(BN_TRAIN_NCHW) if rx.search(n)),
+                       -1 if DEPTHWISE_NCHW.search(n) else 0)
+    k_op = kind[g.g_name]
+    ops = np.flatnonzero(k_op != 0)
+    nbytes = np.array([BN_TRAIN_NCHW[k - 1][1] if k > 0 else DEPTHWISE_BYTES for k in k_op[ops]])
+    # A depthwise kernel's input is the pass before it (the forward) or its gradient's (the
+    # backward runs in reverse): look back first.
+    side = np.array([BN_TRAIN_NCHW[k - 1][2] if k > 0 else -1 for k in k_op[ops]])
+    return ops, at_pass_pace(g, ops, nbytes, side)
 
 
 def detect(ctx: RuleContext) -> list[Finding]:
@@ -122,16 +177,28 @@ def detect(ctx: RuleContext) -> list[Finding]:
     k = ctx.kernels
     names = [str(n) for n in k.index]
     convs = [n for n in names if conv32(n)]
-    if not convs:
+    depthwise = [n for n in names if DEPTHWISE_NCHW.search(n) and not HALF_RE.search(n)]
+    if not convs and not depthwise:
         return []
     total = float(k["total_ns"].sum())
-    conv_ns = float(k.loc[convs, "total_ns"].sum())
-    if conv_ns < RULE.param("min_gpu_share") * total:
+    conv_ns = float(k.loc[convs, "total_ns"].sum()) if convs else 0.0
+    dw_ns = float(k.loc[depthwise, "total_ns"].sum()) if depthwise else 0.0
+    if conv_ns + dw_ns < RULE.param("min_gpu_share") * total:
         return []
     transposes = [n for n in names if TRANSPOSE_RE.search(n)]
     g = m.graph
     conv_ops = ops_named(g, convs)
     tr_ops = ops_named(g, transposes)
+    # Autocast runs the 32-bit GEMMs beside the convolutions in bf16 too (cuDNN's 1x1
+    # convolutions as GEMMs, the classifier, ConvNeXt's MLPs): a TF32 one at the same bf16 / TF32
+    # ratio as the convolutions, an fp32 one (CUDA cores) as PK302 prices its bf16.
+    gemms = [n for n in names if GEMM_KERNEL_RE.search(n) and not conv32(n) and not HALF_RE.search(n)
+             and kernel_dtype(n).precision in ("fp32", "tf32")]
+    fp32_gemms = [n for n in gemms if kernel_dtype(n).precision == "fp32"]
+    gemm_ops = ops_named(g, [n for n in gemms if n not in fp32_gemms])
+    fp32_ops = ops_named(g, fp32_gemms)
+    fp32_gain = max(peaks["tf32"] / peaks.get("fp32", peaks["tf32"]),
+                    pk302_fp32_gemm.RULE.param("bf16_share") * peaks["bf16"] / peaks.get("fp32", peaks["tf32"]))
     # Library kernels keep their time; the passes between them (cuDNN's BatchNorm included) are
     # memory-bound and move half the bytes in bf16.
     lib = np.array([bool(GEMM_KERNEL_RE.search(str(n)) or NCCL_RE.match(str(n)) or CONV_RE.search(str(n))
@@ -144,26 +211,44 @@ def detect(ctx: RuleContext) -> list[Finding]:
     training = any(TRAINING_RE.search(n) for n in names)
     cast_ns = pk302_fp32_gemm.cast_cpu_ns(ctx) if training else 0.0
 
-    bn_ops, bn_new = nhwc_batchnorm(g)
+    bn_ops, bn_new = nhwc_passes(g)
+    mm_ops = np.union1d(conv_ops, gemm_ops)
 
     def channels_last(gr):
         out = scale_ops(gr, tr_ops, np.inf, drop_launches=True) if len(tr_ops) else gr
         return replace_ops(out, [np.array([o]) for o in bn_ops], bn_new) if len(bn_ops) else out
 
     def bf16(gr):
-        return add_cpu(scale_ops(scale_ops(channels_last(gr), conv_ops, ratio), rest, 2.0), conv_ops, cast_ns)
+        out = scale_ops(scale_ops(channels_last(gr), mm_ops, ratio), rest, 2.0)
+        out = scale_ops(out, fp32_ops, fp32_gain) if len(fp32_ops) else out
+        return add_cpu(out, np.union1d(conv_ops, fp32_ops), cast_ns)
 
     transpose_ns = float(k.loc[transposes, "total_ns"].sum()) if transposes else 0.0
-    cl_gain, _ = ctx.price(channels_last, "the layout transposes gone")
+    gemm_ns = float(k.loc[gemms, "total_ns"].sum()) if gemms else 0.0
+    fp32_ns = float(k.loc[fp32_gemms, "total_ns"].sum()) if fp32_gemms else 0.0
     bn_saved = float((g.g_dur[bn_ops] - bn_new).sum())
-    gain, basis = ctx.price(bf16, f"channels_last (the transposes, {ctx.per_iteration(transpose_ns)}, gone"
-                                  + (f"; BatchNorm's NCHW kernels {ctx.per_iteration(bn_saved)} faster" if bn_saved > 0 else "")
-                                  + ") "
-                                  f"and bf16: convolutions {ctx.per_iteration(conv_ns)} / {ratio:.1f}, the "
-                                  "passes between them at half their bytes"
+    nhwc = (f"the transposes, {ctx.per_iteration(transpose_ns)}, gone"
+            + (f"; BatchNorm's{' and depthwise convolutions' if dw_ns else ''} NCHW kernels "
+               f"{ctx.per_iteration(bn_saved)} faster" if bn_saved > 0 else ""))
+    cl_gain, cl_basis = ctx.price(channels_last, f"channels_last: {nhwc}")
+    gain, basis = ctx.price(bf16, f"channels_last ({nhwc}) and bf16: convolutions"
+                                  f"{' and TF32 GEMMs' if len(gemm_ops) else ''} "
+                                  f"{ctx.per_iteration(conv_ns + gemm_ns - fp32_ns)} / {ratio:.1f}"
+                                  + (f", fp32 GEMMs {ctx.per_iteration(fp32_ns)} / {fp32_gain:.1f}"
+                                     if fp32_ns else "")
+                                  + ", the passes between them at half their bytes"
                                   + (", autocast's weight casts on the CPU" if training else ""))
-    ev = {"conv_ns": int(conv_ns), "transpose_ns": int(transpose_ns), "nchw_batchnorm_saved_ns": int(bn_saved),
-          "channels_last_speedup": round(cl_gain, 3)}
+    ev = {"conv_ns": int(conv_ns), "depthwise_nchw_ns": int(dw_ns), "transpose_ns": int(transpose_ns),
+          "nchw_batchnorm_saved_ns": int(bn_saved),
+          "channels_last_speedup": round(cl_gain, 3), "bf16_channels_last_speedup": round(gain, 3)}
+    if cl_gain >= 1.02 and cl_gain > gain:
+        # bf16 on top costs more than it saves here (autocast's casts: the CPU or the passes
+        # around many small convolutions): channels_last alone is the action.
+        return [Finding(RULE.code, RULE.name,
+                        "convolutions in fp32 (TF32) on NCHW tensors: model and input to "
+                        "memory_format=torch.channels_last; bf16 on top would not pay here "
+                        f"({gain:.2f}x with it, {cl_gain:.2f}x without)", Rung.LIBRARY, ev, cl_gain,
+                        cl_basis, cl_gain)]
     if gain < 1.02:
         # Another limit sets the step's pace (pageable copies, the CPU): the convolutions' time is
         # hidden behind it. Said, at no gain, so that it is priced with the fix of that limit.

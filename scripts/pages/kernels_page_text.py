@@ -79,7 +79,7 @@ levers are fewer steps in that chain and less work per step.
   {separated_note}
 - *bias+GELU: 28% fewer instructions.*  ncu on the large-shape kernel found it issue-bound: 32
   instructions per element, 88% of issue slots busy, DRAM at 74% of peak, 595 µs at 65536x8192
-  (`analyses/data/ncu_decode_probe_h200.csv`: `scripts/gpu/probe_decode.py ncu` under ncu with
+  (`analyses/data/ncu_decode_probe_h200.csv.gz`: `scripts/gpu/probe_decode.py ncu` under ncu with
   `--clock-control none`, one call of each case).  The erf form now folds its constants and uses the bare
   `rcp.approx`/`ex2.approx` instructions (same Abramowitz-Stegun formula, errors of 1 ulp and
   2^-22): 23 instructions per element in the sm_90 build (cuobjdump: 744 against 1032 for the 32

@@ -6,8 +6,11 @@ Each batch (fresh random images made on the GPU) is an NVTX range ``infer``; the
 classes stay on the GPU and are read once after the loop. A program the step model was not built
 on: captured and timed in one allocation after PK305 (fp32 convolutions) was written.
 
-    python w_resnet50_fp32_infer.py [--steps 40] [--fix channels_last | --fix bf16_channels_last]
-                                    [--fix tf32]
+    python w_resnet50_fp32_infer.py [--steps 40] [--arch efficientnet_b0]
+                                    [--fix channels_last | --fix bf16_channels_last] [--fix tf32]
+
+``--arch`` picks another torchvision classifier (EfficientNet-B0: PyTorch's own NCHW depthwise
+kernels, a CNN PK305's depthwise estimate was not built on in inference).
 
 Fixes:
   channels_last       model and input in ``torch.channels_last``, still fp32.
@@ -29,11 +32,13 @@ CUDA_ONLY: tuple[str, ...] = ()
 def main() -> None:
     args, fixes, dev = program_args(__doc__, FIXES, CUDA_ONLY,
                                     alternatives=({"channels_last", "bf16_channels_last"},),
-                                    steps_help="batches (the first ones are warm-up)")
+                                    steps_help="batches (the first ones are warm-up)",
+                                    more=lambda ap: ap.add_argument("--arch", default="resnet50",
+                                                                    choices=("resnet50", "efficientnet_b0")))
     if "tf32" in fixes:
         torch.set_float32_matmul_precision("high")
     batch, size = (2, 32) if args.small else (128, 224)
-    model = torchvision.models.resnet50().to(dev).eval()
+    model = getattr(torchvision.models, args.arch)().to(dev).eval()
     dtype = torch.bfloat16 if "bf16_channels_last" in fixes else torch.float32
     layout = torch.channels_last if fixes & {"channels_last", "bf16_channels_last"} else torch.contiguous_format
     model = model.to(dtype=dtype, memory_format=layout)
@@ -45,7 +50,7 @@ def main() -> None:
                 preds.append(model(x).argmax(-1))
     if dev.type == "cuda":
         torch.cuda.synchronize()
-    print(f"w_resnet50_fp32_infer: {args.steps} batches, fixes {sorted(fixes) or 'none'}, "
+    print(f"w_resnet50_fp32_infer ({args.arch}): {args.steps} batches, fixes {sorted(fixes) or 'none'}, "
           f"last preds {preds[-1][:4].tolist()}")
 
 

@@ -48,12 +48,14 @@ Expected gain
     the step model read the launch queue's depth right: this miss led to it). Five more CNNs
     (fp32 training): DenseNet-121 channels_last 1.30x / 1.32x, with bf16 1.45x / 1.30x;
     EfficientNet-B0 1.80x / 1.84x and 1.65x / 1.71x (first 1.00x: the NCHW depthwise kernels
-    were not priced; this led to it); ResNeXt-50 1.35x / 1.30x and 2.22x / 2.09x (first 1.22x
+    were not priced; this led to it); ResNeXt-50 1.35x / 1.30x and 2.35x / 2.09x (first 1.22x
     and 1.43x: this led to the launch queue and latency beside cuDNN's side streams); then, as
     tests of those: MobileNetV3-Large 2.00x / 1.71x and 1.99x / 1.88x; ConvNeXt-Tiny 1.00x /
     1.00x and 2.37x / 3.93x (first 1.78x, before its fp32 GEMMs were priced as PK302 does;
-    cuDNN's fp32 depthwise weight gradients, 66 of its 184 ms, are not priced). Pooling's NCHW
-    kernels (``max_pool_*_nchw``) are not priced.
+    cuDNN's fp32 depthwise weight gradients, 66 of its 184 ms, are not priced); EfficientNet-B0
+    inference 1.31x / 1.35x and 2.31x / 1.48x (its bf16 timed at 11.5 and 6.7 ms in two runs: a
+    host-bound step at the CPU's pace of the moment). Pooling's NCHW kernels
+    (``max_pool_*_nchw``) are not priced.
 References
     PyTorch "(beta) Channels Last Memory Format" tutorial; PyTorch docs "TensorFloat-32 (TF32)
     on Ampere (and later) devices" (``torch.backends.cudnn.allow_tf32`` defaults to True);

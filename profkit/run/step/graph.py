@@ -96,6 +96,11 @@ DEFAULT_QUEUE_WAKE_NS = 8_000.0  # ... and this after it, typically (measured 6-
 # before the next launch, has a few outstanding at most, and its launches returning after the
 # previous kernel ended says nothing of the queue's depth.
 MIN_QUEUE_DEPTH = 64
+# An operation held past its own constraints waited for the latest-ending operation of another
+# stream launched before it, within this: cuDNN's eight side streams of grouped convolutions
+# start 1-10 us after each other's ends (launched later: not what they waited for) and 10-20 us
+# after the event of the main stream that released them.
+DEP_FIT_NS = 50_000
 DEPTH_SLACK = 3            # places below the depth a held call's release may be (several streams)
 
 
@@ -331,7 +336,7 @@ def build(trace, window: Window, launch_floor_ns: float = 1_000.0) -> StepGraph:
             ends = g_end[eo]
             for i in np.flatnonzero(held):
                 j = np.searchsorted(ends, g_start[i], side="right") - 1
-                while j >= 0 and g_start[i] - ends[j] <= 5 * TOLERANCE_NS:
+                while j >= 0 and g_start[i] - ends[j] <= DEP_FIT_NS:
                     d = eo[j]
                     if g_stream[d] != g_stream[i] and (g_call[d] < g_call[i]):
                         g_dep[i] = d

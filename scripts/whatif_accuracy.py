@@ -75,6 +75,19 @@ COMPILE_TIMEOUT_S = 300   # variants that torch.compile: 15-45 s there with cold
 # --prime).  "h200" in the notes: one unprofiled run of each variant on an H200 (torch 2.11,
 # transformers 5.17), iteration medians timed as ``measure`` does; a first look, not a result.
 
+def _cnn_inference_fixes(channels_last_pays: Optional[bool]) -> dict:
+    """The fixes of w_resnet50_fp32_infer.py (any --arch): PK305's two and TF32, which only
+    reaches the classifier (cuDNN already runs the convolutions as TF32)."""
+    return {
+        "channels_last": {"args": ["--fix", "channels_last"], "pays": channels_last_pays,
+                          "what": "model and input in torch.channels_last, fp32"},
+        "bf16_channels_last": {"args": ["--fix", "bf16_channels_last"], "pays": True,
+                               "what": "model and input in bf16 and torch.channels_last"},
+        "tf32": {"args": ["--fix", "tf32"], "pays": False,
+                 "what": "torch.set_float32_matmul_precision('high'): the final Linear only"},
+    }
+
+
 def _cnn_training(name: str, arch: str, baseline: str, channels_last: str, bf16: str,
                   pays: tuple[Optional[bool], Optional[bool]] = (True, True)) -> dict:
     """A torchvision CNN trained in fp32 NCHW by w_resnet18_fp32_train.py --arch ARCH, with
@@ -434,14 +447,7 @@ PROGRAMS: list[dict] = [
         "name": "resnet50_fp32_infer", "script": f"{W}/w_resnet50_fp32_infer.py", "args": [],
         "capture_args": ["--steps", "20"],
         "step_range": "infer", "kind": "inference",
-        "fixes": {
-            "channels_last": {"args": ["--fix", "channels_last"], "pays": None,
-                              "what": "model and input in torch.channels_last, fp32"},
-            "bf16_channels_last": {"args": ["--fix", "bf16_channels_last"], "pays": True,
-                                   "what": "model and input in bf16 and torch.channels_last"},
-            "tf32": {"args": ["--fix", "tf32"], "pays": False,
-                     "what": "torch.set_float32_matmul_precision('high'): the final Linear only"},
-        },
+        "fixes": _cnn_inference_fixes(channels_last_pays=None),
         "expect": {
             "baseline": "torchvision ResNet-50 fp32 NCHW, batch 128: TF32 convolutions with cuDNN's layout "
                         "transposes, GPU-bound",
@@ -454,14 +460,7 @@ PROGRAMS: list[dict] = [
         "name": "efficientnet_b0_fp32_infer", "script": f"{W}/w_resnet50_fp32_infer.py",
         "args": ["--arch", "efficientnet_b0"], "capture_args": ["--arch", "efficientnet_b0", "--steps", "20"],
         "step_range": "infer", "kind": "inference",
-        "fixes": {
-            "channels_last": {"args": ["--fix", "channels_last"], "pays": True,
-                              "what": "model and input in torch.channels_last, fp32"},
-            "bf16_channels_last": {"args": ["--fix", "bf16_channels_last"], "pays": True,
-                                   "what": "model and input in bf16 and torch.channels_last"},
-            "tf32": {"args": ["--fix", "tf32"], "pays": False,
-                     "what": "torch.set_float32_matmul_precision('high'): the final Linear only"},
-        },
+        "fixes": _cnn_inference_fixes(channels_last_pays=True),
         "expect": {
             "baseline": "torchvision EfficientNet-B0 fp32 NCHW inference, batch 128: PyTorch's own depthwise "
                         "kernels; timed after PK305's depthwise estimate, as a test of it in inference",

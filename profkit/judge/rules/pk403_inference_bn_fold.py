@@ -86,7 +86,7 @@ def detect(ctx: RuleContext) -> list[Finding]:
     nxt_bn = np.zeros(len(a), dtype=bool)
     nxt_bn[:-1] = bn[1:] & same[1:]
     bn_own = bn | (matches(names, COPY_RE) & nxt_bn)
-    # A ReLU that reads a residual add's output fuses into it.
+    # An activation that reads a residual add's output fuses into it.
     prev_add = np.zeros(len(a), dtype=bool)
     prev_add[1:] = add[:-1] & same[1:]
     act_fused = act & prev_add
@@ -102,23 +102,23 @@ def detect(ctx: RuleContext) -> list[Finding]:
     cpu_removed = removed_launch_cost(a, removed, RULE.param("dispatch_gap_us") * 1e3)
     op_gain = t_epi / (t_epi - saved)
     g, basis = ctx.price_ops(a[removed], float("inf"),
-                             f"BatchNorm/ReLU/add kernels {ctx.per_iteration(t_epi)} -> "
+                             f"BatchNorm/activation/add kernels {ctx.per_iteration(t_epi)} -> "
                              f"{ctx.per_iteration(t_epi - saved)} and their launches removed", True, cap=op_gain)
-    # The most the change allows: every BatchNorm, ReLU and add pass gone.
+    # The most the change allows: every BatchNorm, activation and add pass gone.
     bound = max(ctx.price_ops(a[epilogue], float("inf"), "every epilogue kernel removed", True)[0], g)
     n_bn = int(matches(names, re.compile(r"batch_norm_transform_input|batch_norm_elementwise|bn_fw_inf"
                                           r"|BatchNormInference", re.I)).sum())
     per = max(ctx.iterations, 1)
     members = {str(n) for n in names[removed | act | add].unique()}
     return [Finding(RULE.code, RULE.name,
-                    f"fold BatchNorm into the convolutions and fuse ReLU and the residual adds: "
+                    f"fold BatchNorm into the convolutions and fuse the activations and the residual adds: "
                     f"torch._inductor.config.freezing = True; model = torch.compile(model) on the "
                     f"eval model under torch.no_grad() ({n_bn / per:.0f} BatchNorm passes and "
-                    f"{int(act_fused.sum()) / per:.0f} add->ReLU pairs per iteration)",
+                    f"{int(act_fused.sum()) / per:.0f} add->activation pairs per iteration)",
                     Rung.TORCH_COMPILE,
                     {"bn_kernel_ns": int(dur[bn_own].sum()), "fused_relu_ns": int(dur[act_fused].sum()),
                      "epilogue_kernel_ns": int(t_epi), "removed_launches": int(removed.sum()),
                      "cpu_removed_ns": int(cpu_removed), "critical_share": round(share, 3)}, g,
-                    f"BatchNorm folded, add+ReLU one pass, other ReLUs and convolutions unchanged, "
+                    f"BatchNorm folded, add+activation one pass, other activations and convolutions unchanged, "
                     f"{int(removed.sum()) / per:.0f} launches per iteration removed; {basis}", bound,
                     op_gain, Scope.OPS, frozenset(members))]

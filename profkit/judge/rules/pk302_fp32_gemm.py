@@ -65,6 +65,14 @@ def cast_cpu_ns(ctx: RuleContext) -> float:
     return RULE.param("cast_cpu_us") * 1e3 / max(ctx.host, 1e-9)
 
 
+def bf16_gemm_gain(peaks: dict) -> float:
+    """What bf16 autocast makes of an fp32 GEMM on the CUDA cores: ``bf16_share`` of the bf16
+    roof over the fp32 one, never less than TF32's gain (the tensor-core roof the trace shows
+    when it has no fp32 one)."""
+    fp32 = peaks.get("fp32", peaks["tf32"])
+    return max(1.0, peaks["tf32"] / fp32, RULE.param("bf16_share") * peaks["bf16"] / fp32)
+
+
 def detect(ctx: RuleContext) -> list[Finding]:
     k = ctx.kernels
     peaks = ctx.prof.peaks.flops
@@ -89,7 +97,7 @@ def detect(ctx: RuleContext) -> list[Finding]:
     if "bf16" in peaks and ctx.model is not None:
         # The elementwise ops' bytes, which autocast halves where they run on bf16 activations,
         # are left as they are: the trace of an fp32 run cannot say which do.
-        bf_gain = max(op_gain, RULE.param("bf16_share") * peaks["bf16"] / peaks["fp32"])
+        bf_gain = bf16_gemm_gain(peaks)
         gemm_ops = ctx.graph_ops(ctx.acts_named(fp32))
         attn_ops = ctx.graph_ops(ctx.acts_named(attn))
         cast_ns = cast_cpu_ns(ctx)

@@ -95,7 +95,10 @@ BN_TRAIN_NCHW = ((re.compile(r"bn_fw_tr_1C11_kernel_NCHW"), 12.0, +1),   # (kern
 # input gradient) or reads two and writes the small weight gradient: 8 bytes an element of its
 # tensor (stride 1; a strided one reads more than it writes, and is priced as if it did not).
 DEPTHWISE_NCHW = re.compile(r"conv_depthwise2d_(?:forward|backward|grad_weight)_kernel")
-DEPTHWISE_BYTES = 8.0
+# What channels_last replaces by NHWC kernels that read each tensor at an elementwise pass's pace:
+# (kernel, bytes/element, the side its own tensor's pass is on). A depthwise kernel's input is
+# the pass before it (the forward) or its gradient's (the backward runs in reverse).
+NHWC_REPLACED = BN_TRAIN_NCHW + ((DEPTHWISE_NCHW, 8.0, -1),)
 # The elementwise pass on the same tensor next to it (the ReLU or SiLU after the forward, their
 # backward or the residual add before the backward) and the bytes per element it moves. A
 # device-to-device copy of a tensor reads and writes each element.
@@ -154,20 +157,14 @@ def at_pass_pace(g: StepGraph, ops: np.ndarray, nbytes: np.ndarray, side: np.nda
 
 
 def nhwc_passes(g: StepGraph) -> tuple[np.ndarray, np.ndarray]:
-    """The kernels channels_last replaces by NHWC ones that read each tensor at the pace of an
-    elementwise pass: cuDNN's NCHW BatchNorm of training and PyTorch's NCHW depthwise
-    convolutions; and what each would take (at_pass_pace)."""
-    names = [str(n) for n in g.op_names]
-    kind = np.zeros(len(names), dtype=np.int64)  # 1 + index into BN_TRAIN_NCHW, -1 depthwise, 0 neither
-    for i, n in enumerate(names):
-        kind[i] = next((k + 1 for k, (rx, _, _) in enumerate(BN_TRAIN_NCHW) if rx.search(n)),
-                       -1 if DEPTHWISE_NCHW.search(n) else 0)
+    """The kernels channels_last replaces (NHWC_REPLACED: cuDNN's NCHW BatchNorm of training,
+    PyTorch's NCHW depthwise convolutions), and what each would take (at_pass_pace)."""
+    kind = np.array([next((k for k, (rx, _, _) in enumerate(NHWC_REPLACED) if rx.search(str(n))), -1)
+                     for n in g.op_names], dtype=np.int64)
     k_op = kind[g.g_name]
-    ops = np.flatnonzero(k_op != 0)
-    nbytes = np.array([BN_TRAIN_NCHW[k - 1][1] if k > 0 else DEPTHWISE_BYTES for k in k_op[ops]])
-    # A depthwise kernel's input is the pass before it (the forward) or its gradient's (the
-    # backward runs in reverse): look back first.
-    side = np.array([BN_TRAIN_NCHW[k - 1][2] if k > 0 else -1 for k in k_op[ops]])
+    ops = np.flatnonzero(k_op >= 0)
+    nbytes = np.array([NHWC_REPLACED[k][1] for k in k_op[ops]])
+    side = np.array([NHWC_REPLACED[k][2] for k in k_op[ops]])
     return ops, at_pass_pace(g, ops, nbytes, side)
 
 
@@ -199,8 +196,7 @@ def detect(ctx: RuleContext) -> list[Finding]:
     fp32_gemms = [n for n in gemms if kernel_dtype(n).precision == "fp32"]
     gemm_ops = ops_named(g, [n for n in gemms if n not in fp32_gemms])
     fp32_ops = ops_named(g, fp32_gemms)
-    fp32_gain = max(peaks["tf32"] / peaks.get("fp32", peaks["tf32"]),
-                    pk302_fp32_gemm.RULE.param("bf16_share") * peaks["bf16"] / peaks.get("fp32", peaks["tf32"]))
+    fp32_gain = pk302_fp32_gemm.bf16_gemm_gain(peaks)
     # Library kernels keep their time; the passes between them (cuDNN's BatchNorm included) are
     # memory-bound and move half the bytes in bf16.
     lib = np.array([bool(GEMM_KERNEL_RE.search(str(n)) or NCCL_RE.match(str(n)) or CONV_RE.search(str(n))

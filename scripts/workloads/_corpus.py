@@ -74,6 +74,11 @@ def train_step(forward: Callable[[], torch.Tensor], opt: torch.optim.Optimizer,
     return loss
 
 
+def bf16_autocast(dev: torch.device, on: bool = True) -> Callable[[], contextlib.AbstractContextManager]:
+    """``train_step``'s ``amp``: bf16 autocast on ``dev`` when ``on``, else no autocast."""
+    return (lambda: torch.autocast(dev.type, dtype=torch.bfloat16)) if on else contextlib.nullcontext
+
+
 def finish(dev: torch.device) -> None:
     """Wait for the GPU's queued work, so that the program's end is its last step's end."""
     if dev.type == "cuda":

@@ -24,7 +24,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from _corpus import finish, program_args, train_step  # noqa: E402 (the workloads' shared helpers)
+from _corpus import bf16_autocast, finish, program_args, train_step  # noqa: E402 (the workloads' shared helpers)
 
 FIXES = ("reduce_overhead", "fused_adamw")
 CUDA_ONLY = ("reduce_overhead",)
@@ -79,7 +79,7 @@ def main() -> None:
     for _ in range(args.steps):
         ids = torch.randint(0, vocab, (batch, seq), device=dev)
         # with graphs, a new iteration: the graphs may overwrite the previous step's outputs
-        loss = train_step(lambda: cmodel(ids), opt, lambda: torch.autocast(dev.type, dtype=torch.bfloat16),
+        loss = train_step(lambda: cmodel(ids), opt, bf16_autocast(dev),
                           before=torch.compiler.cudagraph_mark_step_begin if graphs else None)
     finish(dev)
     print(f"w_compiled_gpt_train: {args.steps} steps, fixes {sorted(fixes) or 'none'}, "

@@ -22,12 +22,10 @@ Fixes:
 """
 from __future__ import annotations
 
-import contextlib
-
 import torch
 from transformers import DistilBertConfig, DistilBertForSequenceClassification
 
-from _corpus import finish, nvtx, program_args, train_step  # noqa: E402 (the workloads' shared helpers)
+from _corpus import bf16_autocast, nvtx, program_args, train_step  # noqa: E402 (the workloads' shared helpers)
 
 FIXES = ("tf32", "bf16_autocast", "fused_adamw", "no_item")
 CUDA_ONLY: tuple[str, ...] = ()
@@ -47,8 +45,7 @@ def main() -> None:
         batch, seq = 32, 256
     model = DistilBertForSequenceClassification(cfg).to(dev).train()
     opt = torch.optim.AdamW(model.parameters(), lr=2e-5, fused=True if "fused_adamw" in fixes else None)
-    amp = (lambda: torch.autocast(dev.type, dtype=torch.bfloat16)) if "bf16_autocast" in fixes \
-        else contextlib.nullcontext
+    amp = bf16_autocast(dev, "bf16_autocast" in fixes)
     running = torch.zeros((), device=dev)  # no_item: the loss stays on the GPU
     logged: list[float] = []
 

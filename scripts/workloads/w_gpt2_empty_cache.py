@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from _corpus import finish, program_args, train_step  # noqa: E402 (the workloads' shared helpers)
+from _corpus import bf16_autocast, finish, program_args, train_step  # noqa: E402 (the workloads' shared helpers)
 
 FIXES = ("no_empty_cache", "fused_adamw")
 CUDA_ONLY: tuple[str, ...] = ()
@@ -48,7 +48,7 @@ def main() -> None:
     for _ in range(args.steps):
         ids = torch.randint(0, cfg.vocab_size, (batch, seq), device=dev)
         loss = train_step(lambda: model(input_ids=ids, labels=ids).loss, opt,
-                          lambda: torch.autocast(dev.type, dtype=torch.bfloat16), after=release)
+                          bf16_autocast(dev), after=release)
     finish(dev)
     print(f"w_gpt2_empty_cache: {args.steps} steps, fixes {sorted(fixes) or 'none'}, loss {loss.item():.3f}")
 

@@ -20,12 +20,10 @@ Fixes:
 """
 from __future__ import annotations
 
-import contextlib
-
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from _corpus import finish, program_args, train_step  # noqa: E402 (the workloads' shared helpers)
+from _corpus import bf16_autocast, finish, program_args, train_step  # noqa: E402 (the workloads' shared helpers)
 
 FIXES = ("tf32", "bf16_autocast", "fused_adamw")
 CUDA_ONLY: tuple[str, ...] = ()
@@ -45,8 +43,7 @@ def main() -> None:
         batch, seq = 8, 512
     model = GPT2LMHeadModel(cfg).to(dev).train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True if "fused_adamw" in fixes else None)
-    amp = (lambda: torch.autocast(dev.type, dtype=torch.bfloat16)) if "bf16_autocast" in fixes \
-        else contextlib.nullcontext
+    amp = bf16_autocast(dev, "bf16_autocast" in fixes)
 
     for _ in range(args.steps):
         ids = torch.randint(0, cfg.vocab_size, (batch, seq), device=dev)

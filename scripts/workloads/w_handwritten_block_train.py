@@ -24,7 +24,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from _corpus import finish, program_args, train_step  # noqa: E402 (the workloads' shared helpers)
+from _corpus import bf16_autocast, finish, program_args, train_step  # noqa: E402 (the workloads' shared helpers)
 
 FIXES = ("compile", "fused_adamw")
 CUDA_ONLY: tuple[str, ...] = ()
@@ -88,7 +88,7 @@ def main() -> None:
 
     for _ in range(args.steps):
         ids = torch.randint(0, vocab, (batch, seq), device=dev)
-        loss = train_step(lambda: fwd(ids), opt, lambda: torch.autocast(dev.type, dtype=torch.bfloat16))
+        loss = train_step(lambda: fwd(ids), opt, bf16_autocast(dev))
     finish(dev)
     print(f"w_handwritten_block_train: {args.steps} steps, fixes {sorted(fixes) or 'none'}, "
           f"loss {loss.item():.3f}")

@@ -24,12 +24,10 @@ Fixes:
 """
 from __future__ import annotations
 
-import contextlib
-
 import torch
 import torchvision
 
-from _corpus import finish, program_args, train_step  # noqa: E402 (the workloads' shared helpers)
+from _corpus import bf16_autocast, finish, program_args, train_step  # noqa: E402 (the workloads' shared helpers)
 
 FIXES = ("channels_last", "bf16_channels_last", "fused_sgd")
 CUDA_ONLY: tuple[str, ...] = ()
@@ -48,8 +46,7 @@ def main() -> None:
     model = getattr(torchvision.models, args.arch)(num_classes=1000).to(dev, memory_format=layout).train()
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-5,
                           fused=True if "fused_sgd" in fixes else None)
-    amp = (lambda: torch.autocast(dev.type, dtype=torch.bfloat16)) if "bf16_channels_last" in fixes \
-        else contextlib.nullcontext
+    amp = bf16_autocast(dev, "bf16_channels_last" in fixes)
     for _ in range(args.steps):
         x = torch.randn(batch, 3, size, size, device=dev).contiguous(memory_format=layout)
         y = torch.randint(0, 1000, (batch,), device=dev)

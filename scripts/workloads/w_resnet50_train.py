@@ -28,7 +28,7 @@ from __future__ import annotations
 import torch
 import torchvision
 
-from _corpus import finish, program_args, train_step  # noqa: E402 (the workloads' shared helpers)
+from _corpus import bf16_autocast, finish, program_args, train_step  # noqa: E402 (the workloads' shared helpers)
 
 FIXES = ("fused_sgd", "cudnn_benchmark", "compile", "compile_graphs")
 CUDA_ONLY: tuple[str, ...] = ()
@@ -56,7 +56,7 @@ def main() -> None:
         x = torch.randn(batch, 3, size, size, device=dev).contiguous(memory_format=torch.channels_last)
         y = torch.randint(0, 1000, (batch,), device=dev)
         loss = train_step(lambda: torch.nn.functional.cross_entropy(fwd(x), y), opt,
-                          lambda: torch.autocast(dev.type, dtype=torch.bfloat16))
+                          bf16_autocast(dev))
     finish(dev)
     print(f"w_resnet50_train: {args.steps} steps, fixes {sorted(fixes) or 'none'}, loss {loss.item():.3f}")
 

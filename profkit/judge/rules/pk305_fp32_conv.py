@@ -36,7 +36,10 @@ Expected gain
     not library calls (BatchNorm, activations, adds, pooling: memory-bound passes on the
     convolutions' outputs) take half their time, and in training autocast's cast of each
     convolution's weights costs the CPU ``cast_cpu_us`` a convolution kernel (PK302's figure,
-    measured on GEMMs; an inference model is converted to bf16 once). The input's conversion
+    measured on GEMMs; an inference model is converted to bf16 once). cuDNN's weight gradients
+    of depthwise convolutions, which it computes on 32-bit data with slow grouped kernels, take
+    together what the depthwise forwards take in bf16 (``DEPTHWISE_CUDNN_FWD``; evidence
+    ``depthwise_wgrad_ns``), when there is one for each depthwise forward. The input's conversion
     pass is left out. A step that another limit sets (pageable
     copies, the CPU) gains nothing from it until that limit goes: priced together with PK104's
     pinned copies, both edits replay at once. Measured without a profiler on the H200:
@@ -51,10 +54,11 @@ Expected gain
     were not priced; this led to it); ResNeXt-50 1.35x / 1.30x and 2.35x / 2.09x (first 1.22x
     and 1.43x: this led to the launch queue and latency beside cuDNN's side streams); then, as
     tests of those: MobileNetV3-Large 2.00x / 1.71x and 1.99x / 1.88x; ConvNeXt-Tiny 1.00x /
-    1.00x and 2.37x / 3.93x (first 1.78x, before its fp32 GEMMs were priced as PK302 does;
-    cuDNN's fp32 depthwise weight gradients, 66 of its 184 ms, are not priced); EfficientNet-B0
-    inference 1.31x / 1.35x and 2.31x / 1.48x (its bf16 timed at 11.5 and 6.7 ms in two runs: a
-    host-bound step at the CPU's pace of the moment). Pooling's NCHW kernels
+    1.00x and 3.67x / 3.93x (first 1.78x, before its fp32 GEMMs were priced as PK302 does; then
+    2.37x, before cuDNN's depthwise weight gradients, 66 of its 184 ms, were priced from its
+    bf16 capture: this pair led to it and is no test of it); EfficientNet-B0 inference 1.31x /
+    1.34x and 2.31x / 1.88x (its bf16 timed at 11.5, 6.7, 6.5 and 6.6 ms in four runs on two
+    machines). Pooling's NCHW kernels
     (``max_pool_*_nchw``) are not priced.
 References
     PyTorch "(beta) Channels Last Memory Format" tutorial; PyTorch docs "TensorFloat-32 (TF32)
@@ -99,6 +103,16 @@ DEPTHWISE_NCHW = re.compile(r"conv_depthwise2d_(?:forward|backward|grad_weight)_
 # (kernel, bytes/element, the side its own tensor's pass is on). A depthwise kernel's input is
 # the pass before it (the forward) or its gradient's (the backward runs in reverse).
 NHWC_REPLACED = BN_TRAIN_NCHW + ((DEPTHWISE_NCHW, 8.0, -1),)
+# cuDNN's depthwise convolutions (one channel a group, ``c1_k1``): on 32-bit data it computes
+# their weight gradients with its grouped kernels (``wgrad2d_grouped_direct``, implicit GEMMs of
+# group tile ``_g16_``), 10-40x its forward's time (ConvNeXt-Tiny fp32 training: 3.7 ms against
+# 0.3 ms); in bf16 it runs ``wgrad2d_c1_k1_nhwc``, which reads the same two tensors as the forward
+# reads and writes and takes about its time (0.09 ms against the bf16 forward's 0.13 ms, measured
+# on the H200). So in bf16 those weight gradients take what the depthwise forwards take in bf16,
+# when there is one of them for each depthwise forward (no other grouped convolution shares
+# those kernels).
+DEPTHWISE_CUDNN_FWD = re.compile(r"^(?!.*(?:dgrad|wgrad)).*conv2d_c1_k1")
+GROUPED_WGRAD = re.compile(r"wgrad2d_grouped|wgrad\w*_g(?:[2-9]|\d\d+)_")
 # The elementwise pass on the same tensor next to it (the ReLU or SiLU after the forward, their
 # backward or the residual add before the backward) and the bytes per element it moves. A
 # device-to-device copy of a tensor reads and writes each element.
@@ -211,6 +225,17 @@ def detect(ctx: RuleContext) -> list[Finding]:
 
     bn_ops, bn_new = nhwc_passes(g)
     mm_ops = np.union1d(conv_ops, gemm_ops)
+    # (cuDNN's depthwise kernels name no element type: those of a program with 32-bit
+    # convolutions, which is what finding any implies.)
+    dw_fwd = ops_named(g, [n for n in names if DEPTHWISE_CUDNN_FWD.search(n) and not HALF_RE.search(n)])
+    dw_wgrad = ops_named(g, [n for n in convs if GROUPED_WGRAD.search(n)])
+    if len(dw_fwd) != len(dw_wgrad) or not len(dw_fwd):
+        dw_wgrad = np.empty(0, dtype=np.int64)
+    else:
+        # In bf16 the weight gradients take, together, what the depthwise forwards take in bf16,
+        # shared in proportion to their fp32 times (a GPU-paced step needs only the total).
+        dw_new = g.g_dur[dw_wgrad] * (g.g_dur[dw_fwd].sum() / ratio) / max(g.g_dur[dw_wgrad].sum(), 1.0)
+        dw_new = np.minimum(dw_new, g.g_dur[dw_wgrad] / ratio)
 
     def channels_last(gr):
         out = scale_ops(gr, tr_ops, np.inf, drop_launches=True) if len(tr_ops) else gr
@@ -219,12 +244,15 @@ def detect(ctx: RuleContext) -> list[Finding]:
     def bf16(gr):
         out = scale_ops(scale_ops(channels_last(gr), mm_ops, ratio), rest, 2.0)
         out = scale_ops(out, fp32_ops, fp32_gain) if len(fp32_ops) else out
+        if len(dw_wgrad):
+            out = replace_ops(out, [np.array([o]) for o in dw_wgrad], dw_new)
         return add_cpu(out, np.union1d(conv_ops, fp32_ops), cast_ns)
 
     transpose_ns = float(k.loc[transposes, "total_ns"].sum()) if transposes else 0.0
     gemm_ns = float(k.loc[gemms, "total_ns"].sum()) if gemms else 0.0
     fp32_ns = float(k.loc[fp32_gemms, "total_ns"].sum()) if fp32_gemms else 0.0
     bn_saved = float((g.g_dur[bn_ops] - bn_new).sum())
+    dw_wgrad_ns = float(g.g_dur[dw_wgrad].sum())
     nhwc = (f"the transposes, {ctx.per_iteration(transpose_ns)}, gone"
             + (f"; BatchNorm's{' and depthwise convolutions' if dw_ns else ''} NCHW kernels "
                f"{ctx.per_iteration(bn_saved)} faster" if bn_saved > 0 else ""))
@@ -234,10 +262,12 @@ def detect(ctx: RuleContext) -> list[Finding]:
                                   f"{ctx.per_iteration(conv_ns + gemm_ns - fp32_ns)} / {ratio:.1f}"
                                   + (f", fp32 GEMMs {ctx.per_iteration(fp32_ns)} / {fp32_gain:.1f}"
                                      if fp32_ns else "")
+                                  + (f", cuDNN's depthwise weight gradients {ctx.per_iteration(dw_wgrad_ns)} "
+                                     "at their forwards' pace" if len(dw_wgrad) else "")
                                   + ", the passes between them at half their bytes"
                                   + (", autocast's weight casts on the CPU" if training else ""))
     ev = {"conv_ns": int(conv_ns), "depthwise_nchw_ns": int(dw_ns), "transpose_ns": int(transpose_ns),
-          "nchw_batchnorm_saved_ns": int(bn_saved),
+          "nchw_batchnorm_saved_ns": int(bn_saved), "depthwise_wgrad_ns": int(dw_wgrad_ns),
           "channels_last_speedup": round(cl_gain, 3), "bf16_channels_last_speedup": round(gain, 3)}
     if cl_gain >= 1.02 and cl_gain > gain:
         # bf16 on top costs more than it saves here (autocast's casts: the CPU or the passes

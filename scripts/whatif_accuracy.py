@@ -468,7 +468,8 @@ PROGRAMS: list[dict] = [
             "channels_last": "pays: the depthwise convolutions go to cuDNN. h200: 9.23 ms from 12.50, 1.35x "
                              "(priced 1.31x)",
             "bf16_channels_last": "pays, by how much varies: 11.50, 6.68, 6.54 and 6.56 ms in four runs on two "
-                                  "machines, 1.09-1.90x (priced 2.31x)",
+                                  "machines, 1.09-1.90x (priced 2.31x until its bf16 capture showed the depthwise "
+                                  "and broadcast kernels no faster in bf16: no test of that)",
             "tf32": "no gain: the convolutions already run as TF32. h200: 1.00x",
         },
     },

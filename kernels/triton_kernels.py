@@ -54,7 +54,7 @@ def _decode_warps(block: int, wide: int = 16) -> int:
 def _reload_warps(block: int) -> int:
     """num_warps for add+RMSNorm's reload mode: block // 256 (16 for 4096, 32 for 8192).  Timing
     the candidates, the autotuner picked 8 for 4096 in one run and 16 in another; side by side
-    (scripts/gpu/probe_variants.py reload: analyses/data/probe_variants_h200.json) 16 beat 8 by 2% at
+    (scripts/gpu/probe_variants.py reload: analyses/data/probe_variants_h200.json.gz) 16 beat 8 by 2% at
     16384x4096 and 32 beat 16 by 2% at 65536x8192, in place and not."""
     return min(32, max(4, block // 256))
 
@@ -528,7 +528,7 @@ def softmax(x: Tensor, scale: float = 1.0, *, out=None, max_single: int | None =
 
 def _stream_softmax_store(rows: int) -> bool:
     """Store a decode batch's probabilities with the streaming hint (.cs), as Liger-Kernel does.
-    On an H200 (scripts/gpu/probe_variants.py consumer, analyses/data/probe_variants_h200.json, keys
+    On an H200 (scripts/gpu/probe_variants.py consumer, analyses/data/probe_variants_h200.json.gz, keys
     consumer_earlier_run and consumer) it took 16x4096 from 1.99 to 1.91 µs, and 1.96 to 1.87 in a
     second run, and cost nothing when the matmul that reads the probabilities follows (16x4096 with
     p @ v: 9.48 and 9.43 either way); a single row measured 1.81 plain vs 1.84 µs in the first run and

@@ -474,6 +474,40 @@ PROGRAMS: list[dict] = [
         },
     },
     {
+        "name": "mobilenet_v3_fp32_infer", "script": f"{W}/w_resnet50_fp32_infer.py",
+        "args": ["--arch", "mobilenet_v3_large"],
+        "capture_args": ["--arch", "mobilenet_v3_large", "--steps", "10"],
+        "step_range": "infer", "kind": "inference",
+        "fixes": _cnn_inference_fixes(channels_last_pays=True),
+        "expect": {
+            "baseline": "torchvision MobileNetV3-Large fp32 NCHW inference, batch 128: PyTorch's depthwise "
+                        "kernels, hardswish, squeeze-and-excitation; added after PK305's bf16 exceptions "
+                        "(broadcasts, NHWC depthwise) as a test of them",
+            "channels_last": "pays a little: the depthwise convolutions go to cuDNN. h200: 5.65-8.73 ms from "
+                             "7.50-7.89, 1.12x (priced 1.14x)",
+            "bf16_channels_last": "about nothing: 7.06-7.96 ms, 1.03x (priced 1.16x)",
+            "tf32": "no gain: the convolutions already run as TF32. h200: 1.04x",
+        },
+    },
+    {
+        "name": "convnext_tiny_fp32_infer", "script": f"{W}/w_resnet50_fp32_infer.py",
+        "args": ["--arch", "convnext_tiny"],
+        "capture_args": ["--arch", "convnext_tiny", "--steps", "10"],
+        "step_range": "infer", "kind": "inference",
+        "fixes": {**_cnn_inference_fixes(channels_last_pays=None),
+                  "tf32": {"args": ["--fix", "tf32"], "pays": True,
+                           "what": "torch.set_float32_matmul_precision('high'): the MLPs' Linear layers"}},
+        "expect": {
+            "baseline": "torchvision ConvNeXt-Tiny fp32 NCHW inference, batch 128: cuDNN's 7x7 depthwise "
+                        "convolutions, LayerNorm, fp32 GELU MLPs on the CUDA cores; added after PK305's "
+                        "bf16 exceptions as a test of them",
+            "channels_last": "little: cuDNN runs the depthwise convolutions in NHWC already. h200: 1.01x",
+            "bf16_channels_last": "pays most: the MLPs' fp32 GEMMs on the tensor cores. h200: 11.97 ms from "
+                                  "40.83, 3.41x (first priced 1.00x: PK305 did not fire; no test of the fix)",
+            "tf32": "pays: the MLPs' GEMMs are fp32 on the CUDA cores. h200: 19.64 ms, 2.08x (priced 2.15x)",
+        },
+    },
+    {
         "name": "resnet18_fp32_train", "script": f"{W}/w_resnet18_fp32_train.py", "args": [],
         "capture_args": ["--steps", "20"],
         "step_range": "train_step", "kind": "training",
@@ -900,6 +934,9 @@ FIX_RULES = {
     ("efficientnet_b0_fp32_infer", "channels_last"): ("PK305", "channels_last_speedup"),
     ("efficientnet_b0_fp32_infer", "bf16_channels_last"): ("PK305", "bf16_channels_last_speedup"),
     ("efficientnet_b0_fp32_infer", "tf32"): ("PK302", None),
+    **{(name, fix): ("PK305", f"{fix}_speedup") for name in ("mobilenet_v3_fp32_infer", "convnext_tiny_fp32_infer")
+       for fix in ("channels_last", "bf16_channels_last")},
+    ("mobilenet_v3_fp32_infer", "tf32"): ("PK302", None), ("convnext_tiny_fp32_infer", "tf32"): ("PK302", None),
     ("resnet50_fp32_infer", "channels_last"): ("PK305", "channels_last_speedup"),
     ("resnet50_fp32_infer", "bf16_channels_last"): ("PK305", "bf16_channels_last_speedup"), ("resnet50_fp32_infer", "tf32"): ("PK302", None),
     ("resnet18_fp32_train", "channels_last"): ("PK305", "channels_last_speedup"),

@@ -27,7 +27,7 @@ Modes:
 
 Timing is scripts/bench/bench_kernels.py's (CUDA-graph replays over rotated input sets); every timed
 callable returns its outputs, so each call writes fresh memory as the benchmark's do.  Needs a GPU;
-`consumer` needs Liger-Kernel.  Results of the H200 runs: analyses/data/probe_variants_h200.json, one
+`consumer` needs Liger-Kernel.  Results of the H200 runs: analyses/data/probe_variants_h200.json.gz, one
 key per mode (`reload_earlier_run`: the reload mode in an earlier run the same day;
 `consumer_earlier_run`: before softmax took the streaming store; `host_before_cached_launch`: before
 Triton kernels were launched through the compiled kernel's own launcher).

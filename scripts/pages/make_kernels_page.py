@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import csv
 import functools
+import gzip
 import math
 import re
 import statistics
@@ -59,8 +60,9 @@ def load(path: Path) -> tuple[list[dict], str, str]:
     """(rows of the CSV, the run's environment line, the run's table) for a CSV or a run folder."""
     path = Path(path)
     csv_path = path / "bench_kernels.csv" if path.is_dir() else path
-    md_path = csv_path.with_suffix(".md")
-    with open(csv_path, newline="") as fh:
+    # the other runs' CSVs are kept gzipped (their .md beside them is not)
+    md_path = csv_path.with_name(csv_path.name.removesuffix(".gz")).with_suffix(".md")
+    with (gzip.open if csv_path.suffix == ".gz" else open)(csv_path, "rt", newline="") as fh:
         rows = list(csv.DictReader(fh))
     for r in rows:
         for k in ("median_us", "gbps", "pct_copy", "host_us", "best_peer_us", "speedup_vs_best_peer"):
@@ -321,16 +323,16 @@ def render(path: Path, rows: list[dict], env: str) -> str:
     return "\n".join(out)
 
 
-RUN2 = DATA.with_name("bench_kernels_h200_run2.csv")
-FINAL = DATA.with_name("bench_kernels_h200_final.csv")
-PROBE = DATA.with_name("probe_variants_h200.json")
+RUN2 = DATA.with_name("bench_kernels_h200_run2.csv.gz")
+FINAL = DATA.with_name("bench_kernels_h200_final.csv.gz")
+PROBE = DATA.with_name("probe_variants_h200.json.gz")
 
 
 @functools.cache
 def _probe() -> dict:
     """The probe results (read once: most helpers below take a mode's part of them)."""
     import json
-    return json.loads(PROBE.read_text()) if PROBE.exists() else {}
+    return json.loads(gzip.decompress(PROBE.read_bytes())) if PROBE.exists() else {}
 
 
 @functools.cache
@@ -551,7 +553,7 @@ def _spread(rows: list[dict]) -> str:
     big_peer = [x for x in big if x[1][2] in PEERS]
     return ("**Run-to-run spread.**  The same code timed twice: this page's run and the benchmark "
             "again on the same machine a few minutes later, with every kernel compiled and tuned "
-            f"already (`analyses/data/bench_kernels_h200_run2.csv`): {len(diffs)} timings, median "
+            f"already (`analyses/data/bench_kernels_h200_run2.csv.gz`): {len(diffs)} timings, median "
             f"difference {100 * med:.1f}%, largest "
             + ", ".join(f"{k[0]} {k[1]} {k[2]} {a:.2f} vs {b:.2f} µs" for _, k, a, b in diffs[:3])
             + ".  torch.compile's decode-shape timings move most (largest "

@@ -10,7 +10,9 @@ on: captured and timed in one allocation after PK305 (fp32 convolutions) was wri
                                     [--fix channels_last | --fix bf16_channels_last] [--fix tf32]
 
 ``--arch`` picks another torchvision classifier (EfficientNet-B0: PyTorch's own NCHW depthwise
-kernels, a CNN PK305's depthwise estimate was not built on in inference).
+kernels, a CNN PK305's depthwise estimate was not built on in inference; MobileNetV3-Large and
+ConvNeXt-Tiny, depthwise convolutions with squeeze-and-excitation or LayerNorm, added after
+PK305's bf16 exceptions as a test of them).
 
 Fixes:
   channels_last       model and input in ``torch.channels_last``, still fp32.
@@ -34,7 +36,8 @@ def main() -> None:
                                     alternatives=({"channels_last", "bf16_channels_last"},),
                                     steps_help="batches (the first ones are warm-up)",
                                     more=lambda ap: ap.add_argument("--arch", default="resnet50",
-                                                                    choices=("resnet50", "efficientnet_b0")))
+                                                                    choices=("resnet50", "efficientnet_b0", "mobilenet_v3_large",
+                                                                             "convnext_tiny")))
     if "tf32" in fixes:
         torch.set_float32_matmul_precision("high")
     batch, size = (2, 32) if args.small else (128, 224)

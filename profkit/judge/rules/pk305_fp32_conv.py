@@ -13,8 +13,9 @@ Why
     HBM. In bf16 the convolutions' tensor-core peak doubles and every activation pass between
     them (BatchNorm, ReLU, the residual add, pooling) moves half the bytes.
 Evidence
-    The 32-bit convolution kernels' time, PyTorch's NCHW depthwise kernels' time and the layout
-    transposes' time in the window.
+    The 32-bit convolution kernels' time, PyTorch's NCHW depthwise kernels' time, cuDNN's
+    depthwise kernels' (``c1_k1``, which name no element type: counted where the program's other
+    convolutions are 32-bit) and the layout transposes' time in the window.
 Fix
     ``model = model.to(memory_format=torch.channels_last)`` and ``x = x.to(memory_format=
     torch.channels_last)`` (the transposes go), then bf16: ``torch.autocast("cuda",
@@ -39,7 +40,9 @@ Expected gain
     measured on GEMMs; an inference model is converted to bf16 once). cuDNN's weight gradients
     of depthwise convolutions, which it computes on 32-bit data with slow grouped kernels, take
     together what the depthwise forwards take in bf16 (``DEPTHWISE_CUDNN_FWD``; evidence
-    ``depthwise_wgrad_ns``), when there is one for each depthwise forward. The input's conversion
+    ``depthwise_wgrad_ns``), when there is one for each depthwise forward; its depthwise forwards
+    take half their time, as the convolutions do (ConvNeXt-Tiny training: 0.30 ms in fp32, 0.13
+    in bf16), and their input gradients keep theirs (0.31 and 0.27). The input's conversion
     pass is left out. A step that another limit sets (pageable
     copies, the CPU) gains nothing from it until that limit goes: priced together with PK104's
     pinned copies, both edits replay at once. Measured without a profiler on the H200:
@@ -54,12 +57,15 @@ Expected gain
     were not priced; this led to it); ResNeXt-50 1.35x / 1.30x and 2.35x / 2.09x (first 1.22x
     and 1.43x: this led to the launch queue and latency beside cuDNN's side streams); then, as
     tests of those: MobileNetV3-Large 2.00x / 1.71x and 1.99x / 1.88x; ConvNeXt-Tiny 1.00x /
-    1.00x and 3.51x / 3.93x (first 1.78x, before its fp32 GEMMs were priced as PK302 does; then
+    1.00x and 3.68x / 3.93x (first 1.78x, before its fp32 GEMMs were priced as PK302 does; then
     2.37x, before cuDNN's depthwise weight gradients, 66 of its 184 ms, were priced from its
     bf16 capture: this pair led to it and is no test of it); EfficientNet-B0 inference 1.31x /
     1.34x and 2.14x / 1.88x (its bf16 timed at 11.5, 6.7, 6.5 and 6.6 ms in four runs on two
     machines; 2.31x until its bf16 capture led to the two exceptions to halving above: no test
-    of them). Pooling's NCHW kernels (``max_pool_*_nchw``) are not priced.
+    of them). Then, as tests of those: MobileNetV3-Large inference 1.14x / 1.12x and 1.16x /
+    1.03x; ConvNeXt-Tiny inference 1.01x / 1.01x and 3.62x / 3.41x (first 1.00x: its cuDNN
+    depthwise kernels did not count as 32-bit convolutions and the rule did not fire; this led to
+    counting them: no test). Pooling's NCHW kernels (``max_pool_*_nchw``) are not priced.
 References
     PyTorch "(beta) Channels Last Memory Format" tutorial; PyTorch docs "TensorFloat-32 (TF32)
     on Ampere (and later) devices" (``torch.backends.cudnn.allow_tf32`` defaults to True);
@@ -112,6 +118,7 @@ NHWC_REPLACED = BN_TRAIN_NCHW + ((DEPTHWISE_NCHW, 8.0, -1),)
 # when there is one of them for each depthwise forward (no other grouped convolution shares
 # those kernels).
 DEPTHWISE_CUDNN_FWD = re.compile(r"^(?!.*(?:dgrad|wgrad)).*conv2d_c1_k1")
+CUDNN_DEPTHWISE = re.compile(r"(?:conv|dgrad|wgrad)2d_c1_k1")
 GROUPED_WGRAD = re.compile(r"wgrad2d_grouped|wgrad\w*_g(?:[2-9]|\d\d+)_")
 # The elementwise pass on the same tensor next to it (the ReLU or SiLU after the forward, their
 # backward or the residual add before the backward) and the bytes per element it moves. A
@@ -192,12 +199,18 @@ def detect(ctx: RuleContext) -> list[Finding]:
     names = [str(n) for n in k.index]
     convs = [n for n in names if conv32(n)]
     depthwise = [n for n in names if DEPTHWISE_NCHW.search(n) and not HALF_RE.search(n)]
+    # cuDNN's depthwise kernels name no element type: they run on the program's, 32-bit where
+    # its other convolutions are (ConvNeXt's 7x7 depthwise convolutions, most of its convolution
+    # time).
+    cudnn_dw = [n for n in names if convs and CUDNN_DEPTHWISE.search(n) and not HALF_RE.search(n)
+                and not conv32(n)]
     if not convs and not depthwise:
         return []
     total = float(k["total_ns"].sum())
     conv_ns = float(k.loc[convs, "total_ns"].sum()) if convs else 0.0
     dw_ns = float(k.loc[depthwise, "total_ns"].sum()) if depthwise else 0.0
-    if conv_ns + dw_ns < RULE.param("min_gpu_share") * total:
+    cudnn_dw_ns = float(k.loc[cudnn_dw, "total_ns"].sum()) if cudnn_dw else 0.0
+    if conv_ns + dw_ns + cudnn_dw_ns < RULE.param("min_gpu_share") * total:
         return []
     transposes = [n for n in names if TRANSPOSE_RE.search(n)]
     g = m.graph
@@ -250,7 +263,7 @@ def detect(ctx: RuleContext) -> list[Finding]:
         return replace_ops(out, [np.array([o]) for o in bn_ops], bn_new) if len(bn_ops) else out
 
     def bf16(gr):
-        out = scale_ops(scale_ops(channels_last(gr), mm_ops, ratio), rest, 2.0)
+        out = scale_ops(scale_ops(channels_last(gr), np.union1d(mm_ops, dw_fwd), ratio), rest, 2.0)
         out = scale_ops(out, fp32_ops, fp32_gain) if len(fp32_ops) else out
         if len(dw_wgrad):
             out = replace_ops(out, [np.array([o]) for o in dw_wgrad], dw_new)
@@ -274,7 +287,8 @@ def detect(ctx: RuleContext) -> list[Finding]:
                                      "at their forwards' pace" if len(dw_wgrad) else "")
                                   + ", the passes between them at half their bytes"
                                   + (", autocast's weight casts on the CPU" if training else ""))
-    ev = {"conv_ns": int(conv_ns), "depthwise_nchw_ns": int(dw_ns), "transpose_ns": int(transpose_ns),
+    ev = {"conv_ns": int(conv_ns), "depthwise_nchw_ns": int(dw_ns), "depthwise_cudnn_ns": int(cudnn_dw_ns),
+          "transpose_ns": int(transpose_ns),
           "nchw_batchnorm_saved_ns": int(bn_saved), "depthwise_wgrad_ns": int(dw_wgrad_ns),
           "channels_last_speedup": round(cl_gain, 3), "bf16_channels_last_speedup": round(gain, 3)}
     if cl_gain >= 1.02 and cl_gain > gain:

@@ -386,3 +386,13 @@ def test_cudnns_depthwise_kernels_count_as_the_programs_32_bit_convolutions():
     assert f.evidence["depthwise_cudnn_ns"] > f.evidence["conv_ns"] and f.evidence["depthwise_nchw_ns"] == 0
     assert f.evidence["bf16_channels_last_speedup"] == pytest.approx(3.62, abs=0.01)
     assert f.evidence["channels_last_speedup"] == pytest.approx(1.01, abs=0.01)
+
+
+def test_two_changes_of_the_same_kernels_are_not_priced_together():
+    # ConvNeXt-Tiny fp32 inference: PK305's bf16 and PK302's TF32 both change the MLPs' fp32
+    # GEMMs. Replayed one after the other they would compound (4.43x, above either); they are
+    # alternatives, and no combination holds both.
+    p = _load(str(ROOT / "traces" / "corpus" / "convnext_tiny_fp32_infer.sqlite.xz"))
+    found = {f.code: f for f in p.findings()}
+    assert found["PK305"].kernels & found["PK302"].kernels
+    assert not any({"PK305", "PK302"} <= set(c["codes"]) for c in p.combined_actions())

@@ -35,6 +35,10 @@ def combined(model, host: float, findings: list[Finding], max_fixes: int = MAX_F
     out = []
     for k in range(2, len(pool) + 1):
         for group in subsets(pool, k):
+            if any(a.kernels & b.kernels for a, b in subsets(group, 2)):
+                # Two changes of the same kernels (TF32 or bf16 for one fp32 GEMM) are
+                # alternatives: replayed one after the other they would compound.
+                continue
             gain = _replay(model, host, base, group)
             if gain is None:
                 continue

@@ -306,8 +306,10 @@ def detect(ctx: RuleContext) -> list[Finding]:
                         "leave the fp32 (TF32) convolutions for now: channels_last and bf16 would "
                         "not shorten this step while another limit sets its pace; fix that first",
                         Rung.NONE, ev, 1.0, f"not the pace: {basis}", max(gain, 1.0))]
+    # The kernels whose precision the bf16 edit changes: another rule's change of the same
+    # kernels (PK302's TF32 of the fp32 GEMMs) is an alternative to this one, not an addition.
     return [Finding(RULE.code, RULE.name,
                     "convolutions in fp32 (TF32) on NCHW tensors: model and input to "
                     "memory_format=torch.channels_last, then bf16 (torch.autocast(\"cuda\", "
                     "dtype=torch.bfloat16), or a bf16 model for inference)", Rung.LIBRARY, ev, gain,
-                    basis, gain)]
+                    basis, gain, kernels=frozenset(convs) | frozenset(gemms) | frozenset(cudnn_dw))]

@@ -12,7 +12,8 @@ on: captured and timed in one allocation after PK305 (fp32 convolutions) was wri
 ``--arch`` picks another torchvision classifier (EfficientNet-B0: PyTorch's own NCHW depthwise
 kernels, a CNN PK305's depthwise estimate was not built on in inference; MobileNetV3-Large and
 ConvNeXt-Tiny, depthwise convolutions with squeeze-and-excitation or LayerNorm, added after
-PK305's bf16 exceptions as a test of them).
+PK305's bf16 exceptions as a test of them; RegNetY-800MF, grouped convolutions and
+squeeze-and-excitation, added after that).
 
 Fixes:
   channels_last       model and input in ``torch.channels_last``, still fp32.
@@ -37,7 +38,7 @@ def main() -> None:
                                     steps_help="batches (the first ones are warm-up)",
                                     more=lambda ap: ap.add_argument("--arch", default="resnet50",
                                                                     choices=("resnet50", "efficientnet_b0", "mobilenet_v3_large",
-                                                                             "convnext_tiny")))
+                                                                             "convnext_tiny", "regnet_y_800mf")))
     if "tf32" in fixes:
         torch.set_float32_matmul_precision("high")
     batch, size = (2, 32) if args.small else (128, 224)

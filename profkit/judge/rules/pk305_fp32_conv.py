@@ -71,7 +71,9 @@ Expected gain
     of them). Then, as tests of those: MobileNetV3-Large inference 1.14x / 1.12x and 1.16x /
     1.03x; ConvNeXt-Tiny inference 1.01x / 1.01x and 3.62x / 3.41x (first 1.00x: its cuDNN
     depthwise kernels did not count as 32-bit convolutions and the rule did not fire; this led to
-    counting them: no test). Pooling's NCHW kernels (``max_pool_*_nchw``) are not priced.
+    counting them: no test); after that, RegNetY-800MF inference (grouped convolutions,
+    squeeze-and-excitation) 1.14x / 1.31x and 1.24x / 1.27x. Pooling's NCHW kernels
+    (``max_pool_*_nchw``) are not priced.
 References
     PyTorch "(beta) Channels Last Memory Format" tutorial; PyTorch docs "TensorFloat-32 (TF32)
     on Ampere (and later) devices" (``torch.backends.cudnn.allow_tf32`` defaults to True);

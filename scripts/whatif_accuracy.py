@@ -912,6 +912,33 @@ def cmd_table(args: argparse.Namespace) -> None:
 CNN_TRAINING = ("densenet121_fp32_train", "efficientnet_b0_fp32_train", "resnext50_fp32_train",
                 "mobilenet_v3_fp32_train", "convnext_tiny_fp32_train")
 TRACES = {prog["name"]: f"traces/corpus/{prog['name']}.sqlite.xz" for prog in PROGRAMS}
+# What each pair is evidence of. "built on": the first programs of the corpus, timed while the
+# step model and the rules were written (allocations 1-6 and 8 of the data's note); "no test": a
+# later pair whose miss led to a change of the model or of the rule that prices it (the rule's
+# --explain says which); every other pair is a test: first priced after the model and the rule
+# that price it were written, and no change of them came from it.
+BUILT_ON = {"train_llama", "gpt2_empty_cache", "vit_grad_norms", "early_exit_sync", "resnet18_pageable",
+            "lstm_cell_loop", "bert_fp32_infer", "bert_b1_infer", "generate_llama", "dataloader_cnn",
+            "numpy_aug_train", "mlp_train_big", "compiled_gpt_train", "graphed_encoder_infer",
+            "resnet50_train", "handwritten_block_train", "varlen_empty_cache", "sync_loop"}
+NO_TEST = {
+    ("resnet18_fp32_train", "channels_last"): "led to PK305's NCHW BatchNorm estimate",
+    ("resnet50_fp32_train", "bf16_channels_last"): "led to the step model's launch-queue depth",
+    ("efficientnet_b0_fp32_train", "channels_last"): "led to PK305's NCHW depthwise estimate",
+    ("efficientnet_b0_fp32_train", "bf16_channels_last"): "led to PK305's NCHW depthwise estimate",
+    ("resnext50_fp32_train", "channels_last"): "led to the launch queue and latency beside side streams",
+    ("resnext50_fp32_train", "bf16_channels_last"): "led to the launch queue and latency beside side streams",
+    ("convnext_tiny_fp32_train", "bf16_channels_last"): "led to PK305's fp32 GEMMs and depthwise weight gradients",
+    ("efficientnet_b0_fp32_infer", "bf16_channels_last"): "led to PK305's bf16 exceptions",
+    ("convnext_tiny_fp32_infer", "bf16_channels_last"): "led to counting cuDNN's depthwise kernels",
+}
+
+
+def role(prog: str, fix: str) -> str:
+    """What the pair is evidence of: "built on", "no test" or "test" (see BUILT_ON, NO_TEST)."""
+    if prog in BUILT_ON:
+        return "built on"
+    return "no test" if (prog, fix) in NO_TEST else "test"
 FIX_RULES = {
     **{(name, fix): ("PK305", f"{fix}_speedup") for name in CNN_TRAINING
        for fix in ("channels_last", "bf16_channels_last")},
@@ -1076,7 +1103,8 @@ def page_rows(measured: dict, load=None) -> tuple[list[dict], list[dict]]:
             row = {"program": name, "fix": fix, "rule": code or "-", "why": why, "predicted": ps,
                    "predicted_capture": ps_cap, "measured": ms, "runs": runs,
                    "spread": (min(ratios), max(ratios)), "base_ns": base, "pred_ns": base / ps,
-                   "meas_ns": base / ms, "error": ms / ps - 1.0, "error_capture": ms / ps_cap - 1.0}
+                   "meas_ns": base / ms, "error": ms / ps - 1.0, "error_capture": ms / ps_cap - 1.0,
+                   "role": role(name, fix)}
             pairs.append(row)
             mine.append(row)
             if best is None or ms > best["measured"]:
@@ -1152,6 +1180,14 @@ def page_text(measured: dict, load=None) -> str:
         f"- pairs measured below 1.05x that profkit priced at 1.10x or more: **{len(false_promise)}**"
         + (" (" + ", ".join(f"{r['program']} {r['fix']} {r['predicted']:.2f}x" for r in false_promise) + ")"
            if false_promise else ""),
+        *[f"- {label}: {sum(abs(r['error']) <= 0.15 for r in rs)} of {len(rs)} within ±15%, median error "
+          f"{statistics.median(abs(r['error']) for r in rs):.1%}"
+          for label, rs in (("tests (later pairs from which no change of their model or rule came)",
+                             [r for r in pairs if r["role"] == "test"]),
+                            ("built on (the corpus's first programs, timed while the model was written)",
+                             [r for r in pairs if r["role"] == "built on"]),
+                            ("no test (later pairs whose miss led to a change: see the rules' --explain)",
+                             [r for r in pairs if r["role"] == "no test"])) if rs],
         f"- programs where every measured fix gave under 1.05x and the top action promised 1.10x or more: "
         f"**{len(idle_promise)}**" + (" (" + ", ".join(
             f"{p['program']}: {p['top']['rule']} {p['top']['expected_end_to_end_speedup']:.2f}x, a fix not timed"
@@ -1160,15 +1196,16 @@ def page_text(measured: dict, load=None) -> str:
         "## Pairs",
         "",
         "| program | fix | rule | predicted | at capture | measured | runs | spread | baseline timed | step after (pred) "
-        "| step after (meas) | error | error at capture |",
-        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| step after (meas) | error | error at capture | role |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     for r in pairs:
         lo, hi = r["spread"]
         lines.append(f"| {r['program']} | {r['fix']} | {r['rule']} | {r['predicted']:.2f}x | "
                      f"{r['predicted_capture']:.2f}x | {r['measured']:.2f}x | "
                      f"{r['runs']} | {lo:.2f}-{hi:.2f}x | {r['base_ns'] / 1e6:.2f} ms | {r['pred_ns'] / 1e6:.2f} ms | "
-                     f"{r['meas_ns'] / 1e6:.2f} ms | {r['error']:+.0%} | {r['error_capture']:+.0%} |")
+                     f"{r['meas_ns'] / 1e6:.2f} ms | {r['error']:+.0%} | {r['error_capture']:+.0%} | "
+                     f"{r['role']} |")
     lines += ["", "## Programs: calibration, and the top action against the measured best", "",
               "| program | calibration | under nsys | without (measured) | model without | top action | its fix measured "
               "| measured best | right |",

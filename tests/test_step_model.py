@@ -396,3 +396,16 @@ def test_two_changes_of_the_same_kernels_are_not_priced_together():
     found = {f.code: f for f in p.findings()}
     assert found["PK305"].kernels & found["PK302"].kernels
     assert not any({"PK305", "PK302"} <= set(c["codes"]) for c in p.combined_actions())
+
+
+def test_every_pair_named_as_built_on_or_no_test_is_in_the_corpus():
+    # The page splits the pairs by what they are evidence of; a name that matches nothing would
+    # silently count a pair that led to a change as a test.
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import whatif_accuracy as w
+    fixes = {(p["name"], f) for p in w.PROGRAMS for f in p["fixes"]}
+    assert w.BUILT_ON <= {p["name"] for p in w.PROGRAMS}
+    assert set(w.NO_TEST) <= fixes
+    assert w.role("sync_loop", "no_sync") == "built on"
+    assert w.role("convnext_tiny_fp32_infer", "bf16_channels_last") == "no test"
+    assert w.role("regnet_y_800mf_fp32_infer", "channels_last") == "test"

@@ -88,6 +88,16 @@ def _cnn_inference_fixes(channels_last_pays: Optional[bool]) -> dict:
     }
 
 
+def _cnn_inference(name: str, arch: str, expect: dict, channels_last_pays: Optional[bool],
+                   steps: int = 10, fixes: Optional[dict] = None) -> dict:
+    """A torchvision classifier's fp32 inference through w_resnet50_fp32_infer.py --arch ARCH,
+    with PK305's fixes and TF32 (``fixes`` replaces any of them)."""
+    return {"name": name, "script": f"{W}/w_resnet50_fp32_infer.py", "args": ["--arch", arch],
+            "capture_args": ["--arch", arch, "--steps", str(steps)], "step_range": "infer",
+            "kind": "inference", "fixes": {**_cnn_inference_fixes(channels_last_pays), **(fixes or {})},
+            "expect": expect}
+
+
 def _cnn_training(name: str, arch: str, baseline: str, channels_last: str, bf16: str,
                   pays: tuple[Optional[bool], Optional[bool]] = (True, True)) -> dict:
     """A torchvision CNN trained in fp32 NCHW by w_resnet18_fp32_train.py --arch ARCH, with
@@ -473,54 +483,32 @@ PROGRAMS: list[dict] = [
             "tf32": "no gain: the convolutions already run as TF32. h200: 1.00x",
         },
     },
-    {
-        "name": "mobilenet_v3_fp32_infer", "script": f"{W}/w_resnet50_fp32_infer.py",
-        "args": ["--arch", "mobilenet_v3_large"],
-        "capture_args": ["--arch", "mobilenet_v3_large", "--steps", "10"],
-        "step_range": "infer", "kind": "inference",
-        "fixes": _cnn_inference_fixes(channels_last_pays=True),
-        "expect": {
-            "baseline": "torchvision MobileNetV3-Large fp32 NCHW inference, batch 128: PyTorch's depthwise "
-                        "kernels, hardswish, squeeze-and-excitation; added after PK305's bf16 exceptions "
-                        "(broadcasts, NHWC depthwise) as a test of them",
-            "channels_last": "pays a little: the depthwise convolutions go to cuDNN. h200: 5.65-8.73 ms from "
-                             "7.50-7.89, 1.12x (priced 1.14x)",
-            "bf16_channels_last": "about nothing: 7.06-7.96 ms, 1.03x (priced 1.16x)",
-            "tf32": "no gain: the convolutions already run as TF32. h200: 1.04x",
-        },
-    },
-    {
-        "name": "convnext_tiny_fp32_infer", "script": f"{W}/w_resnet50_fp32_infer.py",
-        "args": ["--arch", "convnext_tiny"],
-        "capture_args": ["--arch", "convnext_tiny", "--steps", "10"],
-        "step_range": "infer", "kind": "inference",
-        "fixes": {**_cnn_inference_fixes(channels_last_pays=None),
-                  "tf32": {"args": ["--fix", "tf32"], "pays": True,
-                           "what": "torch.set_float32_matmul_precision('high'): the MLPs' Linear layers"}},
-        "expect": {
-            "baseline": "torchvision ConvNeXt-Tiny fp32 NCHW inference, batch 128: cuDNN's 7x7 depthwise "
-                        "convolutions, LayerNorm, fp32 GELU MLPs on the CUDA cores; added after PK305's "
-                        "bf16 exceptions as a test of them",
-            "channels_last": "little: cuDNN runs the depthwise convolutions in NHWC already. h200: 1.01x",
-            "bf16_channels_last": "pays most: the MLPs' fp32 GEMMs on the tensor cores. h200: 11.97 ms from "
-                                  "40.83, 3.41x (first priced 1.00x: PK305 did not fire; no test of the fix)",
-            "tf32": "pays: the MLPs' GEMMs are fp32 on the CUDA cores. h200: 19.64 ms, 2.08x (priced 2.15x)",
-        },
-    },
-    {
-        "name": "regnet_y_800mf_fp32_infer", "script": f"{W}/w_resnet50_fp32_infer.py",
-        "args": ["--arch", "regnet_y_800mf"],
-        "capture_args": ["--arch", "regnet_y_800mf", "--steps", "10"],
-        "step_range": "infer", "kind": "inference",
-        "fixes": _cnn_inference_fixes(channels_last_pays=None),
-        "expect": {
-            "baseline": "torchvision RegNetY-800MF fp32 NCHW inference, batch 128: grouped convolutions, "
-                        "squeeze-and-excitation; added after all of PK305's changes of 2026-12-02, as a test",
-            "channels_last": "pays: the layout transposes go. h200: 7.55 ms from 9.92, 1.31x (priced 1.14x)",
-            "bf16_channels_last": "pays, by how much varies: 9.28 and 6.79 ms in two runs, 1.27x (priced 1.24x)",
-            "tf32": "no gain: the convolutions already run as TF32. h200: 1.00x",
-        },
-    },
+    _cnn_inference("mobilenet_v3_fp32_infer", "mobilenet_v3_large", {
+        "baseline": "torchvision MobileNetV3-Large fp32 NCHW inference, batch 128: PyTorch's depthwise "
+                    "kernels, hardswish, squeeze-and-excitation; added after PK305's bf16 exceptions "
+                    "(broadcasts, NHWC depthwise) as a test of them",
+        "channels_last": "pays a little: the depthwise convolutions go to cuDNN. h200: 5.65-8.73 ms from "
+                         "7.50-7.89, 1.12x (priced 1.14x)",
+        "bf16_channels_last": "about nothing: 7.06-7.96 ms, 1.03x (priced 1.16x)",
+        "tf32": "no gain: the convolutions already run as TF32. h200: 1.04x",
+    }, channels_last_pays=True),
+    _cnn_inference("convnext_tiny_fp32_infer", "convnext_tiny", {
+        "baseline": "torchvision ConvNeXt-Tiny fp32 NCHW inference, batch 128: cuDNN's 7x7 depthwise "
+                    "convolutions, LayerNorm, fp32 GELU MLPs on the CUDA cores; added after PK305's "
+                    "bf16 exceptions as a test of them",
+        "channels_last": "little: cuDNN runs the depthwise convolutions in NHWC already. h200: 1.01x",
+        "bf16_channels_last": "pays most: the MLPs' fp32 GEMMs on the tensor cores. h200: 11.97 ms from "
+                              "40.83, 3.41x (first priced 1.00x: PK305 did not fire; no test of the fix)",
+        "tf32": "pays: the MLPs' GEMMs are fp32 on the CUDA cores. h200: 19.64 ms, 2.08x (priced 2.15x)",
+    }, channels_last_pays=None, fixes={"tf32": {"args": ["--fix", "tf32"], "pays": True,
+                                  "what": "torch.set_float32_matmul_precision('high'): the MLPs' Linear layers"}}),
+    _cnn_inference("regnet_y_800mf_fp32_infer", "regnet_y_800mf", {
+        "baseline": "torchvision RegNetY-800MF fp32 NCHW inference, batch 128: grouped convolutions, "
+                    "squeeze-and-excitation; added after all of PK305's changes of 2026-12-02, as a test",
+        "channels_last": "pays: the layout transposes go. h200: 7.55 ms from 9.92, 1.31x (priced 1.14x)",
+        "bf16_channels_last": "pays, by how much varies: 9.28 and 6.79 ms in two runs, 1.27x (priced 1.24x)",
+        "tf32": "no gain: the convolutions already run as TF32. h200: 1.00x",
+    }, channels_last_pays=None),
     {
         "name": "resnet18_fp32_train", "script": f"{W}/w_resnet18_fp32_train.py", "args": [],
         "capture_args": ["--steps", "20"],

@@ -467,22 +467,16 @@ PROGRAMS: list[dict] = [
             "tf32": "no gain: the convolutions already run as TF32",
         },
     },
-    {
-        "name": "efficientnet_b0_fp32_infer", "script": f"{W}/w_resnet50_fp32_infer.py",
-        "args": ["--arch", "efficientnet_b0"], "capture_args": ["--arch", "efficientnet_b0", "--steps", "20"],
-        "step_range": "infer", "kind": "inference",
-        "fixes": _cnn_inference_fixes(channels_last_pays=True),
-        "expect": {
-            "baseline": "torchvision EfficientNet-B0 fp32 NCHW inference, batch 128: PyTorch's own depthwise "
-                        "kernels; timed after PK305's depthwise estimate, as a test of it in inference",
-            "channels_last": "pays: the depthwise convolutions go to cuDNN. h200: 9.23 ms from 12.50, 1.35x "
-                             "(priced 1.31x)",
-            "bf16_channels_last": "pays, by how much varies: 11.50, 6.68, 6.54 and 6.56 ms in four runs on two "
-                                  "machines, 1.09-1.90x (priced 2.31x until its bf16 capture showed the depthwise "
-                                  "and broadcast kernels no faster in bf16: no test of that)",
-            "tf32": "no gain: the convolutions already run as TF32. h200: 1.00x",
-        },
-    },
+    _cnn_inference("efficientnet_b0_fp32_infer", "efficientnet_b0", {
+        "baseline": "torchvision EfficientNet-B0 fp32 NCHW inference, batch 128: PyTorch's own depthwise "
+                    "kernels; timed after PK305's depthwise estimate, as a test of it in inference",
+        "channels_last": "pays: the depthwise convolutions go to cuDNN. h200: 9.23 ms from 12.50, 1.35x "
+                         "(priced 1.31x)",
+        "bf16_channels_last": "pays, by how much varies: 11.50, 6.68, 6.54 and 6.56 ms in four runs on two "
+                              "machines, 1.09-1.90x (priced 2.31x until its bf16 capture showed the depthwise "
+                              "and broadcast kernels no faster in bf16: no test of that)",
+        "tf32": "no gain: the convolutions already run as TF32. h200: 1.00x",
+    }, channels_last_pays=True, steps=20),
     _cnn_inference("mobilenet_v3_fp32_infer", "mobilenet_v3_large", {
         "baseline": "torchvision MobileNetV3-Large fp32 NCHW inference, batch 128: PyTorch's depthwise "
                     "kernels, hardswish, squeeze-and-excitation; added after PK305's bf16 exceptions "
@@ -897,6 +891,8 @@ def cmd_table(args: argparse.Namespace) -> None:
 # between them: HF generate()'s static cache compiles the decode forward, which runs between
 # generate()'s own syncs).
 # The torchvision CNNs of _cnn_training, each fix priced by PK305's evidence of it.
+CNN_INFERENCE = ("resnet50_fp32_infer", "efficientnet_b0_fp32_infer", "mobilenet_v3_fp32_infer",
+                 "convnext_tiny_fp32_infer", "regnet_y_800mf_fp32_infer")
 CNN_TRAINING = ("densenet121_fp32_train", "efficientnet_b0_fp32_train", "resnext50_fp32_train",
                 "mobilenet_v3_fp32_train", "convnext_tiny_fp32_train")
 TRACES = {prog["name"]: f"traces/corpus/{prog['name']}.sqlite.xz" for prog in PROGRAMS}
@@ -960,16 +956,9 @@ FIX_RULES = {
     ("gpt2_fp32_train", "fused_adamw"): ("PK201", None),
     ("sync_loop", "no_sync"): ("PK101", None),
     ("vit_fp32_infer", "tf32"): ("PK302", None), ("vit_fp32_infer", "bf16_autocast"): ("PK302", "bf16_speedup"),
-    ("efficientnet_b0_fp32_infer", "channels_last"): ("PK305", "channels_last_speedup"),
-    ("efficientnet_b0_fp32_infer", "bf16_channels_last"): ("PK305", "bf16_channels_last_speedup"),
-    ("efficientnet_b0_fp32_infer", "tf32"): ("PK302", None),
-    **{(name, fix): ("PK305", f"{fix}_speedup") for name in ("mobilenet_v3_fp32_infer", "convnext_tiny_fp32_infer",
-                                                       "regnet_y_800mf_fp32_infer")
-       for fix in ("channels_last", "bf16_channels_last")},
-    ("mobilenet_v3_fp32_infer", "tf32"): ("PK302", None), ("convnext_tiny_fp32_infer", "tf32"): ("PK302", None),
-    ("regnet_y_800mf_fp32_infer", "tf32"): ("PK302", None),
-    ("resnet50_fp32_infer", "channels_last"): ("PK305", "channels_last_speedup"),
-    ("resnet50_fp32_infer", "bf16_channels_last"): ("PK305", "bf16_channels_last_speedup"), ("resnet50_fp32_infer", "tf32"): ("PK302", None),
+    # the CNN inference programs (w_resnet50_fp32_infer.py): PK305's two fixes and PK302's TF32
+    **{(name, fix): ("PK305", f"{fix}_speedup") if fix != "tf32" else ("PK302", None)
+       for name in CNN_INFERENCE for fix in ("channels_last", "bf16_channels_last", "tf32")},
     ("resnet18_fp32_train", "channels_last"): ("PK305", "channels_last_speedup"),
     ("resnet18_fp32_train", "bf16_channels_last"): ("PK305", "bf16_channels_last_speedup"), ("resnet18_fp32_train", "fused_sgd"): ("PK201", None),
     ("resnet50_fp32_train", "channels_last"): ("PK305", "channels_last_speedup"),

@@ -254,9 +254,7 @@ def detect(ctx: RuleContext) -> list[Finding]:
 
     bn_ops, bn_new = nhwc_passes(g)
     mm_ops = np.union1d(conv_ops, gemm_ops)
-    # (cuDNN's depthwise kernels name no element type: those of a program with 32-bit
-    # convolutions, which is what finding any implies.)
-    dw_fwd = ops_named(g, [n for n in names if DEPTHWISE_CUDNN_FWD.search(n) and not HALF_RE.search(n)])
+    dw_fwd = ops_named(g, [n for n in cudnn_dw if DEPTHWISE_CUDNN_FWD.search(n)])
     dw_wgrad = ops_named(g, [n for n in convs if GROUPED_WGRAD.search(n)])
     if len(dw_fwd) != len(dw_wgrad) or not len(dw_fwd):
         dw_wgrad = np.empty(0, dtype=np.int64)

@@ -409,3 +409,23 @@ def test_every_pair_named_as_built_on_or_no_test_is_in_the_corpus():
     assert w.role("sync_loop", "no_sync") == "built on"
     assert w.role("convnext_tiny_fp32_infer", "bf16_channels_last") == "no test"
     assert w.role("regnet_y_800mf_fp32_infer", "channels_last") == "test"
+
+
+def test_a_calibration_run_slower_on_the_cpu_than_the_profiled_run_is_not_used():
+    # sync_loop is host-paced. A run without the profiler 30% slower than the profiled one would
+    # need a CPU scale above 1 (the profiler taking host time away), which tracing cannot cause:
+    # the machine's speed changed between the runs. The model falls back to the per-call
+    # estimate and says why, instead of printing a negative profiler cost.
+    from profkit.run.step.calibrate import calibrate
+    g = model("sync_loop").graph
+    period = float(np.median(g.measured_periods)) * 1.3
+    meta = json.dumps({"ranges": [{"name": g.window.delimiter, "start_ns": int(i * period), "end_ns":
+                                   int(i * period + period / 2)} for i in range(12)]})
+    cal, _ = calibrate(g, meta)
+    assert cal.source == "estimated" and cal.host == pytest.approx(estimated_host(g))
+    assert cal.host <= 1.0 and "cannot cause" in cal.warning and cal.as_dict()["warning"] == cal.warning
+    # The same run 30% faster is an ordinary calibration.
+    meta = json.dumps({"ranges": [{"name": g.window.delimiter, "start_ns": int(i * period / 1.69),
+                                   "end_ns": int(i * period / 1.69 + 1)} for i in range(12)]})
+    cal, _ = calibrate(g, meta)
+    assert cal.source == "measured" and cal.host < 1.0 and not cal.warning

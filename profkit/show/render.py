@@ -150,6 +150,7 @@ def model_lines(run: dict) -> list[str]:
         return []
     rep = run["replay"]
     how = ("measured without a profiler" if cal["source"] == "measured" else
+           "estimated: the calibration run not used, see the warning" if cal.get("warning") else
            "estimated: no calibration run")
     lines = [f"model    iteration {fmt_time(cal['profiled_iteration_ns'])} under the profiler, "
              f"{fmt_time(cal['predicted_iteration_ns'])} without ({how}"

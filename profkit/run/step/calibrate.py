@@ -15,8 +15,11 @@ duration by one factor ``host``:
   the replay comes within TOLERANCE of its floor, never the floor MIN_HOST itself: that would
   erase the CPU from the model.
 * **estimated**: without calibration data (a trace exported elsewhere, a script with no NVTX
-  range), each traced call is taken to have cost ``TRACE_COST_NS`` more than it does unprofiled,
-  capped so the CPU keeps at least MIN_HOST of its measured time. Said to be an estimate.
+  range), or when the run without the profiler was slower on the CPU side than the profiled one
+  (the profiler only adds host time: the machine changed speed between the runs), each traced
+  call is taken to have cost ``TRACE_COST_NS`` more than it does unprofiled, capped so the CPU
+  keeps at least MIN_HOST of its measured time. Said to be an estimate (and, for a slower run,
+  warned about).
 """
 from __future__ import annotations
 
@@ -56,6 +59,7 @@ class Calibration:
     # Whether ``host`` was fitted to the unprofiled run; False when the GPU set the pace and the
     # scale is the per-call estimate (a GPU-bound run does not show its CPU's speed).
     host_fitted: bool = False
+    warning: str = ""                  # why the calibration run was not used, when it was not
 
     @property
     def host_inflation(self) -> float:
@@ -69,7 +73,8 @@ class Calibration:
                 "predicted_iteration_ns": int(round(self.predicted_iteration_ns)),
                 "host_time_added_by_profiler": round(self.host_inflation, 4),
                 "unprofiled_iterations": int(self.measured_iterations),
-                "host_scale_from": "fit" if self.host_fitted else "estimate", "detail": self.detail}
+                "host_scale_from": "fit" if self.host_fitted else "estimate", "detail": self.detail,
+                **({"warning": self.warning} if self.warning else {})}
 
 
 def unprofiled_periods(meta_text: Optional[str], delimiter: Optional[str]) -> Optional[np.ndarray]:
@@ -117,6 +122,19 @@ def calibrate(graph: StepGraph, meta_text: Optional[str] = None,
     cache: dict[float, Schedule] = {1.0: at1}
     h, unreachable = fit_host(sim, target, prior, cache)
     f = _iteration_at(sim, cache)
+    if h > 1.0 + TOLERANCE and not unreachable:
+        # The CPU would have to run slower without the profiler than under it, which tracing
+        # cannot cause: the machine ran at another speed between the two runs (a busy or
+        # throttled host), and the run is no measure of the program. Fall back to the estimate.
+        s = cache.setdefault(prior, sim(prior))
+        why = (f"the run without the profiler took {target / 1e6:.2f} ms an iteration, longer than "
+               f"the profiled run's {profiled / 1e6:.2f} ms on the CPU side, which the profiler "
+               "cannot cause: the machine's speed changed between the runs (capture again on a "
+               "quiet machine)")
+        return Calibration("estimated", prior, profiled, at1.iteration_ns, s.iteration_ns,
+                           s.iteration_ns, f"{why}; {TRACE_COST_NS / 1e3:.1f} us of tracing cost per "
+                           "CUDA call taken off the CPU time instead", len(target_periods),
+                           warning=f"calibration not used: {why}"), s
     detail = (f"median of {len(target_periods)} iterations of `{graph.window.delimiter}` timed "
               "without a profiler")
     miss = f(h) / target - 1

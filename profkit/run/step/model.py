@@ -112,7 +112,7 @@ def model_of(trace, window: Window, launch_floor_ns: float) -> StepModel:
     """Build, calibrate and replay the step model of ``window`` in ``trace`` (the full trace)."""
     g = build(trace, window, launch_floor_ns)
     cal, sched = calibrate(g, trace.meta.get("calibration"))
-    warnings = list(g.notes)
+    warnings = list(g.notes) + ([cal.warning] if cal.warning else [])
     err = cal.replay_iteration_ns / cal.profiled_iteration_ns - 1 if cal.profiled_iteration_ns else 0
     if abs(err) > REPLAY_TOLERANCE:
         warnings.append(f"the step model replays the measured iteration {err:+.1%} off "

@@ -11,7 +11,13 @@ tokens are generated per ``generate()`` call, ``--runs`` measured calls in a row
 warm-up call outside any range (the first call pays per-shape set-up at each new KV length,
 and, with the fixes, compilation and CUDA-graph recording).
 
-    python w_generate_llama_nvtx.py [--steps 40] [--runs 3] [--fix static | --fix graphs]
+    python w_generate_llama_nvtx.py [--steps 40] [--runs 3] [--arch qwen2]
+                                    [--fix static | --fix graphs]
+
+``--arch qwen2``: a deeper, narrower decoder of another family instead, shaped like
+Qwen2.5-0.5B (24 layers, 896 wide, grouped-query attention with 2 KV heads, a 151,936-token
+vocabulary, tied embeddings): about six times the launches a token, a program the step model
+was not built on.
 
 The eager baseline is host-bound: about 150 small kernels a token, each launched from HF's
 Python code, a few microseconds of GPU work apiece.
@@ -31,7 +37,8 @@ from __future__ import annotations
 import argparse
 
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM, LogitsProcessor, LogitsProcessorList
+from transformers import (LlamaConfig, LlamaForCausalLM, LogitsProcessor, LogitsProcessorList, Qwen2Config,
+                          Qwen2ForCausalLM)
 
 from _corpus import nvtx, parse_fixes  # noqa: E402 (the workloads' shared helpers)
 
@@ -66,19 +73,28 @@ def main() -> None:
                     + ", ".join(FIXES))
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--small", action="store_true", help="tiny model, for a CPU smoke run")
+    ap.add_argument("--arch", default="llama", choices=("llama", "qwen2"))
     args = ap.parse_args()
     fixes = parse_fixes(ap, args, FIXES, CUDA_ONLY)
     dev = torch.device(args.device)
     torch.manual_seed(0)
 
-    if args.small:
+    if args.arch == "qwen2" and args.small:
+        cfg = Qwen2Config(vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
+    elif args.arch == "qwen2":
+        cfg = Qwen2Config(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
+                          num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=2048,
+                          tie_word_embeddings=True)
+    elif args.small:
         cfg = LlamaConfig(vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                           num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=512)
     else:
         cfg = LlamaConfig(vocab_size=32000, hidden_size=1024, intermediate_size=2816,
                           num_hidden_layers=4, num_attention_heads=16, num_key_value_heads=16,
                           max_position_embeddings=2048)
-    model = LlamaForCausalLM(cfg).to(dev, torch.bfloat16).eval()
+    arch = Qwen2ForCausalLM if args.arch == "qwen2" else LlamaForCausalLM
+    model = arch(cfg).to(dev, torch.bfloat16).eval()
     if fixes & {"static", "graphs"}:
         model.generation_config.cache_implementation = "static"  # generate() then compiles
     if "graphs" in fixes:

@@ -98,6 +98,36 @@ def _cnn_inference(name: str, arch: str, expect: dict, channels_last_pays: Optio
             "expect": expect}
 
 
+def _generate_fixes() -> dict:
+    """The fixes of w_generate_llama_nvtx.py (any --arch): HF's static KV cache, which compiles
+    the decode forward, alone and with CUDA graphs."""
+    return {
+        "static": {"args": ["--fix", "static"], "pays": True, "compiles": True,
+                   "what": "static KV cache: transformers compiles the decode forward (default mode)"},
+        "graphs": {"args": ["--fix", "graphs"], "pays": True, "compiles": True,
+                   "what": "static cache + compile mode='reduce-overhead' (CUDA graphs), fullgraph"},
+    }
+
+
+# TF32 for the fp32 GEMMs, as the transformer programs spell it (a fresh copy each: entries are dicts)
+def _tf32() -> dict:
+    return {"args": ["--fix", "tf32"], "pays": True, "what": "torch.set_float32_matmul_precision('high')"}
+
+
+def _finetune_fixes(no_item_pays: Optional[bool]) -> dict:
+    """The fixes of the HF fine-tuning programs (w_distilbert_finetune.py, w_t5_finetune.py):
+    TF32, bf16 autocast, fused AdamW and the loss kept on the GPU (whether that pays)."""
+    return {
+        "tf32": _tf32(),
+        "bf16_autocast": {"args": ["--fix", "bf16_autocast"], "pays": True,
+                          "what": "forward and loss under torch.autocast(bfloat16)"},
+        "fused_adamw": {"args": ["--fix", "fused_adamw"], "pays": None,
+                        "what": "AdamW(fused=True) instead of the default foreach"},
+        "no_item": {"args": ["--fix", "no_item"], "pays": no_item_pays,
+                    "what": "the loss summed on the GPU, read once after the loop"},
+    }
+
+
 def _cnn_training(name: str, arch: str, baseline: str, channels_last: str, bf16: str,
                   pays: tuple[Optional[bool], Optional[bool]] = (True, True),
                   more: Optional[dict] = None) -> dict:
@@ -272,12 +302,7 @@ PROGRAMS: list[dict] = [
         "args": ["--steps", "64", "--runs", "3"],
         "capture_args": ["--steps", "24", "--runs", "2"],
         "step_range": "decode_step", "kind": "decode",
-        "fixes": {
-            "static": {"args": ["--fix", "static"], "pays": True, "compiles": True,
-                       "what": "static KV cache: transformers compiles the decode forward (default mode)"},
-            "graphs": {"args": ["--fix", "graphs"], "pays": True, "compiles": True,
-                       "what": "static cache + compile mode='reduce-overhead' (CUDA graphs), fullgraph"},
-        },
+        "fixes": _generate_fixes(),
         "expect": {
             "baseline": "HF generate, 4-layer Llama bf16, batch 1, eager: ~150 launches a token, host-bound; one "
                         "warm-up generate() outside the ranges, then 3 measured (the 2 run boundaries are outlier "
@@ -582,8 +607,7 @@ PROGRAMS: list[dict] = [
         "capture_args": ["--arch", "swin_t", "--steps", "12"],
         "step_range": "train_step", "kind": "training",
         "fixes": {
-            "tf32": {"args": ["--fix", "tf32"], "pays": True,
-                     "what": "torch.set_float32_matmul_precision('high')"},
+            "tf32": _tf32(),
             "bf16_autocast": {"args": ["--fix", "bf16_channels_last"], "pays": True,
                               "what": "forward and loss under torch.autocast(bfloat16) (and channels_last, "
                                       "which reaches only the patch embedding)"},
@@ -604,27 +628,20 @@ PROGRAMS: list[dict] = [
         "capture_args": ["--steps", "20"],
         "step_range": "train_step", "kind": "training",
         "fixes": {
-            "tf32": {"args": ["--fix", "tf32"], "pays": True,
-                     "what": "torch.set_float32_matmul_precision('high')"},
-            "bf16_autocast": {"args": ["--fix", "bf16_autocast"], "pays": True,
-                              "what": "forward and loss under torch.autocast(bfloat16)"},
-            "fused_adamw": {"args": ["--fix", "fused_adamw"], "pays": None,
-                            "what": "AdamW(fused=True) instead of the default foreach"},
-            "no_item": {"args": ["--fix", "no_item"], "pays": None,
-                        "what": "the loss summed on the GPU, read once after the loop"},
+            **_finetune_fixes(no_item_pays=None),
             "compile_graphs": {"args": ["--fix", "compile_graphs"], "pays": None, "compiles": True,
                                "what": "the model under torch.compile(mode='reduce-overhead'); optimizer and "
                                        ".item() eager"},
         },
         "expect": {
-            "compile_graphs": "PK103's top action (CUDA graphs between the step's syncs), timed after it was "
-                              "priced",
             "baseline": "HF T5-small fine-tuning, fp32, batch 32, 256 source and 64 target tokens, loss.item() "
                         "every step",
             "tf32": "pays: the GEMMs on the tensor cores",
             "bf16_autocast": "pays: bf16 GEMMs, with autocast's casts on the CPU",
             "fused_adamw": "small: 60M parameters",
             "no_item": "little while the step is GPU-bound",
+            "compile_graphs": "PK103's top action (CUDA graphs between the step's syncs), timed after it was "
+                              "priced",
         },
     },
     {
@@ -633,12 +650,7 @@ PROGRAMS: list[dict] = [
         "args": ["--arch", "qwen2", "--steps", "64", "--runs", "3"],
         "capture_args": ["--arch", "qwen2", "--steps", "16", "--runs", "2"],
         "step_range": "decode_step", "kind": "decode",
-        "fixes": {
-            "static": {"args": ["--fix", "static"], "pays": True, "compiles": True,
-                       "what": "static KV cache: transformers compiles the decode forward (default mode)"},
-            "graphs": {"args": ["--fix", "graphs"], "pays": True, "compiles": True,
-                       "what": "static cache + compile mode='reduce-overhead' (CUDA graphs), fullgraph"},
-        },
+        "fixes": _generate_fixes(),
         "expect": {
             "baseline": "HF generate, a Qwen2.5-0.5B-shaped decoder (24 layers, 896 wide, GQA) in bf16, batch 1, "
                         "eager: host-bound",
@@ -650,16 +662,7 @@ PROGRAMS: list[dict] = [
         "name": "distilbert_finetune", "script": f"{W}/w_distilbert_finetune.py", "args": [],
         "capture_args": ["--steps", "20"],
         "step_range": "train_step", "kind": "training",
-        "fixes": {
-            "tf32": {"args": ["--fix", "tf32"], "pays": True,
-                     "what": "torch.set_float32_matmul_precision('high')"},
-            "bf16_autocast": {"args": ["--fix", "bf16_autocast"], "pays": True,
-                              "what": "forward and loss under torch.autocast(bfloat16)"},
-            "fused_adamw": {"args": ["--fix", "fused_adamw"], "pays": None,
-                            "what": "AdamW(fused=True) instead of the default foreach"},
-            "no_item": {"args": ["--fix", "no_item"], "pays": False,
-                        "what": "the loss summed on the GPU, read once after the loop"},
-        },
+        "fixes": _finetune_fixes(no_item_pays=False),
         "expect": {
             "baseline": "HF DistilBERT fine-tuning, fp32, batch 32 x 256, loss.item() every step: GPU-bound",
             "tf32": "pays: the GEMMs on the tensor cores",

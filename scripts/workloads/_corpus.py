@@ -35,8 +35,8 @@ def program_args(doc: str, known, cuda_only=(), alternatives=(), steps: int = 40
                  more: Optional[Callable[[argparse.ArgumentParser], None]] = None,
                  ) -> tuple[argparse.Namespace, set[str], torch.device]:
     """The corpus programs' command line: ``--steps``, ``--fix`` (checked by parse_fixes),
-    ``--device``, ``--small`` and whatever ``more`` adds; then the torch seed is set. Returns the
-    arguments, the fixes asked for and the device."""
+    ``--device``, ``--small`` and whatever ``more`` adds; then the ``tf32`` fix, when asked for,
+    and the torch seed are set. Returns the arguments, the fixes asked for and the device."""
     ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--steps", type=int, default=steps, help=steps_help)
     ap.add_argument("--fix", action="append", default=[], help="fixes, repeatable or comma-separated: "
@@ -47,6 +47,8 @@ def program_args(doc: str, known, cuda_only=(), alternatives=(), steps: int = 40
         more(ap)
     args = ap.parse_args()
     fixes = parse_fixes(ap, args, known, cuda_only, alternatives)
+    if "tf32" in fixes:  # every corpus program's tf32 fix is this one call, made before the model
+        torch.set_float32_matmul_precision("high")
     torch.manual_seed(0)
     return args, fixes, torch.device(args.device)
 
@@ -72,6 +74,27 @@ def train_step(forward: Callable[[], torch.Tensor], opt: torch.optim.Optimizer,
         if after is not None:
             after(loss)
     return loss
+
+
+class LossLog:
+    """A fine-tuning loop's loss log, run after each step (``train_step``'s ``after``): in an
+    NVTX range ``log``, ``loss.item()`` every step, which waits for the step's GPU work, or with
+    ``on_gpu`` (the ``no_item`` fix) the loss summed on the GPU and read once by ``total()``."""
+
+    def __init__(self, dev: torch.device, on_gpu: bool) -> None:
+        self.on_gpu = on_gpu
+        self.running = torch.zeros((), device=dev)
+        self.logged: list[float] = []
+
+    def __call__(self, loss: torch.Tensor) -> None:
+        with nvtx("log"):
+            if self.on_gpu:
+                self.running.add_(loss.detach())
+            else:
+                self.logged.append(loss.item())  # waits for the step's GPU work
+
+    def total(self) -> float:
+        return self.running.item() if self.on_gpu else sum(self.logged)
 
 
 def bf16_autocast(dev: torch.device, on: bool = True) -> Callable[[], contextlib.AbstractContextManager]:

@@ -36,8 +36,6 @@ CUDA_ONLY = ("cuda_graph",)
 def main() -> None:
     args, fixes, dev = program_args(__doc__, FIXES, CUDA_ONLY,
                                     steps_help="batches (the first ones are warm-up)")
-    if "tf32" in fixes:
-        torch.set_float32_matmul_precision("high")
 
     if args.small:
         cfg = BertConfig(vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,

@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 from transformers import DistilBertConfig, DistilBertForSequenceClassification
 
-from _corpus import bf16_autocast, nvtx, program_args, train_step  # noqa: E402 (the workloads' shared helpers)
+from _corpus import bf16_autocast, LossLog, program_args, train_step  # noqa: E402 (the workloads' shared helpers)
 
 FIXES = ("tf32", "bf16_autocast", "fused_adamw", "no_item")
 CUDA_ONLY: tuple[str, ...] = ()
@@ -34,8 +34,6 @@ CUDA_ONLY: tuple[str, ...] = ()
 def main() -> None:
     args, fixes, dev = program_args(__doc__, FIXES, CUDA_ONLY,
                                     alternatives=[("tf32", "bf16_autocast")])
-    if "tf32" in fixes:
-        torch.set_float32_matmul_precision("high")
     if args.small:
         cfg = DistilBertConfig(vocab_size=1000, max_position_embeddings=64, dim=64, hidden_dim=128,
                                n_layers=2, n_heads=2, num_labels=4)
@@ -46,21 +44,12 @@ def main() -> None:
     model = DistilBertForSequenceClassification(cfg).to(dev).train()
     opt = torch.optim.AdamW(model.parameters(), lr=2e-5, fused=True if "fused_adamw" in fixes else None)
     amp = bf16_autocast(dev, "bf16_autocast" in fixes)
-    running = torch.zeros((), device=dev)  # no_item: the loss stays on the GPU
-    logged: list[float] = []
-
-    def log(loss: torch.Tensor) -> None:
-        with nvtx("log"):
-            if "no_item" in fixes:
-                running.add_(loss.detach())
-            else:
-                logged.append(loss.item())  # waits for the step's GPU work
-
+    log = LossLog(dev, on_gpu="no_item" in fixes)
     for _ in range(args.steps):
         ids = torch.randint(0, cfg.vocab_size, (batch, seq), device=dev)
         labels = torch.randint(0, cfg.num_labels, (batch,), device=dev)
         train_step(lambda: model(input_ids=ids, labels=labels).loss, opt, amp, after=log)
-    total = running.item() if "no_item" in fixes else sum(logged)
+    total = log.total()
     print(f"w_distilbert_finetune: {args.steps} steps, fixes {sorted(fixes) or 'none'}, "
           f"mean loss {total / max(args.steps, 1):.3f}")
 

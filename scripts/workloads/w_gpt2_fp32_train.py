@@ -32,8 +32,6 @@ CUDA_ONLY: tuple[str, ...] = ()
 def main() -> None:
     args, fixes, dev = program_args(__doc__, FIXES, CUDA_ONLY,
                                     alternatives=[("tf32", "bf16_autocast")])
-    if "tf32" in fixes:
-        torch.set_float32_matmul_precision("high")
 
     if args.small:
         cfg = GPT2Config(vocab_size=1000, n_positions=128, n_embd=64, n_layer=2, n_head=2)

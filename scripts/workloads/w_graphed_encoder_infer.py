@@ -62,8 +62,6 @@ class Encoder(nn.Module):
 def main() -> None:
     args, fixes, dev = program_args(__doc__, FIXES, CUDA_ONLY,
                                     steps_help="batches (the first ones are warm-up)")
-    if "tf32" in fixes:
-        torch.set_float32_matmul_precision("high")
 
     vocab, d, heads, layers, batch, seq, classes = 32000, 1024, 16, 6, 64, 128, 20
     if args.small:

@@ -47,8 +47,6 @@ def main() -> None:
                                     small_help="tiny batch and images, for a CPU smoke run",
                                     more=lambda ap: ap.add_argument("--arch", default="resnet18",
                                                                     choices=ARCHS))
-    if "tf32" in fixes:
-        torch.set_float32_matmul_precision("high")
     batch, size = (2, 64) if args.small else (128, 224)
     layout = torch.channels_last if fixes & {"channels_last", "bf16_channels_last"} else torch.contiguous_format
     model = getattr(torchvision.models, args.arch)(num_classes=1000).to(dev, memory_format=layout).train()

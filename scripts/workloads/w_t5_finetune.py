@@ -28,7 +28,7 @@ from __future__ import annotations
 import torch
 from transformers import T5Config, T5ForConditionalGeneration
 
-from _corpus import bf16_autocast, finish, nvtx, program_args, train_step  # noqa: E402 (the workloads' shared helpers)
+from _corpus import bf16_autocast, finish, LossLog, program_args, train_step  # noqa: E402 (the workloads' shared helpers)
 
 FIXES = ("tf32", "bf16_autocast", "fused_adamw", "no_item", "compile_graphs")
 CUDA_ONLY: tuple[str, ...] = ()
@@ -37,8 +37,6 @@ CUDA_ONLY: tuple[str, ...] = ()
 def main() -> None:
     args, fixes, dev = program_args(__doc__, FIXES, CUDA_ONLY,
                                     alternatives=[("tf32", "bf16_autocast")])
-    if "tf32" in fixes:
-        torch.set_float32_matmul_precision("high")
     if args.small:
         cfg = T5Config(vocab_size=1000, d_model=64, d_kv=16, d_ff=128, num_layers=2, num_heads=4)
         batch, src, tgt = 2, 16, 8
@@ -50,22 +48,13 @@ def main() -> None:
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True if "fused_adamw" in fixes else None)
     amp = bf16_autocast(dev, "bf16_autocast" in fixes)
     net = torch.compile(model, mode="reduce-overhead") if "compile_graphs" in fixes else model
-    running = torch.zeros((), device=dev)  # no_item: the loss stays on the GPU
-    logged: list[float] = []
-
-    def log(loss: torch.Tensor) -> None:
-        with nvtx("log"):
-            if "no_item" in fixes:
-                running.add_(loss.detach())
-            else:
-                logged.append(loss.item())  # waits for the step's GPU work
-
+    log = LossLog(dev, on_gpu="no_item" in fixes)
     for _ in range(args.steps):
         ids = torch.randint(1, cfg.vocab_size, (batch, src), device=dev)
         labels = torch.randint(1, cfg.vocab_size, (batch, tgt), device=dev)
         train_step(lambda: net(input_ids=ids, labels=labels).loss, opt, amp, after=log)
     finish(dev)
-    total = running.item() if "no_item" in fixes else sum(logged)
+    total = log.total()
     print(f"w_t5_finetune: {args.steps} steps, fixes {sorted(fixes) or 'none'}, "
           f"mean loss {total / max(args.steps, 1):.3f}")
 

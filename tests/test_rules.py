@@ -413,3 +413,17 @@ def test_a_shape_varying_loop_that_allocates_is_not_graphed():
     # cache 6-8.6x)
     q = {x.code: x for x in shared.profile(ROOT / "traces/corpus/generate_qwen2.sqlite.xz").findings()}
     assert "launch_shapes" not in q["PK103"].evidence and q["PK103"].evidence["pieces_speedup"] > 3
+
+
+def test_bf16_is_warned_against_where_autocast_casts_make_the_step_slower():
+    # t5_finetune (corpus): fp32 T5-small fine-tuning, partly host-bound. Autocast adds the casts
+    # of each GEMM's operands on the CPU, more than the faster GEMMs save: the model prices bf16
+    # below 1 and PK302 leads with TF32 and says not bf16 (measured 0.78-0.98x, TF32 1.13x).
+    f = next(x for x in shared.profile(ROOT / "traces/corpus/t5_finetune.sqlite.xz").findings()
+             if x.code == "PK302")
+    assert 0.8 < f.evidence["bf16_speedup"] < 0.98 and f.expected_end_to_end_speedup > 1.05
+    assert "not bf16 autocast here" in f.action
+    # Where bf16 pays (GPU-bound DistilBERT), it is named with its gain, not warned against.
+    g = next(x for x in shared.profile(ROOT / "traces/corpus/distilbert_finetune.sqlite.xz").findings()
+             if x.code == "PK302")
+    assert g.evidence["bf16_speedup"] > 1.5 and "not bf16" not in g.action

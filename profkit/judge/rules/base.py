@@ -197,11 +197,13 @@ class RuleContext:
     def baseline_ns(self) -> float:
         return self.baseline.mean_iteration_ns if self.baseline is not None else 0.0
 
-    def price(self, edit, what: str, cap: Optional[float] = None) -> tuple[float, str]:
+    def price(self, edit, what: str, cap: Optional[float] = None,
+              slower: bool = False) -> tuple[float, str]:
         """(gain, basis) of the graph edit ``edit`` (StepGraph -> edited copy): the model's
         iteration before over after, replayed at the calibrated CPU scale. ``cap``: the most the
         change can give (the op's own gain): a model that says more is wrong there, and the cap
-        is used with a warning."""
+        is used with a warning. A change the model finds slower is priced 1.0 (no gain), or, with
+        ``slower``, at its gain below 1, for a rule that warns against it."""
         m = self.model
         if m is None:
             return 1.0, "no step model for this window: not priced"
@@ -218,7 +220,7 @@ class RuleContext:
                 basis += f" (capped at the change's own {cap:.2f}x)"
             gain = cap
         self.priced.append((max(gain, 1.0), edit))
-        return max(gain, 1.0), basis
+        return (gain if slower else max(gain, 1.0)), basis
 
     def acts_named(self, names) -> pd.DataFrame:
         """The window's activities whose kernel name is one of ``names``."""

@@ -31,7 +31,8 @@ Expected gain
     iteration for 74 GEMMs, GPT-2 training 342 for 155, about 16 us each): a GPU-bound fp32 step
     can become host-bound in bf16 (both did, at 11.6 and 42 ms). In the evidence as
     ``bf16_speedup``; the finding leads with TF32, the one-line change, and names bf16 when it
-    is the larger one.
+    is the larger one, or warns against it when the model finds the step slower in bf16
+    (T5-small fine-tuning, partly host-bound: priced 0.92x, measured 0.78-0.98x: no test of it).
 References
     PyTorch docs "TensorFloat-32 (TF32) on Ampere (and later) devices"; NVIDIA H200 datasheet.
 """
@@ -104,10 +105,16 @@ def detect(ctx: RuleContext) -> list[Finding]:
 
         def bf16(gr):
             return add_cpu(scale_ops(scale_ops(gr, gemm_ops, bf_gain), attn_ops, 2.0), gemm_ops, cast_ns)
-        bf, _ = ctx.price(bf16, "", cap=bf_gain)
+        bf, _ = ctx.price(bf16, "", cap=bf_gain, slower=True)
         ev["bf16_speedup"] = round(bf, 3)
         if bf > g * 1.05:
             action += f" [bf16: {bf:.2f}x end to end]"
+        elif bf < 1 / 1.02:
+            # Autocast's casts cost the CPU more than the faster GEMMs save: a step the CPU
+            # paces, or one it would pace in bf16, runs slower.
+            action = ("fp32 GEMMs on the CUDA cores: torch.set_float32_matmul_precision(\"high\") "
+                      f"(TF32); not bf16 autocast here: its casts add more CPU time than the GEMMs "
+                      f"save [bf16: {bf:.2f}x end to end]")
     return [Finding(RULE.code, RULE.name, action, Rung.LIBRARY, ev, g,
                     f"TF32 / fp32 peak = {op_gain:.1f}; {basis}", g,
                     op_gain, Scope.OPS, frozenset(fp32))]

@@ -39,8 +39,6 @@ def main() -> None:
                                     more=lambda ap: ap.add_argument("--arch", default="resnet50",
                                                                     choices=("resnet50", "efficientnet_b0", "mobilenet_v3_large",
                                                                              "convnext_tiny", "regnet_y_800mf")))
-    if "tf32" in fixes:
-        torch.set_float32_matmul_precision("high")
     batch, size = (2, 32) if args.small else (128, 224)
     model = getattr(torchvision.models, args.arch)().to(dev).eval()
     dtype = torch.bfloat16 if "bf16_channels_last" in fixes else torch.float32

@@ -29,8 +29,6 @@ CUDA_ONLY: tuple[str, ...] = ()
 def main() -> None:
     args, fixes, dev = program_args(__doc__, FIXES, CUDA_ONLY, alternatives=({"tf32", "bf16_autocast"},),
                                     steps_help="batches (the first ones are warm-up)")
-    if "tf32" in fixes:
-        torch.set_float32_matmul_precision("high")
     if args.small:
         model = torchvision.models.VisionTransformer(image_size=32, patch_size=16, num_layers=2,
                                                      num_heads=2, hidden_dim=64, mlp_dim=128)

@@ -89,7 +89,7 @@ from profkit.judge.dtypes import kernel_dtype
 from profkit.judge.rules import pk302_fp32_gemm
 from profkit.judge.rules.pk403_inference_bn_fold import TRAINING_RE
 from profkit.judge.patterns import FLASH_RE
-from profkit.judge.rules.base import GEMM_KERNEL_RE, Finding, Param, RuleContext, RuleMeta, Table
+from profkit.judge.rules.base import GEMM_KERNEL_RE, Finding, Param, RuleContext, RuleMeta, Table, matches
 from profkit.model import Rung
 from profkit.run.summary import NCCL_RE
 from profkit.run.step.graph import StepGraph
@@ -244,7 +244,7 @@ def detect(ctx: RuleContext) -> list[Finding]:
                     for n in g.op_names], dtype=bool)
     # PyTorch's NCHW depthwise kernels become cuDNN's NHWC ones (priced at a pass's pace by
     # channels_last), which do k x k multiply-adds an element: in bf16 they run no faster.
-    dw_nchw = np.array([bool(DEPTHWISE_NCHW.search(str(n))) for n in g.op_names], dtype=bool)
+    dw_nchw = matches(g.op_names, DEPTHWISE_NCHW)
     rest = np.flatnonzero(~lib[g.g_name] & ~dw_nchw[g.g_name] & (g.g_kind == 0) & (g.g_call >= 0))
     ratio = peaks["bf16"] / peaks["tf32"]
     # Training runs autocast, which casts each convolution's weights every step; inference runs

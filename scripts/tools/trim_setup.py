@@ -8,7 +8,9 @@ deleted, the cut is recorded in PROFKIT_META
 reports as set-up before the window becomes shorter than it ran. Only for traces this project
 captured itself: never run it on a trace someone else owns.
 
-    python scripts/tools/trim_setup.py TRACE.sqlite NAME
+    python scripts/tools/trim_setup.py TRACE.sqlite NAME [KEEP_MS]
+
+KEEP_MS (default 2000): how much of the set-up to keep before the cut point.
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ TABLES = ["CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_AC
           "CUPTI_ACTIVITY_KIND_CUDA_EVENT", "CUDA_GRAPH_NODE_EVENTS", "NVTX_EVENTS"]
 
 
-def main(path: str, name: str) -> None:
+def main(path: str, name: str, keep_ns: float = KEEP_NS) -> None:
     if name == "auto":
         import profkit
         first = profkit.load(path).window.start_ns
@@ -30,7 +32,7 @@ def main(path: str, name: str) -> None:
         first = con.execute("SELECT min(start) FROM NVTX_EVENTS WHERE text = ?", (name,)).fetchone()[0]
     if first is None:
         sys.exit(f"trim_setup: no NVTX range named {name!r} in {path}")
-    cut = first - KEEP_NS
+    cut = first - int(keep_ns)
     have = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     for t in TABLES:
         if t in have:
@@ -43,6 +45,6 @@ def main(path: str, name: str) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
+    if len(sys.argv) not in (3, 4):
         sys.exit(__doc__)
-    main(sys.argv[1], sys.argv[2])
+    main(sys.argv[1], sys.argv[2], float(sys.argv[3]) * 1e6 if len(sys.argv) == 4 else KEEP_NS)

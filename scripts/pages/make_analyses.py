@@ -102,7 +102,9 @@ _HEADLINES: dict[str, str] = {}  # case name -> its headline numbers, filled by 
 OTHER_PAGES = (("kernels_h200.md", "benchmark of the bundled kernels on the H200 (scripts/bench/bench_kernels.py)"),
                ("report_benchmark.md", "`profkit report` on a 1M-kernel trace (scripts/bench/bench_report.py)"),
                ("closing_the_loop.md", "the rules' predictions against measured before/after pairs of real "
-                                       "programs (scripts/pages/make_loop_page.py)"))
+                                       "programs (scripts/pages/make_loop_page.py)"),
+               ("loader_throughput.md", "how fast DataLoader workers produce the what-if corpus's batches "
+                                        "against the main process (scripts/bench/loader_throughput.py)"))
 
 
 class CaseError(Exception):

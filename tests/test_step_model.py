@@ -19,6 +19,11 @@ ROOT = Path(__file__).resolve().parents[1]
 CORPUS = sorted(ROOT.glob("traces/corpus/*.sqlite.xz"))
 
 
+# Captures whose calibration run profkit refuses (the machine's speed changed between the runs:
+# 8.20 ms an iteration without the profiler, 7.86 ms under it).
+REFUSED_CALIBRATION = {"efficientnet_b0_b4_infer"}
+
+
 def _load(path: str):
     # Shared with the other sweeps over the committed traces: loaded and judged once per process.
     return shared.profile(path)
@@ -30,9 +35,15 @@ def model(name: str):
 
 @pytest.mark.parametrize("path", CORPUS, ids=lambda p: p.name.split(".")[0])
 def test_replay_and_calibration_meet_their_targets(path):
-    m = model(path.name.split(".")[0])
+    name = path.name.split(".")[0]
+    m = model(name)
     c = m.calibration
     assert abs(c.replay_iteration_ns / c.profiled_iteration_ns - 1) <= 0.03
+    if name in REFUSED_CALIBRATION:
+        # Its run without the profiler was slower on the CPU side than the profiled one: refused,
+        # estimated instead, and said so.
+        assert c.source == "estimated" and "calibration not used" in c.warning
+        return
     assert c.source == "measured"
     assert abs(c.predicted_iteration_ns / c.unprofiled_iteration_ns - 1) <= 0.05
     # A CPU scale at the floor would mean the model dropped the CPU, not that it was calibrated.
@@ -409,6 +420,20 @@ def test_every_pair_named_as_built_on_or_no_test_is_in_the_corpus():
     assert w.role("sync_loop", "no_sync") == "built on"
     assert w.role("convnext_tiny_fp32_infer", "bf16_channels_last") == "no test"
     assert w.role("regnet_y_800mf_fp32_infer", "channels_last") == "test"
+
+
+def test_a_pair_is_resolved_when_its_runs_agree_to_the_target_band():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import whatif_accuracy as w
+    assert w.resolved({"measured": 2.0, "spread": (1.8, 2.25)})
+    assert not w.resolved({"measured": 2.0, "spread": (1.7, 2.1)})
+    assert not w.resolved({"measured": 1.0, "spread": (0.9, 1.2)})
+    text = w.resolution_text([{"program": "a", "fix": "x", "measured": 1.0, "spread": (0.6, 1.9),
+                               "predicted": 1.0, "error": 0.3},
+                              {"program": "b", "fix": "y", "measured": 2.0, "spread": (1.9, 2.1),
+                               "predicted": 1.5, "error": 0.33}])
+    assert "in **1** pairs" in text and "**0 of 1**" in text and "b y +33%" in text
+    assert "a x, priced 1.00x, measured 0.60-1.90x" in text
 
 
 def test_a_calibration_run_slower_on_the_cpu_than_the_profiled_run_is_not_used():

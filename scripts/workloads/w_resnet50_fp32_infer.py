@@ -6,20 +6,25 @@ Each batch (fresh random images made on the GPU) is an NVTX range ``infer``; the
 classes stay on the GPU and are read once after the loop. A program the step model was not built
 on: captured and timed in one allocation after PK305 (fp32 convolutions) was written.
 
-    python w_resnet50_fp32_infer.py [--steps 40] [--arch efficientnet_b0]
+    python w_resnet50_fp32_infer.py [--steps 40] [--arch efficientnet_b0] [--batch 128]
                                     [--fix channels_last | --fix bf16_channels_last] [--fix tf32]
+                                    [--fix cuda_graph]
 
 ``--arch`` picks another torchvision classifier (EfficientNet-B0: PyTorch's own NCHW depthwise
 kernels, a CNN PK305's depthwise estimate was not built on in inference; MobileNetV3-Large and
 ConvNeXt-Tiny, depthwise convolutions with squeeze-and-excitation or LayerNorm, added after
 PK305's bf16 exceptions as a test of them; RegNetY-800MF, grouped convolutions and
-squeeze-and-excitation, added after that).
+squeeze-and-excitation, added after that). ``--batch`` below 128 makes the CPU's launch path the
+pace: ResNet-50 at batch 4 is about 170 launches of a few microseconds of GPU work each.
 
 Fixes:
   channels_last       model and input in ``torch.channels_last``, still fp32.
   bf16_channels_last  model and input in bf16 and ``torch.channels_last``.
   tf32                ``torch.set_float32_matmul_precision("high")``: only the final Linear is a
                       matmul; the convolutions already run as TF32.
+  cuda_graph          the forward captured once in a CUDA graph (``torch.cuda.graph``) on a static
+                      input buffer; each batch is copied into it and the graph replayed: one
+                      launch a batch instead of one a layer.
 """
 from __future__ import annotations
 
@@ -28,28 +33,57 @@ import torchvision
 
 from _corpus import nvtx, program_args  # noqa: E402 (the workloads' shared helpers)
 
-FIXES = ("channels_last", "bf16_channels_last", "tf32")
-CUDA_ONLY: tuple[str, ...] = ()
+FIXES = ("channels_last", "bf16_channels_last", "tf32", "cuda_graph")
+CUDA_ONLY = ("cuda_graph",)
+
+
+def graphed(model: torch.nn.Module, x: torch.Tensor):
+    """``model`` captured in a CUDA graph on a static copy of ``x``'s shape: returns a function
+    that copies its input into the static buffer and replays the graph."""
+    static = x.clone()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up off the default stream, as capture requires
+        for _ in range(3):
+            model(static)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = model(static)
+
+    def run(inp: torch.Tensor) -> torch.Tensor:
+        static.copy_(inp)
+        graph.replay()
+        return out
+    return run
+
+
+def _more(ap) -> None:
+    ap.add_argument("--arch", default="resnet50", choices=("resnet50", "efficientnet_b0", "mobilenet_v3_large",
+                                                           "convnext_tiny", "regnet_y_800mf"))
+    ap.add_argument("--batch", type=int, default=128, help="images a batch (128; 2 with --small)")
 
 
 def main() -> None:
     args, fixes, dev = program_args(__doc__, FIXES, CUDA_ONLY,
                                     alternatives=({"channels_last", "bf16_channels_last"},),
                                     steps_help="batches (the first ones are warm-up)",
-                                    more=lambda ap: ap.add_argument("--arch", default="resnet50",
-                                                                    choices=("resnet50", "efficientnet_b0", "mobilenet_v3_large",
-                                                                             "convnext_tiny", "regnet_y_800mf")))
-    batch, size = (2, 32) if args.small else (128, 224)
+                                    more=_more)
+    batch, size = (2, 32) if args.small else (args.batch, 224)
     model = getattr(torchvision.models, args.arch)().to(dev).eval()
     dtype = torch.bfloat16 if "bf16_channels_last" in fixes else torch.float32
     layout = torch.channels_last if fixes & {"channels_last", "bf16_channels_last"} else torch.contiguous_format
     model = model.to(dtype=dtype, memory_format=layout)
     preds = []
     with torch.no_grad():
+        forward = model
+        if "cuda_graph" in fixes:
+            forward = graphed(model, torch.randn(batch, 3, size, size, device=dev, dtype=dtype)
+                              .contiguous(memory_format=layout))
         for _ in range(args.steps):
             x = torch.randn(batch, 3, size, size, device=dev, dtype=dtype).contiguous(memory_format=layout)
             with nvtx("infer"):
-                preds.append(model(x).argmax(-1))
+                preds.append(forward(x).argmax(-1))
     if dev.type == "cuda":
         torch.cuda.synchronize()
     print(f"w_resnet50_fp32_infer ({args.arch}): {args.steps} batches, fixes {sorted(fixes) or 'none'}, "

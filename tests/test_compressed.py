@@ -134,3 +134,25 @@ def test_the_tracked_tree_stays_small_enough_to_travel():
     # well under that: 36 MB, room for what a GPU run carries beside it (its build outputs and
     # wheels, a few MB) and for the traces a run brings back.
     assert _tracked_bytes() < 36_000_000
+
+
+def test_trim_tail_keeps_the_first_iterations_and_the_next_one_whole(tmp_path):
+    import sqlite3
+    import sys
+    sys.path.insert(0, str(ROOT / "scripts" / "tools"))
+    import trim_tail
+    db = tmp_path / "t.sqlite"
+    con = sqlite3.connect(db)
+    con.execute("CREATE TABLE NVTX_EVENTS (text TEXT, start INT, \"end\" INT)")
+    con.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INT, \"end\" INT)")
+    con.execute("CREATE TABLE PROFKIT_META (key TEXT, value TEXT)")
+    for i in range(5):  # ranges at 0, 100, ..., 400, each with a kernel 10 ns in
+        con.execute("INSERT INTO NVTX_EVENTS VALUES ('step', ?, ?)", (100 * i, 100 * i + 90))
+        con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?, ?)", (100 * i + 10, 100 * i + 95))
+    con.commit()
+    con.close()
+    trim_tail.main(str(db), "step", 2)
+    con = sqlite3.connect(db)
+    assert [r[0] for r in con.execute("SELECT start FROM NVTX_EVENTS ORDER BY start")] == [0, 100, 200]
+    assert [r[0] for r in con.execute("SELECT start FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY start")] == [10, 110, 210]
+    assert con.execute("SELECT value FROM PROFKIT_META WHERE key = 'trimmed_after_ns'").fetchone() == ("300",)

@@ -33,12 +33,18 @@ def main(path: str, name: str, keep_ns: float = KEEP_NS) -> None:
     if first is None:
         sys.exit(f"trim_setup: no NVTX range named {name!r} in {path}")
     cut = first - int(keep_ns)
+    delete_rows(con, '"end" IS NOT NULL AND "end" < ?', cut, "before", "trimmed_before_ns")
+
+
+def delete_rows(con: sqlite3.Connection, where: str, cut: int, side: str, key: str) -> None:
+    """Delete the rows of every activity table matching ``where`` (one parameter: ``cut``), record
+    the cut in PROFKIT_META under ``key``, vacuum and close."""
     have = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     for t in TABLES:
         if t in have:
-            n = con.execute(f'DELETE FROM {t} WHERE "end" IS NOT NULL AND "end" < ?', (cut,)).rowcount
-            print(f"{t}: {n} rows before the cut deleted")
-    con.execute("INSERT INTO PROFKIT_META (key, value) VALUES ('trimmed_before_ns', ?)", (str(cut),))
+            n = con.execute(f"DELETE FROM {t} WHERE {where}", (cut,)).rowcount
+            print(f"{t}: {n} rows {side} the cut deleted")
+    con.execute("INSERT INTO PROFKIT_META (key, value) VALUES (?, ?)", (key, str(cut)))
     con.commit()
     con.execute("VACUUM")
     con.close()

@@ -15,7 +15,7 @@ from __future__ import annotations
 import sqlite3
 import sys
 
-from trim_setup import TABLES
+from trim_setup import delete_rows
 
 
 def main(path: str, name: str, keep: int) -> None:
@@ -24,15 +24,7 @@ def main(path: str, name: str, keep: int) -> None:
     if len(starts) < keep + 2:
         sys.exit(f"trim_tail: {path} has {len(starts)} ranges named {name!r}, not more than {keep + 1}")
     cut = starts[keep + 1]
-    have = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    for t in TABLES:
-        if t in have:
-            n = con.execute(f"DELETE FROM {t} WHERE start >= ?", (cut,)).rowcount
-            print(f"{t}: {n} rows after the cut deleted")
-    con.execute("INSERT INTO PROFKIT_META (key, value) VALUES ('trimmed_after_ns', ?)", (str(cut),))
-    con.commit()
-    con.execute("VACUUM")
-    con.close()
+    delete_rows(con, "start >= ?", cut, "after", "trimmed_after_ns")
 
 
 if __name__ == "__main__":

@@ -106,3 +106,31 @@ def finish(dev: torch.device) -> None:
     """Wait for the GPU's queued work, so that the program's end is its last step's end."""
     if dev.type == "cuda":
         torch.cuda.synchronize()
+
+
+def capture(fn: Callable[[torch.Tensor], torch.Tensor], static: torch.Tensor) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
+    """``fn`` captured in a CUDA graph on the input buffer ``static``, without autograd, after three
+    warm-up calls on a side stream (as capture requires): the graph and its output buffer."""
+    with torch.no_grad():
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                fn(static)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = fn(static)
+    return graph, out
+
+
+def graphed(fn: Callable[[torch.Tensor], torch.Tensor], static: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
+    """``fn`` captured (``capture``) on ``static``. Returns ``run(x)``: ``x`` copied into ``static``,
+    the graph replayed, its output buffer returned."""
+    graph, out = capture(fn, static)
+
+    def run(x: torch.Tensor) -> torch.Tensor:
+        static.copy_(x)
+        graph.replay()
+        return out
+    return run

@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 from transformers import BertConfig, BertModel
 
-from _corpus import nvtx, program_args  # noqa: E402 (the workloads' shared helpers)
+from _corpus import graphed, nvtx, program_args  # noqa: E402 (the workloads' shared helpers)
 
 FIXES = ("cuda_graph", "compile")
 CUDA_ONLY = ("cuda_graph",)
@@ -54,21 +54,7 @@ def main() -> None:
     run = forward
     if "cuda_graph" in fixes:
         static_ids = torch.randint(0, cfg.vocab_size, (1, seq), device=dev)
-        with torch.no_grad():
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):  # warm-up off the default stream, as capture requires
-                for _ in range(3):
-                    forward(static_ids)
-            torch.cuda.current_stream().wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                static_out = forward(static_ids)
-
-        def run(ids: torch.Tensor) -> torch.Tensor:
-            static_ids.copy_(ids)
-            graph.replay()
-            return static_out
+        run = graphed(forward, static_ids)
 
     preds = []
     with torch.no_grad():

@@ -23,7 +23,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from _corpus import nvtx, program_args  # noqa: E402 (the workloads' shared helpers)
+from _corpus import capture, nvtx, program_args  # noqa: E402 (the workloads' shared helpers)
 
 FIXES = ("pinned", "tf32")
 CUDA_ONLY = ("pinned",)
@@ -72,16 +72,7 @@ def main() -> None:
     static_ids = torch.randint(0, vocab, (batch, seq), device=dev)
     run = model
     if dev.type == "cuda":  # the program's own optimisation: the forward as one CUDA graph
-        with torch.no_grad():
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):  # warm-up off the default stream, as capture requires
-                for _ in range(3):
-                    model(static_ids)
-            torch.cuda.current_stream().wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                static_logits = model(static_ids)
+        graph, static_logits = capture(model, static_ids)
         run = lambda ids: (graph.replay(), static_logits)[1]
 
     preds = []

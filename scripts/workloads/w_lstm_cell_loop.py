@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from _corpus import nvtx, program_args  # noqa: E402 (the workloads' shared helpers)
+from _corpus import graphed, nvtx, program_args  # noqa: E402 (the workloads' shared helpers)
 
 FIXES = ("cuda_graph", "cudnn_lstm")
 CUDA_ONLY = ("cuda_graph",)
@@ -64,21 +64,7 @@ def main() -> None:
 
     if "cuda_graph" in fixes:
         static_x = torch.randn(steps_t, batch, feat, device=dev)
-        with torch.no_grad():
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):  # warm-up off the default stream, as capture requires
-                for _ in range(3):
-                    run(static_x)
-            torch.cuda.current_stream().wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                static_y = run(static_x)
-
-        def run(x: torch.Tensor) -> torch.Tensor:
-            static_x.copy_(x)
-            graph.replay()
-            return static_y
+        run = graphed(run, static_x)
 
     checksum = torch.zeros((), device=dev)
     with torch.no_grad():

@@ -31,31 +31,10 @@ from __future__ import annotations
 import torch
 import torchvision
 
-from _corpus import nvtx, program_args  # noqa: E402 (the workloads' shared helpers)
+from _corpus import graphed, nvtx, program_args  # noqa: E402 (the workloads' shared helpers)
 
 FIXES = ("channels_last", "bf16_channels_last", "tf32", "cuda_graph")
 CUDA_ONLY = ("cuda_graph",)
-
-
-def graphed(model: torch.nn.Module, x: torch.Tensor):
-    """``model`` captured in a CUDA graph on a static copy of ``x``'s shape: returns a function
-    that copies its input into the static buffer and replays the graph."""
-    static = x.clone()
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # warm-up off the default stream, as capture requires
-        for _ in range(3):
-            model(static)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = model(static)
-
-    def run(inp: torch.Tensor) -> torch.Tensor:
-        static.copy_(inp)
-        graph.replay()
-        return out
-    return run
 
 
 def _more(ap) -> None:

@@ -688,6 +688,16 @@ def test_calibration_times_the_ranges_into_the_trace(tools):
     meta = dict(sqlite3.connect(tools.work / "plain.sqlite").execute(
         "SELECT key, value FROM PROFKIT_META").fetchall())
     assert "calibration" not in meta and "--no-calibrate" in meta["command"]
+    r = _invoke(["--calibrate-runs", "2", "-o", "twice.sqlite", "steps.py"])
+    assert r.exit_code == 0, r.stderr
+    assert "[1/3] calibration run 1 of 2 (no profiler)" in r.stderr and "[3/3] nsys profile" in r.stderr
+    meta = dict(sqlite3.connect(tools.work / "twice.sqlite").execute(
+        "SELECT key, value FROM PROFKIT_META").fetchall())
+    runs = json.loads(meta["calibration"])["runs"]
+    assert len(runs) == 2 and all([x["name"] for x in c["ranges"]][:6] == ["step"] * 6 for c in runs)
+    assert "--calibrate-runs 2" in meta["command"]
+    r = _invoke(["--calibrate-runs", "0", "steps.py"])
+    assert r.exit_code == 2 and "--calibrate-runs" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_calibration_hooks_torch_nvtx_when_the_script_imports_it(tmp_path):

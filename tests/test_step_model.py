@@ -436,6 +436,36 @@ def test_a_pair_is_resolved_when_its_runs_agree_to_the_target_band():
     assert "a x, priced 1.00x, measured 0.60-1.90x" in text
 
 
+def test_several_calibration_runs_calibrate_to_the_median_run_and_say_their_spread():
+    from profkit.run.step.calibrate import calibrate, unprofiled_runs
+    prof = _load(str(ROOT / "traces/corpus/sync_loop.sqlite.xz"))
+    m = prof.step_model()
+    one = json.loads(prof.full_trace.meta["calibration"])
+
+    def scaled(f: float) -> dict:  # the same run on a machine f times slower
+        return {**one, "ranges": [{**r, **{k: int(r[k] * f) for k in ("start_ns", "gpu_ns")
+                                            if isinstance(r.get(k), (int, float))}}
+                                  for r in one["ranges"]]}
+    three = json.dumps({"runs": [scaled(1.3), one, scaled(0.95)]})
+    assert len(unprofiled_runs(three, m.graph.window.delimiter)) == 3
+    cal, _ = calibrate(m.graph, three)
+    # the middle run's median, as with that run alone
+    assert cal.unprofiled_iteration_ns == pytest.approx(m.calibration.unprofiled_iteration_ns, rel=1e-9)
+    assert cal.host == pytest.approx(m.host, rel=1e-6)
+    assert "median of 3 runs" in cal.detail and "1.37x" in cal.warning
+    # runs that agree to 10% give no warning
+    cal2, _ = calibrate(m.graph, json.dumps({"runs": [scaled(1.05), one, scaled(0.98)]}))
+    assert cal2.warning == ""
+
+
+def test_capture_keeps_one_calibration_run_as_it_is_and_several_as_runs():
+    from profkit.capture.runner import combine_calibrations
+    assert combine_calibrations([]) is None
+    assert combine_calibrations(['{"ranges": []}']) == '{"ranges": []}'
+    assert json.loads(combine_calibrations(['{"ranges": [1]}', '{"ranges": [2]}'])) == \
+        {"runs": [{"ranges": [1]}, {"ranges": [2]}]}
+
+
 def test_a_calibration_run_slower_on_the_cpu_than_the_profiled_run_is_not_used():
     # sync_loop is host-paced. A run without the profiler 30% slower than the profiled one would
     # need a CPU scale above 1 (the profiler taking host time away), which tracing cannot cause:

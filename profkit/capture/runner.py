@@ -366,12 +366,14 @@ def capture(script: str | Path, script_args: Sequence[str] = (), *, output: Opti
             ncu_count: Optional[int] = None, ncu_args: Optional[str | Sequence[str]] = None,
             gpu_metrics_hz: Optional[int] = None, aten_source: str = "recorder",
             python: Optional[str] = None, say: Say = _default_say,
-            command_line: Optional[Sequence[str]] = None, calibrate: bool = True) -> CaptureResult:
+            command_line: Optional[Sequence[str]] = None, calibrate: bool = True,
+            calibrate_runs: int = 1) -> CaptureResult:
     """Profile ``script`` and leave ``STEM.sqlite`` (+ ``.nsys-rep``); see the module docstring.
 
-    ``calibrate``: first run the script once with no profiler attached, timing its top-level
-    NVTX ranges (profkit.capture.calibrate); the times go into the trace's PROFKIT_META as
-    ``calibration``, so the step model can predict the program as it runs unprofiled.
+    ``calibrate``: first run the script with no profiler attached (``calibrate_runs`` times),
+    timing its top-level NVTX ranges (profkit.capture.calibrate); the times go into the trace's
+    PROFKIT_META as ``calibration`` (several runs as ``{"runs": [...]}``), so the step model can
+    predict the program as it runs unprofiled.
 
     Returns the script's exit status (130 after Ctrl-C) with the files written. Problems the
     user can fix raise :class:`ProfkitError` before anything runs.
@@ -383,6 +385,8 @@ def capture(script: str | Path, script_args: Sequence[str] = (), *, output: Opti
     out = resolve_output(script_p, output)
     if ncu_count is not None and ncu_count < 1:
         raise ProfkitError(f"--ncu-count must be at least 1, not {ncu_count}")
+    if calibrate_runs < 1:
+        raise ProfkitError(f"--calibrate-runs must be at least 1, not {calibrate_runs}")
     if gpu_metrics_hz is not None and gpu_metrics_hz < 1:
         raise ProfkitError(f"--gpu-metrics-frequency must be at least 1 Hz, not {gpu_metrics_hz}")
     check_output(out, force, ncu)
@@ -399,18 +403,24 @@ def capture(script: str | Path, script_args: Sequence[str] = (), *, output: Opti
     temps = [tmp_base.with_name(tmp_base.name + s)
              for s in (".sqlite", ".nsys-rep", ".ncu-rep", ".ncu.csv", ".exit", ".calib.json")]
     result = CaptureResult(trace=None, exit_code=0)
-    passes = 1 + int(ncu) + int(calibrate)
+    passes = 1 + int(ncu) + (calibrate_runs if calibrate else 0)
     step = iter(range(1, passes + 1))
     try:
         calibration = None
         started = _dt.datetime.now(_dt.timezone.utc)
         if calibrate:
-            calibration = _calibration_pass(python, script_p, script_args, calib_file,
-                                            f"[{next(step)}/{passes}] calibration run (no profiler)",
-                                            say, result)
-            if result.interrupted:  # Ctrl-C before profiling: nothing to keep
-                result.exit_code = 130
-                return result
+            texts = []
+            for k in range(calibrate_runs):
+                which = f" {k + 1} of {calibrate_runs}" if calibrate_runs > 1 else ""
+                text = _calibration_pass(python, script_p, script_args, calib_file,
+                                         f"[{next(step)}/{passes}] calibration run{which} (no profiler)",
+                                         say, result)
+                if result.interrupted:  # Ctrl-C before profiling: nothing to keep
+                    result.exit_code = 130
+                    return result
+                if text is not None:
+                    texts.append(text)
+            calibration = combine_calibrations(texts)
         app = script_command(python, script_p, script_args, aten, code_file, aten_source)
         nsys_cmd = build_nsys_command(nsys, tmp_base, app, extra_nsys, gpu_metrics_hz)
         p1 = run_pass(nsys_cmd, f"[{next(step)}/{passes}] nsys profile", say)
@@ -533,6 +543,16 @@ def _calibration_pass(python: str, script: Path, args: Sequence[str], calib_file
         result.notes.append(f"calibration run (no profiler): {why}; predictions will use an "
                             "estimated tracing cost")
     return text
+
+
+def combine_calibrations(texts: Sequence[str]) -> Optional[str]:
+    """The calibration runs' JSON texts as the one text PROFKIT_META keeps: a single run as it is,
+    several as ``{"runs": [run, ...]}`` (profkit.run.step.calibrate reads both)."""
+    if not texts:
+        return None
+    if len(texts) == 1:
+        return texts[0]
+    return json.dumps({"runs": [json.loads(t) for t in texts]})
 
 
 def merge_existing(raw_csv: str | Path, trace: str | Path, output: Optional[str | Path] = None,

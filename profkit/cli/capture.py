@@ -22,12 +22,13 @@ def _say(msg: str) -> None:
 
 def _command_line(output, force, nsys_args, aten, ncu, ncu_range, ncu_count, ncu_args, script,
                   script_args, gpu_metrics_hz=None, aten_source="recorder",
-                  calibrate=True) -> list[str]:
+                  calibrate=True, calibrate_runs=1) -> list[str]:
     argv = ["profkit", "capture"]
     if output:
         argv += ["-o", output]
     argv += ["--force"] if force else []
     argv += [] if calibrate else ["--no-calibrate"]
+    argv += ["--calibrate-runs", str(calibrate_runs)] if calibrate and calibrate_runs != 1 else []
     argv += ["--nsys-args", nsys_args] if nsys_args else []
     argv += ["--aten"] if aten else []
     argv += ["--aten-source", aten_source] if aten and aten_source != "recorder" else []
@@ -77,6 +78,11 @@ def _command_line(output, force, nsys_args, aten, ncu, ncu_range, ncu_count, ncu
               help="First run the script once without any profiler, timing its top-level NVTX "
                    "ranges, so predictions are for the program as it runs unprofiled (the "
                    "profiler slows the host by 20-70%).")
+@click.option("--calibrate-runs", type=click.IntRange(1, 20), default=1, show_default=True,
+              metavar="N",
+              help="Run the script N times without the profiler and calibrate to the median run: "
+                   "on a machine whose speed changes from run to run (a shared or virtual host), "
+                   "one run can be off by 30% or more; the spread of the N runs is reported.")
 @click.option("--merge-ncu", "merge_csv", type=click.Path(dir_okay=False), default=None,
               metavar="RAW.csv",
               help="Do not run anything: merge an ncu raw-page CSV into the existing trace "
@@ -88,7 +94,7 @@ def capture(output: Optional[str], force: bool, nsys_args: Optional[str], aten: 
             aten_source: str, ncu: bool,
             ncu_range: Optional[str], ncu_count: Optional[int], gpu_metrics: bool,
             gpu_metrics_frequency: int, ncu_args: Optional[str], calibrate: bool,
-            merge_csv: Optional[str], script: str, script_args: tuple[str, ...]) -> None:
+            calibrate_runs: int, merge_csv: Optional[str], script: str, script_args: tuple[str, ...]) -> None:
     """Profile SCRIPT (with its ARGS) under Nsight Systems into an SQLite trace.
 
     \b
@@ -113,9 +119,10 @@ def capture(output: Optional[str], force: bool, nsys_args: Optional[str], aten: 
                          nsys_args=nsys_args, aten=aten, ncu=ncu, ncu_range=ncu_range,
                          ncu_count=ncu_count, ncu_args=ncu_args, gpu_metrics_hz=hz,
                          aten_source=aten_source, say=_say, calibrate=calibrate,
+                         calibrate_runs=calibrate_runs,
                          command_line=_command_line(output, force, nsys_args, aten, ncu, ncu_range,
                                                     ncu_count, ncu_args, script, script_args, hz,
-                                                    aten_source, calibrate))
+                                                    aten_source, calibrate, calibrate_runs))
     for note in result.notes:
         _say(f"profkit: {note}")
     if result.trace is None:

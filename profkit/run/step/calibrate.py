@@ -77,28 +77,46 @@ class Calibration:
                 **({"warning": self.warning} if self.warning else {})}
 
 
-def unprofiled_periods(meta_text: Optional[str], delimiter: Optional[str]) -> Optional[np.ndarray]:
-    """The steady-state iteration periods (ns) of the calibration run, or None.
+def unprofiled_runs(meta_text: Optional[str], delimiter: Optional[str]) -> list[np.ndarray]:
+    """The steady-state iteration periods (ns) of each calibration run (``profkit capture
+    --calibrate-runs N`` keeps N, as ``{"runs": [...]}``); runs that timed too few iterations of
+    the range are left out.
 
     Periods of the range ``delimiter`` (the one the window's iterations come from): GPU-side when
     every instance has a GPU time, else host-side; the first iterations and set-up outliers are
     left out as the window leaves them out (profkit.run.window.leading_setup)."""
     if not meta_text or not delimiter:
-        return None
+        return []
     try:
         data = json.loads(meta_text)
     except ValueError:
-        return None
-    ranges = [r for r in data.get("ranges", []) if r.get("name") == delimiter]
-    if len(ranges) < 3:
-        return None
-    gpu = [r.get("gpu_ns") for r in ranges]
-    key = "gpu_ns" if all(isinstance(x, (int, float)) for x in gpu) else "start_ns"
-    starts = np.array([float(r[key]) for r in ranges])
-    first = leading_setup(starts.astype(np.int64))
-    periods = np.diff(starts[first:])
-    periods = periods[periods > 0]
-    return periods if len(periods) else None
+        return []
+    runs = data.get("runs") if isinstance(data.get("runs"), list) else [data]
+    out = []
+    for run in runs:
+        ranges = [r for r in run.get("ranges", []) if r.get("name") == delimiter]
+        if len(ranges) < 3:
+            continue
+        gpu = [r.get("gpu_ns") for r in ranges]
+        key = "gpu_ns" if all(isinstance(x, (int, float)) for x in gpu) else "start_ns"
+        starts = np.array([float(r[key]) for r in ranges])
+        first = leading_setup(starts.astype(np.int64))
+        periods = np.diff(starts[first:])
+        periods = periods[periods > 0]
+        if len(periods):
+            out.append(periods)
+    return out
+
+
+def unprofiled_periods(meta_text: Optional[str], delimiter: Optional[str]) -> Optional[np.ndarray]:
+    """Every calibration run's steady-state periods together (``unprofiled_runs``), or None."""
+    runs = unprofiled_runs(meta_text, delimiter)
+    return np.concatenate(runs) if runs else None
+
+
+# Calibration runs whose medians lie further apart than this: the machine's speed changed between
+# them, and the predictions of a host-bound step carry that spread (said in a warning).
+RUN_SPREAD = 1.10
 
 
 def calibrate(graph: StepGraph, meta_text: Optional[str] = None,
@@ -109,7 +127,8 @@ def calibrate(graph: StepGraph, meta_text: Optional[str] = None,
     profiled = float(np.median(graph.measured_periods))
     at1 = sim(1.0)
     prior = estimated_host(graph)
-    target_periods = unprofiled_periods(meta_text, graph.window.delimiter)
+    runs = unprofiled_runs(meta_text, graph.window.delimiter)
+    target_periods = np.concatenate(runs) if runs else None
     if target_periods is None:
         s = sim(prior) if prior != 1.0 else at1
         why = ("no calibration run in the trace (capture with `profkit capture`)" if not meta_text
@@ -118,7 +137,16 @@ def calibrate(graph: StepGraph, meta_text: Optional[str] = None,
                            s.iteration_ns,
                            f"{why}: {TRACE_COST_NS / 1e3:.1f} us of tracing cost per CUDA call "
                            "taken off the CPU time"), s
-    target = float(np.median(target_periods))
+    # One run: its median iteration. Several: the median of their medians (the run whose speed is
+    # the middle one), not the median of their pooled periods.
+    medians = sorted(float(np.median(r)) for r in runs)
+    target = float(np.median(medians))
+    spread = ""
+    if len(runs) > 1 and medians[-1] > RUN_SPREAD * medians[0]:
+        spread = (f"the {len(runs)} runs without the profiler took {medians[0] / 1e6:.2f}-"
+                  f"{medians[-1] / 1e6:.2f} ms an iteration ({medians[-1] / medians[0]:.2f}x): this "
+                  "machine's speed changes from run to run, and a host-bound step's predictions "
+                  "carry that spread")
     cache: dict[float, Schedule] = {1.0: at1}
     h, unreachable = fit_host(sim, target, prior, cache)
     f = _iteration_at(sim, cache)
@@ -136,7 +164,9 @@ def calibrate(graph: StepGraph, meta_text: Optional[str] = None,
                            "CUDA call taken off the CPU time instead", len(target_periods),
                            warning=f"calibration not used: {why}"), s
     detail = (f"median of {len(target_periods)} iterations of `{graph.window.delimiter}` timed "
-              "without a profiler")
+              "without a profiler" if len(runs) == 1 else
+              f"median of {len(runs)} runs without a profiler ({len(target_periods)} iterations of "
+              f"`{graph.window.delimiter}`; run medians {medians[0] / 1e6:.2f}-{medians[-1] / 1e6:.2f} ms)")
     miss = f(h) / target - 1
     if unreachable and miss < 0:
         detail += (f"; the GPU sets the replay's pace and the run without the profiler took "
@@ -153,7 +183,7 @@ def calibrate(graph: StepGraph, meta_text: Optional[str] = None,
     # GPU-paced replay any scale up to some bound fits, and the estimate stands.
     fitted = not unreachable and f(h) > f(MIN_HOST) * (1 + TOLERANCE)
     return Calibration("measured", h, profiled, at1.iteration_ns, target, f(h), detail,
-                       len(target_periods), fitted), cache[h]
+                       len(target_periods), fitted, warning=spread), cache[h]
 
 
 def fit_host(sim: Callable[[float], Schedule], target: float, prior: float,

@@ -251,3 +251,12 @@ def test_table_is_exact_at_80_columns_and_wide(wide):
     assert res.exit_code == 0, res.output
     name = "classify_micro_addnorm_gemm_wide.txt" if wide else "classify_micro_addnorm_gemm_80.txt"
     assert res.stdout == (GOLDEN / name).read_text()
+
+
+def test_usage_errors_are_one_line_with_where_to_look():
+    res = run("classify", str(TRACE), "--by", "nonsense")
+    assert res.exit_code == 2
+    assert res.stderr == ("profkit: error: Invalid value for '--by': 'nonsense' is not one of 'range', "
+                          "'kernel', 'aten'. (see `profkit classify --help`)\n")
+    res = run("nosuch")
+    assert res.exit_code == 2 and res.stderr == "profkit: error: No such command 'nosuch'. (see `profkit --help`)\n"

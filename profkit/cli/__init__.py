@@ -1,12 +1,42 @@
 """The profkit command line: a thin layer over the library (one module per subcommand)."""
 from __future__ import annotations
 
+import sys
+
 import click
 
 from profkit import __version__
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _OneLineErrors(click.Group):
+    """Click's usage errors (a bad option, a value out of range, a missing argument) as one line,
+    ``profkit: error: WHAT (see `profkit CMD --help`)``, exit status 2, as profkit's own errors
+    read; click prints three lines (the usage, a hint, the error) by default."""
+
+    def main(self, *args, standalone_mode: bool = True, **kwargs):
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            rv = super().main(*args, standalone_mode=False, **kwargs)
+        except click.UsageError as exc:
+            if type(exc).__name__ == "NoArgsIsHelpError":  # bare `profkit`: the help, as click shows it
+                exc.show()
+                sys.exit(exc.exit_code)
+            # the subcommand's path under profkit's own name, whatever the program was called as
+            sub = exc.ctx.command_path.split(" ", 1)[1:] if exc.ctx is not None else []
+            where = " ".join(["profkit", *sub])
+            click.echo(f"profkit: error: {exc.format_message()} (see `{where} --help`)", err=True)
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            click.echo(f"profkit: error: {exc.format_message()}", err=True)
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("profkit: aborted", err=True)
+            sys.exit(1)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+@click.group(cls=_OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="profkit")
 def main() -> None:
     """profkit: find out why your PyTorch GPU work is slow, and what to do next.

@@ -184,7 +184,9 @@ def detect(ctx: RuleContext) -> list[Finding]:
           "iteration_ns": int(m.iteration_ns)}
     graph_gain, graph_basis = ctx.price(lambda gr: cuda_graph(gr, calls, step_whole, step_keep),
                                         "the step's launches replayed as CUDA graphs"
-                                        + (" (the whole step)" if whole else " (its inner ranges)"))
+                                        + (" (its inner ranges, their Python too)" if whole else
+                                           " (the step's range, its Python too)" if step_keep is not None
+                                           else " (the dispatch before each launch)"))
     groups, new, inductor_share = _fusion_groups(ctx)
     compiled = inductor_share >= COMPILED_SHARE
     ev.update(cuda_graph_speedup=round(graph_gain, 3), inductor_kernel_share=round(inductor_share, 3))

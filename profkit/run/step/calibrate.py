@@ -59,7 +59,8 @@ class Calibration:
     # Whether ``host`` was fitted to the unprofiled run; False when the GPU set the pace and the
     # scale is the per-call estimate (a GPU-bound run does not show its CPU's speed).
     host_fitted: bool = False
-    warning: str = ""                  # why the calibration run was not used, when it was not
+    # Said to the user: why the calibration run was not used, or how far several runs disagreed.
+    warning: str = ""
 
     @property
     def host_inflation(self) -> float:
@@ -106,12 +107,6 @@ def unprofiled_runs(meta_text: Optional[str], delimiter: Optional[str]) -> list[
         if len(periods):
             out.append(periods)
     return out
-
-
-def unprofiled_periods(meta_text: Optional[str], delimiter: Optional[str]) -> Optional[np.ndarray]:
-    """Every calibration run's steady-state periods together (``unprofiled_runs``), or None."""
-    runs = unprofiled_runs(meta_text, delimiter)
-    return np.concatenate(runs) if runs else None
 
 
 # Calibration runs whose medians lie further apart than this: the machine's speed changed between

@@ -196,9 +196,11 @@ def read_raw_csv(source: str | Path | io.TextIOBase) -> pd.DataFrame:
     if isinstance(source, (str, Path)):
         p = Path(source)
         try:
-            if p.suffix == ".gz":  # raw pages compress ~7x; keep them gzipped beside the trace
+            if p.suffix in (".gz", ".xz"):  # raw pages compress 7-12x; keep them so beside the trace
                 import gzip
-                with gzip.open(p, "rt", encoding="utf-8-sig", errors="replace") as f:
+                import lzma
+                opener = gzip.open if p.suffix == ".gz" else lzma.open
+                with opener(p, "rt", encoding="utf-8-sig", errors="replace") as f:
                     text = f.read()
             else:
                 text = p.read_text(encoding="utf-8-sig", errors="replace")

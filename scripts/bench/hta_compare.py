@@ -11,20 +11,22 @@ Two comparisons, both on the steady state (the iterations after the first):
    both runs are printed beside it.
 
     pip install holistictraceanalysis
-    python scripts/bench/hta_compare.py KINETO.json.gz NSYS.sqlite [--marker Optimizer.step]
+    python scripts/bench/hta_compare.py KINETO.json[.gz|.xz] NSYS.sqlite [--marker Optimizer.step]
 """
 from __future__ import annotations
 
 import argparse
 import gzip
 import json
+import lzma
 import tempfile
 from pathlib import Path
 
 
 def trim_kineto(src: Path, dst_dir: Path, marker: str) -> tuple[int, float]:
     """Keep GPU events that start after the first `marker` CPU op ends; returns (kept, cut_us)."""
-    with gzip.open(src, "rt") if src.suffix == ".gz" else open(src) as fh:
+    opener = {".gz": gzip.open, ".xz": lzma.open}.get(src.suffix)
+    with opener(src, "rt") if opener else open(src) as fh:
         trace = json.load(fh)
     events = trace["traceEvents"]
     marks = sorted(e["ts"] + e["dur"] for e in events

@@ -25,7 +25,7 @@ ratio of profkit's shape-model bytes per call to ncu's DRAM bytes per call for o
 counters, and the share of their steady-state GPU time (calls x median) within +-25%; and the number of rows above a roof at
 every level (with counters visible). Nothing is estimated: traces without counters are skipped and said so.
 
-``--remerge``: where ``STEM.ncu.csv`` (or ``STEM.ncu.csv.gz``) lies beside ``STEM.sqlite``, merge it again into a temporary
+``--remerge``: where ``STEM.ncu.csv`` (or ``STEM.ncu.csv.gz``, ``.xz``) lies beside ``STEM.sqlite``, merge it again into a temporary
 copy with the current matcher (pairs that do not line up left out) before measuring, so traces
 merged by an older profkit are judged on correctly paired counters.
 """
@@ -144,10 +144,10 @@ def remerged(path: Path, tmpdir: Path) -> tuple[Path, str]:
     import shutil
 
     from profkit.capture.ncu_merge import merge_ncu, read_meta
-    csv = path.with_name(trace_stem(path) + ".ncu.csv")
-    if not csv.exists():
-        csv = csv.with_name(csv.name + ".gz")
-    if not csv.exists():
+    plain_csv = path.with_name(trace_stem(path) + ".ncu.csv")
+    csv = next((c for c in (plain_csv, plain_csv.with_name(plain_csv.name + ".gz"),
+                            plain_csv.with_name(plain_csv.name + ".xz")) if c.exists()), None)
+    if csv is None:
         return path, ""
     plain = decompressed(path) if is_compressed(path) else path
     copy = tmpdir / f"{trace_stem(path)}.sqlite"

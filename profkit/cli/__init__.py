@@ -19,7 +19,8 @@ class _OneLineErrors(click.Group):
         try:
             rv = super().main(*args, standalone_mode=False, **kwargs)
         except click.UsageError as exc:
-            if type(exc).__name__ == "NoArgsIsHelpError":  # bare `profkit`: the help, as click shows it
+            # bare `profkit`: the help, as click shows it (click 8.2+ raises this for it)
+            if isinstance(exc, getattr(click.exceptions, "NoArgsIsHelpError", ())):
                 exc.show()
                 sys.exit(exc.exit_code)
             # the subcommand's path under profkit's own name, whatever the program was called as

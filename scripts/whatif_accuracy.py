@@ -4,6 +4,7 @@ harness that times every (program, fix) pair without a profiler.
 
     python3 scripts/whatif_accuracy.py list [--variants | --capture]
     python3 scripts/whatif_accuracy.py measure OUTDIR [--programs a,b] [--fixes f,g] [--reps 3] [--budget SECONDS]
+    python3 scripts/whatif_accuracy.py interleave OUTDIR [--programs a,b] [--reps 3] [--rounds 15] [--budget SECONDS]
     python3 scripts/whatif_accuracy.py table OUTDIR/measured.json
     python3 scripts/whatif_accuracy.py merge OUTDIR/measured.json --folder LABEL
     python3 scripts/whatif_accuracy.py page [--check]
@@ -43,6 +44,16 @@ before the timed runs, so that all of them find the caches warm.
 ``--fixes`` times only the fixes named (and the baseline beside them), for a fix added to the
 registry after the others were timed. ``merge`` adds each rep of a ``measure`` output to the
 committed data (``analyses/data/whatif/measured_h200.json``) as a run folder ``LABEL_rN``.
+
+``interleave`` times the programs whose entry has ``interleave`` another way: per program and
+rep, one process builds the baseline and the fixes side by side (the script's ``--interleave``,
+``scripts/workloads/_corpus.py``) and times them in blocks of 0.2 s (10 iterations or more) that
+take turns, the order reversed each round. Separate runs of a host-bound program seconds apart ran
+at CPU speeds up to 1.9x apart on the timing machines (TF32 on EfficientNet-B0 at batch 4, a fix
+that changes one small GEMM: 0.58-1.96x over six alternated reps), so its small fixes could not be
+resolved to 15%; in one process the variants share the CPU's state, and a fix's gain is paired
+round by round (``paired_gain``). ``merge`` names those folders ``ab-LABEL_rN``, and the page reads
+a pair from them alone where it has any, showing the separate runs beside them.
 
 ``table`` prints, per program and variant, the median iteration time over the reps, the
 speedup over the baseline (baseline median / variant median), the spread (slowest / fastest
@@ -98,7 +109,7 @@ def _cnn_inference(name: str, arch: str, expect: dict, channels_last_pays: Optio
     return {"name": name, "script": f"{W}/w_resnet50_fp32_infer.py", "args": ["--arch", arch, *more, *timed],
             "capture_args": ["--arch", arch, *more, "--steps", str(steps)], "step_range": "infer",
             "kind": "inference", "fixes": {**_cnn_inference_fixes(channels_last_pays), **(fixes or {})},
-            "expect": expect}
+            "interleave": "all", "expect": expect}
 
 
 def _small_batch_inference(name: str, arch: str, expect: dict) -> dict:
@@ -276,6 +287,7 @@ PROGRAMS: list[dict] = [
     },
     {
         "name": "bert_fp32_infer", "script": f"{W}/w_bert_fp32_infer.py", "args": [],
+        "interleave": "all",
         "capture_args": ["--steps", "20"],
         "step_range": "infer", "kind": "inference",
         "fixes": {
@@ -297,6 +309,7 @@ PROGRAMS: list[dict] = [
     },
     {
         "name": "bert_b1_infer", "script": f"{W}/w_bert_b1_infer.py", "args": ["--steps", "200"],
+        "interleave": "all",
         "capture_args": ["--steps", "120"],
         "step_range": "infer", "kind": "inference",
         "fixes": {
@@ -354,6 +367,7 @@ PROGRAMS: list[dict] = [
     },
     {
         "name": "numpy_aug_train", "script": f"{W}/w_numpy_aug_train.py",
+        "interleave": ["gpu_aug"],
         "args": ["--steps", "120"],  # past the workers' prefetch buffer, as dataloader_cnn
         "capture_args": ["--steps", "16"],
         "step_range": "train_step", "kind": "data",
@@ -429,6 +443,7 @@ PROGRAMS: list[dict] = [
     },
     {
         "name": "resnet50_train", "script": f"{W}/w_resnet50_train.py", "args": [],
+        "interleave": ["fused_sgd", "compile", "compile_graphs"],
         "capture_args": ["--steps", "16"],
         "step_range": "train_step", "kind": "training",
         "fixes": {
@@ -670,6 +685,7 @@ PROGRAMS: list[dict] = [
     {
         # Held out, as swin_t_fp32_train.
         "name": "t5_finetune", "script": f"{W}/w_t5_finetune.py", "args": [],
+        "interleave": "all",
         "capture_args": ["--steps", "20"],
         "step_range": "train_step", "kind": "training",
         "fixes": {
@@ -741,6 +757,7 @@ PROGRAMS: list[dict] = [
     },
     {
         "name": "sync_loop", "script": f"{W}/sync_loop.py", "args": ["--steps", "40"],
+        "interleave": "all",
         "capture_args": ["--steps", "30"],
         "step_range": "step", "kind": "training",
         "fixes": {
@@ -963,6 +980,93 @@ def cmd_measure(args: argparse.Namespace) -> None:
     print(f"wrote {mj}", flush=True)
 
 
+# --------------------------------------------------------------------------- interleave
+
+# ``interleave`` in a program's entry: its script can build the variants side by side in one
+# process and time them in blocks that take turns (``--interleave``, scripts/workloads/_corpus.py),
+# "all" of its fixes or those listed (not DataLoader workers, which would prepare batches in the
+# background while the other variants run, nor cuDNN's benchmark mode, a process-wide setting).
+# merge names an interleaved output's folders AB_PREFIX + LABEL + _rN: the page reads a pair from
+# them alone where it has any (``measured_speedups``).
+AB_PREFIX = "ab-"
+
+
+def cmd_interleave(args: argparse.Namespace) -> None:
+    """Per program and rep, one process that builds the baseline and every fix and times them in
+    alternating blocks; OUTDIR/measured.json holds per variant the rep's median, as ``measure``
+    writes it (so ``table`` and ``merge`` read it alike)."""
+    progs = select(args.programs) if args.programs else [p for p in PROGRAMS if p.get("interleave")]
+    bad = [p["name"] for p in progs if not p.get("interleave")]
+    if bad:
+        raise SystemExit(f"{', '.join(bad)}: the script cannot interleave its variants; these can: "
+                         + ", ".join(p["name"] for p in PROGRAMS if p.get("interleave")))
+    out = Path(args.outdir).resolve()
+    for sub in ("calib", "logs"):
+        (out / sub).mkdir(parents=True, exist_ok=True)
+    mj = out / "measured.json"
+    result = json.loads(mj.read_text()) if (mj.exists() and not args.fresh) else _new_result(args)
+    result["interleaved"] = True
+    result["skipped"] = []
+    deadline = time.monotonic() + args.budget if args.budget else math.inf
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    for rep in range(1, args.reps + 1):
+        for prog in progs:
+            name, want = prog["name"], prog["interleave"]
+            vs = variants(prog, None if want == "all" else set(want))
+            entry = result["programs"].setdefault(name, {
+                "script": prog["script"], "step_range": prog["step_range"], "kind": prog["kind"], "variants": {}})
+            for vname, vargs, fix in vs:
+                entry["variants"].setdefault(vname, {
+                    "args": vargs, "pays": fix.get("pays"), "what": fix.get("what", "as written"),
+                    "reps": [], "median_ns": [], "n_used": [], "wall_s": [], "failures": []})
+            if rep in entry["variants"]["baseline"]["reps"]:
+                continue
+            left = deadline - time.monotonic()
+            own = COMPILE_TIMEOUT_S if any(f.get("compiles") for _, _, f in vs) else DEFAULT_TIMEOUT_S
+            if left < args.min_left:
+                result["skipped"].append({"program": name, "rep": rep})
+                print(f"{name} rep {rep}: skipped (budget spent)", flush=True)
+                continue
+            stem = f"{name}__interleaved__{rep}"
+            path = out / "calib" / f"{stem}.json"
+            path.unlink(missing_ok=True)
+            cmd = [args.python, prog["script"], *prog["args"], "--interleave", str(path),
+                   "--variants", ",".join(v for v, _, _ in vs), "--rounds", str(args.rounds)]
+            t0 = time.monotonic()
+            with open(out / "logs" / f"{stem}.out", "w") as so, open(out / "logs" / f"{stem}.err", "w") as se:
+                try:
+                    rc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=so, stderr=se, stdin=subprocess.DEVNULL,
+                                        timeout=min(own, left)).returncode
+                except subprocess.TimeoutExpired:
+                    rc = None
+            wall = time.monotonic() - t0
+            try:
+                timed = json.loads(path.read_text())["variants"] if rc == 0 else None
+            except (OSError, ValueError, KeyError):
+                timed = None
+            if timed is None:
+                reason = "timed out" if rc is None else f"exit status {rc}"
+                for vname, _, _ in vs:
+                    entry["variants"][vname]["failures"].append(
+                        {"rep": rep, "rc": rc, "reason": reason, "wall_s": round(wall, 1),
+                         "stderr_tail": _tail(out / "logs" / f"{stem}.err")})
+                print(f"{name} rep {rep}: FAILED ({reason}) after {wall:.1f}s", flush=True)
+            else:
+                for vname, t in timed.items():
+                    v = entry["variants"][vname]
+                    v["reps"].append(rep)
+                    v["median_ns"].append(int(t["median_ns"]))
+                    v["n_used"].append(int(t["n_used"]) * int(t["block_iterations"]))
+                    v["wall_s"].append(round(wall, 1))
+                base = timed["baseline"]["median_ns"]
+                print(f"{name} rep {rep} ({wall:.0f}s): " + ", ".join(
+                    f"{k} {t['median_ns'] / 1e6:.3f} ms" + ("" if k == "baseline" else f" {base / t['median_ns']:.2f}x")
+                    for k, t in timed.items()), flush=True)
+            _write_json(mj, result)
+    _write_json(mj, result)
+    print(f"wrote {mj}", flush=True)
+
+
 # --------------------------------------------------------------------------- table
 
 def table_rows(measured: dict) -> list[dict]:
@@ -1116,28 +1220,56 @@ FIX_RULES = {
     ("generate_qwen2", "graphs"): ("PK103", "compile_pieces_speedup"),
 }
 MEASURED = ROOT / "analyses" / "data" / "whatif" / "measured_h200.json"
+# The interleaved processes' blocks, as ``interleave`` wrote them (``merge`` copies them here).
+INTERLEAVED = ROOT / "analyses" / "data" / "whatif" / "interleaved"
+# The issue's band: a predicted step time within 15% of the measured one is right.
+BAND = 0.15
 PAGE = ROOT / "analyses" / "whatif.md"
+
+
+def paired_gain(base_ns: list[float], fix_ns: list[float]) -> float:
+    """An interleaved process's gain for a fix: the median over its rounds (the first, warm-up,
+    left out) of the baseline's block over the fix's block of the same round. The blocks of one
+    round ran next to each other, so a change of the CPU's speed that lasts several rounds (seen
+    on the timing machines: 1.9x for seconds) divides out of each ratio, where the ratio of the
+    two medians would keep it."""
+    return float(statistics.median(b / f for b, f in zip(base_ns[1:], fix_ns[1:])))
 
 
 def cmd_merge(args: argparse.Namespace) -> None:
     """Each rep of a ``measure`` output becomes one run folder of the committed data (the baseline
-    and the fixes of one rep ran one after the other, which is what a folder means there)."""
+    and the fixes of one rep ran one after the other, which is what a folder means there). An
+    ``interleave`` output's folders are named AB_PREFIX + LABEL_rN; each fix's ``gain`` there is
+    ``paired_gain`` of the process's blocks (read from OUTDIR/calib/, copied to INTERLEAVED)."""
     try:
         new = json.loads(Path(args.measured).read_text())
         programs = new["programs"]
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise SystemExit(f"cannot read {args.measured} as a `measure` output ({e}): pass "
                          "OUTDIR/measured.json") from None
+    ab = bool(new.get("interleaved"))
     data = json.loads(MEASURED.read_text())
     added = 0
     for prog, entry in programs.items():
+        blocks = {}
+        for rep in (entry["variants"].get("baseline", {}).get("reps", []) if ab else []):
+            raw = Path(args.measured).parent / "calib" / f"{prog}__interleaved__{rep}.json"
+            try:
+                blocks[rep] = json.loads(raw.read_text())
+            except (OSError, ValueError) as e:
+                raise SystemExit(f"cannot read {raw} ({e}): an interleaved output needs its calib/ folder") from None
+            INTERLEAVED.mkdir(parents=True, exist_ok=True)
+            (INTERLEAVED / f"{AB_PREFIX}{args.folder}_r{rep}__{prog}.json").write_text(raw.read_text())
         for var, v in entry["variants"].items():
             for rep, med, n in zip(v["reps"], v["median_ns"], v["n_used"]):
-                folder = f"{args.folder}_r{rep}"
+                folder = f"{AB_PREFIX if ab else ''}{args.folder}_r{rep}"
                 runs = data["runs"].setdefault(prog, {}).setdefault(var, {})
                 if folder in runs:
                     raise SystemExit(f"folder {folder} already holds {prog} {var}: pick another --folder")
                 runs[folder] = {"iterations": n, "median_ns": med}
+                if ab and var != "baseline":
+                    vb = blocks[rep]["variants"]
+                    runs[folder]["gain"] = round(paired_gain(vb["baseline"]["block_ns"], vb[var]["block_ns"]), 4)
                 added += 1
     if args.note:
         data["how"] = data["how"].rstrip(". ") + ". " + args.note
@@ -1145,31 +1277,48 @@ def cmd_merge(args: argparse.Namespace) -> None:
     print(f"added {added} run(s) to {MEASURED.relative_to(ROOT)}")
 
 
-def measured_speedups(measured: dict) -> dict[tuple[str, str], tuple[float, int, list[float]]]:
+def shared_folders(base: dict, runs: dict, interleaved: bool | None = None) -> list[str]:
+    """The run folders that timed both the baseline and the fix: the interleaved ones alone where
+    there are any (the variants shared one process, so the machine's drift between processes,
+    up to 1.9x on host-bound programs, is not in them), else the separate runs. ``interleaved``
+    True / False picks one kind."""
+    both = [f for f in runs if f in base]
+    ab = [f for f in both if f.startswith(AB_PREFIX)]
+    if interleaved is None:
+        return ab or both
+    return ab if interleaved else [f for f in both if not f.startswith(AB_PREFIX)]
+
+
+def measured_speedups(measured: dict, interleaved: bool | None = None
+                      ) -> dict[tuple[str, str], tuple[float, int, list[float]]]:
     """(program, fix) -> (median over run folders of baseline / fix measured in the same folder,
-    folders, the per-folder ratios)."""
+    folders, the per-folder ratios); the folders as ``shared_folders`` picks them."""
     out = {}
     for prog, variants in measured["runs"].items():
         base = variants.get("baseline", {})
         for var, runs in variants.items():
             if var == "baseline":
                 continue
-            ratios = [base[r]["median_ns"] / v["median_ns"] for r, v in runs.items() if r in base]
+            ratios = [runs[r].get("gain", base[r]["median_ns"] / runs[r]["median_ns"])
+                      for r in shared_folders(base, runs, interleaved)]
             if ratios:
                 out[(prog, var)] = (float(statistics.median(ratios)), len(ratios), ratios)
-            elif base and runs:  # never in one folder: medians of different runs (0 = across runs)
-                r = (statistics.median(b["median_ns"] for b in base.values())
-                     / statistics.median(v["median_ns"] for v in runs.values()))
-                out[(prog, var)] = (r, 0, [r])
+            else:  # never in one folder: medians of different runs (separate runs only, with False)
+                bs = [b["median_ns"] for f, b in base.items() if interleaved is not False or not f.startswith(AB_PREFIX)]
+                vs = [v["median_ns"] for f, v in runs.items() if interleaved is not False or not f.startswith(AB_PREFIX)]
+                if bs and vs and interleaved is not True:
+                    r = statistics.median(bs) / statistics.median(vs)
+                    out[(prog, var)] = (r, 0, [r])
     return out
 
 
-def timed_baseline(measured: dict, prog: str, fix: str) -> float:
+def timed_baseline(measured: dict, prog: str, fix: str, interleaved: bool | None = None) -> float:
     """The baseline's median iteration in the run folders where ``fix`` was timed beside it
-    (median over them; over every folder when they never shared one)."""
+    (``shared_folders``; median over them, over every folder when they never shared one)."""
     runs = measured["runs"][prog]
     base, mine = runs["baseline"], runs[fix]
-    shared = [f for f in mine if f in base] or list(base)
+    shared = shared_folders(base, mine, interleaved) or [
+        f for f in base if interleaved is None or f.startswith(AB_PREFIX) == interleaved] or list(base)
     return float(statistics.median(base[f]["median_ns"] for f in shared))
 
 
@@ -1201,6 +1350,8 @@ def page_rows(measured: dict, load=None) -> tuple[list[dict], list[dict]]:
     import profkit
     load = load or profkit.load
     meas = measured_speedups(measured)
+    apart = measured_speedups(measured, interleaved=False)
+    at_base: dict[int, tuple] = {}
     pairs, progs = [], []
     for prog in PROGRAMS:
         name = prog["name"]
@@ -1227,11 +1378,21 @@ def page_rows(measured: dict, load=None) -> tuple[list[dict], list[dict]]:
             if round(base) not in at_timed:
                 at_timed[round(base)] = p.findings_at(base)
             ps, why = predicted(p, code, key, at_timed[round(base)])
+            apart_row = None
+            if (name, fix) in apart and any(f.startswith(AB_PREFIX) for f in measured["runs"][name][fix]):
+                # the separate runs' gain, against the price at their own baseline
+                b2 = timed_baseline(measured, name, fix, interleaved=False)
+                if round(b2) not in at_timed:
+                    at_timed[round(b2)] = p.findings_at(b2)
+                apart_row = (*apart[(name, fix)], predicted(p, code, key, at_timed[round(b2)])[0])
             row = {"program": name, "fix": fix, "rule": code or "-", "why": why, "predicted": ps,
                    "predicted_capture": ps_cap, "measured": ms, "runs": runs,
                    "spread": (min(ratios), max(ratios)), "base_ns": base, "pred_ns": base / ps,
                    "meas_ns": base / ms, "error": ms / ps - 1.0, "error_capture": ms / ps_cap - 1.0,
-                   "role": role(name, fix)}
+                   "role": role(name, fix),
+                   "interleaved": any(f.startswith(AB_PREFIX) for f in measured["runs"][name][fix]
+                                      if f in measured["runs"][name]["baseline"]),
+                   "apart": apart_row}
             pairs.append(row)
             mine.append(row)
             if best is None or ms > best["measured"]:
@@ -1265,7 +1426,7 @@ def resolved(r: dict) -> bool:
     """Whether the timings resolve a pair to the target's ±15%: every run folder's gain within
     15% of their median (a single folder cannot show its own spread and counts as resolved)."""
     lo, hi = r["spread"]
-    return lo >= r["measured"] / 1.15 and hi <= r["measured"] * 1.15
+    return lo >= r["measured"] / (1 + BAND) and hi <= r["measured"] * (1 + BAND)
 
 
 def resolution_text(pairs: list[dict]) -> str:
@@ -1273,8 +1434,8 @@ def resolution_text(pairs: list[dict]) -> str:
     to 15%. Said beside the target, not instead of it."""
     res = [r for r in pairs if resolved(r)]
     rest = [r for r in pairs if not resolved(r)]
-    hit = sum(abs(r["error"]) <= 0.15 for r in res)
-    misses = [f"{r['program']} {r['fix']} {r['error']:+.0%}" for r in res if abs(r["error"]) > 0.15]
+    hit = sum(abs(r["error"]) <= BAND for r in res)
+    misses = [f"{r['program']} {r['fix']} {r['error']:+.0%}" for r in res if abs(r["error"]) > BAND]
     # The widest of the fixes priced to change nothing: what the runs alone do to a gain of 1.
     flat = [r for r in rest if 0.97 <= r["predicted"] <= 1.03]
     w = max(flat, key=lambda r: r["spread"][1] / r["spread"][0]) if flat else None
@@ -1285,16 +1446,16 @@ def resolution_text(pairs: list[dict]) -> str:
             "±15% (misses: " + (", ".join(misses) or "none") + "). In the other "
             f"{len(rest)} the runs of the same fix disagree with each other by more than the target band (host-bound "
             f"programs on machines whose CPU speed changes from one run to the next{example}); "
-            f"{sum(abs(r['error']) <= 0.15 for r in rest)} of them are "
+            f"{sum(abs(r['error']) <= BAND for r in rest)} of them are "
             "within ±15%. The target above counts every pair.")
 
 
 def page_text(measured: dict, load=None) -> str:
     pairs, progs = page_rows(measured, load)
     n = len(pairs)
-    within = sum(abs(r["error"]) <= 0.15 for r in pairs)
+    within = sum(abs(r["error"]) <= BAND for r in pairs)
     med = statistics.median(abs(r["error"]) for r in pairs) if pairs else 0.0
-    within_cap = sum(abs(r["error_capture"]) <= 0.15 for r in pairs)
+    within_cap = sum(abs(r["error_capture"]) <= BAND for r in pairs)
     med_cap = statistics.median(abs(r["error_capture"]) for r in pairs) if pairs else 0.0
     low = [r for r in pairs if r["measured"] < 1.05]
     false_promise = [r for r in low if r["predicted"] >= 1.10]
@@ -1319,7 +1480,9 @@ def page_text(measured: dict, load=None) -> str:
         "host-bound programs' baselines moved with them (gpt2_empty_cache: 32.3 ms in its capture's "
         "calibration run, 37.4-38.2 ms beside its fixes); **at capture** is the same rule's price at the "
         "capture's calibration. **Measured** is the baseline's median iteration over the fix's, both from "
-        "the same run folder (median over folders). The step time after the fix is the timed baseline "
+        "the same run folder (median over folders); where the pair was also timed with the baseline side by side "
+        "in one process (`runs` N ab), from those processes alone (see *Pairs timed side by side in one process*). "
+        "The step time after the fix is the timed baseline "
         "divided by each gain; the error is predicted step time over measured step time, minus one. `runs` 0: the "
         "fix and the baseline were never timed in the same run folder, and their medians from different "
         "runs (other machines of the same kind) are compared.",
@@ -1335,7 +1498,7 @@ def page_text(measured: dict, load=None) -> str:
         f"- pairs measured below 1.05x that profkit priced at 1.10x or more: **{len(false_promise)}**"
         + (" (" + ", ".join(f"{r['program']} {r['fix']} {r['predicted']:.2f}x" for r in false_promise) + ")"
            if false_promise else ""),
-        *[f"- {label}: {sum(abs(r['error']) <= 0.15 for r in rs)} of {len(rs)} within ±15%, median error "
+        *[f"- {label}: {sum(abs(r['error']) <= BAND for r in rs)} of {len(rs)} within ±15%, median error "
           f"{statistics.median(abs(r['error']) for r in rs):.1%}"
           for label, rs in (("tests (later pairs from which no change of their model or rule came)",
                              [r for r in pairs if r["role"] == "test"]),
@@ -1360,9 +1523,10 @@ def page_text(measured: dict, load=None) -> str:
         lo, hi = r["spread"]
         lines.append(f"| {r['program']} | {r['fix']} | {r['rule']} | {r['predicted']:.2f}x | "
                      f"{r['predicted_capture']:.2f}x | {r['measured']:.2f}x | "
-                     f"{r['runs']} | {lo:.2f}-{hi:.2f}x | {r['base_ns'] / 1e6:.2f} ms | {r['pred_ns'] / 1e6:.2f} ms | "
+                     f"{r['runs']}{' ab' if r['interleaved'] else ''} | {lo:.2f}-{hi:.2f}x | {r['base_ns'] / 1e6:.2f} ms | {r['pred_ns'] / 1e6:.2f} ms | "
                      f"{r['meas_ns'] / 1e6:.2f} ms | {r['error']:+.0%} | {r['error_capture']:+.0%} | "
                      f"{r['role']} |")
+    lines += both_ways_text(pairs)
     lines += ["", "## Programs: calibration, and the top action against the measured best", "",
               "| program | calibration | under nsys | without (measured) | model without | top action | its fix measured "
               "| measured best | right |",
@@ -1384,6 +1548,41 @@ def page_text(measured: dict, load=None) -> str:
               "in which the baseline and the fix were timed one after the other; `spread`: the lowest and highest "
               "ratio among them (the host-bound programs vary most between runs of one machine).", ""]
     return "\n".join(lines) + "\n"
+
+
+def both_ways_text(pairs: list[dict]) -> list[str]:
+    """The pairs timed side by side in one process (``interleave``) as well as in separate runs:
+    both measurements, so that the change of protocol shows."""
+    ab = [r for r in pairs if r["interleaved"]]
+    if not ab:
+        return []
+    lines = ["", "## Pairs timed side by side in one process", "",
+             f"In {len(ab)} pairs the baseline and the fixes were also built in one process and timed in blocks "
+             "that take turns (`scripts/whatif_accuracy.py interleave`: blocks of 0.2 s or 10 iterations or more, "
+             "the order reversed each round, the first round warm-up, one process per run folder, folders `ab-*`). "
+             "Those folders alone give the pair's measured gain above (`runs` N ab), because separate runs seconds "
+             "apart drifted with the machine's CPU speed by more than the target band. A process's gain for a "
+             "fix is the median over its rounds of the baseline's block over the fix's block of the same round "
+             "(`paired_gain`): a change of the CPU's speed that lasts several blocks divides out. Both "
+             "measurements, each against the price at its own timed baseline:", "",
+             "| program | fix | separate runs: predicted | measured | spread | runs | interleaved: predicted "
+             "| measured | spread | processes | error, separate | error, interleaved |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    apart = [r for r in ab if r["apart"]]
+    lines[-3:-3] = ["", f"Within ±15%: {sum(abs(r['apart'][0] / r['apart'][3] - 1) <= BAND for r in apart)} of "
+                    f"{len(apart)} with the separate runs (the others were timed interleaved only), "
+                    f"{sum(abs(r['error']) <= BAND for r in ab)} of {len(ab)} interleaved."]
+    for r in ab:
+        lo, hi = r["spread"]
+        if r["apart"]:
+            am, an, ar, ap = r["apart"]
+            then = f"{ap:.2f}x | {am:.2f}x | {min(ar):.2f}-{max(ar):.2f}x | {an}"
+            err = f"{am / ap - 1:+.0%}"
+        else:
+            then, err = "- | - | - | 0", "-"
+        lines.append(f"| {r['program']} | {r['fix']} | {then} | {r['predicted']:.2f}x | {r['measured']:.2f}x | "
+                     f"{lo:.2f}-{hi:.2f}x | {r['runs']} | {err} | {r['error']:+.0%} |")
+    return lines
 
 
 def _rule_name(code: str) -> str:
@@ -1433,6 +1632,19 @@ def main(argv: list[str] | None = None) -> None:
                    help="first run each compiling variant once, untimed, so that every timed run finds "
                         "Inductor's caches warm")
     p.set_defaults(func=cmd_measure)
+    p = sub.add_parser("interleave", help="time each program's variants side by side in one process, "
+                       "alternating blocks (GPU machine; the programs whose entry has `interleave`)")
+    p.add_argument("outdir")
+    p.add_argument("--programs", help="comma-separated program names (default: all)")
+    p.add_argument("--reps", type=int, default=3, help="processes per program")
+    p.add_argument("--rounds", type=int, default=15, help="rounds of blocks a process")
+    p.add_argument("--budget", type=float, default=0, help="seconds for the whole measurement (0: no limit)")
+    p.add_argument("--min-left", type=float, default=30,
+                   help="skip a process when fewer seconds than this are left in the budget")
+    p.add_argument("--python", default=sys.executable, help="interpreter that runs the programs")
+    p.add_argument("--fresh", action="store_true",
+                   help="start a new OUTDIR/measured.json instead of resuming the one there")
+    p.set_defaults(func=cmd_interleave)
     p = sub.add_parser("page", help="write analyses/whatif.md: predicted against measured (CPU)")
     p.add_argument("--check", action="store_true", help="fail when the committed page is stale")
     p.set_defaults(func=cmd_page)

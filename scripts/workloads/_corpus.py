@@ -1,9 +1,14 @@
 """What the what-if corpus programs (``w_*.py``) share: the NVTX range helper, the ``--fix``
-parser and the annotated training step. The programs import it as a sibling module (a script's folder is first on sys.path)."""
+parser, the annotated training step and the interleaved timing of variants in one process. The
+programs import it as a sibling module (a script's folder is first on sys.path)."""
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
+import math
+import statistics
+import time
 from typing import Callable, Optional
 
 import torch
@@ -43,10 +48,12 @@ def program_args(doc: str, known, cuda_only=(), alternatives=(), steps: int = 40
                     + ", ".join(known))
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--small", action="store_true", help=small_help)
+    interleave_args(ap)
     if more is not None:
         more(ap)
     args = ap.parse_args()
     fixes = parse_fixes(ap, args, known, cuda_only, alternatives)
+    check_interleave(ap, args, fixes, known, cuda_only, alternatives)
     if "tf32" in fixes:  # every corpus program's tf32 fix is this one call, made before the model
         torch.set_float32_matmul_precision("high")
     torch.manual_seed(0)
@@ -134,3 +141,116 @@ def graphed(fn: Callable[[torch.Tensor], torch.Tensor], static: torch.Tensor) ->
         graph.replay()
         return out
     return run
+
+
+# --- the variants timed side by side in one process ---------------------------------------------
+
+def interleave_args(ap: argparse.ArgumentParser) -> None:
+    """``--interleave OUT.json --variants baseline,FIX,...``: the variants built side by side in
+    this one process and timed in alternating blocks (``interleave``), instead of the program's
+    own loop; ``+`` joins fixes that make one variant (``channels_last+tf32``)."""
+    ap.add_argument("--interleave", metavar="OUT.json",
+                    help="time the --variants side by side in this process and write their timings here")
+    ap.add_argument("--variants", default="", help="with --interleave: comma-separated variants "
+                    "(baseline, a fix, or fixes joined by +)")
+    ap.add_argument("--rounds", type=int, default=15, help="with --interleave: rounds of blocks")
+
+
+def variant_fixes(ap: argparse.ArgumentParser, args: argparse.Namespace, known, cuda_only=(),
+                  alternatives=()) -> dict[str, set[str]]:
+    """``--variants`` as {name: its fixes}, each checked as ``--fix`` is."""
+    out = {}
+    for name in (v.strip() for v in args.variants.split(",") if v.strip()):
+        fixes = set() if name == "baseline" else set(name.split("+"))
+        if fixes - set(known):
+            ap.error(f"unknown fix in variant {name!r}; known: {', '.join(known)}")
+        if args.device == "cpu" and fixes & set(cuda_only):
+            ap.error(f"variant {name!r} needs --device cuda")
+        if any(set(alt) <= fixes for alt in alternatives):
+            ap.error(f"variant {name!r} joins alternatives: pick one")
+        out[name] = fixes
+    return out
+
+
+def check_interleave(ap: argparse.ArgumentParser, args: argparse.Namespace, fixes: set[str], known,
+                     cuda_only=(), alternatives=()) -> None:
+    """--interleave needs two or more --variants and no --fix (the variants carry the fixes)."""
+    if args.interleave is None:
+        if args.variants:
+            ap.error("--variants needs --interleave OUT.json")
+        return
+    if fixes:
+        ap.error("--interleave times --variants: give the fixes there, not with --fix")
+    args.variant_fixes = variant_fixes(ap, args, known, cuda_only, alternatives)
+    if len(args.variant_fixes) < 2:
+        ap.error("--interleave needs two or more --variants, e.g. --variants baseline,tf32")
+    if args.rounds < 3:
+        ap.error("--rounds must be 3 or more (the first round is warm-up)")
+
+
+def set_precision(fixes: set[str]) -> None:
+    """The ``tf32`` fix as a process-wide setting, on or off: a builder calls it first (a CUDA
+    graph keeps the GEMMs chosen when it was captured), ``interleave`` before each block."""
+    torch.set_float32_matmul_precision("high" if "tf32" in fixes else "highest")
+
+
+def _sync(dev: torch.device) -> None:
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def interleave(steps: dict[str, Callable[[], object]], fixes: dict[str, set[str]], path: str,
+               dev: torch.device, rounds: int = 15, warm: int = 10, block_s: float = 0.2) -> dict:
+    """Time each variant's ``steps[name]()`` (one iteration of the program) in blocks that take
+    turns, and write the timings to ``path`` as JSON: per variant the mean iteration of each
+    block and their median over the rounds after the first.
+
+    Why: separate runs of the same program, seconds apart, ran at CPU speeds up to 1.9x apart on
+    the timing machines, so a host-bound program's small fix could not be told from that drift.
+    Blocks of every variant taking turns in one process share the process's CPU, its clocks and
+    its cores; the order reverses every round (ABC CBA ...) so that neither side always follows
+    the other. A block starts and ends with a device synchronisation and is about ``block_s``
+    seconds long (10 iterations or more), so the queue's filling and draining at its ends is a
+    small part of it. ``tf32`` is a process-wide setting: it is set before each block of a
+    variant that has it and unset before the others."""
+    def enter(name: str) -> None:
+        set_precision(fixes[name])
+
+    block = {}
+    for name, step in steps.items():  # warm-up: compilation, cuDNN's algorithm choice, the allocator
+        enter(name)
+        for _ in range(warm):
+            step()
+        _sync(dev)
+        t0 = time.perf_counter_ns()
+        for _ in range(3):
+            step()
+        _sync(dev)
+        per = (time.perf_counter_ns() - t0) / 3
+        block[name] = max(10, min(500, math.ceil(block_s * 1e9 / max(per, 1.0))))
+    times: dict[str, list[float]] = {name: [] for name in steps}
+    order = list(steps)
+    for r in range(rounds):
+        for name in (order if r % 2 == 0 else order[::-1]):
+            enter(name)
+            step = steps[name]
+            _sync(dev)
+            t0 = time.perf_counter_ns()
+            for _ in range(block[name]):
+                step()
+            _sync(dev)
+            times[name].append((time.perf_counter_ns() - t0) / block[name])
+    torch.set_float32_matmul_precision("highest")
+    out = {"how": "interleaved blocks in one process; the first round is warm-up",
+           "rounds": rounds, "variants": {
+               name: {"block_iterations": block[name], "block_ns": [round(t) for t in ts],
+                      "median_ns": round(statistics.median(ts[1:])), "n_used": len(ts) - 1}
+               for name, ts in times.items()}}
+    with open(path, "w") as f:
+        json.dump(out, f, indent=1)
+    base = out["variants"].get("baseline", {}).get("median_ns")
+    for name, v in out["variants"].items():
+        gain = f", {base / v['median_ns']:.2f}x" if base and name != "baseline" else ""
+        print(f"interleaved {name}: {v['median_ns'] / 1e6:.3f} ms an iteration ({v['n_used']} blocks of "
+              f"{v['block_iterations']}){gain}")
+    return out

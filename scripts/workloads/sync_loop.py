@@ -6,14 +6,18 @@ reads them once at the end. `--graph` keeps the `.item()` and captures the step 
 (forward, backward, the fused AdamW step) in one CUDA graph, replayed with one launch.
 
     python sync_loop.py [--steps 30] [--no-sync | --graph]
+    python sync_loop.py --interleave OUT.json --variants baseline,no_sync,graph
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
 import math
+from typing import Callable
 
 import torch
+
+from _corpus import interleave, interleave_args  # noqa: E402 (the workloads' shared helpers)
 
 
 def bookkeeping(history: list, value) -> None:
@@ -25,32 +29,26 @@ def bookkeeping(history: list, value) -> None:
     history[-1] = (history[-1], acc)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=30)
-    ap.add_argument("--no-sync", action="store_true")
-    ap.add_argument("--graph", action="store_true")
-    args = ap.parse_args()
-    if args.no_sync and args.graph:
-        ap.error("--no-sync and --graph are alternatives: pick one")
-    torch.manual_seed(0)
+def build(no_sync: bool, graph: bool) -> Callable[[bool], None]:
+    """The model, its fused AdamW and (``graph``) the captured step; returns one step of the
+    loop (``step(ncu)``: ``ncu`` marks it with the range ``ncu_iter``)."""
     d = 4096
     model = torch.nn.Sequential(*[torch.nn.Linear(d, d) for _ in range(6)]).cuda()
     # capturable=True keeps the step count on the GPU, which a captured optimizer step needs.
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True, capturable=args.graph)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True, capturable=graph)
     x = torch.randn(2048, d, device="cuda")
 
     def train_step() -> torch.Tensor:
         # (autocast's weight-cast cache must be off where a CUDA graph is captured)
-        with torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=not args.graph):
+        with torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=not graph):
             loss = model(x).float().pow(2).mean()
         loss.backward()
         opt.step()
-        if not args.graph:  # a captured step leaves the grads to the next replay's backward
+        if not graph:  # a captured step leaves the grads to the next replay's backward
             opt.zero_grad(set_to_none=True)
         return loss.detach()
 
-    if args.graph:
+    if graph:
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):  # warm-up off the default stream, as capture requires
@@ -59,22 +57,50 @@ def main() -> None:
                 train_step()
         torch.cuda.current_stream().wait_stream(side)
         opt.zero_grad(set_to_none=True)  # the captured backward allocates the grads in the graph's pool
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        cuda_graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(cuda_graph):
             static_loss = train_step()
     history: list = []
     nvtx = torch.cuda.nvtx
-    for i in range(args.steps):
-        mark = nvtx.range("ncu_iter") if i == args.steps // 2 else contextlib.nullcontext()
+
+    def step(ncu: bool = False) -> None:
+        mark = nvtx.range("ncu_iter") if ncu else contextlib.nullcontext()
         with mark, nvtx.range("step"):
-            if args.graph:
-                graph.replay()
+            if graph:
+                cuda_graph.replay()
                 loss = static_loss
             else:
                 loss = train_step()
-            bookkeeping(history, loss.detach() if args.no_sync else loss.item())
+            bookkeeping(history, loss.detach() if no_sync else loss.item())
+    step.history = history
+    return step
+
+
+VARIANTS = {"baseline": (False, False), "no_sync": (True, False), "graph": (False, True)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--no-sync", action="store_true")
+    ap.add_argument("--graph", action="store_true")
+    interleave_args(ap)
+    args = ap.parse_args()
+    if args.no_sync and args.graph:
+        ap.error("--no-sync and --graph are alternatives: pick one")
+    torch.manual_seed(0)
+    if args.interleave:
+        names = [v.strip() for v in args.variants.split(",") if v.strip()]
+        if len(names) < 2 or set(names) - set(VARIANTS) or args.no_sync or args.graph:
+            ap.error(f"--interleave takes two or more --variants of {', '.join(VARIANTS)} (and no --no-sync/--graph)")
+        interleave({n: build(*VARIANTS[n]) for n in names}, {n: set() for n in names}, args.interleave,
+                   torch.device("cuda"), rounds=args.rounds)
+        return
+    step = build(args.no_sync, args.graph)
+    for i in range(args.steps):
+        step(ncu=i == args.steps // 2)
     torch.cuda.synchronize()
-    last = history[-1][0]
+    last = step.history[-1][0]
     print(f"loss {float(last):.4f}")
 
 

@@ -9,6 +9,7 @@ attention, adds) of a few microseconds of GPU work each: the CPU's Python and la
 the pace, and the GPU idles most of each request.
 
     python w_bert_b1_infer.py [--steps 40] [--fix cuda_graph | --fix compile]
+    python w_bert_b1_infer.py --interleave OUT.json --variants baseline,cuda_graph,compile
 
 Fixes:
   cuda_graph  the forward captured once in a CUDA graph (``torch.cuda.graph``) on a static
@@ -22,21 +23,21 @@ Fixes:
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 from transformers import BertConfig, BertModel
 
-from _corpus import graphed, nvtx, program_args  # noqa: E402 (the workloads' shared helpers)
+from _corpus import graphed, interleave, nvtx, program_args, set_precision  # noqa: E402 (the workloads' shared helpers)
 
 FIXES = ("cuda_graph", "compile")
 CUDA_ONLY = ("cuda_graph",)
 
 
-def main() -> None:
-    args, fixes, dev = program_args(__doc__, FIXES, CUDA_ONLY,
-                                    alternatives=({"cuda_graph", "compile"},),
-                                    steps_help="requests (the first ones are warm-up)",
-                                    small_help="tiny model, for a CPU smoke run")
-
+def build(args, fixes: set[str], dev: torch.device) -> Callable[[], torch.Tensor]:
+    """The model with ``fixes`` applied; returns one request's step (fresh token ids, the
+    forward in an NVTX range ``infer``, the prediction)."""
+    set_precision(fixes)
     if args.small:
         cfg = BertConfig(vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
                          intermediate_size=128)
@@ -56,12 +57,25 @@ def main() -> None:
         static_ids = torch.randint(0, cfg.vocab_size, (1, seq), device=dev)
         run = graphed(forward, static_ids)
 
-    preds = []
-    with torch.no_grad():
-        for _ in range(args.steps):
-            ids = torch.randint(0, cfg.vocab_size, (1, seq), device=dev)
-            with nvtx("infer"):
-                preds.append(run(ids).argmax(-1))
+    @torch.no_grad()
+    def step() -> torch.Tensor:
+        ids = torch.randint(0, cfg.vocab_size, (1, seq), device=dev)
+        with nvtx("infer"):
+            return run(ids).argmax(-1)
+    return step
+
+
+def main() -> None:
+    args, fixes, dev = program_args(__doc__, FIXES, CUDA_ONLY,
+                                    alternatives=({"cuda_graph", "compile"},),
+                                    steps_help="requests (the first ones are warm-up)",
+                                    small_help="tiny model, for a CPU smoke run")
+    if args.interleave:
+        interleave({name: build(args, fx, dev) for name, fx in args.variant_fixes.items()},
+                   args.variant_fixes, args.interleave, dev, rounds=args.rounds)
+        return
+    step = build(args, fixes, dev)
+    preds = [step() for _ in range(args.steps)]
     if dev.type == "cuda":
         torch.cuda.synchronize()
     print(f"w_bert_b1_infer: {args.steps} requests, fixes {sorted(fixes) or 'none'}, "

@@ -9,6 +9,7 @@ batch run at fp32 speed: tens of ms a batch on an H200, far above the ~2 ms the 
 launch the forward.
 
     python w_bert_fp32_infer.py [--steps 40] [--fix tf32 | --fix bf16_autocast | --fix cuda_graph]
+    python w_bert_fp32_infer.py --interleave OUT.json --variants baseline,tf32,bf16_autocast
 
 Fixes:
   tf32           ``torch.set_float32_matmul_precision("high")``: the fp32 GEMMs run on tensor
@@ -23,20 +24,22 @@ Fixes:
 from __future__ import annotations
 
 import contextlib
+from typing import Callable
 
 import torch
 from transformers import BertConfig, BertModel
 
-from _corpus import graphed, nvtx, program_args  # noqa: E402 (the workloads' shared helpers)
+from _corpus import graphed, interleave, nvtx, program_args, set_precision  # noqa: E402 (the workloads' shared helpers)
 
 FIXES = ("tf32", "bf16_autocast", "cuda_graph")
 CUDA_ONLY = ("cuda_graph",)
 
 
-def main() -> None:
-    args, fixes, dev = program_args(__doc__, FIXES, CUDA_ONLY,
-                                    steps_help="batches (the first ones are warm-up)")
-
+def build(args, fixes: set[str], dev: torch.device, model=None) -> Callable[[], torch.Tensor]:
+    """The forward with ``fixes`` applied (on ``model`` when given: the fixes leave the weights
+    as they are); returns one batch's step (fresh token ids, the forward in an NVTX range
+    ``infer``, the predictions)."""
+    set_precision(fixes)
     if args.small:
         cfg = BertConfig(vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
                          intermediate_size=128)
@@ -44,7 +47,7 @@ def main() -> None:
     else:
         cfg = BertConfig()  # bert-base: 12 layers, hidden 768, 12 heads, vocab 30522
         batch, seq = 32, 256
-    model = BertModel(cfg).to(dev).eval()
+    model = model if model is not None else BertModel(cfg).to(dev).eval()
     # No attention mask: full-length batches, and HF then needs no mask (no data-dependent check).
     # (autocast's weight-cast cache must be off where a CUDA graph is captured)
     amp = (torch.autocast(dev.type, dtype=torch.bfloat16, cache_enabled="cuda_graph" not in fixes)
@@ -59,12 +62,27 @@ def main() -> None:
         static_ids = torch.randint(0, cfg.vocab_size, (batch, seq), device=dev)
         run = graphed(forward, static_ids)
 
-    preds = []
-    with torch.no_grad():
-        for _ in range(args.steps):
-            ids = torch.randint(0, cfg.vocab_size, (batch, seq), device=dev)
-            with nvtx("infer"):
-                preds.append(run(ids).argmax(-1))
+    @torch.no_grad()
+    def step() -> torch.Tensor:
+        ids = torch.randint(0, cfg.vocab_size, (batch, seq), device=dev)
+        with nvtx("infer"):
+            return run(ids).argmax(-1)
+    step.model = model
+    return step
+
+
+def main() -> None:
+    args, fixes, dev = program_args(__doc__, FIXES, CUDA_ONLY,
+                                    steps_help="batches (the first ones are warm-up)")
+    if args.interleave:
+        steps, model = {}, None
+        for name, fx in args.variant_fixes.items():  # one model: the variants share its weights
+            steps[name] = build(args, fx, dev, model)
+            model = steps[name].model
+        interleave(steps, args.variant_fixes, args.interleave, dev, rounds=args.rounds)
+        return
+    step = build(args, fixes, dev)
+    preds = [step() for _ in range(args.steps)]
     if dev.type == "cuda":
         torch.cuda.synchronize()
     print(f"w_bert_fp32_infer: {args.steps} batches, fixes {sorted(fixes) or 'none'}, "

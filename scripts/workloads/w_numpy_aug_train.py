@@ -22,11 +22,13 @@ Fixes:
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 import torch
 import torchvision
 
-from _corpus import nvtx, program_args  # noqa: E402 (the workloads' shared helpers)
+from _corpus import interleave, nvtx, program_args  # noqa: E402 (the workloads' shared helpers)
 
 FIXES = ("workers", "gpu_aug")
 CUDA_ONLY: tuple[str, ...] = ()
@@ -74,17 +76,16 @@ def gpu_batch(images: np.ndarray, labels: np.ndarray, crop: int, batch: int, rng
     return x.permute(0, 3, 1, 2), y  # NCHW view of NHWC memory: already channels_last
 
 
-def main() -> None:
-    args, fixes, dev = program_args(__doc__, FIXES, CUDA_ONLY,
-                                    alternatives=({"workers", "gpu_aug"},),
-                                    small_help="tiny images and batch, for a CPU smoke run")
+def build(args, fixes: set[str], dev: torch.device) -> Callable[[], torch.Tensor]:
+    """The data, model and optimizer with ``fixes`` applied; returns one step of the loop (the
+    data preparation, then the annotated training step; its loss)."""
     rng = np.random.default_rng(0)
-
     n_img, size, crop, batch, classes, workers = 512, 144, 128, 128, 100, 8
     if args.small:
         n_img, size, crop, batch, classes, workers = 16, 40, 32, 4, 10, 2
     images = rng.integers(0, 256, (n_img, size, size, 3), dtype=np.uint8)
     labels = rng.integers(0, classes, n_img)
+    # (an interleaved run takes more steps than --steps: the samples wrap around the data set)
     data = Augmented(images, labels, crop, batch * args.steps)
 
     model = torchvision.models.resnet18(num_classes=classes).to(dev, memory_format=torch.channels_last)
@@ -96,13 +97,15 @@ def main() -> None:
             data, batch_size=batch, num_workers=workers, pin_memory=dev.type == "cuda",
             persistent_workers=True, prefetch_factor=4)
         batches = iter(loader)
+    count = iter(range(1 << 62))
 
-    for step in range(args.steps):
+    def step() -> torch.Tensor:
+        k = next(count) % args.steps
         # data preparation: outside the step range, as written by most users
         if "workers" in fixes:
             x, y = next(batches)
         elif "gpu_aug" not in fixes:
-            samples = [data[step * batch + j] for j in range(batch)]
+            samples = [data[k * batch + j] for j in range(batch)]
             x = torch.from_numpy(np.stack([s[0] for s in samples]))
             y = torch.tensor([s[1] for s in samples])
         with nvtx("train_step"):
@@ -120,6 +123,24 @@ def main() -> None:
             with nvtx("optimizer"):
                 opt.step()
                 opt.zero_grad(set_to_none=True)
+        return loss
+    return step
+
+
+def main() -> None:
+    args, fixes, dev = program_args(__doc__, FIXES, CUDA_ONLY,
+                                    alternatives=({"workers", "gpu_aug"},),
+                                    small_help="tiny images and batch, for a CPU smoke run")
+    if args.interleave:
+        if any("workers" in fx for fx in args.variant_fixes.values()):
+            # its workers would prepare batches while the other variants' blocks run
+            raise SystemExit("workers prefetch in the background: time it in runs of its own, not interleaved")
+        interleave({name: build(args, fx, dev) for name, fx in args.variant_fixes.items()},
+                   args.variant_fixes, args.interleave, dev, rounds=args.rounds)
+        return
+    step = build(args, fixes, dev)
+    for _ in range(args.steps):
+        loss = step()
     if dev.type == "cuda":
         torch.cuda.synchronize()
     print(f"w_numpy_aug_train: {args.steps} steps, fixes {sorted(fixes) or 'none'}, loss {loss.item():.3f}")

@@ -9,6 +9,7 @@ on: captured and timed in one allocation after PK305 (fp32 convolutions) was wri
     python w_resnet50_fp32_infer.py [--steps 40] [--arch efficientnet_b0] [--batch 128]
                                     [--fix channels_last | --fix bf16_channels_last] [--fix tf32]
                                     [--fix cuda_graph]
+    python w_resnet50_fp32_infer.py --batch 4 --interleave OUT.json --variants baseline,tf32,cuda_graph
 
 ``--arch`` picks another torchvision classifier (EfficientNet-B0: PyTorch's own NCHW depthwise
 kernels, a CNN PK305's depthwise estimate was not built on in inference; MobileNetV3-Large and
@@ -28,10 +29,12 @@ Fixes:
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 import torchvision
 
-from _corpus import graphed, nvtx, program_args  # noqa: E402 (the workloads' shared helpers)
+from _corpus import graphed, interleave, nvtx, program_args, set_precision  # noqa: E402 (the workloads' shared helpers)
 
 FIXES = ("channels_last", "bf16_channels_last", "tf32", "cuda_graph")
 CUDA_ONLY = ("cuda_graph",)
@@ -43,26 +46,39 @@ def _more(ap) -> None:
     ap.add_argument("--batch", type=int, default=128, help="images a batch (128; 2 with --small)")
 
 
-def main() -> None:
-    args, fixes, dev = program_args(__doc__, FIXES, CUDA_ONLY,
-                                    alternatives=({"channels_last", "bf16_channels_last"},),
-                                    steps_help="batches (the first ones are warm-up)",
-                                    more=_more)
+def build(args, fixes: set[str], dev: torch.device) -> Callable[[], torch.Tensor]:
+    """The model with ``fixes`` applied; returns one batch's step (fresh images, the forward in
+    an NVTX range ``infer``, the predicted classes)."""
+    set_precision(fixes)
     batch, size = (2, 32) if args.small else (args.batch, 224)
     model = getattr(torchvision.models, args.arch)().to(dev).eval()
     dtype = torch.bfloat16 if "bf16_channels_last" in fixes else torch.float32
     layout = torch.channels_last if fixes & {"channels_last", "bf16_channels_last"} else torch.contiguous_format
     model = model.to(dtype=dtype, memory_format=layout)
-    preds = []
-    with torch.no_grad():
-        forward = model
-        if "cuda_graph" in fixes:
-            forward = graphed(model, torch.randn(batch, 3, size, size, device=dev, dtype=dtype)
-                              .contiguous(memory_format=layout))
-        for _ in range(args.steps):
-            x = torch.randn(batch, 3, size, size, device=dev, dtype=dtype).contiguous(memory_format=layout)
-            with nvtx("infer"):
-                preds.append(forward(x).argmax(-1))
+    forward = model
+    if "cuda_graph" in fixes:
+        forward = graphed(model, torch.randn(batch, 3, size, size, device=dev, dtype=dtype)
+                          .contiguous(memory_format=layout))
+
+    @torch.no_grad()
+    def step() -> torch.Tensor:
+        x = torch.randn(batch, 3, size, size, device=dev, dtype=dtype).contiguous(memory_format=layout)
+        with nvtx("infer"):
+            return forward(x).argmax(-1)
+    return step
+
+
+def main() -> None:
+    args, fixes, dev = program_args(__doc__, FIXES, CUDA_ONLY,
+                                    alternatives=({"channels_last", "bf16_channels_last"},),
+                                    steps_help="batches (the first ones are warm-up)",
+                                    more=_more)
+    if args.interleave:
+        interleave({name: build(args, fx, dev) for name, fx in args.variant_fixes.items()},
+                   args.variant_fixes, args.interleave, dev, rounds=args.rounds)
+        return
+    step = build(args, fixes, dev)
+    preds = [step() for _ in range(args.steps)]
     if dev.type == "cuda":
         torch.cuda.synchronize()
     print(f"w_resnet50_fp32_infer ({args.arch}): {args.steps} batches, fixes {sorted(fixes) or 'none'}, "

@@ -25,18 +25,21 @@ Fixes:
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 from transformers import T5Config, T5ForConditionalGeneration
 
-from _corpus import bf16_autocast, finish, LossLog, program_args, train_step  # noqa: E402 (the workloads' shared helpers)
+from _corpus import bf16_autocast, finish, interleave, LossLog, program_args, set_precision, train_step  # noqa: E402 (the workloads' shared helpers)
 
 FIXES = ("tf32", "bf16_autocast", "fused_adamw", "no_item", "compile_graphs")
 CUDA_ONLY: tuple[str, ...] = ()
 
 
-def main() -> None:
-    args, fixes, dev = program_args(__doc__, FIXES, CUDA_ONLY,
-                                    alternatives=[("tf32", "bf16_autocast")])
+def build(args, fixes: set[str], dev: torch.device) -> Callable[[], torch.Tensor]:
+    """The model, optimizer and loss log with ``fixes`` applied; returns one training step
+    (fresh token ids and labels; the step's loss). ``step.log`` is its loss log."""
+    set_precision(fixes)
     if args.small:
         cfg = T5Config(vocab_size=1000, d_model=64, d_kv=16, d_ff=128, num_layers=2, num_heads=4)
         batch, src, tgt = 2, 16, 8
@@ -49,12 +52,27 @@ def main() -> None:
     amp = bf16_autocast(dev, "bf16_autocast" in fixes)
     net = torch.compile(model, mode="reduce-overhead") if "compile_graphs" in fixes else model
     log = LossLog(dev, on_gpu="no_item" in fixes)
-    for _ in range(args.steps):
+
+    def step() -> torch.Tensor:
         ids = torch.randint(1, cfg.vocab_size, (batch, src), device=dev)
         labels = torch.randint(1, cfg.vocab_size, (batch, tgt), device=dev)
-        train_step(lambda: net(input_ids=ids, labels=labels).loss, opt, amp, after=log)
+        return train_step(lambda: net(input_ids=ids, labels=labels).loss, opt, amp, after=log)
+    step.log = log
+    return step
+
+
+def main() -> None:
+    args, fixes, dev = program_args(__doc__, FIXES, CUDA_ONLY,
+                                    alternatives=[("tf32", "bf16_autocast")])
+    if args.interleave:
+        interleave({name: build(args, fx, dev) for name, fx in args.variant_fixes.items()},
+                   args.variant_fixes, args.interleave, dev, rounds=args.rounds)
+        return
+    step = build(args, fixes, dev)
+    for _ in range(args.steps):
+        step()
     finish(dev)
-    total = log.total()
+    total = step.log.total()
     print(f"w_t5_finetune: {args.steps} steps, fixes {sorted(fixes) or 'none'}, "
           f"mean loss {total / max(args.steps, 1):.3f}")
 

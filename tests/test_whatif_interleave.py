@@ -1,0 +1,150 @@
+"""The what-if harness's interleaved timing: variants side by side in one process, blocks that take
+turns, each fix's gain paired round by round, and the page reading those folders first."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+import whatif_accuracy as w  # noqa: E402
+
+
+def test_paired_gain_divides_out_a_drift_that_the_ratio_of_medians_keeps():
+    # The CPU runs 2x slower in rounds 3-6 for both variants; the fix is 1.25x in every round.
+    slow = [1, 1, 1, 2, 2, 2, 2, 1, 1]
+    base = [10.0 * s for s in slow]
+    fix = [8.0 * s for s in slow]
+    fix[4:7] = [16.0, 16.0, 16.0]
+    assert w.paired_gain(base, fix) == pytest.approx(1.25)
+    # ...and leaves the first (warm-up) round out
+    assert w.paired_gain([100.0, 10, 10, 10], [1.0, 10, 10, 10]) == pytest.approx(1.0)
+    # the ratio of the medians of blocks that drift apart does not: 4 slow rounds of the
+    # baseline against 2 of the fix
+    drift_base = [10, 10, 20, 20, 20, 20, 10]
+    drift_fix = [8, 8, 8, 16, 16, 8, 8]
+    assert sorted(drift_base[1:])[3] / sorted(drift_fix[1:])[3] != pytest.approx(1.25)
+
+
+def _measured(runs: dict) -> dict:
+    return {"runs": runs}
+
+
+def test_interleaved_folders_alone_give_the_gain_where_a_pair_has_them():
+    runs = {"p": {
+        "baseline": {"a_r1": {"median_ns": 10.0}, "a_r2": {"median_ns": 12.0}, "ab-b_r1": {"median_ns": 10.0}},
+        "fix": {"a_r1": {"median_ns": 5.0}, "a_r2": {"median_ns": 12.0}, "ab-b_r1": {"median_ns": 9.0, "gain": 1.2}},
+    }}
+    both = w.measured_speedups(_measured(runs))
+    assert both[("p", "fix")] == (1.2, 1, [1.2])  # the paired gain, not 10 / 9
+    apart = w.measured_speedups(_measured(runs), interleaved=False)
+    assert apart[("p", "fix")][0] == pytest.approx(1.5) and apart[("p", "fix")][1] == 2
+    assert w.timed_baseline(_measured(runs), "p", "fix") == 10.0
+    assert w.timed_baseline(_measured(runs), "p", "fix", interleaved=False) == 11.0
+    # a fix timed only interleaved has no separate-run gain (not one made of other runs' medians)
+    runs["p"]["only_ab"] = {"ab-b_r1": {"median_ns": 5.0, "gain": 2.0}}
+    assert ("p", "only_ab") not in w.measured_speedups(_measured(runs), interleaved=False)
+    assert w.measured_speedups(_measured(runs))[("p", "only_ab")][0] == 2.0
+
+
+def test_merge_names_interleaved_folders_and_pairs_each_fixs_blocks(tmp_path, monkeypatch):
+    out = tmp_path / "i"
+    (out / "calib").mkdir(parents=True)
+    blocks = {"rounds": 4, "variants": {
+        "baseline": {"block_iterations": 10, "block_ns": [99, 10, 20, 10], "median_ns": 10, "n_used": 3},
+        "tf32": {"block_iterations": 10, "block_ns": [1, 5, 10, 5], "median_ns": 5, "n_used": 3}}}
+    (out / "calib" / "prog__interleaved__1.json").write_text(json.dumps(blocks))
+    measured = {"interleaved": True, "programs": {"prog": {"variants": {
+        "baseline": {"reps": [1], "median_ns": [10], "n_used": [30]},
+        "tf32": {"reps": [1], "median_ns": [5], "n_used": [30]}}}}}
+    (out / "measured.json").write_text(json.dumps(measured))
+    data = tmp_path / "measured_h200.json"
+    data.write_text(json.dumps({"how": "x.", "runs": {}}))
+    monkeypatch.setattr(w, "MEASURED", data)
+    monkeypatch.setattr(w, "INTERLEAVED", tmp_path / "raw")
+    monkeypatch.setattr(w, "ROOT", tmp_path)
+    w.main(["merge", str(out / "measured.json"), "--folder", "9"])
+    got = json.loads(data.read_text())["runs"]["prog"]
+    assert got["baseline"] == {"ab-9_r1": {"iterations": 30, "median_ns": 10}}
+    assert got["tf32"]["ab-9_r1"]["gain"] == 2.0
+    assert (tmp_path / "raw" / "ab-9_r1__prog.json").exists()
+    # the raw blocks are needed: without them merge says so in one line
+    (out / "calib" / "prog__interleaved__1.json").unlink()
+    data.write_text(json.dumps({"how": "x.", "runs": {}}))
+    with pytest.raises(SystemExit, match="needs its calib/ folder"):
+        w.main(["merge", str(out / "measured.json"), "--folder", "10"])
+
+
+def test_interleave_refuses_programs_whose_script_cannot():
+    with pytest.raises(SystemExit, match="cannot interleave"):
+        w.main(["interleave", "/tmp/unused-interleave-out", "--programs", "train_llama"])
+    names = {p["name"] for p in w.PROGRAMS if p.get("interleave")}
+    assert {"resnet50_b4_infer", "sync_loop", "t5_finetune", "numpy_aug_train"} <= names
+    for p in w.PROGRAMS:  # a listed fix must be one of the program's
+        if isinstance(p.get("interleave"), list):
+            assert set(p["interleave"]) <= set(p["fixes"]), p["name"]
+    # DataLoader workers prefetch in the background, so they are never interleaved
+    aug = next(p for p in w.PROGRAMS if p["name"] == "numpy_aug_train")
+    assert "workers" not in aug["interleave"]
+
+
+# --- the workloads' side: scripts/workloads/_corpus.py --------------------------------------------
+
+@pytest.fixture()
+def corpus():
+    pytest.importorskip("torch")
+    sys.path.insert(0, str(ROOT / "scripts" / "workloads"))
+    import _corpus
+    return _corpus
+
+
+def test_interleave_times_variants_in_turns_and_writes_their_blocks(corpus, tmp_path):
+    import torch
+    calls: list[str] = []
+
+    def step(name: str, s: float):
+        def run() -> None:
+            calls.append(name)
+            time.sleep(s)
+        return run
+
+    path = tmp_path / "ab.json"
+    out = corpus.interleave({"baseline": step("baseline", 0.002), "tf32": step("tf32", 0.001)},
+                            {"baseline": set(), "tf32": {"tf32"}}, str(path), torch.device("cpu"),
+                            rounds=3, warm=1, block_s=0.02)
+    assert json.loads(path.read_text()) == out
+    v = out["variants"]
+    assert v["baseline"]["n_used"] == 2 and len(v["baseline"]["block_ns"]) == 3
+    assert v["baseline"]["block_iterations"] == 10  # 0.02 s of 2 ms steps
+    assert 1.3 < v["baseline"]["median_ns"] / v["tf32"]["median_ns"] < 2.5
+    # the order reverses each round: A B, B A, A B (after each variant's warm-up and sizing run)
+    timed, nt = calls[2 * (1 + 3):], v["tf32"]["block_iterations"]
+    assert len(timed) == 3 * (10 + nt)
+    assert [timed[0], timed[10], timed[10 + nt], timed[10 + 2 * nt], timed[2 * (10 + nt)]] == \
+        ["baseline", "tf32", "tf32", "baseline", "baseline"]
+    assert torch.get_float32_matmul_precision() == "highest"  # tf32 left off afterwards
+
+
+def test_variants_are_checked_as_fixes_are(corpus):
+    ap = argparse.ArgumentParser()
+    ns = argparse.Namespace(interleave="x.json", variants="baseline,tf32+cuda_graph", device="cpu", rounds=15)
+    with pytest.raises(SystemExit):
+        corpus.check_interleave(ap, ns, set(), ("tf32", "cuda_graph"), cuda_only=("cuda_graph",))
+    ns = argparse.Namespace(interleave="x.json", variants="baseline", device="cuda", rounds=15)
+    with pytest.raises(SystemExit):
+        corpus.check_interleave(ap, ns, set(), ("tf32",))
+    ns = argparse.Namespace(interleave="x.json", variants="baseline,tf32", device="cuda", rounds=15)
+    with pytest.raises(SystemExit):  # --fix and --interleave together
+        corpus.check_interleave(ap, ns, {"tf32"}, ("tf32",))
+    ns = argparse.Namespace(interleave="x.json", variants="baseline,a,b", device="cuda", rounds=15)
+    with pytest.raises(SystemExit):  # alternatives joined
+        corpus.check_interleave(ap, argparse.Namespace(interleave="x.json", variants="baseline,a+b",
+                                                       device="cuda", rounds=15),
+                                set(), ("a", "b"), alternatives=({"a", "b"},))
+    corpus.check_interleave(ap, ns, set(), ("a", "b"), alternatives=({"a", "b"},))
+    assert ns.variant_fixes == {"baseline": set(), "a": {"a"}, "b": {"b"}}

@@ -188,6 +188,26 @@ def check_interleave(ap: argparse.ArgumentParser, args: argparse.Namespace, fixe
         ap.error("--rounds must be 3 or more (the first round is warm-up)")
 
 
+def run(build: Callable, args: argparse.Namespace, fixes: set[str], dev: torch.device,
+        not_interleaved: Optional[dict[str, str]] = None) -> Optional[tuple[Callable, list]]:
+    """A corpus program's main loop: ``build(args, fixes, dev)`` makes one iteration's step; run
+    it ``--steps`` times and wait for the GPU, returning (step, what each call returned); or,
+    with ``--interleave``, build every variant and time them side by side (``interleave``),
+    returning None. ``not_interleaved``: fixes that cannot share a process with other
+    variants, each with the reason said when asked for."""
+    if args.interleave:
+        for fix, why in (not_interleaved or {}).items():
+            if any(fix in fx for fx in args.variant_fixes.values()):
+                raise SystemExit(f"{fix} {why}: time it in runs of its own, not interleaved")
+        interleave({name: build(args, fx, dev) for name, fx in args.variant_fixes.items()},
+                   args.variant_fixes, args.interleave, dev, rounds=args.rounds)
+        return None
+    step = build(args, fixes, dev)
+    outs = [step() for _ in range(args.steps)]
+    finish(dev)
+    return step, outs
+
+
 def set_precision(fixes: set[str]) -> None:
     """The ``tf32`` fix as a process-wide setting, on or off: a builder calls it first (a CUDA
     graph keeps the GEMMs chosen when it was captured), ``interleave`` before each block."""

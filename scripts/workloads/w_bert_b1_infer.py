@@ -28,7 +28,7 @@ from typing import Callable
 import torch
 from transformers import BertConfig, BertModel
 
-from _corpus import graphed, interleave, nvtx, program_args, set_precision  # noqa: E402 (the workloads' shared helpers)
+from _corpus import graphed, nvtx, program_args, run, set_precision  # noqa: E402 (the workloads' shared helpers)
 
 FIXES = ("cuda_graph", "compile")
 CUDA_ONLY = ("cuda_graph",)
@@ -52,16 +52,16 @@ def build(args, fixes: set[str], dev: torch.device) -> Callable[[], torch.Tensor
     def forward(ids: torch.Tensor) -> torch.Tensor:
         return model(input_ids=ids).pooler_output  # no padding: no attention mask needed
 
-    run = forward
+    call = forward
     if "cuda_graph" in fixes:
         static_ids = torch.randint(0, cfg.vocab_size, (1, seq), device=dev)
-        run = graphed(forward, static_ids)
+        call = graphed(forward, static_ids)
 
     @torch.no_grad()
     def step() -> torch.Tensor:
         ids = torch.randint(0, cfg.vocab_size, (1, seq), device=dev)
         with nvtx("infer"):
-            return run(ids).argmax(-1)
+            return call(ids).argmax(-1)
     return step
 
 
@@ -70,16 +70,10 @@ def main() -> None:
                                     alternatives=({"cuda_graph", "compile"},),
                                     steps_help="requests (the first ones are warm-up)",
                                     small_help="tiny model, for a CPU smoke run")
-    if args.interleave:
-        interleave({name: build(args, fx, dev) for name, fx in args.variant_fixes.items()},
-                   args.variant_fixes, args.interleave, dev, rounds=args.rounds)
-        return
-    step = build(args, fixes, dev)
-    preds = [step() for _ in range(args.steps)]
-    if dev.type == "cuda":
-        torch.cuda.synchronize()
-    print(f"w_bert_b1_infer: {args.steps} requests, fixes {sorted(fixes) or 'none'}, "
-          f"pred histogram max {torch.cat(preds).bincount().max().item()}")
+    ran = run(build, args, fixes, dev)
+    if ran:
+        print(f"w_bert_b1_infer: {args.steps} requests, fixes {sorted(fixes) or 'none'}, "
+              f"pred histogram max {torch.cat(ran[1]).bincount().max().item()}")
 
 
 if __name__ == "__main__":

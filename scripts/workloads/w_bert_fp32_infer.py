@@ -29,15 +29,18 @@ from typing import Callable
 import torch
 from transformers import BertConfig, BertModel
 
-from _corpus import graphed, interleave, nvtx, program_args, set_precision  # noqa: E402 (the workloads' shared helpers)
+from _corpus import graphed, nvtx, program_args, run, set_precision  # noqa: E402 (the workloads' shared helpers)
 
 FIXES = ("tf32", "bf16_autocast", "cuda_graph")
 CUDA_ONLY = ("cuda_graph",)
 
 
-def build(args, fixes: set[str], dev: torch.device, model=None) -> Callable[[], torch.Tensor]:
-    """The forward with ``fixes`` applied (on ``model`` when given: the fixes leave the weights
-    as they are); returns one batch's step (fresh token ids, the forward in an NVTX range
+_MODELS: dict = {}  # one model a process: the fixes leave the weights as they are
+
+
+def build(args, fixes: set[str], dev: torch.device) -> Callable[[], torch.Tensor]:
+    """The forward with ``fixes`` applied, on the process's one model (interleaved variants
+    share its weights); returns one batch's step (fresh token ids, the forward in an NVTX range
     ``infer``, the predictions)."""
     set_precision(fixes)
     if args.small:
@@ -47,7 +50,9 @@ def build(args, fixes: set[str], dev: torch.device, model=None) -> Callable[[], 
     else:
         cfg = BertConfig()  # bert-base: 12 layers, hidden 768, 12 heads, vocab 30522
         batch, seq = 32, 256
-    model = model if model is not None else BertModel(cfg).to(dev).eval()
+    if dev not in _MODELS:
+        _MODELS[dev] = BertModel(cfg).to(dev).eval()
+    model = _MODELS[dev]
     # No attention mask: full-length batches, and HF then needs no mask (no data-dependent check).
     # (autocast's weight-cast cache must be off where a CUDA graph is captured)
     amp = (torch.autocast(dev.type, dtype=torch.bfloat16, cache_enabled="cuda_graph" not in fixes)
@@ -57,36 +62,26 @@ def build(args, fixes: set[str], dev: torch.device, model=None) -> Callable[[], 
         with amp:
             return model(input_ids=ids).pooler_output
 
-    run = forward
+    call = forward
     if "cuda_graph" in fixes:
         static_ids = torch.randint(0, cfg.vocab_size, (batch, seq), device=dev)
-        run = graphed(forward, static_ids)
+        call = graphed(forward, static_ids)
 
     @torch.no_grad()
     def step() -> torch.Tensor:
         ids = torch.randint(0, cfg.vocab_size, (batch, seq), device=dev)
         with nvtx("infer"):
-            return run(ids).argmax(-1)
-    step.model = model
+            return call(ids).argmax(-1)
     return step
 
 
 def main() -> None:
     args, fixes, dev = program_args(__doc__, FIXES, CUDA_ONLY,
                                     steps_help="batches (the first ones are warm-up)")
-    if args.interleave:
-        steps, model = {}, None
-        for name, fx in args.variant_fixes.items():  # one model: the variants share its weights
-            steps[name] = build(args, fx, dev, model)
-            model = steps[name].model
-        interleave(steps, args.variant_fixes, args.interleave, dev, rounds=args.rounds)
-        return
-    step = build(args, fixes, dev)
-    preds = [step() for _ in range(args.steps)]
-    if dev.type == "cuda":
-        torch.cuda.synchronize()
-    print(f"w_bert_fp32_infer: {args.steps} batches, fixes {sorted(fixes) or 'none'}, "
-          f"last preds {preds[-1][:4].tolist()}")
+    ran = run(build, args, fixes, dev)
+    if ran:
+        print(f"w_bert_fp32_infer: {args.steps} batches, fixes {sorted(fixes) or 'none'}, "
+              f"last preds {ran[1][-1][:4].tolist()}")
 
 
 if __name__ == "__main__":

@@ -23,11 +23,13 @@ Fixes:
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from _corpus import nvtx, program_args  # noqa: E402 (the workloads' shared helpers)
+from _corpus import nvtx, program_args, run  # noqa: E402 (the workloads' shared helpers)
 
 FIXES = ("no_sync", "graphs")
 CUDA_ONLY = ("graphs",)
@@ -63,11 +65,9 @@ class Refiner(nn.Module):
         return scores
 
 
-def main() -> None:
-    args, fixes, dev = program_args(__doc__, FIXES, CUDA_ONLY,
-                                    alternatives=[("no_sync", "graphs")],
-                                    steps_help="batches (the first ones are warm-up)")
-
+def build(args, fixes: set[str], dev: torch.device) -> Callable[[], None]:
+    """The encoder, head and refiner (and the graphs) with ``fixes`` applied; returns one batch's
+    step (a fresh input, the annotated forward, its prediction appended to ``step.preds``)."""
     d, blocks, batch, seq, classes, width, rounds = 2048, 6, 8, 512, 1000, 256, 40
     if args.small:
         d, blocks, batch, seq, classes, width, rounds = 64, 2, 2, 16, 10, 16, 4
@@ -94,43 +94,51 @@ def main() -> None:
                 g_scores, g_cmin = front(static_x)
             with torch.cuda.graph(g_refine, pool=g_front.pool()):  # replayed in capture order
                 g_refined = refiner(g_scores)
+    preds: list[torch.Tensor] = []
 
-    preds = []
-    with torch.no_grad():
-        for _ in range(args.steps):
-            x = torch.randn(batch, seq, d, device=dev, dtype=torch.bfloat16)  # embedded input
-            if "graphs" in fixes:
-                with nvtx("infer"):
-                    with nvtx("encoder"):
-                        static_x.copy_(x)
-                        g_front.replay()
-                    with nvtx("exit_check"):
-                        if g_cmin.item() >= THRESHOLD:  # the sync stays
-                            preds.append(g_scores.argmax(-1))
-                            continue
-                    with nvtx("refine"):
-                        g_refine.replay()
-                    preds.append(g_refined.argmax(-1))
-                continue
+    @torch.no_grad()
+    def step() -> None:
+        x = torch.randn(batch, seq, d, device=dev, dtype=torch.bfloat16)  # embedded input
+        if "graphs" in fixes:
             with nvtx("infer"):
                 with nvtx("encoder"):
-                    scores = head(encoder(x).mean(1).float())
+                    static_x.copy_(x)
+                    g_front.replay()
                 with nvtx("exit_check"):
-                    conf = scores.softmax(-1).amax(-1)
-                    if "no_sync" in fixes:
-                        confident = conf.min() >= THRESHOLD  # a GPU bool, never read here
-                    elif conf.min().item() >= THRESHOLD:  # the defect: waits for the encoder
-                        preds.append(scores.argmax(-1))
-                        continue
+                    if g_cmin.item() >= THRESHOLD:  # the sync stays
+                        preds.append(g_scores.argmax(-1))
+                        return
                 with nvtx("refine"):
-                    refined = refiner(scores)
-                    if "no_sync" in fixes:
-                        refined = torch.where(confident, scores, refined)
-                preds.append(refined.argmax(-1))
-    if dev.type == "cuda":
-        torch.cuda.synchronize()
-    print(f"w_early_exit_sync: {args.steps} batches, fixes {sorted(fixes) or 'none'}, "
-          f"class histogram max {torch.stack(preds).flatten().bincount().max().item()}")
+                    g_refine.replay()
+                preds.append(g_refined.argmax(-1))
+            return
+        with nvtx("infer"):
+            with nvtx("encoder"):
+                scores = head(encoder(x).mean(1).float())
+            with nvtx("exit_check"):
+                conf = scores.softmax(-1).amax(-1)
+                if "no_sync" in fixes:
+                    confident = conf.min() >= THRESHOLD  # a GPU bool, never read here
+                elif conf.min().item() >= THRESHOLD:  # the defect: waits for the encoder
+                    preds.append(scores.argmax(-1))
+                    return
+            with nvtx("refine"):
+                refined = refiner(scores)
+                if "no_sync" in fixes:
+                    refined = torch.where(confident, scores, refined)
+            preds.append(refined.argmax(-1))
+    step.preds = preds
+    return step
+
+
+def main() -> None:
+    args, fixes, dev = program_args(__doc__, FIXES, CUDA_ONLY,
+                                    alternatives=[("no_sync", "graphs")],
+                                    steps_help="batches (the first ones are warm-up)")
+    ran = run(build, args, fixes, dev)
+    if ran:
+        print(f"w_early_exit_sync: {args.steps} batches, fixes {sorted(fixes) or 'none'}, "
+              f"class histogram max {torch.stack(ran[0].preds).flatten().bincount().max().item()}")
 
 
 if __name__ == "__main__":

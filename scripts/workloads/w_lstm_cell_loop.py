@@ -15,10 +15,12 @@ Fixes:
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 import torch.nn as nn
 
-from _corpus import graphed, nvtx, program_args  # noqa: E402 (the workloads' shared helpers)
+from _corpus import graphed, nvtx, program_args, run  # noqa: E402 (the workloads' shared helpers)
 
 FIXES = ("cuda_graph", "cudnn_lstm")
 CUDA_ONLY = ("cuda_graph",)
@@ -39,18 +41,16 @@ def cell_loop(cells: nn.ModuleList, x: torch.Tensor) -> torch.Tensor:
     return torch.stack(outs)
 
 
-def main() -> None:
-    args, fixes, dev = program_args(__doc__, FIXES, CUDA_ONLY,
-                                    alternatives=({"cuda_graph", "cudnn_lstm"},),
-                                    steps_help="batches (the first ones are warm-up)",
-                                    small_help="short sequences, for a CPU smoke run")
-
+def build(args, fixes: set[str], dev: torch.device) -> Callable[[], torch.Tensor]:
+    """The cells (and the cuDNN LSTM or the graph) with ``fixes`` applied; returns one batch's
+    step (a fresh sequence, the forward in an NVTX range ``infer``, the output consumed on the
+    GPU into ``step.checksum``)."""
     feat, hidden, layers, batch, steps_t = 256, 512, 2, 16, 256
     if args.small:
         feat, hidden, batch, steps_t = 16, 32, 2, 8
     cells = nn.ModuleList(nn.LSTMCell(feat if i == 0 else hidden, hidden) for i in range(layers))
     cells = cells.to(dev).eval()
-    run = lambda x: cell_loop(cells, x)
+    call = lambda x: cell_loop(cells, x)
 
     if "cudnn_lstm" in fixes:
         lstm = nn.LSTM(feat, hidden, num_layers=layers).to(dev).eval()
@@ -60,23 +60,34 @@ def main() -> None:
                 getattr(lstm, f"weight_hh_l{i}").copy_(cell.weight_hh)
                 getattr(lstm, f"bias_ih_l{i}").copy_(cell.bias_ih)
                 getattr(lstm, f"bias_hh_l{i}").copy_(cell.bias_hh)
-        run = lambda x: lstm(x)[0]
+        call = lambda x: lstm(x)[0]
 
     if "cuda_graph" in fixes:
         static_x = torch.randn(steps_t, batch, feat, device=dev)
-        run = graphed(run, static_x)
+        call = graphed(call, static_x)
 
     checksum = torch.zeros((), device=dev)
-    with torch.no_grad():
-        for _ in range(args.steps):
-            x = torch.randn(steps_t, batch, feat, device=dev)
-            with nvtx("infer"):
-                y = run(x)
-                checksum += y[-1].float().mean()  # consumes the output on the GPU
-    if dev.type == "cuda":
-        torch.cuda.synchronize()
-    print(f"w_lstm_cell_loop: {args.steps} batches, fixes {sorted(fixes) or 'none'}, "
-          f"checksum {checksum.item():.4f}")
+
+    @torch.no_grad()
+    def step() -> torch.Tensor:
+        x = torch.randn(steps_t, batch, feat, device=dev)
+        with nvtx("infer"):
+            y = call(x)
+            checksum.add_(y[-1].float().mean())  # consumes the output on the GPU
+        return checksum
+    step.checksum = checksum
+    return step
+
+
+def main() -> None:
+    args, fixes, dev = program_args(__doc__, FIXES, CUDA_ONLY,
+                                    alternatives=({"cuda_graph", "cudnn_lstm"},),
+                                    steps_help="batches (the first ones are warm-up)",
+                                    small_help="short sequences, for a CPU smoke run")
+    ran = run(build, args, fixes, dev)
+    if ran:
+        print(f"w_lstm_cell_loop: {args.steps} batches, fixes {sorted(fixes) or 'none'}, "
+              f"checksum {ran[0].checksum.item():.4f}")
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 import torchvision
 
-from _corpus import interleave, nvtx, program_args  # noqa: E402 (the workloads' shared helpers)
+from _corpus import nvtx, program_args, run  # noqa: E402 (the workloads' shared helpers)
 
 FIXES = ("workers", "gpu_aug")
 CUDA_ONLY: tuple[str, ...] = ()
@@ -131,19 +131,10 @@ def main() -> None:
     args, fixes, dev = program_args(__doc__, FIXES, CUDA_ONLY,
                                     alternatives=({"workers", "gpu_aug"},),
                                     small_help="tiny images and batch, for a CPU smoke run")
-    if args.interleave:
-        if any("workers" in fx for fx in args.variant_fixes.values()):
-            # its workers would prepare batches while the other variants' blocks run
-            raise SystemExit("workers prefetch in the background: time it in runs of its own, not interleaved")
-        interleave({name: build(args, fx, dev) for name, fx in args.variant_fixes.items()},
-                   args.variant_fixes, args.interleave, dev, rounds=args.rounds)
-        return
-    step = build(args, fixes, dev)
-    for _ in range(args.steps):
-        loss = step()
-    if dev.type == "cuda":
-        torch.cuda.synchronize()
-    print(f"w_numpy_aug_train: {args.steps} steps, fixes {sorted(fixes) or 'none'}, loss {loss.item():.3f}")
+    # (its workers would prepare batches while the other variants' blocks run)
+    ran = run(build, args, fixes, dev, not_interleaved={"workers": "prefetches in the background"})
+    if ran:
+        print(f"w_numpy_aug_train: {args.steps} steps, fixes {sorted(fixes) or 'none'}, loss {ran[1][-1].item():.3f}")
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ from typing import Callable
 import torch
 import torchvision
 
-from _corpus import graphed, interleave, nvtx, program_args, set_precision  # noqa: E402 (the workloads' shared helpers)
+from _corpus import graphed, nvtx, program_args, run, set_precision  # noqa: E402 (the workloads' shared helpers)
 
 FIXES = ("channels_last", "bf16_channels_last", "tf32", "cuda_graph")
 CUDA_ONLY = ("cuda_graph",)
@@ -73,16 +73,10 @@ def main() -> None:
                                     alternatives=({"channels_last", "bf16_channels_last"},),
                                     steps_help="batches (the first ones are warm-up)",
                                     more=_more)
-    if args.interleave:
-        interleave({name: build(args, fx, dev) for name, fx in args.variant_fixes.items()},
-                   args.variant_fixes, args.interleave, dev, rounds=args.rounds)
-        return
-    step = build(args, fixes, dev)
-    preds = [step() for _ in range(args.steps)]
-    if dev.type == "cuda":
-        torch.cuda.synchronize()
-    print(f"w_resnet50_fp32_infer ({args.arch}): {args.steps} batches, fixes {sorted(fixes) or 'none'}, "
-          f"last preds {preds[-1][:4].tolist()}")
+    ran = run(build, args, fixes, dev)
+    if ran:
+        print(f"w_resnet50_fp32_infer ({args.arch}): {args.steps} batches, fixes {sorted(fixes) or 'none'}, "
+              f"last preds {ran[1][-1][:4].tolist()}")
 
 
 if __name__ == "__main__":

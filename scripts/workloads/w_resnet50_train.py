@@ -30,15 +30,17 @@ from typing import Callable
 import torch
 import torchvision
 
-from _corpus import bf16_autocast, finish, interleave, program_args, train_step  # noqa: E402 (the workloads' shared helpers)
+from _corpus import bf16_autocast, program_args, run, train_step  # noqa: E402 (the workloads' shared helpers)
 
 FIXES = ("fused_sgd", "cudnn_benchmark", "compile", "compile_graphs")
 CUDA_ONLY: tuple[str, ...] = ()
 
 
 def build(args, fixes: set[str], dev: torch.device) -> Callable[[], torch.Tensor]:
-    """The model and optimizer with ``fixes`` applied (not ``cudnn_benchmark``, a process-wide
-    setting ``main`` makes); returns one training step (fresh images and labels; its loss)."""
+    """The model and optimizer with ``fixes`` applied (``cudnn_benchmark`` is process-wide: never
+    interleaved); returns one training step (fresh images and labels; its loss)."""
+    if "cudnn_benchmark" in fixes:
+        torch.backends.cudnn.benchmark = True
     batch, size = (2, 64) if args.small else (128, 224)
     model = torchvision.models.resnet50(num_classes=1000).to(dev, memory_format=torch.channels_last).train()
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-5,
@@ -60,19 +62,9 @@ def main() -> None:
     args, fixes, dev = program_args(__doc__, FIXES, CUDA_ONLY,
                                     alternatives=[("compile", "compile_graphs")],
                                     small_help="tiny batch and images, for a CPU smoke run")
-    if args.interleave:
-        if any("cudnn_benchmark" in fx for fx in args.variant_fixes.values()):
-            raise SystemExit("cudnn_benchmark is process-wide: time it in runs of its own, not interleaved")
-        interleave({name: build(args, fx, dev) for name, fx in args.variant_fixes.items()},
-                   args.variant_fixes, args.interleave, dev, rounds=args.rounds)
-        return
-    if "cudnn_benchmark" in fixes:
-        torch.backends.cudnn.benchmark = True
-    step = build(args, fixes, dev)
-    for _ in range(args.steps):
-        loss = step()
-    finish(dev)
-    print(f"w_resnet50_train: {args.steps} steps, fixes {sorted(fixes) or 'none'}, loss {loss.item():.3f}")
+    ran = run(build, args, fixes, dev, not_interleaved={"cudnn_benchmark": "is process-wide"})
+    if ran:
+        print(f"w_resnet50_train: {args.steps} steps, fixes {sorted(fixes) or 'none'}, loss {ran[1][-1].item():.3f}")
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ from typing import Callable
 import torch
 from transformers import T5Config, T5ForConditionalGeneration
 
-from _corpus import bf16_autocast, finish, interleave, LossLog, program_args, set_precision, train_step  # noqa: E402 (the workloads' shared helpers)
+from _corpus import bf16_autocast, LossLog, program_args, run, set_precision, train_step  # noqa: E402 (the workloads' shared helpers)
 
 FIXES = ("tf32", "bf16_autocast", "fused_adamw", "no_item", "compile_graphs")
 CUDA_ONLY: tuple[str, ...] = ()
@@ -64,17 +64,10 @@ def build(args, fixes: set[str], dev: torch.device) -> Callable[[], torch.Tensor
 def main() -> None:
     args, fixes, dev = program_args(__doc__, FIXES, CUDA_ONLY,
                                     alternatives=[("tf32", "bf16_autocast")])
-    if args.interleave:
-        interleave({name: build(args, fx, dev) for name, fx in args.variant_fixes.items()},
-                   args.variant_fixes, args.interleave, dev, rounds=args.rounds)
-        return
-    step = build(args, fixes, dev)
-    for _ in range(args.steps):
-        step()
-    finish(dev)
-    total = step.log.total()
-    print(f"w_t5_finetune: {args.steps} steps, fixes {sorted(fixes) or 'none'}, "
-          f"mean loss {total / max(args.steps, 1):.3f}")
+    ran = run(build, args, fixes, dev)
+    if ran:
+        print(f"w_t5_finetune: {args.steps} steps, fixes {sorted(fixes) or 'none'}, "
+              f"mean loss {ran[0].log.total() / max(args.steps, 1):.3f}")
 
 
 if __name__ == "__main__":

@@ -27,8 +27,12 @@ Expected gain
     kernels run back to back with their measured durations (cuDNN's batched input GEMM and
     persistent recurrent kernels are not slower than the cells' kernels, so the GPU side is not
     priced down: a floor). The step model replays the edited graph at the calibrated CPU scale
-    (measured without a profiler on the H200, a 2-layer LSTMCell loop of 256 timesteps: nn.LSTM
-    3.13x, a CUDA graph of the loop 3.22x).
+    (measured without a profiler on the H200, a 2-layer LSTMCell loop of 256 timesteps, the
+    variants side by side in one process: a CUDA graph of the loop 2.70-3.29x, priced 2.88x;
+    nn.LSTM 3.50-3.58x, priced 2.88x: cuDNN's kernels took 7.6-9.2 ms a batch where the cells'
+    took 10.1 ms, which the floor leaves out. Without shapes the trace cannot price them:
+    dropping the per-timestep input GEMMs, which cuDNN batches, would give about 5.8 ms, too
+    little, since its recurrent kernels take longer a timestep than the cells' GEMM and update).
 References
     PyTorch ``nn.LSTM`` / ``nn.GRU`` docs (cuDNN implementation); NVIDIA cuDNN RNN API
     (persistent kernels); Appleyard et al., "Optimizing Performance of Recurrent Neural Networks

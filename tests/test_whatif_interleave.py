@@ -148,3 +148,22 @@ def test_variants_are_checked_as_fixes_are(corpus):
                                 set(), ("a", "b"), alternatives=({"a", "b"},))
     corpus.check_interleave(ap, ns, set(), ("a", "b"), alternatives=({"a", "b"},))
     assert ns.variant_fixes == {"baseline": set(), "a": {"a"}, "b": {"b"}}
+
+
+def test_run_loops_or_interleaves_and_names_what_cannot_share_a_process(corpus, tmp_path):
+    import torch
+
+    def build(args, fixes, dev):
+        return lambda: len(fixes)
+
+    base = dict(device="cpu", rounds=3, steps=4)
+    got = corpus.run(build, argparse.Namespace(interleave=None, **base), {"a"}, torch.device("cpu"))
+    assert got is not None and got[1] == [1, 1, 1, 1]
+    ns = argparse.Namespace(interleave=str(tmp_path / "ab.json"), variants="baseline,a",
+                            variant_fixes={"baseline": set(), "a": {"a"}}, **base)
+    with pytest.raises(SystemExit, match="a prefetches in the background: time it in runs of its own"):
+        corpus.run(build, ns, set(), torch.device("cpu"), not_interleaved={"a": "prefetches in the background"})
+    assert not (tmp_path / "ab.json").exists()
+    ns.not_interleaved = None
+    assert corpus.run(build, ns, set(), torch.device("cpu")) is None
+    assert set(json.loads((tmp_path / "ab.json").read_text())["variants"]) == {"baseline", "a"}

@@ -1610,6 +1610,20 @@ def cmd_page(args: argparse.Namespace) -> None:
     print(f"wrote {PAGE.relative_to(ROOT)}")
 
 
+def _timing_options(p: argparse.ArgumentParser, unit: str, min_left: float, reps_help: str) -> None:
+    """What ``measure`` and ``interleave`` share: OUTDIR, the programs, the reps, the budget, the
+    interpreter and --fresh."""
+    p.add_argument("outdir")
+    p.add_argument("--programs", help="comma-separated program names (default: all)")
+    p.add_argument("--reps", type=int, default=3, help=reps_help)
+    p.add_argument("--budget", type=float, default=0, help="seconds for the whole measurement (0: no limit)")
+    p.add_argument("--min-left", type=float, default=min_left,
+                   help=f"skip a {unit} when fewer seconds than this are left in the budget")
+    p.add_argument("--python", default=sys.executable, help="interpreter that runs the programs")
+    p.add_argument("--fresh", action="store_true",
+                   help="start a new OUTDIR/measured.json instead of resuming the one there")
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -1622,32 +1636,16 @@ def main(argv: list[str] | None = None) -> None:
                    help="one line per variant: name<TAB>variant<TAB>script<TAB>args...")
     p.set_defaults(func=cmd_list)
     p = sub.add_parser("measure", help="time every (program, variant) without a profiler (GPU machine)")
-    p.add_argument("outdir")
-    p.add_argument("--programs", help="comma-separated program names (default: all)")
+    _timing_options(p, "run", 20, "runs of each variant")
     p.add_argument("--fixes", help="comma-separated fix names to time beside the baseline (default: all)")
-    p.add_argument("--reps", type=int, default=3)
-    p.add_argument("--budget", type=float, default=0, help="seconds for the whole measurement (0: no limit)")
-    p.add_argument("--min-left", type=float, default=20,
-                   help="skip a run when fewer seconds than this are left in the budget")
-    p.add_argument("--python", default=sys.executable, help="interpreter that runs the programs")
-    p.add_argument("--fresh", action="store_true",
-                   help="start a new OUTDIR/measured.json instead of resuming the one there")
     p.add_argument("--prime", action="store_true",
                    help="first run each compiling variant once, untimed, so that every timed run finds "
                         "Inductor's caches warm")
     p.set_defaults(func=cmd_measure)
     p = sub.add_parser("interleave", help="time each program's variants side by side in one process, "
                        "alternating blocks (GPU machine; the programs whose entry has `interleave`)")
-    p.add_argument("outdir")
-    p.add_argument("--programs", help="comma-separated program names (default: all)")
-    p.add_argument("--reps", type=int, default=3, help="processes per program")
+    _timing_options(p, "process", 30, "processes per program")
     p.add_argument("--rounds", type=int, default=15, help="rounds of blocks a process")
-    p.add_argument("--budget", type=float, default=0, help="seconds for the whole measurement (0: no limit)")
-    p.add_argument("--min-left", type=float, default=30,
-                   help="skip a process when fewer seconds than this are left in the budget")
-    p.add_argument("--python", default=sys.executable, help="interpreter that runs the programs")
-    p.add_argument("--fresh", action="store_true",
-                   help="start a new OUTDIR/measured.json instead of resuming the one there")
     p.set_defaults(func=cmd_interleave)
     p = sub.add_parser("page", help="write analyses/whatif.md: predicted against measured (CPU)")
     p.add_argument("--check", action="store_true", help="fail when the committed page is stale")

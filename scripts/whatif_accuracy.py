@@ -181,6 +181,7 @@ def _cnn_training(name: str, arch: str, baseline: str, channels_last: str, bf16:
 PROGRAMS: list[dict] = [
     {
         "name": "train_llama", "script": f"{W}/train_llama.py", "args": ["--steps", "40"],
+        "interleave": "all",
         "capture_args": ["--steps", "12"],
         "step_range": "train_step", "kind": "training",
         "fixes": {
@@ -250,6 +251,7 @@ PROGRAMS: list[dict] = [
     },
     {
         "name": "resnet18_pageable", "script": f"{W}/w_resnet18_pageable.py", "args": ["--steps", "100"],
+        "interleave": "all",
         "capture_args": ["--steps", "60"],
         "step_range": "infer", "kind": "inference",
         "fixes": {

@@ -167,3 +167,42 @@ def test_run_loops_or_interleaves_and_names_what_cannot_share_a_process(corpus, 
     ns.not_interleaved = None
     assert corpus.run(build, ns, set(), torch.device("cpu")) is None
     assert set(json.loads((tmp_path / "ab.json").read_text())["variants"]) == {"baseline", "a"}
+
+
+@pytest.fixture()
+def tiny_torchvision(corpus, monkeypatch):
+    """A stand-in ``torchvision`` whose classifiers are one small conv net, so that the torchvision
+    workloads' loops and --interleave run on the CPU where torchvision is not installed."""
+    import types
+
+    import torch
+
+    def classifier(num_classes: int = 1000, **_):
+        return torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8),
+                                   torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
+                                   torch.nn.Linear(8, num_classes))
+    models = types.SimpleNamespace(**{a: classifier for a in (
+        "resnet18", "resnet50", "efficientnet_b0", "mobilenet_v3_large", "convnext_tiny", "regnet_y_800mf")})
+    monkeypatch.setitem(sys.modules, "torchvision", types.SimpleNamespace(models=models))
+    return corpus
+
+
+@pytest.mark.parametrize("script,extra,variants", [
+    ("w_resnet50_fp32_infer", ["--arch", "efficientnet_b0"], "baseline,channels_last,bf16_channels_last,tf32"),
+    ("w_resnet18_pageable", [], "baseline,channels_last_bf16"),
+    ("w_resnet50_train", [], "baseline,fused_sgd"),
+    ("w_numpy_aug_train", [], "baseline,gpu_aug"),
+])
+def test_torchvision_workloads_loop_and_interleave_on_the_cpu(tiny_torchvision, monkeypatch, tmp_path, capsys,
+                                                              script, extra, variants):
+    import importlib
+    mod = importlib.import_module(script)
+    base = ["prog", "--device", "cpu", "--small", *extra]
+    monkeypatch.setattr(sys, "argv", [*base, "--steps", "3"])
+    mod.main()
+    assert "3 " in capsys.readouterr().out
+    out = tmp_path / "ab.json"
+    monkeypatch.setattr(sys, "argv", [*base, "--interleave", str(out), "--variants", variants, "--rounds", "3"])
+    mod.main()
+    got = json.loads(out.read_text())["variants"]
+    assert list(got) == variants.split(",") and all(v["n_used"] == 2 for v in got.values())

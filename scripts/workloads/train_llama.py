@@ -6,6 +6,7 @@ range. One middle step is also wrapped in `ncu_iter`, so `profkit capture --ncu 
 ncu_iter` profiles one whole steady-state iteration.
 
     python train_llama.py [--steps 12] [--fused] [--compile] [--attn eager] [--kineto trace.json.gz]
+    python train_llama.py --interleave OUT.json --variants baseline,fused,compile
 
 ``--compile`` applies what profkit's host-overhead rule suggests for this host-bound step: the
 model's forward and backward under torch.compile(mode="reduce-overhead") (Inductor kernels replayed
@@ -17,9 +18,48 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+from typing import Callable
 
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
+
+from _corpus import interleave, interleave_args  # noqa: E402 (the workloads' shared helpers)
+
+
+def build(args, fused: bool, compiled: bool) -> Callable[[], torch.Tensor]:
+    """The model, its AdamW and the batch (``fused``: AdamW(fused=True); ``compiled``: the model
+    and the optimizer step compiled); returns one annotated training step (its loss)."""
+    cfg = LlamaConfig(vocab_size=32000, hidden_size=1024, intermediate_size=2816,
+                      num_hidden_layers=2, num_attention_heads=16, num_key_value_heads=16,
+                      max_position_embeddings=2048)
+    cfg._attn_implementation = args.attn
+    model = LlamaForCausalLM(cfg).cuda().train()          # fp32 master weights
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4,
+                            **({"fused": True} if fused else {"foreach": True}))
+    ids = torch.randint(0, cfg.vocab_size, (args.batch, args.seq), device="cuda")
+    step_opt = opt.step
+    if compiled:
+        model = torch.compile(model, mode="reduce-overhead")
+        step_opt = torch.compile(opt.step)
+    nvtx = torch.cuda.nvtx
+
+    def step(ncu: bool = False) -> torch.Tensor:
+        mark = nvtx.range("ncu_iter") if ncu else contextlib.nullcontext()
+        with mark, nvtx.range("train_step"):
+            if compiled:
+                torch.compiler.cudagraph_mark_step_begin()
+            with nvtx.range("forward"), torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = model(input_ids=ids, labels=ids).loss
+            with nvtx.range("backward"):
+                loss.backward()
+            with nvtx.range("optimizer"):
+                step_opt()
+                opt.zero_grad(set_to_none=True)
+        return loss
+    return step
+
+
+VARIANTS = {"baseline": (False, False), "fused": (True, False), "compile": (False, True)}
 
 
 def main() -> None:
@@ -33,21 +73,18 @@ def main() -> None:
     ap.add_argument("--attn", choices=("sdpa", "eager"), default="sdpa",
                     help="attention implementation (eager: GEMM + softmax + GEMM)")
     ap.add_argument("--kineto", default=None, help="also write a torch.profiler trace here")
+    interleave_args(ap)
     args = ap.parse_args()
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=32000, hidden_size=1024, intermediate_size=2816,
-                      num_hidden_layers=2, num_attention_heads=16, num_key_value_heads=16,
-                      max_position_embeddings=2048)
-    cfg._attn_implementation = args.attn
-    model = LlamaForCausalLM(cfg).cuda().train()          # fp32 master weights
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4,
-                            **({"fused": True} if args.fused else {"foreach": True}))
-    ids = torch.randint(0, cfg.vocab_size, (args.batch, args.seq), device="cuda")
-    step_opt = opt.step
-    if args.compile:
-        model = torch.compile(model, mode="reduce-overhead")
-        step_opt = torch.compile(opt.step)
-    nvtx = torch.cuda.nvtx
+    if args.interleave:
+        names = [v.strip() for v in args.variants.split(",") if v.strip()]
+        if len(names) < 2 or set(names) - set(VARIANTS) or args.fused or args.compile or args.kineto:
+            ap.error(f"--interleave takes two or more --variants of {', '.join(VARIANTS)} "
+                     "(and no --fused/--compile/--kineto)")
+        interleave({n: build(args, *VARIANTS[n]) for n in names}, {n: set() for n in names}, args.interleave,
+                   torch.device("cuda"), rounds=args.rounds)
+        return
+    step = build(args, args.fused, args.compile)
     prof = contextlib.nullcontext()
     if args.kineto:
         # No schedule: every step is recorded, each marked ProfilerStep#N by p.step().
@@ -55,17 +92,7 @@ def main() -> None:
             activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA])
     with prof as p:
         for i in range(args.steps):
-            mark = nvtx.range("ncu_iter") if i == args.steps // 2 else contextlib.nullcontext()
-            with mark, nvtx.range("train_step"):
-                if args.compile:
-                    torch.compiler.cudagraph_mark_step_begin()
-                with nvtx.range("forward"), torch.autocast("cuda", dtype=torch.bfloat16):
-                    loss = model(input_ids=ids, labels=ids).loss
-                with nvtx.range("backward"):
-                    loss.backward()
-                with nvtx.range("optimizer"):
-                    step_opt()
-                    opt.zero_grad(set_to_none=True)
+            loss = step(ncu=i == args.steps // 2)
             if p is not None:
                 p.step()
     torch.cuda.synchronize()

@@ -21,19 +21,20 @@ Fixes:
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 import torchvision
 
-from _corpus import nvtx, program_args  # noqa: E402 (the workloads' shared helpers)
+from _corpus import nvtx, program_args, run  # noqa: E402 (the workloads' shared helpers)
 
 FIXES = ("pinned", "channels_last_bf16")
 CUDA_ONLY = ("pinned",)
 
 
-def main() -> None:
-    args, fixes, dev = program_args(__doc__, FIXES, CUDA_ONLY,
-                                    steps_help="batches (the first ones are warm-up)",
-                                    small_help="tiny batch, for a CPU smoke run")
+def build(args, fixes: set[str], dev: torch.device) -> Callable[[], torch.Tensor]:
+    """The model and the host batches with ``fixes`` applied; returns one batch's step (the
+    annotated copy in and forward; the predictions)."""
     batch, size = (2, 64) if args.small else (32, 224)
     model = torchvision.models.resnet18(num_classes=1000).to(dev).eval()
     dtype = torch.float32
@@ -43,21 +44,28 @@ def main() -> None:
     pool = [torch.randn(batch, 3, size, size) for _ in range(8)]  # preprocessed batches on the host
     if "pinned" in fixes:
         pool = [t.pin_memory() for t in pool]  # pinned once; never written again, so no race
+    count = iter(range(1 << 62))
 
-    preds = []
-    with torch.no_grad():
-        for i in range(args.steps):
-            with nvtx("infer"):
-                with nvtx("copy_in"):
-                    x = pool[i % len(pool)].to(dev, non_blocking="pinned" in fixes)
-                    if "channels_last_bf16" in fixes:
-                        x = x.to(dtype, memory_format=torch.channels_last)
-                with nvtx("forward"):
-                    preds.append(model(x).argmax(1))
-    if dev.type == "cuda":
-        torch.cuda.synchronize()
-    print(f"w_resnet18_pageable: {args.steps} batches, fixes {sorted(fixes) or 'none'}, "
-          f"first preds {torch.stack(preds)[-1, :4].tolist()}")
+    @torch.no_grad()
+    def step() -> torch.Tensor:
+        with nvtx("infer"):
+            with nvtx("copy_in"):
+                x = pool[next(count) % len(pool)].to(dev, non_blocking="pinned" in fixes)
+                if "channels_last_bf16" in fixes:
+                    x = x.to(dtype, memory_format=torch.channels_last)
+            with nvtx("forward"):
+                return model(x).argmax(1)
+    return step
+
+
+def main() -> None:
+    args, fixes, dev = program_args(__doc__, FIXES, CUDA_ONLY,
+                                    steps_help="batches (the first ones are warm-up)",
+                                    small_help="tiny batch, for a CPU smoke run")
+    ran = run(build, args, fixes, dev)
+    if ran:
+        print(f"w_resnet18_pageable: {args.steps} batches, fixes {sorted(fixes) or 'none'}, "
+              f"first preds {ran[1][-1][:4].tolist()}")
 
 
 if __name__ == "__main__":

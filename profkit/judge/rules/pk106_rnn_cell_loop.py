@@ -120,7 +120,8 @@ def detect(ctx: RuleContext) -> list[Finding]:
     launches = int((g.c_kind[calls] == int(CallKind.LAUNCH)).sum())
     gain, basis = ctx.price(lambda gr: cuda_graph(gr, calls, whole_step=True),
                             f"the cell loop's {launches / its:.0f} launches per iteration and the Python "
-                            "between them made by one library call, its kernels kept")
+                            "between them made by one library call, its kernels kept (a floor: cuDNN's own "
+                            "kernels can be faster than the cells')")
     if gain < 1.02:
         return []
     kinds = sorted({m_.group(1).upper() for n in names[np.unique(g.g_name[cell_ops])]

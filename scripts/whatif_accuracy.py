@@ -1569,7 +1569,8 @@ def both_ways_text(pairs: list[dict]) -> list[str]:
              "Those folders alone give the pair's measured gain above (`runs` N ab), because separate runs seconds "
              "apart drifted with the machine's CPU speed by more than the target band. A process's gain for a "
              "fix is the median over its rounds of the baseline's block over the fix's block of the same round "
-             "(`paired_gain`): a change of the CPU's speed that lasts several blocks divides out. Both "
+             "(`paired_gain`): a change of the CPU's speed that lasts several blocks divides out (every block: "
+             f"`{INTERLEAVED.relative_to(ROOT)}/`). Both "
              "measurements, each against the price at its own timed baseline:", "",
              "| program | fix | separate runs: predicted | measured | spread | runs | interleaved: predicted "
              "| measured | spread | processes | error, separate | error, interleaved |",

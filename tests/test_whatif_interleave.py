@@ -208,3 +208,43 @@ def test_torchvision_workloads_loop_and_interleave_on_the_cpu(tiny_torchvision, 
     mod.main()
     got = json.loads(out.read_text())["variants"]
     assert list(got) == variants.split(",") and all(v["n_used"] == 2 for v in got.values())
+
+
+def test_interleave_harness_end_to_end_with_a_stand_in_program(tmp_path, monkeypatch, capsys):
+    # A program that writes what _corpus.interleave writes, so that the harness's bookkeeping
+    # (one process a rep, its blocks into measured.json, a failure recorded, merge) runs here.
+    script = tmp_path / "fake.py"
+    script.write_text(
+        "import json, sys\n"
+        "a = sys.argv\n"
+        "out, names = a[a.index('--interleave') + 1], a[a.index('--variants') + 1].split(',')\n"
+        "if '--fail' in a: sys.exit(3)\n"
+        "blocks = {'baseline': [9, 10, 12, 10], 'fix': [9, 5, 6, 5]}\n"
+        "json.dump({'variants': {n: {'block_iterations': 10, 'block_ns': blocks[n],\n"
+        "          'median_ns': sorted(blocks[n][1:])[1], 'n_used': 3} for n in names}}, open(out, 'w'))\n")
+    progs = [{"name": "fake", "script": str(script), "args": [], "step_range": "s", "kind": "inference",
+              "interleave": "all", "fixes": {"fix": {"args": ["--fix", "fix"], "pays": True}}},
+             {"name": "broken", "script": str(script), "args": ["--fail"], "step_range": "s",
+              "kind": "inference", "interleave": ["fix"], "fixes": {"fix": {"args": [], "pays": True}}}]
+    monkeypatch.setattr(w, "PROGRAMS", progs)
+    out = tmp_path / "i"
+    w.main(["interleave", str(out), "--programs", "fake,broken", "--reps", "2", "--rounds", "4"])
+    m = json.loads((out / "measured.json").read_text())
+    fake = m["programs"]["fake"]["variants"]
+    assert m["interleaved"] and fake["baseline"]["reps"] == [1, 2] and fake["fix"]["median_ns"] == [5, 5]
+    assert fake["fix"]["n_used"] == [30, 30]
+    broken = m["programs"]["broken"]["variants"]["fix"]
+    assert broken["reps"] == [] and [f["reason"] for f in broken["failures"]] == ["exit status 3"] * 2
+    assert "fake rep 1" in capsys.readouterr().out
+    # a second call resumes: nothing measured is run again
+    w.main(["interleave", str(out), "--programs", "fake", "--reps", "2"])
+    assert json.loads((out / "measured.json").read_text())["programs"]["fake"]["variants"]["fix"]["reps"] == [1, 2]
+    data = tmp_path / "measured_h200.json"
+    data.write_text(json.dumps({"how": "x.", "runs": {}}))
+    monkeypatch.setattr(w, "MEASURED", data)
+    monkeypatch.setattr(w, "INTERLEAVED", tmp_path / "raw")
+    monkeypatch.setattr(w, "ROOT", tmp_path)
+    w.main(["merge", str(out / "measured.json"), "--folder", "7"])
+    runs = json.loads(data.read_text())["runs"]
+    assert runs["fake"]["fix"]["ab-7_r2"]["gain"] == 2.0  # median of 10/5, 12/6, 10/5
+    assert "broken" not in runs

@@ -1000,7 +1000,8 @@ AB_PREFIX = "ab-"
 def cmd_interleave(args: argparse.Namespace) -> None:
     """Per program and rep, one process that builds the baseline and every fix and times them in
     alternating blocks; OUTDIR/measured.json holds per variant the rep's median, as ``measure``
-    writes it (so ``table`` and ``merge`` read it alike)."""
+    writes it (so ``table`` and ``merge`` read it alike). A later call into the same OUTDIR keeps
+    the reps measured and tries the failed ones again."""
     progs = select(args.programs) if args.programs else [p for p in PROGRAMS if p.get("interleave")]
     bad = [p["name"] for p in progs if not p.get("interleave")]
     if bad:

@@ -52,6 +52,16 @@ def test_interleaved_folders_alone_give_the_gain_where_a_pair_has_them():
     assert w.measured_speedups(_measured(runs))[("p", "only_ab")][0] == 2.0
 
 
+def _committed_data(tmp_path: Path, monkeypatch) -> Path:
+    """An empty committed-data file (and raw-block folder) in tmp_path in place of the real ones."""
+    data = tmp_path / "measured_h200.json"
+    data.write_text(json.dumps({"how": "x.", "runs": {}}))
+    monkeypatch.setattr(w, "MEASURED", data)
+    monkeypatch.setattr(w, "INTERLEAVED", tmp_path / "raw")
+    monkeypatch.setattr(w, "ROOT", tmp_path)
+    return data
+
+
 def test_merge_names_interleaved_folders_and_pairs_each_fixs_blocks(tmp_path, monkeypatch):
     out = tmp_path / "i"
     (out / "calib").mkdir(parents=True)
@@ -63,11 +73,7 @@ def test_merge_names_interleaved_folders_and_pairs_each_fixs_blocks(tmp_path, mo
         "baseline": {"reps": [1], "median_ns": [10], "n_used": [30]},
         "tf32": {"reps": [1], "median_ns": [5], "n_used": [30]}}}}}
     (out / "measured.json").write_text(json.dumps(measured))
-    data = tmp_path / "measured_h200.json"
-    data.write_text(json.dumps({"how": "x.", "runs": {}}))
-    monkeypatch.setattr(w, "MEASURED", data)
-    monkeypatch.setattr(w, "INTERLEAVED", tmp_path / "raw")
-    monkeypatch.setattr(w, "ROOT", tmp_path)
+    data = _committed_data(tmp_path, monkeypatch)
     w.main(["merge", str(out / "measured.json"), "--folder", "9"])
     got = json.loads(data.read_text())["runs"]["prog"]
     assert got["baseline"] == {"ab-9_r1": {"iterations": 30, "median_ns": 10}}
@@ -239,11 +245,7 @@ def test_interleave_harness_end_to_end_with_a_stand_in_program(tmp_path, monkeyp
     # a second call resumes: nothing measured is run again
     w.main(["interleave", str(out), "--programs", "fake", "--reps", "2"])
     assert json.loads((out / "measured.json").read_text())["programs"]["fake"]["variants"]["fix"]["reps"] == [1, 2]
-    data = tmp_path / "measured_h200.json"
-    data.write_text(json.dumps({"how": "x.", "runs": {}}))
-    monkeypatch.setattr(w, "MEASURED", data)
-    monkeypatch.setattr(w, "INTERLEAVED", tmp_path / "raw")
-    monkeypatch.setattr(w, "ROOT", tmp_path)
+    data = _committed_data(tmp_path, monkeypatch)
     w.main(["merge", str(out / "measured.json"), "--folder", "7"])
     runs = json.loads(data.read_text())["runs"]
     assert runs["fake"]["fix"]["ab-7_r2"]["gain"] == 2.0  # median of 10/5, 12/6, 10/5

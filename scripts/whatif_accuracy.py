@@ -1487,7 +1487,7 @@ def page_text(measured: dict, load=None) -> str:
         "host-bound programs' baselines moved with them (gpt2_empty_cache: 32.3 ms in its capture's "
         "calibration run, 37.4-38.2 ms beside its fixes); **at capture** is the same rule's price at the "
         "capture's calibration. **Measured** is the baseline's median iteration over the fix's, both from "
-        "the same run folder (median over folders); where the pair was also timed with the baseline side by side "
+        "the same run folder (median over folders); where the pair was timed with the baseline side by side "
         "in one process (`runs` N ab), from those processes alone (see *Pairs timed side by side in one process*). "
         "The step time after the fix is the timed baseline "
         "divided by each gain; the error is predicted step time over measured step time, minus one. `runs` 0: the "

@@ -1564,7 +1564,7 @@ def both_ways_text(pairs: list[dict]) -> list[str]:
     if not ab:
         return []
     lines = ["", "## Pairs timed side by side in one process", "",
-             f"In {len(ab)} pairs the baseline and the fixes were also built in one process and timed in blocks "
+             f"In {len(ab)} pairs the baseline and the fixes were built in one process and timed in blocks "
              "that take turns (`scripts/whatif_accuracy.py interleave`: blocks of 0.2 s or 10 iterations or more, "
              "the order reversed each round, the first round warm-up, one process per run folder, folders `ab-*`). "
              "Those folders alone give the pair's measured gain above (`runs` N ab), because separate runs seconds "

@@ -74,7 +74,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 ROOT = Path(__file__).resolve().parents[1]
 W = "scripts/workloads"
@@ -869,6 +869,13 @@ def _run_once(args: argparse.Namespace, prog: dict, vargs: list[str], stem: str,
     calib_path.unlink(missing_ok=True)
     cmd = [args.python, "-m", "profkit.capture.bootstrap", "--calibrate", str(calib_path), "--",
            prog["script"], *vargs]
+    rc, wall = _run_logged(cmd, out, stem, limit, env)
+    return rc, wall, calib_path
+
+
+def _run_logged(cmd: list[str], out: Path, stem: str, limit: float, env: dict) -> tuple[int | None, float]:
+    """``cmd`` run from the repository root, its output in OUTDIR/logs/STEM.out and .err: (exit
+    status or None if killed at ``limit`` seconds, wall seconds)."""
     t0 = time.monotonic()
     with open(out / "logs" / f"{stem}.out", "w") as so, open(out / "logs" / f"{stem}.err", "w") as se:
         try:
@@ -876,11 +883,35 @@ def _run_once(args: argparse.Namespace, prog: dict, vargs: list[str], stem: str,
                                 stdin=subprocess.DEVNULL, timeout=limit).returncode
         except subprocess.TimeoutExpired:
             rc = None
-    return rc, time.monotonic() - t0, calib_path
+    return rc, time.monotonic() - t0
 
 
-def _new_result(args: argparse.Namespace) -> dict:
-    return {"format": "profkit-whatif-measured/1", "runs": [], "programs": {}, "skipped": []}
+def limit_for(prog: dict, fix: dict) -> float:
+    """The seconds a run of this variant may take: longer for one that compiles."""
+    compiles = fix.get("compiles", prog.get("compiles", False))
+    return float(fix.get("timeout_s", prog.get("timeout_s",
+                                              COMPILE_TIMEOUT_S if compiles else DEFAULT_TIMEOUT_S)))
+
+
+def _open_result(args: argparse.Namespace, mj: Path, progs: list[dict],
+                 chosen: Callable[[dict], list[tuple[str, list[str], dict]]]) -> dict:
+    """OUTDIR/measured.json to resume (a new one with --fresh or none there), this call recorded
+    in its ``runs`` and an entry made for each program's ``chosen(prog)`` variants."""
+    result = (json.loads(mj.read_text()) if (mj.exists() and not args.fresh)
+              else {"format": "profkit-whatif-measured/1", "runs": [], "programs": {}, "skipped": []})
+    result["skipped"] = []
+    result["runs"].append({"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                           "host": platform.node(), "python": args.python, "reps": args.reps,
+                           "budget_s": args.budget, "programs": [p["name"] for p in progs]})
+    for prog in progs:
+        entry = result["programs"].setdefault(prog["name"], {
+            "script": prog["script"], "step_range": prog["step_range"], "kind": prog["kind"],
+            "variants": {}})
+        for v, a, f in chosen(prog):
+            entry["variants"].setdefault(v, {
+                "args": a, "pays": f.get("pays"), "what": f.get("what", "as written"),
+                "reps": [], "median_ns": [], "n_used": [], "wall_s": [], "failures": []})
+    return result
 
 
 def cmd_measure(args: argparse.Namespace) -> None:
@@ -895,19 +926,7 @@ def cmd_measure(args: argparse.Namespace) -> None:
     mj = out / "measured.json"
     # Resume: results already in OUTDIR/measured.json are kept, and the runs they hold (measured
     # or failed) are not repeated; runs skipped for lack of budget are tried again.
-    result = json.loads(mj.read_text()) if (mj.exists() and not args.fresh) else _new_result(args)
-    result["skipped"] = []
-    result["runs"].append({"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                           "host": platform.node(), "python": args.python, "reps": args.reps,
-                           "budget_s": args.budget, "programs": [p["name"] for p in progs]})
-    for prog in progs:
-        entry = result["programs"].setdefault(prog["name"], {
-            "script": prog["script"], "step_range": prog["step_range"], "kind": prog["kind"],
-            "variants": {}})
-        for v, a, f in variants(prog, only):
-            entry["variants"].setdefault(v, {
-                "args": a, "pays": f.get("pays"), "what": f.get("what", "as written"),
-                "reps": [], "median_ns": [], "n_used": [], "wall_s": [], "failures": []})
+    result = _open_result(args, mj, progs, lambda prog: variants(prog, only))
 
     t_start = time.monotonic()
     deadline = t_start + args.budget if args.budget else math.inf
@@ -915,11 +934,6 @@ def cmd_measure(args: argparse.Namespace) -> None:
 
     def stamp() -> str:
         return f"[{time.monotonic() - t_start:7.1f}s]"
-
-    def limit_for(prog: dict, fix: dict) -> float:
-        compiles = fix.get("compiles", prog.get("compiles", False))
-        return float(fix.get("timeout_s", prog.get("timeout_s",
-                                                  COMPILE_TIMEOUT_S if compiles else DEFAULT_TIMEOUT_S)))
 
     if args.prime:  # one untimed run of each compiling variant: later runs find Inductor's caches warm
         for prog in progs:
@@ -1011,25 +1025,23 @@ def cmd_interleave(args: argparse.Namespace) -> None:
     for sub in ("calib", "logs"):
         (out / sub).mkdir(parents=True, exist_ok=True)
     mj = out / "measured.json"
-    result = json.loads(mj.read_text()) if (mj.exists() and not args.fresh) else _new_result(args)
+
+    def chosen(prog: dict) -> list[tuple[str, list[str], dict]]:
+        want = prog["interleave"]
+        return variants(prog, None if want == "all" else set(want))
+
+    result = _open_result(args, mj, progs, chosen)
     result["interleaved"] = True
-    result["skipped"] = []
     deadline = time.monotonic() + args.budget if args.budget else math.inf
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     for rep in range(1, args.reps + 1):
         for prog in progs:
-            name, want = prog["name"], prog["interleave"]
-            vs = variants(prog, None if want == "all" else set(want))
-            entry = result["programs"].setdefault(name, {
-                "script": prog["script"], "step_range": prog["step_range"], "kind": prog["kind"], "variants": {}})
-            for vname, vargs, fix in vs:
-                entry["variants"].setdefault(vname, {
-                    "args": vargs, "pays": fix.get("pays"), "what": fix.get("what", "as written"),
-                    "reps": [], "median_ns": [], "n_used": [], "wall_s": [], "failures": []})
+            name, vs = prog["name"], chosen(prog)
+            entry = result["programs"][name]
             if rep in entry["variants"]["baseline"]["reps"]:
                 continue
             left = deadline - time.monotonic()
-            own = COMPILE_TIMEOUT_S if any(f.get("compiles") for _, _, f in vs) else DEFAULT_TIMEOUT_S
+            own = max(limit_for(prog, f) for _, _, f in vs)
             if left < args.min_left:
                 result["skipped"].append({"program": name, "rep": rep})
                 print(f"{name} rep {rep}: skipped (budget spent)", flush=True)
@@ -1039,14 +1051,7 @@ def cmd_interleave(args: argparse.Namespace) -> None:
             path.unlink(missing_ok=True)
             cmd = [args.python, prog["script"], *prog["args"], "--interleave", str(path),
                    "--variants", ",".join(v for v, _, _ in vs), "--rounds", str(args.rounds)]
-            t0 = time.monotonic()
-            with open(out / "logs" / f"{stem}.out", "w") as so, open(out / "logs" / f"{stem}.err", "w") as se:
-                try:
-                    rc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=so, stderr=se, stdin=subprocess.DEVNULL,
-                                        timeout=min(own, left)).returncode
-                except subprocess.TimeoutExpired:
-                    rc = None
-            wall = time.monotonic() - t0
+            rc, wall = _run_logged(cmd, out, stem, min(own, left), env)
             try:
                 timed = json.loads(path.read_text())["variants"] if rc == 0 else None
             except (OSError, ValueError, KeyError):

@@ -238,6 +238,7 @@ def test_interleave_harness_end_to_end_with_a_stand_in_program(tmp_path, monkeyp
     m = json.loads((out / "measured.json").read_text())
     fake = m["programs"]["fake"]["variants"]
     assert m["interleaved"] and fake["baseline"]["reps"] == [1, 2] and fake["fix"]["median_ns"] == [5, 5]
+    assert m["runs"][0]["programs"] == ["fake", "broken"]  # the call recorded, as measure records its own
     assert fake["fix"]["n_used"] == [30, 30]
     broken = m["programs"]["broken"]["variants"]["fix"]
     assert broken["reps"] == [] and [f["reason"] for f in broken["failures"]] == ["exit status 3"] * 2

@@ -164,7 +164,7 @@ def variant_fixes(ap: argparse.ArgumentParser, args: argparse.Namespace, known, 
         fixes = set() if name == "baseline" else set(name.split("+"))
         if fixes - set(known):
             ap.error(f"unknown fix in variant {name!r}; known: {', '.join(known)}")
-        if args.device == "cpu" and fixes & set(cuda_only):
+        if fixes & set(cuda_only) and args.device == "cpu":
             ap.error(f"variant {name!r} needs --device cuda")
         if any(set(alt) <= fixes for alt in alternatives):
             ap.error(f"variant {name!r} joins alternatives: pick one")
@@ -180,7 +180,7 @@ def check_interleave(ap: argparse.ArgumentParser, args: argparse.Namespace, fixe
             ap.error("--variants needs --interleave OUT.json")
         return
     if fixes:
-        ap.error("--interleave times --variants: give the fixes there, not with --fix")
+        ap.error("--interleave times --variants: give the fixes there, not as the run's own flags")
     args.variant_fixes = variant_fixes(ap, args, known, cuda_only, alternatives)
     if len(args.variant_fixes) < 2:
         ap.error("--interleave needs two or more --variants, e.g. --variants baseline,tf32")
@@ -214,11 +214,6 @@ def set_precision(fixes: set[str]) -> None:
     torch.set_float32_matmul_precision("high" if "tf32" in fixes else "highest")
 
 
-def _sync(dev: torch.device) -> None:
-    if dev.type == "cuda":
-        torch.cuda.synchronize()
-
-
 def interleave(steps: dict[str, Callable[[], object]], fixes: dict[str, set[str]], path: str,
                dev: torch.device, rounds: int = 15, warm: int = 10, block_s: float = 0.2) -> dict:
     """Time each variant's ``steps[name]()`` (one iteration of the program) in blocks that take
@@ -241,11 +236,11 @@ def interleave(steps: dict[str, Callable[[], object]], fixes: dict[str, set[str]
         enter(name)
         for _ in range(warm):
             step()
-        _sync(dev)
+        finish(dev)
         t0 = time.perf_counter_ns()
         for _ in range(3):
             step()
-        _sync(dev)
+        finish(dev)
         per = (time.perf_counter_ns() - t0) / 3
         block[name] = max(10, min(500, math.ceil(block_s * 1e9 / max(per, 1.0))))
     times: dict[str, list[float]] = {name: [] for name in steps}
@@ -254,11 +249,11 @@ def interleave(steps: dict[str, Callable[[], object]], fixes: dict[str, set[str]
         for name in (order if r % 2 == 0 else order[::-1]):
             enter(name)
             step = steps[name]
-            _sync(dev)
+            finish(dev)
             t0 = time.perf_counter_ns()
             for _ in range(block[name]):
                 step()
-            _sync(dev)
+            finish(dev)
             times[name].append((time.perf_counter_ns() - t0) / block[name])
     torch.set_float32_matmul_precision("highest")
     out = {"how": "interleaved blocks in one process; the first round is warm-up",

@@ -17,7 +17,7 @@ from typing import Callable
 
 import torch
 
-from _corpus import interleave, interleave_args  # noqa: E402 (the workloads' shared helpers)
+from _corpus import check_interleave, interleave, interleave_args  # noqa: E402 (the workloads' shared helpers)
 
 
 def bookkeeping(history: list, value) -> None:
@@ -76,9 +76,6 @@ def build(no_sync: bool, graph: bool) -> Callable[[bool], None]:
     return step
 
 
-VARIANTS = {"baseline": (False, False), "no_sync": (True, False), "graph": (False, True)}
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=30)
@@ -88,13 +85,12 @@ def main() -> None:
     args = ap.parse_args()
     if args.no_sync and args.graph:
         ap.error("--no-sync and --graph are alternatives: pick one")
+    fixes = {f for f, on in (("no_sync", args.no_sync), ("graph", args.graph)) if on}
+    check_interleave(ap, args, fixes, ("no_sync", "graph"), alternatives=({"no_sync", "graph"},))
     torch.manual_seed(0)
     if args.interleave:
-        names = [v.strip() for v in args.variants.split(",") if v.strip()]
-        if len(names) < 2 or set(names) - set(VARIANTS) or args.no_sync or args.graph:
-            ap.error(f"--interleave takes two or more --variants of {', '.join(VARIANTS)} (and no --no-sync/--graph)")
-        interleave({n: build(*VARIANTS[n]) for n in names}, {n: set() for n in names}, args.interleave,
-                   torch.device("cuda"), rounds=args.rounds)
+        interleave({n: build("no_sync" in fx, "graph" in fx) for n, fx in args.variant_fixes.items()},
+                   args.variant_fixes, args.interleave, torch.device("cuda"), rounds=args.rounds)
         return
     step = build(args.no_sync, args.graph)
     for i in range(args.steps):

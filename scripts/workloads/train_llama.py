@@ -23,7 +23,7 @@ from typing import Callable
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from _corpus import interleave, interleave_args  # noqa: E402 (the workloads' shared helpers)
+from _corpus import check_interleave, interleave, interleave_args  # noqa: E402 (the workloads' shared helpers)
 
 
 def build(args, fused: bool, compiled: bool) -> Callable[[], torch.Tensor]:
@@ -59,9 +59,6 @@ def build(args, fused: bool, compiled: bool) -> Callable[[], torch.Tensor]:
     return step
 
 
-VARIANTS = {"baseline": (False, False), "fused": (True, False), "compile": (False, True)}
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=12)
@@ -75,14 +72,14 @@ def main() -> None:
     ap.add_argument("--kineto", default=None, help="also write a torch.profiler trace here")
     interleave_args(ap)
     args = ap.parse_args()
+    fixes = {f for f, on in (("fused", args.fused), ("compile", args.compile)) if on}
+    check_interleave(ap, args, fixes, ("fused", "compile"))
     torch.manual_seed(0)
     if args.interleave:
-        names = [v.strip() for v in args.variants.split(",") if v.strip()]
-        if len(names) < 2 or set(names) - set(VARIANTS) or args.fused or args.compile or args.kineto:
-            ap.error(f"--interleave takes two or more --variants of {', '.join(VARIANTS)} "
-                     "(and no --fused/--compile/--kineto)")
-        interleave({n: build(args, *VARIANTS[n]) for n in names}, {n: set() for n in names}, args.interleave,
-                   torch.device("cuda"), rounds=args.rounds)
+        if args.kineto:
+            ap.error("--kineto records one run of its own: not with --interleave")
+        interleave({n: build(args, "fused" in fx, "compile" in fx) for n, fx in args.variant_fixes.items()},
+                   args.variant_fixes, args.interleave, torch.device("cuda"), rounds=args.rounds)
         return
     step = build(args, args.fused, args.compile)
     prof = contextlib.nullcontext()

@@ -1363,7 +1363,6 @@ def page_rows(measured: dict, load=None) -> tuple[list[dict], list[dict]]:
     load = load or profkit.load
     meas = measured_speedups(measured)
     apart = measured_speedups(measured, interleaved=False)
-    at_base: dict[int, tuple] = {}
     pairs, progs = [], []
     for prog in PROGRAMS:
         name = prog["name"]
@@ -1378,6 +1377,13 @@ def page_rows(measured: dict, load=None) -> tuple[list[dict], list[dict]]:
         best = None
         mine: list[dict] = []
         at_timed: dict[int, tuple] = {}
+
+        def price_at(code: str | None, key: str | None, base_ns: float) -> tuple[float, str]:
+            # the model calibrated to a timed baseline (findings_at once per baseline)
+            if round(base_ns) not in at_timed:
+                at_timed[round(base_ns)] = p.findings_at(base_ns)
+            return predicted(p, code, key, at_timed[round(base_ns)])
+
         for fix in prog["fixes"]:
             if (name, fix) not in meas:
                 continue
@@ -1387,24 +1393,19 @@ def page_rows(measured: dict, load=None) -> tuple[list[dict], list[dict]]:
             # Priced for the machine and day the fix was timed on: the model calibrated to the
             # baseline timed beside it, as to a capture's own calibration run.
             base = timed_baseline(measured, name, fix)
-            if round(base) not in at_timed:
-                at_timed[round(base)] = p.findings_at(base)
-            ps, why = predicted(p, code, key, at_timed[round(base)])
+            ps, why = price_at(code, key, base)
+            ab = bool(shared_folders(measured["runs"][name]["baseline"], measured["runs"][name][fix], True))
             apart_row = None
-            if (name, fix) in apart and any(f.startswith(AB_PREFIX) for f in measured["runs"][name][fix]):
+            if ab and (name, fix) in apart:
                 # the separate runs' gain, against the price at their own baseline
                 b2 = timed_baseline(measured, name, fix, interleaved=False)
-                if round(b2) not in at_timed:
-                    at_timed[round(b2)] = p.findings_at(b2)
-                apart_row = (*apart[(name, fix)], predicted(p, code, key, at_timed[round(b2)])[0])
+                apart_row = (*apart[(name, fix)], price_at(code, key, b2)[0])
             row = {"program": name, "fix": fix, "rule": code or "-", "why": why, "predicted": ps,
                    "predicted_capture": ps_cap, "measured": ms, "runs": runs,
                    "spread": (min(ratios), max(ratios)), "base_ns": base, "pred_ns": base / ps,
                    "meas_ns": base / ms, "error": ms / ps - 1.0, "error_capture": ms / ps_cap - 1.0,
                    "role": role(name, fix),
-                   "interleaved": any(f.startswith(AB_PREFIX) for f in measured["runs"][name][fix]
-                                      if f in measured["runs"][name]["baseline"]),
-                   "apart": apart_row}
+                   "interleaved": ab, "apart": apart_row}
             pairs.append(row)
             mine.append(row)
             if best is None or ms > best["measured"]:

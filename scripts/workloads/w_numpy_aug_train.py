@@ -22,6 +22,7 @@ Fixes:
 """
 from __future__ import annotations
 
+import itertools
 from typing import Callable
 
 import numpy as np
@@ -97,7 +98,7 @@ def build(args, fixes: set[str], dev: torch.device) -> Callable[[], torch.Tensor
             data, batch_size=batch, num_workers=workers, pin_memory=dev.type == "cuda",
             persistent_workers=True, prefetch_factor=4)
         batches = iter(loader)
-    count = iter(range(1 << 62))
+    count = itertools.count()
 
     def step() -> torch.Tensor:
         k = next(count) % args.steps

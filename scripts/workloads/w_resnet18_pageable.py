@@ -21,6 +21,7 @@ Fixes:
 """
 from __future__ import annotations
 
+import itertools
 from typing import Callable
 
 import torch
@@ -44,7 +45,7 @@ def build(args, fixes: set[str], dev: torch.device) -> Callable[[], torch.Tensor
     pool = [torch.randn(batch, 3, size, size) for _ in range(8)]  # preprocessed batches on the host
     if "pinned" in fixes:
         pool = [t.pin_memory() for t in pool]  # pinned once; never written again, so no race
-    count = iter(range(1 << 62))
+    count = itertools.count()
 
     @torch.no_grad()
     def step() -> torch.Tensor:

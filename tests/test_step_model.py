@@ -308,6 +308,41 @@ def test_findings_at_another_unprofiled_run_recalibrate_the_cpu():
     assert {f.code: f.expected_end_to_end_speedup for f in p.findings()} == own and p.pricing_host == m.host
 
 
+def test_the_host_issue_time_gives_the_cpu_scale_where_the_gpu_sets_the_pace():
+    # MobileNetV3-Large inference at batch 128: GPU-paced, so its period (7.44 ms on the timing
+    # machine) fits any CPU fast enough, and the CPU's speed is read from the host's time to
+    # issue one iteration (3.7-5.2 ms in the three processes that timed it, 2026-12-02).
+    p = _load(str(ROOT / "traces" / "corpus" / "mobilenet_v3_fp32_infer.sqlite.xz"))
+    m = p.step_model()
+    g = m.graph
+    cpu_only = m.simulate(T.scale_ops(g, np.arange(g.n_ops), np.inf), host=1.0).iteration_ns
+    _, h0 = p.findings_at(7.44e6)
+    fast, h = p.findings_at(7.44e6, issue_ns=4.4e6)
+    assert h == pytest.approx(4.4e6 / cpu_only, rel=1e-6) and h < h0
+    # the period stays the GPU's at that scale, and the bf16 step, which the CPU then paces,
+    # runs faster on the faster CPU
+    assert m.simulate(host=h).iteration_ns == pytest.approx(7.44e6, rel=0.03)
+    bf16 = lambda fs: next(f for f in fs if f.code == "PK305").expected_end_to_end_speedup  # noqa: E731
+    assert bf16(fast) > 1.2 * bf16(p.findings_at(7.44e6)[0])
+    # An issue time the period cannot hold (a CPU that slow would have set the pace) is capped:
+    # the scale stays where the replay still runs at the period.
+    _, slow = p.findings_at(7.44e6, issue_ns=30e6)
+    assert m.simulate(host=slow).iteration_ns <= 7.44e6 * 1.03
+    assert slow < 30e6 / cpu_only
+
+
+def test_the_host_issue_time_is_not_used_where_it_cannot_show_the_cpu():
+    # Host-bound (sync_loop): the period itself gives the scale.
+    p = _load(str(ROOT / "traces" / "corpus" / "sync_loop.sqlite.xz"))
+    t = p.step_model().calibration.unprofiled_iteration_ns
+    assert p.findings_at(t, issue_ns=0.2 * t)[1] == p.findings_at(t)[1]
+    # An iteration that waits for the GPU inside (T5's loss read every step): the issue time
+    # holds that wait, and the scale is not taken from it.
+    from profkit.run.step.calibrate import host_from_issue
+    m = model("t5_finetune")
+    assert host_from_issue(m.graph, 20e6, 60e6, lambda h: m.simulate(host=h)) is None
+
+
 def test_values_read_in_a_loop_are_computed_together():
     m = model("vit_grad_norms")  # one .item() per parameter's gradient norm
     g = m.graph

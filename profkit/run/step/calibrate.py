@@ -29,8 +29,9 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from profkit.run.step.graph import StepGraph
+from profkit.run.step.graph import CallKind, StepGraph, Wait
 from profkit.run.step.simulate import Schedule, simulate
+from profkit.run.step.transform import scale_ops
 from profkit.run.window import leading_setup
 
 # Measured on the H200 with `profkit capture`'s nsys flags (docs/step-model.md): 6.5 us per
@@ -243,3 +244,34 @@ def estimated_host(graph: StepGraph) -> float:
     if cpu <= 0 or graph.n_calls == 0:
         return 1.0
     return float(np.clip(1.0 - graph.n_calls * TRACE_COST_NS / cpu, MIN_HOST * 2, 1.0))
+
+
+def host_from_issue(graph: StepGraph, issue_ns: float, period_ns: float,
+                    sim: Callable[[float], Schedule]) -> Optional[float]:
+    """The CPU scale read from the host's issue time of one iteration (``issue_ns``: the CPU's
+    time to issue an iteration started on an idle GPU, not waited for), for a run whose period
+    ``period_ns`` the GPU sets and so shows nothing of the CPU's speed. The scale is the one at
+    which the replay with every GPU operation taking no time (the CPU's own path) runs an
+    iteration in ``issue_ns``; never above the largest at which the replay still runs at the
+    period (a CPU that slow would have set the pace). None when the iteration waits for the GPU
+    inside (a sync, a blocking copy: its issue time holds that wait) or the replay has no CPU."""
+    its = max(len(graph.iter_call) - 1, 1)
+    waits = (graph.c_wait != int(Wait.NONE)) & ~np.isin(graph.c_kind, [int(CallKind.LAUNCH),
+                                                                       int(CallKind.GRAPH_LAUNCH)])
+    if waits.sum() >= 0.5 * its or issue_ns <= 0:
+        return None
+    cpu = simulate(scale_ops(graph, np.arange(graph.n_ops), np.inf), host=1.0).iteration_ns
+    if cpu <= 0:
+        return None
+    h = float(np.clip(issue_ns / cpu, MIN_HOST, MAX_HOST))
+    f = _iteration_at(sim, {})
+    if f(h) > period_ns * (1 + GPU_SLACK):
+        lo, hi = MIN_HOST, h
+        for _ in range(MAX_STEPS):
+            mid = 0.5 * (lo + hi)
+            if f(mid) > period_ns * (1 + TOLERANCE):
+                hi = mid
+            else:
+                lo = mid
+        h = lo
+    return h

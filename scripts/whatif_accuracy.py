@@ -53,7 +53,11 @@ at CPU speeds up to 1.9x apart on the timing machines (TF32 on EfficientNet-B0 a
 that changes one small GEMM: 0.58-1.96x over six alternated reps), so its small fixes could not be
 resolved to 15%; in one process the variants share the CPU's state, and a fix's gain is paired
 round by round (``paired_gain``). ``merge`` names those folders ``ab-LABEL_rN``, and the page reads
-a pair from them alone where it has any, showing the separate runs beside them.
+a pair from them alone where it has any, showing the separate runs beside them. A process also
+times, after each round, the host's issue time of one iteration of each variant (started on an
+idle GPU, not waited for: ``issue_ns``), the CPU's speed in that process where the GPU sets the
+baseline's pace; the page prices each folder at its own baseline and that issue time
+(``Profile.findings_at``).
 
 ``table`` prints, per program and variant, the median iteration time over the reps, the
 speedup over the baseline (baseline median / variant median), the spread (slowest / fastest
@@ -65,6 +69,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import lzma
 import math
 import os
 import platform
@@ -1233,7 +1238,8 @@ FIX_RULES = {
 }
 MEASURED = ROOT / "analyses" / "data" / "whatif" / "measured_h200.json"
 # The interleaved processes' blocks, as ``interleave`` wrote them (``merge`` copies them here).
-INTERLEAVED = ROOT / "analyses" / "data" / "whatif" / "interleaved"
+# Every interleaved process's blocks, {FOLDER__PROGRAM: the process's output}, xz-compressed JSON
+INTERLEAVED = ROOT / "analyses" / "data" / "whatif" / "interleaved_blocks.json.xz"
 # The issue's band: a predicted step time within 15% of the measured one is right.
 BAND = 0.15
 PAGE = ROOT / "analyses" / "whatif.md"
@@ -1261,6 +1267,7 @@ def cmd_merge(args: argparse.Namespace) -> None:
                          "OUTDIR/measured.json") from None
     ab = bool(new.get("interleaved"))
     data = json.loads(MEASURED.read_text())
+    kept = interleaved_blocks()
     added = 0
     for prog, entry in programs.items():
         blocks = {}
@@ -1270,8 +1277,7 @@ def cmd_merge(args: argparse.Namespace) -> None:
                 blocks[rep] = json.loads(raw.read_text())
             except (OSError, ValueError) as e:
                 raise SystemExit(f"cannot read {raw} ({e}): an interleaved output needs its calib/ folder") from None
-            INTERLEAVED.mkdir(parents=True, exist_ok=True)
-            (INTERLEAVED / f"{AB_PREFIX}{args.folder}_r{rep}__{prog}.json").write_text(raw.read_text())
+            kept[f"{AB_PREFIX}{args.folder}_r{rep}__{prog}"] = blocks[rep]
         for var, v in entry["variants"].items():
             for rep, med, n in zip(v["reps"], v["median_ns"], v["n_used"]):
                 folder = f"{AB_PREFIX if ab else ''}{args.folder}_r{rep}"
@@ -1279,14 +1285,25 @@ def cmd_merge(args: argparse.Namespace) -> None:
                 if folder in runs:
                     raise SystemExit(f"folder {folder} already holds {prog} {var}: pick another --folder")
                 runs[folder] = {"iterations": n, "median_ns": med}
+                if ab and "issue_median_ns" in blocks[rep]["variants"][var]:
+                    # the host's issue time of one iteration (_corpus.interleave): the CPU's speed
+                    # in this process, which a GPU-paced baseline's period does not show
+                    runs[folder]["issue_ns"] = blocks[rep]["variants"][var]["issue_median_ns"]
                 if ab and var != "baseline":
                     vb = blocks[rep]["variants"]
                     runs[folder]["gain"] = round(paired_gain(vb["baseline"]["block_ns"], vb[var]["block_ns"]), 4)
                 added += 1
     if args.note:
         data["how"] = data["how"].rstrip(". ") + ". " + args.note
+    if ab:
+        INTERLEAVED.write_bytes(lzma.compress((json.dumps(kept, sort_keys=True) + "\n").encode(), preset=9))
     _write_json(MEASURED, data)
     print(f"added {added} run(s) to {MEASURED.relative_to(ROOT)}")
+
+
+def interleaved_blocks() -> dict:
+    """The committed blocks of every interleaved process, by FOLDER__PROGRAM (empty before any)."""
+    return json.loads(lzma.decompress(INTERLEAVED.read_bytes())) if INTERLEAVED.exists() else {}
 
 
 def shared_folders(base: dict, runs: dict, interleaved: bool | None = None) -> list[str]:
@@ -1378,11 +1395,30 @@ def page_rows(measured: dict, load=None) -> tuple[list[dict], list[dict]]:
         mine: list[dict] = []
         at_timed: dict[int, tuple] = {}
 
-        def price_at(code: str | None, key: str | None, base_ns: float) -> tuple[float, str]:
+        def price_at(code: str | None, key: str | None, base_ns: float,
+                     issue_ns: float | None = None) -> tuple[float, str]:
             # the model calibrated to a timed baseline (findings_at once per baseline)
-            if round(base_ns) not in at_timed:
-                at_timed[round(base_ns)] = p.findings_at(base_ns)
-            return predicted(p, code, key, at_timed[round(base_ns)])
+            at = (round(base_ns), issue_ns)
+            if at not in at_timed:
+                at_timed[at] = p.findings_at(base_ns, issue_ns)
+            return predicted(p, code, key, at_timed[at])
+
+        def by_folder(code: str | None, key: str | None, fix: str,
+                      interleaved: bool | None) -> tuple[float, float, str] | None:
+            # Each run folder priced at its own baseline (and the host's issue time beside it,
+            # where timed), as a capture is at its own calibration run: (median price, median of
+            # the folders' errors, why); None where no folder timed the baseline and the fix.
+            base, mine = measured["runs"][name]["baseline"], measured["runs"][name][fix]
+            folders = shared_folders(base, mine, interleaved)
+            if not folders:
+                return None
+            prices, errors, why = [], [], ""
+            for f in folders:
+                gain = mine[f].get("gain", base[f]["median_ns"] / mine[f]["median_ns"])
+                price, why = price_at(code, key, base[f]["median_ns"], base[f].get("issue_ns"))
+                prices.append(price)
+                errors.append(gain / price - 1.0)
+            return float(statistics.median(prices)), float(statistics.median(errors)), why
 
         for fix in prog["fixes"]:
             if (name, fix) not in meas:
@@ -1393,17 +1429,23 @@ def page_rows(measured: dict, load=None) -> tuple[list[dict], list[dict]]:
             # Priced for the machine and day the fix was timed on: the model calibrated to the
             # baseline timed beside it, as to a capture's own calibration run.
             base = timed_baseline(measured, name, fix)
-            ps, why = price_at(code, key, base)
+            folders = by_folder(code, key, fix, None)
+            if folders:
+                ps, error, why = folders
+            else:  # never in one folder: the medians of different runs, priced at the baseline's
+                ps, why = price_at(code, key, base)
+                error = ms / ps - 1.0
             ab = bool(shared_folders(measured["runs"][name]["baseline"], measured["runs"][name][fix], True))
             apart_row = None
             if ab and (name, fix) in apart:
-                # the separate runs' gain, against the price at their own baseline
-                b2 = timed_baseline(measured, name, fix, interleaved=False)
-                apart_row = (*apart[(name, fix)], price_at(code, key, b2)[0])
+                # the separate runs' gain, against the price at their own baselines
+                sep = by_folder(code, key, fix, False)
+                if sep:
+                    apart_row = (*apart[(name, fix)], sep[0], sep[1])
             row = {"program": name, "fix": fix, "rule": code or "-", "why": why, "predicted": ps,
                    "predicted_capture": ps_cap, "measured": ms, "runs": runs,
                    "spread": (min(ratios), max(ratios)), "base_ns": base, "pred_ns": base / ps,
-                   "meas_ns": base / ms, "error": ms / ps - 1.0, "error_capture": ms / ps_cap - 1.0,
+                   "meas_ns": base / ms, "error": error, "error_capture": ms / ps_cap - 1.0,
                    "role": role(name, fix),
                    "interleaved": ab, "apart": apart_row}
             pairs.append(row)
@@ -1486,9 +1528,12 @@ def page_text(measured: dict, load=None) -> str:
         f"{measured['date']}). **Predicted** is the gain "
         "profkit's rule for that fix prices through the step model (the rule's edit of the step graph, replayed "
         "at the calibrated CPU scale; a fix that does what two rules propose, such as `PK103+PK201`, by both "
-        "edits replayed together) for the program as it ran where the fix was timed: the model is calibrated "
-        "to the baseline timed beside the fix (`baseline timed`, the median over its folders), as "
-        "`profkit capture` calibrates it to its own run without the profiler (`Profile.findings_at`). The "
+        "edits replayed together) for the program as it ran where the fix was timed: in each run folder the "
+        "model is calibrated to the baseline timed there, as `profkit capture` calibrates it to its own run "
+        "without the profiler (`Profile.findings_at`), and where the GPU set that baseline's pace (its period "
+        "then shows nothing of the CPU's speed), to the host's time to issue one iteration on an idle GPU, "
+        "timed in the same process (`issue_ns`, in the folders of allocation 31 on); the price shown is the "
+        "median over the folders, `baseline timed` the median of their baselines. The "
         "timings ran on other allocations of the machine kind than most captures, on other days, and the "
         "host-bound programs' baselines moved with them (gpt2_empty_cache: 32.3 ms in its capture's "
         "calibration run, 37.4-38.2 ms beside its fixes); **at capture** is the same rule's price at the "
@@ -1496,7 +1541,8 @@ def page_text(measured: dict, load=None) -> str:
         "the same run folder (median over folders); where the pair was timed with the baseline side by side "
         "in one process (`runs` N ab), from those processes alone (see *Pairs timed side by side in one process*). "
         "The step time after the fix is the timed baseline "
-        "divided by each gain; the error is predicted step time over measured step time, minus one. `runs` 0: the "
+        "divided by each gain; the error is predicted step time over measured step time, minus one, in each "
+        "folder (its fix against the price at its own baseline), the median over the folders. `runs` 0: the "
         "fix and the baseline were never timed in the same run folder, and their medians from different "
         "runs (other machines of the same kind) are compared.",
         "",
@@ -1577,21 +1623,21 @@ def both_ways_text(pairs: list[dict]) -> list[str]:
              "apart drifted with the machine's CPU speed by more than the target band. A process's gain for a "
              "fix is the median over its rounds of the baseline's block over the fix's block of the same round "
              "(`paired_gain`): a change of the CPU's speed that lasts several blocks divides out (every block: "
-             f"`{INTERLEAVED.relative_to(ROOT)}/`). Both "
-             "measurements, each against the price at its own timed baseline:", "",
+             f"`{INTERLEAVED.relative_to(ROOT)}`). Both "
+             "measurements, each folder against the price at its own baseline:", "",
              "| program | fix | separate runs: predicted | measured | spread | runs | interleaved: predicted "
              "| measured | spread | processes | error, separate | error, interleaved |",
              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     apart = [r for r in ab if r["apart"]]
-    lines[-3:-3] = ["", f"Within ±15%: {sum(abs(r['apart'][0] / r['apart'][3] - 1) <= BAND for r in apart)} of "
+    lines[-3:-3] = ["", f"Within ±15%: {sum(abs(r['apart'][4]) <= BAND for r in apart)} of "
                     f"{len(apart)} with the separate runs (the others were timed interleaved only), "
                     f"{sum(abs(r['error']) <= BAND for r in ab)} of {len(ab)} interleaved."]
     for r in ab:
         lo, hi = r["spread"]
         if r["apart"]:
-            am, an, ar, ap = r["apart"]
+            am, an, ar, ap, aerr = r["apart"]
             then = f"{ap:.2f}x | {am:.2f}x | {min(ar):.2f}-{max(ar):.2f}x | {an}"
-            err = f"{am / ap - 1:+.0%}"
+            err = f"{aerr:+.0%}"
         else:
             then, err = "- | - | - | 0", "-"
         lines.append(f"| {r['program']} | {r['fix']} | {then} | {r['predicted']:.2f}x | {r['measured']:.2f}x | "

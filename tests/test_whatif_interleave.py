@@ -57,7 +57,7 @@ def _committed_data(tmp_path: Path, monkeypatch) -> Path:
     data = tmp_path / "measured_h200.json"
     data.write_text(json.dumps({"how": "x.", "runs": {}}))
     monkeypatch.setattr(w, "MEASURED", data)
-    monkeypatch.setattr(w, "INTERLEAVED", tmp_path / "raw")
+    monkeypatch.setattr(w, "INTERLEAVED", tmp_path / "raw.json.xz")
     monkeypatch.setattr(w, "ROOT", tmp_path)
     return data
 
@@ -66,7 +66,8 @@ def test_merge_names_interleaved_folders_and_pairs_each_fixs_blocks(tmp_path, mo
     out = tmp_path / "i"
     (out / "calib").mkdir(parents=True)
     blocks = {"rounds": 4, "variants": {
-        "baseline": {"block_iterations": 10, "block_ns": [99, 10, 20, 10], "median_ns": 10, "n_used": 3},
+        "baseline": {"block_iterations": 10, "block_ns": [99, 10, 20, 10], "median_ns": 10, "n_used": 3,
+                     "issue_ns": [9, 4, 6, 4], "issue_median_ns": 4},
         "tf32": {"block_iterations": 10, "block_ns": [1, 5, 10, 5], "median_ns": 5, "n_used": 3}}}
     (out / "calib" / "prog__interleaved__1.json").write_text(json.dumps(blocks))
     measured = {"interleaved": True, "programs": {"prog": {"variants": {
@@ -76,9 +77,10 @@ def test_merge_names_interleaved_folders_and_pairs_each_fixs_blocks(tmp_path, mo
     data = _committed_data(tmp_path, monkeypatch)
     w.main(["merge", str(out / "measured.json"), "--folder", "9"])
     got = json.loads(data.read_text())["runs"]["prog"]
-    assert got["baseline"] == {"ab-9_r1": {"iterations": 30, "median_ns": 10}}
-    assert got["tf32"]["ab-9_r1"]["gain"] == 2.0
-    assert (tmp_path / "raw" / "ab-9_r1__prog.json").exists()
+    # the host's issue time comes along where the process timed it (older blocks have none)
+    assert got["baseline"] == {"ab-9_r1": {"iterations": 30, "median_ns": 10, "issue_ns": 4}}
+    assert got["tf32"]["ab-9_r1"] == {"iterations": 30, "median_ns": 5, "gain": 2.0}
+    assert w.interleaved_blocks() == {"ab-9_r1__prog": blocks}
     # the raw blocks are needed: without them merge says so in one line
     (out / "calib" / "prog__interleaved__1.json").unlink()
     data.write_text(json.dumps({"how": "x.", "runs": {}}))
@@ -130,11 +132,17 @@ def test_interleave_times_variants_in_turns_and_writes_their_blocks(corpus, tmp_
     assert v["baseline"]["n_used"] == 2 and len(v["baseline"]["block_ns"]) == 3
     assert v["baseline"]["block_iterations"] == 10  # 0.02 s of 2 ms steps
     assert 1.3 < v["baseline"]["median_ns"] / v["tf32"]["median_ns"] < 2.5
-    # the order reverses each round: A B, B A, A B (after each variant's warm-up and sizing run)
+    # the order reverses each round: A B, B A, A B (after each variant's warm-up and sizing run),
+    # each round followed by one issue-timed iteration of each variant in the round's order
     timed, nt = calls[2 * (1 + 3):], v["tf32"]["block_iterations"]
-    assert len(timed) == 3 * (10 + nt)
-    assert [timed[0], timed[10], timed[10 + nt], timed[10 + 2 * nt], timed[2 * (10 + nt)]] == \
-        ["baseline", "tf32", "tf32", "baseline", "baseline"]
+    r = 10 + nt + 2
+    assert len(timed) == 3 * r
+    assert [timed[0], timed[10], timed[10 + nt], timed[10 + nt + 1]] == ["baseline", "tf32", "baseline", "tf32"]
+    assert [timed[r], timed[r + nt], timed[r + nt + 10], timed[r + nt + 11], timed[2 * r]] == \
+        ["tf32", "baseline", "tf32", "baseline", "baseline"]
+    # the host's issue time of one iteration: the step's own sleep, the blocks' pace aside
+    assert len(v["baseline"]["issue_ns"]) == 3
+    assert 1.5e6 < v["baseline"]["issue_median_ns"] < 20e6 and v["tf32"]["issue_median_ns"] < v["baseline"]["issue_median_ns"]
     assert torch.get_float32_matmul_precision() == "highest"  # tf32 left off afterwards
 
 

@@ -227,7 +227,12 @@ def interleave(steps: dict[str, Callable[[], object]], fixes: dict[str, set[str]
     the other. A block starts and ends with a device synchronisation and is about ``block_s``
     seconds long (10 iterations or more), so the queue's filling and draining at its ends is a
     small part of it. ``tf32`` is a process-wide setting: it is set before each block of a
-    variant that has it and unset before the others."""
+    variant that has it and unset before the others.
+
+    After each round, one more iteration of each variant is timed on the host alone, started on
+    an idle GPU and not waited for (``issue_ns``): what the CPU takes to issue an iteration. Where
+    the GPU sets the blocks' pace they show nothing of the CPU's speed, which changes from machine
+    to machine; this does (a step that waits for the GPU inside shows its wait in it too)."""
     def enter(name: str) -> None:
         set_precision(fixes[name])
 
@@ -244,6 +249,7 @@ def interleave(steps: dict[str, Callable[[], object]], fixes: dict[str, set[str]
         per = (time.perf_counter_ns() - t0) / 3
         block[name] = max(10, min(500, math.ceil(block_s * 1e9 / max(per, 1.0))))
     times: dict[str, list[float]] = {name: [] for name in steps}
+    issue: dict[str, list[float]] = {name: [] for name in steps}
     order = list(steps)
     for r in range(rounds):
         for name in (order if r % 2 == 0 else order[::-1]):
@@ -255,11 +261,20 @@ def interleave(steps: dict[str, Callable[[], object]], fixes: dict[str, set[str]
                 step()
             finish(dev)
             times[name].append((time.perf_counter_ns() - t0) / block[name])
+        for name in (order if r % 2 == 0 else order[::-1]):
+            enter(name)
+            finish(dev)
+            t0 = time.perf_counter_ns()
+            steps[name]()
+            issue[name].append(time.perf_counter_ns() - t0)
+            finish(dev)
     torch.set_float32_matmul_precision("highest")
     out = {"how": "interleaved blocks in one process; the first round is warm-up",
            "rounds": rounds, "variants": {
                name: {"block_iterations": block[name], "block_ns": [round(t) for t in ts],
-                      "median_ns": round(statistics.median(ts[1:])), "n_used": len(ts) - 1}
+                      "median_ns": round(statistics.median(ts[1:])), "n_used": len(ts) - 1,
+                   "issue_ns": [round(t) for t in issue[name]],
+                   "issue_median_ns": round(statistics.median(issue[name][1:]))}
                for name, ts in times.items()}}
     with open(path, "w") as f:
         json.dump(out, f, indent=1)

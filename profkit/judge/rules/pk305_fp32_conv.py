@@ -43,7 +43,12 @@ Expected gain
     priced for them in fp32 channels_last; MobileNetV3's 4.05 ms in fp32 channels_last against
     3.35 priced), and in training autocast's cast of each
     convolution's weights costs the CPU ``cast_cpu_us`` a convolution kernel (PK302's figure,
-    measured on GEMMs; an inference model is converted to bf16 once). cuDNN's weight gradients
+    measured on GEMMs; an inference model is converted to bf16 once), while in inference a bf16
+    model's BatchNorm runs PyTorch's kernels, three where cuDNN's 32-bit one ran one: two more
+    launches a BatchNorm, each at the CPU cost of a launch of the trace's elementwise kernels
+    (ResNet-50 at batch 4: 231 -> 289 launches an iteration, 3.66 -> 4.50 ms host-bound, 0.81x;
+    priced 0.95x from its fp32 capture, 1.00x before: the batch-4 classifiers' bf16, measured
+    0.86-0.94x, led to it, no test of it). cuDNN's weight gradients
     of depthwise convolutions, which it computes on 32-bit data with slow grouped kernels, take
     together what the depthwise forwards take in bf16 (``DEPTHWISE_CUDNN_FWD``; evidence
     ``depthwise_wgrad_ns``), when there is one for each depthwise forward; its depthwise forwards
@@ -135,6 +140,17 @@ ELEMENTWISE = ((re.compile(r"BinaryFunctor|CUDAFunctor_add<float>|threshold|silu
                (re.compile(r"clamp_scalar|clamp_min|relu|silu_kernel", re.I), 8.0))
 COPY = re.compile(r"memcpy Device-to-Device")
 GENERIC_ELEMENTWISE = re.compile(r"(?:void )?at::native::elementwise_kernel<")
+# cuDNN's BatchNorm of inference, one kernel a BatchNorm on 32-bit data. On a bf16 model PyTorch
+# runs its own BatchNorm instead, three kernels (the inverse standard deviation, the scale and
+# shift, the transform: measured on ResNet-50 inference at batch 4 on the H200, torch 2.11: 53
+# ``bn_fw_inf_1C11_kernel_NCHW`` / ``_NHWC`` an iteration in fp32, in bf16 53
+# ``batch_norm_transform_input_channels_last_kernel``, 53 ``unrolled_elementwise_kernel`` and 57
+# more elementwise kernels, 231 -> 289 launches; without a profiler 3.66 -> 4.50 ms an
+# iteration, host-bound). Each added launch costs the CPU what a launch of the trace's own
+# elementwise kernels does.
+BN_INFERENCE = re.compile(r"bn_fw_inf_")
+BF16_BN_ADDED_LAUNCHES = 2
+ELEMENTWISE_LAUNCH = re.compile(r"elementwise_kernel")
 COPY_BYTES = 8.0
 # Where to look for that pass: the side the kernel's own tensor is on first, then a few places
 # either way (a scalar update or a copy of another size can sit in between).
@@ -198,6 +214,14 @@ def nhwc_passes(g: StepGraph) -> tuple[np.ndarray, np.ndarray]:
     return ops, at_pass_pace(g, ops, nbytes, side)
 
 
+def launch_cpu_ns(g: StepGraph) -> float:
+    """The CPU time a launch of an elementwise kernel takes in the trace (the call and the
+    dispatch before it; median over those calls), 0 when the trace launches none."""
+    ops = np.flatnonzero(matches(g.op_names, ELEMENTWISE_LAUNCH)[g.g_name] & (g.g_call >= 0))
+    calls = np.unique(g.g_call[ops])
+    return float(np.median(g.c_gap[calls] + g.c_own[calls])) if len(calls) else 0.0
+
+
 def detect(ctx: RuleContext) -> list[Finding]:
     m = ctx.model
     peaks = ctx.prof.peaks.flops
@@ -251,6 +275,10 @@ def detect(ctx: RuleContext) -> list[Finding]:
     # a bf16 model, cast once.
     training = any(TRAINING_RE.search(n) for n in names)
     cast_ns = pk302_fp32_gemm.cast_cpu_ns(ctx) if training else 0.0
+    # A bf16 model's BatchNorm (inference) launches more kernels than cuDNN's fp32 one did.
+    bn_inf = np.empty(0, dtype=np.int64) if training else \
+        ops_named(g, [n for n in names if BN_INFERENCE.search(n)])
+    bn_cpu_ns = BF16_BN_ADDED_LAUNCHES * launch_cpu_ns(g) if len(bn_inf) else 0.0
 
     bn_ops, bn_new = nhwc_passes(g)
     mm_ops = np.union1d(conv_ops, gemm_ops)
@@ -273,6 +301,7 @@ def detect(ctx: RuleContext) -> list[Finding]:
         out = scale_ops(out, fp32_ops, fp32_gain) if len(fp32_ops) else out
         if len(dw_wgrad):
             out = replace_ops(out, [np.array([o]) for o in dw_wgrad], dw_new)
+        out = add_cpu(out, bn_inf, bn_cpu_ns) if len(bn_inf) else out
         return add_cpu(out, np.union1d(conv_ops, fp32_ops), cast_ns)
 
     transpose_ns = float(k.loc[transposes, "total_ns"].sum()) if transposes else 0.0
@@ -292,7 +321,10 @@ def detect(ctx: RuleContext) -> list[Finding]:
                                   + (f", cuDNN's depthwise weight gradients {ctx.per_iteration(dw_wgrad_ns)} "
                                      "at their forwards' pace" if len(dw_wgrad) else "")
                                   + ", the passes between them at half their bytes"
-                                  + (", autocast's weight casts on the CPU" if training else ""))
+                                  + (", autocast's weight casts on the CPU" if training else "")
+                                  + (f", {BF16_BN_ADDED_LAUNCHES} more launches a BatchNorm "
+                                     f"({len(bn_inf) / max(len(g.iter_call) - 1, 1):.0f} an iteration: PyTorch's "
+                                     "bf16 BatchNorm, not cuDNN's)" if len(bn_inf) else ""), slower=True)
     ev = {"conv_ns": int(conv_ns), "depthwise_nchw_ns": int(dw_ns), "depthwise_cudnn_ns": int(cudnn_dw_ns),
           "transpose_ns": int(transpose_ns),
           "nchw_batchnorm_saved_ns": int(bn_saved), "depthwise_wgrad_ns": int(dw_wgrad_ns),

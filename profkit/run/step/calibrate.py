@@ -206,15 +206,8 @@ def fit_host(sim: Callable[[float], Schedule], target: float, prior: float,
         # GPU side ran faster in the calibration run (or the run varied). Scaling the CPU down to
         # MIN_HOST would only erase the CPU from the model; keep the CPU as fast as the replay
         # needs to come closest (the largest scale within TOLERANCE of the floor), at most prior.
-        lo, hi = MIN_HOST, h
-        if f(hi) > floor * (1 + TOLERANCE):
-            for _ in range(MAX_STEPS):
-                mid = 0.5 * (lo + hi)
-                if f(mid) > floor * (1 + TOLERANCE):
-                    hi = mid
-                else:
-                    lo = mid
-            h = lo
+        if f(h) > floor * (1 + TOLERANCE):
+            h = largest_within(f, h, floor * (1 + TOLERANCE))
     elif abs(f(h) / target - 1) > TOLERANCE:
         lo, hi = (MIN_HOST, h) if f(h) > target else (h, MAX_HOST)
         for _ in range(MAX_STEPS):
@@ -266,12 +259,18 @@ def host_from_issue(graph: StepGraph, issue_ns: float, period_ns: float,
     h = float(np.clip(issue_ns / cpu, MIN_HOST, MAX_HOST))
     f = _iteration_at(sim, {})
     if f(h) > period_ns * (1 + GPU_SLACK):
-        lo, hi = MIN_HOST, h
-        for _ in range(MAX_STEPS):
-            mid = 0.5 * (lo + hi)
-            if f(mid) > period_ns * (1 + TOLERANCE):
-                hi = mid
-            else:
-                lo = mid
-        h = lo
+        h = largest_within(f, h, period_ns * (1 + TOLERANCE))
     return h
+
+
+def largest_within(f: Callable[[float], float], hi: float, bound_ns: float) -> float:
+    """About the largest CPU scale below ``hi`` at which the replay's iteration ``f`` stays
+    within ``bound_ns`` (bisection down to MIN_HOST; the iteration grows with the scale)."""
+    lo = MIN_HOST
+    for _ in range(MAX_STEPS):
+        mid = 0.5 * (lo + hi)
+        if f(mid) > bound_ns:
+            hi = mid
+        else:
+            lo = mid
+    return lo

@@ -54,9 +54,9 @@ that changes one small GEMM: 0.58-1.96x over six alternated reps), so its small 
 resolved to 15%; in one process the variants share the CPU's state, and a fix's gain is paired
 round by round (``paired_gain``). ``merge`` names those folders ``ab-LABEL_rN``, and the page reads
 a pair from them alone where it has any, showing the separate runs beside them. A process also
-times, after each round, the host's issue time of one iteration of each variant (started on an
-idle GPU, not waited for: ``issue_ns``), the CPU's speed in that process where the GPU sets the
-baseline's pace; the page prices each folder at its own baseline and that issue time
+times, after each round, the host's issue time of an iteration of each variant (after one
+untimed iteration, not waited for: ``issue_ns``, see _corpus.interleave), the CPU's speed in that
+process where the GPU sets the baseline's pace; the page prices each folder at its own baseline and that issue time
 (``Profile.findings_at``).
 
 ``table`` prints, per program and variant, the median iteration time over the reps, the
@@ -860,8 +860,16 @@ def _tail(path: Path, lines: int = 15) -> str:
 
 
 def _write_json(path: Path, data: dict) -> None:
+    """``data`` as indented JSON whose innermost objects (a run folder's timing) each take one
+    line: diffs stay one line a run, and the file a fraction of its fully indented size."""
+    def dump(x, depth: int) -> str:
+        if not isinstance(x, dict) or not any(isinstance(v, (dict, list)) for v in x.values()):
+            return json.dumps(x)
+        pad = " " * (depth + 1)
+        body = ",\n".join(f"{pad}{json.dumps(k)}: {dump(v, depth + 1)}" for k, v in x.items())
+        return "{\n" + body + "\n" + " " * depth + "}"
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    tmp.write_text(dump(data, 0) + "\n")
     os.replace(tmp, path)
 
 

@@ -133,13 +133,14 @@ def test_interleave_times_variants_in_turns_and_writes_their_blocks(corpus, tmp_
     assert v["baseline"]["block_iterations"] == 10  # 0.02 s of 2 ms steps
     assert 1.3 < v["baseline"]["median_ns"] / v["tf32"]["median_ns"] < 2.5
     # the order reverses each round: A B, B A, A B (after each variant's warm-up and sizing run),
-    # each round followed by one issue-timed iteration of each variant in the round's order
+    # each round followed by the issue timing of each variant in the round's order (one untimed
+    # iteration, two timed)
     timed, nt = calls[2 * (1 + 3):], v["tf32"]["block_iterations"]
-    r = 10 + nt + 2
+    r = 10 + nt + 6
     assert len(timed) == 3 * r
-    assert [timed[0], timed[10], timed[10 + nt], timed[10 + nt + 1]] == ["baseline", "tf32", "baseline", "tf32"]
-    assert [timed[r], timed[r + nt], timed[r + nt + 10], timed[r + nt + 11], timed[2 * r]] == \
-        ["tf32", "baseline", "tf32", "baseline", "baseline"]
+    assert timed[10 + nt:r] == ["baseline"] * 3 + ["tf32"] * 3
+    assert [timed[0], timed[10], timed[r], timed[r + nt], timed[r + nt + 10], timed[r + nt + 13], timed[2 * r]] == \
+        ["baseline", "tf32", "tf32", "baseline", "tf32", "baseline", "baseline"]
     # the host's issue time of one iteration: the step's own sleep, the blocks' pace aside
     assert len(v["baseline"]["issue_ns"]) == 3
     assert 1.5e6 < v["baseline"]["issue_median_ns"] < 20e6 and v["tf32"]["issue_median_ns"] < v["baseline"]["issue_median_ns"]

@@ -229,10 +229,12 @@ def interleave(steps: dict[str, Callable[[], object]], fixes: dict[str, set[str]
     small part of it. ``tf32`` is a process-wide setting: it is set before each block of a
     variant that has it and unset before the others.
 
-    After each round, one more iteration of each variant is timed on the host alone, started on
-    an idle GPU and not waited for (``issue_ns``): what the CPU takes to issue an iteration. Where
-    the GPU sets the blocks' pace they show nothing of the CPU's speed, which changes from machine
-    to machine; this does (a step that waits for the GPU inside shows its wait in it too)."""
+    After each round, each variant's issue time is timed on the host alone (``issue_ns``): from an
+    idle GPU, one untimed iteration (the first of a variant after another ran finds the CPU's
+    caches cold: 1 ms more on MobileNetV3 at batch 4), then two timed and not waited for, their
+    mean: what the CPU takes to issue an iteration. Where the GPU sets the blocks' pace they show
+    nothing of the CPU's speed, which changes from machine to machine; this does (a step that
+    waits for the GPU inside shows its wait in it too)."""
     def enter(name: str) -> None:
         set_precision(fixes[name])
 
@@ -264,9 +266,11 @@ def interleave(steps: dict[str, Callable[[], object]], fixes: dict[str, set[str]
         for name in (order if r % 2 == 0 else order[::-1]):
             enter(name)
             finish(dev)
+            steps[name]()
             t0 = time.perf_counter_ns()
             steps[name]()
-            issue[name].append(time.perf_counter_ns() - t0)
+            steps[name]()
+            issue[name].append((time.perf_counter_ns() - t0) / 2)
             finish(dev)
     torch.set_float32_matmul_precision("highest")
     out = {"how": "interleaved blocks in one process; the first round is warm-up",

@@ -123,7 +123,8 @@ class Profile:
         machine, or another day): the step model is calibrated to it as to the capture's own
         calibration run, and the rules price at that CPU scale. Where the GPU sets that run's
         pace, its period shows nothing of the CPU's speed: ``issue_ns``, the host's time to issue
-        one iteration on an idle GPU in that run, gives the scale then (host_from_issue).
+        one iteration in that run while nothing blocks it (not waited for), gives the scale then
+        (calibrate.host_from_issue).
         Returns (findings, CPU scale); the profile's own findings are left as they are."""
         from profkit.run.step.calibrate import MIN_HOST, TOLERANCE, estimated_host, fit_host, host_from_issue
         model = self.step_model()

@@ -20,6 +20,9 @@ duration by one factor ``host``:
   call is taken to have cost ``TRACE_COST_NS`` more than it does unprofiled, capped so the CPU
   keeps at least MIN_HOST of its measured time. Said to be an estimate (and, for a slower run,
   warned about).
+* **issue time** (``Profile.findings_at``'s ``issue_ns``, given by a harness that times it, such
+  as the what-if corpus's): where the GPU sets the run's period, the CPU's time to issue one
+  iteration gives the scale (host_from_issue); ``profkit capture`` does not time it.
 """
 from __future__ import annotations
 
@@ -242,7 +245,7 @@ def estimated_host(graph: StepGraph) -> float:
 def host_from_issue(graph: StepGraph, issue_ns: float, period_ns: float,
                     sim: Callable[[float], Schedule]) -> Optional[float]:
     """The CPU scale read from the host's issue time of one iteration (``issue_ns``: the CPU's
-    time to issue an iteration started on an idle GPU, not waited for), for a run whose period
+    time to issue an iteration while nothing blocks it, not waited for), for a run whose period
     ``period_ns`` the GPU sets and so shows nothing of the CPU's speed. The scale is the one at
     which the replay with every GPU operation taking no time (the CPU's own path) runs an
     iteration in ``issue_ns``; never above the largest at which the replay still runs at the

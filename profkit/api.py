@@ -153,18 +153,22 @@ class Profile:
         return list(self.__dict__["_combined"])
 
     def price_together(self, codes: list[str], host: Optional[float] = None,
-                       findings: Optional[list] = None) -> Optional[float]:
+                       findings: Optional[list] = None, variant: Optional[str] = None) -> Optional[float]:
         """The gain of one change that does what several rules propose (compiling the model and
         the optimizer step: PK103 and PK201), their edits replayed at once at CPU scale ``host``
         (default: the pricing scale) from ``findings`` (default: the profile's own; those of
-        ``findings_at`` with its scale). None when a rule does not fire or the edits do not
-        compose."""
+        ``findings_at`` with its scale). ``variant``: an evidence key naming which of a rule's
+        priced variants the change is (``bf16_channels_last_speedup``: PK305's bf16, whatever
+        its action), for the rules that priced it. None when a rule does not fire or the edits
+        do not compose."""
+        from dataclasses import replace
         from profkit.judge.combine import together
         found = {f.code: f for f in (self.findings() if findings is None else findings)}
         if any(c not in found for c in codes):
             return None
-        return together(self.step_model(), self.pricing_host if host is None else host,
-                        [found[c] for c in codes])
+        group = [replace(found[c], edit=found[c].alternatives[variant])
+                 if variant in found[c].alternatives else found[c] for c in codes]
+        return together(self.step_model(), self.pricing_host if host is None else host, group)
 
     @cached_property
     def _kernels(self) -> "_Kernels":

@@ -1190,6 +1190,11 @@ def role(prog: str, fix: str) -> str:
     if prog in BUILT_ON:
         return "built on"
     return "no test" if (prog, fix) in NO_TEST else "test"
+
+
+# (program, fix) -> (the rule that proposes it, or rules joined by + for a fix that does what
+# several propose; the evidence key of the variant the fix is, where the rule prices several:
+# its price, or with + the edit of that variant replayed with the others')
 FIX_RULES = {
     **{(name, fix): ("PK305", f"{fix}_speedup") for name in CNN_TRAINING
        for fix in ("channels_last", "bf16_channels_last")},
@@ -1199,8 +1204,8 @@ FIX_RULES = {
     ("gpt2_empty_cache", "no_empty_cache"): ("PK105", None), ("gpt2_empty_cache", "fused_adamw"): ("PK201", None),
     ("vit_grad_norms", "no_item"): ("PK101", None), ("vit_grad_norms", "fused_adamw"): ("PK201", None),
     ("early_exit_sync", "no_sync"): ("PK101", None), ("early_exit_sync", "graphs"): ("PK103", "pieces_speedup"),
-    ("resnet18_pageable", "pinned"): ("PK104", None), ("resnet18_pageable", "channels_last_bf16"): ("PK305", None),
-    ("resnet18_pageable", "pinned+channels_last_bf16"): ("PK104+PK305", None),
+    ("resnet18_pageable", "pinned"): ("PK104", None), ("resnet18_pageable", "channels_last_bf16"): ("PK305", "bf16_channels_last_speedup"),
+    ("resnet18_pageable", "pinned+channels_last_bf16"): ("PK104+PK305", "bf16_channels_last_speedup"),
     ("lstm_cell_loop", "cuda_graph"): ("PK103", "cuda_graph_speedup"), ("lstm_cell_loop", "cudnn_lstm"): ("PK106", None),
     ("bert_fp32_infer", "tf32"): ("PK302", None), ("bert_fp32_infer", "bf16_autocast"): ("PK302", "bf16_speedup"),
     ("bert_fp32_infer", "cuda_graph"): ("PK103", "cuda_graph_speedup"),
@@ -1235,7 +1240,7 @@ FIX_RULES = {
     ("distilbert_finetune", "tf32"): ("PK302", None),
     ("distilbert_finetune", "bf16_autocast"): ("PK302", "bf16_speedup"),
     ("distilbert_finetune", "fused_adamw"): ("PK201", None), ("distilbert_finetune", "no_item"): ("PK101", None),
-    ("convnext_tiny_fp32_train", "bf16_compile"): ("PK305+PK103", None),
+    ("convnext_tiny_fp32_train", "bf16_compile"): ("PK305+PK103", "bf16_channels_last_speedup"),
     ("swin_t_fp32_train", "tf32"): ("PK302", None), ("swin_t_fp32_train", "bf16_autocast"): ("PK302", "bf16_speedup"),
     ("swin_t_fp32_train", "compile"): ("PK103", "fusion_speedup"),
     ("t5_finetune", "tf32"): ("PK302", None), ("t5_finetune", "bf16_autocast"): ("PK302", "bf16_speedup"),
@@ -1370,7 +1375,7 @@ def predicted(prof, code: str | None, key: str | None, at: tuple | None = None) 
         return 1.0, "no rule proposes it"
     findings, host = at if at is not None else (prof.findings(), None)
     if "+" in code:  # a fix that does what several rules propose: their edits replayed at once
-        g = prof.price_together(code.split("+"), host, findings)
+        g = prof.price_together(code.split("+"), host, findings, key)
         return (g, code) if g is not None else (1.0, f"{code}: not every rule fires, or the edits "
                                                       "do not compose")
     for f in findings:

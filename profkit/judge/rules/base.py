@@ -83,6 +83,9 @@ class Finding:
     # The step-graph edit that priced expected_end_to_end_speedup (StepGraph -> edited copy), so
     # that findings can be priced together (profkit.judge.combine); None when not priced so.
     edit: Optional[Callable] = field(default=None, repr=False, compare=False)
+    # The edits of the variants the rule priced in its evidence, by evidence key (PK305's
+    # channels_last alone and with bf16), so that a change that is one of them is priced as it is.
+    alternatives: dict[str, Callable] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         # Plain floats: numpy scalars would leak into the JSON and the reprs.

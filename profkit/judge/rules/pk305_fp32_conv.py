@@ -329,6 +329,7 @@ def detect(ctx: RuleContext) -> list[Finding]:
           "transpose_ns": int(transpose_ns),
           "nchw_batchnorm_saved_ns": int(bn_saved), "depthwise_wgrad_ns": int(dw_wgrad_ns),
           "channels_last_speedup": round(cl_gain, 3), "bf16_channels_last_speedup": round(gain, 3)}
+    alternatives = {"channels_last_speedup": channels_last, "bf16_channels_last_speedup": bf16}
     if cl_gain >= 1.02 and cl_gain > gain:
         # bf16 on top costs more than it saves here (autocast's casts: the CPU or the passes
         # around many small convolutions): channels_last alone is the action.
@@ -336,18 +337,20 @@ def detect(ctx: RuleContext) -> list[Finding]:
                         "convolutions in fp32 (TF32) on NCHW tensors: model and input to "
                         "memory_format=torch.channels_last; bf16 on top would not pay here "
                         f"({gain:.2f}x with it, {cl_gain:.2f}x without)", Rung.LIBRARY, ev, cl_gain,
-                        cl_basis, cl_gain)]
+                        cl_basis, cl_gain, alternatives=alternatives)]
     if gain < 1.02:
         # Another limit sets the step's pace (pageable copies, the CPU): the convolutions' time is
         # hidden behind it. Said, at no gain, so that it is priced with the fix of that limit.
         return [Finding(RULE.code, RULE.name,
                         "leave the fp32 (TF32) convolutions for now: channels_last and bf16 would "
                         "not shorten this step while another limit sets its pace; fix that first",
-                        Rung.NONE, ev, 1.0, f"not the pace: {basis}", max(gain, 1.0))]
+                        Rung.NONE, ev, 1.0, f"not the pace: {basis}", max(gain, 1.0),
+                        alternatives=alternatives)]
     # The kernels whose precision the bf16 edit changes: another rule's change of the same
     # kernels (PK302's TF32 of the fp32 GEMMs) is an alternative to this one, not an addition.
     return [Finding(RULE.code, RULE.name,
                     "convolutions in fp32 (TF32) on NCHW tensors: model and input to "
                     "memory_format=torch.channels_last, then bf16 (torch.autocast(\"cuda\", "
                     "dtype=torch.bfloat16), or a bf16 model for inference)", Rung.LIBRARY, ev, gain,
-                    basis, gain, kernels=frozenset(convs) | frozenset(gemms) | frozenset(cudnn_dw))]
+                    basis, gain, kernels=frozenset(convs) | frozenset(gemms) | frozenset(cudnn_dw),
+                    alternatives=alternatives)]

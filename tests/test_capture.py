@@ -599,15 +599,23 @@ def test_bootstrap_aten_uses_the_recorder_by_default(tmp_path, monkeypatch):
     pytest.importorskip("torch")
     from profkit.capture import bootstrap as _run_script
     from profkit.capture import recorder
-    texts = []
+    texts, marks = [], []
     monkeypatch.setattr(recorder, "nvtx_functions", lambda: (texts.append, lambda: None))
+    monkeypatch.setattr(recorder, "nvtx_mark", lambda: marks.append)
     script = _script(tmp_path / "u.py", "import torch\nRESULT = torch.ones(3) + 1\n")
     monkeypatch.setattr(sys, "argv", list(sys.argv))
     monkeypatch.setattr(sys, "path", list(sys.path))
     assert _run_script.run(str(script), [], aten=True) == 0
-    # an add is a producer of the pairs the bundled kernels fuse: it carries its op_id
-    assert any(t.startswith("aten::add.Tensor, sizes = [[3], [], []], op_id = 1, pk = in=fp32,-*2 ")
-               for t in texts), texts
+    # The probe of the recorder's own cost records its adds first (4-element tensors); the
+    # script's add follows. An add is a producer of the pairs the bundled kernels fuse: it
+    # carries its op_id.
+    probe = [t for t in texts if t.startswith("aten::add.Tensor, sizes = [[4], [4], []]")]
+    assert len(probe) == 800
+    script_ops = [t for t in texts if t.startswith("aten::add.Tensor, sizes = [[3], [], []], op_id = ")]
+    assert len(script_ops) == 1 and " pk = in=fp32,-*2 " in script_ops[0], texts[-3:]
+    # When the script ends, the recorder's measured host cost per recorded op of the script
+    assert len(marks) == 1 and marks[0].startswith("profkit.recorder cost_ns_per_op=")
+    assert int(marks[0].split("=")[1]) > 0
 
 
 # --- Ctrl-C ------------------------------------------------------------------------------------------

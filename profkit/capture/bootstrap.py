@@ -7,7 +7,8 @@
   runs as ``__main__`` (through :func:`runpy.run_path`), so the script needs no edits.
 * ``--aten`` (``--aten=recorder``) runs the script under profkit's aten recorder
   (:mod:`profkit.capture.recorder`): every aten:: op becomes an NVTX range with its input shapes, element
-  types, contiguity and cost-changing arguments. ``--aten=emit_nvtx`` uses
+  types, contiguity and cost-changing arguments; it first measures its own host cost per op and
+  leaves it in the trace (an NVTX mark) for the step model. ``--aten=emit_nvtx`` uses
   ``torch.autograd.profiler.emit_nvtx(record_shapes=True)`` instead (shapes only).
 * ``--exit-code-file`` records the script's exit status, which nsys/ncu do not pass on reliably.
 * ``--calibrate FILE`` times the script's top-level NVTX ranges with no profiler attached
@@ -89,7 +90,7 @@ def _aten_context(source: str) -> contextlib.AbstractContextManager:
         print(f"profkit: error: --aten needs PyTorch in this Python ({sys.executable}): {exc}",
               file=sys.stderr)
         raise SystemExit(2)
-    return emit_nvtx(record_shapes=True) if source == "emit_nvtx" else recorder()
+    return emit_nvtx(record_shapes=True) if source == "emit_nvtx" else recorder(probe=True)
 
 
 def run(script: str, args: list[str], aten: Optional[str] = None,

@@ -33,6 +33,7 @@ MAX_TIMESTAMP = 10 ** 18
 # NVTX event types (ENUM_NSYS_EVENT_TYPE), stable across versions.
 NVTX_PUSHPOP, NVTX_STARTEND, NVTXT_PUSHPOP, NVTXT_STARTEND, NVTX_DOMAIN_CREATE = 59, 60, 70, 71, 75
 NVTX_RANGE_TYPES = (NVTX_PUSHPOP, NVTX_STARTEND, NVTXT_PUSHPOP, NVTXT_STARTEND)
+NVTX_MARK = 34
 
 _MEMCPY_LABELS = {0: "Unknown", 1: "Host-to-Device", 2: "Device-to-Host", 3: "Host-to-Array",
                   4: "Array-to-Host", 5: "Array-to-Array", 6: "Array-to-Device",
@@ -557,6 +558,19 @@ class TraceReader:
         named = df["domain"] != ""
         df.loc[named, "name"] = df.loc[named, "domain"] + ":" + df.loc[named, "name"]
         return df[["start", "end", "globalTid", "name", "domain", "style"]].reset_index(drop=True)
+
+    def nvtx_marks(self, prefix: str) -> list[str]:
+        """The texts of the NVTX marks (instant events) that start with ``prefix``, in time order."""
+        if not self.nvtx_table:
+            return []
+        cols = columns_of(self.conn, self.nvtx_table)
+        text = "a.text" if "text" in cols else "NULL"
+        text_id = "a.textId" if "textId" in cols else "NULL"
+        rows = self.conn.execute(f'SELECT {text}, {text_id} FROM "{self.nvtx_table}" AS a '
+                                 "WHERE a.eventType = ? ORDER BY a.start", (NVTX_MARK,)).fetchall()
+        strings = self.strings()
+        texts = [visible(t) if t is not None else strings.get(tid, "") for t, tid in rows]
+        return [t for t in texts if isinstance(t, str) and t.startswith(prefix)]
 
     def capture_end(self) -> int:
         """The latest timestamp of the capture: the end of GPU work, API calls and NVTX events."""

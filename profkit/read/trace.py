@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from profkit.read.aten_record import RECORDER_COST_MARK
 from profkit.read.intervals import busy_union
 from profkit.errors import TraceError
 from profkit.read.ncu import read_ncu_metrics
@@ -208,6 +209,17 @@ class Trace:
     def meta(self) -> dict[str, Optional[str]]:
         """profkit's own metadata (PROFKIT_META: the capture command, the calibration run, ...)."""
         return self._read(lambda r: r.profkit_meta())
+
+    @cached_property
+    def recorder_cost_ns(self) -> float:
+        """The host time profkit's aten recorder added to each op it recorded, as it measured
+        itself when it started (an NVTX mark, profkit.read.aten_record.RECORDER_COST_MARK); 0 in
+        a trace it did not record."""
+        marks = self._read(lambda r: r.nvtx_marks(RECORDER_COST_MARK))
+        try:
+            return float(marks[-1][len(RECORDER_COST_MARK):]) if marks else 0.0
+        except ValueError:  # a mark of another version: no cost rather than a wrong one
+            return 0.0
 
     @cached_property
     def total_gpu_time_ns(self) -> int:

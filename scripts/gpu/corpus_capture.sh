@@ -6,7 +6,7 @@
 #   scripts/gpu/corpus_capture.sh OUTDIR SECONDS [NAME...]
 #
 # The programs and their baseline arguments come from the registry in
-# scripts/whatif_accuracy.py (`list`: name<TAB>script<TAB>args...). Traces go to
+# scripts/whatif_accuracy.py (`list --capture`: name<TAB>profkit capture flags or -<TAB>script<TAB>args...). Traces go to
 # OUTDIR/traces/NAME.sqlite, each capture's output to OUTDIR/logs/NAME.log, and nsys's NVTX and
 # kernel summaries to OUTDIR/logs/NAME_*.csv. A capture never gets more time than is left.
 set -u
@@ -23,7 +23,8 @@ for want in "$@"; do  # names asked for that the registry does not have
 done
 
 while IFS=$'\t' read -r -a f <&3; do
-  name=${f[0]}; script=${f[1]}; args=("${f[@]:2}")
+  name=${f[0]}; flags=(); [ "${f[1]}" != "-" ] && read -r -a flags <<< "${f[1]}"
+  script=${f[2]}; args=("${f[@]:3}")
   if [ $# -eq 0 ]; then
     case $name in *__*) continue ;; esac  # fixed programs only when asked for by name
   else
@@ -31,9 +32,9 @@ while IFS=$'\t' read -r -a f <&3; do
     [ $hit -eq 1 ] || continue
   fi
   t=$(left); [ "$t" -le 20 ] && { echo "== skip $name (no time left)"; continue; }
-  echo "== $name ($(date -u +%T), ${t}s left): $script ${args[*]}"
+  echo "== $name ($(date -u +%T), ${t}s left): ${flags[*]} $script ${args[*]}"
   s=$(date +%s)
-  timeout "$t" python3 -m profkit capture --force -o "$out/traces/$name.sqlite" "$script" "${args[@]}" \
+  timeout "$t" python3 -m profkit capture --force "${flags[@]}" -o "$out/traces/$name.sqlite" "$script" "${args[@]}" \
     < /dev/null > "$out/logs/$name.log" 2>&1 || echo "   $name failed: $(tail -3 "$out/logs/$name.log")"
   echo "   $name took $(( $(date +%s) - s ))s"
 done 3< "$out/programs.tsv"

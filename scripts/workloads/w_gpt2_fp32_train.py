@@ -9,6 +9,7 @@ Defect: every GEMM of the forward and backward runs in full fp32 on the CUDA cor
 TFLOP/s on an H200 against about 345 for TF32 and 790 for bf16): the tensor cores sit idle.
 
     python w_gpt2_fp32_train.py [--steps 40] [--fix tf32 | --fix bf16_autocast] [--fix fused_adamw]
+    python w_gpt2_fp32_train.py --interleave OUT.json --variants baseline,tf32,bf16_autocast,fused_adamw
 
 Fixes:
   tf32           ``torch.set_float32_matmul_precision("high")``: the fp32 GEMMs run as TF32 on
@@ -20,19 +21,21 @@ Fixes:
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from _corpus import bf16_autocast, finish, program_args, train_step  # noqa: E402 (the workloads' shared helpers)
+from _corpus import bf16_autocast, program_args, run, set_precision, train_step  # noqa: E402 (the workloads' shared helpers)
 
 FIXES = ("tf32", "bf16_autocast", "fused_adamw")
 CUDA_ONLY: tuple[str, ...] = ()
 
 
-def main() -> None:
-    args, fixes, dev = program_args(__doc__, FIXES, CUDA_ONLY,
-                                    alternatives=[("tf32", "bf16_autocast")])
-
+def build(args, fixes: set[str], dev: torch.device) -> Callable[[], torch.Tensor]:
+    """A model and optimizer with ``fixes`` applied (each variant its own: training changes the
+    weights); returns one training step (fresh token ids; its loss)."""
+    set_precision(fixes)
     if args.small:
         cfg = GPT2Config(vocab_size=1000, n_positions=128, n_embd=64, n_layer=2, n_head=2)
         batch, seq = 2, 32
@@ -43,11 +46,19 @@ def main() -> None:
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True if "fused_adamw" in fixes else None)
     amp = bf16_autocast(dev, "bf16_autocast" in fixes)
 
-    for _ in range(args.steps):
+    def step() -> torch.Tensor:
         ids = torch.randint(0, cfg.vocab_size, (batch, seq), device=dev)
-        loss = train_step(lambda: model(input_ids=ids, labels=ids).loss, opt, amp)
-    finish(dev)
-    print(f"w_gpt2_fp32_train: {args.steps} steps, fixes {sorted(fixes) or 'none'}, loss {loss.item():.3f}")
+        return train_step(lambda: model(input_ids=ids, labels=ids).loss, opt, amp)
+    return step
+
+
+def main() -> None:
+    args, fixes, dev = program_args(__doc__, FIXES, CUDA_ONLY,
+                                    alternatives=[("tf32", "bf16_autocast")])
+    ran = run(build, args, fixes, dev)
+    if ran:
+        print(f"w_gpt2_fp32_train: {args.steps} steps, fixes {sorted(fixes) or 'none'}, "
+              f"loss {ran[1][-1].item():.3f}")
 
 
 if __name__ == "__main__":

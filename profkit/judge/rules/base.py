@@ -280,6 +280,19 @@ class RuleContext:
                     continue
         return out
 
+    @cached_property
+    def aten_acts(self) -> dict[str, np.ndarray]:
+        """Per aten op (its name and input sizes, as at ``--by aten``), the index labels in
+        ``acts`` of the GPU work its calls launched; empty for a capture without ``--aten``."""
+        from profkit.errors import ProfkitError
+        from profkit.run.ops import group_ops
+        if self.prof.trace.ranges_of_level("aten").empty:
+            return {}
+        try:
+            return group_ops(self.prof.trace, by="aten").members_by_op()
+        except ProfkitError:
+            return {}
+
     def window_kernel_names(self) -> list[str]:
         return self.kernels.index.tolist()
 

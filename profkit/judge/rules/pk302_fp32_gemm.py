@@ -19,9 +19,14 @@ Expected gain
     roof as it did of the fp32 one (measured on the H200: BERT-base's GEMMs at 65% of the fp32
     roof and 69% of the TF32 one, 7.8x faster; ViT-B/16's at 68% of the fp32 roof), so the fp32
     GEMM kernels shrink by TF32 peak / fp32 peak (7.4x with the H200's datasheet peaks). A GEMM
-    whose dimension is not a multiple of 4 is the exception the trace cannot show without shapes:
-    TF32 then runs a 1-element-aligned kernel (GPT-2's 50,257-word vocabulary: its three lm_head
-    GEMMs 2.4x faster, the others 5.2x; PK304 finds them in a ``--aten`` capture). bf16 autocast
+    whose M, K or N is not a multiple of 4 (16 bytes) is the exception: TF32 then runs a
+    1-element-aligned tensor-core kernel, and bf16 (multiple of 8) likewise. A ``--aten`` capture
+    holds the shapes: the kernels of those GEMMs shrink by ``unaligned_tf32_gain`` (bf16:
+    ``unaligned_bf16_gain``) instead (measured on the H200, GPT-2's LM head over its 50,257-word
+    vocabulary, forward and both gradients: scripts/bench/bench_gemm_precision.py; in the training
+    step its three GEMMs ran 2.39x faster in TF32, the model's other GEMMs 5.2x). Without shapes
+    every fp32 GEMM is taken as aligned, and an unaligned one is over-promised (GPT-2 training
+    without ``--aten``: 2.67x priced, 2.17x measured). bf16 autocast
     is priced with the GEMMs at ``bf16_share`` of the bf16 roof, the casts of their operands
     that autocast adds counted with them (their sizes need shapes the trace does not hold:
     measured GEMMs and casts together, bf16 against fp32, 8.0x for ViT-B/16 and 10.6x for
@@ -40,7 +45,10 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
+
 from profkit.judge.dtypes import kernel_dtype
+from profkit.judge.flops import GEMM_ALIGN, gemm_mkn
 from profkit.judge.patterns import FLASH_RE
 from profkit.run.step.transform import add_cpu, scale_ops
 from profkit.model import Rung
@@ -55,7 +63,11 @@ RULE = RuleMeta(
             Param("bf16_share", 0.70, "share of the bf16 roof the GEMMs reach with the casts autocast "
                                       "adds to them counted in"),
             Param("cast_cpu_us", 37.0, "CPU time (without a profiler) autocast adds a GEMM kernel: "
-                                       "the dispatch and launch of its operands' casts")))
+                                       "the dispatch and launch of its operands' casts"),
+            Param("unaligned_tf32_gain", 2.4, "what TF32 makes of an fp32 GEMM whose M, K or N is not "
+                                              "a multiple of 4 (shapes from --aten)"),
+            Param("unaligned_bf16_gain", 2.3, "what bf16 makes of an fp32 GEMM whose M, K or N is not "
+                                              "a multiple of 8 (shapes from --aten)")))
 
 CONV_RE = re.compile(r"conv|fprop|dgrad|wgrad", re.I)
 
@@ -74,6 +86,16 @@ def bf16_gemm_gain(peaks: dict) -> float:
     return max(1.0, peaks["tf32"] / fp32, RULE.param("bf16_share") * peaks["bf16"] / fp32)
 
 
+def unaligned(ctx: RuleContext, rows, multiple: int):
+    """The rows of ``rows`` (GEMM kernels) launched by an aten GEMM whose M, K or N is not a
+    multiple of ``multiple`` elements; none without ``--aten`` shapes."""
+    bad = [ix for op, ix in ctx.aten_acts.items()
+           if (mkn := gemm_mkn(op)) is not None and any(d % multiple for d in mkn)]
+    if not bad:
+        return rows.iloc[:0]
+    return rows[rows.index.isin(np.concatenate(bad))]
+
+
 def detect(ctx: RuleContext) -> list[Finding]:
     k = ctx.kernels
     peaks = ctx.prof.peaks.flops
@@ -90,21 +112,39 @@ def detect(ctx: RuleContext) -> list[Finding]:
     if total < RULE.param("min_gpu_share") * float(k["total_ns"].sum()):
         return []
     op_gain = max(1.0, peaks["tf32"] / peaks["fp32"])
-    g, basis = ctx.price_ops(ctx.acts_named(fp32), op_gain,
-                             f"fp32 GEMMs {ctx.per_iteration(total)} / {op_gain:.1f}", cap=op_gain)
+    acts = ctx.acts_named(fp32)
+    # The GEMMs whose shapes keep them off the aligned tensor-core kernels (a --aten capture)
+    odd_tf32 = unaligned(ctx, acts, GEMM_ALIGN["tf32"])
+    odd_gain = min(op_gain, RULE.param("unaligned_tf32_gain"))
+    ops_all, ops_odd = ctx.graph_ops(acts), ctx.graph_ops(odd_tf32)
+    ops_even = np.setdiff1d(ops_all, ops_odd)
+    what = f"fp32 GEMMs {ctx.per_iteration(total)} / {op_gain:.1f}"
+    if len(odd_tf32):
+        what += (f", the {ctx.per_iteration(float(odd_tf32['dur'].sum()))} of those with a dimension "
+                 f"not a multiple of 4 / {odd_gain:.1f}")
+    g, basis = ctx.price(lambda gr: scale_ops(scale_ops(gr, ops_even, op_gain), ops_odd, odd_gain),
+                         what, cap=op_gain)
     ev = {"fp32_gemm_ns": int(total), "kernels": len(fp32)}
     action = ("fp32 GEMMs on the CUDA cores: torch.set_float32_matmul_precision(\"high\") (TF32) "
               "or run them in bf16 (autocast)")
+    pad = ""
+    if len(odd_tf32):
+        ev["unaligned_gemm_ns"] = int(odd_tf32["dur"].sum())
+        pad = (f"; the GEMMs with a dimension that is not a multiple of 4 "
+               f"({ev['unaligned_gemm_ns'] / total:.0%} of their time) gain less: pad it (PK304)")
     if "bf16" in peaks and ctx.model is not None:
         # The elementwise ops' bytes, which autocast halves where they run on bf16 activations,
         # are left as they are: the trace of an fp32 run cannot say which do.
         bf_gain = bf16_gemm_gain(peaks)
-        gemm_ops = ctx.graph_ops(ctx.acts_named(fp32))
+        bf_odd = ctx.graph_ops(unaligned(ctx, acts, GEMM_ALIGN["bf16"]))
+        bf_even = np.setdiff1d(ops_all, bf_odd)
+        odd_bf = min(bf_gain, RULE.param("unaligned_bf16_gain"))
         attn_ops = ctx.graph_ops(ctx.acts_named(attn))
         cast_ns = cast_cpu_ns(ctx)
 
         def bf16(gr):
-            return add_cpu(scale_ops(scale_ops(gr, gemm_ops, bf_gain), attn_ops, 2.0), gemm_ops, cast_ns)
+            gr = scale_ops(scale_ops(gr, bf_even, bf_gain), bf_odd, odd_bf)
+            return add_cpu(scale_ops(gr, attn_ops, 2.0), ops_all, cast_ns)
         bf, _ = ctx.price(bf16, "", cap=bf_gain, slower=True)
         ev["bf16_speedup"] = round(bf, 3)
         if bf > g * 1.05:
@@ -115,6 +155,6 @@ def detect(ctx: RuleContext) -> list[Finding]:
             action = ("fp32 GEMMs on the CUDA cores: torch.set_float32_matmul_precision(\"high\") "
                       f"(TF32); not bf16 autocast here: its casts add more CPU time than the GEMMs "
                       f"save [bf16: {bf:.2f}x end to end]")
-    return [Finding(RULE.code, RULE.name, action, Rung.LIBRARY, ev, g,
+    return [Finding(RULE.code, RULE.name, action + pad, Rung.LIBRARY, ev, g,
                     f"TF32 / fp32 peak = {op_gain:.1f}; {basis}", g,
                     op_gain, Scope.OPS, frozenset(fp32))]

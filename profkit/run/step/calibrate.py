@@ -17,8 +17,10 @@ duration by one factor ``host``:
 * **estimated**: without calibration data (a trace exported elsewhere, a script with no NVTX
   range), or when the run without the profiler was slower on the CPU side than the profiled one
   (the profiler only adds host time: the machine changed speed between the runs), each traced
-  call is taken to have cost ``TRACE_COST_NS`` more than it does unprofiled, capped so the CPU
-  keeps at least MIN_HOST of its measured time. Said to be an estimate (and, for a slower run,
+  call is taken to have cost ``TRACE_COST_NS`` more than it does unprofiled, and each op profkit's
+  aten recorder recorded (``capture --aten``) the cost per op the recorder measured itself when
+  it started (StepGraph.recorded_ns), capped so the CPU keeps at least MIN_HOST of its measured
+  time. The same estimate bounds the scale where the GPU sets the pace (below). Said to be an estimate (and, for a slower run,
   warned about).
 * **issue time** (``Profile.findings_at``'s ``issue_ns``, given by a harness that times it, such
   as the what-if corpus's): where the GPU sets the run's period, the CPU's time to issue one
@@ -197,12 +199,14 @@ def fit_host(sim: Callable[[float], Schedule], target: float, prior: float,
     floor = f(MIN_HOST)
     unreachable = f(h) > target * (1 + TOLERANCE) and floor > target * (1 + TOLERANCE)
     gpu_paced = f(h) <= floor * (1 + TOLERANCE)
-    if gpu_paced and f(h) * (1 + TOLERANCE) < target <= f(h) * (1 + GPU_SLACK):
-        # The GPU sets the replay's pace and the run took a little longer, as much as a GPU-bound
-        # step varies between runs (clocks, another machine of the kind): slowing the CPU until
-        # it becomes the pace would put that difference where it was not and make a GPU-bound
-        # step host-bound in the model. Keep the estimate. (Further off, the CPU was slower
-        # than estimated, and the fit below finds by how much.)
+    if gpu_paced and target <= f(h) * (1 + GPU_SLACK):
+        # The GPU sets the replay's pace and the run took about as long, or a little longer, as
+        # much as a GPU-bound step varies between runs (clocks, another machine of the kind):
+        # slowing the CPU until it becomes the pace would put that difference where it was not
+        # and make a GPU-bound step host-bound in the model, and speeding it up changes nothing
+        # (a target a hair below the floor would send the search down to MIN_HOST). Keep the
+        # estimate. (Further off, the CPU was slower than estimated, and the fit below finds by
+        # how much.)
         return h, True
     if unreachable:
         # Out of reach: even a CPU many times faster leaves the replay above the target, so the
@@ -235,11 +239,13 @@ def _iteration_at(sim: Callable[[float], Schedule], cache: dict) -> Callable[[fl
 
 
 def estimated_host(graph: StepGraph) -> float:
-    """The CPU scale that takes TRACE_COST_NS per traced call off the CPU time."""
+    """The CPU scale that takes TRACE_COST_NS per traced call off the CPU time, and the aten
+    recorder's measured cost (StepGraph.recorded_ns) where it recorded the run."""
     cpu = float(graph.c_gap.sum() + graph.c_own.sum())
     if cpu <= 0 or graph.n_calls == 0:
         return 1.0
-    return float(np.clip(1.0 - graph.n_calls * TRACE_COST_NS / cpu, MIN_HOST * 2, 1.0))
+    added = graph.n_calls * TRACE_COST_NS + graph.recorded_ns
+    return float(np.clip(1.0 - added / cpu, MIN_HOST * 2, 1.0))
 
 
 def host_from_issue(graph: StepGraph, issue_ns: float, period_ns: float,

@@ -166,6 +166,9 @@ class StepGraph:
     tail_ns: float = 0.0
     tail_range: int = -1
     tail_ready: float = float("nan")
+    # Host time (ns, as profiled) that profkit's aten recorder added in the window: the cost per
+    # op it measured when it started, times the ops it recorded there; 0 without the recorder.
+    recorded_ns: float = 0.0
 
     @property
     def n_calls(self) -> int:
@@ -380,7 +383,24 @@ def build(trace, window: Window, launch_floor_ns: float = 1_000.0) -> StepGraph:
                      g_kind=g_kind, g_host_paced=g_host_paced, streams=streams, ops_ptr=ops_ptr, ops_idx=ops_idx,
                      iter_call=iter_call, measured_periods=periods, gpu_periods=gpu_side,
                      end_ns=w1, notes=notes, c_queue=c_queue, queue_depth=depth,
-                     queue_wake_ns=q_wake, tail_ns=tail_ns, tail_range=int(t_range[0]))
+                     queue_wake_ns=q_wake, tail_ns=tail_ns, tail_range=int(t_range[0]),
+                     recorded_ns=_recorder_ns(trace, pid, w0, w1))
+
+
+def _recorder_ns(trace, pid: Optional[int], w0: int, w1: int) -> float:
+    """The host time profkit's aten recorder added between ``w0`` and ``w1`` in process ``pid``:
+    its measured cost per op (Trace.recorder_cost_ns) times the ops it recorded there."""
+    cost = float(getattr(trace, "recorder_cost_ns", 0.0) or 0.0)
+    if cost <= 0:
+        return 0.0
+    r = trace.ranges_of_level("aten")
+    if r.empty:
+        return 0.0
+    st = r["start"].to_numpy(np.int64)
+    sel = (st >= w0) & (st <= w1)
+    if pid is not None:
+        sel &= np.right_shift(r["globalTid"].to_numpy(np.int64), 24) == pid
+    return float(sel.sum()) * cost
 
 
 def queue_entries(c_queue: np.ndarray, ops_ptr: np.ndarray, ops_idx: np.ndarray,

@@ -47,13 +47,23 @@ class Profile:
     ``attribution``: ``process`` or ``thread`` (profkit.read.trace.Trace).
     ``gains``: ``wall`` (default) judges end-to-end gains on the window's wall time; ``gpu``
     on its GPU time alone, as if the GPU were always the bottleneck (kernel benchmarks).
+    ``shapes_from``: a ``--aten`` capture of the same program, whose GEMM shapes the rules use
+    where this trace has none (profkit.run.shapes: kernels matched by name and launch shape).
     """
 
     def __init__(self, path: str | Path, peaks_file: Optional[str | Path] = None,
-                 window: str = "auto", attribution: str = "process", gains: str = "wall") -> None:
+                 window: str = "auto", attribution: str = "process", gains: str = "wall",
+                 shapes_from: Optional[str | Path] = None) -> None:
         if gains not in ("wall", "gpu"):
             raise ProfkitError(f"unknown gains frame {gains!r}: use wall or gpu")
         self.gains = gains
+        self.shapes_from = shapes_from
+        if shapes_from is not None:  # said now, not when a rule first asks for shapes
+            shapes = Trace(shapes_from)
+            if shapes.ranges_of_level("aten").empty:
+                raise ProfkitError(f"{shapes.path}: no aten ranges to take shapes from: capture "
+                                   "the program with `profkit capture --aten`")
+            self.__dict__["_shapes_trace"] = shapes
         # The window, run summary and op table all read the NVTX ranges: read them at once.
         self.full_trace = Trace(path, attribution=attribution, ranges_now=True)
         self.window: Window = find_window(self.full_trace, window)
@@ -90,6 +100,16 @@ class Profile:
                                "+103-173% under profkit's recorder): host-side verdicts and gains "
                                "describe the recorded run; judge them on a capture without --aten")
         return self._run
+
+    @cached_property
+    def borrowed_shapes(self) -> dict:
+        """For a trace without aten ranges and ``shapes_from`` given: per kernel signature, the
+        aten op that launched it in that capture (profkit.run.shapes.op_of_signature); empty
+        otherwise."""
+        if self.shapes_from is None:
+            return {}
+        from profkit.run.shapes import op_of_signature
+        return op_of_signature(self.__dict__["_shapes_trace"])
 
     def step_model(self) -> Optional[StepModel]:
         """The step model of the window (profkit.run.step): the dependency graph of its CPU and GPU
@@ -610,10 +630,12 @@ def op_json(name: str, row: pd.Series, level: str) -> dict:
 
 
 def load(path: str | Path, peaks: Optional[str | Path] = None, window: str = "auto",
-         attribution: str = "process", gains: str = "wall") -> Profile:
+         attribution: str = "process", gains: str = "wall",
+         shapes_from: Optional[str | Path] = None) -> Profile:
     """Open an Nsight Systems SQLite export for analysis (read-only; no torch or GPU needed).
 
     ``window="auto"`` judges the steady state (the iterations after the first); ``"all"`` the
-    whole capture. See Profile for ``attribution``.
+    whole capture. See Profile for ``attribution`` and ``shapes_from``.
     """
-    return Profile(path, peaks_file=peaks, window=window, attribution=attribution, gains=gains)
+    return Profile(path, peaks_file=peaks, window=window, attribution=attribution, gains=gains,
+                   shapes_from=shapes_from)

@@ -161,6 +161,18 @@ def test_level_without_ranges_is_explained():
     assert res.exit_code == 2 and "profkit capture --aten" in res.stderr
 
 
+def test_shapes_from_a_trace_without_aten_ranges_is_one_line():
+    res = run("classify", str(TRACE), "--shapes-from", str(ROOT / "traces" / "micro_chain.sqlite.xz"))
+    assert res.exit_code == 2
+    assert res.stderr == (f"profkit: error: {ROOT / 'traces' / 'micro_chain.sqlite.xz'}: no aten ranges to "
+                          "take shapes from: capture the program with `profkit capture --aten`\n")
+
+
+def test_shapes_from_takes_one_trace():
+    res = run("classify", str(TRACE), str(TRACE), "--shapes-from", str(TRACE))
+    assert res.exit_code == 2 and res.stderr == "profkit: error: --shapes-from takes one TRACE, not several ranks\n"
+
+
 @pytest.mark.parametrize("columns", [80, 100, 120])
 def test_table_fits_a_narrow_terminal(columns):
     res = CliRunner().invoke(main, ["classify", str(TRACE)], env={"COLUMNS": str(columns)})

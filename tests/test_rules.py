@@ -248,8 +248,8 @@ def test_no_advice_contradicts_its_evidence(path):
                 row.get("precision") in ("bf16", "fp16"):  # bf16 GEMMs are never told to allow TF32
             assert "TF32" not in a, (by, name, a)
     for f in _loaded(path).findings():
-        if f.code == "PK301":
-            assert not any(FLASH.search(k) for k in kernels)
+        if f.code == "PK301":  # quiet beside fused attention, unless that runs in fp32 (then: bf16)
+            assert not any(FLASH.search(k) and kernel_dtype(k).precision != "fp32" for k in kernels)
         if f.code == "PK302":
             assert all(kernel_dtype(k).precision == "fp32" for k in f.kernels)
         if f.code == "PK402":

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import profkit
 import shared
 from profkit.run.step import transform as T
 from profkit.run.step.calibrate import MIN_HOST, estimated_host
@@ -554,7 +555,7 @@ def test_the_recorders_measured_cost_comes_off_the_cpu_of_an_aten_capture():
     # iteration under the profiler against the GPU's 88 ms) would keep the CPU at the pace of
     # this GPU-bound step, and every GPU-side fix would be priced near 1x.
     from profkit.run.step.calibrate import TRACE_COST_NS, estimated_host
-    p = _load(str(ROOT / "traces" / "corpus" / "gpt2_fp32_train.sqlite.xz"))
+    p = _load(str(ROOT / "traces" / "real" / "train_gpt2_fp32_rec.sqlite.xz"))
     assert p.full_trace.recorder_cost_ns == 31958.0
     m = p.step_model()
     g = m.graph
@@ -573,10 +574,55 @@ def test_tf32_prices_the_unaligned_gemms_at_their_measured_gain():
     # run 2.4x faster in TF32 (2.39x measured in the training step), the others at the roofs'
     # ratio. Only those three kernels of each iteration are the unaligned ones, though their
     # kernel names are shared with aligned GEMMs of the layers.
-    p = _load(str(ROOT / "traces" / "corpus" / "gpt2_fp32_train.sqlite.xz"))
+    p = _load(str(ROOT / "traces" / "real" / "train_gpt2_fp32_rec.sqlite.xz"))
     f = next(f for f in p.findings() if f.code == "PK302")
     it = len(p.window.iteration_ns)
     assert f.evidence["unaligned_gemm_ns"] / it == pytest.approx(18.10e6, rel=0.01)
     assert f.evidence["unaligned_gemm_ns"] / f.evidence["fp32_gemm_ns"] == pytest.approx(0.284, abs=0.005)
     assert "not a multiple of 4" in f.action and "PK304" in f.action
     assert "/ 2.4" in f.basis
+
+
+def test_shapes_from_an_aten_capture_of_the_same_program_price_the_plain_one():
+    # The plain capture keeps the program's timing (no recorder) and has no shapes; its --aten
+    # capture has them. Kernels are matched by name and launch shape: the LM head's three GEMMs an
+    # iteration (their grids differ from the layers' GEMMs of the same kernel names) are the
+    # unaligned ones, and TF32 is priced 2.31x (measured without a profiler: 2.17x) instead of
+    # 2.67x with every GEMM taken as aligned.
+    plain = str(ROOT / "traces" / "corpus" / "gpt2_fp32_train.sqlite.xz")
+    rec = str(ROOT / "traces" / "real" / "train_gpt2_fp32_rec.sqlite.xz")
+    alone = next(f for f in _load(plain).findings() if f.code == "PK302")
+    assert "unaligned_gemm_ns" not in alone.evidence
+    assert alone.expected_end_to_end_speedup == pytest.approx(2.67, abs=0.01)
+    p = profkit.load(plain, shapes_from=rec)
+    f = next(f for f in p.findings() if f.code == "PK302")
+    it = len(p.window.iteration_ns)
+    assert f.evidence["unaligned_gemm_ns"] / it == pytest.approx(18.10e6, rel=0.01)
+    assert f.expected_end_to_end_speedup == pytest.approx(2.31, abs=0.01)
+    assert not any("no shapes taken" in w for w in p.warnings)
+
+
+def test_shapes_from_another_program_take_nothing_and_say_so():
+    p = profkit.load(str(ROOT / "traces" / "corpus" / "bert_fp32_infer.sqlite.xz"),
+                     shapes_from=str(ROOT / "traces" / "real" / "train_gpt2_fp32_rec.sqlite.xz"))
+    f = next(f for f in p.findings() if f.code == "PK302")
+    assert "unaligned_gemm_ns" not in f.evidence
+    assert any("no shapes taken" in w for w in p.warnings)
+
+
+def test_an_issue_time_the_launch_queue_bounded_says_nothing_of_the_cpu():
+    # GPT-2 fp32 training: 88 ms of GPU work an iteration behind 1,809 launches. Timed from an
+    # idle GPU, the launch queue fills within the first timed iteration, and its issue time is
+    # the GPU's as much as the CPU's: the replay of that measurement runs far longer than the
+    # CPU's own path, and the scale is not read from it.
+    from profkit.run.step.calibrate import host_from_issue, issued_in
+    m = model("gpt2_fp32_train")
+    g = m.graph
+    cpu = m.simulate(T.scale_ops(g, np.arange(g.n_ops), np.inf), host=1.0).iteration_ns
+    assert issued_in(g, 0.4) > 3 * 0.4 * cpu
+    assert host_from_issue(g, 0.4 * cpu, m.iteration_ns, lambda h: m.simulate(host=h)) is None
+    # MobileNetV3 at batch 128: the queue never fills, the measurement is the CPU's own path
+    m = model("mobilenet_v3_fp32_infer")
+    g = m.graph
+    cpu = m.simulate(T.scale_ops(g, np.arange(g.n_ops), np.inf), host=1.0).iteration_ns
+    assert issued_in(g, 0.4) == pytest.approx(0.4 * cpu, rel=0.03)

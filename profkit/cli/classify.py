@@ -70,10 +70,15 @@ def write_output(text: str, output: Optional[str], inputs: list[str]) -> None:
 @click.option("--dask", "dask_address", default=None, metavar="ADDRESS",
               help="Several ranks: run on this Dask scheduler (tcp://host:8786), or 'local' to start "
                    "a LocalCluster here (--workers workers).")
+@click.option("--shapes-from", "shapes_from", type=click.Path(dir_okay=False), default=None,
+              metavar="ATEN_TRACE",
+              help="A `capture --aten` trace of the same program: its GEMM shapes are used where "
+                   "TRACE has none (kernels matched by name and launch shape), so TRACE keeps the "
+                   "timing of a run without the recorder.")
 @one_line_errors
 def classify(trace: tuple[str, ...], example: bool, by: str, innermost: bool, top: Optional[int],
              fmt: str, output: Optional[str], peaks_file: Optional[str], wide: bool,
-             workers: Optional[int], dask_address: Optional[str]) -> None:
+             workers: Optional[int], dask_address: Optional[str], shapes_from: Optional[str]) -> None:
     """Classify each op of an Nsight Systems SQLite TRACE as compute-, memory- or launch-bound.
 
     NCCL collectives get their own class, communication. With no TRACE (or --example),
@@ -86,6 +91,8 @@ def classify(trace: tuple[str, ...], example: bool, by: str, innermost: bool, to
     if trace and example:
         fail("give a TRACE or --example, not both")
     if len(trace) > 1 or (len(trace) == 1 and Path(trace[0]).is_dir()):
+        if shapes_from:
+            fail("--shapes-from takes one TRACE, not several ranks")
         _classify_ranks(list(trace), by, innermost, top, fmt, output, peaks_file, workers,
                         dask_address, wide)
         return
@@ -96,7 +103,7 @@ def classify(trace: tuple[str, ...], example: bool, by: str, innermost: bool, to
     prefetch(path)
     from profkit.api import load
     from profkit.show import render
-    prof = load(path, peaks=peaks_file, **load_options())
+    prof = load(path, peaks=peaks_file, shapes_from=shapes_from, **load_options())
     df = prof.ops(by=by, innermost=innermost, top=top)
     level = df.attrs.get("level", by)
     header = {"trace": Path(path).name, "gpu": prof.gpu.name,

@@ -283,11 +283,20 @@ class RuleContext:
     @cached_property
     def aten_acts(self) -> dict[str, np.ndarray]:
         """Per aten op (its name and input sizes, as at ``--by aten``), the index labels in
-        ``acts`` of the GPU work its calls launched; empty for a capture without ``--aten``."""
+        ``acts`` of the GPU work its calls launched; for a capture without ``--aten``, the kernels
+        matched to the ops of the profile's ``shapes_from`` capture; else empty."""
         from profkit.errors import ProfkitError
         from profkit.run.ops import group_ops
         if self.prof.trace.ranges_of_level("aten").empty:
-            return {}
+            if not self.prof.borrowed_shapes:
+                return {}
+            from profkit.run.shapes import borrowed_aten_acts
+            got = borrowed_aten_acts(self.prof.full_trace, self.acts, self.prof.borrowed_shapes)
+            if not got:
+                self.prof._warn(f"no kernel of this window has a name and launch shape that one aten "
+                                f"op launched in {self.prof.shapes_from}: no shapes taken from it "
+                                "(a capture of another program, or of other inputs?)")
+            return got
         try:
             return group_ops(self.prof.trace, by="aten").members_by_op()
         except ProfkitError:

@@ -21,12 +21,13 @@ Expected gain
     GEMM kernels shrink by TF32 peak / fp32 peak (7.4x with the H200's datasheet peaks). A GEMM
     whose M, K or N is not a multiple of 4 (16 bytes) is the exception: TF32 then runs a
     1-element-aligned tensor-core kernel, and bf16 (multiple of 8) likewise. A ``--aten`` capture
-    holds the shapes: the kernels of those GEMMs shrink by ``unaligned_tf32_gain`` (bf16:
+    holds the shapes (``classify --shapes-from`` lends them to a plain capture of the same
+    program): the kernels of those GEMMs shrink by ``unaligned_tf32_gain`` (bf16:
     ``unaligned_bf16_gain``) instead (measured on the H200, GPT-2's LM head over its 50,257-word
     vocabulary, forward and both gradients: scripts/bench/bench_gemm_precision.py; in the training
     step its three GEMMs ran 2.39x faster in TF32, the model's other GEMMs 5.2x). Without shapes
-    every fp32 GEMM is taken as aligned, and an unaligned one is over-promised (GPT-2 training
-    without ``--aten``: 2.67x priced, 2.17x measured). bf16 autocast
+    every fp32 GEMM is taken as aligned, and an unaligned one is over-promised (GPT-2 training:
+    2.67x priced without shapes, 2.31x with them, 2.17x measured; the pair is not a test). bf16 autocast
     is priced with the GEMMs at ``bf16_share`` of the bf16 roof, the casts of their operands
     that autocast adds counted with them (their sizes need shapes the trace does not hold:
     measured GEMMs and casts together, bf16 against fp32, 8.0x for ViT-B/16 and 10.6x for

@@ -48,6 +48,9 @@ TOLERANCE = 0.005          # the fit is good when the replay is within 0.5% of t
 # on the CPU side (measured on the H200 corpus: -2.0% to +0.9% between the profiled and the
 # unprofiled run of the GPU-bound programs).
 GPU_SLACK = 0.03
+# An issue time whose replay (issued_in) runs this much longer than the CPU's own path: the launch
+# queue filled while it was timed
+ISSUE_QUEUE_SLACK = 1.05
 MAX_STEPS = 14
 
 
@@ -256,7 +259,8 @@ def host_from_issue(graph: StepGraph, issue_ns: float, period_ns: float,
     which the replay with every GPU operation taking no time (the CPU's own path) runs an
     iteration in ``issue_ns``; never above the largest at which the replay still runs at the
     period (a CPU that slow would have set the pace). None when the iteration waits for the GPU
-    inside (a sync, a blocking copy: its issue time holds that wait) or the replay has no CPU."""
+    inside (a sync, a blocking copy: its issue time holds that wait), when the launch queue would
+    have filled while it was timed (issued_in), or when the replay has no CPU."""
     its = max(len(graph.iter_call) - 1, 1)
     waits = (graph.c_wait != int(Wait.NONE)) & ~np.isin(graph.c_kind, [int(CallKind.LAUNCH),
                                                                        int(CallKind.GRAPH_LAUNCH)])
@@ -266,10 +270,28 @@ def host_from_issue(graph: StepGraph, issue_ns: float, period_ns: float,
     if cpu <= 0:
         return None
     h = float(np.clip(issue_ns / cpu, MIN_HOST, MAX_HOST))
+    if issued_in(graph, h) > ISSUE_QUEUE_SLACK * h * cpu:
+        # The launch queue filled while the CPU issued: the time is the GPU's as much as the
+        # CPU's, and says nothing sure of the CPU's speed
+        return None
     f = _iteration_at(sim, {})
     if f(h) > period_ns * (1 + GPU_SLACK):
         h = largest_within(f, h, period_ns * (1 + TOLERANCE))
     return h
+
+
+def issued_in(graph: StepGraph, h: float) -> float:
+    """The issue-time measurement replayed at CPU scale ``h``: from an idle GPU (the work queued
+    before the window taking no time), the CPU issues one iteration, then two more; their mean
+    issue time. The GPU's work runs as measured, so a step with more GPU work queued than the
+    launch queue holds blocks the CPU as it did (GPT-2 training in fp32: 1,809 launches and 88 ms
+    of GPU work an iteration, the queue full within the first timed one); where the queue never
+    fills it is the CPU's own time. With fewer than four iterations in the graph: 0 (not known)."""
+    ic = graph.iter_call
+    if len(ic) < 5:
+        return 0.0
+    s = simulate(scale_ops(graph, np.flatnonzero(graph.g_call < 0), np.inf), host=h)
+    return float(s.c_end[ic[3] - 1] - s.c_end[ic[1] - 1]) / 2
 
 
 def largest_within(f: Callable[[float], float], hi: float, bound_ns: float) -> float:

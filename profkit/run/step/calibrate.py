@@ -260,7 +260,8 @@ def host_from_issue(graph: StepGraph, issue_ns: float, period_ns: float,
     iteration in ``issue_ns``; never above the largest at which the replay still runs at the
     period (a CPU that slow would have set the pace). None when the iteration waits for the GPU
     inside (a sync, a blocking copy: its issue time holds that wait), when the launch queue would
-    have filled while it was timed (issued_in), or when the replay has no CPU."""
+    have filled while it was timed at that speed or a faster one (issued_in), or when the replay
+    has no CPU."""
     its = max(len(graph.iter_call) - 1, 1)
     waits = (graph.c_wait != int(Wait.NONE)) & ~np.isin(graph.c_kind, [int(CallKind.LAUNCH),
                                                                        int(CallKind.GRAPH_LAUNCH)])
@@ -270,9 +271,12 @@ def host_from_issue(graph: StepGraph, issue_ns: float, period_ns: float,
     if cpu <= 0:
         return None
     h = float(np.clip(issue_ns / cpu, MIN_HOST, MAX_HOST))
-    if issued_in(graph, h) > ISSUE_QUEUE_SLACK * h * cpu:
-        # The launch queue filled while the CPU issued: the time is the GPU's as much as the
-        # CPU's, and says nothing sure of the CPU's speed
+    if issued_in(graph, h) > ISSUE_QUEUE_SLACK * h * cpu or \
+            issued_in(graph, h / 4) * ISSUE_QUEUE_SLACK >= issue_ns:
+        # The launch queue filled while the CPU issued at that speed, or would have at a CPU
+        # four times faster and shown about the same time (GPT-2 fp32 training, 88 ms of GPU
+        # work an iteration: 73 ms of issue time fits a slow CPU and a fast one alike): the
+        # time is the GPU's as much as the CPU's, and says nothing sure of the CPU's speed
         return None
     f = _iteration_at(sim, {})
     if f(h) > period_ns * (1 + GPU_SLACK):

@@ -24,7 +24,7 @@ from profkit.read import aten_record
 from profkit.run.attribution import aten_key
 from profkit.judge.dtypes import recorded_dtype
 from profkit.judge.classify import judge, kernel_launch_stats
-from profkit.run.ops import group_ops
+from profkit.run.ops import OpGroups, group_ops
 from profkit.errors import ProfkitError
 from profkit.read.peaks import Peaks, resolve_peaks
 from profkit.read.nsys import match_names
@@ -32,6 +32,7 @@ from profkit.run.summary import (MIN_ACTION_GAIN, RunSummary, apply_actions,
                                   charge_refill_to_syncs, critical_fraction, rank_actions, summarize,
                                   sync_intervals)
 from profkit.read.trace import Trace
+from profkit.run.shapes import aten_capture, op_of_signature
 from profkit.run.step.model import StepModel, model_of
 from profkit.run.window import LIBRARY_RANGE_RE, Window, find_window
 
@@ -58,12 +59,8 @@ class Profile:
             raise ProfkitError(f"unknown gains frame {gains!r}: use wall or gpu")
         self.gains = gains
         self.shapes_from = shapes_from
-        if shapes_from is not None:  # said now, not when a rule first asks for shapes
-            shapes = Trace(shapes_from)
-            if shapes.ranges_of_level("aten").empty:
-                raise ProfkitError(f"{shapes.path}: no aten ranges to take shapes from: capture "
-                                   "the program with `profkit capture --aten`")
-            self.__dict__["_shapes_trace"] = shapes
+        # Checked now, not when a rule first asks for shapes
+        self._shapes_trace = aten_capture(shapes_from) if shapes_from is not None else None
         # The window, run summary and op table all read the NVTX ranges: read them at once.
         self.full_trace = Trace(path, attribution=attribution, ranges_now=True)
         self.window: Window = find_window(self.full_trace, window)
@@ -106,10 +103,7 @@ class Profile:
         """For a trace without aten ranges and ``shapes_from`` given: per kernel signature, the
         aten op that launched it in that capture (profkit.run.shapes.op_of_signature); empty
         otherwise."""
-        if self.shapes_from is None:
-            return {}
-        from profkit.run.shapes import op_of_signature
-        return op_of_signature(self.__dict__["_shapes_trace"])
+        return op_of_signature(self._shapes_trace) if self._shapes_trace is not None else {}
 
     def step_model(self) -> Optional[StepModel]:
         """The step model of the window (profkit.run.step): the dependency graph of its CPU and GPU
@@ -370,17 +364,25 @@ class Profile:
         return price
 
     @cached_property
+    def aten_groups(self) -> Optional[OpGroups]:
+        """The window's ops at the aten level (run.ops.group_ops), computed once for the op
+        table's range rows and the rules; None without aten ranges with GPU work."""
+        if self.trace.ranges_of_level("aten").empty:
+            return None
+        try:
+            return group_ops(self.trace, by="aten")
+        except ProfkitError:
+            return None
+
+    @cached_property
     def _aten_calls(self) -> Optional[tuple[np.ndarray, np.ndarray, list, list]]:
         """For range rows of a ``--aten`` capture: per activity of the window, the aten call (its
         innermost aten range) that launched it and that call's op (-1: none); per op (as at
         ``--by aten``: name and input sizes) its name (``aten::mm``) and the shape model's work
         of one call, judged as at ``--by aten`` (None: no model, or a reading above a roof).
         None when the window has no aten ranges with GPU work."""
-        if self.trace.ranges_of_level("aten").empty:
-            return None
-        try:
-            groups = group_ops(self.trace, by="aten")
-        except ProfkitError:
+        groups = self.aten_groups
+        if groups is None:
             return None
         acts = self.trace.activities
         kernels = self._kernels

@@ -129,7 +129,6 @@ class AtenRecorder:
         self.made_by = WeakIdKeyDictionary()
         self.next_id = 0
         self.id_lock = threading.Lock()
-        self.cost_ns: Optional[float] = None  # measured by probe_cost_ns, when asked for
         # Host cost accounting (host_cost_ns): ops seen (views included), ops recorded, the
         # handler's own time outside the ops, and the per-op cost of entering it (the probe's).
         self.dispatches = 0
@@ -368,7 +367,7 @@ def recorder(push: Optional[Callable[[str], Any]] = None, pop: Optional[Callable
     rec = AtenRecorder(push, pop, count_threads=count_threads)
     mark = nvtx_mark() if probe else None
     if probe:
-        rec.cost_ns = probe_cost_ns(rec)
+        probe_cost_ns(rec)
     try:
         with rec.mode:
             yield rec

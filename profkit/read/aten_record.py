@@ -33,8 +33,9 @@ from dataclasses import dataclass, field
 from typing import Iterable, Optional
 
 MARKER = ", pk = "
-# The NVTX mark the recorder leaves when it starts: the host time (ns) it adds to one op, measured
-# then (profkit.capture.recorder.probe_cost_ns), so the step model can take it off the CPU.
+# The NVTX mark the recorder leaves when its block ends: the host time (ns) it added per op it
+# recorded (profkit.capture.recorder.AtenRecorder.host_cost_ns), for the step model to take off
+# the CPU.
 RECORDER_COST_MARK = "profkit.recorder cost_ns_per_op="
 # Producer -> consumer pairs that a bundled kernel fuses (consumer op prefixes, producer op
 # prefixes, bundled kernel): the recorder gives these ops their op ids, profkit.judge.patterns

@@ -213,8 +213,8 @@ class Trace:
     @cached_property
     def recorder_cost_ns(self) -> float:
         """The host time profkit's aten recorder added to each op it recorded, as it measured
-        itself when it started (an NVTX mark, profkit.read.aten_record.RECORDER_COST_MARK); 0 in
-        a trace it did not record."""
+        itself (an NVTX mark it leaves when it stops, profkit.read.aten_record.RECORDER_COST_MARK);
+        0 in a trace it did not record."""
         marks = self._read(lambda r: r.nvtx_marks(RECORDER_COST_MARK))
         try:
             return float(marks[-1][len(RECORDER_COST_MARK):]) if marks else 0.0

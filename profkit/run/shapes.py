@@ -33,12 +33,19 @@ def signatures(full: Trace, acts: pd.DataFrame) -> pd.Series:
                      index=m[index_col].to_numpy())
 
 
-def op_of_signature(shapes: Trace) -> dict[tuple, str]:
-    """Per kernel signature of the ``--aten`` capture ``shapes``, the aten op (its name and input
-    sizes) that launched it, where only one did."""
+def aten_capture(path) -> Trace:
+    """The trace at ``path``, refused (ProfkitError) unless it holds aten ranges to take shapes
+    from."""
+    shapes = Trace(path)
     if shapes.ranges_of_level("aten").empty:
         raise ProfkitError(f"{shapes.path}: no aten ranges to take shapes from: capture the program "
                            "with `profkit capture --aten`")
+    return shapes
+
+
+def op_of_signature(shapes: Trace) -> dict[tuple, str]:
+    """Per kernel signature of the ``--aten`` capture ``shapes`` (aten_capture), the aten op (its
+    name and input sizes) that launched it, where only one did."""
     sig = signatures(shapes, shapes.activities)
     owners: dict[tuple, set] = {}
     for op, ix in group_ops(shapes, by="aten").members_by_op().items():

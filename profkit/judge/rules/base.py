@@ -285,9 +285,8 @@ class RuleContext:
         """Per aten op (its name and input sizes, as at ``--by aten``), the index labels in
         ``acts`` of the GPU work its calls launched; for a capture without ``--aten``, the kernels
         matched to the ops of the profile's ``shapes_from`` capture; else empty."""
-        from profkit.errors import ProfkitError
-        from profkit.run.ops import group_ops
-        if self.prof.trace.ranges_of_level("aten").empty:
+        groups = self.prof.aten_groups
+        if groups is None:
             if not self.prof.borrowed_shapes:
                 return {}
             from profkit.run.shapes import borrowed_aten_acts
@@ -297,10 +296,7 @@ class RuleContext:
                                 f"op launched in {self.prof.shapes_from}: no shapes taken from it "
                                 "(a capture of another program, or of other inputs?)")
             return got
-        try:
-            return group_ops(self.prof.trace, by="aten").members_by_op()
-        except ProfkitError:
-            return {}
+        return groups.members_by_op()
 
     def window_kernel_names(self) -> list[str]:
         return self.kernels.index.tolist()

@@ -120,19 +120,18 @@ def detect(ctx: RuleContext) -> list[Finding]:
     ops_all, ops_odd = ctx.graph_ops(acts), ctx.graph_ops(odd_tf32)
     ops_even = np.setdiff1d(ops_all, ops_odd)
     what = f"fp32 GEMMs {ctx.per_iteration(total)} / {op_gain:.1f}"
-    if len(odd_tf32):
-        what += (f", the {ctx.per_iteration(float(odd_tf32['dur'].sum()))} of those with a dimension "
-                 f"not a multiple of 4 / {odd_gain:.1f}")
-    g, basis = ctx.price(lambda gr: scale_ops(scale_ops(gr, ops_even, op_gain), ops_odd, odd_gain),
-                         what, cap=op_gain)
     ev = {"fp32_gemm_ns": int(total), "kernels": len(fp32)}
-    action = ("fp32 GEMMs on the CUDA cores: torch.set_float32_matmul_precision(\"high\") (TF32) "
-              "or run them in bf16 (autocast)")
     pad = ""
     if len(odd_tf32):
         ev["unaligned_gemm_ns"] = int(odd_tf32["dur"].sum())
+        what += (f", the {ctx.per_iteration(float(ev['unaligned_gemm_ns']))} of those with a "
+                 f"dimension not a multiple of 4 / {odd_gain:.1f}")
         pad = (f"; the GEMMs with a dimension that is not a multiple of 4 "
                f"({ev['unaligned_gemm_ns'] / total:.0%} of their time) gain less: pad it (PK304)")
+    g, basis = ctx.price(lambda gr: scale_ops(scale_ops(gr, ops_even, op_gain), ops_odd, odd_gain),
+                         what, cap=op_gain)
+    action = ("fp32 GEMMs on the CUDA cores: torch.set_float32_matmul_precision(\"high\") (TF32) "
+              "or run them in bf16 (autocast)")
     if "bf16" in peaks and ctx.model is not None:
         # The elementwise ops' bytes, which autocast halves where they run on bf16 activations,
         # are left as they are: the trace of an fp32 run cannot say which do.

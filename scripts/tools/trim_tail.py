@@ -2,7 +2,9 @@
 a repository.
 
 Every CUDA activity and NVTX range that starts after the start of instance KEEP + 2 of the NVTX
-range NAME is deleted (instance KEEP + 1 stays whole, the partial iteration profkit leaves out),
+range NAME is deleted (instance KEEP + 1 stays whole, the partial iteration profkit leaves out);
+NVTX marks stay, being notes about the whole run rather than work of an iteration (the aten
+recorder's cost, left when the program ends),
 the cut is recorded in PROFKIT_META (``trimmed_after_ns``), and the file is vacuumed. What is
 kept is the capture as it ran; the window profkit finds is shorter, so figures read from the
 trace change with it: trim before anything is read from it. Only for traces this project
@@ -24,7 +26,8 @@ def main(path: str, name: str, keep: int) -> None:
     if len(starts) < keep + 2:
         sys.exit(f"trim_tail: {path} has {len(starts)} ranges named {name!r}, not more than {keep + 1}")
     cut = starts[keep + 1]
-    delete_rows(con, "start >= ?", cut, "after", "trimmed_after_ns")
+    # marks (instant events) have no end
+    delete_rows(con, 'start >= ? AND "end" IS NOT NULL', cut, "after", "trimmed_after_ns")
 
 
 if __name__ == "__main__":

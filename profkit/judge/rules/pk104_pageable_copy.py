@@ -1,24 +1,39 @@
-"""PK104 pageable-copy: host-to-device copies from pageable memory block the CPU every step.
+"""PK104 pageable-copy: copies to or from pageable memory block the CPU every step.
 
 What
-    Host-to-device memcpys in the window whose source is pageable (not pinned) host memory.
+    Host-to-device memcpys in the window whose source is pageable (not pinned) host memory; and
+    device-to-host copies of whole tensors (1 MB or more) into pageable memory, which the host
+    then works on (logits copied for a numpy argmax or scikit-learn metrics).
 Why
     The driver stages a pageable copy through a pinned bounce buffer on the CPU, so the call
     returns only after the data has crossed: the copy cannot overlap with the CPU's work and
     ``non_blocking=True`` has no effect. From pinned memory the copy is a DMA the CPU only queues.
+    A device-to-host copy waits for the GPU in any case (its data is read next); what costs there
+    is the size of what crosses and the host's work on it after the copy returns, its consumer.
 Evidence
     ``srcKind`` of CUPTI_ACTIVITY_KIND_MEMCPY (0 = pageable), the copies' bytes, and the CPU time
     inside their launch calls.
 Fix
-    ``DataLoader(pin_memory=True)`` or ``tensor.pin_memory()`` once for reused host buffers, then
-    ``.to(device, non_blocking=True)``; keep data resident on the GPU where it fits.
+    Host-to-device: ``DataLoader(pin_memory=True)`` or ``tensor.pin_memory()`` once for reused
+    host buffers, then ``.to(device, non_blocking=True)``; keep data resident on the GPU where it
+    fits. Device-to-host: compute on the GPU what the host computes from the copy (``argmax``,
+    ``topk``, metric counts) and copy only the result; or, where the host must have the whole
+    tensor, copy it into a pinned buffer.
 Expected gain
-    Graph edit: each pageable copy runs at the pinned bandwidth (measured on the trace's own
-    pinned copies of at least 1 MB, else the 55 GB/s measured on an H200's PCIe Gen5 link), no longer at the host's pace, and
-    its call no longer waits for it (``non_blocking=True``), nor does the stream synchronisation
-    PyTorch issues right after a blocking host-to-device copy. The step model replays the edited
-    graph at the calibrated CPU scale. The GPU idle while the CPU prepares the batch is PK102's,
-    not changed here.
+    Graph edits, replayed at the calibrated CPU scale:
+
+    * host-to-device: each pageable copy runs at the pinned bandwidth (measured on the trace's own
+      pinned copies of at least 1 MB, else the 55 GB/s measured on an H200's PCIe Gen5 link), no
+      longer at the host's pace, and its call no longer waits for it (``non_blocking=True``), nor
+      does the stream synchronisation PyTorch issues right after a blocking host-to-device copy.
+      The GPU idle while the CPU prepares the batch is PK102's, not changed here;
+    * device-to-host, reduced on the GPU (the price): each copy becomes a reduction reading the
+      tensor once at the GPU's memory bandwidth and a copy of its result (2 us), and the CPU time
+      between the copy's return and the next CUDA call of its thread (the consumer: numpy,
+      scikit-learn, Python over the values) drops to the trace's median dispatch gap. The call
+      still waits for the result;
+    * device-to-host into a pinned buffer (said beside it): the copy at the pinned bandwidth, its
+      wait and its consumer kept.
 References
     CUDA C++ Best Practices Guide, "Pinned Memory"; PyTorch docs, "Use pinned memory buffers".
 """
@@ -29,7 +44,9 @@ import numpy as np
 from profkit.model import Rung
 
 from profkit.judge.rules.base import Finding, Param, RuleContext, RuleMeta, Table
-from profkit.run.step.transform import PINNED_BYTES_PER_S, pin_copies
+from profkit.run.step.graph import CallKind
+from profkit.run.step.transform import (DISPATCH_GAP_NS, PINNED_BYTES_PER_S, pin_copies,
+                                        reduce_before_copy)
 
 RULE = RuleMeta(
     code="PK104", name="pageable-copy",
@@ -39,6 +56,10 @@ RULE = RuleMeta(
     params=(Param("min_cpu_share", 0.005, "CPU time in pageable copy calls, as a share of the wall time"),))
 
 PAGEABLE, H2D = 0, 1
+# A device-to-host copy this large is a tensor's worth of data for the host to work on (an
+# ``.item()`` or a few ids are PK101's business).
+BULK_D2H_BYTES = 1e6
+RESULT_COPY_NS = 2_000.0
 
 
 def pinned_bandwidth(g) -> float | None:
@@ -54,12 +75,29 @@ def detect(ctx: RuleContext) -> list[Finding]:
     if m is None:
         return []
     g = m.graph
-    ops = np.flatnonzero(g.g_host_paced & (g.g_call >= 0))
-    if not len(ops):
-        return []
-    calls = g.g_call[ops]
+    paged = g.g_host_paced & (g.g_call >= 0)
+    d2h = np.array(["Device-to-Host" in str(n) for n in g.op_names] + [False], dtype=bool)[g.g_name]
+    out = []
+    h2d_ops = np.flatnonzero(paged & ~d2h)
+    if len(h2d_ops):
+        out += _host_to_device(ctx, m, h2d_ops)
+    d2h_ops = np.flatnonzero(paged & d2h & (np.nan_to_num(g.g_bytes) >= BULK_D2H_BYTES))
+    if len(d2h_ops):
+        out += _device_to_host(ctx, m, d2h_ops)
+    return out
+
+
+def _copy_cpu(m, ops: np.ndarray) -> float:
+    g = m.graph
     its = max(len(g.iter_call) - 1, 1)
-    cpu = float((g.c_end - g.c_start)[calls].sum()) * m.host / its
+    calls = g.g_call[ops]
+    return float((g.c_end - g.c_start)[calls].sum()) * m.host / its
+
+
+def _host_to_device(ctx: RuleContext, m, ops: np.ndarray) -> list[Finding]:
+    g = m.graph
+    its = max(len(g.iter_call) - 1, 1)
+    cpu = _copy_cpu(m, ops)
     if cpu <= RULE.param("min_cpu_share") * m.iteration_ns:
         return []
     bw = pinned_bandwidth(g)
@@ -74,3 +112,33 @@ def detect(ctx: RuleContext) -> list[Finding]:
                     "pin_memory=True (DataLoader) or a pinned buffer, and .to(device, non_blocking=True)",
                     Rung.LIBRARY, {"copies": int(len(ops)), "bytes": int(nbytes.sum()),
                                    "cpu_in_copy_calls_ns_per_iteration": int(cpu)}, gain, basis, gain)]
+
+
+def _device_to_host(ctx: RuleContext, m, ops: np.ndarray) -> list[Finding]:
+    g = m.graph
+    its = max(len(g.iter_call) - 1, 1)
+    nbytes = np.nan_to_num(g.g_bytes[ops])
+    hbm = float(ctx.prof.peaks.memory_bandwidth)
+    launches = g.c_kind == int(CallKind.LAUNCH)
+    short = launches & (g.c_gap < DISPATCH_GAP_NS)
+    dispatch = float(np.median(g.c_gap[short])) if short.any() else 0.0
+    reduced, basis = ctx.price(
+        lambda gr: reduce_before_copy(gr, ops, nbytes / hbm * 1e9, RESULT_COPY_NS, dispatch),
+        f"{len(ops) / its:.0f} device-to-host copies per iteration ({nbytes.sum() / its / 1e6:.0f} MB) "
+        f"reduced on the GPU ({hbm / 1e12:.1f} TB/s) and only the result copied, the host's work on "
+        "the copied data after each gone")
+    bw = pinned_bandwidth(g)
+    pinned, _ = ctx.price(lambda gr: pin_copies(gr, ops, nbytes, bw, non_blocking=False),
+                          "the same copies into a pinned buffer, the host's work on them kept")
+    ev = {"copies": int(len(ops)), "bytes": int(nbytes.sum()),
+          "cpu_in_copy_calls_ns_per_iteration": int(_copy_cpu(m, ops)),
+          "reduce_on_gpu_speedup": round(reduced, 3), "pinned_speedup": round(pinned, 3)}
+    if max(reduced, pinned) < 1.0 + 1e-9:
+        return []
+    return [Finding(RULE.code, RULE.name,
+                    f"keep the reduction on the GPU: {len(ops) / its:.0f} device-to-host copies per iteration "
+                    f"({nbytes.sum() / its / 1e6:.0f} MB) go to pageable memory and the host works on them "
+                    f"after each; compute what the host takes from them (argmax, top-k, metric counts) on "
+                    f"the GPU and copy only the result ({reduced:.2f}x, the number below); where the host "
+                    f"needs the whole tensor, a pinned buffer for the copy: {pinned:.2f}x",
+                    Rung.LIBRARY, ev, reduced, basis, reduced)]

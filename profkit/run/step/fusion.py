@@ -1,0 +1,104 @@
+"""What ``torch.compile`` can fuse in a step, and what the fused kernels cost: the graph edit behind
+every compile price.
+
+Inductor fuses chains of pointwise and reduction ops inside one compiled graph into one kernel. It
+fuses nothing else, so a run of the step's kernels is a fusion candidate only while all of this
+holds (``fusible_runs``):
+
+* the kernels are the framework's own elementwise, reduction and normalisation kernels: library
+  kernels (cuBLAS/cuBLASLt GEMMs, cuDNN convolutions and normalisations, flash/cuDNN attention, CUB
+  sorts and scans, NCCL) stay library kernels, kernels Inductor already wrote (``triton_*``) are
+  fused already, and the optimizer's multi-tensor kernels belong to ``optimizer.step()``, which
+  ``torch.compile(model)`` does not compile (its own fix is ``fused=True``);
+* they are one stream's, launched one after the other in one iteration (a compiled graph runs
+  once a call of the model) and under the same innermost NVTX range of the program (forward and
+  backward are separate graphs; the optimizer's and the data loader's ranges hold no candidate);
+* no blocking call lies between their launches: a synchronisation (``.item()``, a device-to-host
+  copy) is a graph break, and Inductor fuses nothing across it.
+
+A fused kernel is never faster than its bytes (``fused_ns``). The candidates are memory-bound
+kernels over the tensors of one chain: fused, the chain reads its inputs and writes its outputs
+once, the intermediates staying in registers, which is about the traffic of its longest kernel (a
+read and a write of the chain's largest tensor): the run is priced at its longest kernel, never
+less. That assumes the intermediates die inside the chain; where one is needed later as well (a
+residual sum that feeds the next layer), the fused kernel writes it too and is slower than this:
+PK401, which knows the add + RMSNorm pattern, prices that pair's fusion at 4 passes of 5 (1.25x on
+``traces/micro_addnorm``, where this price is 1.89x). A run never spans two iterations: before
+this was so, the whole window's kernels of a loop with no library kernel became one, and a
+micro-benchmark was promised 575x.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from profkit.run.step.graph import CallKind, StepGraph, Wait
+from profkit.run.summary import DATA_RE, GEMM_RE, NCCL_RE
+
+# Kernels no compiler fuses: libraries, Inductor's own, the optimizer's multi-tensor kernels.
+LIBRARY_RE = re.compile(
+    GEMM_RE.pattern[2:] + r"|" + NCCL_RE.pattern[2:] +
+    r"|cub::|cub_|DeviceRadixSort|DeviceScan|DeviceReduce|DeviceSelect|DeviceSegmented|DeviceHistogram"
+    r"|bn_fw|bn_bw|batchnorm_fw|batchnorm_bw|cudnn|nchwToNhwc|nhwcToNchw|gemv|dot_kernel|splitK"
+    r"|^triton_|multi_tensor_apply|Fused(Adam|AdamW|Sgd|SGD|Adagrad)", re.I)
+# The optimizer step and code around it that torch.compile(model) does not compile.
+OUTSIDE_MODEL_RE = re.compile(r"optim|adam|sgd|zero_grad|clip_grad|lr_sched|scheduler|\bema\b|"
+                              r"ema_update|log\b|metric", re.I)
+def candidates(g: StepGraph) -> np.ndarray:
+    """Per operation: whether torch.compile of the model could fuse it (see the module docstring):
+    a kernel of the window, not a library's, Inductor's or the optimizer's, launched outside the
+    optimizer's and the data loader's ranges."""
+    names = np.array([bool(LIBRARY_RE.search(str(n))) for n in g.op_names] + [True], dtype=bool)
+    lib = names[np.where(g.g_name >= 0, g.g_name, len(g.op_names))]
+    rng = np.array([bool(OUTSIDE_MODEL_RE.search(str(r)) or DATA_RE.search(str(r))) for r in g.range_names]
+                   + [False], dtype=bool)
+    call = np.maximum(g.g_call, 0)
+    outside = rng[np.where(g.g_call >= 0, g.c_range[call], len(g.range_names))]
+    return (g.g_kind == 0) & (g.g_call >= 0) & ~lib & ~outside
+
+
+def fusible_runs(g: StepGraph) -> list[np.ndarray]:
+    """The runs of two or more candidate operations that one compiled graph would fuse, each in
+    stream order: consecutive on their stream, in one iteration, under one range, with no blocking
+    call launched between them."""
+    cand = candidates(g)
+    ops = np.flatnonzero(g.g_kind == 0)
+    if not len(ops):
+        return []
+    ops = ops[np.lexsort((g.g_start[ops], g.g_stream[ops]))]
+    call = np.maximum(g.g_call[ops], 0)
+    it = np.searchsorted(g.iter_call, call, side="right")
+    blocking = (g.c_kind == int(CallKind.SYNC)) | ((g.c_kind == int(CallKind.COPY)) & (g.c_wait != int(Wait.NONE)))
+    breaks = np.cumsum(blocking)  # blocking calls up to and including each call
+    c = cand[ops]
+    same = np.r_[False, (g.g_stream[ops][1:] == g.g_stream[ops][:-1]) & c[1:] & c[:-1]
+                 & (it[1:] == it[:-1]) & (g.c_range[call][1:] == g.c_range[call][:-1])
+                 & (breaks[call][1:] == breaks[call][:-1])]
+    # a run starts at every candidate not joined to its predecessor
+    start = c & ~same
+    rid = np.cumsum(start)
+    rid[~c] = 0
+    out = []
+    if not c.any():
+        return out
+    order = np.argsort(rid, kind="stable")
+    r_sorted = rid[order]
+    cuts = np.flatnonzero(np.r_[True, r_sorted[1:] != r_sorted[:-1], True])
+    for a, b in zip(cuts[:-1], cuts[1:]):
+        if r_sorted[a] == 0 or b - a < 2:
+            continue
+        out.append(ops[order[a:b]])
+    return out
+
+
+def fused_ns(g: StepGraph, run: np.ndarray) -> float:
+    """The time of ``run`` as one fused kernel: that of its longest kernel (see the module
+    docstring)."""
+    return float(g.g_dur[run].max())
+
+
+def inductor_fusion(g: StepGraph) -> tuple[list[np.ndarray], np.ndarray]:
+    """The fusible runs of the step and the time of each as one kernel (for ``replace_ops``)."""
+    runs = fusible_runs(g)
+    return runs, np.array([fused_ns(g, r) for r in runs], dtype=np.float64)

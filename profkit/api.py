@@ -87,15 +87,15 @@ class Profile:
             if not self.full_trace.ranges_of_level("aten").empty:
                 cost = self.full_trace.recorder_cost_ns
                 if cost > 0:
-                    self._warn(f"this capture recorded every aten op (--aten): the recorder measured "
-                               f"its own cost at {cost / 1e3:.1f} us an op, which the step model "
-                               "takes off the CPU time; the timeline and the host-side shares "
-                               "still describe the recorded run")
+                    self.warn(f"this capture recorded every aten op (--aten): the recorder measured "
+                              f"its own cost at {cost / 1e3:.1f} us an op, which the step model "
+                              "takes off the CPU time; the timeline and the host-side shares "
+                              "still describe the recorded run")
                 else:
-                    self._warn("this capture recorded every aten op (--aten), which slows the host "
-                               "(the H200 Llama training step: +44-74% a step under emit_nvtx, "
-                               "+103-173% under profkit's recorder): host-side verdicts and gains "
-                               "describe the recorded run; judge them on a capture without --aten")
+                    self.warn("this capture recorded every aten op (--aten), which slows the host "
+                              "(the H200 Llama training step: +44-74% a step under emit_nvtx, "
+                              "+103-173% under profkit's recorder): host-side verdicts and gains "
+                              "describe the recorded run; judge them on a capture without --aten")
         return self._run
 
     @cached_property
@@ -114,12 +114,12 @@ class Profile:
             try:
                 m = model_of(self.full_trace, self.window, self.peaks.launch_floor_ns)
             except (ValueError, IndexError, KeyError) as exc:  # an odd window: no model, no crash
-                self._warn(f"the step model could not be built for this window ({exc}); "
-                           "predictions use the profiled run as it is")
+                self.warn(f"the step model could not be built for this window ({exc}); "
+                          "predictions use the profiled run as it is")
                 m = None
             if m is not None:
                 for w in m.warnings:
-                    self._warn(w)
+                    self.warn(w)
             self.__dict__["_step_model"] = m
         return self.__dict__["_step_model"]
 
@@ -226,7 +226,8 @@ class Profile:
             self.notes.append(note)
         return fallback
 
-    def _warn(self, message: str) -> None:
+    def warn(self, message: str) -> None:
+        """Add a warning to the report (once); the rules add theirs through it too."""
         if message not in self.warnings:
             self.warnings.append(message)
 
@@ -259,7 +260,7 @@ class Profile:
         note = (f"{n_open} NVTX range(s) never closed (the program ended or crashed inside them): "
                 "they end at the end of the capture")
         if n_open:
-            self._warn(note)
+            self.warn(note)
         acts = self.trace.activities
         members_by_op = groups.members_by_op()
         frame = self.frame()
@@ -318,9 +319,9 @@ class Profile:
                 # The hint was dropped for landing above a roof: faster than the hardware allows,
                 # so the hint (or the peaks) is wrong and the verdict rests on weaker evidence.
                 verdict.confidence = "low"
-                self._warn(f"op {name}: its FLOP/byte hint would run it faster than the roofline "
-                           f"of {self.peaks.gpu} allows, which cannot be: check the hint in the "
-                           "range name (or --peaks)")
+                self.warn(f"op {name}: its FLOP/byte hint would run it faster than the roofline "
+                          f"of {self.peaks.gpu} allows, which cannot be: check the hint in the "
+                          "range name (or --peaks)")
             under_graph = bool(member_acts["graphNodeId"].notna().any()) if len(member_acts) else False
             sug = advise(rec, verdict, work, self.peaks, knames[:20], under_graph, frame,
                          price=self._op_pricer(member_acts))

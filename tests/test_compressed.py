@@ -15,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from profkit.cli import main
+from profkit.errors import ProfkitError
 from profkit.read import compressed
 from synth import plain
 
@@ -118,6 +119,25 @@ def test_names_of_exports():
     assert compressed.trace_stem("a/rank0.sqlite.xz") == "rank0"
     assert compressed.trace_stem("rank0.sqlite") == "rank0"
     assert compressed.is_trace_name("x.SQLITE.GZ") and not compressed.is_trace_name("x.json.gz")
+
+
+def test_arguments_expand_to_the_trace_files_they_name(tmp_path):
+    ranks = tmp_path / "ranks"
+    ranks.mkdir()
+    for name in ("rank1.sqlite.xz", "rank0.sqlite", "notes.txt", "rank2.json.gz"):
+        (ranks / name).write_text("x")
+    (ranks / "sub").mkdir()
+    (ranks / "sub" / "rank9.sqlite").write_text("x")
+    lone = tmp_path / "b.sqlite"
+    lone.write_text("x")
+    # Files as given, a directory's exports (not its other files, not its sub-folders) sorted
+    # in its place, each file once however it was named; a missing file is passed on to be named.
+    got = compressed.expand_inputs([lone, str(ranks), ranks / "rank0.sqlite", "missing.sqlite",
+                                    tmp_path / "." / "b.sqlite"])
+    assert got == [lone, ranks / "rank0.sqlite", ranks / "rank1.sqlite.xz", Path("missing.sqlite")]
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ProfkitError, match=r"empty: not a file, and the directory holds no \.sqlite exports"):
+        compressed.expand_inputs([lone, tmp_path / "empty"])
 
 
 def _tracked_bytes() -> int:

@@ -128,9 +128,10 @@ def _classify_ranks(paths: list[str], by: str, innermost: bool, top: Optional[in
                     dask_address: Optional[str], wide: bool = False) -> None:
     """Several ranks: merged output of the good ones; one error line per bad one, then exit 2."""
     from profkit.compare import multirank as mr
+    from profkit.read.compressed import expand_inputs
     from profkit.show import render
 
-    files = mr.expand_inputs(paths)
+    files = expand_inputs(paths)
     if output is not None:  # before the work, not only when writing
         refuse_overwriting_inputs(Path(output), files)
     cb, close = mr.progress_printer()

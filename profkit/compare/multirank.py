@@ -33,7 +33,7 @@ from typing import Callable, Iterable, Optional
 import numpy as np
 import pandas as pd
 
-from profkit.read.compressed import find_traces, trace_stem
+from profkit.read.compressed import expand_inputs, trace_stem
 from profkit.run import attribution
 
 from profkit.judge import comm
@@ -56,29 +56,6 @@ OP_COLUMNS = ["count", "gpu_time_ns", "gpu_time_median_ns", "busy_ns", "share", 
 
 
 # -- inputs ------------------------------------------------------------------------------------------
-def expand_inputs(paths: Iterable[str | Path]) -> list[Path]:
-    """Files as given; a directory gives its ``*.sqlite`` files, plain or compressed (not
-    recursive). Sorted, unique."""
-    out: list[Path] = []
-    for p in map(Path, paths):
-        if p.is_dir():
-            found = find_traces(p)
-            if not found:
-                raise ProfkitError(f"{p}: not a file, and the directory holds no .sqlite exports; pass "
-                                   "an .sqlite trace, or a directory of one export per rank "
-                                   "(`nsys export --type sqlite` each rank's report)")
-            out.extend(found)
-        else:
-            out.append(p)
-    seen, uniq = set(), []
-    for p in out:
-        k = str(p.resolve()) if p.exists() else str(p)
-        if k not in seen:
-            seen.add(k)
-            uniq.append(p)
-    return uniq
-
-
 def _natural_key(p: Path) -> list:
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(p))]
 

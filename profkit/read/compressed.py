@@ -21,9 +21,9 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import BinaryIO, Callable, Optional
+from typing import BinaryIO, Callable, Iterable, Optional
 
-from profkit.errors import TraceError
+from profkit.errors import ProfkitError, TraceError
 
 DEFAULT_MAX_BYTES = 4 << 30
 _CHUNK = 1 << 20
@@ -181,3 +181,26 @@ def find_traces(folder: str | Path, recursive: bool = False) -> list[Path]:
     """The exports in ``folder`` (plain or compressed), sorted."""
     files = Path(folder).rglob("*") if recursive else Path(folder).glob("*")
     return sorted(p for p in files if p.is_file() and is_trace_name(p))
+
+
+def expand_inputs(paths: Iterable[str | Path]) -> list[Path]:
+    """The trace files that command-line arguments name: files as given, a directory's exports
+    (``find_traces``, not recursive) in its place; each file once, in the order given."""
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            found = find_traces(p)
+            if not found:
+                raise ProfkitError(f"{p}: not a file, and the directory holds no .sqlite exports; pass "
+                                   "an .sqlite trace, or a directory of one export per rank "
+                                   "(`nsys export --type sqlite` each rank's report)")
+            out.extend(found)
+        else:
+            out.append(p)
+    seen, uniq = set(), []
+    for p in out:
+        k = str(p.resolve()) if p.exists() else str(p)
+        if k not in seen:
+            seen.add(k)
+            uniq.append(p)
+    return uniq

@@ -20,10 +20,9 @@ from profkit.judge.rules import (pk101_per_step_sync, pk102_data_loading, pk103_
                            pk203_fp32_logits_loss, pk301_attention_path, pk302_fp32_gemm,
                            pk303_gemm_shape, pk304_gemm_alignment, pk305_fp32_conv, pk401_eager_norm_fusion,
                            pk402_elementwise_chain, pk403_inference_bn_fold, pk501_nccl_exposed)
-from profkit.judge.rules.base import Finding, RuleContext, RuleMeta, Scope
+from profkit.judge.rules.base import Finding, ProfileView, RuleContext, RuleMeta, Scope
 
 if TYPE_CHECKING:
-    from profkit.api import Profile
     from profkit.run.summary import RunSummary
 
 RULES: tuple[ModuleType, ...] = (
@@ -33,7 +32,7 @@ RULES: tuple[ModuleType, ...] = (
     pk301_attention_path, pk302_fp32_gemm, pk303_gemm_shape, pk304_gemm_alignment, pk305_fp32_conv,
     pk401_eager_norm_fusion, pk402_elementwise_chain, pk403_inference_bn_fold, pk501_nccl_exposed)
 
-__all__ = ["RULES", "Finding", "RuleContext", "RuleMeta", "Scope", "evaluate", "get", "explain"]
+__all__ = ["RULES", "Finding", "ProfileView", "RuleContext", "RuleMeta", "Scope", "evaluate", "get", "explain"]
 
 
 def get(code_or_name: str) -> ModuleType:
@@ -55,8 +54,9 @@ def explain(code_or_name: str) -> str:
             + (f"\nQuiet on\n    {m.quiet_on}" if m.quiet_on else "") + "\n")
 
 
-def evaluate(prof: "Profile", run: "RunSummary") -> list[Finding]:
-    """Every rule's findings on one profile, best expected gain on wall time first."""
+def evaluate(prof: ProfileView, run: RunSummary) -> list[Finding]:
+    """Every rule's findings on one profile (the facade's Profile, seen as a ProfileView), best
+    expected gain on wall time first."""
     ctx = RuleContext(prof, run)
     out: list[Finding] = []
     for mod in RULES:

@@ -15,7 +15,7 @@ import ast
 import re
 from enum import Enum
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol
 
 import numpy as np
 import pandas as pd
@@ -23,8 +23,13 @@ import pandas as pd
 from profkit.model import Rung
 from profkit.read.nsys import per_name
 
-if TYPE_CHECKING:  # the facade imports the rules, never the other way at run time
-    from profkit.api import Profile
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from profkit.read.peaks import Peaks
+    from profkit.read.trace import Trace
+    from profkit.run.ops import OpGroups
+    from profkit.run.step.model import StepModel
     from profkit.run.summary import RunSummary
 
 
@@ -104,11 +109,64 @@ def speedup(wall: float, new_wall: float) -> float:
     return max(1.0, wall / max(new_wall, 1.0))
 
 
-class RuleContext:
-    """What the rules read: the Profile (full trace, windowed trace, window, run summary), and
-    tables derived once from it (window activities by kernel name, window API calls)."""
+class ProfileView(Protocol):
+    """What the rules read of a profile, and nothing more: the facade's Profile (profkit.api)
+    has all of it and is passed as it is. Declared here, below the facade, so that the rules
+    never import the facade that runs them (tests/test_layers.py checks both that the rules
+    read nothing else and that Profile has every member)."""
 
-    def __init__(self, prof: "Profile", run: "RunSummary") -> None:
+    @property
+    def trace(self) -> Trace:
+        """The judged window's view of the trace."""
+
+    @property
+    def full_trace(self) -> Trace:
+        """The whole capture."""
+
+    @property
+    def peaks(self) -> Peaks:
+        """The GPU's roofs."""
+
+    @property
+    def gains(self) -> str:
+        """``wall`` or ``gpu``: the frame end-to-end gains are judged on."""
+
+    @property
+    def critical(self) -> np.ndarray:
+        """Per activity of the window: 1 where finishing it sooner shortens the run."""
+
+    @property
+    def pricing_host(self) -> float:
+        """The CPU scale fixes are priced at."""
+
+    @property
+    def aten_groups(self) -> Optional[OpGroups]:
+        """The window's ops at the aten level; None without aten ranges."""
+
+    @property
+    def borrowed_shapes(self) -> dict:
+        """Per kernel signature, the aten op of the ``shapes_from`` capture that launched it."""
+
+    @property
+    def shapes_from(self) -> Optional[str | Path]:
+        """The ``--aten`` capture the shapes are borrowed from, if any."""
+
+    def step_model(self) -> Optional[StepModel]:
+        """The window's step model; None when it cannot be modelled."""
+
+    def ops(self, by: str = "range", innermost: bool = False, top: Optional[int] = None) -> pd.DataFrame:
+        """The op table at level ``by``, with each op's class, evidence and precision."""
+
+    def warn(self, message: str) -> None:
+        """Add a warning to the profile's report (once)."""
+
+
+class RuleContext:
+    """What the rules read: the profile (full trace, windowed trace, peaks, step model, op
+    table; ``ProfileView``) and the run summary, and tables derived once from them (window
+    activities by kernel name, window API calls)."""
+
+    def __init__(self, prof: ProfileView, run: RunSummary) -> None:
         self.prof = prof
         self.run = run
         self.priced: list[tuple[float, Callable]] = []  # (gain, edit) of every price() call
@@ -218,8 +276,8 @@ class RuleContext:
                  "(mean over the window)")
         if cap is not None and gain > cap:
             if gain > cap * 1.001:  # beyond rounding: the model is wrong there, say so
-                self.prof._warn(f"{what}: the step model priced {gain:.2f}x, above the change's own "
-                                f"{cap:.2f}x, which cannot be: {cap:.2f}x is used")
+                self.prof.warn(f"{what}: the step model priced {gain:.2f}x, above the change's own "
+                               f"{cap:.2f}x, which cannot be: {cap:.2f}x is used")
                 basis += f" (capped at the change's own {cap:.2f}x)"
             gain = cap
         self.priced.append((max(gain, 1.0), edit))
@@ -292,9 +350,9 @@ class RuleContext:
             from profkit.run.shapes import borrowed_aten_acts
             got = borrowed_aten_acts(self.prof.full_trace, self.acts, self.prof.borrowed_shapes)
             if not got:
-                self.prof._warn(f"no kernel of this window has a name and launch shape that one aten "
-                                f"op launched in {self.prof.shapes_from}: no shapes taken from it "
-                                "(a capture of another program, or of other inputs?)")
+                self.prof.warn(f"no kernel of this window has a name and launch shape that one aten "
+                               f"op launched in {self.prof.shapes_from}: no shapes taken from it "
+                               "(a capture of another program, or of other inputs?)")
             return got
         return groups.members_by_op()
 
@@ -343,7 +401,7 @@ def covered_per_interval(starts: np.ndarray, ends: np.ndarray, bounds: np.ndarra
     return np.diff(before).astype(float)
 
 
-def iteration_bounds(run: "RunSummary") -> np.ndarray:
+def iteration_bounds(run: RunSummary) -> np.ndarray:
     """Start of each iteration and the window's end (iterations are contiguous from its start)."""
     w = run.window
     if not w.iteration_ns:

@@ -184,10 +184,14 @@ def test_headline_is_the_first_ranked_action_of_the_run(name, tmp_path):
     assert "No suggestion is expected to pay off" not in text
     items = text.split('id="gain"')[1].split("</ol>")[0].count("<li>")
     assert items == len(actions)
-    # The Run section: one wrapped line per summary line, no pre block wider than the page.
+    # The Run section: the same actions in a table, in the same order; the terminal's text
+    # folded away in one details element.
     run = text.split('<section id="run">')[1].split("</section>")[0]
-    assert "<pre>" not in run and 'class="runlines"' in run
-    assert run.count('<div class="act">') == len(actions)
+    rows = run.split('<table id="run-actions">')[1].split("</table>")[0].split('<tr data-rank="')[1:]
+    assert [int(r.split('"')[0]) for r in rows] == list(range(1, len(actions) + 1))
+    for row, a in zip(rows, actions):
+        assert f'<td class="num">{a["expected_end_to_end_speedup"]:.2f}×</td>' in row
+    assert run.count("<details id=\"run-text\">") == 1 and run.count("<pre>") == 1
     md = report.render_markdown(s, df, "", [])
     assert f"- Expected end-to-end gain: **{s.headline_speedup:.2f}×**" in md
 

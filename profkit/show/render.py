@@ -105,10 +105,10 @@ def run_lines(run: dict) -> list[str]:
     lines = [f"window   {w['source']}: {it}{fmt_time(wall)} wall"]
     for ex in w["excluded"]:
         lines.append(f"left out {fmt_time(ex['ns'])} {ex['what']}")
-    busy = run["gpu_busy_ns"] / wall
+    busy = min(max(run["gpu_busy_ns"] / wall, 0.0), 1.0)  # a share, whatever the input says
     classes = ", ".join(f"{k} {pct(k)}" for k in ("compute", "memory", "launch", "communication")
-                        if b.get(k))
-    idle = ", ".join(f"{label} {pct(k)}" for k, label in _IDLE_LABELS if b.get(k))
+                        if b.get(k, 0) > 0)
+    idle = ", ".join(f"{label} {pct(k)}" for k, label in _IDLE_LABELS if b.get(k, 0) > 0)
     lines.append(f"wall     GPU busy {busy:.0%} ({classes or 'none'}); GPU idle "
                  f"{1 - busy:.0%} ({idle or 'none'})")
     where = [(k, v) for k, v in run.get("idle_host_by_range", {}).items() if v / wall >= 0.05]
@@ -133,6 +133,17 @@ def run_lines(run: dict) -> list[str]:
         lines.append("rules    " + ", ".join(f"{f['code']} {f['rule']} {f['expected_end_to_end_speedup']:.2f}x"
                                              for f in fired) + " (profkit rules --explain CODE)")
     return lines
+
+
+def wrapped_run_lines(run: dict, width: int) -> list[str]:
+    """:func:`run_lines` wrapped to ``width`` columns (at least 40), each line's continuation
+    under its text, not under its label ("verdict  "), as the terminal prints them."""
+    out = []
+    for line in run_lines(run):
+        indent = " " * (12 if _ACTION_LINE.match(line) else 9)
+        out.append(textwrap.fill(line, width=max(width, 40), subsequent_indent=indent,
+                                 break_long_words=False, break_on_hyphens=False))
+    return out
 
 
 PATH_LABELS = {"gpu:compute": "GPU compute", "gpu:memory": "GPU memory", "gpu:launch": "GPU tiny kernels",
@@ -264,11 +275,7 @@ def table(df: pd.DataFrame, header: dict, console_width: int = 200, wide: bool =
     console = Console(file=buf, width=console_width, force_terminal=False, color_system=None,
                       soft_wrap=False)
     if header.get("run"):
-        for line in run_lines(header["run"]):
-            # Continuation lines start under the text, not under the label ("verdict  ").
-            indent = " " * (12 if _ACTION_LINE.match(line) else 9)
-            wrapped = textwrap.fill(line, width=max(console_width - 1, 40), subsequent_indent=indent,
-                                    break_long_words=False, break_on_hyphens=False)
+        for wrapped in wrapped_run_lines(header["run"], console_width - 1):
             console.print(wrapped, markup=False, highlight=False, overflow="fold")
     console.print(t)
     dropped = [c for c, _ in TABLE_COLUMNS if c not in cols]

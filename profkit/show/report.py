@@ -19,8 +19,9 @@ import pandas as pd
 
 from profkit import __version__
 from profkit.errors import ProfkitError
-from profkit.show.render import (_ACTION_LINE, evidence_text, fmt_rate, fmt_time, markdown_ops_table,
-                                 markdown_run, run_lines, short_name)
+from profkit.show.render import (evidence_text, fmt_rate, fmt_time, markdown_ops_table, markdown_run,
+                                 short_name)
+from profkit.show.run_html import RUN_CSS, run_section
 
 TOP_OPS = 10
 
@@ -172,10 +173,6 @@ figcaption { color: var(--muted); font-size: 0.85rem; }
 .gain { background: #eef6ee; border-left: 4px solid #228833; padding: 8px 12px; margin: 8px 0; }
 td.ev { min-width: 190px; } td.next { min-width: 200px; }
 .wrap { overflow-x: auto; }  /* a narrow window scrolls the table, not the page */
-.runlines { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: 0.82rem;
-            background: #f8f8f8; border: 1px solid #eee; border-radius: 6px; padding: 8px 12px; }
-.runlines div { white-space: pre-wrap; overflow-wrap: anywhere; padding-left: 9ch; text-indent: -9ch; }
-.runlines div.act { padding-left: 12ch; text-indent: -12ch; }
 footer { color: var(--muted); font-size: 0.8rem; margin-top: 32px; }
 """
 
@@ -199,12 +196,12 @@ def render_html(s: Summary, df: pd.DataFrame, roof_png: bytes, tl_png: bytes, ro
     p = []
     p.append("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
              "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
-             f"<title>profkit report: {_e(s.trace)}</title>\n<style>{CSS}</style>\n</head>\n<body>\n")
+             f"<title>profkit report: {_e(s.trace)}</title>\n<style>{CSS}{RUN_CSS}</style>\n</head>\n<body>\n")
     p.append(f"<header><h1>profkit report: {_e(s.trace)}</h1>\n"
              f"<p class=\"meta\">{_e(s.gpu)} · ops by {_e(s.level)} · peaks: {_e(s.peaks_source)} · "
              f"profkit {_e(__version__)} · {_e(now)}</p></header>\n")
     if s.run:
-        p.append(_run_html(s.run))
+        p.append(run_section(s.run))
     # Summary
     p.append('<section id="summary">\n<h2>Summary</h2>\n<div class="cards">\n')
     for k, v in [("GPU", s.gpu), ("total GPU time", fmt_time(s.total_gpu_time_ns)),
@@ -278,29 +275,6 @@ def render_html(s: Summary, df: pd.DataFrame, roof_png: bytes, tl_png: bytes, ro
 def _md(x: object) -> str:
     """A Markdown table cell: pipes escaped, HTML made inert, one line."""
     return html.escape(str(x), quote=False).replace("|", "\\|").replace("\n", " ")
-
-
-_BAR = [("compute", "#AA3377"), ("memory", "#228833"), ("launch", "#CCBB44"),
-        ("communication", "#4477AA"), ("idle_host", "#EE6677"), ("idle_sync", "#BB5566"),
-        ("idle_memcpy_wait", "#EE8866"), ("idle_other", "#BBBBBB")]
-
-
-def _run_html(run: dict) -> str:
-    """The run summary: a bar of the wall time's parts and the same lines the terminal prints."""
-    wall = max(run["wall_time_ns"], 1)
-    bar = "".join(f'<span title="{_e(k)} {v / wall:.1%}" style="display:inline-block;height:18px;'
-                  f'width:{100 * v / wall:.3f}%;background:{c}"></span>'
-                  for k, c in _BAR for v in [run["breakdown"].get(k, 0)] if v > 0)
-    legend = " · ".join(f'<span style="color:{c}">■</span> {_e(k)} {run["breakdown"].get(k, 0) / wall:.0%}'
-                        for k, c in _BAR if run["breakdown"].get(k, 0) > 0)
-    # One block per line, wrapped to the page, continuation lines under the text (not the
-    # label), as the terminal prints them.
-    lines = "".join(f'<div class="{"act" if _ACTION_LINE.match(line) else "ln"}">{_e(line)}</div>'
-                    for line in run_lines(run))
-    return ('<section id="run">\n<h2>Run</h2>\n'
-            f'<p><b>{_e(run["verdict"]["class"])}</b>: {_e(run["verdict"]["reason"])}</p>\n'
-            f'<div class="runbar" style="width:100%;white-space:nowrap;overflow:hidden">{bar}</div>\n'
-            f'<p class="meta">{legend}</p>\n<div class="runlines">{lines}</div>\n</section>\n')
 
 
 def render_markdown(s: Summary, df: pd.DataFrame, roof_note: str, notes: list[str]) -> str:

@@ -14,7 +14,9 @@ trials and the baselines taking turns: B T1 T2 B T1 T2 B). A run's iteration tim
 its steady periods (profkit.run.iterations.steady_median). A trial's speedup is the median of the
 baseline runs' iteration times over the median of its own runs'; its spread (``lo``-``hi``) pairs
 each of its runs with the baseline run made nearest to it (the earlier one of two as near), so a
-machine whose speed drifts between runs shows as a wide range rather than a wrong number.
+machine whose speed drifts between runs shows as a wide range rather than a wrong number (the
+range is widened to hold the speedup itself where a median falls outside the pairs). A trial whose
+switch did not apply has no speedup: its runs were the program unchanged.
 """
 from __future__ import annotations
 
@@ -110,9 +112,13 @@ def summarize(meta_text: Optional[str]) -> list[TrialResult]:
             it = statistics.median(m for _, m, _ in runs)
             if base_ns:
                 speedup = base_ns / it
-                pairs = [_nearest(base, seq) / m for seq, m, _ in runs]
+                # the range holds the speedup itself too: a median can fall outside the pairs
+                pairs = [_nearest(base, seq) / m for seq, m, _ in runs] + [speedup]
                 lo, hi = min(pairs), max(pairs)
         warm = [w for _, _, r in runs if (w := _warm_up_s(r)) is not None]
+        if not t.get("applied"):
+            # the program ran unchanged: its time is no measure of the switch
+            speedup = lo = hi = None
         out.append(TrialResult(str(t.get("switch", "")), bool(t.get("applied")), str(t.get("note") or ""),
                                t.get("error") or None, len(runs), speedup, lo, hi,
                                None if it is None else int(it), None if base_ns is None else int(base_ns),

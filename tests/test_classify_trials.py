@@ -158,3 +158,29 @@ def test_a_trace_without_trials_is_as_before():
     res = classify(GPT2, "--format", "json", "--top", "1")
     run_ = json.loads(res.stdout)["run"]
     assert "trials" not in run_ and all("tried" not in a for a in run_["actions"])
+
+
+# -- which trial tries which rule ----------------------------------------------------------------
+def test_rules_name_their_trials_and_explain_them():
+    from profkit.judge import rules
+    from profkit.model import parse_trial
+    for mod in rules.RULES:
+        meta, text = mod.RULE, rules.explain(mod.RULE.code)
+        has_section = any(ln == "Trial" for ln in text.splitlines())
+        assert has_section == bool(meta.trials), meta.code
+        for t in meta.trials:
+            parse_trial(t.switch)                      # a trial the bootstrap can run
+            assert f"--try {t.switch}" in " ".join(text.split()), (meta.code, t.switch)
+            assert not t.evidence or f"``{t.evidence}``" in text, (meta.code, t.evidence)
+
+
+def test_auto_trials_follow_the_rules_that_fired():
+    import shared
+    from profkit.judge.trials import auto_trials
+    prof = shared.profile(GPT2)
+    assert [(f.code, f.switch) for f in prof.findings() if f.switch] == [
+        ("PK302", "tf32"), ("PK103", "compile"), ("PK201", "fused_optim")]
+    # best price first: PK302's two, PK103's (its own first), PK201's; no convolutions here
+    assert auto_trials(prof) == ["tf32", "bf16", "compile", "compile_graphs", "fused_optim"]
+    cnn = shared.profile(ROOT / "traces" / "real" / "loader_cnn.sqlite.xz")
+    assert auto_trials(cnn) == ["workers", "compile_graphs", "compile", "fused_optim", "cudnn_benchmark"]

@@ -6,7 +6,10 @@ The constructors are wrapped when the script imports torch. An explicit ``foreac
 first (the optimizer does the same), so that the original call can be made again when the fused
 one is refused at construction (``differentiable=True``): that optimizer then stays as the
 program made it, and the trial says why. Parameters that are not floating point, or on a device
-without a fused kernel, torch refuses at the first ``step()``: the trial ends with that error. A subclass's constructor that calls its parent's is patched once. Other optimizers (RMSprop,
+without a fused kernel, torch refuses only at the first ``step()``: those it can see at
+construction are checked first (Adagrad has no fused CUDA kernel: on an H200 with torch 2.11,
+``Adagrad(fused=True).step()`` on CUDA parameters raises, while Adam, AdamW and SGD run), and such
+an optimizer is left as it was, with the reason. A subclass's constructor that calls its parent's is patched once. Other optimizers (RMSprop,
 a library's Lion) are counted and named, never changed.
 """
 from __future__ import annotations
@@ -69,6 +72,10 @@ def _fused_init(orig: Any, name: str, state: dict) -> Any:
         if given.get("fused"):
             state["already"][name] += 1
             return orig(*first[0], **first[1])
+        why = _unfusable(name, given.get("params"))
+        if why:
+            state["refused"][name] = why
+            return orig(*first[0], **first[1])
         if given.pop("foreach", None) is not None:
             state["foreach_dropped"] += 1
         given["fused"] = True
@@ -82,6 +89,26 @@ def _fused_init(orig: Any, name: str, state: dict) -> Any:
         return result
     __init__.__wrapped__ = orig  # type: ignore[attr-defined]
     return __init__
+
+
+def _unfusable(name: str, params: Any) -> str:
+    """Why torch would refuse fused=True for these parameters at the first step ('' if not)."""
+    tensors = []
+    for p in params or []:
+        if isinstance(p, dict):
+            if not isinstance(p.get("params"), (list, tuple)):  # torch makes it a list too
+                p["params"] = list(p.get("params") or [])
+            tensors += list(p["params"])
+        elif isinstance(p, tuple) and len(p) == 2:  # (name, parameter) pairs
+            tensors.append(p[1])
+        else:
+            tensors.append(p)
+    tensors = [t for t in tensors if hasattr(t, "device")]
+    if name == "Adagrad" and any(t.device.type == "cuda" for t in tensors):
+        return "torch has no fused Adagrad for CUDA parameters"
+    if any(not t.is_floating_point() for t in tensors):
+        return "parameters that are not floating point"
+    return ""
 
 
 def _counting_init(orig: Any, state: dict) -> Any:

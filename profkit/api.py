@@ -177,10 +177,17 @@ class Profile:
 
     def combined_actions(self) -> list[dict]:
         """The top findings priced together by the step model (profkit.judge.combine): every pair
-        and the triple of the three best, each replayed as one edited graph; best first."""
+        and the triple of the three best, each replayed as one edited graph; best first. On a
+        capture with trials, a combination holding a measured fix is also replayed with that
+        fix's edit scaled to its measured gain (``with_trials``)."""
         if "_combined" not in self.__dict__:
-            from profkit.judge.combine import combined
-            self.__dict__["_combined"] = combined(self.step_model(), self.pricing_host, self.findings())
+            from profkit.judge.combine import combined, with_trials
+            found = self.findings()
+            combos = combined(self.step_model(), self.pricing_host, found)
+            tried = tried_of(found, self.trials())
+            if combos and tried:
+                combos = with_trials(self.step_model(), self.pricing_host, found, combos, tried)
+            self.__dict__["_combined"] = combos
         return list(self.__dict__["_combined"])
 
     def price_together(self, codes: list[str], host: Optional[float] = None,

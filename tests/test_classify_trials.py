@@ -184,3 +184,33 @@ def test_auto_trials_follow_the_rules_that_fired():
     assert auto_trials(prof) == ["tf32", "bf16", "compile", "compile_graphs", "fused_optim"]
     cnn = shared.profile(ROOT / "traces" / "real" / "loader_cnn.sqlite.xz")
     assert auto_trials(cnn) == ["workers", "compile_graphs", "compile", "fused_optim", "cudnn_benchmark"]
+
+
+# -- what the model learns from a trial ------------------------------------------------------------
+def test_a_combination_is_repriced_with_the_measured_fix(with_trials):
+    import profkit
+    from profkit.judge.combine import scaled_edit
+    prof = profkit.load(with_trials)
+    run_ = prof.run_json()
+    combo = run_["combinations"][0]
+    assert combo["codes"] == ["PK302", "PK103", "PK402"] and combo["expected_end_to_end_speedup"] == 3.985
+    wt = combo["with_trials"]
+    assert sorted(wt["scaled"]) == ["PK103", "PK302"]
+    m302, a302 = wt["scaled"]["PK302"]
+    assert m302 == 2.173 and 0 < a302 < 1          # measured below the price: less of the edit
+    # the scaled edit, replayed alone, gives the measured gain
+    model, host = prof.step_model(), prof.pricing_host
+    f302 = next(f for f in prof.findings() if f.code == "PK302")
+    base = model.simulate(host=host).mean_iteration_ns
+    alone = base / model.simulate(scaled_edit(f302.edit, a302)(model.graph), host=host).mean_iteration_ns
+    assert alone == pytest.approx(m302, rel=0.005)
+    # scale 1 is the model's own edit, 0 the program unchanged
+    full = base / model.simulate(scaled_edit(f302.edit, 1.0)(model.graph), host=host).mean_iteration_ns
+    assert full == pytest.approx(f302.expected_end_to_end_speedup, rel=1e-6)
+    assert base / model.simulate(scaled_edit(f302.edit, 0.0)(model.graph), host=host).mean_iteration_ns == 1.0
+    # and the combination with it is less than the model's, more than the measured fix alone
+    assert m302 < wt["expected_end_to_end_speedup"] < combo["expected_end_to_end_speedup"]
+    lines = run_lines(run_)
+    i = next(i for i, ln in enumerate(lines) if ln.startswith("together"))
+    assert lines[i + 1] == (f"         with the trials: {wt['expected_end_to_end_speedup']:.2f}x (PK302's edit "
+                            "scaled to its measured 2.17x, PK103's edit scaled to its measured 1.15x)")

@@ -130,6 +130,11 @@ def run_lines(run: dict) -> list[str]:
         lines.append(f"together {' + '.join(c['codes'])}: {c['expected_end_to_end_speedup']:.2f}x end to end "
                      f"(alone {', '.join(f'{g:.2f}x' for g in c['alone'])}; the step model replays the "
                      "fixes' edits at once)")
+        wt = c.get("with_trials")
+        if wt:
+            lines.append(f"{'':8} with the trials: {wt['expected_end_to_end_speedup']:.2f}x ("
+                         + ", ".join(f"{code}'s edit scaled to its measured {m:.2f}x"
+                                     for code, (m, _) in wt["scaled"].items()) + ")")
     others = [t for t in run.get("trials") or [] if not t.get("action")]
     for i, t in enumerate(others):
         model = (f"; the model's price {t['model']:.2f}x ({t['code']})" if t.get("model") is not None

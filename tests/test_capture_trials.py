@@ -243,5 +243,51 @@ def test_try_in_the_bootstrap_records_the_trial(tmp_path):
                      script="import torch\nraise MemoryError('out of memory\\nmore')\n")
     assert res.returncode == 1
     assert json.loads((tmp_path / "e.json").read_text())["error"] == "MemoryError: out of memory"
+    # the switches go in when the script imports torch, never before: its start-up is its own
+    res = _bootstrap(tmp_path, "--try", "tf32", "--calibrate", str(tmp_path / "n.json"),
+                     script="import sys\nprint('torch' in sys.modules)\n")
+    assert res.returncode == 0 and res.stdout == "False\n"
+    assert json.loads((tmp_path / "n.json").read_text())["trial"] == {
+        "switch": "tf32", "applied": False, "note": "the script never imported torch"}
     res = _bootstrap(tmp_path, "--try", "tf33", script="pass\n")
     assert res.returncode == 2 and res.stderr.startswith("profkit: error: --try: unknown switch 'tf33'")
+
+
+def test_ctrl_c_in_a_trial_keeps_the_trace(tools, fake_torch):
+    """Ctrl-C while a trial runs: the trial's processes are stopped, the trials end there, and the
+    trace is written with what they measured (interrupted: true)."""
+    import signal
+    import time
+    _script(tools.work / "slow.py", """
+        import sys, time
+        import nvtx
+        import torch
+        for i in range(int(sys.argv[1])):
+            with nvtx.annotate("step"):
+                time.sleep(0.002)
+            if torch.backends.cudnn.benchmark:
+                print("trial running", flush=True)
+                time.sleep(60)
+    """)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(fake_torch), str(ROOT)]))
+    proc = subprocess.Popen([sys.executable, "-m", "profkit", "capture", "--try", "cudnn_benchmark",
+                             "slow.py", "10"], cwd=tools.work, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    err = []
+    try:
+        for line in proc.stderr:
+            err.append(line)
+            if line.startswith("profkit: [2/2] nsys profile: finished"):
+                break
+        time.sleep(1.5)   # the trial is in its sleep now
+        os.killpg(proc.pid, signal.SIGINT)
+        _, rest = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = "".join(err) + rest
+    assert "--try cudnn_benchmark (round 1 of 2, no profiler): interrupted; the trials stop here" in text
+    assert proc.returncode == 0, text
+    rec = json.loads(_meta(tools.work / "slow.sqlite")["trials"])
+    assert rec["interrupted"] is True and rec["trials"][0]["runs"] == []
+    assert f"profkit: interrupted: {tools.work / 'slow.sqlite'} holds what ran until then" in text

@@ -86,35 +86,34 @@ def run_trials(plan: Plan, say: Say) -> tuple[dict, bool]:
     total = plan.runs * (len(plan.trials) + 1)
     done = 0
     interrupted = False
+    label = ""
     with tempfile.TemporaryDirectory(prefix="profkit-try-", dir=plan.workdir) as tmp:
-        for rnd in range(plan.runs):
-            todo = [t for t in plan.trials if _again(record_of[t])]
-            if not todo:
-                break
-            for name in [*todo, None]:
-                done += 1
-                label = (f"[trial {done}/{total}] " + (f"--try {name}" if name else "baseline")
-                         + f" (round {rnd + 1} of {plan.runs}, no profiler)")
-                try:
-                    run = _one_run(plan, Path(tmp), seq, name, label, say)
-                except KeyboardInterrupt:
-                    say(f"profkit: {label}: interrupted; the trials stop here")
-                    interrupted = True
+        try:
+            for rnd in range(plan.runs):
+                todo = [t for t in plan.trials if _again(record_of[t])]
+                if not todo:
                     break
-                seq += 1
-                if name is None:
-                    baseline.append(run)
-                    continue
-                rec = record_of[name]
-                if run.trial is not None:
-                    rec["applied"] = bool(run.trial.get("applied"))
-                    rec["note"] = str(run.trial.get("note") or "")
-                if run.error:
-                    rec["error"] = run.error
-                if run.iteration_ns:
-                    rec["runs"].append(run.as_dict())
-            if interrupted:
-                break
+                for name in [*todo, None]:
+                    done += 1
+                    label = (f"[trial {done}/{total}] " + (f"--try {name}" if name else "baseline")
+                             + f" (round {rnd + 1} of {plan.runs}, no profiler)")
+                    run = _one_run(plan, Path(tmp), seq, name, label, say)
+                    seq += 1
+                    if name is None:
+                        baseline.append(run)
+                        continue
+                    rec = record_of[name]
+                    if run.trial is not None:
+                        rec["applied"] = bool(run.trial.get("applied"))
+                        rec["note"] = str(run.trial.get("note") or "")
+                    if run.error:
+                        rec["error"] = run.error
+                    if run.iteration_ns:
+                        rec["runs"].append(run.as_dict())
+        except KeyboardInterrupt:
+            # Ctrl-C: the trials stop, the trace keeps what they measured
+            say(f"profkit: {label or 'trials'}: interrupted; the trials stop here")
+            interrupted = True
     record = {"format": FORMAT, "step_range": plan.step, "max_iterations": plan.max_iterations,
               "runs_per_trial": plan.runs, "interrupted": interrupted,
               "baseline": {"runs": [r.as_dict() for r in baseline if r.iteration_ns]},

@@ -32,7 +32,7 @@ FAKE_TORCH = {
     """),
 }
 
-# 4 ms a step, 2 ms with cuDNN's benchmark mode on; it fails when the allocator is configured
+# 8 ms a step, 2 ms with cuDNN's benchmark mode on; it fails when the allocator is configured
 STEPS = """
 import os, sys, time
 import nvtx
@@ -41,7 +41,7 @@ if "expandable_segments" in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""):
     raise RuntimeError("this program refuses expandable segments")
 for i in range(int(sys.argv[1])):
     with nvtx.annotate("step"):
-        time.sleep(0.002 if torch.backends.cudnn.benchmark else 0.004)
+        time.sleep(0.002 if torch.backends.cudnn.benchmark else 0.008)
     torch.cuda.empty_cache()
 print("finished", i + 1)
 """
@@ -110,9 +110,9 @@ def test_try_alternates_trials_and_baselines_and_records_them(tools, fake_torch)
     mine = {r["seq"]: statistics.median(r["iteration_ns"][3:]) for r in by["cudnn_benchmark"]["runs"]}
     assert bench.runs == 2 and bench.measured
     assert bench.speedup == pytest.approx(statistics.median(base.values()) / statistics.median(mine.values()))
-    pairs = sorted([base[0] / mine[1], base[5] / mine[6]])
-    assert (bench.lo, bench.hi) == pytest.approx(pairs)
-    assert bench.speedup > 1.3   # 4 ms of sleep a step against 2: faster whatever the machine's load
+    pairs = [base[0] / mine[1], base[5] / mine[6], bench.speedup]   # widened to hold the speedup
+    assert (bench.lo, bench.hi) == pytest.approx((min(pairs), max(pairs)))
+    assert bench.speedup > 1.3   # 8 ms of sleep a step against 2: faster whatever the machine's load
     assert res["no_empty_cache"].measured and res["no_empty_cache"].runs == 2
     assert not res["workers"].measured and res["workers"].text().startswith("not applied (could not")
     assert res["expandable_segments"].error and not res["expandable_segments"].measured

@@ -535,7 +535,8 @@ def ranked_actions(findings: list, ops: Optional[pd.DataFrame] = None,
         t = tried.get(f.code)
         if t is not None:
             d = t.as_dict()
-            a["tried"] = {k: d[k] for k in ("switch", "speedup", "runs", "lo", "hi", "applied", "error", "note")}
+            a["tried"] = {k: d[k] for k in ("switch", "speedup", "runs", "lo", "hi", "applied", "error",
+                                            "note", "warm_up_s")}
             if t.measured:
                 a["_rank_gain"] = float(t.speedup)
         actions.append(a)

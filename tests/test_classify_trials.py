@@ -77,6 +77,8 @@ def test_summary_arithmetic():
     assert tf32.iteration_ns == 40_400_000 and tf32.baseline_ns == 87_800_000
     assert tf32.warm_up_s == pytest.approx(3 * 2 * 0.0404)   # three periods at three times the step
     assert trial_text(tf32.as_dict()) == "2.17x (2 runs, 2.16-2.20x)"
+    # a compile's first iterations, 40 s beyond the steady ones, are said apart from its gain
+    assert trial_text({**tf32.as_dict(), "warm_up_s": 41.6}) == "2.17x (2 runs, 2.16-2.20x; 42 s of warm-up)"
     assert res["compile_graphs"].text().startswith("failed (RuntimeError: Error: accessing tensor")
     assert res["workers"].text() == "not applied (no DataLoader)" and not res["workers"].measured
     # seq 4 is nearer baseline 6 than 0, seq 9 nearer 11 than 6; the speedup itself, below both
@@ -120,12 +122,13 @@ def test_classify_json_fields(with_trials):
     run_ = json.loads(res.stdout)["run"]
     a1, a2, a3 = run_["actions"]
     assert a1["tried"] == {"switch": "tf32", "speedup": 2.173, "runs": 2, "lo": 2.163, "hi": 2.199,
-                           "applied": True, "error": None,
+                           "applied": True, "error": None, "warm_up_s": 0.2,
                            "note": 'matmuls: torch.set_float32_matmul_precision("high")'}
     # compile: 87.8 / median(77.0, 76.1); its runs against baselines 6 and 11: 88.4 / 77.0, 87.5 / 76.1
     assert a2["code"] == "PK103" and a2["tried"] == {
         "switch": "compile", "speedup": 1.147, "runs": 2, "lo": 1.147, "hi": 1.15, "applied": True,
-        "error": None, "note": "torch.compile (default mode) of module GPT2LMHeadModel (124.4M params)"}
+        "error": None, "warm_up_s": 0.5,
+        "note": "torch.compile (default mode) of module GPT2LMHeadModel (124.4M params)"}
     assert "tried" not in a3
     assert [(t["switch"], t["action"], t["code"], t["model"]) for t in run_["trials"]] == [
         ("tf32", 1, "PK302", 2.67), ("bf16", None, "PK302", 2.291), ("compile_graphs", None, "PK103", 1.135),

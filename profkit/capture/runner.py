@@ -682,9 +682,7 @@ def _trials(trial_list: list[str] | str, sqlite: Path, python: str, script: Path
     result.interrupted = result.interrupted or interrupted
     from profkit.run.trials import summarize
     for t in summarize(json.dumps(record)):
-        result.notes.append(f"tried {t.switch}: {t.text()}"
-                            + (f"; warm-up {t.warm_up_s:.1f} s beyond steady iterations"
-                               if t.measured and t.warm_up_s and t.warm_up_s >= 1.0 else ""))
+        result.notes.append(f"tried {t.switch}: {t.text()}")
     return record
 
 

@@ -28,6 +28,8 @@ from typing import Optional
 from profkit.run.iterations import steady_median, warm_up_count
 
 FORMAT = "profkit-trials/1"
+# Warm-up (the first iterations' time beyond steady ones) said beside a trial's gain from here on
+WARM_UP_SHOWN_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -43,7 +45,8 @@ class TrialResult:
     hi: Optional[float]
     iteration_ns: Optional[int]     # the trial's iteration (median of its runs)
     baseline_ns: Optional[int]      # the baseline's (median of its runs)
-    warm_up_s: Optional[float]      # time its warm-up iterations took beyond steady ones (compiling)
+    warm_up_s: Optional[float]      # time its warm-up iterations took beyond steady ones (compiling;
+                                    # the median over its runs)
 
     @property
     def measured(self) -> bool:
@@ -54,7 +57,8 @@ class TrialResult:
         r = lambda x: None if x is None else round(float(x), 3)  # noqa: E731
         return {"switch": self.switch, "speedup": r(self.speedup), "runs": self.runs,
                 "lo": r(self.lo), "hi": r(self.hi), "applied": bool(self.applied),
-                "error": self.error, "note": self.note}
+                "error": self.error, "note": self.note,
+                "warm_up_s": None if self.warm_up_s is None else round(float(self.warm_up_s), 1)}
 
     def text(self) -> str:
         return trial_text(self.as_dict())
@@ -73,7 +77,9 @@ def trial_text(t: dict) -> str:
     runs = t.get("runs") or 0
     spread = (f", {t['lo']:.2f}-{t['hi']:.2f}x" if runs > 1 and t.get("lo") is not None
               and t.get("hi") is not None else "")
-    return f"{t['speedup']:.2f}x ({runs} run{'s' if runs != 1 else ''}{spread})"
+    # compilation, autotuning: said apart from the step's time, where it is worth saying
+    warm = f"; {t['warm_up_s']:.0f} s of warm-up" if (t.get("warm_up_s") or 0) >= WARM_UP_SHOWN_S else ""
+    return f"{t['speedup']:.2f}x ({runs} run{'s' if runs != 1 else ''}{spread}{warm})"
 
 
 def run_median(run: dict) -> Optional[int]:

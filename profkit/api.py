@@ -24,6 +24,7 @@ from profkit.read import aten_record
 from profkit.run.attribution import aten_key
 from profkit.judge.dtypes import recorded_dtype
 from profkit.judge.classify import judge, kernel_launch_stats
+from profkit.judge.trials import tried_of, trials_json
 from profkit.run.ops import OpGroups, group_ops
 from profkit.errors import ProfkitError
 from profkit.read.peaks import Peaks, resolve_peaks
@@ -165,12 +166,28 @@ class Profile:
         finally:
             self.__dict__["_host_override"] = None
 
+    def trials(self) -> list:
+        """The fixes ``profkit capture --try`` applied to the program and timed beside it (the
+        trace's PROFKIT_META ``trials``; profkit.run.trials.TrialResult), in the order they ran;
+        empty for a capture without trials."""
+        if "_trials" not in self.__dict__:
+            from profkit.run.trials import summarize
+            self.__dict__["_trials"] = summarize(self.full_trace.meta.get("trials"))
+        return list(self.__dict__["_trials"])
+
     def combined_actions(self) -> list[dict]:
         """The top findings priced together by the step model (profkit.judge.combine): every pair
-        and the triple of the three best, each replayed as one edited graph; best first."""
+        and the triple of the three best, each replayed as one edited graph; best first. On a
+        capture with trials, a combination holding a measured fix is also replayed with that
+        fix's edit scaled to its measured gain (``with_trials``)."""
         if "_combined" not in self.__dict__:
-            from profkit.judge.combine import combined
-            self.__dict__["_combined"] = combined(self.step_model(), self.pricing_host, self.findings())
+            from profkit.judge.combine import combined, with_trials
+            found = self.findings()
+            combos = combined(self.step_model(), self.pricing_host, found)
+            tried = tried_of(found, self.trials())
+            if combos and tried:
+                combos = with_trials(self.step_model(), self.pricing_host, found, combos, tried)
+            self.__dict__["_combined"] = combos
         return list(self.__dict__["_combined"])
 
     def price_together(self, codes: list[str], host: Optional[float] = None,
@@ -479,13 +496,16 @@ class Profile:
         if model is not None:
             out.update(model.as_dict())
         findings = self.findings()
-        actions = ranked_actions(findings, ops)
+        results = self.trials()
+        actions = ranked_actions(findings, ops, tried_of(findings, results))
         # Every rule that fired, paying or not: "fused=True, but it will not shorten this step"
         # is advice too (profkit rules --explain CODE gives the reasoning).
         out["findings"] = [{"code": f.code, "rule": f.rule, "action": f.action,
                             "expected_end_to_end_speedup": round(float(f.expected_end_to_end_speedup), 3),
                             "bound": round(float(f.bound), 3)} for f in findings]
         out["actions"] = actions[:3]
+        if results:
+            out["trials"] = trials_json(findings, results, out["actions"])
         out["combinations"] = self.combined_actions()
         # One source of truth: the verdict's action is the first of the ranked actions.
         out["verdict"]["action"] = actions[0]["action"] if actions else None
@@ -494,15 +514,33 @@ class Profile:
         return out
 
 
-def ranked_actions(findings: list, ops: Optional[pd.DataFrame] = None) -> list[dict]:
+def ranked_actions(findings: list, ops: Optional[pd.DataFrame] = None,
+                   tried: Optional[dict] = None) -> list[dict]:
     """Rule findings and op-level suggestions that pay, ranked as the run summary ranks them: by
     expected gain on wall time, the cheaper of two within 5% first.
 
     One action is counted once: an op row whose GPU work is mostly kernels a finding already
     claims (the rule speaks for them, e.g. the foreach optimizer kernels under an `optimizer`
     range), or whose action text repeats one already listed, is left out.
+
+    ``tried``: per finding code, the trial that measured its price (``profkit capture --try``,
+    profkit.run.trials.TrialResult): the action carries it as ``tried``, and is ranked by the
+    measured gain where the trial applied and timed one, by the model's price otherwise.
     """
-    actions = [f.as_action() for f in findings if f.expected_end_to_end_speedup >= MIN_ACTION_GAIN]
+    tried = tried or {}
+    actions = []
+    for f in findings:
+        if f.expected_end_to_end_speedup < MIN_ACTION_GAIN:
+            continue
+        a = f.as_action()
+        t = tried.get(f.code)
+        if t is not None:
+            d = t.as_dict()
+            a["tried"] = {k: d[k] for k in ("switch", "speedup", "runs", "lo", "hi", "applied", "error",
+                                            "note", "warm_up_s")}
+            if t.measured:
+                a["_rank_gain"] = float(t.speedup)
+        actions.append(a)
     claimed = set().union(*(f.kernels for f in findings)) if findings else set()
     seen = {a["action"] for a in actions}
     if ops is not None and len(ops):
@@ -518,8 +556,11 @@ def ranked_actions(findings: list, ops: Optional[pd.DataFrame] = None) -> list[d
                                 round(float(row["expected_end_to_end_speedup"]), 3),
                             "basis": row["basis"]})
     # The run summary's order: op suggestions carry their rung in "rule".
-    return rank_actions(actions, lambda a: a["expected_end_to_end_speedup"],
-                        lambda a: a.get("rung") or a["rule"].removeprefix("op:"))
+    out = rank_actions(actions, lambda a: a.get("_rank_gain", a["expected_end_to_end_speedup"]),
+                       lambda a: a.get("rung") or a["rule"].removeprefix("op:"))
+    for a in out:
+        a.pop("_rank_gain", None)
+    return out
 
 
 def _shape_inputs(kernels: "_Kernels", idx: np.ndarray, knames: list[str],

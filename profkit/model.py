@@ -35,3 +35,30 @@ class Source(str, Enum):
 
 CONFIDENCE = {Source.NCU: "high", Source.GPU_METRICS: "medium", Source.SHAPES: "medium", Source.HINTS: "medium",
               Source.COPY: "high", Source.TIMELINE: "low"}
+
+
+class Switch(str, Enum):
+    """A fix that ``profkit capture --try`` applies to the user's program without editing it
+    (profkit.capture.switches), to time it beside the unchanged program."""
+    TF32 = "tf32"                            # matmul and cuDNN convolutions in TF32
+    BF16 = "bf16"                            # autocast bf16 around the outermost module's call
+    FUSED_OPTIM = "fused_optim"              # fused=True for Adam, AdamW, SGD, Adagrad
+    WORKERS = "workers"                      # DataLoader worker processes, pinned memory
+    NO_EMPTY_CACHE = "no_empty_cache"        # torch.cuda.empty_cache() does nothing
+    CUDNN_BENCHMARK = "cudnn_benchmark"      # torch.backends.cudnn.benchmark = True
+    CHANNELS_LAST = "channels_last"          # the outermost module and its 4-D/5-D inputs
+    COMPILE = "compile"                      # torch.compile of the outermost module
+    COMPILE_GRAPHS = "compile_graphs"        # the same, mode="reduce-overhead" (CUDA graphs)
+    EXPANDABLE_SEGMENTS = "expandable_segments"  # PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+
+
+def parse_trial(text: str) -> tuple[Switch, ...]:
+    """A trial's switches from its name: one switch (``tf32``), or several applied together
+    joined by ``+`` (``channels_last+bf16``). ValueError names what is not a switch."""
+    parts = [p.strip() for p in str(text).split("+")]
+    known = {s.value for s in Switch}
+    bad = [p for p in parts if p not in known]
+    if bad or not parts:
+        raise ValueError(f"unknown switch {'+'.join(bad) or text!r}: known are "
+                         f"{', '.join(s.value for s in Switch)} (several at once joined by +)")
+    return tuple(dict.fromkeys(Switch(p) for p in parts))

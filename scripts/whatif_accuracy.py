@@ -63,7 +63,8 @@ process where the GPU sets the baseline's pace; the page prices each folder at i
 speedup over the baseline (baseline median / variant median), the spread (slowest / fastest
 rep) and whether the fix was expected to pay.
 
-Imports nothing beyond the standard library (no torch), so it runs anywhere.
+Imports nothing beyond the standard library (no torch) and profkit's own standard-library module
+profkit.run.iterations, so it runs anywhere.
 """
 from __future__ import annotations
 
@@ -82,6 +83,10 @@ from pathlib import Path
 from typing import Callable, Optional
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+# One definition of an iteration's time, shared with `profkit capture --try` (standard library only)
+from profkit.run.iterations import iteration_times, steady_median  # noqa: E402
+
 W = "scripts/workloads"
 DEFAULT_TIMEOUT_S = 120   # a run (imports, model build, warm-up, steps) took 5-25 s on an H200
 COMPILE_TIMEOUT_S = 300   # variants that torch.compile: 15-45 s there with cold Inductor caches
@@ -790,29 +795,6 @@ PROGRAMS: list[dict] = [
 
 
 # --------------------------------------------------------------------------- iteration times
-
-def iteration_times(calib: dict, step_range: str) -> list[int]:
-    """Periods (ns) between consecutive starts of the top-level range ``step_range``.
-
-    On the GPU timeline (``gpu_ns``) when every instance has one, else on the host clock
-    (``start_ns``). The last instance has no next start, so n instances give n - 1 periods."""
-    inst = [r for r in calib.get("ranges", []) if r.get("name") == step_range]
-    if all(r.get("gpu_ns") is not None for r in inst):
-        starts = [int(r["gpu_ns"]) for r in inst]
-    else:
-        starts = [int(r["start_ns"]) for r in inst]
-    return [b - a for a, b in zip(starts, starts[1:])]
-
-
-def steady_median(periods: list[int]) -> tuple[int | None, int]:
-    """(median of the steady periods in ns, how many were used): the first 20 % of the periods,
-    and at least 3, are warm-up. (None, 0) when nothing is left."""
-    warm = max(3, math.ceil(0.2 * len(periods)))
-    rest = periods[warm:]
-    if not rest:
-        return None, 0
-    return int(statistics.median(rest)), len(rest)
-
 
 # --------------------------------------------------------------------------- registry access
 

@@ -1,7 +1,8 @@
 """Bootstrap that runs a user's script the way ``python script.py args…`` would, under the profiler.
 
     python -m profkit.capture.bootstrap [--aten[=recorder|emit_nvtx]] [--exit-code-file FILE]
-                                        [--calibrate FILE] [--] script.py [args…]
+                                        [--calibrate FILE] [--max-iterations N [--step NAME]]
+                                        [--try SWITCH] [--] script.py [args…]
 
 * ``sys.argv`` is ``[script.py, args…]``, ``sys.path[0]`` is the script's folder and the script
   runs as ``__main__`` (through :func:`runpy.run_path`), so the script needs no edits.
@@ -13,6 +14,13 @@
 * ``--exit-code-file`` records the script's exit status, which nsys/ncu do not pass on reliably.
 * ``--calibrate FILE`` times the script's top-level NVTX ranges with no profiler attached
   (:mod:`profkit.capture.calibrate`) and writes them to FILE as JSON.
+* ``--max-iterations N`` ends the script cleanly once N iterations of its step range have run
+  (``--step NAME``; without it, whichever top-level range first closes N times): ``SystemExit(0)``
+  raised from NVTX's pop hook after the Nth range closed (:mod:`profkit.capture.calibrate`,
+  "Cutting a run short"). The exit-code file's second line then says ``cut after N NAME``.
+* ``--try SWITCH[+SWITCH...]`` applies a switch of :mod:`profkit.capture.switches` to the script
+  (no edit of its code), installed when the script imports torch; with ``--calibrate`` what it
+  touched goes into FILE as ``trial``, else it is said on stderr.
 """
 from __future__ import annotations
 
@@ -22,40 +30,57 @@ import runpy
 import sys
 import time
 import traceback
+from dataclasses import dataclass, field
 from typing import Optional
 
 
 ATEN_SOURCES = ("recorder", "emit_nvtx")
 
 
-def _parse(argv: list[str]) -> tuple[Optional[str], Optional[str], Optional[str], list[str]]:
+@dataclass
+class Options:
     aten: Optional[str] = None
     code_file: Optional[str] = None
-    calib: Optional[str] = None
+    calibrate: Optional[str] = None
+    max_iterations: Optional[int] = None
+    step: Optional[str] = None
+    trial: Optional[str] = None
+    rest: list = field(default_factory=list)
+
+
+_VALUED = {"--exit-code-file": "code_file", "--calibrate": "calibrate",
+           "--max-iterations": "max_iterations", "--step": "step", "--try": "trial"}
+
+
+def _parse(argv: list[str]) -> Options:
+    opts = Options()
     i = 0
     while i < len(argv):
         arg = argv[i]
+        key, _, value = arg.partition("=")
         if arg == "--aten":
-            aten = "recorder"
-        elif arg.startswith("--aten=") and arg.split("=", 1)[1] in ATEN_SOURCES:
-            aten = arg.split("=", 1)[1]
-        elif arg == "--exit-code-file" and i + 1 < len(argv):
-            i += 1
-            code_file = argv[i]
-        elif arg.startswith("--exit-code-file="):
-            code_file = arg.split("=", 1)[1]
-        elif arg == "--calibrate" and i + 1 < len(argv):
-            i += 1
-            calib = argv[i]
-        elif arg.startswith("--calibrate="):
-            calib = arg.split("=", 1)[1]
+            opts.aten = "recorder"
+        elif key == "--aten" and value in ATEN_SOURCES:
+            opts.aten = value
+        elif key in _VALUED and (value or "=" in arg or i + 1 < len(argv)):
+            if "=" not in arg:
+                i += 1
+                value = argv[i]
+            if key == "--max-iterations":
+                try:
+                    setattr(opts, _VALUED[key], int(value))
+                except ValueError:
+                    raise SystemExit(f"profkit: error: --max-iterations takes a number, not {value!r}")
+            else:
+                setattr(opts, _VALUED[key], value)
         elif arg == "--":
             i += 1
             break
         else:
             break
         i += 1
-    return aten, code_file, calib, argv[i:]
+    opts.rest = argv[i:]
+    return opts
 
 
 def _exit_status(exc: SystemExit) -> int:
@@ -94,31 +119,60 @@ def _aten_context(source: str) -> contextlib.AbstractContextManager:
 
 
 def run(script: str, args: list[str], aten: Optional[str] = None,
-        calibrate: Optional[str] = None) -> int:
+        calibrate: Optional[str] = None, max_iterations: Optional[int] = None,
+        step: Optional[str] = None, trial: Optional[str] = None,
+        cut: Optional[list] = None) -> int:
     """Run ``script`` as ``__main__`` with ``args``; return its exit status.
 
     ``aten``: None, ``"recorder"`` or ``"emit_nvtx"`` (True: the recorder). ``calibrate``: a
-    file to write the script's top-level NVTX range times to (profkit.capture.calibrate)."""
+    file to write the script's top-level NVTX range times to (profkit.capture.calibrate).
+    ``max_iterations``/``step``: end the run after that many iterations of the step range.
+    ``trial``: switches to apply (profkit.capture.switches). ``cut``: a list that receives the
+    cut (``{"range", "iterations"}``) when the run was cut short."""
     if aten is True:
         aten = "recorder"
-    if calibrate is None:
+    if calibrate is None and not max_iterations and not trial:
         return _run(script, args, aten)
     from profkit.capture.calibrate import RangeClock, write
-    clock = RangeClock()
-    clock.install()
+    the_trial = None
+    if trial:
+        from profkit.capture.switches import Trial
+        the_trial = Trial(trial)
+        the_trial.start()
+    clock = RangeClock(max_iterations, step, events=calibrate is not None)
+    if calibrate is not None or max_iterations:
+        clock.install()
     t0 = time.perf_counter_ns()
     code = 1
+    errors: list[str] = []
     try:
-        code = _run(script, args, aten)
+        code = _run(script, args, aten, errors)
         return code
     finally:
         wall = time.perf_counter_ns() - t0
-        clock.finish()
-        with contextlib.suppress(OSError):
-            write(calibrate, clock.as_dict(script, list(args), wall, code))
+        if calibrate is not None:
+            clock.finish()
+        record = the_trial.record() if the_trial is not None else None
+        if clock.cut is not None:
+            if cut is not None:
+                cut.append(clock.cut)
+            print(f"profkit: stopped the script after {clock.cut['iterations']} iterations of "
+                  f"`{clock.cut['range']}` (--max-iterations)", file=sys.stderr, flush=True)
+        if calibrate is not None:
+            data = clock.as_dict(script, list(args), wall, code)
+            if record is not None:
+                data["trial"] = record
+            if errors:
+                data["error"] = errors[0]
+            with contextlib.suppress(OSError):
+                write(calibrate, data)
+        elif record is not None:
+            print(f"profkit: --try {record['switch']}: "
+                  f"{'applied' if record['applied'] else 'not applied'}"
+                  + (f" ({record['note']})" if record["note"] else ""), file=sys.stderr, flush=True)
 
 
-def _run(script: str, args: list[str], aten: Optional[str]) -> int:
+def _run(script: str, args: list[str], aten: Optional[str], errors: Optional[list] = None) -> int:
     sys.argv = [script, *args]
     script_dir = os.path.dirname(os.path.abspath(script))
     if sys.path and sys.path[0] in ("", os.getcwd()):
@@ -147,6 +201,9 @@ def _run(script: str, args: list[str], aten: Optional[str]) -> int:
         return 130
     except BaseException as exc:  # noqa: BLE001 - report like the interpreter, keep the status
         _print_user_traceback(exc, script)
+        if errors is not None:
+            from profkit.capture.switches import one_line
+            errors.append(one_line(exc))
         return 1
     finally:
         with contextlib.suppress(Exception):
@@ -155,17 +212,27 @@ def _run(script: str, args: list[str], aten: Optional[str]) -> int:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    aten, code_file, calib, rest = _parse(list(sys.argv[1:] if argv is None else argv))
-    if not rest:
+    opts = _parse(list(sys.argv[1:] if argv is None else argv))
+    if not opts.rest:
         print("usage: python -m profkit.capture.bootstrap [--aten[=recorder|emit_nvtx]] "
-              "[--exit-code-file FILE] [--calibrate FILE] "
-              "script.py [args...]", file=sys.stderr)
+              "[--exit-code-file FILE] [--calibrate FILE] [--max-iterations N [--step NAME]] "
+              "[--try SWITCH] script.py [args...]", file=sys.stderr)
         return 2
-    code = run(rest[0], rest[1:], aten=aten, calibrate=calib)
-    if code_file:
+    if opts.trial:
+        from profkit.model import parse_trial
+        try:
+            parse_trial(opts.trial)
+        except ValueError as exc:
+            print(f"profkit: error: --try: {exc}", file=sys.stderr)
+            return 2
+    cut: list = []
+    code = run(opts.rest[0], opts.rest[1:], aten=opts.aten, calibrate=opts.calibrate,
+               max_iterations=opts.max_iterations, step=opts.step, trial=opts.trial, cut=cut)
+    if opts.code_file:
         with contextlib.suppress(OSError):
-            with open(code_file, "w") as fh:
-                fh.write(str(code))
+            with open(opts.code_file, "w") as fh:
+                fh.write(str(code) + (f"\ncut after {cut[0]['iterations']} {cut[0]['range']}"
+                                      if cut else ""))
     return code
 
 

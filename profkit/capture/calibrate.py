@@ -18,7 +18,19 @@ imported by it: the hooks go in when the script imports ``torch.cuda.nvtx`` or `
 hook), so a script's start-up is the same as without profkit. What it writes:
 
     {"format": "profkit-calibration/1", "script": ..., "argv": [...], "wall_ns": ...,
-     "exit_code": ..., "ranges": [{"name", "start_ns", "end_ns", "gpu_ns"}, ...]}
+     "exit_code": ..., "ranges": [{"name", "start_ns", "end_ns", "gpu_ns"}, ...],
+     "cut": {"range": NAME, "iterations": N}    (only when --max-iterations ended the run)
+     "trial": {"switch", "applied", "note"}      (only under --try: profkit.capture.switches)
+     "error": "Type: message"}                  (only when the script raised)
+
+**Cutting a run short** (``max_iterations``): the clock counts the pops at depth 0 of the range
+that marks iterations (``step``; without one, of whichever top-level range reaches the count
+first, the most frequent so far) and, once the Nth such range has closed, raises
+``SystemExit(0)`` from the pop hook, after NVTX's own pop. The script ends there as if it had
+called ``sys.exit(0)``: its ``finally`` blocks and ``atexit`` handlers run, its DataLoader
+workers are shut down, and the timings are written; a script that catches ``SystemExit`` gets it
+again at its next top-level pop. Without ``events`` (the profiled run, which needs no timings)
+the clock only counts.
 """
 from __future__ import annotations
 
@@ -29,6 +41,7 @@ import json
 import sys
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable, Optional
@@ -39,12 +52,18 @@ FORMAT = "profkit-calibration/1"
 class RangeClock:
     """Times the top-level NVTX ranges of the main thread (see the module docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_iterations: Optional[int] = None, step: Optional[str] = None,
+                 events: bool = True) -> None:
         self.main = threading.main_thread().ident
         self.depth = 0
         self.open: Optional[dict] = None
         self.ranges: list[dict] = []
         self._events: list[tuple[dict, Any]] = []
+        self.max_iterations = max_iterations
+        self.step = step
+        self.events = events
+        self.counts: Counter = Counter()
+        self.cut: Optional[dict] = None
 
     # -- the hooks ----------------------------------------------------------------------------
     def push(self, name: Any) -> None:
@@ -66,11 +85,22 @@ class RangeClock:
         if self.depth == 0 and self.open is not None:
             self.open["end_ns"] = time.perf_counter_ns()
             self.ranges.append(self.open)
+            name = self.open["name"]
             self.open = None
+            if self.max_iterations and (self.step is None or name == self.step):
+                self.counts[name] += 1
+                if self.cut is None and self.counts[name] >= self.max_iterations:
+                    self.cut = {"range": name, "iterations": int(self.counts[name])}
+
+    def stop_if_cut(self) -> None:
+        """After NVTX's own pop: end the script once the run has its iterations (the module
+        docstring's "Cutting a run short")."""
+        if self.cut is not None and self.depth == 0 and threading.get_ident() == self.main:
+            raise SystemExit(0)
 
     def _event(self) -> Any:
         torch = sys.modules.get("torch")
-        if torch is None:
+        if torch is None or not self.events:
             return None
         try:
             # Never the one to initialise CUDA, and never inside a graph capture (the event
@@ -91,13 +121,13 @@ class RangeClock:
 
     def _hook_torch_nvtx(self, tnvtx: Any) -> None:
         _wrap(tnvtx, "range_push", lambda msg, *a, **k: self.push(msg))
-        _wrap(tnvtx, "range_pop", lambda *a, **k: self.pop())
+        _wrap(tnvtx, "range_pop", lambda *a, **k: self.pop(), after=self.stop_if_cut)
 
     def _hook_nvtx(self, nvtx: Any) -> None:
         mod = getattr(nvtx, "nvtx", nvtx)
         for owner in {id(nvtx): nvtx, id(mod): mod}.values():
             _wrap(owner, "push_range", lambda message=None, *a, **k: self.push(message or ""))
-            _wrap(owner, "pop_range", lambda *a, **k: self.pop())
+            _wrap(owner, "pop_range", lambda *a, **k: self.pop(), after=self.stop_if_cut)
         cls = getattr(mod, "annotate", None)
         if cls is None:
             return
@@ -120,6 +150,7 @@ class RangeClock:
                 return exit_(inst, *exc)
             finally:
                 clock.pop()
+                clock.stop_if_cut()
 
         @functools.wraps(call)
         def __call__(inst, func):  # noqa: N807
@@ -133,6 +164,7 @@ class RangeClock:
                     return inner(*args, **kwargs)
                 finally:
                     clock.pop()
+                    clock.stop_if_cut()
             return timed
 
         cls.__init__, cls.__enter__, cls.__exit__, cls.__call__ = __init__, __enter__, __exit__, __call__
@@ -155,8 +187,11 @@ class RangeClock:
         ranges = list(self.ranges)
         if self.open is not None:  # the script ended inside a range
             ranges.append({**self.open, "end_ns": self.open["start_ns"] + 0})
-        return {"format": FORMAT, "script": script, "argv": argv, "wall_ns": int(wall_ns),
-                "exit_code": int(exit_code), "ranges": ranges}
+        out = {"format": FORMAT, "script": script, "argv": argv, "wall_ns": int(wall_ns),
+               "exit_code": int(exit_code), "ranges": ranges}
+        if self.cut is not None:
+            out["cut"] = dict(self.cut)
+        return out
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
@@ -210,8 +245,9 @@ def after_import(hooks: dict[str, Callable[[ModuleType], None]]) -> None:
         sys.meta_path.insert(0, _AfterImport(pending))
 
 
-def _wrap(owner: Any, name: str, hook: Callable) -> None:
-    """Replace ``owner.name`` by a function that calls ``hook`` first, then the original."""
+def _wrap(owner: Any, name: str, hook: Callable, after: Optional[Callable[[], None]] = None) -> None:
+    """Replace ``owner.name`` by a function that calls ``hook`` first, then the original, then
+    ``after`` (whose exceptions, unlike the hook's, reach the caller: SystemExit ends a cut run)."""
     orig = getattr(owner, name, None)
     if orig is None or getattr(orig, "_profkit_hooked", False):
         return
@@ -220,7 +256,10 @@ def _wrap(owner: Any, name: str, hook: Callable) -> None:
     def hooked(*args, **kwargs):
         with contextlib.suppress(Exception):
             hook(*args, **kwargs)
-        return orig(*args, **kwargs)
+        result = orig(*args, **kwargs)
+        if after is not None:
+            after()
+        return result
     hooked._profkit_hooked = True  # type: ignore[attr-defined]
     setattr(owner, name, hooked)
 

@@ -61,6 +61,8 @@ NSYS_TRACE_FLAGS = ["-t", "cuda,nvtx,cublas,cudnn", "-s", "none", "--cpuctxsw", 
 DEFAULT_NCU_COUNT = 200
 # A top-level NVTX range repeated at least this often is taken as the script's iteration.
 HEARTBEAT_S = 30.0
+# --max-iterations at least this: three of a run's periods are warm-up, one is timed
+MIN_ITERATIONS = 5
 INTERRUPT_GRACE_S = 300.0
 
 QDSTRM_MESSAGE = (
@@ -165,10 +167,19 @@ ATEN_SOURCES = ("recorder", "emit_nvtx")
 
 
 def script_command(python: str, script: Path, args: Sequence[str], aten: bool,
-                   exit_code_file: Path, aten_source: str = "recorder") -> list[str]:
+                   exit_code_file: Path, aten_source: str = "recorder",
+                   max_iterations: Optional[int] = None, step: Optional[str] = None) -> list[str]:
     flag = ["--aten"] if aten_source == "recorder" else [f"--aten={aten_source}"]
     return [python, "-m", "profkit.capture.bootstrap", *(flag if aten else []),
-            "--exit-code-file", str(exit_code_file), "--", str(script), *args]
+            "--exit-code-file", str(exit_code_file), *cut_flags(max_iterations, step), "--",
+            str(script), *args]
+
+
+def cut_flags(max_iterations: Optional[int], step: Optional[str]) -> list[str]:
+    """The bootstrap's flags that end a run after ``max_iterations`` iterations of ``step``."""
+    if not max_iterations:
+        return []
+    return ["--max-iterations", str(max_iterations), *(["--step", step] if step else [])]
 
 
 def gpu_metrics_flags(frequency_hz: Optional[int]) -> list[str]:
@@ -323,9 +334,18 @@ def run_pass(cmd: Sequence[str], label: str, say: Say, heartbeat: Optional[float
 
 def _read_exit_code(path: Path) -> Optional[int]:
     try:
-        return int(path.read_text().strip())
-    except (OSError, ValueError):
+        return int(path.read_text().strip().splitlines()[0])
+    except (OSError, ValueError, IndexError):
         return None
+
+
+def _read_cut(path: Path) -> str:
+    """The bootstrap's ``cut after N NAME`` (its exit-code file's second line), or ''."""
+    try:
+        lines = path.read_text().strip().splitlines()
+    except OSError:
+        return ""
+    return lines[1].strip() if len(lines) > 1 else ""
 
 
 @dataclass
@@ -367,13 +387,26 @@ def capture(script: str | Path, script_args: Sequence[str] = (), *, output: Opti
             gpu_metrics_hz: Optional[int] = None, aten_source: str = "recorder",
             python: Optional[str] = None, say: Say = _default_say,
             command_line: Optional[Sequence[str]] = None, calibrate: bool = True,
-            calibrate_runs: int = 1) -> CaptureResult:
+            calibrate_runs: int = 1, max_iterations: Optional[int] = None,
+            trials: Optional[str | Sequence[str]] = None, try_runs: int = 2,
+            try_timeout: Optional[float] = None,
+            choose_trials: Optional[Callable[[Path], list[str]]] = None) -> CaptureResult:
     """Profile ``script`` and leave ``STEM.sqlite`` (+ ``.nsys-rep``); see the module docstring.
 
     ``calibrate``: first run the script with no profiler attached (``calibrate_runs`` times),
     timing its top-level NVTX ranges (profkit.capture.calibrate); the times go into the trace's
     PROFKIT_META as ``calibration`` (several runs as ``{"runs": [...]}``), so the step model can
     predict the program as it runs unprofiled.
+
+    ``max_iterations``: every run (calibration, profiled, trials) ends cleanly after that many
+    iterations of the script's step range (profkit.capture.calibrate, "Cutting a run short"); the
+    range is the one the first run repeated most, passed on to the later runs by name.
+
+    ``trials``: after the profiled run, time these switches (profkit.capture.switches; a list,
+    or ``"auto"``: ``choose_trials(trace)`` picks them from the profiled trace, the caller's
+    analysis), each ``try_runs`` times, taking turns with runs of the script unchanged
+    (profkit.capture.trials); the record goes into PROFKIT_META as ``trials``. ``try_timeout``:
+    the most one trial run may take (default: 300 s plus ten times the calibration run).
 
     Returns the script's exit status (130 after Ctrl-C) with the files written. Problems the
     user can fix raise :class:`ProfkitError` before anything runs.
@@ -389,6 +422,10 @@ def capture(script: str | Path, script_args: Sequence[str] = (), *, output: Opti
         raise ProfkitError(f"--calibrate-runs must be at least 1, not {calibrate_runs}")
     if gpu_metrics_hz is not None and gpu_metrics_hz < 1:
         raise ProfkitError(f"--gpu-metrics-frequency must be at least 1 Hz, not {gpu_metrics_hz}")
+    if max_iterations is not None and max_iterations < MIN_ITERATIONS:
+        raise ProfkitError(f"--max-iterations must be at least {MIN_ITERATIONS}, not {max_iterations} "
+                           "(the first iterations of a run are warm-up)")
+    trial_list = check_trials(trials, calibrate, try_runs, choose_trials)
     check_output(out, force, ncu)
     extra_nsys = split_extra(nsys_args, "--nsys-args")
     extra_ncu = split_extra(ncu_args, "--ncu-args")
@@ -408,20 +445,25 @@ def capture(script: str | Path, script_args: Sequence[str] = (), *, output: Opti
     try:
         calibration = None
         started = _dt.datetime.now(_dt.timezone.utc)
+        step_range: Optional[str] = None    # named by the first run, for the cut of the others
+        calib_runs: list[tuple[Optional[str], float]] = []
         if calibrate:
             texts = []
             for k in range(calibrate_runs):
                 which = f" {k + 1} of {calibrate_runs}" if calibrate_runs > 1 else ""
-                text = _calibration_pass(python, script_p, script_args, calib_file,
-                                         f"[{next(step)}/{passes}] calibration run{which} (no profiler)",
-                                         say, result)
+                text, secs = _calibration_pass(python, script_p, script_args, calib_file,
+                                               f"[{next(step)}/{passes}] calibration run{which} (no profiler)",
+                                               say, result, cut_flags(max_iterations, step_range))
                 if result.interrupted:  # Ctrl-C before profiling: nothing to keep
                     result.exit_code = 130
                     return result
                 if text is not None:
                     texts.append(text)
+                    step_range = step_range or _repeated_range(text)
+                calib_runs.append((text, secs))
             calibration = combine_calibrations(texts)
-        app = script_command(python, script_p, script_args, aten, code_file, aten_source)
+        app = script_command(python, script_p, script_args, aten, code_file, aten_source,
+                             max_iterations, step_range)
         nsys_cmd = build_nsys_command(nsys, tmp_base, app, extra_nsys, gpu_metrics_hz)
         p1 = run_pass(nsys_cmd, f"[{next(step)}/{passes}] nsys profile", say)
         code = _read_exit_code(code_file)
@@ -430,6 +472,9 @@ def capture(script: str | Path, script_args: Sequence[str] = (), *, output: Opti
         result.interrupted = p1.interrupted or result.exit_code == 130
         sqlite_tmp = _nsys_sqlite(nsys, tmp_base, say, keep_as=out.with_suffix(".qdstrm"))
 
+        cut = _read_cut(code_file)
+        if cut:
+            result.notes.append(f"the profiled run was {cut} (--max-iterations)")
         meta: dict[str, object] = {
             "profkit_version": __version__,
             "command": shlex.join(command_line) if command_line else "",
@@ -444,6 +489,8 @@ def capture(script: str | Path, script_args: Sequence[str] = (), *, output: Opti
         }
         if calibration is not None:
             meta["calibration"] = calibration
+        if max_iterations:
+            meta.update({"max_iterations": max_iterations, "profiled_run_cut": cut})
         if ncu and ncu_exe and not result.interrupted:
             rep_tmp = tmp_base.with_name(tmp_base.name + ".ncu-rep")
             csv_tmp = tmp_base.with_name(tmp_base.name + ".ncu.csv")
@@ -502,6 +549,12 @@ def capture(script: str | Path, script_args: Sequence[str] = (), *, output: Opti
                                     "trace has no counters: see ncu's messages above (it needs "
                                     "access to GPU performance counters)")
         write_meta(sqlite_tmp, meta)
+        if trial_list is not None and not result.interrupted:
+            record = _trials(trial_list, sqlite_tmp, python, script_p, script_args, step_range,
+                             calib_runs, max_iterations, try_runs, try_timeout, choose_trials,
+                             out.parent, say, result)
+            if record is not None:
+                write_meta(sqlite_tmp, {"trials": json.dumps(record, separators=(",", ":"))})
 
         # Rename into place last, so nothing half-written ever sits under the final names.
         moves = {"sqlite": sqlite_tmp,
@@ -521,28 +574,137 @@ def capture(script: str | Path, script_args: Sequence[str] = (), *, output: Opti
 
 
 def _calibration_pass(python: str, script: Path, args: Sequence[str], calib_file: Path, label: str,
-                      say: Say, result: CaptureResult) -> Optional[str]:
-    """Run the script once with no profiler, timing its top-level NVTX ranges; the JSON text,
-    or None (with a note) when the run failed or timed no range."""
-    cmd = [python, "-m", "profkit.capture.bootstrap", "--calibrate", str(calib_file), "--",
-           str(script), *args]
+                      say: Say, result: CaptureResult,
+                      cut: Sequence[str] = ()) -> tuple[Optional[str], float]:
+    """Run the script once with no profiler, timing its top-level NVTX ranges: (the JSON text,
+    or None (with a note) when the run failed or timed no range; the run's seconds)."""
+    cmd = [python, "-m", "profkit.capture.bootstrap", "--calibrate", str(calib_file), *cut,
+           "--", str(script), *args]
     p = run_pass(cmd, label, say)
     if p.interrupted:
         result.interrupted = True
-        return None
+        return None, p.elapsed_s
     try:
         text = calib_file.read_text()
         data = json.loads(text)
     except (OSError, ValueError):
         result.notes.append(f"the calibration run (no profiler) wrote no timings (exit status "
                             f"{p.returncode}); predictions will use an estimated tracing cost")
-        return None
+        return None, p.elapsed_s
     if p.returncode != 0 or not data.get("ranges"):
         why = (f"the script exited with status {p.returncode}" if p.returncode != 0 else
                "the script opened no NVTX range (wrap each step in one)")
         result.notes.append(f"calibration run (no profiler): {why}; predictions will use an "
                             "estimated tracing cost")
-    return text
+    return text, p.elapsed_s
+
+
+def _repeated_range(text: str) -> Optional[str]:
+    """The range a calibration run was cut at, else the top-level range it repeated most."""
+    from profkit.run.iterations import most_frequent_range
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    cut = data.get("cut") or {}
+    return cut.get("range") or most_frequent_range(data)
+
+
+# --- trials ---------------------------------------------------------------------------------------
+def check_trials(trials: Optional[str | Sequence[str]], calibrate: bool, try_runs: int,
+                 choose: Optional[Callable]) -> Optional[list[str] | str]:
+    """The trials asked for: None, ``"auto"``, or the trial names (each checked); a ProfkitError
+    for what cannot run."""
+    if trials is None:
+        return None
+    if try_runs < 1:
+        raise ProfkitError(f"--try-runs must be at least 1, not {try_runs}")
+    if not calibrate:
+        raise ProfkitError("--try times each trial against the calibration run: it cannot be "
+                           "used with --no-calibrate")
+    if isinstance(trials, str):
+        if trials.strip() == "auto":
+            if choose is None:
+                raise ProfkitError("--try auto needs the analysis to choose the trials: run it "
+                                   "through `profkit capture`")
+            return "auto"
+        trials = [t for t in trials.split(",") if t.strip()]
+    from profkit.model import parse_trial
+    names = []
+    for t in trials:
+        try:
+            names.append("+".join(s.value for s in parse_trial(t)))
+        except ValueError as exc:
+            raise ProfkitError(f"--try: {exc}") from None
+    if not names:
+        raise ProfkitError("--try: no switch named (auto, or switches separated by commas)")
+    return list(dict.fromkeys(names))
+
+
+def _trials(trial_list: list[str] | str, sqlite: Path, python: str, script: Path,
+            args: Sequence[str], step_range: Optional[str],
+            calib_runs: list[tuple[Optional[str], float]], max_iterations: Optional[int],
+            try_runs: int, try_timeout: Optional[float],
+            choose: Optional[Callable[[Path], list[str]]], workdir: Path, say: Say,
+            result: CaptureResult) -> Optional[dict]:
+    """Choose (``auto``) and run the trials; the ``trials`` record, or None (with a note)."""
+    from profkit.capture.trials import Plan, calibration_run, run_trials
+    if trial_list == "auto":
+        try:
+            trial_list = list(choose(sqlite)) if choose is not None else []
+        except Exception as exc:  # noqa: BLE001 - the analysis must not cost the trace
+            result.notes.append(f"--try auto: the trace could not be analysed to choose the "
+                                f"trials ({type(exc).__name__}: {exc}); no trial was run")
+            return None
+        if not trial_list:
+            result.notes.append("--try auto: no rule that a switch can try fired on this trace; "
+                                "no trial was run (name switches with --try SWITCH,...)")
+            return None
+        say(f"profkit: --try auto: {', '.join(trial_list)} (from the rules that fired)")
+    say("profkit: --try: the script runs again for each trial and between them, with its side "
+        "effects (files it writes, logs)")
+    step = _trial_step(sqlite, step_range, calib_runs)
+    if step is None:
+        result.notes.append("--try: the calibration run timed no repeated NVTX range, so no "
+                            "iteration can be timed: wrap each step in one; no trial was run")
+        return None
+    base = [calibration_run(i, text, secs, step) for i, (text, secs) in enumerate(calib_runs)]
+    if not any(b.iteration_ns for b in base):
+        result.notes.append(f"--try: the calibration run timed too few iterations of `{step}` "
+                            "for a steady time; the trials are timed against the later baseline runs")
+    longest = max((secs for _, secs in calib_runs), default=0.0)
+    plan = Plan(python, script, list(args), list(trial_list), step, try_runs, max_iterations,
+                try_timeout if try_timeout else 300.0 + 10.0 * longest, _child_env(),
+                workdir, len(calib_runs), base)
+    record, interrupted = run_trials(plan, say)
+    result.interrupted = result.interrupted or interrupted
+    from profkit.run.trials import summarize
+    for t in summarize(json.dumps(record)):
+        result.notes.append(f"tried {t.switch}: {t.text()}")
+    return record
+
+
+def _trial_step(sqlite: Path, step_range: Optional[str],
+                calib_runs: list[tuple[Optional[str], float]]) -> Optional[str]:
+    """The range whose iterations the trials time: the one the analysis's window is built on
+    when the calibration run timed it, else the calibration run's most repeated range."""
+    names: set[str] = set()
+    for text, _ in calib_runs:
+        with contextlib.suppress(ValueError, TypeError, AttributeError):
+            names |= {str(r.get("name")) for r in json.loads(text).get("ranges", [])}
+    from profkit.read.trace import Trace
+    from profkit.run.window import iteration_instances
+    try:
+        found = iteration_instances(Trace(sqlite))
+    except ProfkitError:
+        found = None
+    if found is not None and found[0] in names:
+        return found[0]
+    if step_range:
+        return step_range
+    return next((r for text, _ in calib_runs if text and (r := _repeated_range(text))), None)
 
 
 def combine_calibrations(texts: Sequence[str]) -> Optional[str]:

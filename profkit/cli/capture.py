@@ -22,13 +22,18 @@ def _say(msg: str) -> None:
 
 def _command_line(output, force, nsys_args, aten, ncu, ncu_range, ncu_count, ncu_args, script,
                   script_args, gpu_metrics_hz=None, aten_source="recorder",
-                  calibrate=True, calibrate_runs=1) -> list[str]:
+                  calibrate=True, calibrate_runs=1, max_iterations=None, trials=None,
+                  try_runs=2, try_timeout=None) -> list[str]:
     argv = ["profkit", "capture"]
     if output:
         argv += ["-o", output]
     argv += ["--force"] if force else []
     argv += [] if calibrate else ["--no-calibrate"]
     argv += ["--calibrate-runs", str(calibrate_runs)] if calibrate and calibrate_runs != 1 else []
+    argv += ["--max-iterations", str(max_iterations)] if max_iterations else []
+    if trials is not None:
+        argv += [f"--try={trials}"] + (["--try-runs", str(try_runs)] if try_runs != 2 else [])
+        argv += ["--try-timeout", f"{try_timeout:g}"] if try_timeout else []
     argv += ["--nsys-args", nsys_args] if nsys_args else []
     argv += ["--aten"] if aten else []
     argv += ["--aten-source", aten_source] if aten and aten_source != "recorder" else []
@@ -38,6 +43,28 @@ def _command_line(output, force, nsys_args, aten, ncu, ncu_range, ncu_count, ncu
         argv += ["--ncu-range", ncu_range] if ncu_range else []
         argv += ["--ncu-args", ncu_args] if ncu_args else []
     return [*argv, script, *script_args]
+
+
+def _is_script(value: str) -> bool:
+    """Whether --try's value is the script (``--try train.py``) rather than switches."""
+    from pathlib import Path
+
+    from profkit.model import parse_trial
+    if value == "auto":
+        return False
+    try:
+        [parse_trial(t) for t in value.split(",") if t.strip()]
+        return False
+    except ValueError:
+        return value.endswith(".py") or Path(value).is_file()
+
+
+def _auto_trials(trace) -> list[str]:
+    """``--try auto``: the trials behind the rules that fired on the profiled trace (the
+    analysis of `profkit classify`, profkit.judge.trials.auto_trials)."""
+    from profkit.api import load
+    from profkit.judge.trials import auto_trials
+    return auto_trials(load(trace))
 
 
 @click.command(context_settings=_CONTEXT)
@@ -83,18 +110,39 @@ def _command_line(output, force, nsys_args, aten, ncu, ncu_range, ncu_count, ncu
               help="Run the script N times without the profiler and calibrate to the median run: "
                    "on a machine whose speed changes from run to run (a shared or virtual host), "
                    "one run can be off by 30% or more; the spread of the N runs is reported.")
+@click.option("--max-iterations", type=int, default=None, metavar="N",
+              help="End every run of the script (calibration, profiled, trials) cleanly after N "
+                   "iterations of its step range (the top-level NVTX range it repeats): "
+                   "SystemExit(0) once the Nth one closes, so a run costs seconds, not the "
+                   "program's length. At least 5.")
+@click.option("--try", "trials", is_flag=False, flag_value="auto", default=None,
+              metavar="[auto|SWITCH,...]",
+              help="After profiling, run the script again once per trial with one fix applied by "
+                   "profkit (no edit of your code) and time it beside runs of the script as it is: "
+                   "tf32, bf16, fused_optim, workers, no_empty_cache, cudnn_benchmark, "
+                   "channels_last, compile, compile_graphs, expandable_segments (several at once "
+                   "joined by +). auto (the default): the switches behind the rules that fired. "
+                   "The script runs again, with its side effects (checkpoints, logs).")
+@click.option("--try-runs", type=click.IntRange(1, 20), default=2, show_default=True, metavar="K",
+              help="Runs per trial, each round followed by a run of the unchanged script.")
+@click.option("--try-timeout", type=float, default=None, metavar="SECONDS",
+              help="The most one trial run may take (default: 300 s plus ten times the "
+                   "calibration run); a run that takes longer is stopped and its trial recorded "
+                   "as timed out.")
 @click.option("--merge-ncu", "merge_csv", type=click.Path(dir_okay=False), default=None,
               metavar="RAW.csv",
               help="Do not run anything: merge an ncu raw-page CSV into the existing trace "
                    "given as SCRIPT (profkit capture --merge-ncu RAW.csv TRACE.sqlite [-o COPY]).")
-@click.argument("script")
+@click.argument("script", required=False)
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 @one_line_errors
 def capture(output: Optional[str], force: bool, nsys_args: Optional[str], aten: bool,
             aten_source: str, ncu: bool,
             ncu_range: Optional[str], ncu_count: Optional[int], gpu_metrics: bool,
             gpu_metrics_frequency: int, ncu_args: Optional[str], calibrate: bool,
-            calibrate_runs: int, merge_csv: Optional[str], script: str, script_args: tuple[str, ...]) -> None:
+            calibrate_runs: int, max_iterations: Optional[int], trials: Optional[str],
+            try_runs: int, try_timeout: Optional[float], merge_csv: Optional[str],
+            script: Optional[str], script_args: tuple[str, ...]) -> None:
     """Profile SCRIPT (with its ARGS) under Nsight Systems into an SQLite trace.
 
     \b
@@ -102,11 +150,18 @@ def capture(output: Optional[str], force: bool, nsys_args: Optional[str], aten: 
       profkit capture --aten -o traces/step.sqlite train.py
       profkit capture --ncu --ncu-range step train.py
       profkit capture --merge-ncu step.ncu.csv traces/step.sqlite
+      profkit capture --try --max-iterations 30 train.py
 
     Options go before SCRIPT; everything after it is passed to the script. The script's own
     output is shown as it runs, and its exit status becomes profkit's.
     """
     from profkit.capture import runner as cap
+
+    if trials is not None and _is_script(trials):  # `--try train.py`: --try without a value
+        script_args = (script, *script_args) if script is not None else script_args
+        script, trials = trials, "auto"
+    if script is None:
+        fail("missing SCRIPT: profkit capture [OPTIONS] SCRIPT [ARGS]...")
 
     if merge_csv is not None:
         if script_args:
@@ -119,10 +174,13 @@ def capture(output: Optional[str], force: bool, nsys_args: Optional[str], aten: 
                          nsys_args=nsys_args, aten=aten, ncu=ncu, ncu_range=ncu_range,
                          ncu_count=ncu_count, ncu_args=ncu_args, gpu_metrics_hz=hz,
                          aten_source=aten_source, say=_say, calibrate=calibrate,
-                         calibrate_runs=calibrate_runs,
+                         calibrate_runs=calibrate_runs, max_iterations=max_iterations,
+                         trials=trials, try_runs=try_runs, try_timeout=try_timeout,
+                         choose_trials=_auto_trials,
                          command_line=_command_line(output, force, nsys_args, aten, ncu, ncu_range,
                                                     ncu_count, ncu_args, script, script_args, hz,
-                                                    aten_source, calibrate, calibrate_runs))
+                                                    aten_source, calibrate, calibrate_runs,
+                                                    max_iterations, trials, try_runs, try_timeout))
     for note in result.notes:
         _say(f"profkit: {note}")
     if result.trace is None:

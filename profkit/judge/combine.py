@@ -8,6 +8,7 @@ that CUDA graphs make GPU-paced). Only the replay of the combined graph says whi
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from itertools import combinations as subsets
 from typing import Optional
 
@@ -69,3 +70,84 @@ def _replay(model, host: float, base: float, group) -> Optional[float]:
     except (IndexError, ValueError):  # edits that do not compose on this graph: not priced
         return None
     return max(base / new, 1.0) if new > 0 else None
+
+
+# How far a fix's edit is scaled at most to reach a trial's measured gain (2: twice the change the
+# model made; beyond that the model's edit is not the mechanism, and the scale stops there)
+MAX_SCALE = 2.0
+SCALE_STEPS = 12
+
+
+def scaled_edit(edit, alpha: float):
+    """``edit`` taken ``alpha`` of the way (profkit.run.step.transform.blend)."""
+    from profkit.run.step.transform import blend
+    return lambda g: blend(g, edit(g), alpha)
+
+
+def fit_scale(model, host: float, finding: Finding, measured: float) -> Optional[float]:
+    """The scale of ``finding``'s edit at which the model's replay of it alone gives the
+    ``measured`` gain: bisection on [0, MAX_SCALE] (the replay's gain grows with the scale). None
+    where the finding has no edit or the replay fails."""
+    if model is None or finding.edit is None:
+        return None
+    base = model.simulate(host=host).mean_iteration_ns
+
+    def gain(alpha: float) -> Optional[float]:
+        try:
+            new = model.simulate(scaled_edit(finding.edit, alpha)(model.graph), host=host).mean_iteration_ns
+        except (IndexError, ValueError):
+            return None
+        return base / new if new > 0 else None
+    if measured <= 1.0:
+        return 0.0
+    lo, hi = 0.0, 1.0
+    top = gain(hi)
+    if top is None:
+        return None
+    if top < measured:  # the trial gained more than the model's whole edit: scale it up
+        lo, hi = 1.0, MAX_SCALE
+        top = gain(hi)
+        if top is None or top <= measured:
+            return hi
+    for _ in range(SCALE_STEPS):
+        mid = 0.5 * (lo + hi)
+        g = gain(mid)
+        if g is None:
+            return None
+        lo, hi = (mid, hi) if g < measured else (lo, mid)
+    return 0.5 * (lo + hi)
+
+
+def with_trials(model, host: float, findings: list[Finding], combos: list[dict],
+                tried: dict) -> list[dict]:
+    """``combos`` (``combined``'s) with, for each that holds a fix a trial measured
+    (``tried``: code -> profkit.run.trials.TrialResult), ``with_trials``: the combination replayed
+    with that fix's edit scaled so that alone it gives the measured gain (``fit_scale``), the
+    others' edits as the model made them: ``{expected_end_to_end_speedup, scaled: {code: [measured
+    gain, scale]}}``. What the trial teaches the model is how much of its edit of that fix the
+    program shows; how the fixes share the step stays the model's."""
+    by_code = {f.code: f for f in findings}
+    scales: dict[str, Optional[float]] = {}
+    for code, t in tried.items():
+        if t.measured and code in by_code:
+            scales[code] = fit_scale(model, host, by_code[code], float(t.speedup))
+    if not any(v is not None for v in scales.values()):
+        return combos
+    base = model.simulate(host=host).mean_iteration_ns
+    out = []
+    for c in combos:
+        hit = {code: scales[code] for code in c["codes"] if scales.get(code) is not None}
+        if not hit:
+            out.append(c)
+            continue
+        group = [replace(by_code[code], edit=scaled_edit(by_code[code].edit, hit[code]))
+                 if code in hit else by_code[code] for code in c["codes"]]
+        gain = _replay(model, host, base, group)
+        if gain is None:
+            out.append(c)
+            continue
+        out.append({**c, "with_trials": {
+            "expected_end_to_end_speedup": round(gain, 3),
+            "scaled": {code: [round(float(tried[code].speedup), 3), round(a, 3)] for code, a in hit.items()}}})
+    return out
+

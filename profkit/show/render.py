@@ -14,6 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from profkit.read.text import visible
+from profkit.run.trials import trial_text
 
 CLASS_STYLE = {"compute": "bold magenta", "memory": "bold cyan", "launch": "bold yellow",
                "unknown": "dim",
@@ -119,8 +120,9 @@ def run_lines(run: dict) -> list[str]:
     v = run["verdict"]
     lines.append(f"verdict  {v['class']}: {v['reason']}")
     for i, a in enumerate(run["actions"], 1):
+        tried = f"tried: {trial_text(a['tried'])}; " if a.get("tried") else ""
         lines.append(f"{'actions' if i == 1 else '':8} {i}. {a['action']} "
-                     f"[{a['expected_end_to_end_speedup']:.2f}x end to end; {a['basis']}]")
+                     f"[{a['expected_end_to_end_speedup']:.2f}x end to end; {tried}{a['basis']}]")
     combos = [c for c in run.get("combinations") or [] if not c.get("overlap")]
     best_alone = max((a["expected_end_to_end_speedup"] for a in run["actions"]), default=1.0)
     if combos and combos[0]["expected_end_to_end_speedup"] >= 1.02 * best_alone:
@@ -128,6 +130,16 @@ def run_lines(run: dict) -> list[str]:
         lines.append(f"together {' + '.join(c['codes'])}: {c['expected_end_to_end_speedup']:.2f}x end to end "
                      f"(alone {', '.join(f'{g:.2f}x' for g in c['alone'])}; the step model replays the "
                      "fixes' edits at once)")
+        wt = c.get("with_trials")
+        if wt:
+            lines.append(f"{'':8} with the trials: {wt['expected_end_to_end_speedup']:.2f}x ("
+                         + ", ".join(f"{code}'s edit scaled to its measured {m:.2f}x"
+                                     for code, (m, _) in wt["scaled"].items()) + ")")
+    others = [t for t in run.get("trials") or [] if not t.get("action")]
+    for i, t in enumerate(others):
+        model = (f"; the model's price {t['model']:.2f}x ({t['code']})" if t.get("model") is not None
+                 else "; not priced by the model")
+        lines.append(f"{'tried' if i == 0 else '':8} {t['switch']}: {trial_text(t)}{model}")
     fired = run.get("findings") or []
     if fired:
         lines.append("rules    " + ", ".join(f"{f['code']} {f['rule']} {f['expected_end_to_end_speedup']:.2f}x"

@@ -20,7 +20,7 @@ from profkit.judge.rules import (pk101_per_step_sync, pk102_data_loading, pk103_
                            pk203_fp32_logits_loss, pk301_attention_path, pk302_fp32_gemm,
                            pk303_gemm_shape, pk304_gemm_alignment, pk305_fp32_conv, pk401_eager_norm_fusion,
                            pk402_elementwise_chain, pk403_inference_bn_fold, pk501_nccl_exposed)
-from profkit.judge.rules.base import Finding, ProfileView, RuleContext, RuleMeta, Scope
+from profkit.judge.rules.base import Finding, ProfileView, RuleContext, RuleMeta, Scope, TrialOf
 
 if TYPE_CHECKING:
     from profkit.run.summary import RunSummary
@@ -32,7 +32,8 @@ RULES: tuple[ModuleType, ...] = (
     pk301_attention_path, pk302_fp32_gemm, pk303_gemm_shape, pk304_gemm_alignment, pk305_fp32_conv,
     pk401_eager_norm_fusion, pk402_elementwise_chain, pk403_inference_bn_fold, pk501_nccl_exposed)
 
-__all__ = ["RULES", "Finding", "ProfileView", "RuleContext", "RuleMeta", "Scope", "evaluate", "get", "explain"]
+__all__ = ["RULES", "Finding", "ProfileView", "RuleContext", "RuleMeta", "Scope", "TrialOf", "evaluate", "get",
+           "explain"]
 
 
 def get(code_or_name: str) -> ModuleType:
@@ -68,5 +69,7 @@ def evaluate(prof: ProfileView, run: RunSummary) -> list[Finding]:
             if f.edit is None:
                 f.edit = next((e for g, e in reversed(ctx.priced)
                                if abs(g - f.expected_end_to_end_speedup) < 1e-12), None)
+            if f.switch is None and mod.RULE.trials:
+                f.switch = mod.RULE.trials[0].switch
         out.extend(found)
     return sorted(out, key=lambda f: -f.expected_end_to_end_speedup)

@@ -58,6 +58,15 @@ class Param:
 
 
 @dataclass(frozen=True)
+class TrialOf:
+    """A trial of ``profkit capture --try`` (a switch, or several joined by ``+``) that measures
+    one of a rule's prices: the finding's own (``evidence`` empty, when the finding names it as
+    its ``switch``), or a variant the rule priced in its evidence under that key."""
+    switch: str
+    evidence: str = ""
+
+
+@dataclass(frozen=True)
 class RuleMeta:
     code: str                       # stable: PK1xx program pace, PK2xx training step, PK3xx kernels
     name: str                       # kebab-case
@@ -66,6 +75,9 @@ class RuleMeta:
     example: str                    # a committed trace that fires it
     params: tuple[Param, ...] = ()
     quiet_on: str = ""              # a committed trace that must not fire it
+    # What `profkit capture --try auto` runs when the rule fires; the first measures the
+    # finding's price unless the finding names another (Finding.switch)
+    trials: tuple[TrialOf, ...] = ()
 
     def param(self, name: str) -> float:
         return next(p.default for p in self.params if p.name == name)
@@ -91,6 +103,9 @@ class Finding:
     # The edits of the variants the rule priced in its evidence, by evidence key (PK305's
     # channels_last alone and with bf16), so that a change that is one of them is priced as it is.
     alternatives: dict[str, Callable] = field(default_factory=dict, repr=False, compare=False)
+    # The trial (profkit capture --try) that measures this finding's price: a switch, or several
+    # joined by "+"; None for a rule no switch can try (set from RULE.trials by evaluate)
+    switch: Optional[str] = None
 
     def __post_init__(self) -> None:
         # Plain floats: numpy scalars would leak into the JSON and the reprs.

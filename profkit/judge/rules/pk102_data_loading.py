@@ -22,6 +22,12 @@ Expected gain
     workers' (loading time / ``workers`` per batch); pageable copies become pinned and
     non-blocking. The step model replays the edited graph at the calibrated CPU scale. Measured
     on loader_cnn -> loader_cnn_workers (before the step model): predicted 12.3x, measured 11.5x.
+Trial
+    ``profkit capture --try workers`` measures the finding's price: every DataLoader of the
+    program given ``min(8, CPUs)`` workers where it had none, pinned memory, persistent workers
+    and a prefetch factor of 4 where it passed none. Loading done outside a DataLoader (a numpy
+    augmentation in the training loop, tokenisation) is untouched by it: the trial then says
+    "no DataLoader" and the price stands unmeasured.
 References
     PyTorch ``torch.utils.data`` docs (multi-process loading, memory pinning);
     PyTorch performance tuning guide, "Enable async data loading and augmentation".
@@ -31,7 +37,7 @@ from __future__ import annotations
 import numpy as np
 
 from profkit.model import Rung
-from profkit.judge.rules.base import Finding, Param, RuleContext, RuleMeta, Table, matches
+from profkit.judge.rules.base import Finding, Param, RuleContext, RuleMeta, Table, TrialOf, matches
 from profkit.run.step.graph import StepGraph
 from profkit.run.step.transform import load_in_workers, pin_copies
 from profkit.run.summary import DATA_RE
@@ -41,6 +47,7 @@ RULE = RuleMeta(
     summary="the GPU idles while the main process loads batches: DataLoader workers, pinned memory",
     tables=(Table.NVTX, Table.RUNTIME, Table.KERNEL), example="traces/real/loader_cnn.sqlite.xz",
     quiet_on="traces/real/loader_cnn_workers.sqlite.xz",
+    trials=(TrialOf("workers"),),
     params=(Param("min_idle_share", 0.05, "loading CPU time, as a share of the iteration"),
             Param("min_gap_share", 0.25, "an unannotated gap with no CUDA call, as a share of the "
                                          "iteration, that counts as loading"),

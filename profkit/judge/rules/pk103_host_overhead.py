@@ -77,6 +77,15 @@ Expected gain
     A data-parallel step launches its collectives from autograd hooks, outside one captured
     graph: there only the launches inside the inner ranges go. A window with no iterations (no
     loop found) gets no finding: a graph pays by replaying, and nothing there runs twice.
+Trial
+    ``profkit capture --try compile_graphs`` measures the CUDA-graph prices (the finding's, and
+    ``compile_speedup``): ``torch.compile(mode="reduce-overhead")`` of the outermost module,
+    Inductor's fusion and cudagraph trees together; graphs captured by hand with
+    ``torch.cuda.graphs`` have no switch, and a step that holds a synchronisation is captured in
+    pieces by it. ``--try compile`` measures ``fusion_speedup`` (the default mode, no graphs),
+    the price of the finding that says to torch.compile a GPU-paced step. Neither compiles the
+    optimizer step (PK201's ``fused_optim``). Compilation takes the first iterations, which the
+    trial leaves out as warm-up and reports beside.
 References
     PyTorch CUDA Graphs docs; ``torch.compile`` modes; HF transformers "Static cache and
     torch.compile" docs; Nsight Systems ``nsys analyze`` rule ``gpu_gaps``.
@@ -88,7 +97,7 @@ import re
 import numpy as np
 
 from profkit.model import Rung
-from profkit.judge.rules.base import Finding, Param, RuleContext, RuleMeta, Table, matches
+from profkit.judge.rules.base import Finding, Param, RuleContext, RuleMeta, Table, TrialOf, matches
 from profkit.run.step.graph import CallKind, StepGraph
 from profkit.run.step.fusion import inductor_fusion
 from profkit.run.step.transform import cuda_graph, graphable, replace_ops
@@ -103,6 +112,7 @@ RULE = RuleMeta(
     summary="the CPU's per-kernel launch cost sets the pace: CUDA graphs, static KV cache, bigger batches",
     tables=(Table.RUNTIME, Table.KERNEL, Table.NVTX), example="traces/real/generate_llama.sqlite.xz",
     quiet_on="traces/real/train_llama_compiled.sqlite.xz",
+    trials=(TrialOf("compile_graphs", "compile_speedup"), TrialOf("compile", "fusion_speedup")),
     params=(Param("min_idle_share", 0.05, "CPU work on the critical path, as a share of the iteration, "
                                          "above which the step is host-paced"),
             Param("dispatch_gap_us", 50.0, "host gaps between launches shorter than this are "
@@ -291,6 +301,9 @@ def detect(ctx: RuleContext) -> list[Finding]:
         # GPU-paced: only the fusion can pay.
         action = ("torch.compile the model: Inductor fuses each run of small kernels between the "
                   "GEMM/attention/convolution kernels into one (the GPU sets this step's pace)")
+        # What measures it is the default mode's trial (no graphs on a GPU-paced step)
+        return [Finding(RULE.code, RULE.name, action, Rung.TORCH_COMPILE, ev, gain, basis, gain,
+                        switch="compile")]
     return [Finding(RULE.code, RULE.name, action, Rung.TORCH_COMPILE, ev, gain, basis, gain)]
 
 

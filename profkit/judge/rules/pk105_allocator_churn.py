@@ -19,6 +19,11 @@ Expected gain
     Graph edit: the allocation and free calls of the iterations take no CPU time and wait for
     nothing (the caching allocator serves the memory). The step model replays the edited graph
     at the calibrated CPU scale.
+Trial
+    ``profkit capture --try no_empty_cache`` measures the finding's price:
+    ``torch.cuda.empty_cache()`` made a no-op. ``--try expandable_segments``
+    (``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``) is the fix for shapes that vary; the
+    model does not price it, the trial shows what it gives. ``--try auto`` runs both.
 References
     PyTorch "CUDA semantics: memory management" (caching allocator, empty_cache,
     expandable_segments); CUDA Runtime API, "API synchronization behavior" (cudaFree).
@@ -28,7 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 from profkit.model import Rung
-from profkit.judge.rules.base import Finding, Param, RuleContext, RuleMeta, Table
+from profkit.judge.rules.base import Finding, Param, RuleContext, RuleMeta, Table, TrialOf
 from profkit.run.step.graph import CallKind
 from profkit.run.step.transform import remove_calls
 
@@ -37,6 +42,7 @@ RULE = RuleMeta(
     summary="device memory freed and allocated again every step: no empty_cache() in the loop",
     tables=(Table.RUNTIME,), example="traces/corpus/gpt2_empty_cache.sqlite.xz",
     quiet_on="traces/real/train_llama.sqlite.xz",
+    trials=(TrialOf("no_empty_cache"), TrialOf("expandable_segments")),
     params=(Param("min_per_iteration", 1.0, "allocation and free calls per iteration (on average)"),
             Param("min_share", 0.02, "their CPU time, waits included, as a share of the iteration")))
 

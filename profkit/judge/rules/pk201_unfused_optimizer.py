@@ -21,6 +21,10 @@ Expected gain
     critical path, and never below the CPU's own time per step: on a host-bound step
     (train_llama: CPU time 171.9 of 172.9 ms) the GPU saving does not shorten the step — measured
     15.29 -> 15.49 ms per step with fused=True.
+Trial
+    ``profkit capture --try fused_optim`` measures the finding's price: the program run with
+    ``fused=True`` for every Adam, AdamW, SGD and Adagrad it constructs (an explicit ``foreach``
+    dropped), which also takes the foreach path's CPU time off the step, which the price keeps.
 References
     PyTorch ``torch.optim`` docs ("foreach and fused implementations"); NVIDIA Apex FusedAdam.
 """
@@ -29,7 +33,7 @@ from __future__ import annotations
 import re
 
 from profkit.model import Rung
-from profkit.judge.rules.base import Finding, Param, RuleContext, RuleMeta, Scope, Table, matches
+from profkit.judge.rules.base import Finding, Param, RuleContext, RuleMeta, Scope, Table, TrialOf, matches
 from profkit.run.step.transform import scale_ops
 
 RULE = RuleMeta(
@@ -37,6 +41,7 @@ RULE = RuleMeta(
     summary="foreach Adam/AdamW/SGD step: use fused=True (one pass over the optimizer state)",
     tables=(Table.KERNEL,), example="traces/real/train_llama.sqlite.xz",
     quiet_on="traces/real/train_llama_fused.sqlite.xz",
+    trials=(TrialOf("fused_optim"),),
     params=(Param("min_gpu_share", 0.01, "optimizer kernels' share of the window's GPU time"),))
 
 FOREACH_RE = re.compile(r"multi_tensor_apply_kernel<.*?Functor<float, \(int\)(\d+), \(int\)(\d+), "

@@ -39,6 +39,13 @@ Expected gain
     ``bf16_speedup``; the finding leads with TF32, the one-line change, and names bf16 when it
     is the larger one, or warns against it when the model finds the step slower in bf16
     (T5-small fine-tuning, partly host-bound: priced 0.92x, measured 0.78-0.98x: no test of it).
+Trial
+    ``profkit capture --try tf32`` measures the finding's price: the program run with
+    ``torch.set_float32_matmul_precision("high")`` (and cuDNN's convolutions in TF32), every
+    matmul of it, the GEMMs the trace shows and any the trace does not (a library's, a compiled
+    region's). ``--try bf16`` measures ``bf16_speedup``: autocast bf16 around the outermost
+    module's call only (the loss outside it stays fp32, as in the usual training loop), so a
+    program that autocasts more or keeps bf16 weights can gain more. ``--try auto`` runs both.
 References
     PyTorch docs "TensorFloat-32 (TF32) on Ampere (and later) devices"; NVIDIA H200 datasheet.
 """
@@ -53,13 +60,15 @@ from profkit.judge.flops import GEMM_ALIGN, gemm_mkn
 from profkit.judge.patterns import FLASH_RE
 from profkit.run.step.transform import add_cpu, scale_ops
 from profkit.model import Rung
-from profkit.judge.rules.base import GEMM_KERNEL_RE, Finding, Param, RuleContext, RuleMeta, Scope, Table, matches
+from profkit.judge.rules.base import (GEMM_KERNEL_RE, Finding, Param, RuleContext, RuleMeta, Scope, Table,
+                                      TrialOf, matches)
 
 RULE = RuleMeta(
     code="PK302", name="fp32-gemm",
     summary="fp32 GEMMs on the CUDA cores: allow TF32 or run them in bf16",
     tables=(Table.KERNEL,), example="traces/probe_h200_addnorm_gemm.sqlite.xz",
     quiet_on="traces/real/train_llama.sqlite.xz",
+    trials=(TrialOf("tf32"), TrialOf("bf16", "bf16_speedup")),
     params=(Param("min_gpu_share", 0.02, "fp32 GEMMs' share of the window's GPU time"),
             Param("bf16_share", 0.70, "share of the bf16 roof the GEMMs reach with the casts autocast "
                                       "adds to them counted in"),

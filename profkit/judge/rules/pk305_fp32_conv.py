@@ -79,6 +79,13 @@ Expected gain
     counting them: no test); after that, RegNetY-800MF inference (grouped convolutions,
     squeeze-and-excitation) 1.14x / 1.31x and 1.24x / 1.27x. Pooling's NCHW kernels
     (``max_pool_*_nchw``) are not priced.
+Trial
+    ``profkit capture --try channels_last+bf16`` measures the finding's price (both switches in
+    one run: the outermost module and its 4-D inputs in channels_last, its calls under bf16
+    autocast); ``--try channels_last`` measures ``channels_last_speedup``, the price of the
+    finding that says channels_last alone. An inference program that converts its model to bf16
+    rather than autocasting it gains more than the autocast trial (no casts on the CPU).
+    ``--try auto`` runs both, and ``cudnn_benchmark`` where convolutions take a large share.
 References
     PyTorch "(beta) Channels Last Memory Format" tutorial; PyTorch docs "TensorFloat-32 (TF32)
     on Ampere (and later) devices" (``torch.backends.cudnn.allow_tf32`` defaults to True);
@@ -94,7 +101,8 @@ from profkit.judge.dtypes import kernel_dtype
 from profkit.judge.rules import pk302_fp32_gemm
 from profkit.judge.rules.pk403_inference_bn_fold import TRAINING_RE
 from profkit.judge.patterns import FLASH_RE
-from profkit.judge.rules.base import GEMM_KERNEL_RE, Finding, Param, RuleContext, RuleMeta, Table, matches
+from profkit.judge.rules.base import (GEMM_KERNEL_RE, Finding, Param, RuleContext, RuleMeta, Table, TrialOf,
+                                      matches)
 from profkit.model import Rung
 from profkit.run.summary import NCCL_RE
 from profkit.run.step.graph import StepGraph
@@ -161,6 +169,8 @@ RULE = RuleMeta(
     summary="fp32 (TF32) convolutions on NCHW tensors: channels_last and bf16",
     tables=(Table.KERNEL,), example="traces/corpus/resnet18_pageable.sqlite.xz",
     quiet_on="traces/corpus/resnet50_train.sqlite.xz",
+    trials=(TrialOf("channels_last+bf16", "bf16_channels_last_speedup"),
+            TrialOf("channels_last", "channels_last_speedup")),
     params=(Param("min_gpu_share", 0.05, "32-bit convolutions' share of the window's GPU time"),))
 
 
@@ -337,7 +347,7 @@ def detect(ctx: RuleContext) -> list[Finding]:
                         "convolutions in fp32 (TF32) on NCHW tensors: model and input to "
                         "memory_format=torch.channels_last; bf16 on top would not pay here "
                         f"({gain:.2f}x with it, {cl_gain:.2f}x without)", Rung.LIBRARY, ev, cl_gain,
-                        cl_basis, cl_gain, alternatives=alternatives)]
+                        cl_basis, cl_gain, alternatives=alternatives, switch="channels_last")]
     if gain < 1.02:
         # Another limit sets the step's pace (pageable copies, the CPU): the convolutions' time is
         # hidden behind it. Said, at no gain, so that it is priced with the fix of that limit.

@@ -34,6 +34,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from profkit.run.iterations import range_starts
 from profkit.run.step.graph import CallKind, StepGraph, Wait
 from profkit.run.step.simulate import Schedule, simulate
 from profkit.run.step.transform import scale_ops
@@ -104,12 +105,9 @@ def unprofiled_runs(meta_text: Optional[str], delimiter: Optional[str]) -> list[
     runs = data.get("runs") if isinstance(data.get("runs"), list) else [data]
     out = []
     for run in runs:
-        ranges = [r for r in run.get("ranges", []) if r.get("name") == delimiter]
-        if len(ranges) < 3:
+        starts = np.array(range_starts(run, delimiter), dtype=float)
+        if len(starts) < 3:
             continue
-        gpu = [r.get("gpu_ns") for r in ranges]
-        key = "gpu_ns" if all(isinstance(x, (int, float)) for x in gpu) else "start_ns"
-        starts = np.array([float(r[key]) for r in ranges])
         first = leading_setup(starts.astype(np.int64))
         periods = np.diff(starts[first:])
         periods = periods[periods > 0]

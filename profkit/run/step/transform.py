@@ -121,6 +121,27 @@ def replace_ops(g: StepGraph, groups: list[np.ndarray], new_ns: np.ndarray) -> S
     return out
 
 
+def blend(g: StepGraph, edited: StepGraph, alpha: float) -> StepGraph:
+    """``edited`` (an edit of ``g``) taken ``alpha`` of the way from ``g``: every duration moves
+    from ``g``'s by ``alpha`` times the edit's change (``alpha`` above 1 goes further, no time
+    below 0); what is not a duration (a wait dropped, a call no longer queued, work moved to
+    DataLoader workers where ``g`` had none) is the edit's for any ``alpha`` above 0. Used to
+    scale a fix's edit to the gain a trial measured (profkit.judge.combine.with_trials)."""
+    if alpha <= 0:
+        return g.copy()
+    out = edited.copy()
+    for name, new in edited.__dict__.items():
+        old = g.__dict__.get(name)
+        if isinstance(new, np.ndarray) and isinstance(old, np.ndarray) and new.dtype.kind == "f" \
+                and old.shape == new.shape:
+            both = np.isfinite(old) & np.isfinite(new)
+            mixed = np.where(both, np.maximum(old + alpha * (new - old), 0.0), new)
+            setattr(out, name, mixed)
+        elif isinstance(new, float) and isinstance(old, float) and np.isfinite(new) and np.isfinite(old):
+            setattr(out, name, max(old + alpha * (new - old), 0.0))
+    return out
+
+
 def add_cpu(g: StepGraph, ops: np.ndarray, ns: float) -> StepGraph:
     """The call that launched each of ``ops`` takes ``ns`` more CPU time for it (work added right
     before the launch, such as autocast's casts of a kernel's operands)."""

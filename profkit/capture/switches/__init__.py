@@ -1,0 +1,110 @@
+"""The switches of ``profkit capture --try``: fixes applied to the user's program by profkit's
+bootstrap, with no edit of the user's code, so that each can be timed beside the program as it is.
+
+    python -m profkit.capture.bootstrap --try SWITCH[+SWITCH...] --calibrate FILE -- script.py args
+
+One module per family, each switch a small patch (:mod:`profkit.capture.switches.base` says what a
+switch is):
+
+* :mod:`.backends`: ``tf32`` (matmul and cuDNN convolutions in TF32), ``cudnn_benchmark``;
+* :mod:`.outermost`: ``bf16`` (autocast), ``channels_last``, ``compile`` and ``compile_graphs``
+  (``torch.compile`` of the outermost module, default and ``mode="reduce-overhead"``), all
+  applied to the outermost module, found at run time;
+* :mod:`.optim`: ``fused_optim`` (``fused=True`` for Adam, AdamW, SGD, Adagrad);
+* :mod:`.data`: ``workers`` (DataLoader worker processes, pinned memory);
+* :mod:`.memory`: ``no_empty_cache``, ``expandable_segments``.
+
+A trial is one switch or several joined by ``+`` (``channels_last+bf16``), applied together.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, Optional
+
+from profkit.capture.switches.base import Handler, Report
+from profkit.model import Switch, parse_trial
+
+# Testing and other compilers: the backend `compile` and `compile_graphs` pass to torch.compile
+# (default: Inductor; another backend takes no mode, so compile_graphs is then compile).
+COMPILE_BACKEND_ENV = "PROFKIT_TRY_COMPILE_BACKEND"
+
+
+def handler(switch: Switch) -> Handler:
+    """The patch of ``switch``."""
+    from profkit.capture.switches import backends, data, memory, optim, outermost
+    for family in (backends, data, memory, optim, outermost):
+        if switch in family.HANDLERS:
+            return family.HANDLERS[switch]
+    raise KeyError(switch)
+
+
+class Trial:
+    """The switches of one run: prepared before the script, installed when it imports torch,
+    reported after it ends (``record``)."""
+
+    def __init__(self, name: str, options: Optional[dict[str, Any]] = None) -> None:
+        self.switches = parse_trial(name)
+        self.name = "+".join(s.value for s in self.switches)
+        self.options = dict(options if options is not None else
+                            {"compile_backend": os.environ.get(COMPILE_BACKEND_ENV) or None})
+        self.handlers = {s: handler(s) for s in self.switches}
+        self.reports = {s: Report(s) for s in self.switches}
+        self.shared: dict[str, Any] = {}   # state switches share (the outermost module's patch)
+        self.torch: Any = None
+        self._undo: list = []
+
+    def patch(self, owner: Any, name: str, value: Any) -> None:
+        """Set ``owner.name`` to ``value``, to be put back by ``restore``."""
+        old = getattr(owner, name)
+        self._undo.append(lambda: setattr(owner, name, old))
+        setattr(owner, name, value)
+
+    def on_restore(self, undo) -> None:
+        """Call ``undo`` in ``restore`` (a setting that is not an attribute)."""
+        self._undo.append(undo)
+
+    def restore(self) -> None:
+        """Undo every patch, last first: the program as it was (for tests, and for callers that
+        apply a trial in a process that goes on; the bootstrap's process simply ends)."""
+        while self._undo:
+            self._undo.pop()()
+
+    def start(self) -> None:
+        """Prepare the process and hook the import of torch (profkit.capture.calibrate.after_import)."""
+        from profkit.capture.calibrate import after_import
+        for s, h in self.handlers.items():
+            self._guard(s, lambda h=h, s=s: h.prepare(self, self.reports[s]))
+        after_import({"torch": self.install})
+
+    def install(self, torch: Any) -> None:
+        self.torch = torch
+        for s, h in self.handlers.items():
+            self._guard(s, lambda h=h, s=s: h.install(torch, self, self.reports[s]))
+
+    def _guard(self, s: Switch, step) -> None:
+        try:
+            step()
+        except Exception as exc:  # noqa: BLE001 - a switch that cannot be made leaves the program be
+            self.reports[s].note(f"could not be applied ({one_line(exc)})", applied=False)
+
+    def record(self) -> dict:
+        """{"switch", "applied", "note"}: whether every switch applied, and what each touched."""
+        if self.torch is None and sys.modules.get("torch") is not None:
+            self.torch = sys.modules["torch"]
+        for s, h in self.handlers.items():
+            if self.torch is None and not self.reports[s].notes:
+                self.reports[s].note("the script never imported torch", applied=False)
+            elif self.torch is not None:
+                self._guard(s, lambda h=h, s=s: h.finish(self.torch, self, self.reports[s]))
+        reps = list(self.reports.values())
+        note = (reps[0].text if len(reps) == 1 else
+                "; ".join(f"{r.switch.value}: {r.text}" for r in reps if r.text))
+        return {"switch": self.name, "applied": all(r.applied for r in reps), "note": note}
+
+
+def one_line(exc: BaseException, limit: int = 300) -> str:
+    """``Type: first line of the message``, at most ``limit`` characters."""
+    msg = str(exc).strip().splitlines()
+    text = f"{type(exc).__name__}: {msg[0]}" if msg and msg[0].strip() else type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,0 +1,72 @@
+"""Backend settings: ``tf32`` and ``cudnn_benchmark``, set right after the script imports torch.
+
+``tf32``: matmuls through ``torch.set_float32_matmul_precision("high")`` and cuDNN convolutions
+through ``torch.backends.cudnn.conv.fp32_precision = "tf32"`` (torch 2.9 and later; before it,
+``torch.backends.cudnn.allow_tf32 = True``). The matmul setting goes through the public function,
+not ``torch.backends.cuda.matmul.fp32_precision``: in torch 2.13 setting that attribute directly
+makes a later read of the legacy ``allow_tf32`` flag raise ("mix of the legacy and new APIs"),
+and scripts and libraries read it; the function sets both. cuDNN already runs convolutions in
+TF32 by default; cuBLAS matmuls do not. A script that sets the precision itself after importing
+torch wins: the trial then says the setting did not hold.
+
+``cudnn_benchmark``: ``torch.backends.cudnn.benchmark = True`` (cuDNN times its algorithms for
+each new convolution shape and keeps the fastest; the first iterations pay for the search, which
+the warm-up the trial leaves out holds).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from profkit.capture.switches.base import Handler, Report
+from profkit.model import Switch
+
+
+def _conv_tf32(torch: Any) -> bool:
+    conv = getattr(torch.backends.cudnn, "conv", None)
+    if conv is not None and hasattr(conv, "fp32_precision"):
+        return conv.fp32_precision == "tf32"
+    return bool(torch.backends.cudnn.allow_tf32)
+
+
+class Tf32(Handler):
+    switch = Switch.TF32
+
+    def install(self, torch: Any, trial: Any, report: Report) -> None:
+        old = torch.get_float32_matmul_precision()
+        trial.on_restore(lambda: torch.set_float32_matmul_precision(old))
+        torch.set_float32_matmul_precision("high")
+        conv = getattr(torch.backends.cudnn, "conv", None)
+        if conv is not None and hasattr(conv, "fp32_precision"):
+            trial.patch(conv, "fp32_precision", "tf32")
+            how = "cuDNN convolutions: torch.backends.cudnn.conv.fp32_precision = \"tf32\""
+        else:
+            trial.patch(torch.backends.cudnn, "allow_tf32", True)
+            how = "cuDNN convolutions: torch.backends.cudnn.allow_tf32 = True"
+        report.note("matmuls: torch.set_float32_matmul_precision(\"high\"); " + how, applied=True)
+
+    def finish(self, torch: Any, trial: Any, report: Report) -> None:
+        if not report.applied:
+            return
+        try:
+            precision = torch.get_float32_matmul_precision()
+        except RuntimeError:  # the script mixed the legacy and new settings: not ours to judge
+            precision = None
+        if precision == "highest":
+            report.note("the script set the matmul precision back to \"highest\"", applied=False)
+        if not _conv_tf32(torch):
+            report.note("the script turned TF32 off for cuDNN convolutions", applied=False)
+
+
+class CudnnBenchmark(Handler):
+    switch = Switch.CUDNN_BENCHMARK
+
+    def install(self, torch: Any, trial: Any, report: Report) -> None:
+        trial.patch(torch.backends.cudnn, "benchmark", True)
+        report.note("torch.backends.cudnn.benchmark = True", applied=True)
+
+    def finish(self, torch: Any, trial: Any, report: Report) -> None:
+        if report.applied and not torch.backends.cudnn.benchmark:
+            report.note("the script set it back to False", applied=False)
+
+
+HANDLERS = {Switch.TF32: Tf32(), Switch.CUDNN_BENCHMARK: CudnnBenchmark()}

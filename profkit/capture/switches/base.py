@@ -1,0 +1,61 @@
+"""What a switch is: a small patch of the user's program that ``profkit capture --try`` applies
+through the bootstrap, and the record of what it touched.
+
+A switch has three moments, each optional:
+
+* ``prepare(trial, report)``: before the script starts (the process environment: an allocator
+  setting must be in place before CUDA initialises);
+* ``install(torch, trial, report)``: right after the script imports torch (an import hook, as the
+  calibration's range hooks are installed: the script's start-up stays the same);
+* ``finish(torch, trial, report)``: after the script ended, to say what the switch touched
+  ("AdamW(fused=True) x1", "no DataLoader") and whether it applied at all.
+
+A switch never raises into the user's program for its own sake: a patch that cannot be made
+leaves the program as it is and says so in its report (``applied`` False).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from profkit.model import Switch
+
+
+@dataclass
+class Report:
+    """What one switch did in one run."""
+    switch: Switch
+    applied: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    def note(self, text: str, applied: Optional[bool] = None) -> None:
+        if text and text not in self.notes:
+            self.notes.append(text)
+        if applied is not None:
+            self.applied = applied
+
+    @property
+    def text(self) -> str:
+        return "; ".join(self.notes)
+
+
+class Handler:
+    """One switch's patch (see the module docstring); the defaults do nothing."""
+    switch: Switch
+
+    def prepare(self, trial: Any, report: Report) -> None:
+        pass
+
+    def install(self, torch: Any, trial: Any, report: Report) -> None:
+        pass
+
+    def finish(self, torch: Any, trial: Any, report: Report) -> None:
+        pass
+
+
+def count_params(n: int) -> str:
+    """12,345,678 -> '12.3M'."""
+    for unit, scale in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f}{unit}"
+    return str(n)

@@ -1,0 +1,125 @@
+"""``fused_optim``: ``fused=True`` for the torch.optim optimizers that have it (Adam, AdamW, SGD,
+Adagrad), whatever the program passed.
+
+The constructors are wrapped when the script imports torch. An explicit ``foreach`` is dropped
+(``fused=True`` with ``foreach=True`` raises); ``params`` given as a generator is made a list
+first (the optimizer does the same), so that the original call can be made again when the fused
+one is refused at construction (``differentiable=True``): that optimizer then stays as the
+program made it, and the trial says why. Parameters that are not floating point, or on a device
+without a fused kernel, torch refuses only at the first ``step()``: those it can see at
+construction are checked first (Adagrad has no fused CUDA kernel: on an H200 with torch 2.11,
+``Adagrad(fused=True).step()`` on CUDA parameters raises, while Adam, AdamW and SGD run), and such
+an optimizer is left as it was, with the reason. A subclass's constructor that calls its parent's is patched once. Other optimizers (RMSprop,
+a library's Lion) are counted and named, never changed.
+"""
+from __future__ import annotations
+
+import inspect
+from collections import Counter
+from typing import Any
+
+from profkit.capture.switches.base import Handler, Report
+from profkit.model import Switch
+
+FUSABLE = ("Adam", "AdamW", "SGD", "Adagrad")
+
+
+class FusedOptim(Handler):
+    switch = Switch.FUSED_OPTIM
+
+    def install(self, torch: Any, trial: Any, report: Report) -> None:
+        state = trial.shared.setdefault("optim", {"fused": Counter(), "already": Counter(),
+                                                  "refused": {}, "other": Counter(),
+                                                  "foreach_dropped": 0})
+        for name in FUSABLE:
+            cls = getattr(torch.optim, name, None)
+            if cls is not None and "__init__" in cls.__dict__:
+                trial.patch(cls, "__init__", _fused_init(cls.__init__, name, state))
+        base = torch.optim.Optimizer
+        trial.patch(base, "__init__", _counting_init(base.__init__, state))
+
+    def finish(self, torch: Any, trial: Any, report: Report) -> None:
+        st = trial.shared.get("optim")
+        if st is None:
+            return
+        parts = [f"{n}(fused=True) x{c}" for n, c in st["fused"].items()]
+        if st["foreach_dropped"]:
+            parts.append(f"an explicit foreach dropped x{st['foreach_dropped']}")
+        parts += [f"{n} already fused x{c}" for n, c in st["already"].items()]
+        parts += [f"{n}: fused=True refused ({why})" for n, why in st["refused"].items()]
+        others = {n: c for n, c in st["other"].items() if n not in FUSABLE}
+        parts += [f"{n} x{c} (no fused version)" for n, c in others.items()]
+        if not parts:
+            parts = ["no optimizer was constructed"]
+        report.note(", ".join(parts), applied=bool(st["fused"]))
+
+
+def _fused_init(orig: Any, name: str, state: dict) -> Any:
+    sig = inspect.signature(orig)
+
+    def __init__(self, *args, **kwargs):  # noqa: N807
+        if getattr(self, "_profkit_fused_seen", False):  # a subclass's constructor chose already
+            return orig(self, *args, **kwargs)
+        self._profkit_fused_seen = True
+        try:
+            bound = sig.bind(self, *args, **kwargs)
+        except TypeError:  # let the constructor say what is wrong with the call
+            return orig(self, *args, **kwargs)
+        given = bound.arguments
+        if "params" in given and not isinstance(given["params"], (list, tuple)):
+            given["params"] = list(given["params"])
+        first = (tuple(bound.args), dict(bound.kwargs))
+        if given.get("fused"):
+            state["already"][name] += 1
+            return orig(*first[0], **first[1])
+        why = _unfusable(name, given.get("params"))
+        if why:
+            state["refused"][name] = why
+            return orig(*first[0], **first[1])
+        if given.pop("foreach", None) is not None:
+            state["foreach_dropped"] += 1
+        given["fused"] = True
+        try:
+            result = orig(*bound.args, **bound.kwargs)
+        except (RuntimeError, ValueError, TypeError) as exc:
+            from profkit.capture.switches import one_line
+            state["refused"][name] = one_line(exc, 160)
+            return orig(*first[0], **first[1])
+        state["fused"][name] += 1
+        return result
+    __init__.__wrapped__ = orig  # type: ignore[attr-defined]
+    return __init__
+
+
+def _unfusable(name: str, params: Any) -> str:
+    """Why torch would refuse fused=True for these parameters at the first step ('' if not)."""
+    tensors = []
+    for p in params or []:
+        if isinstance(p, dict):
+            if not isinstance(p.get("params"), (list, tuple)):  # torch makes it a list too
+                p["params"] = list(p.get("params") or [])
+            tensors += list(p["params"])
+        elif isinstance(p, tuple) and len(p) == 2:  # (name, parameter) pairs
+            tensors.append(p[1])
+        else:
+            tensors.append(p)
+    tensors = [t for t in tensors if hasattr(t, "device")]
+    if name == "Adagrad" and any(t.device.type == "cuda" for t in tensors):
+        return "torch has no fused Adagrad for CUDA parameters"
+    if any(not t.is_floating_point() for t in tensors):
+        return "parameters that are not floating point"
+    return ""
+
+
+def _counting_init(orig: Any, state: dict) -> Any:
+    def __init__(self, *args, **kwargs):  # noqa: N807
+        # Counted once, and only where no fusable constructor saw it first
+        if not getattr(self, "_profkit_fused_seen", False) and not getattr(self, "_profkit_counted", False):
+            self._profkit_counted = True
+            state["other"][type(self).__name__] += 1
+        return orig(self, *args, **kwargs)
+    __init__.__wrapped__ = orig  # type: ignore[attr-defined]
+    return __init__
+
+
+HANDLERS = {Switch.FUSED_OPTIM: FusedOptim()}

@@ -1,0 +1,225 @@
+"""Switches applied to the outermost module: ``bf16``, ``channels_last``, ``compile`` and
+``compile_graphs``.
+
+The outermost module is found at run time: ``torch.nn.Module.__call__`` is wrapped (once, when
+the script imports torch) to see each module call made from the program's own code rather than
+from inside another module's forward (a call depth per thread), and of those the module with the
+most parameters on CUDA (any device where CUDA is not available) is the one: a training loop's
+model, not its loss function; ``generate()``'s model, called from HF's own loop. A larger module
+called later takes over, and the trial names each in turn. What each switch does to it:
+
+* ``bf16``: its calls run under ``torch.autocast(device_type, dtype=torch.bfloat16)``, on the
+  device of its parameters; the loss computed outside it gets bf16 outputs, as a program that
+  autocasts only the forward does.
+* ``channels_last``: its 4-D weights and buffers are converted once to
+  ``torch.channels_last`` (5-D: ``torch.channels_last_3d``), and its 4-D (5-D) floating-point
+  tensor arguments at each call.
+* ``compile``: its calls go to ``torch.compile(module)``; ``compile_graphs`` to
+  ``torch.compile(module, mode="reduce-overhead")`` (CUDA graphs through cudagraph trees; a
+  program that keeps a step's outputs across steps can then fail with "overwritten by a
+  subsequent run": the trial records it as its error). A module that is already compiled
+  (``OptimizedModule``, or ``module.compile()``) is left as it is: "already compiled".
+  Compilation happens in the first calls: the iterations the trial leaves out as warm-up.
+
+While Dynamo traces (``torch.compiler.is_compiling()``) the wrapper steps aside: a compiled
+module's inner calls go straight to the original ``__call__``.
+"""
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Any, Optional
+
+from profkit.capture.switches.base import Handler, Report, count_params
+from profkit.model import Switch
+
+
+class Outermost:
+    """The ``nn.Module.__call__`` wrapper: finds the outermost module and applies what the
+    trial's switches enabled (``autocast``, ``memory_format``, ``compile_mode``)."""
+
+    def __init__(self, torch: Any, backend: Optional[str] = None) -> None:
+        self.torch = torch
+        self.backend = backend
+        self.autocast = False
+        self.memory_format = False
+        self.compile: Optional[str] = None   # "default" or "reduce-overhead"
+        self.local = threading.local()
+        self.params: "weakref.WeakKeyDictionary[Any, int]" = weakref.WeakKeyDictionary()
+        self.best: Optional[weakref.ref] = None
+        self.best_n = 0
+        self.chosen: list[str] = []
+        self.compiled: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
+        self.already_compiled: list[str] = []
+        self.converted = 0
+        self.inputs_converted = 0
+        self.calls = 0
+        self.cuda = bool(torch.cuda.is_available())
+
+    def install(self, trial: Any) -> None:
+        torch = self.torch
+        module_cls = torch.nn.Module
+        orig = module_cls.__call__
+        is_compiling = torch.compiler.is_compiling
+        patch = self
+
+        def __call__(mod, *args, **kwargs):  # noqa: N807
+            if is_compiling():
+                return orig(mod, *args, **kwargs)
+            local = patch.local
+            depth = getattr(local, "depth", 0)
+            local.depth = depth + 1
+            try:
+                if depth:
+                    return orig(mod, *args, **kwargs)
+                return patch.outer_call(orig, mod, args, kwargs)
+            finally:
+                local.depth = depth
+        __call__.__wrapped__ = orig  # type: ignore[attr-defined]
+        trial.patch(module_cls, "__call__", __call__)
+
+    # -- which module ----------------------------------------------------------------------
+    def _count(self, mod: Any) -> int:
+        n = self.params.get(mod)
+        if n is None:
+            n = sum(p.numel() for p in mod.parameters() if p.is_cuda or not self.cuda)
+            if n:  # a module with none may be moved to the GPU later: counted again then
+                self.params[mod] = n
+        return n
+
+    def is_outermost(self, mod: Any) -> bool:
+        n = self._count(mod)
+        if n > self.best_n:
+            self.best, self.best_n = weakref.ref(mod), n
+            self.chosen.append(f"module {type(mod).__name__} ({count_params(n)} params)")
+            self._prepare(mod)
+        return self.best is not None and self.best() is mod
+
+    def _prepare(self, mod: Any) -> None:
+        torch = self.torch
+        if self.memory_format:
+            fmt = {4: torch.channels_last, 5: torch.channels_last_3d}
+            done = []
+
+            def convert(t):
+                f = fmt.get(t.dim())
+                if f is None:
+                    return t
+                done.append(t.dim())
+                return t.contiguous(memory_format=f)
+            with torch.no_grad():
+                mod._apply(convert)
+            self.converted += len(done)
+        if self.compile is not None:
+            from torch._dynamo.eval_frame import OptimizedModule
+            if isinstance(mod, OptimizedModule) or getattr(mod, "_compiled_call_impl", None) is not None:
+                self.already_compiled.append(type(mod).__name__)
+                return
+            opts: dict[str, Any] = {}
+            if self.backend:
+                opts["backend"] = self.backend
+            elif self.compile != "default":
+                opts["mode"] = self.compile
+            self.compiled[mod] = torch.compile(mod, **opts)
+
+    # -- the call --------------------------------------------------------------------------
+    def outer_call(self, orig: Any, mod: Any, args: tuple, kwargs: dict) -> Any:
+        if not self.is_outermost(mod):
+            return orig(mod, *args, **kwargs)
+        self.calls += 1
+        if self.memory_format:
+            args = tuple(self._format(a) for a in args)
+            kwargs = {k: self._format(v) for k, v in kwargs.items()}
+        compiled = self.compiled.get(mod)
+        call = (lambda: compiled(*args, **kwargs)) if compiled is not None else \
+            (lambda: orig(mod, *args, **kwargs))
+        if not self.autocast:
+            return call()
+        device = next((p.device.type for p in mod.parameters()), "cuda" if self.cuda else "cpu")
+        with self.torch.autocast(device_type=device, dtype=self.torch.bfloat16):
+            return call()
+
+    def _format(self, x: Any) -> Any:
+        torch = self.torch
+        if isinstance(x, torch.Tensor) and x.dim() in (4, 5) and x.is_floating_point():
+            f = torch.channels_last if x.dim() == 4 else torch.channels_last_3d
+            if not x.is_contiguous(memory_format=f):
+                self.inputs_converted += 1
+            return x.contiguous(memory_format=f)
+        return x
+
+    # -- what it did -----------------------------------------------------------------------
+    def module_text(self) -> str:
+        return ", then ".join(self.chosen)
+
+    def none_text(self) -> str:
+        where = "on CUDA " if self.cuda else ""
+        return f"no module with parameters {where}was called"
+
+
+def outermost(torch: Any, trial: Any) -> Outermost:
+    """The trial's one wrapper, installed on first use."""
+    patch = trial.shared.get("outermost")
+    if patch is None:
+        patch = Outermost(torch, trial.options.get("compile_backend"))
+        patch.install(trial)
+        trial.shared["outermost"] = patch
+    return patch
+
+
+class Bf16(Handler):
+    switch = Switch.BF16
+
+    def install(self, torch: Any, trial: Any, report: Report) -> None:
+        outermost(torch, trial).autocast = True
+
+    def finish(self, torch: Any, trial: Any, report: Report) -> None:
+        p = trial.shared["outermost"]
+        if not p.calls:
+            report.note(p.none_text(), applied=False)
+            return
+        report.note(f"autocast bf16 around {p.module_text()}", applied=True)
+
+
+class ChannelsLast(Handler):
+    switch = Switch.CHANNELS_LAST
+
+    def install(self, torch: Any, trial: Any, report: Report) -> None:
+        outermost(torch, trial).memory_format = True
+
+    def finish(self, torch: Any, trial: Any, report: Report) -> None:
+        p = trial.shared["outermost"]
+        if not p.calls:
+            report.note(p.none_text(), applied=False)
+            return
+        if not p.converted and not p.inputs_converted:
+            report.note(f"{p.module_text()}: no 4-D or 5-D weights or inputs", applied=False)
+            return
+        report.note(f"{p.module_text()} to channels_last ({p.converted} weights and buffers, "
+                    f"{p.inputs_converted} input tensors converted)", applied=True)
+
+
+class Compile(Handler):
+    def __init__(self, switch: Switch, mode: str) -> None:
+        self.switch = switch
+        self.mode = mode
+
+    def install(self, torch: Any, trial: Any, report: Report) -> None:
+        outermost(torch, trial).compile = self.mode
+
+    def finish(self, torch: Any, trial: Any, report: Report) -> None:
+        p = trial.shared["outermost"]
+        if p.already_compiled:
+            report.note(f"already compiled ({', '.join(p.already_compiled)})", applied=False)
+            return
+        if not p.calls:
+            report.note(p.none_text(), applied=False)
+            return
+        how = (f"backend {p.backend}" if p.backend else
+               "default mode" if self.mode == "default" else f"mode {self.mode}")
+        report.note(f"torch.compile ({how}) of {p.module_text()}", applied=True)
+
+
+HANDLERS = {Switch.BF16: Bf16(), Switch.CHANNELS_LAST: ChannelsLast(),
+            Switch.COMPILE: Compile(Switch.COMPILE, "default"),
+            Switch.COMPILE_GRAPHS: Compile(Switch.COMPILE_GRAPHS, "reduce-overhead")}

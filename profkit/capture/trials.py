@@ -1,0 +1,221 @@
+"""``profkit capture --try``: each trial's switch applied to the script by the bootstrap and
+timed without a profiler, the trials and the unchanged script taking turns.
+
+After the calibration run(s) and the profiled run, for ``runs`` rounds: each trial once
+(``python -m profkit.capture.bootstrap --try SWITCH --calibrate FILE [--max-iterations N --step
+NAME] -- script.py args``), then the script unchanged; with the calibration run first, that is
+B T1 T2 B T1 T2 B for two trials and two rounds. A trial whose switch did not apply (no optimizer
+was constructed, no DataLoader) or that failed (an exception, out of memory, a non-zero exit, the
+time limit) is not run again; its one-line reason is kept and the capture goes on. The runs'
+output is kept out of the terminal (one line per run is said instead); a failed run's last lines
+go into its error.
+
+The record (profkit.run.trials has its format and arithmetic) is what this module returns: the
+caller writes it into PROFKIT_META as ``trials``.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+from profkit.run.iterations import iteration_times, steady_median
+from profkit.run.trials import FORMAT
+
+Say = Callable[[str], None]
+KILL_GRACE_S = 5.0
+
+
+@dataclass
+class Run:
+    """One unprofiled run's record (see profkit.run.trials)."""
+    seq: int
+    iteration_ns: list[int]
+    seconds: float
+    exit_code: Optional[int]
+    error: Optional[str] = None
+    trial: Optional[dict] = None
+    cut: bool = False
+
+    def as_dict(self) -> dict:
+        return {"seq": self.seq, "iteration_ns": self.iteration_ns,
+                "seconds": round(self.seconds, 3), "exit_code": self.exit_code,
+                **({"cut": True} if self.cut else {})}
+
+
+@dataclass
+class Plan:
+    """What to run: the script, its trials, and how."""
+    python: str
+    script: Path
+    args: Sequence[str]
+    trials: Sequence[str]
+    step: str
+    runs: int = 2
+    max_iterations: Optional[int] = None
+    timeout_s: float = 600.0
+    env: Optional[dict] = None
+    workdir: Optional[Path] = None
+    first_seq: int = 0
+    baseline: list[Run] = field(default_factory=list)   # the calibration runs, already made
+
+
+def bootstrap_command(plan: Plan, calib_file: Path, trial: Optional[str]) -> list[str]:
+    cmd = [plan.python, "-m", "profkit.capture.bootstrap"]
+    if trial:
+        cmd += ["--try", trial]
+    cmd += ["--calibrate", str(calib_file)]
+    if plan.max_iterations:
+        cmd += ["--max-iterations", str(plan.max_iterations), "--step", plan.step]
+    return [*cmd, "--", str(plan.script), *plan.args]
+
+
+def run_trials(plan: Plan, say: Say) -> tuple[dict, bool]:
+    """Run the trials and the baselines in turn; (the ``trials`` record, interrupted)."""
+    record_of = {t: {"switch": t, "applied": False, "note": "", "error": None, "runs": []}
+                 for t in plan.trials}
+    baseline = list(plan.baseline)
+    seq = plan.first_seq
+    total = plan.runs * (len(plan.trials) + 1)
+    done = 0
+    interrupted = False
+    label = ""
+    with tempfile.TemporaryDirectory(prefix="profkit-try-", dir=plan.workdir) as tmp:
+        try:
+            for rnd in range(plan.runs):
+                todo = [t for t in plan.trials if _again(record_of[t])]
+                if not todo:
+                    break
+                for name in [*todo, None]:
+                    done += 1
+                    label = (f"[trial {done}/{total}] " + (f"--try {name}" if name else "baseline")
+                             + f" (round {rnd + 1} of {plan.runs}, no profiler)")
+                    run = _one_run(plan, Path(tmp), seq, name, label, say)
+                    seq += 1
+                    if name is None:
+                        baseline.append(run)
+                        continue
+                    rec = record_of[name]
+                    if run.trial is not None:
+                        rec["applied"] = bool(run.trial.get("applied"))
+                        rec["note"] = str(run.trial.get("note") or "")
+                    if run.error:
+                        rec["error"] = run.error
+                    if run.iteration_ns:
+                        rec["runs"].append(run.as_dict())
+        except KeyboardInterrupt:
+            # Ctrl-C: the trials stop, the trace keeps what they measured
+            say(f"profkit: {label or 'trials'}: interrupted; the trials stop here")
+            interrupted = True
+    record = {"format": FORMAT, "step_range": plan.step, "max_iterations": plan.max_iterations,
+              "runs_per_trial": plan.runs, "interrupted": interrupted,
+              "baseline": {"runs": [r.as_dict() for r in baseline if r.iteration_ns]},
+              "trials": list(record_of.values())}
+    return record, interrupted
+
+
+def _again(rec: dict) -> bool:
+    """Whether a trial is worth another run: not failed, and applied (or not run yet)."""
+    if rec["error"]:
+        return False
+    return rec["applied"] or not rec["runs"] and not rec["note"]
+
+
+def _one_run(plan: Plan, tmp: Path, seq: int, trial: Optional[str], label: str, say: Say) -> Run:
+    calib = tmp / f"run{seq}.json"
+    log = tmp / f"run{seq}.log"
+    cmd = bootstrap_command(plan, calib, trial)
+    t0 = time.monotonic()
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=plan.env, start_new_session=True)
+        try:
+            rc: Optional[int] = proc.wait(timeout=plan.timeout_s)
+        except subprocess.TimeoutExpired:
+            _stop(proc)
+            rc = None
+        except KeyboardInterrupt:
+            _stop(proc)
+            raise
+    seconds = time.monotonic() - t0
+    data = _read_json(calib)
+    trial_rec = data.get("trial") if data else None
+    periods = iteration_times(data, plan.step) if data else []
+    med, used = steady_median(periods)
+    error = None
+    if rc is None:
+        error = f"timed out after {plan.timeout_s:.0f} s (--try-timeout)"
+    elif data and data.get("error"):
+        error = str(data["error"])
+    elif rc != 0:
+        error = (f"killed by signal {-rc}" if rc < 0 else f"exit status {rc}") + _last_line(log)
+    elif med is None and (trial_rec is None or trial_rec.get("applied")):
+        error = (f"too few iterations of `{plan.step}` ({len(periods) + 1 if periods else 0}) for a "
+                 "steady time: three or more are warm-up (raise --max-iterations)")
+    run = Run(seq, periods if med is not None else [], seconds, rc, error, trial_rec,
+              bool(data and data.get("cut")))
+    if error:
+        say(f"profkit: {label}: {error} ({seconds:.1f} s)")
+    elif trial_rec is not None and not trial_rec.get("applied"):
+        say(f"profkit: {label}: not applied: {trial_rec.get('note') or 'nothing to change'} "
+            f"({seconds:.1f} s)")
+    else:
+        say(f"profkit: {label}: {used} steady iterations, {med / 1e6:.2f} ms each (median), "
+            f"{seconds:.1f} s" + (f"; {trial_rec['note']}" if trial_rec and trial_rec.get("note") else ""))
+    return run
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """End a run and everything it started (DataLoader workers, compile workers)."""
+    for sig in (signal.SIGINT, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.wait(timeout=KILL_GRACE_S)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _read_json(path: Path) -> Optional[dict]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _last_line(log: Path, limit: int = 200) -> str:
+    """``: the last line the run printed``, or nothing."""
+    try:
+        with open(log, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(size - 8192, 0))
+            tail = fh.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    lines = [ln.strip() for ln in tail.splitlines() if ln.strip()]
+    if not lines:
+        return ""
+    last = lines[-1]
+    return ": " + (last if len(last) <= limit else last[: limit - 3] + "...")
+
+
+def calibration_run(seq: int, text: Optional[str], seconds: float, step: str) -> Run:
+    """A calibration run (made before the profiled one) as a baseline run of the trials."""
+    data = None
+    with contextlib.suppress(ValueError, TypeError):
+        data = json.loads(text) if text else None
+    periods = iteration_times(data, step) if isinstance(data, dict) else []
+    med, _ = steady_median(periods)
+    return Run(seq, periods if med is not None else [], seconds,
+               data.get("exit_code") if isinstance(data, dict) else None)
+

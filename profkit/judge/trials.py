@@ -1,0 +1,80 @@
+"""Trials and the rules: which switches ``profkit capture --try auto`` runs on a trace, and which
+measured trial speaks for which finding.
+
+Each rule that a switch can try lists its trials in its metadata (``RULE.trials``,
+profkit.judge.rules.base.TrialOf): the switch that measures the finding's own price comes first
+unless the finding names another (``Finding.switch``: PK103's torch.compile of a GPU-paced step,
+PK305's channels_last alone), and the others measure variants the rule priced in its evidence
+(PK302's ``bf16_speedup``). ``--try auto`` runs, for every rule that fired, best price first, the
+trials its metadata lists; and ``cudnn_benchmark`` where convolutions take CONV_SHARE of the
+window's kernel time or more, which no rule prices.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Optional
+
+from profkit.judge import rules
+from profkit.judge.rules.base import Finding, RuleContext, matches
+from profkit.judge.rules.pk302_fp32_gemm import CONV_RE
+from profkit.model import Switch
+
+if TYPE_CHECKING:
+    from profkit.api import Profile
+    from profkit.run.trials import TrialResult
+
+CONV_SHARE = 0.2
+
+
+def auto_trials(prof: "Profile") -> list[str]:
+    """The trials ``--try auto`` runs on ``prof`` (see the module docstring), in order."""
+    out: list[str] = []
+    for f in sorted(prof.findings(), key=lambda f: -f.expected_end_to_end_speedup):
+        meta = rules.get(f.code).RULE
+        out += [f.switch] if f.switch else []
+        out += [t.switch for t in meta.trials]
+    if conv_share(RuleContext(prof, prof.run())) >= CONV_SHARE:
+        out.append(Switch.CUDNN_BENCHMARK.value)
+    return list(dict.fromkeys(out))
+
+
+def conv_share(ctx: RuleContext) -> float:
+    """The convolution kernels' share of the window's kernel time."""
+    k = ctx.kernels
+    total = float(k["total_ns"].sum()) if len(k) else 0.0
+    if total <= 0:
+        return 0.0
+    names = k.index.to_series()
+    return float(k.loc[matches(names, CONV_RE), "total_ns"].sum()) / total
+
+
+def model_price(finding: Finding, trial: str) -> Optional[float]:
+    """The model's price of what ``trial`` measures, from ``finding``: its own gain where the
+    trial is its switch, else the variant of its evidence the rule names for the trial."""
+    if finding.switch == trial:
+        return float(finding.expected_end_to_end_speedup)
+    for t in rules.get(finding.code).RULE.trials:
+        if t.switch == trial and t.evidence and isinstance(finding.evidence.get(t.evidence), (int, float)):
+            return float(finding.evidence[t.evidence])
+    return None
+
+
+def tried_of(findings: list[Finding], results: list["TrialResult"]) -> dict[str, "TrialResult"]:
+    """Per finding code, the trial that measured its price (its ``switch``'s)."""
+    by_switch = {t.switch: t for t in results}
+    return {f.code: by_switch[f.switch] for f in findings if f.switch in by_switch}
+
+
+def trials_json(findings: list[Finding], results: list["TrialResult"],
+                actions: list[dict]) -> list[dict]:
+    """``run.trials``: every trial, with the model's price of what it measured where a finding
+    has one (``model``, from the finding ``code``) and the rank of the action it is shown beside
+    (``action``, 1-based among ``actions``; None: shown in the run summary's ``tried`` lines)."""
+    shown = {a["tried"]["switch"]: i for i, a in enumerate(actions, 1) if a.get("tried")}
+    out = []
+    for t in results:
+        # The finding whose own price the trial measures first, then the variants, best first
+        ranked = sorted(findings, key=lambda f: (f.switch != t.switch, -f.expected_end_to_end_speedup))
+        src = next(((f, p) for f in ranked if (p := model_price(f, t.switch)) is not None), None)
+        out.append({**t.as_dict(), "code": src[0].code if src else None,
+                    "model": round(src[1], 3) if src else None, "action": shown.get(t.switch)})
+    return out

@@ -1,0 +1,137 @@
+"""Trials: fixes applied to the program and timed beside it (``profkit capture --try``).
+
+The capture keeps its measurements in the trace's PROFKIT_META under ``trials``::
+
+    {"format": "profkit-trials/1", "step_range": NAME, "max_iterations": N or null,
+     "runs_per_trial": K, "interrupted": false,
+     "baseline": {"runs": [RUN, ...]},
+     "trials": [{"switch": "tf32", "applied": true, "note": "...", "error": null,
+                 "runs": [RUN, ...]}, ...]}
+    RUN = {"seq": i, "iteration_ns": [period, ...], "seconds": s, "exit_code": c}
+
+``seq`` is the run's place in the order the runs were made (the calibration runs first, then the
+trials and the baselines taking turns: B T1 T2 B T1 T2 B). A run's iteration time is the median of
+its steady periods (profkit.run.iterations.steady_median). A trial's speedup is the median of the
+baseline runs' iteration times over the median of its own runs'; its spread (``lo``-``hi``) pairs
+each of its runs with the baseline run made nearest to it (the earlier one of two as near), so a
+machine whose speed drifts between runs shows as a wide range rather than a wrong number (the
+range is widened to hold the speedup itself where a median falls outside the pairs). A trial whose
+switch did not apply has no speedup: its runs were the program unchanged.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass
+from typing import Optional
+
+from profkit.run.iterations import steady_median, warm_up_count
+
+FORMAT = "profkit-trials/1"
+# Warm-up (the first iterations' time beyond steady ones) said beside a trial's gain from here on
+WARM_UP_SHOWN_S = 1.0
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    """One trial's measurement against the baseline."""
+    switch: str
+    applied: bool
+    note: str
+    error: Optional[str]
+    runs: int                       # the trial's runs that timed a steady iteration
+    speedup: Optional[float]        # baseline iteration / trial iteration (medians of the runs)
+    lo: Optional[float]             # the run-by-run pairs' range
+    hi: Optional[float]
+    iteration_ns: Optional[int]     # the trial's iteration (median of its runs)
+    baseline_ns: Optional[int]      # the baseline's (median of its runs)
+    warm_up_s: Optional[float]      # time its warm-up iterations took beyond steady ones (compiling;
+                                    # the median over its runs)
+
+    @property
+    def measured(self) -> bool:
+        """A gain to rank by: the switch applied, the runs finished, a speedup was timed."""
+        return self.applied and self.error is None and self.speedup is not None
+
+    def as_dict(self) -> dict:
+        r = lambda x: None if x is None else round(float(x), 3)  # noqa: E731
+        return {"switch": self.switch, "speedup": r(self.speedup), "runs": self.runs,
+                "lo": r(self.lo), "hi": r(self.hi), "applied": bool(self.applied),
+                "error": self.error, "note": self.note,
+                "warm_up_s": None if self.warm_up_s is None else round(float(self.warm_up_s), 1)}
+
+    def text(self) -> str:
+        return trial_text(self.as_dict())
+
+
+def trial_text(t: dict) -> str:
+    """A trial as profkit says it (``TrialResult.as_dict()``, ``run.actions[].tried``,
+    ``run.trials[]``): ``2.05x (2 runs, 1.92-2.19x)``, ``failed (OutOfMemoryError: ...)``,
+    ``not applied (no DataLoader)``."""
+    if t.get("error"):
+        return f"failed ({t['error']})"
+    if not t.get("applied"):
+        return f"not applied ({t['note']})" if t.get("note") else "not applied"
+    if t.get("speedup") is None:
+        return "no steady iteration timed"
+    runs = t.get("runs") or 0
+    spread = (f", {t['lo']:.2f}-{t['hi']:.2f}x" if runs > 1 and t.get("lo") is not None
+              and t.get("hi") is not None else "")
+    # compilation, autotuning: said apart from the step's time, where it is worth saying
+    warm = f"; {t['warm_up_s']:.0f} s of warm-up" if (t.get("warm_up_s") or 0) >= WARM_UP_SHOWN_S else ""
+    return f"{t['speedup']:.2f}x ({runs} run{'s' if runs != 1 else ''}{spread}{warm})"
+
+
+def run_median(run: dict) -> Optional[int]:
+    med, _ = steady_median(run.get("iteration_ns") or [])
+    return med
+
+
+def _warm_up_s(run: dict) -> Optional[float]:
+    periods = run.get("iteration_ns") or []
+    med = run_median(run)
+    if med is None:
+        return None
+    warm = periods[:warm_up_count(len(periods))]
+    return sum(max(p - med, 0) for p in warm) / 1e9
+
+
+def summarize(meta_text: Optional[str]) -> list[TrialResult]:
+    """The trials of a trace's PROFKIT_META ``trials`` (empty without it, or when it is not a
+    profkit-trials/1 record), in the order they were run."""
+    if not meta_text:
+        return []
+    try:
+        data = json.loads(meta_text)
+    except ValueError:
+        return []
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        return []
+    base = [(int(r.get("seq", -1)), m) for r in (data.get("baseline") or {}).get("runs", [])
+            if (m := run_median(r)) is not None]
+    base_ns = statistics.median(m for _, m in base) if base else None
+    out = []
+    for t in data.get("trials") or []:
+        runs = [(int(r.get("seq", -1)), m, r) for r in t.get("runs", []) if (m := run_median(r)) is not None]
+        speedup = lo = hi = it = None
+        if runs:
+            it = statistics.median(m for _, m, _ in runs)
+            if base_ns:
+                speedup = base_ns / it
+                # the range holds the speedup itself too: a median can fall outside the pairs
+                pairs = [_nearest(base, seq) / m for seq, m, _ in runs] + [speedup]
+                lo, hi = min(pairs), max(pairs)
+        warm = [w for _, _, r in runs if (w := _warm_up_s(r)) is not None]
+        if not t.get("applied"):
+            # the program ran unchanged: its time is no measure of the switch
+            speedup = lo = hi = None
+        out.append(TrialResult(str(t.get("switch", "")), bool(t.get("applied")), str(t.get("note") or ""),
+                               t.get("error") or None, len(runs), speedup, lo, hi,
+                               None if it is None else int(it), None if base_ns is None else int(base_ns),
+                               statistics.median(warm) if warm else None))
+    return out
+
+
+def _nearest(base: list[tuple[int, int]], seq: int) -> int:
+    """The iteration time of the baseline run made nearest to run ``seq`` (the earlier of two)."""
+    return min(base, key=lambda b: (abs(b[0] - seq), b[0]))[1]

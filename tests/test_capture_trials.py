@@ -1,0 +1,293 @@
+"""`profkit capture --try` and `--max-iterations` without Nsight or a GPU: the fake nsys of
+test_capture.py, and a stand-in torch package (no CUDA) that holds what the switches under test
+touch, so a trial run costs a Python start-up, not a torch import."""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from profkit.capture import runner as cap
+from profkit.run.trials import summarize
+from test_capture import ROOT, _invoke, _script, tools  # noqa: F401 - the fixture
+
+FAKE_TORCH = {
+    "__init__.py": "from . import backends, cuda\n",
+    "backends/__init__.py": "from . import cudnn\n",
+    "backends/cudnn.py": "benchmark = False\n",
+    "cuda/__init__.py": textwrap.dedent("""
+        def is_available():
+            return False
+        def is_initialized():
+            return False
+        def empty_cache():
+            pass
+    """),
+}
+
+# 8 ms a step, 2 ms with cuDNN's benchmark mode on; it fails when the allocator is configured
+STEPS = """
+import os, sys, time
+import nvtx
+import torch
+if "expandable_segments" in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""):
+    raise RuntimeError("this program refuses expandable segments")
+for i in range(int(sys.argv[1])):
+    with nvtx.annotate("step"):
+        time.sleep(0.002 if torch.backends.cudnn.benchmark else 0.008)
+    torch.cuda.empty_cache()
+print("finished", i + 1)
+"""
+
+
+@pytest.fixture
+def fake_torch(tools, monkeypatch):
+    lib = tools.tmp / "lib"
+    for rel, text in FAKE_TORCH.items():
+        p = lib / "torch" / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(lib), str(ROOT)]))
+    return lib
+
+
+def _meta(path: Path) -> dict:
+    return dict(sqlite3.connect(path).execute("SELECT key, value FROM PROFKIT_META").fetchall())
+
+
+def test_try_alternates_trials_and_baselines_and_records_them(tools, fake_torch):
+    _script(tools.work / "steps.py", STEPS)
+    r = _invoke(["--max-iterations", "12", "--try",
+                 "cudnn_benchmark,no_empty_cache,workers,expandable_segments", "steps.py", "100"])
+    assert r.exit_code == 0, r.stderr
+    err = r.stderr
+    # the order: calibration (B), the profiled run, then T1 T2 T3 T4 B, and T1 T2 B again: the
+    # trial that did not apply and the one that failed are not run a second time
+    labels = [ln.split("] ", 1)[1].split(":", 1)[0] for ln in err.splitlines()
+              if ln.startswith("profkit: [trial ")]
+    assert labels == [
+        "--try cudnn_benchmark (round 1 of 2, no profiler)", "--try no_empty_cache (round 1 of 2, no profiler)",
+        "--try workers (round 1 of 2, no profiler)", "--try expandable_segments (round 1 of 2, no profiler)",
+        "baseline (round 1 of 2, no profiler)",
+        "--try cudnn_benchmark (round 2 of 2, no profiler)", "--try no_empty_cache (round 2 of 2, no profiler)",
+        "baseline (round 2 of 2, no profiler)"]
+    assert "with its side effects" in err
+    # every run was cut after 12 iterations: the profiled one too
+    (prof,) = [c for c in tools.calls() if c[:2] == ["nsys", "profile"]]
+    i = prof.index("--max-iterations")
+    assert prof[i:i + 4] == ["--max-iterations", "12", "--step", "step"]
+    meta = _meta(tools.work / "steps.sqlite")
+    assert meta["max_iterations"] == "12" and meta["profiled_run_cut"] == "cut after 12 step"
+    cal = json.loads(meta["calibration"])
+    assert cal["cut"] == {"range": "step", "iterations": 12} and len(cal["ranges"]) == 12
+    rec = json.loads(meta["trials"])
+    assert (rec["format"], rec["step_range"], rec["max_iterations"], rec["runs_per_trial"]) == \
+        ("profkit-trials/1", "step", 12, 2)
+    assert [b["seq"] for b in rec["baseline"]["runs"]] == [0, 5, 8]
+    assert all(len(b["iteration_ns"]) == 11 for b in rec["baseline"]["runs"])  # 12 starts
+    by = {t["switch"]: t for t in rec["trials"]}
+    assert [r["seq"] for r in by["cudnn_benchmark"]["runs"]] == [1, 6]
+    assert [r["seq"] for r in by["no_empty_cache"]["runs"]] == [2, 7]
+    assert by["cudnn_benchmark"]["applied"] and by["cudnn_benchmark"]["error"] is None
+    # the run ends as the 12th step closes, before that step's empty_cache()
+    assert by["no_empty_cache"]["note"] == "torch.cuda.empty_cache() skipped x11"
+    assert not by["workers"]["applied"] and [r["seq"] for r in by["workers"]["runs"]] == [3]
+    assert by["workers"]["note"].startswith("could not be applied (AttributeError: ")
+    assert by["expandable_segments"]["error"] == "RuntimeError: this program refuses expandable segments"
+    assert all(r["seconds"] > 0 for t in rec["trials"] for r in t["runs"])
+    # the speedup: the baseline runs' median iteration over the trial runs'; the spread pairs
+    # each trial run with the baseline run made nearest to it (seq 1 with 0, seq 6 with 5)
+    res = {t.switch: t for t in summarize(meta["trials"])}
+    bench = res["cudnn_benchmark"]
+    base = {b["seq"]: statistics.median(b["iteration_ns"][3:]) for b in rec["baseline"]["runs"]}
+    mine = {r["seq"]: statistics.median(r["iteration_ns"][3:]) for r in by["cudnn_benchmark"]["runs"]}
+    assert bench.runs == 2 and bench.measured
+    assert bench.speedup == pytest.approx(statistics.median(base.values()) / statistics.median(mine.values()))
+    pairs = [base[0] / mine[1], base[5] / mine[6], bench.speedup]   # widened to hold the speedup
+    assert (bench.lo, bench.hi) == pytest.approx((min(pairs), max(pairs)))
+    assert bench.speedup > 1.3   # 8 ms of sleep a step against 2: faster whatever the machine's load
+    assert res["no_empty_cache"].measured and res["no_empty_cache"].runs == 2
+    assert not res["workers"].measured and res["workers"].text().startswith("not applied (could not")
+    assert res["expandable_segments"].error and not res["expandable_segments"].measured
+    assert f"tried cudnn_benchmark: {bench.text()}" in err
+    assert "tried expandable_segments: failed (RuntimeError: this program refuses expandable segments)" in err
+    assert "--try=cudnn_benchmark,no_empty_cache,workers,expandable_segments" in meta["command"]
+
+
+def test_try_refuses_what_cannot_run(tools, fake_torch):
+    _script(tools.work / "steps.py", STEPS)
+    for args, msg in ((["--try", "tf33", "steps.py"], "profkit: error: --try: unknown switch 'tf33'"),
+                      (["--try", "tf32", "--no-calibrate", "steps.py"],
+                       "profkit: error: --try times each trial against the calibration run"),
+                      (["--max-iterations", "3", "steps.py"],
+                       "profkit: error: --max-iterations must be at least 5, not 3")):
+        r = _invoke(args)
+        assert r.exit_code == 2 and r.stderr.startswith(msg), r.stderr
+        assert "Traceback" not in r.stderr and len(r.stderr.splitlines()) == 1
+    assert not (tools.work / "steps.sqlite").exists()
+
+
+def test_try_without_a_value_before_the_script_means_auto(tools, fake_torch, monkeypatch):
+    _script(tools.work / "steps.py", STEPS)
+    chosen = []
+    monkeypatch.setattr("profkit.cli.capture._auto_trials", lambda trace: chosen.append(trace) or ["cudnn_benchmark"])
+    r = _invoke(["--max-iterations", "8", "--try-runs", "1", "--try", "steps.py", "60"])
+    assert r.exit_code == 0, r.stderr
+    assert len(chosen) == 1 and chosen[0].name.endswith(".sqlite")  # the profiled trace, before rename
+    assert "profkit: --try auto: cudnn_benchmark (from the rules that fired)" in r.stderr
+    rec = json.loads(_meta(tools.work / "steps.sqlite")["trials"])
+    assert [t["switch"] for t in rec["trials"]] == ["cudnn_benchmark"] and rec["runs_per_trial"] == 1
+    assert [b["seq"] for b in rec["baseline"]["runs"]] == [0, 2]
+
+
+def test_auto_with_nothing_to_try_keeps_the_trace(tools, fake_torch, monkeypatch):
+    _script(tools.work / "steps.py", STEPS)
+    monkeypatch.setattr("profkit.cli.capture._auto_trials", lambda trace: [])
+    r = _invoke(["--try", "--max-iterations", "6", "steps.py", "20"])
+    assert r.exit_code == 0, r.stderr
+    assert "--try auto: no rule that a switch can try fired on this trace" in r.stderr
+    assert "trials" not in _meta(tools.work / "steps.sqlite")
+
+
+def test_a_trial_that_runs_too_long_is_stopped(tools, fake_torch):
+    _script(tools.work / "slow.py", """
+        import os, sys, time
+        import nvtx
+        import torch
+        for i in range(int(sys.argv[1])):
+            with nvtx.annotate("step"):
+                time.sleep(0.002)
+            if torch.backends.cudnn.benchmark:
+                time.sleep(60)
+    """)
+    r = _invoke(["--try", "cudnn_benchmark", "--try-runs", "1", "--try-timeout", "3", "slow.py", "10"])
+    assert r.exit_code == 0, r.stderr
+    rec = json.loads(_meta(tools.work / "slow.sqlite")["trials"])
+    assert rec["trials"][0]["error"] == "timed out after 3 s (--try-timeout)"
+
+
+# -- the bootstrap alone ----------------------------------------------------------------------
+def _bootstrap(tmp: Path, *flags: str, script: str, args=(), env=None):
+    s = tmp / "s.py"
+    s.write_text(textwrap.dedent(script))
+    return subprocess.run([sys.executable, "-m", "profkit.capture.bootstrap", *flags, "--", str(s), *args],
+                          capture_output=True, text=True, cwd=tmp,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
+
+
+NESTED = """
+import sys, nvtx
+nvtx.push_range("setup"); nvtx.pop_range()
+try:
+    for i in range(50):
+        with nvtx.annotate("step"):
+            with nvtx.annotate("inner"):
+                pass
+finally:
+    print("cleanup ran", i)
+print("never reached")
+"""
+
+
+def test_max_iterations_ends_the_run_cleanly_after_the_nth_step(tmp_path):
+    res = _bootstrap(tmp_path, "--calibrate", str(tmp_path / "c.json"), "--max-iterations", "7",
+                     "--exit-code-file", str(tmp_path / "code"), script=NESTED)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == "cleanup ran 6\n"   # the script's finally ran; nothing after it
+    assert res.stderr == "profkit: stopped the script after 7 iterations of `step` (--max-iterations)\n"
+    cal = json.loads((tmp_path / "c.json").read_text())
+    assert [r["name"] for r in cal["ranges"]] == ["setup"] + ["step"] * 7
+    assert cal["cut"] == {"range": "step", "iterations": 7} and cal["exit_code"] == 0
+    assert (tmp_path / "code").read_text() == "0\ncut after 7 step"
+    assert cap._read_exit_code(tmp_path / "code") == 0 and cap._read_cut(tmp_path / "code") == "cut after 7 step"
+
+
+def test_max_iterations_with_a_named_step_and_no_timing(tmp_path):
+    # --step counts that range only; without --calibrate (the profiled run) nothing is written
+    res = _bootstrap(tmp_path, "--max-iterations", "5", "--step", "setup", script=NESTED)
+    assert res.returncode == 0 and "cleanup ran 49" in res.stdout and "never reached" in res.stdout
+    res = _bootstrap(tmp_path, "--max-iterations", "5", "--step", "step", script=NESTED)
+    assert res.returncode == 0 and res.stdout == "cleanup ran 4\n"
+
+
+def test_try_in_the_bootstrap_records_the_trial(tmp_path):
+    pytest.importorskip("torch")
+    script = """
+        import torch, nvtx
+        model = torch.nn.Linear(8, 8)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, foreach=True)
+        for i in range(20):
+            with nvtx.annotate("step"):
+                model(torch.randn(4, 8)).sum().backward()
+                opt.step()
+    """
+    res = _bootstrap(tmp_path, "--try", "fused_optim", "--calibrate", str(tmp_path / "c.json"),
+                     "--max-iterations", "6", script=script)
+    assert res.returncode == 0, res.stderr
+    cal = json.loads((tmp_path / "c.json").read_text())
+    assert cal["trial"] == {"switch": "fused_optim", "applied": True,
+                            "note": "SGD(fused=True) x1, an explicit foreach dropped x1"}
+    assert cal["cut"]["iterations"] == 6 and "error" not in cal
+    # without --calibrate the trial is said on stderr; an exception is the run's error
+    res = _bootstrap(tmp_path, "--try", "bf16", script="import torch\ntorch.nn.Linear(2, 2)(torch.ones(1, 2))\n")
+    assert res.returncode == 0 and res.stderr.endswith(
+        "profkit: --try bf16: applied (autocast bf16 around module Linear (6 params))\n")
+    res = _bootstrap(tmp_path, "--try", "tf32", "--calibrate", str(tmp_path / "e.json"),
+                     script="import torch\nraise MemoryError('out of memory\\nmore')\n")
+    assert res.returncode == 1
+    assert json.loads((tmp_path / "e.json").read_text())["error"] == "MemoryError: out of memory"
+    # the switches go in when the script imports torch, never before: its start-up is its own
+    res = _bootstrap(tmp_path, "--try", "tf32", "--calibrate", str(tmp_path / "n.json"),
+                     script="import sys\nprint('torch' in sys.modules)\n")
+    assert res.returncode == 0 and res.stdout == "False\n"
+    assert json.loads((tmp_path / "n.json").read_text())["trial"] == {
+        "switch": "tf32", "applied": False, "note": "the script never imported torch"}
+    res = _bootstrap(tmp_path, "--try", "tf33", script="pass\n")
+    assert res.returncode == 2 and res.stderr.startswith("profkit: error: --try: unknown switch 'tf33'")
+
+
+def test_ctrl_c_in_a_trial_keeps_the_trace(tools, fake_torch):
+    """Ctrl-C while a trial runs: the trial's processes are stopped, the trials end there, and the
+    trace is written with what they measured (interrupted: true)."""
+    import signal
+    import time
+    _script(tools.work / "slow.py", """
+        import sys, time
+        import nvtx
+        import torch
+        for i in range(int(sys.argv[1])):
+            with nvtx.annotate("step"):
+                time.sleep(0.002)
+            if torch.backends.cudnn.benchmark:
+                print("trial running", flush=True)
+                time.sleep(60)
+    """)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(fake_torch), str(ROOT)]))
+    proc = subprocess.Popen([sys.executable, "-m", "profkit", "capture", "--try", "cudnn_benchmark",
+                             "slow.py", "10"], cwd=tools.work, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    err = []
+    try:
+        for line in proc.stderr:
+            err.append(line)
+            if line.startswith("profkit: [2/2] nsys profile: finished"):
+                break
+        time.sleep(1.5)   # the trial is in its sleep now
+        os.killpg(proc.pid, signal.SIGINT)
+        _, rest = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = "".join(err) + rest
+    assert "--try cudnn_benchmark (round 1 of 2, no profiler): interrupted; the trials stop here" in text
+    assert proc.returncode == 0, text
+    rec = json.loads(_meta(tools.work / "slow.sqlite")["trials"])
+    assert rec["interrupted"] is True and rec["trials"][0]["runs"] == []
+    assert f"profkit: interrupted: {tools.work / 'slow.sqlite'} holds what ran until then" in text

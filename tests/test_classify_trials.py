@@ -1,0 +1,219 @@
+"""`profkit classify` on a capture with trials (`profkit capture --try`): the measured gain beside
+the model's price, the ranking by it, the trials no action shows, and the JSON fields. The trials
+are written into a temporary copy of a committed trace (the committed one is never written)."""
+from __future__ import annotations
+
+import json
+import lzma
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from profkit.cli import main
+from profkit.run.trials import summarize, trial_text
+from profkit.show.render import run_lines
+
+ROOT = Path(__file__).resolve().parents[1]
+GPT2 = ROOT / "traces" / "corpus" / "gpt2_fp32_train.sqlite.xz"
+
+
+def run(ms: float, seq: int) -> dict:
+    """A run's periods: three warm-up ones (compiling, the allocator growing) three times as
+    long, then nine around ``ms`` whose median is ``ms``."""
+    ns = int(ms * 1e6)
+    steady = [ns + d * ns // 200 for d in (-2, 1, 0, -1, 2, 0, 1, -1, 0)]
+    return {"seq": seq, "iteration_ns": [3 * ns] * 3 + steady, "seconds": 4.2, "exit_code": 0}
+
+
+# GPT-2 fp32 training as measured by the what-if corpus on an H200 (TF32 2.16-2.17x, bf16
+# 2.44-2.53x, fused AdamW 1.02x): the runs of one session as `capture --try auto` makes them
+TRIALS = {
+    "format": "profkit-trials/1", "step_range": "train_step", "max_iterations": 16,
+    "runs_per_trial": 2, "interrupted": False,
+    "baseline": {"runs": [run(87.8, 0), run(88.4, 6), run(87.5, 11)]},
+    "trials": [
+        {"switch": "tf32", "applied": True, "error": None, "runs": [run(40.6, 1), run(40.2, 7)],
+         "note": 'matmuls: torch.set_float32_matmul_precision("high")'},
+        {"switch": "bf16", "applied": True, "error": None, "runs": [run(35.1, 2), run(35.6, 8)],
+         "note": "autocast bf16 around module GPT2LMHeadModel (124.4M params)"},
+        {"switch": "compile_graphs", "applied": True, "note": "", "runs": [],
+         "error": "RuntimeError: Error: accessing tensor output of CUDAGraphs that has been "
+                  "overwritten by a subsequent run."},
+        {"switch": "compile", "applied": True, "error": None, "runs": [run(77.0, 4), run(76.1, 9)],
+         "note": "torch.compile (default mode) of module GPT2LMHeadModel (124.4M params)"},
+        {"switch": "fused_optim", "applied": True, "error": None, "runs": [run(86.0, 5), run(86.3, 10)],
+         "note": "AdamW(fused=True) x1"},
+        {"switch": "workers", "applied": False, "error": None, "runs": [run(87.9, 3)],
+         "note": "no DataLoader"},
+    ]}
+
+
+@pytest.fixture(scope="module")
+def with_trials(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("trials") / "gpt2_fp32_train.sqlite"
+    with lzma.open(GPT2) as src, open(path, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    con = sqlite3.connect(path)
+    with con:
+        con.execute("INSERT INTO PROFKIT_META (key, value) VALUES ('trials', ?)", (json.dumps(TRIALS),))
+    con.close()
+    return path
+
+
+def classify(*args):
+    return CliRunner().invoke(main, ["classify", *map(str, args)], catch_exceptions=False)
+
+
+def test_summary_arithmetic():
+    res = {t.switch: t for t in summarize(json.dumps(TRIALS))}
+    tf32 = res["tf32"]
+    # baselines 87.8, 88.4, 87.5 ms (median 87.8); trial runs 40.6 and 40.2 (median 40.4); each
+    # trial run against the baseline run made nearest to it: seq 1 with 0, seq 7 with 6
+    assert tf32.speedup == pytest.approx(87.8 / 40.4)
+    assert (tf32.lo, tf32.hi) == pytest.approx((87.8 / 40.6, 88.4 / 40.2))
+    assert tf32.iteration_ns == 40_400_000 and tf32.baseline_ns == 87_800_000
+    assert tf32.warm_up_s == pytest.approx(3 * 2 * 0.0404)   # three periods at three times the step
+    assert trial_text(tf32.as_dict()) == "2.17x (2 runs, 2.16-2.20x)"
+    # a compile's first iterations, 40 s beyond the steady ones, are said apart from its gain
+    assert trial_text({**tf32.as_dict(), "warm_up_s": 41.6}) == "2.17x (2 runs, 2.16-2.20x; 42 s of warm-up)"
+    assert res["compile_graphs"].text().startswith("failed (RuntimeError: Error: accessing tensor")
+    assert res["workers"].text() == "not applied (no DataLoader)" and not res["workers"].measured
+    # seq 4 is nearer baseline 6 than 0, seq 9 nearer 11 than 6; the speedup itself, below both
+    # pairs, widens the range
+    assert (res["compile"].lo, res["compile"].hi) == pytest.approx((87.8 / 76.55, 87.5 / 76.1))
+    assert res["compile"].lo < 88.4 / 77.0 < res["compile"].hi
+    assert summarize(None) == [] and summarize("{") == [] and summarize('{"format": "other"}') == []
+
+
+def test_classify_shows_the_trials_beside_the_model(with_trials):
+    res = classify(with_trials, "--top", "1")
+    assert res.exit_code == 0, res.stderr
+    out = res.stdout.splitlines()
+    start = next(i for i, ln in enumerate(out) if ln.startswith("actions"))
+    end = next(i for i, ln in enumerate(out) if ln.startswith("together"))
+    actions = " ".join(" ".join(out[start:end]).split())  # as one line, whatever the terminal's width
+    assert actions.startswith(
+        'actions 1. fp32 GEMMs on the CUDA cores: torch.set_float32_matmul_precision("high") (TF32) or '
+        "run them in bf16 (autocast) [2.67x end to end; tried: 2.17x (2 runs, 2.16-2.20x); TF32 / fp32 "
+        "peak = 7.4; step model: fp32 GEMMs 63.71 ms per iteration / 7.4: iteration 88.05 -> 32.98 ms "
+        "without the profiler (mean over the window)] 2. torch.compile the model: Inductor fuses each "
+        "run of small kernels between the GEMM/attention/convolution kernels into one (the GPU sets "
+        "this step's pace) [1.14x end to end; tried: 1.15x (2 runs, 1.15-1.15x); step model:")
+    # the trials no action shows: one line each (run_lines, before the terminal wraps them)
+    run_ = json.loads(classify(with_trials, "--format", "json", "--top", "1").stdout)["run"]
+    lines = run_lines(run_)
+    tried = next(i for i, ln in enumerate(lines) if ln.startswith("tried"))
+    expected = [
+        "tried    bf16: 2.48x (2 runs, 2.48-2.50x); the model's price 2.29x (PK302)",
+        "         compile_graphs: failed (RuntimeError: Error: accessing tensor output of CUDAGraphs "
+        "that has been overwritten by a subsequent run.); the model's price 1.14x (PK103)",
+        "         fused_optim: 1.02x (2 runs, 1.01-1.03x); the model's price 1.02x (PK201)",
+        "         workers: not applied (no DataLoader); not priced by the model"]
+    assert lines[tried:tried + 5] == [*expected, lines[tried + 4]] and lines[tried + 4].startswith("rules")
+    assert " ".join(" ".join(expected).split()) in " ".join(res.stdout.split())
+
+
+def test_classify_json_fields(with_trials):
+    res = classify(with_trials, "--format", "json", "--top", "1")
+    assert res.exit_code == 0, res.stderr
+    run_ = json.loads(res.stdout)["run"]
+    a1, a2, a3 = run_["actions"]
+    assert a1["tried"] == {"switch": "tf32", "speedup": 2.173, "runs": 2, "lo": 2.163, "hi": 2.199,
+                           "applied": True, "error": None, "warm_up_s": 0.2,
+                           "note": 'matmuls: torch.set_float32_matmul_precision("high")'}
+    # compile: 87.8 / median(77.0, 76.1); its runs against baselines 6 and 11: 88.4 / 77.0, 87.5 / 76.1
+    assert a2["code"] == "PK103" and a2["tried"] == {
+        "switch": "compile", "speedup": 1.147, "runs": 2, "lo": 1.147, "hi": 1.15, "applied": True,
+        "error": None, "warm_up_s": 0.5,
+        "note": "torch.compile (default mode) of module GPT2LMHeadModel (124.4M params)"}
+    assert "tried" not in a3
+    assert [(t["switch"], t["action"], t["code"], t["model"]) for t in run_["trials"]] == [
+        ("tf32", 1, "PK302", 2.67), ("bf16", None, "PK302", 2.291), ("compile_graphs", None, "PK103", 1.135),
+        ("compile", 2, "PK103", 1.135), ("fused_optim", None, "PK201", 1.022), ("workers", None, None, None)]
+    # a trial that did not apply timed the program unchanged: no speedup
+    assert run_["trials"][5]["speedup"] is None and run_["trials"][5]["runs"] == 1
+    keys = {"switch", "speedup", "runs", "lo", "hi", "applied", "error", "note"}
+    assert all(keys <= t.keys() for t in run_["trials"])
+    cg = run_["trials"][2]
+    assert (cg["speedup"], cg["runs"], cg["applied"]) == (None, 0, True) and cg["error"].startswith("RuntimeError")
+
+
+def test_the_ranking_follows_a_measured_gain(with_trials, tmp_path):
+    # compile measured far above its price: it goes first, its model price unchanged
+    data = json.loads(json.dumps(TRIALS))
+    data["trials"][3]["runs"] = [run(30.0, 4), run(30.5, 9)]
+    path = tmp_path / "t.sqlite"
+    shutil.copyfile(with_trials, path)
+    con = sqlite3.connect(path)
+    with con:
+        con.execute("UPDATE PROFKIT_META SET value = ? WHERE key = 'trials'", (json.dumps(data),))
+    con.close()
+    run_ = json.loads(classify(path, "--format", "json", "--top", "1").stdout)["run"]
+    assert [a["code"] for a in run_["actions"]] == ["PK103", "PK302", "PK301"]
+    assert run_["actions"][0]["expected_end_to_end_speedup"] == 1.135
+    assert run_["verdict"]["action"] == run_["actions"][0]["action"]
+
+
+def test_a_trace_without_trials_is_as_before():
+    res = classify(GPT2, "--format", "json", "--top", "1")
+    run_ = json.loads(res.stdout)["run"]
+    assert "trials" not in run_ and all("tried" not in a for a in run_["actions"])
+
+
+# -- which trial tries which rule ----------------------------------------------------------------
+def test_rules_name_their_trials_and_explain_them():
+    from profkit.judge import rules
+    from profkit.model import parse_trial
+    for mod in rules.RULES:
+        meta, text = mod.RULE, rules.explain(mod.RULE.code)
+        has_section = any(ln == "Trial" for ln in text.splitlines())
+        assert has_section == bool(meta.trials), meta.code
+        for t in meta.trials:
+            parse_trial(t.switch)                      # a trial the bootstrap can run
+            assert f"--try {t.switch}" in " ".join(text.split()), (meta.code, t.switch)
+            assert not t.evidence or f"``{t.evidence}``" in text, (meta.code, t.evidence)
+
+
+def test_auto_trials_follow_the_rules_that_fired():
+    import shared
+    from profkit.judge.trials import auto_trials
+    prof = shared.profile(GPT2)
+    assert [(f.code, f.switch) for f in prof.findings() if f.switch] == [
+        ("PK302", "tf32"), ("PK103", "compile"), ("PK201", "fused_optim")]
+    # best price first: PK302's two, PK103's (its own first), PK201's; no convolutions here
+    assert auto_trials(prof) == ["tf32", "bf16", "compile", "compile_graphs", "fused_optim"]
+    cnn = shared.profile(ROOT / "traces" / "real" / "loader_cnn.sqlite.xz")
+    assert auto_trials(cnn) == ["workers", "compile_graphs", "compile", "fused_optim", "cudnn_benchmark"]
+
+
+# -- what the model learns from a trial ------------------------------------------------------------
+def test_a_combination_is_repriced_with_the_measured_fix(with_trials):
+    import profkit
+    from profkit.judge.combine import scaled_edit
+    prof = profkit.load(with_trials)
+    run_ = prof.run_json()
+    combo = run_["combinations"][0]
+    assert combo["codes"] == ["PK302", "PK103", "PK402"] and combo["expected_end_to_end_speedup"] == 3.985
+    wt = combo["with_trials"]
+    assert sorted(wt["scaled"]) == ["PK103", "PK302"]
+    m302, a302 = wt["scaled"]["PK302"]
+    assert m302 == 2.173 and 0 < a302 < 1          # measured below the price: less of the edit
+    # the scaled edit, replayed alone, gives the measured gain
+    model, host = prof.step_model(), prof.pricing_host
+    f302 = next(f for f in prof.findings() if f.code == "PK302")
+    base = model.simulate(host=host).mean_iteration_ns
+    alone = base / model.simulate(scaled_edit(f302.edit, a302)(model.graph), host=host).mean_iteration_ns
+    assert alone == pytest.approx(m302, rel=0.005)
+    # scale 1 is the model's own edit, 0 the program unchanged
+    full = base / model.simulate(scaled_edit(f302.edit, 1.0)(model.graph), host=host).mean_iteration_ns
+    assert full == pytest.approx(f302.expected_end_to_end_speedup, rel=1e-6)
+    assert base / model.simulate(scaled_edit(f302.edit, 0.0)(model.graph), host=host).mean_iteration_ns == 1.0
+    # and the combination with it is less than the model's, more than the measured fix alone
+    assert m302 < wt["expected_end_to_end_speedup"] < combo["expected_end_to_end_speedup"]
+    lines = run_lines(run_)
+    i = next(i for i, ln in enumerate(lines) if ln.startswith("together"))
+    assert lines[i + 1] == (f"         with the trials: {wt['expected_end_to_end_speedup']:.2f}x (PK302's edit "
+                            "scaled to its measured 2.17x, PK103's edit scaled to its measured 1.15x)")

@@ -1,0 +1,314 @@
+"""The switches of `profkit capture --try` (profkit/capture/switches), each on CPU torch where it
+can be: applied in this process through Trial.install (as the bootstrap does when the script
+imports torch) and undone after each test (Trial.restore). The GPU tests skip without CUDA."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from profkit.capture.switches import Trial, one_line  # noqa: E402
+from profkit.model import Switch, parse_trial  # noqa: E402
+
+CUDA = torch.cuda.is_available()
+# The outermost module is looked for on CUDA where CUDA is available: the models go there
+DEV = "cuda" if CUDA else "cpu"
+
+
+@pytest.fixture
+def trial():
+    made = []
+
+    def make(name: str, **options):
+        t = Trial(name, {"compile_backend": None, **options})
+        for s, h in t.handlers.items():
+            h.prepare(t, t.reports[s])
+        t.install(torch)
+        made.append(t)
+        return t
+    yield make
+    for t in reversed(made):
+        t.restore()
+
+
+class Tiny(torch.nn.Module):
+    def __init__(self, n: int = 16) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(n, n)
+        self.b = torch.nn.Linear(n, 1)
+
+    def forward(self, x):
+        return self.b(self.a(x).relu())
+
+
+class Net(torch.nn.Module):
+    """A conv net with a 3-D conv, to check both memory formats."""
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3)
+        self.conv3 = torch.nn.Conv3d(2, 2, 1)
+        self.bn = torch.nn.BatchNorm2d(4)
+
+    def forward(self, x, v=None):
+        y = self.bn(self.conv(x))
+        return y if v is None else (y, self.conv3(v))
+
+
+# -- the names -----------------------------------------------------------------------------------
+def test_trial_names_parse_and_unknown_ones_are_named():
+    assert parse_trial("tf32") == (Switch.TF32,)
+    assert parse_trial("channels_last+bf16") == (Switch.CHANNELS_LAST, Switch.BF16)
+    with pytest.raises(ValueError, match=r"unknown switch 'tf33'|unknown switch tf33"):
+        parse_trial("tf33")
+    assert one_line(RuntimeError("CUDA out of memory.\nTried to allocate")) == \
+        "RuntimeError: CUDA out of memory."
+
+
+# -- backends ------------------------------------------------------------------------------------
+def test_tf32_sets_matmul_and_cudnn_and_legacy_reads_still_work(trial):
+    before = torch.get_float32_matmul_precision()
+    t = trial("tf32")
+    assert torch.get_float32_matmul_precision() == "high"
+    assert torch.backends.cudnn.conv.fp32_precision == "tf32"
+    # a script or library reading the legacy flags must not be broken by the trial
+    assert torch.backends.cuda.matmul.allow_tf32 is True and torch.backends.cudnn.allow_tf32 is True
+    rec = t.record()
+    assert rec == {"switch": "tf32", "applied": True,
+                   "note": 'matmuls: torch.set_float32_matmul_precision("high"); cuDNN convolutions: '
+                           'torch.backends.cudnn.conv.fp32_precision = "tf32"'}
+    torch.set_float32_matmul_precision("highest")  # the script setting it back: said
+    rec = t.record()
+    assert not rec["applied"] and 'set the matmul precision back to "highest"' in rec["note"]
+    t.restore()
+    assert torch.get_float32_matmul_precision() == before
+
+
+def test_cudnn_benchmark(trial):
+    assert torch.backends.cudnn.benchmark is False
+    t = trial("cudnn_benchmark")
+    assert torch.backends.cudnn.benchmark is True
+    assert t.record() == {"switch": "cudnn_benchmark", "applied": True,
+                          "note": "torch.backends.cudnn.benchmark = True"}
+    t.restore()
+    assert torch.backends.cudnn.benchmark is False
+
+
+# -- the optimizer -------------------------------------------------------------------------------
+def test_fused_optim_sets_fused_drops_foreach_and_counts(trial):
+    t = trial("fused_optim")
+    m = Tiny()
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-3, foreach=True)  # a generator, and foreach
+    assert opt.defaults["fused"] is True and opt.defaults["foreach"] is None
+    sgd = torch.optim.SGD(m.parameters(), 0.1, 0.9)  # positional lr and momentum kept
+    assert sgd.defaults["fused"] is True and sgd.defaults["momentum"] == 0.9
+    torch.optim.Adagrad(list(m.parameters()), 0.1, 0, 0, 0, 1e-10, True)  # foreach positional
+    torch.optim.RMSprop(m.parameters())
+    # parameter groups whose params are a generator: still all there after the check
+    grouped = torch.optim.Adam([{"params": (p for p in m.parameters()), "lr": 0.01}])
+    assert len(grouped.param_groups[0]["params"]) == 4 and grouped.defaults["fused"] is True
+    m(torch.randn(4, 16)).sum().backward()
+    opt.step()  # the fused CPU kernel runs
+    rec = t.record()
+    assert rec == {"switch": "fused_optim", "applied": True,
+                   "note": "AdamW(fused=True) x1, SGD(fused=True) x1, Adagrad(fused=True) x1, "
+                           "Adam(fused=True) x1, an explicit foreach dropped x2, RMSprop x1 (no fused "
+                           "version)"}
+
+
+def test_fused_optim_already_fused_refused_and_none(trial):
+    t = trial("fused_optim")
+    m = Tiny()
+    torch.optim.Adam(m.parameters(), fused=True)
+    # fused with differentiable is refused at construction: the optimizer is made as the program asked
+    opt = torch.optim.Adam(m.parameters(), differentiable=True)
+    assert not opt.defaults["fused"]
+    rec = t.record()
+    assert not rec["applied"]
+    assert rec["note"] == ("Adam already fused x1, Adam: fused=True refused (RuntimeError: `fused` "
+                           "does not support `differentiable`)")
+    t.restore()
+    t2 = trial("fused_optim")
+    assert t2.record() == {"switch": "fused_optim", "applied": False,
+                           "note": "no optimizer was constructed"}
+
+
+# -- data loading --------------------------------------------------------------------------------
+def test_workers_fill_in_what_the_program_did_not_pass(trial):
+    t = trial("workers", workers=2)
+    data = torch.utils.data.TensorDataset(torch.arange(40.0).reshape(20, 2))
+    dl = torch.utils.data.DataLoader(data, batch_size=4, num_workers=0)
+    assert (dl.num_workers, dl.persistent_workers, dl.prefetch_factor) == (2, True, 4)
+    assert dl.pin_memory is CUDA
+    assert sum(len(b[0]) for b in dl) == 20  # workers really load
+    kept = torch.utils.data.DataLoader(data, batch_size=4, num_workers=1, pin_memory=False,
+                                       persistent_workers=False, prefetch_factor=2)
+    assert (kept.num_workers, kept.persistent_workers, kept.prefetch_factor) == (1, False, 2)
+    rec = t.record()
+    changed = "num_workers 0 -> 2, " + ("pin_memory, " if CUDA else "") + \
+        "persistent_workers, prefetch_factor 4"
+    assert rec == {"switch": "workers", "applied": True,
+                   "note": f"DataLoader x1: {changed}, DataLoader x1 left as it was (1 workers)"}
+
+
+def test_workers_without_a_dataloader(trial):
+    assert trial("workers").record() == {"switch": "workers", "applied": False, "note": "no DataLoader"}
+
+
+# -- the allocator -------------------------------------------------------------------------------
+def test_no_empty_cache_is_a_counted_no_op(trial):
+    orig = torch.cuda.empty_cache
+    t = trial("no_empty_cache")
+    from torch.cuda import empty_cache  # imported after the patch, as a script's import is
+    for _ in range(3):
+        empty_cache()
+    torch.cuda.memory.empty_cache()
+    assert t.record() == {"switch": "no_empty_cache", "applied": True,
+                          "note": "torch.cuda.empty_cache() skipped x4"}
+    t.restore()
+    assert torch.cuda.empty_cache is orig
+
+
+def test_expandable_segments_goes_into_the_environment(trial, monkeypatch):
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:128")
+    t = trial("expandable_segments")
+    assert os.environ["PYTORCH_CUDA_ALLOC_CONF"] == "max_split_size_mb:128,expandable_segments:True"
+    rec = t.record()
+    assert rec["note"].startswith("PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:128,expandable_segments:True")
+    if not CUDA:  # set, but nothing here starts CUDA: the trial would measure nothing
+        assert rec["applied"] is False and rec["note"].endswith("; CUDA was never used")
+    t.restore()
+    assert os.environ["PYTORCH_CUDA_ALLOC_CONF"] == "max_split_size_mb:128"
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:False")
+    assert trial("expandable_segments").record() == {
+        "switch": "expandable_segments", "applied": False,
+        "note": "PYTORCH_CUDA_ALLOC_CONF already sets expandable_segments (expandable_segments:False)"}
+
+
+# -- the outermost module ------------------------------------------------------------------------
+def test_bf16_autocasts_the_outermost_module_not_the_loss(trial):
+    t = trial("bf16")
+    m, loss_fn = Tiny().to(DEV), torch.nn.MSELoss()
+    seen = []
+    m.a.register_forward_hook(lambda mod, i, o: seen.append(o.dtype))
+    out = m(torch.randn(4, 16, device=DEV))
+    loss = loss_fn(out, torch.zeros(4, 1, device=DEV))   # called from the program too, but holds no parameters
+    assert out.dtype == torch.bfloat16 and seen == [torch.bfloat16]
+    assert loss.dtype == torch.float32       # outside the autocast region
+    assert t.record() == {"switch": "bf16", "applied": True,
+                          "note": "autocast bf16 around module Tiny (289 params)"}
+
+
+def test_the_larger_module_called_later_takes_over(trial):
+    t = trial("bf16")
+    small, big = torch.nn.Linear(2, 2).to(DEV), Tiny(32).to(DEV)
+    assert small(torch.randn(1, 2, device=DEV)).dtype == torch.bfloat16
+    assert big(torch.randn(1, 32, device=DEV)).dtype == torch.bfloat16
+    assert small(torch.randn(1, 2, device=DEV)).dtype == torch.float32   # no longer the outermost
+    assert t.record()["note"] == "autocast bf16 around module Linear (6 params), then module Tiny (1.1K params)"
+
+
+def test_bf16_with_no_module(trial):
+    note = "no module with parameters on CUDA was called" if CUDA else "no module with parameters was called"
+    assert trial("bf16").record() == {"switch": "bf16", "applied": False, "note": note}
+
+
+def test_channels_last_converts_weights_and_4d_and_5d_inputs(trial):
+    t = trial("channels_last")
+    net = Net().to(DEV)
+    x, v = torch.randn(2, 3, 8, 8, device=DEV), torch.randn(1, 2, 3, 4, 4, device=DEV)
+    y, w = net(x, v=v)
+    assert net.conv.weight.is_contiguous(memory_format=torch.channels_last)
+    assert net.conv3.weight.is_contiguous(memory_format=torch.channels_last_3d)
+    assert y.is_contiguous(memory_format=torch.channels_last)
+    # the same numbers (cuDNN may pick other algorithms, in TF32, for the other layout)
+    assert torch.allclose(y, Net.forward(net, x.contiguous()), atol=1e-5 if not CUDA else 1e-2)
+    assert t.record() == {"switch": "channels_last", "applied": True,
+                          "note": "module Net (126 params) to channels_last (2 weights and buffers, "
+                                  "2 input tensors converted)"}
+
+
+def test_channels_last_on_a_model_without_images(trial):
+    t = trial("channels_last")
+    Tiny().to(DEV)(torch.randn(2, 16, device=DEV))
+    assert t.record() == {"switch": "channels_last", "applied": False,
+                          "note": "module Tiny (289 params): no 4-D or 5-D weights or inputs"}
+
+
+def test_compile_wraps_the_outermost_module_once_and_steps_aside_while_tracing(trial):
+    from torch._dynamo.utils import counters
+    torch._dynamo.reset()
+    counters.clear()
+    t = trial("compile", compile_backend="eager")
+    m = Tiny().to(DEV)
+    for _ in range(3):
+        m(torch.randn(4, 16, device=DEV))
+    # one graph, traced through the wrapper's own frame with no graph break
+    assert counters["stats"]["unique_graphs"] == 1 and not counters["graph_break"]
+    assert t.record() == {"switch": "compile", "applied": True,
+                          "note": "torch.compile (backend eager) of module Tiny (289 params)"}
+    torch._dynamo.reset()
+
+
+def test_compile_leaves_an_already_compiled_module(trial):
+    torch._dynamo.reset()
+    t = trial("compile_graphs", compile_backend="eager")
+    m = torch.compile(Tiny().to(DEV), backend="eager")
+    m(torch.randn(4, 16, device=DEV))
+    assert t.record() == {"switch": "compile_graphs", "applied": False,
+                          "note": "already compiled (OptimizedModule)"}
+    torch._dynamo.reset()
+
+
+def test_two_switches_in_one_trial(trial):
+    t = trial("channels_last+bf16")
+    y = Net().to(DEV)(torch.randn(2, 3, 8, 8, device=DEV))
+    assert y.dtype == torch.bfloat16 and y.is_contiguous(memory_format=torch.channels_last)
+    rec = t.record()
+    assert rec["switch"] == "channels_last+bf16" and rec["applied"]
+    assert rec["note"] == ("channels_last: module Net (126 params) to channels_last (2 weights and "
+                           "buffers, 1 input tensors converted); bf16: autocast bf16 around module "
+                           "Net (126 params)")
+
+
+def test_restore_puts_module_call_back(trial):
+    orig = torch.nn.Module.__call__
+    t = trial("bf16")
+    assert torch.nn.Module.__call__ is not orig
+    t.restore()
+    assert torch.nn.Module.__call__ is orig
+
+
+# -- on a GPU ------------------------------------------------------------------------------------
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+def test_gpu_switches_apply_on_cuda(trial):
+    t = trial("bf16+fused_optim")
+    m = Tiny().cuda()
+    opt = torch.optim.AdamW(m.parameters(), foreach=True)
+    # torch has no fused Adagrad on CUDA (its step raises): left as the program made it
+    ada = torch.optim.Adagrad([{"params": (p for p in m.parameters())}])
+    out = m(torch.randn(8, 16, device="cuda"))
+    out.float().sum().backward()
+    opt.step()
+    ada.step()
+    assert out.dtype == torch.bfloat16 and not ada.defaults["fused"]
+    rec = t.record()
+    assert rec["applied"] and "AdamW(fused=True) x1" in rec["note"]
+    assert "Adagrad: fused=True refused (torch has no fused Adagrad for CUDA parameters)" in rec["note"]
+    t.restore()
+    t2 = trial("no_empty_cache+expandable_segments")
+    torch.cuda.empty_cache()
+    rec = t2.record()
+    assert "skipped x1" in rec["note"]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+def test_gpu_channels_last_bf16_conv(trial):
+    t = trial("channels_last+bf16")
+    net = Net().cuda()
+    y = net(torch.randn(2, 3, 16, 16, device="cuda"))
+    assert y.dtype == torch.bfloat16 and y.is_contiguous(memory_format=torch.channels_last)
+    assert t.record()["applied"]

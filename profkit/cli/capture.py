@@ -64,7 +64,8 @@ def _auto_trials(trace) -> list[str]:
     analysis of `profkit classify`, profkit.judge.trials.auto_trials)."""
     from profkit.api import load
     from profkit.judge.trials import auto_trials
-    return auto_trials(load(trace))
+    prof = load(trace)
+    return auto_trials(prof.findings(), prof, prof.run())
 
 
 @click.command(context_settings=_CONTEXT)

@@ -19,20 +19,22 @@ from profkit.judge.rules.pk302_fp32_gemm import CONV_RE
 from profkit.model import Switch
 
 if TYPE_CHECKING:
-    from profkit.api import Profile
+    from profkit.judge.rules.base import ProfileView
+    from profkit.run.summary import RunSummary
     from profkit.run.trials import TrialResult
 
 CONV_SHARE = 0.2
 
 
-def auto_trials(prof: "Profile") -> list[str]:
-    """The trials ``--try auto`` runs on ``prof`` (see the module docstring), in order."""
+def auto_trials(findings: list[Finding], prof: "ProfileView", run: "RunSummary") -> list[str]:
+    """The trials ``--try auto`` runs for a profile's ``findings`` (see the module docstring), in
+    order; ``prof`` and ``run`` give the convolutions' share of the window."""
     out: list[str] = []
-    for f in sorted(prof.findings(), key=lambda f: -f.expected_end_to_end_speedup):
+    for f in sorted(findings, key=lambda f: -f.expected_end_to_end_speedup):
         meta = rules.get(f.code).RULE
         out += [f.switch] if f.switch else []
         out += [t.switch for t in meta.trials]
-    if conv_share(RuleContext(prof, prof.run())) >= CONV_SHARE:
+    if conv_share(RuleContext(prof, run)) >= CONV_SHARE:
         out.append(Switch.CUDNN_BENCHMARK.value)
     return list(dict.fromkeys(out))
 

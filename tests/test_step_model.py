@@ -171,9 +171,9 @@ def test_workers_leave_a_graph_without_loading_untouched():
 
 def test_the_whatif_page_is_current():
     sys.path.insert(0, str(ROOT / "scripts"))
-    import whatif_accuracy as w
-    text = w.page_text(json.loads(w.MEASURED.read_text()), load=lambda path: _load(str(path)))
-    assert w.PAGE.read_text() == text, "run: python3 scripts/whatif_accuracy.py page"
+    from whatif import page, store
+    text = page.page_text(json.loads(store.MEASURED.read_text()), load=lambda path: _load(str(path)))
+    assert page.PAGE.read_text() == text, "run: python3 scripts/whatif_accuracy.py page"
 
 
 def test_fixes_priced_together_replay_one_graph():
@@ -475,22 +475,22 @@ def test_every_pair_named_as_built_on_or_no_test_is_in_the_corpus():
     # The page splits the pairs by what they are evidence of; a name that matches nothing would
     # silently count a pair that led to a change as a test.
     sys.path.insert(0, str(ROOT / "scripts"))
-    import whatif_accuracy as w
-    fixes = {(p["name"], f) for p in w.PROGRAMS for f in p["fixes"]}
-    assert w.BUILT_ON <= {p["name"] for p in w.PROGRAMS}
-    assert set(w.NO_TEST) <= fixes
-    assert w.role("sync_loop", "no_sync") == "built on"
-    assert w.role("convnext_tiny_fp32_infer", "bf16_channels_last") == "no test"
-    assert w.role("regnet_y_800mf_fp32_infer", "channels_last") == "test"
+    from whatif import registry, roles
+    fixes = {(p["name"], f) for p in registry.PROGRAMS for f in p["fixes"]}
+    assert roles.BUILT_ON <= {p["name"] for p in registry.PROGRAMS}
+    assert set(roles.NO_TEST) <= fixes
+    assert roles.role("sync_loop", "no_sync") == "built on"
+    assert roles.role("convnext_tiny_fp32_infer", "bf16_channels_last") == "no test"
+    assert roles.role("regnet_y_800mf_fp32_infer", "channels_last") == "test"
 
 
 def test_a_pair_is_resolved_when_its_runs_agree_to_the_target_band():
     sys.path.insert(0, str(ROOT / "scripts"))
-    import whatif_accuracy as w
-    assert w.resolved({"measured": 2.0, "spread": (1.8, 2.25)})
-    assert not w.resolved({"measured": 2.0, "spread": (1.7, 2.1)})
-    assert not w.resolved({"measured": 1.0, "spread": (0.9, 1.2)})
-    text = w.resolution_text([{"program": "a", "fix": "x", "measured": 1.0, "spread": (0.6, 1.9),
+    from whatif import page
+    assert page.resolved({"measured": 2.0, "spread": (1.8, 2.25)})
+    assert not page.resolved({"measured": 2.0, "spread": (1.7, 2.1)})
+    assert not page.resolved({"measured": 1.0, "spread": (0.9, 1.2)})
+    text = page.resolution_text([{"program": "a", "fix": "x", "measured": 1.0, "spread": (0.6, 1.9),
                                "predicted": 1.0, "error": 0.3},
                               {"program": "b", "fix": "y", "measured": 2.0, "spread": (1.9, 2.1),
                                "predicted": 1.5, "error": 0.33}])

@@ -12,7 +12,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
-import whatif_accuracy as w  # noqa: E402
+from whatif import cli, merge, registry, store  # noqa: E402  (scripts/whatif/: scripts/whatif_accuracy.py's harness)
 
 
 def test_paired_gain_divides_out_a_drift_that_the_ratio_of_medians_keeps():
@@ -21,9 +21,9 @@ def test_paired_gain_divides_out_a_drift_that_the_ratio_of_medians_keeps():
     base = [10.0 * s for s in slow]
     fix = [8.0 * s for s in slow]
     fix[4:7] = [16.0, 16.0, 16.0]
-    assert w.paired_gain(base, fix) == pytest.approx(1.25)
+    assert merge.paired_gain(base, fix) == pytest.approx(1.25)
     # ...and leaves the first (warm-up) round out
-    assert w.paired_gain([100.0, 10, 10, 10], [1.0, 10, 10, 10]) == pytest.approx(1.0)
+    assert merge.paired_gain([100.0, 10, 10, 10], [1.0, 10, 10, 10]) == pytest.approx(1.0)
     # the ratio of the medians of blocks that drift apart does not: 4 slow rounds of the
     # baseline against 2 of the fix
     drift_base = [10, 10, 20, 20, 20, 20, 10]
@@ -40,25 +40,25 @@ def test_interleaved_folders_alone_give_the_gain_where_a_pair_has_them():
         "baseline": {"a_r1": {"median_ns": 10.0}, "a_r2": {"median_ns": 12.0}, "ab-b_r1": {"median_ns": 10.0}},
         "fix": {"a_r1": {"median_ns": 5.0}, "a_r2": {"median_ns": 12.0}, "ab-b_r1": {"median_ns": 9.0, "gain": 1.2}},
     }}
-    both = w.measured_speedups(_measured(runs))
+    both = store.measured_speedups(_measured(runs))
     assert both[("p", "fix")] == (1.2, 1, [1.2])  # the paired gain, not 10 / 9
-    apart = w.measured_speedups(_measured(runs), interleaved=False)
+    apart = store.measured_speedups(_measured(runs), interleaved=False)
     assert apart[("p", "fix")][0] == pytest.approx(1.5) and apart[("p", "fix")][1] == 2
-    assert w.timed_baseline(_measured(runs), "p", "fix") == 10.0
-    assert w.timed_baseline(_measured(runs), "p", "fix", interleaved=False) == 11.0
+    assert store.timed_baseline(_measured(runs), "p", "fix") == 10.0
+    assert store.timed_baseline(_measured(runs), "p", "fix", interleaved=False) == 11.0
     # a fix timed only interleaved has no separate-run gain (not one made of other runs' medians)
     runs["p"]["only_ab"] = {"ab-b_r1": {"median_ns": 5.0, "gain": 2.0}}
-    assert ("p", "only_ab") not in w.measured_speedups(_measured(runs), interleaved=False)
-    assert w.measured_speedups(_measured(runs))[("p", "only_ab")][0] == 2.0
+    assert ("p", "only_ab") not in store.measured_speedups(_measured(runs), interleaved=False)
+    assert store.measured_speedups(_measured(runs))[("p", "only_ab")][0] == 2.0
 
 
 def _committed_data(tmp_path: Path, monkeypatch) -> Path:
     """An empty committed-data file (and raw-block folder) in tmp_path in place of the real ones."""
     data = tmp_path / "measured_h200.json"
     data.write_text(json.dumps({"how": "x.", "runs": {}}))
-    monkeypatch.setattr(w, "MEASURED", data)
-    monkeypatch.setattr(w, "INTERLEAVED", tmp_path / "raw.json.xz")
-    monkeypatch.setattr(w, "ROOT", tmp_path)
+    monkeypatch.setattr(store, "MEASURED", data)
+    monkeypatch.setattr(store, "INTERLEAVED", tmp_path / "raw.json.xz")
+    monkeypatch.setattr(store, "ROOT", tmp_path)
     return data
 
 
@@ -75,31 +75,31 @@ def test_merge_names_interleaved_folders_and_pairs_each_fixs_blocks(tmp_path, mo
         "tf32": {"reps": [1], "median_ns": [5], "n_used": [30]}}}}}
     (out / "measured.json").write_text(json.dumps(measured))
     data = _committed_data(tmp_path, monkeypatch)
-    w.main(["merge", str(out / "measured.json"), "--folder", "9"])
+    cli.main(["merge", str(out / "measured.json"), "--folder", "9"])
     got = json.loads(data.read_text())["runs"]["prog"]
     # the host's issue time comes along where the process timed it (older blocks have none)
     assert got["baseline"] == {"ab-9_r1": {"iterations": 30, "median_ns": 10, "issue_ns": 4}}
     assert got["tf32"]["ab-9_r1"] == {"iterations": 30, "median_ns": 5, "gain": 2.0}
-    assert w.interleaved_blocks() == {"ab-9_r1__prog": blocks}
+    assert store.interleaved_blocks() == {"ab-9_r1__prog": blocks}
     # the raw blocks are needed: without them merge says so in one line
     (out / "calib" / "prog__interleaved__1.json").unlink()
     data.write_text(json.dumps({"how": "x.", "runs": {}}))
     with pytest.raises(SystemExit, match="needs its calib/ folder"):
-        w.main(["merge", str(out / "measured.json"), "--folder", "10"])
+        cli.main(["merge", str(out / "measured.json"), "--folder", "10"])
 
 
 def test_interleave_refuses_programs_whose_script_cannot(tmp_path):
     # (empty_cache in the loop releases every variant's cached blocks: it needs a process of its own)
     with pytest.raises(SystemExit, match="cannot interleave"):
-        w.main(["interleave", str(tmp_path / "out"), "--programs", "gpt2_empty_cache"])
+        cli.main(["interleave", str(tmp_path / "out"), "--programs", "gpt2_empty_cache"])
     assert not (tmp_path / "out").exists()
-    names = {p["name"] for p in w.PROGRAMS if p.get("interleave")}
+    names = {p["name"] for p in registry.PROGRAMS if p.get("interleave")}
     assert {"resnet50_b4_infer", "sync_loop", "t5_finetune", "numpy_aug_train"} <= names
-    for p in w.PROGRAMS:  # a listed fix must be one of the program's
+    for p in registry.PROGRAMS:  # a listed fix must be one of the program's
         if isinstance(p.get("interleave"), list):
             assert set(p["interleave"]) <= set(p["fixes"]), p["name"]
     # DataLoader workers prefetch in the background, so they are never interleaved
-    aug = next(p for p in w.PROGRAMS if p["name"] == "numpy_aug_train")
+    aug = next(p for p in registry.PROGRAMS if p["name"] == "numpy_aug_train")
     assert "workers" not in aug["interleave"]
 
 
@@ -241,9 +241,9 @@ def test_interleave_harness_end_to_end_with_a_stand_in_program(tmp_path, monkeyp
               "interleave": "all", "fixes": {"fix": {"args": ["--fix", "fix"], "pays": True}}},
              {"name": "broken", "script": str(script), "args": ["--fail"], "step_range": "s",
               "kind": "inference", "interleave": ["fix"], "fixes": {"fix": {"args": [], "pays": True}}}]
-    monkeypatch.setattr(w, "PROGRAMS", progs)
+    monkeypatch.setattr(registry, "PROGRAMS", progs)
     out = tmp_path / "i"
-    w.main(["interleave", str(out), "--programs", "fake,broken", "--reps", "2", "--rounds", "4"])
+    cli.main(["interleave", str(out), "--programs", "fake,broken", "--reps", "2", "--rounds", "4"])
     m = json.loads((out / "measured.json").read_text())
     fake = m["programs"]["fake"]["variants"]
     assert m["interleaved"] and fake["baseline"]["reps"] == [1, 2] and fake["fix"]["median_ns"] == [5, 5]
@@ -253,10 +253,10 @@ def test_interleave_harness_end_to_end_with_a_stand_in_program(tmp_path, monkeyp
     assert broken["reps"] == [] and [f["reason"] for f in broken["failures"]] == ["exit status 3"] * 2
     assert "fake rep 1" in capsys.readouterr().out
     # a second call resumes: nothing measured is run again
-    w.main(["interleave", str(out), "--programs", "fake", "--reps", "2"])
+    cli.main(["interleave", str(out), "--programs", "fake", "--reps", "2"])
     assert json.loads((out / "measured.json").read_text())["programs"]["fake"]["variants"]["fix"]["reps"] == [1, 2]
     data = _committed_data(tmp_path, monkeypatch)
-    w.main(["merge", str(out / "measured.json"), "--folder", "7"])
+    cli.main(["merge", str(out / "measured.json"), "--folder", "7"])
     runs = json.loads(data.read_text())["runs"]
     assert runs["fake"]["fix"]["ab-7_r2"]["gain"] == 2.0  # median of 10/5, 12/6, 10/5
     assert "broken" not in runs

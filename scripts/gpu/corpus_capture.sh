@@ -5,8 +5,8 @@
 #
 #   scripts/gpu/corpus_capture.sh OUTDIR SECONDS [NAME...]
 #
-# The programs and their baseline arguments come from the registry in
-# scripts/whatif_accuracy.py (`list --capture`: name<TAB>profkit capture flags or -<TAB>script<TAB>args...). Traces go to
+# The programs and their baseline arguments come from the registry (scripts/whatif/registry.py),
+# through scripts/whatif_accuracy.py (`list --capture`: name<TAB>profkit capture flags or -<TAB>script<TAB>args...). Traces go to
 # OUTDIR/traces/NAME.sqlite, each capture's output to OUTDIR/logs/NAME.log, and nsys's NVTX and
 # kernel summaries to OUTDIR/logs/NAME_*.csv. A capture never gets more time than is left.
 set -u

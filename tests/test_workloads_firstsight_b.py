@@ -121,7 +121,7 @@ def _main(monkeypatch, capsys, script: str, argv: list[str]) -> str:
 # must leave as it is (None: the fix changes the numbers)
 PROGRAMS = [
     ("w_detection_postproc_infer", "batched_nms", r"(\d+) detections in the last"),
-    ("w_unet_diffusion_sample", "sdpa", None),
+    ("w_unet_diffusion_sample", "sdpa", r"mean ([-\d.]+)"),
     ("w_speech_conformer_train", "sorted_lengths", None),
     ("w_gnn_scatter_train", "csr_spmm", r"loss ([\d.]+ -> [\d.]+)"),
     ("w_video_r3d_train", "channels_last_3d", r"loss ([\d.]+)"),

@@ -1,20 +1,20 @@
 """A scoring loop that brings the full logits to the host: a small bf16 decoder LM (6 layers,
-d=1024, 16 heads, SDPA, vocabulary 32,000, random weights) scores batches of 4 x 512 token ids,
-and each batch's logits, cast to fp32 ([4, 512, 32000]: 262 MB), are copied to ordinary
+d=1024, 16 heads, SDPA, vocabulary 32,000, random weights) scores batches of 2 x 256 token ids,
+and each batch's logits, cast to fp32 ([2, 256, 32000]: 66 MB), are copied to ordinary
 (pageable) host memory with ``.cpu()`` and reduced there with ``numpy.argmax`` to the predicted
 token at every position, which is compared with the next input token (a greedy-match accuracy,
 as an offline evaluation script computes it). The token ids are made on the host and copied in.
 
 Each batch is an NVTX range ``score_batch`` holding ``forward``, ``copy_out`` and ``argmax``.
 
-Defect: the GPU's part is about a millisecond; then 262 MB go through a pageable copy (staged
-through a driver buffer, synchronous) and numpy's single-threaded argmax walks 65M floats, while
-the GPU waits for the next batch.
+Defect: the GPU's part is about a millisecond; then 66 MB go through a pageable copy (staged
+through a driver buffer, synchronous, into freshly allocated host memory) and numpy's
+single-threaded argmax walks 16M floats, while the GPU waits for the next batch.
 
     python w_d2h_logits_numpy.py [--steps 30] [--fix argmax_gpu | --fix pinned | --fix half_copy]
 
 Fixes:
-  argmax_gpu  ``logits.argmax(-1)`` on the GPU and only the 2,048 token ids copied (16 KB); numpy
+  argmax_gpu  ``logits.argmax(-1)`` on the GPU and only the 512 token ids copied (4 KB); numpy
               compares ids as before.
   pinned      one page-locked host buffer allocated once; the logits copied into it with
               ``copy_(non_blocking=True)`` and an event waited for; numpy's argmax kept: the copy
@@ -67,7 +67,7 @@ class LM(nn.Module):
 def build(args, fixes: set[str], dev: torch.device) -> Callable[[], float]:
     """The model (and the pinned buffer) with ``fixes`` applied; returns one batch's scoring (its
     greedy-match accuracy, a float on the host)."""
-    vocab, d, heads, layers, batch, seq = 32000, 1024, 16, 6, 4, 512
+    vocab, d, heads, layers, batch, seq = 32000, 1024, 16, 6, 2, 256
     if args.small:
         vocab, d, heads, layers, batch, seq = 500, 64, 4, 2, 2, 32
     model = LM(vocab, d, heads, layers, seq).to(dev, torch.bfloat16).eval()

@@ -1,6 +1,6 @@
 """Image-classifier training with an exponential moving average of the weights: timm's
 ConvNeXt-Atto (``timm.create_model("convnext_atto", pretrained=False)``, 3.7M parameters in 128
-tensors; its MLPs are 1 x 1 convolutions), batch 256 of 224 x 224 images, fp32, AdamW with
+tensors; its MLPs are 1 x 1 convolutions), batch 128 of 224 x 224 images, fp32, AdamW with
 PyTorch's default implementation (foreach on CUDA), fresh random images and labels made on the
 GPU each step, and an EMA copy of the model updated after every optimizer step the way many
 training scripts write it: a Python loop over the parameters,
@@ -41,7 +41,7 @@ DECAY = 0.9998
 def build(args, fixes: set[str], dev: torch.device) -> Callable[[], torch.Tensor]:
     """The model, its EMA copy and the optimizer with ``fixes`` applied; returns one training step
     (fresh images and labels; its loss)."""
-    name, batch, size, classes = "convnext_atto", 256, 224, 1000
+    name, batch, size, classes = "convnext_atto", 128, 224, 1000
     if args.small:
         batch, size, classes = 2, 64, 10
     model = timm.create_model(name, pretrained=False, num_classes=classes).to(dev).train()

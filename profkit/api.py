@@ -166,6 +166,30 @@ class Profile:
         finally:
             self.__dict__["_host_override"] = None
 
+    def calibration_ranges(self) -> dict[str, tuple[float, float, int]]:
+        """Where the program's own speed varied between its runs without the profiler (runs that
+        disagree by more than calibrate.RUN_SPREAD, or one slower than the profiled run, which
+        tracing cannot cause), every finding priced at the speed of each of those runs as well
+        (``findings_at``): {code: (lowest gain, highest gain, runs)}, for the findings whose price
+        moves by more than 1% across them; empty where the runs agree. One run cannot say what the
+        user will see on such a program: the range is the answer, not a refusal."""
+        if "_ranges" in self.__dict__:
+            return self.__dict__["_ranges"]
+        out: dict[str, tuple[float, float, int]] = {}
+        model = self.step_model()
+        if model is not None and self.gains != "gpu" and model.calibration.unstable:
+            prices: dict[str, list[float]] = {}
+            for found in [self.findings()] + [self.findings_at(m)[0] for m in model.calibration.run_medians]:
+                best: dict[str, float] = {}
+                for f in found:
+                    best[f.code] = max(best.get(f.code, 0.0), f.expected_end_to_end_speedup)
+                for code, g in best.items():
+                    prices.setdefault(code, []).append(g)
+            n = len(model.calibration.run_medians)
+            out = {c: (min(v), max(v), n) for c, v in prices.items() if max(v) > 1.01 * min(v)}
+        self.__dict__["_ranges"] = out
+        return out
+
     def trials(self) -> list:
         """The fixes ``profkit capture --try`` applied to the program and timed beside it (the
         trace's PROFKIT_META ``trials``; profkit.run.trials.TrialResult), in the order they ran;
@@ -504,6 +528,12 @@ class Profile:
                             "expected_end_to_end_speedup": round(float(f.expected_end_to_end_speedup), 3),
                             "bound": round(float(f.bound), 3)} for f in findings]
         out["actions"] = actions[:3]
+        ranges = self.calibration_ranges()
+        for a in out["actions"]:
+            if a.get("code") in ranges:
+                lo, hi, n = ranges[a["code"]]
+                a["range"] = {"lo": round(lo, 3), "hi": round(hi, 3), "runs": n,
+                              "estimate": model.calibration.source == "estimated"}
         if results:
             out["trials"] = trials_json(findings, results, out["actions"])
         out["combinations"] = self.combined_actions()

@@ -49,6 +49,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
+import numpy as np
+
 from profkit import __version__
 from profkit.errors import ProfkitError
 from profkit.capture import nsys_locate
@@ -444,11 +446,11 @@ def capture(script: str | Path, script_args: Sequence[str] = (), *, output: Opti
     step = iter(range(1, passes + 1))
     try:
         calibration = None
+        texts: list[str] = []
         started = _dt.datetime.now(_dt.timezone.utc)
         step_range: Optional[str] = None    # named by the first run, for the cut of the others
         calib_runs: list[tuple[Optional[str], float]] = []
         if calibrate:
-            texts = []
             for k in range(calibrate_runs):
                 which = f" {k + 1} of {calibrate_runs}" if calibrate_runs > 1 else ""
                 text, secs = _calibration_pass(python, script_p, script_args, calib_file,
@@ -475,6 +477,22 @@ def capture(script: str | Path, script_args: Sequence[str] = (), *, output: Opti
         cut = _read_cut(code_file)
         if cut:
             result.notes.append(f"the profiled run was {cut} (--max-iterations)")
+        if calibrate and calibrate_runs == 1 and len(texts) == 1 and not result.interrupted:
+            slower = calibration_slower(texts[0], sqlite_tmp)
+            if slower is not None:
+                # Tracing only adds host time: a run without the profiler that took longer means
+                # the program's own speed (or the machine's) varies. One more run says by how much.
+                result.notes.append(
+                    f"the calibration run took {slower[0] / 1e6:.2f} ms an iteration, longer than the "
+                    f"profiled run's {slower[1] / 1e6:.2f} ms, which the profiler cannot cause: a "
+                    "second calibration run after the profiled one (prices are given over both)")
+                text, secs = _calibration_pass(python, script_p, script_args, calib_file,
+                                               "calibration run 2 (no profiler)", say, result,
+                                               cut_flags(max_iterations or SECOND_RUN_ITERATIONS, step_range))
+                if text is not None and not result.interrupted:
+                    texts.append(text)
+                    calib_runs.append((text, secs))
+                    calibration = combine_calibrations(texts)
         meta: dict[str, object] = {
             "profkit_version": __version__,
             "command": shlex.join(command_line) if command_line else "",
@@ -705,6 +723,37 @@ def _trial_step(sqlite: Path, step_range: Optional[str],
     if step_range:
         return step_range
     return next((r for text, _ in calib_runs if text and (r := _repeated_range(text))), None)
+
+
+# A calibration run slower than the profiled one by more than this (a GPU-paced step's period
+# varies by a few percent between runs) was not the program's usual speed.
+CALIBRATION_SLACK = 1.03
+# The second calibration run of a program whose first ran slower than its profiled run stops
+# after this many iterations (or --max-iterations): enough past the warm-up for a median.
+SECOND_RUN_ITERATIONS = 40
+
+
+def calibration_slower(text: str, sqlite_path: Path) -> Optional[tuple[float, float]]:
+    """(calibration run's, profiled run's) median iteration in ns where the calibration run took
+    longer than the profiled run by more than CALIBRATION_SLACK, which tracing cannot cause; else
+    None (also where either has too few iterations of the profiled run's step range)."""
+    from profkit.read.trace import Trace
+    from profkit.run.iterations import iteration_times, steady_median
+    from profkit.run.window import iteration_instances
+    try:
+        found = iteration_instances(Trace(sqlite_path))
+        data = json.loads(text)
+    except (ProfkitError, ValueError):
+        return None
+    if found is None:
+        return None
+    name, inst = found
+    starts = np.sort(inst["start"].to_numpy(np.int64))
+    profiled, _ = steady_median(list(np.diff(starts)))
+    calibrated, _ = steady_median(iteration_times(data, name))
+    if profiled is None or calibrated is None or calibrated <= CALIBRATION_SLACK * profiled:
+        return None
+    return float(calibrated), float(profiled)
 
 
 def combine_calibrations(texts: Sequence[str]) -> Optional[str]:

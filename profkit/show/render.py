@@ -121,6 +121,8 @@ def run_lines(run: dict) -> list[str]:
     lines.append(f"verdict  {v['class']}: {v['reason']}")
     for i, a in enumerate(run["actions"], 1):
         tried = f"tried: {trial_text(a['tried'])}; " if a.get("tried") else ""
+        if a.get("range"):
+            tried = range_text(a["range"]) + "; " + tried
         lines.append(f"{'actions' if i == 1 else '':8} {i}. {a['action']} "
                      f"[{a['expected_end_to_end_speedup']:.2f}x end to end; {tried}{a['basis']}]")
     combos = [c for c in run.get("combinations") or [] if not c.get("overlap")]
@@ -163,6 +165,15 @@ PATH_LABELS = {"gpu:compute": "GPU compute", "gpu:memory": "GPU memory", "gpu:la
                "cpu:python": "CPU between calls", "cpu:data": "data loading", "cpu:sync": "syncs and the refill after them",
                "cpu:alloc": "allocation/free", "cpu:pageable_copy": "pageable copies",
                "cpu:copy": "copies", "cpu:other": "other CUDA calls"}
+
+
+def range_text(r: dict) -> str:
+    """An action's prices over the speeds of a program whose own speed varied between its runs
+    without the profiler (Profile.calibration_ranges)."""
+    runs = "the run" if r["runs"] == 1 else f"the {r['runs']} runs"
+    where = (f"the estimate and the speed of {runs} without the profiler" if r.get("estimate")
+             else f"the speeds of {runs} without the profiler")
+    return f"{r['lo']:.2f}-{r['hi']:.2f}x at {where}"
 
 
 def model_lines(run: dict) -> list[str]:

@@ -71,6 +71,12 @@ class Calibration:
     host_fitted: bool = False
     # Said to the user: why the calibration run was not used, or how far several runs disagreed.
     warning: str = ""
+    # Each run without the profiler: its median iteration (ns), lowest first; and whether the runs
+    # disagree by more than RUN_SPREAD or were refused (slower than the profiled run): the
+    # program's own speed varies, and its prices are given over every run's speed
+    # (Profile.calibration_ranges).
+    run_medians: tuple = ()
+    unstable: bool = False
 
     @property
     def host_inflation(self) -> float:
@@ -85,7 +91,9 @@ class Calibration:
                 "host_time_added_by_profiler": round(self.host_inflation, 4),
                 "unprofiled_iterations": int(self.measured_iterations),
                 "host_scale_from": "fit" if self.host_fitted else "estimate", "detail": self.detail,
-                **({"warning": self.warning} if self.warning else {})}
+                **({"warning": self.warning} if self.warning else {}),
+                **({"run_medians_ns": [int(round(m)) for m in self.run_medians], "unstable": True}
+                   if self.unstable else {})}
 
 
 def unprofiled_runs(meta_text: Optional[str], delimiter: Optional[str]) -> list[np.ndarray]:
@@ -159,12 +167,14 @@ def calibrate(graph: StepGraph, meta_text: Optional[str] = None,
         s = cache.setdefault(prior, sim(prior))
         why = (f"the run without the profiler took {target / 1e6:.2f} ms an iteration, longer than "
                f"the profiled run's {profiled / 1e6:.2f} ms on the CPU side, which the profiler "
-               "cannot cause: the machine's speed changed between the runs (capture again on a "
-               "quiet machine)")
+               "cannot cause: the machine's speed changed between the runs, or the program's own "
+               "speed varies (capture again on a quiet machine, with --calibrate-runs 3)")
         return Calibration("estimated", prior, profiled, at1.iteration_ns, s.iteration_ns,
                            s.iteration_ns, f"{why}; {TRACE_COST_NS / 1e3:.1f} us of tracing cost per "
-                           "CUDA call taken off the CPU time instead", len(target_periods),
-                           warning=f"calibration not used: {why}"), s
+                           "CUDA call taken off the CPU time instead, and the prices also given at "
+                           "the speed of each run without the profiler", len(target_periods),
+                           warning=f"calibration not used for the main price: {why}",
+                           run_medians=tuple(medians), unstable=True), s
     detail = (f"median of {len(target_periods)} iterations of `{graph.window.delimiter}` timed "
               "without a profiler" if len(runs) == 1 else
               f"median of {len(runs)} runs without a profiler ({len(target_periods)} iterations of "
@@ -185,7 +195,8 @@ def calibrate(graph: StepGraph, meta_text: Optional[str] = None,
     # GPU-paced replay any scale up to some bound fits, and the estimate stands.
     fitted = not unreachable and f(h) > f(MIN_HOST) * (1 + TOLERANCE)
     return Calibration("measured", h, profiled, at1.iteration_ns, target, f(h), detail,
-                       len(target_periods), fitted, warning=spread), cache[h]
+                       len(target_periods), fitted, warning=spread, run_medians=tuple(medians),
+                       unstable=bool(spread)), cache[h]
 
 
 def fit_host(sim: Callable[[float], Schedule], target: float, prior: float,

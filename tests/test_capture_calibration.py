@@ -1,0 +1,76 @@
+"""A program whose own speed varies: a calibration run slower than the profiled run (which tracing
+cannot cause) brings a second calibration run, and the prices are given over both runs' speeds.
+Without Nsight or a GPU: the fake nsys of test_capture.py and a synthetic trace."""
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from profkit.capture import runner as cap
+from synth import TID, make_trace
+from test_capture import _invoke, _script, tools  # noqa: F401 - the fixture
+
+STEPS = """
+import sys, time
+import nvtx
+for i in range(int(sys.argv[1])):
+    with nvtx.annotate("step"):
+        time.sleep(0.002)
+"""
+
+
+def _calibration(period_ns: int, n: int = 20) -> str:
+    ranges = [{"name": "step", "start_ns": i * period_ns, "end_ns": i * period_ns + period_ns // 2,
+               "gpu_ns": None} for i in range(n)]
+    return json.dumps({"format": "profkit-calibration/1", "ranges": ranges})
+
+
+def _profiled(tmp_path: Path, period_ns: int, n: int = 20) -> Path:
+    return make_trace(tmp_path / "t.sqlite", strings={1: "k", 3: "step", 9: "cudaLaunchKernel"},
+                      kernels=[(i * period_ns + 100, i * period_ns + 200, i + 1, 1) for i in range(n)],
+                      runtime=[(i * period_ns + 10, i * period_ns + 50, i + 1) for i in range(n)],
+                      nvtx=[(i * period_ns, i * period_ns + period_ns // 2, "step", TID) for i in range(n)])
+
+
+@pytest.mark.parametrize("calibrated_ms,slower", [(12.0, True), (10.2, False), (7.0, False)])
+def test_a_calibration_run_is_slower_only_past_the_slack(tmp_path, calibrated_ms, slower):
+    trace = _profiled(tmp_path, 10_000_000)
+    got = cap.calibration_slower(_calibration(int(calibrated_ms * 1e6)), trace)
+    assert (got is not None) == slower
+    if slower:
+        assert got == (pytest.approx(12e6), pytest.approx(10e6))
+
+
+def test_no_verdict_without_iterations_on_either_side(tmp_path):
+    trace = _profiled(tmp_path, 10_000_000)
+    assert cap.calibration_slower(json.dumps({"ranges": []}), trace) is None
+    assert cap.calibration_slower("not json", trace) is None
+
+
+def test_a_slower_calibration_run_brings_a_second_one(tools, monkeypatch):
+    # the fake nsys's trace has 100 ns steps: every run of the script (2 ms a step) is slower
+    monkeypatch.setenv("FAKE_KERNELS", json.dumps([["void k(int)", "k", "step"]] * 12))
+    _script(tools.work / "steps.py", STEPS)
+    r = _invoke(["steps.py", "60"])
+    assert r.exit_code == 0, r.stderr
+    assert "a second calibration run after the profiled one" in r.stderr
+    assert "calibration run 2 (no profiler)" in r.stderr
+    meta = dict(sqlite3.connect(tools.work / "steps.sqlite").execute("SELECT key, value FROM PROFKIT_META"))
+    runs = json.loads(meta["calibration"])["runs"]
+    # the first ran the script's 60 steps; the second, short, is cut after SECOND_RUN_ITERATIONS
+    assert len(runs) == 2 and len(runs[0]["ranges"]) == 60 and "cut" not in runs[0]
+    assert runs[1]["cut"] == {"range": "step", "iterations": cap.SECOND_RUN_ITERATIONS}
+    assert len(runs[1]["ranges"]) == cap.SECOND_RUN_ITERATIONS
+
+
+def test_calibrate_runs_given_is_left_as_asked(tools, monkeypatch):
+    monkeypatch.setenv("FAKE_KERNELS", json.dumps([["void k(int)", "k", "step"]] * 12))
+    _script(tools.work / "steps.py", STEPS)
+    r = _invoke(["--calibrate-runs", "2", "steps.py", "10"])
+    assert r.exit_code == 0, r.stderr
+    assert "calibration run 2 (no profiler)" not in r.stderr
+    meta = dict(sqlite3.connect(tools.work / "steps.sqlite").execute("SELECT key, value FROM PROFKIT_META"))
+    assert len(json.loads(meta["calibration"])["runs"]) == 2

@@ -6,9 +6,9 @@ their scores are turned into Python results.
 The tokenizer is an HF ``tokenizers`` WordPiece (BERT's normaliser and pre-tokeniser, [CLS]/[SEP]
 template, truncation at 128 tokens) trained at start-up on synthetic text: 5,000 pseudo-words
 with Zipf frequencies, no files. The requests are 16 batches of synthetic documents (40 to 160
-words each, like reviews or support tickets) served in turn. Per batch the loop encodes each document with ``tokenizer.encode``
-in a Python loop, pads the id lists to 128 by hand, and builds the tensors with
-``torch.tensor(...).to("cuda")``.
+words each, like reviews or support tickets) served in turn. Per batch the loop encodes each
+document with ``tokenizer.encode`` in a Python loop, pads the id lists to 128 by hand, and
+builds the tensors with ``torch.tensor(...).to("cuda")``.
 
 Each batch is an NVTX range ``infer`` holding ``tokenize``, ``forward`` and ``postprocess``.
 

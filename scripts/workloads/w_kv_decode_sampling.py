@@ -34,7 +34,6 @@ Fixes:
 from __future__ import annotations
 
 import itertools
-import math
 from typing import Callable, Optional
 
 import torch

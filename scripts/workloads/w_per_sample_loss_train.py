@@ -103,7 +103,7 @@ def build(args, fixes: set[str], dev: torch.device) -> Callable[[], torch.Tensor
 
     def batch() -> tuple[torch.Tensor, torch.Tensor]:
         x = torch.randn(n_ids * per_id, 3, h, w, device=dev)
-        y = torch.randperm(ids, device=dev)[:n_ids].repeat_interleave(per_id)  # P x K sampling
+        y = torch.randperm(ids, device=dev)[:n_ids, None].expand(n_ids, per_id).reshape(-1)  # P x K sampling
         return x, y
 
     if not graph:

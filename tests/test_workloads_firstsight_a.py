@@ -1,4 +1,4 @@
-"""The first-sight what-if programs of set A (scripts/workloads/registry_firstsight_a.py) on the
+"""The first-sight what-if programs of set A (scripts/whatif/programs_firstsight_a.py) on the
 CPU: each program's own loop and one --interleave run on its --small model, in this process,
 and the registry's entries checked against the programs they name."""
 from __future__ import annotations
@@ -16,7 +16,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 WORKLOADS = ROOT / "scripts" / "workloads"
 sys.path.insert(0, str(WORKLOADS))
-from registry_firstsight_a import PROGRAMS  # noqa: E402
+sys.path.insert(0, str(WORKLOADS.parent))
+from whatif.programs_firstsight_a import PROGRAMS  # noqa: E402
 
 # (script, the libraries it needs besides torch, the variants interleaved)
 CASES = [

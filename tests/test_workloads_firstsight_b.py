@@ -1,4 +1,4 @@
-"""The ten first-sight corpus programs of scripts/workloads/registry_firstsight_b.py on the CPU: each
+"""The ten first-sight corpus programs of scripts/whatif/programs_firstsight_b.py on the CPU: each
 program's own loop and one --interleave run, in-process (``main()`` under a patched
 ``sys.argv``), with stand-ins where a library is absent (torchvision, timm) or too slow on a CPU
 (Inductor's compilation); and the registry checked against the programs' own fix lists."""
@@ -17,7 +17,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 WORKLOADS = ROOT / "scripts" / "workloads"
 sys.path.insert(0, str(WORKLOADS))
-import registry_firstsight_b as registry  # noqa: E402
+sys.path.insert(0, str(WORKLOADS.parent))
+import whatif.programs_firstsight_b as registry  # noqa: E402
 
 
 def _declared(script: Path, name: str) -> tuple[str, ...]:

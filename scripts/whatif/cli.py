@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from . import __doc__ as overview
-from . import merge, page, registry, store, table, timing
+from . import firstsight, merge, page, registry, store, table, timing
 
 
 def timing_options(p: argparse.ArgumentParser, unit: str, min_left: float, reps_help: str) -> None:
@@ -49,6 +49,10 @@ def main(argv: list[str] | None = None) -> None:
     p = sub.add_parser("page", help="write analyses/whatif.md: predicted against measured (CPU)")
     p.add_argument("--check", action="store_true", help="fail when the committed page is stale")
     p.set_defaults(func=page.cmd_page)
+    p = sub.add_parser("firstsight", help="score each first-sight program's first capture and timed fixes once, "
+                       "with the committed code, into analyses/data/whatif/first_sight.json (CPU)")
+    p.add_argument("--programs", help="comma-separated first-sight programs (default: all not scored yet)")
+    p.set_defaults(func=firstsight.cmd_firstsight)
     p = sub.add_parser("merge", help=f"add a measured.json's reps to {store.MEASURED.relative_to(store.ROOT)} "
                        "as run folders")
     p.add_argument("measured")

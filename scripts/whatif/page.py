@@ -111,13 +111,17 @@ def page_text(measured: dict, load=None) -> str:
                             ("built on (the corpus's first programs, timed while the model was written)",
                              [r for r in pairs if r["role"] == "built on"]),
                             ("no test (later pairs whose miss led to a change: see the rules' --explain)",
-                             [r for r in pairs if r["role"] == "no test"])) if rs],
+                             [r for r in pairs if r["role"] == "no test"]),
+                            ("first sight (programs of kinds the corpus lacked, priced the first time profkit "
+                             "saw them: see *First sight*)", [r for r in pairs if r["role"] == "first sight"]))
+          if rs],
         f"- programs where every measured fix gave under 1.05x and the top action promised 1.10x or more: "
         f"**{len(idle_promise)}**" + (" (" + ", ".join(
             f"{p['program']}: {p['top']['rule']} {p['top']['expected_end_to_end_speedup']:.2f}x, a fix not timed"
             for p in idle_promise) + ")" if idle_promise else ""),
         "",
         resolution_text(pairs),
+        *first_sight_lines(pairs, progs),
         "",
         "## Pairs",
         "",
@@ -154,6 +158,17 @@ def page_text(measured: dict, load=None) -> str:
               "in which the baseline and the fix were timed one after the other; `spread`: the lowest and highest "
               "ratio among them (the host-bound programs vary most between runs of one machine).", ""]
     return "\n".join(lines) + "\n"
+
+
+def first_sight_lines(pairs: list[dict], progs: list[dict]) -> list[str]:
+    """The first-sight section (firstsight.section), today's score from this page's own rows."""
+    from .firstsight import judged, registered, section
+    names = {p["name"] for p in registered()}
+    if not names:
+        return []
+    today = {p["program"]: judged(p, [r for r in pairs if r["program"] == p["program"]])
+             for p in progs if p["program"] in names}
+    return section(today)
 
 
 def both_ways_text(pairs: list[dict]) -> list[str]:

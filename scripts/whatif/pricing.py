@@ -44,9 +44,10 @@ def predicted(prof, code: str | None, key: str | None, at: tuple | None = None) 
     return 1.0, f"{code} does not fire"
 
 
-def page_rows(measured: dict, load=None) -> tuple[list[dict], list[dict]]:
+def page_rows(measured: dict, load=None, only: set[str] | None = None) -> tuple[list[dict], list[dict]]:
     """Per pair and per program, what the page says; ``load``: how a trace is loaded (default
-    profkit.load; the tests hand in their shared, already judged Profiles)."""
+    profkit.load; the tests hand in their shared, already judged Profiles); ``only``: these
+    programs alone."""
     import profkit
     load = load or profkit.load
     meas = measured_speedups(measured)
@@ -54,6 +55,8 @@ def page_rows(measured: dict, load=None) -> tuple[list[dict], list[dict]]:
     pairs, progs = [], []
     for prog in registry.PROGRAMS:
         name = prog["name"]
+        if only is not None and name not in only:
+            continue
         trace = TRACES.get(name)
         if trace is None or not (ROOT / trace).exists():
             continue
@@ -94,6 +97,8 @@ def page_rows(measured: dict, load=None) -> tuple[list[dict], list[dict]]:
                 errors.append(gain / price - 1.0)
             return float(statistics.median(prices)), float(statistics.median(errors)), why
 
+        if name not in measured["runs"]:
+            continue  # captured, its fixes not timed yet
         for fix in prog["fixes"]:
             if (name, fix) not in meas:
                 continue

@@ -34,13 +34,18 @@ from __future__ import annotations
 
 import argparse
 
-from . import programs_first, programs_models
+from . import programs_first, programs_firstsight_a, programs_firstsight_b, programs_models
 
 PROGRAMS: list[dict] = [
     *programs_first.PROGRAMS,
     *programs_models.PROGRAMS,
     *programs_first.LISTED_LAST,
+    # kinds the corpus lacked, scored the first time profkit sees them (firstsight.py)
+    *programs_firstsight_a.PROGRAMS,
+    *programs_firstsight_b.PROGRAMS,
 ]
+for _p in (*programs_firstsight_a.PROGRAMS, *programs_firstsight_b.PROGRAMS):
+    _p["first_sight"] = True
 
 
 def variants(prog: dict, only: set[str] | None = None) -> list[tuple[str, list[str], dict]]:

@@ -54,10 +54,15 @@ NO_TEST = {
 
 
 def role(prog: str, fix: str) -> str:
-    """What the pair is evidence of: "built on", "no test" or "test" (see BUILT_ON, NO_TEST)."""
+    """What the pair is evidence of: "built on", "no test", "first sight" (a program of
+    programs_firstsight_*.py, scored the first time profkit saw it: firstsight.py) or "test"
+    (see BUILT_ON, NO_TEST)."""
+    from .registry import PROGRAMS
     if prog in BUILT_ON:
         return "built on"
-    return "no test" if (prog, fix) in NO_TEST else "test"
+    if (prog, fix) in NO_TEST:
+        return "no test"
+    return "first sight" if any(p["name"] == prog and p.get("first_sight") for p in PROGRAMS) else "test"
 
 
 # (program, fix) -> (the rule that proposes it, or rules joined by + for a fix that does what
@@ -119,4 +124,56 @@ FIX_RULES = {
     ("mobilenet_v3_b4_infer", "cuda_graph"): ("PK103", "cuda_graph_speedup"),
     ("generate_qwen2", "static"): ("PK103", "compile_pieces_speedup"),
     ("generate_qwen2", "graphs"): ("PK103", "compile_pieces_speedup"),
+    # The first-sight programs (programs_firstsight_*.py): which rule proposes each fix, written
+    # with the programs, before their first capture, by what the fix does (a sync kept on the GPU:
+    # PK101; workers or prepared data: PK102; graphs and compile: PK103, by the variant; a copy:
+    # PK104; a fused optimizer: PK201; a precision: PK302; a memory format: PK305; SDPA: PK301).
+    # A fix no rule proposes (sparse gradients, a vectorised loss, a CSR matmul, no checkpointing,
+    # bigger micro-batches, a batched tokenizer) is priced 1.00x.
+    ("recsys_embbag_train", "fused_adam"): ("PK201", None), ("recsys_embbag_train", "sparse"): (None, None),
+    ("recsys_embbag_train", "bf16"): ("PK302", "bf16_speedup"),
+    ("moe_routing_train", "capacity"): ("PK101", None), ("moe_routing_train", "compile"): ("PK103", "fusion_speedup"),
+    ("moe_routing_train", "fused_adamw"): ("PK201", None),
+    ("kv_decode_sampling", "prealloc"): (None, None), ("kv_decode_sampling", "check_every_16"): ("PK101", None),
+    ("kv_decode_sampling", "graph"): ("PK103", "pieces_speedup"),
+    ("handwritten_attention_train", "sdpa"): ("PK301", None),
+    ("handwritten_attention_train", "compile"): ("PK103", "fusion_speedup"),
+    ("handwritten_attention_train", "fused_adamw"): ("PK201", None),
+    ("eval_metrics_host", "argmax_gpu"): ("PK104", "reduce_on_gpu_speedup"),
+    ("eval_metrics_host", "pinned"): ("PK104", "pinned_speedup"),
+    ("eval_metrics_host", "metrics_gpu"): ("PK104", "reduce_on_gpu_speedup"),
+    ("per_sample_loss_train", "vectorized"): (None, None),
+    ("per_sample_loss_train", "graph"): ("PK103", "cuda_graph_speedup"),
+    ("per_sample_loss_train", "compile"): ("PK103", "fusion_speedup"),
+    ("grad_accum_fp16_train", "bf16"): (None, None), ("grad_accum_fp16_train", "bigger_micro"): (None, None),
+    ("grad_accum_fp16_train", "no_item"): ("PK101", None), ("grad_accum_fp16_train", "fused_adamw"): ("PK201", None),
+    ("grad_checkpoint_train", "no_checkpointing"): (None, None), ("grad_checkpoint_train", "fused_adamw"): ("PK201", None),
+    ("cpu_tokenize_infer", "encode_batch"): (None, None), ("cpu_tokenize_infer", "workers"): ("PK102", None),
+    ("cpu_tokenize_infer", "pretokenized"): ("PK102", None),
+    ("tuned_gpt_train", "reduce_overhead"): ("PK103", "cuda_graph_speedup"), ("tuned_gpt_train", "tf32"): ("PK302", None),
+    ("tuned_gpt_train", "expandable_segments"): (None, None),
+    ("detection_postproc_infer", "batched_nms"): ("PK101", None),
+    ("detection_postproc_infer", "bf16_channels_last"): ("PK305", "bf16_channels_last_speedup"),
+    ("detection_postproc_infer", "graph"): ("PK103", "pieces_speedup"),
+    ("unet_diffusion_sample", "channels_last"): ("PK305", "channels_last_speedup"),
+    ("unet_diffusion_sample", "sdpa"): ("PK301", None), ("unet_diffusion_sample", "graph"): ("PK103", "cuda_graph_speedup"),
+    ("unet_diffusion_sample", "compile"): ("PK103", "fusion_speedup"),
+    ("speech_conformer_train", "bf16"): ("PK302", "bf16_speedup"), ("speech_conformer_train", "fused_adamw"): ("PK201", None),
+    ("speech_conformer_train", "compile"): ("PK103", "fusion_speedup"), ("speech_conformer_train", "sorted_lengths"): (None, None),
+    ("gnn_scatter_train", "csr_spmm"): (None, None), ("gnn_scatter_train", "bf16"): ("PK302", "bf16_speedup"),
+    ("gnn_scatter_train", "fused_adam"): ("PK201", None),
+    ("video_r3d_train", "channels_last_3d"): ("PK305", "channels_last_speedup"),
+    ("video_r3d_train", "bf16_channels_last_3d"): ("PK305", "bf16_channels_last_speedup"),
+    ("video_r3d_train", "cudnn_benchmark"): (None, None), ("video_r3d_train", "tf32"): ("PK302", None),
+    ("item_loss_small_train", "no_item"): ("PK101", None),
+    ("item_loss_small_train", "compile_graphs"): ("PK103", "compile_pieces_speedup"),
+    ("item_loss_small_train", "graph"): ("PK103", "pieces_speedup"),
+    ("d2h_logits_numpy", "argmax_gpu"): ("PK104", "reduce_on_gpu_speedup"),
+    ("d2h_logits_numpy", "pinned"): ("PK104", "pinned_speedup"), ("d2h_logits_numpy", "half_copy"): (None, None),
+    ("compiled_step_train", "reduce_overhead"): ("PK103", "cuda_graph_speedup"),
+    ("compiled_step_train", "fused_adamw"): ("PK201", None),
+    ("ema_timm_train", "foreach_ema"): (None, None), ("ema_timm_train", "fused_adamw"): ("PK201", None),
+    ("ema_timm_train", "bf16"): ("PK302", "bf16_speedup"),
+    ("contrastive_clip_train", "clamp_on_gpu"): ("PK101", None), ("contrastive_clip_train", "bf16"): ("PK302", "bf16_speedup"),
+    ("contrastive_clip_train", "fused_adamw"): ("PK201", None),
 }

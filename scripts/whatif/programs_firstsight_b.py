@@ -2,7 +2,7 @@
 corpus lacked: detection post-processing, diffusion sampling, speech CTC, GNN message passing,
 video 3-D convolutions, a host-bound small model, a large device-to-host copy, an already
 compiled step, an EMA loop and contrastive training), in the format of ``PROGRAMS`` in
-scripts/whatif_accuracy.py: name, script (from the repository root), args, capture_args,
+scripts/whatif/registry.py: name, script (from the repository root), args, capture_args,
 step_range, kind, interleave, fixes {args, pays, what, compiles}, expect.
 
 pays: True (expected > 1.05x), False (expected < 1.05x), None (not sure). The expectations were
@@ -26,7 +26,7 @@ def _fix(name: str, pays, what: str, compiles: bool = False) -> dict:
 
 PROGRAMS: list[dict] = [
     {
-        "name": "detection_postproc_infer", "script": f"{W}/w_detection_postproc_infer.py", "args": [],
+        "name": "detection_postproc_infer", "family": "detection with host post-processing", "script": f"{W}/w_detection_postproc_infer.py", "args": [],
         "capture_args": ["--steps", "40"],
         "step_range": "infer", "kind": "inference", "interleave": "all",
         "fixes": {
@@ -55,7 +55,7 @@ PROGRAMS: list[dict] = [
         },
     },
     {
-        "name": "unet_diffusion_sample", "script": f"{W}/w_unet_diffusion_sample.py", "args": [],
+        "name": "unet_diffusion_sample", "family": "diffusion UNet sampling", "script": f"{W}/w_unet_diffusion_sample.py", "args": [],
         "capture_args": ["--steps", "60"],
         "step_range": "denoise_step", "kind": "inference", "interleave": "all",
         "fixes": {
@@ -82,7 +82,7 @@ PROGRAMS: list[dict] = [
         },
     },
     {
-        "name": "speech_conformer_train", "script": f"{W}/w_speech_conformer_train.py", "args": [],
+        "name": "speech_conformer_train", "family": "speech: Conformer, CTC", "script": f"{W}/w_speech_conformer_train.py", "args": [],
         "capture_args": ["--steps", "30"],
         "step_range": "train_step", "kind": "training", "interleave": "all",
         "fixes": {
@@ -108,7 +108,7 @@ PROGRAMS: list[dict] = [
         },
     },
     {
-        "name": "gnn_scatter_train", "script": f"{W}/w_gnn_scatter_train.py", "args": [],
+        "name": "gnn_scatter_train", "family": "GNN: scatter / index_add", "script": f"{W}/w_gnn_scatter_train.py", "args": [],
         "capture_args": ["--steps", "30"],
         "step_range": "train_step", "kind": "training", "interleave": "all",
         "fixes": {
@@ -129,7 +129,7 @@ PROGRAMS: list[dict] = [
         },
     },
     {
-        "name": "video_r3d_train", "script": f"{W}/w_video_r3d_train.py", "args": [],
+        "name": "video_r3d_train", "family": "video: 3-D convolutions", "script": f"{W}/w_video_r3d_train.py", "args": [],
         "capture_args": ["--steps", "30"],
         "step_range": "train_step", "kind": "training",
         "interleave": ["channels_last_3d", "bf16_channels_last_3d", "tf32"],
@@ -155,7 +155,7 @@ PROGRAMS: list[dict] = [
         },
     },
     {
-        "name": "item_loss_small_train", "script": f"{W}/w_item_loss_small_train.py", "args": [],
+        "name": "item_loss_small_train", "family": "a sync every step on a small model", "script": f"{W}/w_item_loss_small_train.py", "args": [],
         "capture_args": ["--steps", "60"],
         "step_range": "train_step", "kind": "training", "interleave": "all",
         "fixes": {
@@ -177,7 +177,7 @@ PROGRAMS: list[dict] = [
         },
     },
     {
-        "name": "d2h_logits_numpy", "script": f"{W}/w_d2h_logits_numpy.py", "args": [],
+        "name": "d2h_logits_numpy", "family": "device-to-host logits for numpy", "script": f"{W}/w_d2h_logits_numpy.py", "args": [],
         "capture_args": ["--steps", "30"],
         "step_range": "score_batch", "kind": "inference", "interleave": "all",
         "fixes": {
@@ -200,7 +200,7 @@ PROGRAMS: list[dict] = [
         },
     },
     {
-        "name": "compiled_step_train", "script": f"{W}/w_compiled_step_train.py", "args": [],
+        "name": "compiled_step_train", "family": "already compiled step", "script": f"{W}/w_compiled_step_train.py", "args": [],
         "capture_args": ["--steps", "30"],
         "step_range": "train_step", "kind": "training", "compiles": True, "interleave": "all",
         "fixes": {
@@ -216,7 +216,7 @@ PROGRAMS: list[dict] = [
         },
     },
     {
-        "name": "ema_timm_train", "script": f"{W}/w_ema_timm_train.py", "args": [],
+        "name": "ema_timm_train", "family": "EMA of the weights in a Python loop", "script": f"{W}/w_ema_timm_train.py", "args": [],
         "capture_args": ["--steps", "40"],
         "step_range": "train_step", "kind": "training", "interleave": "all",
         "fixes": {
@@ -237,7 +237,7 @@ PROGRAMS: list[dict] = [
         },
     },
     {
-        "name": "contrastive_clip_train", "script": f"{W}/w_contrastive_clip_train.py", "args": [],
+        "name": "contrastive_clip_train", "family": "contrastive two-tower training", "script": f"{W}/w_contrastive_clip_train.py", "args": [],
         "capture_args": ["--steps", "30"],
         "step_range": "train_step", "kind": "training", "interleave": "all",
         "fixes": {

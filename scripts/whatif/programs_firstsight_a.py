@@ -2,7 +2,7 @@
 (a recommender, a mixture of experts, sampling with a KV cache, hand-written attention, a
 host-side evaluation loop, a per-sample loss, gradient accumulation in fp16, gradient
 checkpointing, CPU tokenisation, and a step with little left to gain), in the format of
-``PROGRAMS`` in ``scripts/whatif_accuracy.py``.
+``PROGRAMS`` in ``scripts/whatif/registry.py``.
 
 ``expect`` holds the expectation written with the programs, before any of them ran on an H200:
 iteration times are estimates from their FLOPs, bytes and launch counts, not measurements.
@@ -14,7 +14,7 @@ W = "scripts/workloads"
 
 PROGRAMS: list[dict] = [
     {
-        "name": "recsys_embbag_train", "script": f"{W}/w_recsys_embbag_train.py", "args": [],
+        "name": "recsys_embbag_train", "family": "recommendation: EmbeddingBag tables, Adam", "script": f"{W}/w_recsys_embbag_train.py", "args": [],
         "interleave": "all",
         "capture_args": ["--steps", "40"],
         "step_range": "train_step", "kind": "training",
@@ -37,7 +37,7 @@ PROGRAMS: list[dict] = [
         },
     },
     {
-        "name": "moe_routing_train", "script": f"{W}/w_moe_routing_train.py", "args": [],
+        "name": "moe_routing_train", "family": "mixture of experts: nonzero routing", "script": f"{W}/w_moe_routing_train.py", "args": [],
         "interleave": "all",
         "capture_args": ["--steps", "40"],
         "step_range": "train_step", "kind": "training",
@@ -63,7 +63,7 @@ PROGRAMS: list[dict] = [
         },
     },
     {
-        "name": "kv_decode_sampling", "script": f"{W}/w_kv_decode_sampling.py", "args": [],
+        "name": "kv_decode_sampling", "family": "KV-cache decode with sampling and stopping", "script": f"{W}/w_kv_decode_sampling.py", "args": [],
         "interleave": "all",
         "capture_args": ["--steps", "60"],
         "step_range": "decode", "kind": "decode",
@@ -90,7 +90,7 @@ PROGRAMS: list[dict] = [
         },
     },
     {
-        "name": "handwritten_attention_train", "script": f"{W}/w_handwritten_attention_train.py", "args": [],
+        "name": "handwritten_attention_train", "family": "hand-written attention", "script": f"{W}/w_handwritten_attention_train.py", "args": [],
         "interleave": "all",
         "capture_args": ["--steps", "30"],
         "step_range": "train_step", "kind": "training",
@@ -114,7 +114,7 @@ PROGRAMS: list[dict] = [
         },
     },
     {
-        "name": "eval_metrics_host", "script": f"{W}/w_eval_metrics_host.py", "args": [],
+        "name": "eval_metrics_host", "family": "evaluation with host-side metrics", "script": f"{W}/w_eval_metrics_host.py", "args": [],
         "interleave": "all",
         "capture_args": ["--steps", "40"],
         "step_range": "eval_batch", "kind": "inference",
@@ -138,7 +138,7 @@ PROGRAMS: list[dict] = [
         },
     },
     {
-        "name": "per_sample_loss_train", "script": f"{W}/w_per_sample_loss_train.py", "args": [],
+        "name": "per_sample_loss_train", "family": "a Python loop over samples in the loss", "script": f"{W}/w_per_sample_loss_train.py", "args": [],
         "interleave": "all",
         "capture_args": ["--steps", "40"],
         "step_range": "train_step", "kind": "training",
@@ -163,7 +163,7 @@ PROGRAMS: list[dict] = [
         },
     },
     {
-        "name": "grad_accum_fp16_train", "script": f"{W}/w_grad_accum_fp16_train.py", "args": [],
+        "name": "grad_accum_fp16_train", "family": "gradient accumulation, fp16 with GradScaler", "script": f"{W}/w_grad_accum_fp16_train.py", "args": [],
         "interleave": "all",
         "capture_args": ["--steps", "30"],
         "step_range": "train_step", "kind": "training",
@@ -190,7 +190,7 @@ PROGRAMS: list[dict] = [
         },
     },
     {
-        "name": "grad_checkpoint_train", "script": f"{W}/w_grad_checkpoint_train.py", "args": [],
+        "name": "grad_checkpoint_train", "family": "gradient checkpointing", "script": f"{W}/w_grad_checkpoint_train.py", "args": [],
         "interleave": "all",
         "capture_args": ["--steps", "30"],
         "step_range": "train_step", "kind": "training",
@@ -210,7 +210,7 @@ PROGRAMS: list[dict] = [
         },
     },
     {
-        "name": "cpu_tokenize_infer", "script": f"{W}/w_cpu_tokenize_infer.py", "args": [],
+        "name": "cpu_tokenize_infer", "family": "CPU tokenisation in the loop", "script": f"{W}/w_cpu_tokenize_infer.py", "args": [],
         "interleave": ["encode_batch", "pretokenized"],
         "capture_args": ["--steps", "40"],
         "step_range": "infer", "kind": "data",
@@ -234,7 +234,7 @@ PROGRAMS: list[dict] = [
         },
     },
     {
-        "name": "tuned_gpt_train", "script": f"{W}/w_tuned_gpt_train.py", "args": [],
+        "name": "tuned_gpt_train", "family": "already tuned: compiled, bf16, SDPA, fused", "script": f"{W}/w_tuned_gpt_train.py", "args": [],
         "interleave": ["reduce_overhead", "tf32"],
         "capture_args": ["--steps", "40"],
         "step_range": "train_step", "kind": "training", "compiles": True,  # the baseline too

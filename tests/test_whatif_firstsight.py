@@ -1,0 +1,70 @@
+"""First-sight scoring (scripts/whatif/firstsight.py): a program is scored once, with the committed
+code, and that record is never rewritten; the page shows it with today's score beside it. A
+committed corpus program stands in for a first-sight one (no first-sight program has a committed
+capture yet)."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from whatif import firstsight, page, pricing, registry, store  # noqa: E402
+
+
+@pytest.fixture
+def stand_in(monkeypatch, tmp_path):
+    """sync_loop marked first-sight; the record in a temporary file; the commit a fixed name."""
+    progs = [{**p, "first_sight": True} if p["name"] == "sync_loop" else p for p in registry.PROGRAMS]
+    monkeypatch.setattr(registry, "PROGRAMS", progs)
+    monkeypatch.setattr(firstsight, "FIRST", tmp_path / "first_sight.json")
+    monkeypatch.setattr(firstsight, "_commit", lambda: "c0ffee" * 6 + "abcd")
+    return tmp_path / "first_sight.json"
+
+
+def test_a_program_is_scored_once_and_the_record_kept(stand_in, capsys):
+    args = argparse.Namespace(programs="sync_loop")
+    firstsight.cmd_firstsight(args)
+    rec = json.loads(stand_in.read_text())["programs"]["sync_loop"]
+    assert rec["commit"].startswith("c0ffee") and rec["top"]["code"]
+    # its pairs are the page's: the fixes timed, each with its price and error
+    assert {p["fix"] for p in rec["pairs"]} == {"no_sync", "graph"}
+    assert all(p["measured"] > 0 and p["predicted"] >= 1.0 for p in rec["pairs"])
+    assert isinstance(rec["top_right"], bool) and isinstance(rec["top_step_within"], bool)
+    before = stand_in.read_text()
+    firstsight.cmd_firstsight(args)
+    assert "already: first sight happens once" in capsys.readouterr().out
+    assert stand_in.read_text() == before
+
+
+def test_the_page_shows_the_record_and_todays_score(stand_in):
+    firstsight.cmd_firstsight(argparse.Namespace(programs="sync_loop"))
+    rec = json.loads(stand_in.read_text())["programs"]["sync_loop"]
+    # a record made by an earlier profkit: its top action said otherwise
+    rec["top_right"] = not rec["top_right"]
+    stand_in.write_text(json.dumps({"programs": {"sync_loop": rec}}))
+    lines = page.first_sight_lines(*pricing.page_rows(json.loads(store.MEASURED.read_text()),
+                                                      only={"sync_loop"}))
+    text = "\n".join(lines)
+    assert "## First sight: programs profkit had not seen" in text
+    row = next(ln for ln in lines if ln.startswith("| sync_loop |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    # scored at the record's commit; the record's verdict and today's differ, both shown
+    assert cells[2].startswith("c0ffeec0ff") and cells[5] != cells[9]
+
+
+def test_unknown_programs_are_refused(stand_in):
+    with pytest.raises(SystemExit, match="not first-sight programs: nope"):
+        firstsight.cmd_firstsight(argparse.Namespace(programs="nope"))
+
+
+def test_every_registered_first_sight_fix_names_its_rule_before_its_capture():
+    from whatif.roles import FIX_RULES
+    first = [p for p in registry.PROGRAMS if p.get("first_sight")]
+    assert len(first) >= 20 and len({p["family"] for p in first}) >= 12
+    assert [(p["name"], f) for p in first for f in p["fixes"] if (p["name"], f) not in FIX_RULES] == []

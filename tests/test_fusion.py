@@ -89,3 +89,4 @@ def test_the_optimizer_and_library_kernels_are_no_candidates():
     assert not cand[rng == "optimizer"].any()
     assert not cand[np.char.find(names.astype(str), "nvjet") >= 0].any()
     assert cand.sum() > 0.5 * ((g.g_kind == 0) & (g.g_call >= 0) & (rng != "optimizer")).sum()
+

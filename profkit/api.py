@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from functools import cached_property
 from pathlib import Path
-from typing import Optional
+from typing import Collection, Optional
 
 import numpy as np
 import pandas as pd
@@ -138,8 +138,8 @@ class Profile:
         model = self.step_model()
         return 0.0 if self.gains == "gpu" else (model.host if model else 1.0)
 
-    def findings_at(self, unprofiled_iteration_ns: float,
-                    issue_ns: Optional[float] = None) -> tuple[list, float]:
+    def findings_at(self, unprofiled_iteration_ns: float, issue_ns: Optional[float] = None,
+                    codes: Optional[Collection[str]] = None) -> tuple[list, float]:
         """Every rule's findings priced for the program as it ran in another unprofiled run, whose
         median iteration was ``unprofiled_iteration_ns`` (the same program timed on another
         machine, or another day): the step model is calibrated to it as to the capture's own
@@ -147,22 +147,28 @@ class Profile:
         pace, its period shows nothing of the CPU's speed: ``issue_ns``, the host's time to issue
         one iteration in that run while nothing blocks it (not waited for), gives the scale then
         (calibrate.host_from_issue).
+        ``codes``: those rules' findings alone (a harness that prices one fix at many baselines).
         Returns (findings, CPU scale); the profile's own findings are left as they are."""
         from profkit.run.step.calibrate import MIN_HOST, TOLERANCE, estimated_host, fit_host, host_from_issue
         model = self.step_model()
         self.run()
         if model is None or self.gains == "gpu":
             return self.findings(), self.pricing_host
-        sim = lambda h: model.simulate(host=h)  # noqa: E731
-        host, _ = fit_host(sim, float(unprofiled_iteration_ns),
-                           min(model.host, estimated_host(model.graph)) if model.calibration.source
-                           == "measured" else model.host)
-        if issue_ns and sim(host).iteration_ns <= sim(MIN_HOST).iteration_ns * (1 + TOLERANCE):
-            # GPU-paced at that scale: the period fits any CPU fast enough; the issue time says which
-            host = host_from_issue(model.graph, float(issue_ns), float(unprofiled_iteration_ns), sim) or host
+        fitted = self.__dict__.setdefault("_host_at", {})  # one fit per run priced at
+        key = (float(unprofiled_iteration_ns), issue_ns)
+        if key not in fitted:
+            sim = lambda h: model.simulate(host=h)  # noqa: E731
+            host, _ = fit_host(sim, float(unprofiled_iteration_ns),
+                               min(model.host, estimated_host(model.graph)) if model.calibration.source
+                               == "measured" else model.host)
+            if issue_ns and sim(host).iteration_ns <= sim(MIN_HOST).iteration_ns * (1 + TOLERANCE):
+                # GPU-paced at that scale: the period fits any CPU fast enough; the issue time says which
+                host = host_from_issue(model.graph, float(issue_ns), float(unprofiled_iteration_ns), sim) or host
+            fitted[key] = host
+        host = fitted[key]
         self.__dict__["_host_override"] = host
         try:
-            return rules.evaluate(self, self._run), host
+            return rules.evaluate(self, self._run, codes), host
         finally:
             self.__dict__["_host_override"] = None
 

@@ -74,10 +74,12 @@ def page_rows(measured: dict, load=None, only: set[str] | None = None) -> tuple[
 
         def price_at(code: str | None, key: str | None, base_ns: float,
                      issue_ns: float | None = None) -> tuple[float, str]:
-            # the model calibrated to a timed baseline (findings_at once per baseline)
-            at = (round(base_ns), issue_ns)
+            # the model calibrated to a timed baseline (findings_at once per baseline and rule:
+            # the rules are independent, so the fix's own rules give the same findings)
+            codes = frozenset(code.split("+")) if code else frozenset()
+            at = (round(base_ns), issue_ns, codes)
             if at not in at_timed:
-                at_timed[at] = p.findings_at(base_ns, issue_ns)
+                at_timed[at] = p.findings_at(base_ns, issue_ns, codes)
             return predicted(p, code, key, at_timed[at])
 
         def by_folder(code: str | None, key: str | None, fix: str,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import inspect
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Collection, Optional
 
 from profkit.errors import ProfkitError
 from profkit.judge.rules import (pk101_per_step_sync, pk102_data_loading, pk103_host_overhead,
@@ -55,12 +55,15 @@ def explain(code_or_name: str) -> str:
             + (f"\nQuiet on\n    {m.quiet_on}" if m.quiet_on else "") + "\n")
 
 
-def evaluate(prof: ProfileView, run: RunSummary) -> list[Finding]:
+def evaluate(prof: ProfileView, run: RunSummary, codes: Optional[Collection[str]] = None) -> list[Finding]:
     """Every rule's findings on one profile (the facade's Profile, seen as a ProfileView), best
-    expected gain on wall time first."""
+    expected gain on wall time first; ``codes``: those rules' alone (rules are independent of
+    each other, so their findings are the same as in the full evaluation)."""
     ctx = RuleContext(prof, run)
     out: list[Finding] = []
     for mod in RULES:
+        if codes is not None and mod.RULE.code not in codes:
+            continue
         ctx.priced = []
         found = mod.detect(ctx)
         for f in found:

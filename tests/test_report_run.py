@@ -159,3 +159,11 @@ def test_a_whole_capture_has_no_step_model(llama_run):
     assert 'id="step-model"' not in text and 'id="path-bar"' not in text
     assert "Window: nvtx train_step[1:12] of 12: " in text
     assert "No action is expected to pay off end to end" in text and 'id="run-actions"' in text
+
+
+def test_an_action_priced_over_the_runs_speeds_shows_its_range(llama_run):
+    run = copy.deepcopy(llama_run)
+    run["actions"][0]["range"] = {"lo": 1.31, "hi": 1.70, "runs": 2, "estimate": False}
+    rows = part(run_section(run), '<table id="run-actions">', "</table>").split('<tr data-rank="')[1:]
+    assert "1.31-1.70x at the speeds of the 2 runs without the profiler" in rows[0]
+    assert "runs without the profiler" not in rows[1]

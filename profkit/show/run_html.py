@@ -15,7 +15,7 @@ import re
 from typing import Optional
 
 from profkit.read.text import visible
-from profkit.show.render import PATH_LABELS, fmt_time, wrapped_run_lines
+from profkit.show.render import PATH_LABELS, fmt_time, range_text, wrapped_run_lines
 
 # The wall time's parts, in the order the terminal names them: GPU busy by kernel family, then
 # GPU idle by cause. GPU colours are the page's class colours (the badges of the ops tables).
@@ -214,6 +214,12 @@ def _tried_cell(t: Optional[dict]) -> str:
     return f'<td class="tried">{_t(tried_text(t))}{sub}</td>'
 
 
+def _range_note(a: dict) -> str:
+    """The action's prices over the speeds of the runs without the profiler, where they varied."""
+    r = a.get("range")
+    return f'<br><span class="meta">{_t(range_text(r))}</span>' if r else ""
+
+
 def actions_table(run: dict) -> str:
     acts = run.get("actions") or []
     if not acts:
@@ -226,7 +232,7 @@ def actions_table(run: dict) -> str:
         rows.append(f'<tr data-rank="{i}"><td class="num">{i}</td><td class="act">{_t(a["action"])}'
                     f'<details class="basis"><summary>basis</summary>{_t(a.get("basis", ""))}</details></td>'
                     f'<td class="rule">{_t(rule)}</td>'
-                    f'<td class="num">{float(a["expected_end_to_end_speedup"]):.2f}×</td>'
+                    f'<td class="num">{float(a["expected_end_to_end_speedup"]):.2f}×{_range_note(a)}</td>'
                     f'<td class="num">{f"{it[0]:.2f} → {it[1]:.2f} ms" if it else "-"}</td>'
                     f"{_tried_cell(a.get('tried'))}</tr>\n")
     return ('<div class="wrap"><table id="run-actions">\n<caption class="meta">Ranked by expected gain on the '

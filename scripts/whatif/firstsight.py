@@ -168,6 +168,7 @@ def section(today: dict[str, dict]) -> list[str]:
                          f"{('yes' if t['top_right'] else 'no') if t else '-'} | {now_within} |")
     waiting = [p for p in regs if p["name"] not in record]
     if waiting:
-        lines += ["", f"Registered, not scored yet (no committed capture with timed fixes): {len(waiting)} — "
-                  + ", ".join(f"{p['name']} ({p.get('family', p['kind'])})" for p in waiting) + "."]
+        names = ", ".join(f"{p['name']} ({p.get('family', p['kind'])})" for p in waiting)
+        lines += [""] * (lines[-1] != "") + [
+            f"Registered, not scored yet (no committed capture with timed fixes): {len(waiting)} — {names}."]
     return lines

@@ -580,8 +580,10 @@ class _Kernels:
         k = idx[self.is_kernel[idx]]
         if not len(k):
             return ev.op_dtype([])
-        present, inv = np.unique(self.code[k], return_inverse=True)
-        t = np.bincount(inv, weights=self.dur[k])
+        # Per name code through bincount (codes are dense): no sort of the op's kernels.
+        code = self.code[k]
+        present = np.flatnonzero(np.bincount(code, minlength=len(self.names)))
+        t = np.bincount(code, weights=self.dur[k], minlength=len(self.names))[present]
         return ev.op_dtype(self.names[present].tolist(), t.tolist())
 
 

@@ -52,5 +52,5 @@ def busy_union(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndar
     prev[1:] = frontier[:-1]
     prev[new_group] = np.iinfo(np.int64).min
     contrib = np.clip(end - np.maximum(start, prev), 0, None)
-    _, idx = np.unique(group, return_index=True)
-    return np.add.reduceat(contrib, idx)
+    # The groups are sorted: each one's first row is where it changes (no sort to find them).
+    return np.add.reduceat(contrib, np.flatnonzero(new_group))

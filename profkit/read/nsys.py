@@ -18,6 +18,7 @@ import pandas as pd
 
 from profkit.errors import NoGpuActivityError, TraceError
 from profkit.read import db
+from profkit.read.assemble import NameTable, join_calls, kernel_names, text_column, time_order
 # Opening and integer columns live in profkit.read.db (free of pandas); named here as before.
 from profkit.read.db import (REEXPORT, _unreadable, columns_of, damaged, list_tables,  # noqa: F401
                              open_readonly, resolve_table)
@@ -104,7 +105,8 @@ def _lookup(ids: Optional[pd.Series], strings: dict[int, str], n: int) -> np.nda
     """Map StringIds ids to text, looking each distinct id up once."""
     if ids is None:
         return np.full(n, None, dtype=object)
-    uniq, inverse = np.unique(ids.to_numpy(), return_inverse=True)
+    # Distinct ids by hashing, not sorting: a million ids hold a few hundred values.
+    inverse, uniq = pd.factorize(ids.to_numpy())
     return np.array([strings.get(int(u)) for u in uniq], dtype=object)[inverse]
 
 
@@ -222,16 +224,17 @@ class TraceReader:
         """Integer columns of ``table`` as numpy arrays (profkit.read.db.int_columns)."""
         return db.int_columns(self.conn, self.path, table, exprs, where, chunk, rowids)
 
-    def check_timestamps(self, table: str, frame: pd.DataFrame, cols: tuple[str, ...] = ("start", "end")) -> None:
+    def check_timestamps(self, table: str, frame: "pd.DataFrame | dict[str, np.ndarray]",
+                         cols: tuple[str, ...] = ("start", "end")) -> None:
         """Raise when a timestamp cannot be one: negative, beyond 1e18 ns, or an end before its start."""
         for c in cols:
-            v = frame[c].to_numpy()
+            v = np.asarray(frame[c])
             bad = (v < 0) | (v > MAX_TIMESTAMP)
             if bad.any():
                 raise damaged(self.path, f"{table}.{c} holds {int(bad.sum())} impossible "
                                          f"timestamp(s) (e.g. {int(v[bad][0])}; expected 0 to 1e18 ns)")
         if {"start", "end"} <= set(cols):
-            back = frame["end"].to_numpy() < frame["start"].to_numpy()
+            back = np.asarray(frame["end"]) < np.asarray(frame["start"])
             if back.any():
                 raise damaged(self.path, f"{table}: {int(back.sum())} row(s) end before they start")
 
@@ -276,8 +279,8 @@ class TraceReader:
                 "correlationId": "a.correlationId", "pidkey": "a.globalTid >> 24",
                 "globalTid": "a.globalTid", "api_start": "a.start", "api_end": "a.end"},
                 where=f"a.correlationId IN ({union}) AND a.globalTid IS NOT NULL")
-        df = pd.DataFrame(rt, columns=cols)
-        self.check_timestamps(self.runtime_table, df.rename(columns={"api_start": "start", "api_end": "end"}))
+        df = pd.DataFrame(rt, columns=cols, copy=False)
+        self.check_timestamps(self.runtime_table, {"start": df["api_start"], "end": df["api_end"]})
         return df
 
     def activities(self) -> pd.DataFrame:
@@ -309,7 +312,10 @@ class TraceReader:
             pool.shutdown(wait=True)
 
     def _activities(self, sources: list[str], runtime_future: Future) -> pd.DataFrame:
-        frames = []
+        # Each table's columns as arrays, its names as a small table of distinct ones (``uid``
+        # per row): the frame is built once, in time order, from arrays (no frame per table,
+        # no concat, merge or sort of a million-row frame).
+        parts: list[tuple[dict[str, np.ndarray], NameTable, int]] = []
         strings = self.strings()
         base = {"start": "a.start", "end": "a.end", "deviceId": "a.deviceId",
                 "streamId": "a.streamId", "correlationId": "coalesce(a.correlationId, -1)",
@@ -328,25 +334,12 @@ class TraceReader:
             if short_text is None and short != "NULL":
                 exprs["short_id"] = f'coalesce(a."{short}", -1)'
             cols = self.int_columns(t, exprs)
-            df = pd.DataFrame(cols)
-            self.check_timestamps(t, df)
+            self.check_timestamps(t, cols)
             self.kernel_starts = cols["start"]
-            df["name"] = (full_text.to_numpy() if full_text is not None else
-                          _lookup(df.get("name_id"), strings, len(df)))
-            df["short_name"] = (short_text.to_numpy() if short_text is not None else
-                                _lookup(df.get("short_id"), strings, len(df)))
-            df["name"] = df["name"].fillna(df["short_name"]).fillna("<unnamed kernel>")
-            df["short_name"] = df["short_name"].fillna(df["name"])
-            df["bytes"] = np.nan
-            df["kind"] = KINDS.index("kernel")
-            # An integer key per name (its string id; the short name's when the full one is
-            # missing), so names can be coded without hashing a million strings.
-            nid = df["name_id"] if "name_id" in df else pd.Series(-1, index=df.index)
-            sid = df["short_id"] if "short_id" in df else pd.Series(-1, index=df.index)
-            df["name_key"] = np.where(nid >= 0, nid, np.where(sid >= 0, -(2 ** 40) - sid, -4))
-            if full_text is not None:  # names stored as text: no ids to key them by
-                df["name_key"] = -(2 ** 41) - pd.factorize(df["name"])[0]
-            frames.append(df.drop(columns=["name_id", "short_id"], errors="ignore"))
+            names = kernel_names(cols.pop("name_id", None), cols.pop("short_id", None),
+                                 full_text, short_text, strings, len(cols["start"]))
+            cols["bytes"] = np.full(len(cols["start"]), np.nan)
+            parts.append((cols, names, KINDS.index("kernel")))
         if self.memcpy_table:
             t = self.memcpy_table
             labels = dict(_MEMCPY_LABELS)
@@ -355,49 +348,54 @@ class TraceReader:
                                self.conn.execute("SELECT id, label FROM ENUM_CUDA_MEMCPY_OPER")
                                if isinstance(i, int)})
             kind = "coalesce(a.copyKind, 0)" if "copyKind" in columns_of(self.conn, t) else "0"
-            df = pd.DataFrame(self.int_columns(t, {**base, "graphNodeId": gnode(t),
-                                                   "bytes": "a.bytes", "copyKind": kind}))
-            self.check_timestamps(t, df)
-            df["name"] = "[CUDA memcpy " + df["copyKind"].map(labels).fillna("Unknown") + "]"
-            df["short_name"] = df["name"]
-            df["kind"] = KINDS.index("memcpy")
-            df["name_key"] = -10 - df["copyKind"]
-            frames.append(df.drop(columns=["copyKind"]))
+            cols = self.int_columns(t, {**base, "graphNodeId": gnode(t), "bytes": "a.bytes", "copyKind": kind})
+            self.check_timestamps(t, cols)
+            uid, kinds = pd.factorize(cols.pop("copyKind"))
+            text = np.array([f"[CUDA memcpy {labels.get(int(k), 'Unknown')}]" for k in kinds], dtype=object)
+            parts.append((cols, NameTable(uid.astype(np.int64), text, text, -10 - np.asarray(kinds, dtype=np.int64)),
+                          KINDS.index("memcpy")))
         if self.memset_table:
             t = self.memset_table
-            df = pd.DataFrame(self.int_columns(t, {**base, "graphNodeId": gnode(t), "bytes": "a.bytes"}))
-            self.check_timestamps(t, df)
-            df["name"] = "[CUDA memset]"
-            df["short_name"] = df["name"]
-            df["kind"] = KINDS.index("memset")
-            df["name_key"] = -5
-            frames.append(df)
-        frames = [f for f in frames if len(f)]
-        if not frames:
+            cols = self.int_columns(t, {**base, "graphNodeId": gnode(t), "bytes": "a.bytes"})
+            self.check_timestamps(t, cols)
+            text = np.array(["[CUDA memset]"], dtype=object)
+            parts.append((cols, NameTable(np.zeros(len(cols["start"]), dtype=np.int64), text, text,
+                                          np.array([-5], dtype=np.int64)), KINDS.index("memset")))
+        parts = [p for p in parts if len(p[0]["start"])]
+        if not parts:
             raise NoGpuActivityError(
                 f"{self.path}: no GPU activity (no kernel, memcpy or memset rows); profile with "
                 "`nsys profile -t cuda,nvtx` (or `profkit capture`) and make sure the script runs GPU work")
-        acts = pd.concat(frames, ignore_index=True)
+        cols = {c: np.concatenate([p[0][c] for p in parts])
+                for c in ("start", "end", "deviceId", "streamId", "correlationId", "globalPid", "graphNodeId")}
+        cols["bytes"] = np.concatenate([p[0]["bytes"].astype(np.float64) for p in parts])
+        kind = np.concatenate([np.full(len(p[0]["start"]), p[2], dtype=np.int8) for p in parts])
+        names = NameTable.concat([p[1] for p in parts])
         self.runtime = runtime_future.result()
-        calls = self._launch_calls(sources, acts["correlationId"].to_numpy(np.int64))
-        acts["pidkey"] = np.right_shift(acts["globalPid"].to_numpy(np.int64), 24)
-        acts = acts.merge(calls, how="left", on=["correlationId", "pidkey"], sort=False)
-        acts["graphNodeId"] = acts["graphNodeId"].where(acts["graphNodeId"] >= 0)
-        acts["bytes"] = acts["bytes"].astype("float64")
+        calls = self._launch_calls(sources, cols["correlationId"])
+        row, api = join_calls(cols["correlationId"], np.right_shift(cols["globalPid"], 24), calls)
+        if row is not None:  # a launch call repeated: the rows it matched are repeated too
+            cols = {c: v[row] for c, v in cols.items()}
+            kind, names = kind[row], names.take(row)
+        gnid = cols["graphNodeId"]
+        if (gnid < 0).any():  # no graph node: NaN (as Series.where leaves an int column otherwise)
+            cols["graphNodeId"] = np.where(gnid >= 0, gnid, np.nan)
+        order = time_order(cols["start"], cols["end"])
         # A categorical of the kinds present, in name order (what astype("category") of their
         # names gives), built from small integer codes rather than a million strings.
-        present = sorted(set(acts["kind"].unique().tolist()), key=lambda k: KINDS[k])
+        present = sorted(set(np.unique(kind).tolist()), key=lambda k: KINDS[k])
         remap = np.full(len(KINDS), -1, dtype=np.int8)
         remap[present] = np.arange(len(present))
-        acts["kind"] = pd.Categorical.from_codes(remap[acts["kind"].to_numpy()],
-                                                 categories=[KINDS[k] for k in present])
-        acts = acts[ACTIVITY_COLUMNS + ["name_key"]].sort_values(["start", "end"], kind="stable")
-        acts = acts.reset_index(drop=True)
-        # Names coded once here, from the integer keys (see Trace.name_codes).
-        codes, _ = pd.factorize(acts.pop("name_key").to_numpy(np.int64))
-        _, first = np.unique(codes, return_index=True)
-        remap, names = pd.factorize(acts["name"].to_numpy(object)[first])  # equal texts: one code
-        acts.attrs["name_codes"] = SharedCodes((remap[codes].astype(np.int64), np.asarray(names, dtype=object)))
+        uid = names.uid[order]
+        frame = {"start": cols["start"][order], "end": cols["end"][order],
+                 "deviceId": cols["deviceId"][order], "streamId": cols["streamId"][order],
+                 "correlationId": cols["correlationId"][order], "globalPid": cols["globalPid"][order],
+                 "kind": pd.Categorical.from_codes(remap[kind[order]], categories=[KINDS[k] for k in present]),
+                 "name": text_column(names.name, uid), "short_name": text_column(names.short, uid),
+                 "bytes": cols["bytes"][order], "graphNodeId": cols["graphNodeId"][order],
+                 **{c: v[order] for c, v in api.items()}}
+        acts = pd.DataFrame(frame, columns=ACTIVITY_COLUMNS, copy=False)
+        acts.attrs["name_codes"] = SharedCodes(names.codes(uid))
         return acts
 
     def copy_memory_kinds(self) -> pd.DataFrame:
@@ -486,7 +484,7 @@ class TraceReader:
             rc = self.runtime
             pos = rc.select(name_ids, between)
             df = pd.DataFrame({"start": rc.start[pos], "end": rc.end[pos], "globalTid": rc.globalTid[pos],
-                               "correlationId": rc.correlationId[pos], "nameId": rc.nameId[pos]})
+                               "correlationId": rc.correlationId[pos], "nameId": rc.nameId[pos]}, copy=False)
         else:
             df = pd.DataFrame(self.int_columns(self.runtime_table, {
                 "start": "a.start", "end": 'a."end"', "globalTid": "coalesce(a.globalTid, 0)",

@@ -161,7 +161,7 @@ class Trace:
         return pd.DataFrame({"start": start[order],
                              "end": a["api_end"].to_numpy()[rows].astype(np.int64),
                              "globalTid": a["globalTid"].to_numpy()[rows].astype(np.int64),
-                             "correlationId": corr[first][order]})
+                             "correlationId": corr[first][order]}, copy=False)
 
     @cached_property
     def strings(self) -> dict[int, str]:

@@ -58,7 +58,8 @@ def range_activity_pairs(ranges: pd.DataFrame, acts: pd.DataFrame) -> pd.DataFra
     Returns a frame with integer columns ``range_idx`` and ``act_idx`` (index labels of the inputs).
     Activities without a launch call (no runtime table, or correlation lost) belong to no range.
     """
-    linked = acts[acts["api_start"].notna()]
+    # Only the three columns the match reads: the activities frame has fifteen and a million rows.
+    linked = acts.loc[acts["api_start"].notna().to_numpy(), ["globalTid", "api_start", "api_end"]]
     out_r, out_a = [], []
     if linked.empty or ranges.empty:
         return pd.DataFrame({"range_idx": np.empty(0, np.int64), "act_idx": np.empty(0, np.int64)})
@@ -91,17 +92,22 @@ def range_activity_pairs(ranges: pd.DataFrame, acts: pd.DataFrame) -> pd.DataFra
         out_a.append(act_index[a0:a1][pos])
     if not out_r:
         return pd.DataFrame({"range_idx": np.empty(0, np.int64), "act_idx": np.empty(0, np.int64)})
-    return pd.DataFrame({"range_idx": np.concatenate(out_r), "act_idx": np.concatenate(out_a)})
+    return pd.DataFrame({"range_idx": np.concatenate(out_r), "act_idx": np.concatenate(out_a)}, copy=False)
 
 
 def add_cross_thread_pairs(pairs: pd.DataFrame, ranges: pd.DataFrame, acts: pd.DataFrame,
-                           mains: dict[int, int]) -> pd.DataFrame:
+                           mains: dict[int, int], distinct: bool = False) -> pd.DataFrame:
     """Also give work launched from a helper thread to the main thread's ranges open then.
 
     PyTorch's autograd engine launches backward kernels from its own thread while the main
     thread waits inside `backward`; per-thread projection leaves `backward` nearly empty. Each
     activity launched from a thread other than its process's main thread (``mains``: pid ->
     thread) is matched, as if launched there, against the main thread's ranges.
+
+    ``distinct``: ``pairs`` is range_activity_pairs of these ``ranges`` and ``acts``, whose
+    index labels are unique: its rows are distinct, each pairs an activity with a range of the
+    activity's own thread, and the added ones pair helper-thread work with main-thread ranges,
+    so no row can repeat and the check for repeats (a hash of millions of rows) is skipped.
     """
     if not mains or acts.empty or ranges.empty:
         return pairs
@@ -111,12 +117,14 @@ def add_cross_thread_pairs(pairs: pd.DataFrame, ranges: pd.DataFrame, acts: pd.D
     helper = acts["api_start"].notna().to_numpy() & ~pd.isna(main_tid) & (tid.to_numpy() != main_tid)
     if not helper.any():
         return pairs
-    moved = acts[helper].assign(globalTid=main_tid[helper].astype(np.int64))
+    moved = acts.loc[helper, ["api_start", "api_end"]].assign(globalTid=main_tid[helper].astype(np.int64))
     on_main = ranges[ranges["globalTid"].isin(list(mains.values()))]
     extra = range_activity_pairs(on_main, moved)
     if extra.empty:
         return pairs
     out = pd.concat([pairs, extra], ignore_index=True)
+    if distinct:
+        return out
     return out.drop_duplicates(["range_idx", "act_idx"]).reset_index(drop=True)
 
 
@@ -140,29 +148,58 @@ def range_instances(ranges: pd.DataFrame, acts: pd.DataFrame, pairs: pd.DataFram
         return pd.DataFrame(columns=["range_idx", "name", "cpu_start", "cpu_time_ns", "gpu_start",
                                      "gpu_end", "span_ns", "busy_ns", "gpu_sum_ns", "n_acts", "n_ops"])
     ai = pairs["act_idx"].to_numpy()
-    p = pd.DataFrame({
-        "range_idx": pairs["range_idx"].to_numpy(),
-        "s": acts["start"].to_numpy()[ai], "e": acts["end"].to_numpy()[ai],
-        "corr": acts["correlationId"].to_numpy()[ai], "pid": acts["globalPid"].to_numpy()[ai],
-    })
-    p = p.sort_values(["range_idx", "s"], kind="stable")
-    g = p.groupby("range_idx", sort=True)
+    ri = pairs["range_idx"].to_numpy(np.int64)
+    s_all = acts["start"].to_numpy()
+    s, e = s_all[ai], acts["end"].to_numpy()[ai]
+    # Pairs by (range, GPU start), ties in the order given (a stable sort), as arrays: a range
+    # level holds millions of pairs.
+    order = _order_by(ri, s)
+    ri, s, e, ai = ri[order], s[order], e[order], ai[order]
+    first = np.flatnonzero(np.r_[True, ri[1:] != ri[:-1]])
     inst = pd.DataFrame({
-        "gpu_start": g["s"].min(), "gpu_end": g["e"].max(),
-        "gpu_sum_ns": (p["e"] - p["s"]).groupby(p["range_idx"]).sum(),
-        "n_acts": g.size(),
-        "n_ops": p.drop_duplicates(["range_idx", "corr", "pid"]).groupby("range_idx").size(),
+        "range_idx": ri[first],
+        "gpu_start": np.minimum.reduceat(s, first), "gpu_end": np.maximum.reduceat(e, first),
+        "gpu_sum_ns": np.add.reduceat(e - s, first),
+        "n_acts": np.diff(np.append(first, len(ri))).astype(np.int64),
+        "n_ops": _distinct_calls(ri, ai, acts, first),
     })
-    inst["busy_ns"] = busy_union(p["range_idx"].to_numpy(), p["s"].to_numpy(), p["e"].to_numpy())
+    inst["busy_ns"] = busy_union(ri, s, e)
     inst["span_ns"] = inst["gpu_end"] - inst["gpu_start"]
-    inst.index.name = "range_idx"
-    inst = inst.reset_index()
     r = ranges.loc[inst["range_idx"]]
     inst["name"] = r["name"].to_numpy()
     inst["cpu_start"] = r["start"].to_numpy()
     inst["cpu_time_ns"] = (r["end"] - r["start"]).to_numpy()
     return inst[["range_idx", "name", "cpu_start", "cpu_time_ns", "gpu_start", "gpu_end", "span_ns",
                  "busy_ns", "gpu_sum_ns", "n_acts", "n_ops"]]
+
+
+def _order_by(group: np.ndarray, value: np.ndarray) -> np.ndarray:
+    """The stable order by (group, value) of non-negative int64 groups: one integer key where
+    it fits (pairs come nearly in that order already, which a stable sort of one key exploits)."""
+    if not len(group):
+        return np.empty(0, dtype=np.int64)
+    lo, span = int(value.min()), int(value.max()) - int(value.min()) + 1
+    if int(group.min()) >= 0 and (int(group.max()) + 1) * span < 2 ** 62:
+        return np.argsort(group * span + (value - lo), kind="stable")
+    return np.lexsort((value, group))
+
+
+def _distinct_calls(ri: np.ndarray, ai: np.ndarray, acts: pd.DataFrame, first: np.ndarray) -> np.ndarray:
+    """Per range (pairs sorted by range, ``first`` its first rows): how many distinct launch
+    calls (correlation id and process) its activities ``ai`` came from."""
+    corr = acts["correlationId"].to_numpy(np.int64)[ai]
+    pid = acts["globalPid"].to_numpy(np.int64)[ai]
+    pcode, puniq = pd.factorize(pid)
+    lo, span = (int(corr.min()), int(corr.max()) - int(corr.min()) + 1) if len(corr) else (0, 1)
+    calls = len(puniq) * span
+    if calls * (int(ri.max()) + 1) >= 2 ** 62:
+        p = pd.DataFrame({"r": ri, "c": corr, "p": pid}).drop_duplicates()
+        return p.groupby("r").size().to_numpy(np.int64)
+    # One integer key per (range, call), sorted (a stable sort of a key that mostly comes in
+    # order): a range's rows stay where they were, and its distinct keys are where the key changes.
+    key = np.sort(ri * calls + pcode.astype(np.int64) * span + (corr - lo), kind="stable")
+    new = np.r_[True, key[1:] != key[:-1]]
+    return np.add.reduceat(new.astype(np.int64), first)
 
 
 def kernel_instances(acts: pd.DataFrame) -> pd.DataFrame:
@@ -187,7 +224,9 @@ def activity_pairs(trace, level: str, innermost: bool = False) -> pd.DataFrame:
         ranges = trace.ranges_of_level(level)
         pairs = range_activity_pairs(ranges, trace.activities)
         if level == "range" and trace.attribution == "process":
-            pairs = add_cross_thread_pairs(pairs, ranges, trace.activities, main_threads(ranges))
+            acts = trace.activities
+            pairs = add_cross_thread_pairs(pairs, ranges, acts, main_threads(ranges),
+                                           distinct=ranges.index.is_unique and acts.index.is_unique)
         if innermost:
             pairs = innermost_only(pairs, trace.ranges)
         cache[key] = pairs

@@ -18,6 +18,7 @@ import pandas as pd
 
 from profkit.run import attribution
 from profkit.errors import ProfkitError
+from profkit.read.assemble import text_column
 from profkit.read.hints import Hint, check_range_name, parse_range_name
 from profkit.read.trace import Trace
 from profkit.run.window import COMPILE_RANGE_RE
@@ -96,9 +97,10 @@ def group_ops(trace: Trace, by: str = "range", innermost: bool = False) -> OpGro
         at = np.searchsorted(inst["range_idx"].to_numpy(), instance)
         code = inst_code[at] if len(inst) else np.full(len(instance), -1, dtype=np.int64)
         keep = code >= 0  # an instance without an op is no op's member
+        # The op column taken from the few op names (not a million strings checked one by one).
         members = pd.DataFrame({"instance": instance[keep], "act_idx": pairs["act_idx"].to_numpy()[keep],
-                                "op": names[code[keep]]},
-                               index=None if keep.all() else np.flatnonzero(keep))
+                                "op": text_column(names, code[keep])},
+                               index=None if keep.all() else np.flatnonzero(keep), copy=False)
         member_codes = (code[keep], names)
     if inst.empty:
         raise ProfkitError(f"{trace.path}: no GPU work was launched inside any NVTX range; "
@@ -148,8 +150,9 @@ def _aggregate(inst: pd.DataFrame, members: pd.DataFrame, member_codes: tuple[np
     dur_all = (acts["end"] - acts["start"]).to_numpy()
     code, names = member_codes
     act_idx = members["act_idx"].to_numpy(np.int64)
-    # (op, activity) pairs as one integer key: the distinct ones, then their durations per op.
-    first = ~pd.Series(code.astype(np.int64) * max(len(acts), 1) + act_idx).duplicated().to_numpy()
+    # (op, activity) pairs as one integer key: the distinct ones (each key's first row, found by
+    # a stable sort rather than a hash of millions of keys), then their durations per op.
+    first = _first_of_each(code.astype(np.int64) * max(len(acts), 1) + act_idx)
     distinct_ns = pd.Series(dur_all[act_idx[first]]).groupby(code[first]).sum()
     distinct_ns.index = names[distinct_ns.index.to_numpy()]
     share_ns = np.minimum(ops["busy_ns"], distinct_ns.reindex(ops.index).fillna(0))
@@ -164,3 +167,12 @@ def _aggregate(inst: pd.DataFrame, members: pd.DataFrame, member_codes: tuple[np
     # which also counts the gaps while the GPU waited (a range whose kernels ran 9 ms can span a
     # second); the span breaks ties.
     return ops.sort_values(["busy_ns", "gpu_time_ns"], ascending=False, kind="stable")
+
+
+def _first_of_each(key: np.ndarray) -> np.ndarray:
+    """Mask of the first row of each distinct value of ``key`` (``~Series.duplicated()``)."""
+    order = np.argsort(key, kind="stable")
+    k = key[order]
+    first = np.zeros(len(key), dtype=bool)
+    first[order[np.r_[True, k[1:] != k[:-1]]] if len(k) else order] = True
+    return first

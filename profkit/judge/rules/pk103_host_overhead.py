@@ -137,13 +137,19 @@ def _fusion_groups(ctx: RuleContext) -> tuple[np.ndarray, list, float]:
     runs, gid, size = np.unique(rid[body], return_inverse=True, return_counts=True)
     longest = np.zeros(len(runs))
     np.maximum.at(longest, gid, dur[body])
-    ops = ctx.graph_ops(a[body], aligned=True)
+    ops = ctx.graph_ops(a.loc[body, ["start", "correlationId"]], aligned=True)
     keep = (size[gid] >= 2) & (ops >= 0)
     order = np.argsort(gid[keep], kind="stable")
     g_sorted, o_sorted = gid[keep][order], ops[keep][order]
     cuts = np.searchsorted(g_sorted, np.arange(len(runs) + 1))
-    groups = [o_sorted[cuts[i]:cuts[i + 1]] for i in range(len(runs)) if size[i] >= 2]
-    new = [float(longest[i]) for i in range(len(runs)) if size[i] >= 2]
+    # The graph holds a dozen iterations of a window that can hold thousands: runs it holds none
+    # of change nothing in replace_ops, so only the held ones are listed (one empty run stands
+    # for the others when none is held).
+    multi = np.flatnonzero(size >= 2)
+    held = multi[cuts[multi + 1] > cuts[multi]]
+    held = held if len(held) or not len(multi) else multi[:1]
+    groups = [o_sorted[cuts[i]:cuts[i + 1]] for i in held]
+    new = [float(longest[i]) for i in held]
     return groups, new, inductor_share
 
 

@@ -261,6 +261,7 @@ class Profile:
         if n_open:
             self._warn(note)
         acts = self.trace.activities
+        in_graph = acts["graphNodeId"].notna().to_numpy()
         members_by_op = groups.members_by_op()
         frame = self.frame()
         crit = self.critical
@@ -274,7 +275,9 @@ class Profile:
         for name, op in ops.iterrows():
             rec = {"name": name, **op.to_dict()}
             idx = members_by_op.get(name, np.empty(0, dtype=np.int64))
-            member_acts = acts.take(idx)
+            # The op's activities as a frame only for the sources that read one (counters, GPU
+            # metrics, copies): an op of a long window holds up to every activity of it.
+            member = _Members(acts, idx)
             knames = kernels.names_in(idx)
             rec["distinct_kernels"] = len(knames)
             d = dur_all[idx].sum()
@@ -298,12 +301,14 @@ class Profile:
             partial = summed is not None and summed.notes.get("aten_modelled_share", 1.0) < ev.ATEN_FULL_SHARE
             # (no kernel among the members: no counters; a kernel among them: not a copy op)
             has_kernel = bool(kernels.is_kernel[idx].any())
-            candidates = [lambda: ev.from_ncu(member_acts, self.trace.ncu, calls, self.gpu.l2_bytes,
+            # (from_ncu and from_gpu_metrics find nothing without counters or samples)
+            candidates = [lambda: ev.from_ncu(member(), self.trace.ncu, calls, self.gpu.l2_bytes,
                                               matched=kernels.ncu_rows(idx))
-                          if has_kernel else None,
-                          lambda: gpu_metrics.from_gpu_metrics(member_acts, self.gpu_samples, calls,
-                                                               self.peaks.memory_bandwidth),
-                          lambda: None if has_kernel else ev.from_copies(member_acts, calls),
+                          if has_kernel and not self.trace.ncu.empty else None,
+                          lambda: gpu_metrics.from_gpu_metrics(member(), self.gpu_samples, calls,
+                                                               self.peaks.memory_bandwidth)
+                          if self.gpu_samples is not None else None,
+                          lambda: None if has_kernel else ev.from_copies(member(), calls),
                           lambda: ev.from_shapes(str(name), dtype, causal=causal, record=record)
                           if by == "aten" else None,
                           lambda: None if partial else summed,
@@ -321,9 +326,9 @@ class Profile:
                 self._warn(f"op {name}: its FLOP/byte hint would run it faster than the roofline "
                            f"of {self.peaks.gpu} allows, which cannot be: check the hint in the "
                            "range name (or --peaks)")
-            under_graph = bool(member_acts["graphNodeId"].notna().any()) if len(member_acts) else False
+            under_graph = bool(in_graph[idx].any())
             sug = advise(rec, verdict, work, self.peaks, knames[:20], under_graph, frame,
-                         price=self._op_pricer(member_acts))
+                         price=self._op_pricer(idx))
             rec.update({
                 "class": verdict.bound.value, "confidence": verdict.confidence,
                 "source": verdict.source.value, "reason": verdict.reason,
@@ -340,19 +345,21 @@ class Profile:
         df.attrs["kernels_of"] = kernels_of  # for counting an action once (ranked_actions)
         return df
 
-    def _op_pricer(self, member_acts: pd.DataFrame):
-        """``price(op_speedup)`` for advise(): the step model's replay with this op's kernels that
-        much faster, on the window's mean iteration at the calibrated CPU scale (None: no model,
-        or none of its kernels in the modelled stretch)."""
+    def _op_pricer(self, idx: np.ndarray):
+        """``price(op_speedup)`` for advise(): the step model's replay with this op's kernels (the
+        window's activities at positions ``idx``) that much faster, on the window's mean
+        iteration at the calibrated CPU scale (None: no model, or none of its kernels in the
+        modelled stretch)."""
         model = self.step_model()
         # Gains on GPU time (kernel benchmarks) are the GPU-time frame itself: no step to replay.
-        if model is None or member_acts.empty or self.gains == "gpu":
+        if model is None or not len(idx) or self.gains == "gpu":
             return None
+        acts = self.trace.activities
 
         def price(s: float):
             from profkit.run.step.transform import scale_ops
-            ops = model.ops_of(member_acts["start"].to_numpy(np.int64),
-                               member_acts["correlationId"].to_numpy(np.int64))
+            ops = model.ops_of(acts["start"].to_numpy(np.int64)[idx],
+                               acts["correlationId"].to_numpy(np.int64)[idx])
             if not len(ops):
                 return None
             base = model.baseline.mean_iteration_ns
@@ -532,6 +539,18 @@ def _shape_inputs(kernels: "_Kernels", idx: np.ndarray, knames: list[str],
     return dtype, causal
 
 
+class _Members:
+    """An op's activities (rows ``idx`` of ``acts``) as a frame, taken on first use."""
+
+    def __init__(self, acts: pd.DataFrame, idx: np.ndarray) -> None:
+        self.acts, self.idx, self.frame = acts, idx, None
+
+    def __call__(self) -> pd.DataFrame:
+        if self.frame is None:
+            self.frame = self.acts.take(self.idx)
+        return self.frame
+
+
 class _Kernels:
     """The window's kernels as arrays, for the per-op questions of the op table (numpy on an
     op's activity positions instead of a pandas frame per op: an aten table has thousands)."""
@@ -553,12 +572,11 @@ class _Kernels:
         rank[order] = np.arange(len(order))
         self.code = rank[codes]
         self.names = names[order]
-        self._name_of = self.names[self.code]
 
     def names_in(self, idx: np.ndarray) -> list:
         """The distinct names of the activities ``idx`` (kernels, copies and memsets), in the
-        order they first come."""
-        return list(dict.fromkeys(self._name_of[idx].tolist()))
+        order they first come (through their codes: an op can hold a million activities)."""
+        return self.names[pd.unique(self.code[idx])].tolist()
 
     def ncu_rows(self, idx: np.ndarray) -> Optional[pd.DataFrame]:
         """``evidence.match_ncu`` of the kernels among the activities ``idx``, in ``idx`` order."""

@@ -123,21 +123,24 @@ CALL_COLUMNS = ("globalTid", "api_start", "api_end")
 
 
 def join_calls(corr: np.ndarray, pidkey: np.ndarray, calls: pd.DataFrame
-               ) -> tuple[Optional[np.ndarray], dict[str, np.ndarray]]:
+               ) -> tuple[Optional[np.ndarray], dict[str, np.ndarray], Optional[bool]]:
     """Each activity's launch call: the row of ``calls`` (correlationId, pidkey and
     CALL_COLUMNS) with its correlation id and process key, as a left join gives it.
 
-    Returns (rows, columns): ``rows`` is None when each activity keeps one row (the usual case:
-    a correlation id is one call in a process), else the activity of each row of the join (a
-    call repeated in the table repeats its activities, as a merge does). Columns hold int64
-    where every activity found its call, else float64 with NaN for the others."""
+    Returns (rows, columns, one each): ``rows`` is None when each activity keeps one row (the
+    usual case: a correlation id is one call in a process), else the activity of each row of the
+    join (a call repeated in the table repeats its activities, as a merge does). Columns hold
+    int64 where every activity found its call, else float64 with NaN for the others. ``one
+    each``: whether no two activities share a call (None: not known, after a repeated call)."""
     pos = _unique_match(corr, pidkey, calls["correlationId"].to_numpy(np.int64),
                         calls["pidkey"].to_numpy(np.int64))
     if pos is None:
         left = pd.DataFrame({"correlationId": corr, "pidkey": pidkey, "_row": np.arange(len(corr))})
         m = left.merge(calls, how="left", on=["correlationId", "pidkey"], sort=False)
-        return m["_row"].to_numpy(np.int64), {c: m[c].to_numpy() for c in CALL_COLUMNS}
+        return m["_row"].to_numpy(np.int64), {c: m[c].to_numpy() for c in CALL_COLUMNS}, None
     hit = pos >= 0
+    # Activities of one call share its row: no row found twice, no call shared (a linear count).
+    one_each = not hit.any() or int(np.bincount(pos[hit], minlength=1).max()) <= 1
     out = {}
     for c in CALL_COLUMNS:
         if not hit.any():
@@ -145,7 +148,7 @@ def join_calls(corr: np.ndarray, pidkey: np.ndarray, calls: pd.DataFrame
             continue
         v = calls[c].to_numpy(np.int64)[np.maximum(pos, 0)]
         out[c] = v if hit.all() else np.where(hit, v, np.nan)
-    return None, out
+    return None, out, one_each
 
 
 def _unique_match(corr: np.ndarray, pid: np.ndarray, c_corr: np.ndarray, c_pid: np.ndarray

@@ -139,6 +139,8 @@ class TraceReader:
         # The kernels' start times in rowid order, as activities() read them (or a Trace hands
         # them on): kernel_shapes finds the rows of a stretch from them.
         self.kernel_starts: Optional[np.ndarray] = None
+        # Whether no two activities share a launch call, as activities() found it (None: unknown).
+        self.one_activity_per_call: Optional[bool] = None
 
     def close(self) -> None:
         self.conn.close()
@@ -373,7 +375,8 @@ class TraceReader:
         names = NameTable.concat([p[1] for p in parts])
         self.runtime = runtime_future.result()
         calls = self._launch_calls(sources, cols["correlationId"])
-        row, api = join_calls(cols["correlationId"], np.right_shift(cols["globalPid"], 24), calls)
+        row, api, self.one_activity_per_call = join_calls(cols["correlationId"],
+                                                          np.right_shift(cols["globalPid"], 24), calls)
         if row is not None:  # a launch call repeated: the rows it matched are repeated too
             cols = {c: v[row] for c, v in cols.items()}
             kind, names = kind[row], names.take(row)

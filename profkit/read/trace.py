@@ -62,6 +62,7 @@ class Trace:
             # The API table, read with the activities: later API-call questions select from it.
             self._runtime: Optional[RuntimeCalls] = self._reader.runtime
             self._kernel_starts: Optional[np.ndarray] = self._reader.kernel_starts
+            self._one_per_call: Optional[bool] = self._reader.one_activity_per_call
             self.gpus: dict[int, GpuInfo] = self._reader.gpus()
             self.ncu: pd.DataFrame = read_ncu_metrics(self._reader.conn)
             read = True
@@ -149,7 +150,9 @@ class Trace:
         # through one integer key where the ids allow (one hash instead of two and a join).
         pcode, _ = pd.factorize(pid)
         lo, span = (int(corr.min()), int(corr.max()) - int(corr.min()) + 1) if len(corr) else (0, 1)
-        if (len(_) or 1) * span < 2 ** 62:
+        if self.one_activity_per_call:  # every kernel its own call: nothing to drop
+            first = np.ones(len(corr), dtype=bool)
+        elif (len(_) or 1) * span < 2 ** 62:
             first = ~pd.Series(pcode.astype(np.int64) * span + (corr - lo)).duplicated().to_numpy()
         else:
             first = ~pd.DataFrame({"p": pcode, "c": corr}).duplicated().to_numpy()
@@ -162,6 +165,19 @@ class Trace:
                              "end": a["api_end"].to_numpy()[rows].astype(np.int64),
                              "globalTid": a["globalTid"].to_numpy()[rows].astype(np.int64),
                              "correlationId": corr[first][order]}, copy=False)
+
+    @cached_property
+    def one_activity_per_call(self) -> bool:
+        """Whether no two activities with a launch call share it (correlation id and process),
+        as the reader found it when it joined them, else checked here."""
+        known = getattr(self, "_one_per_call", None)
+        if known is not None:
+            return known
+        a = self.activities
+        linked = a["api_start"].notna().to_numpy()
+        key = pd.DataFrame({"c": a["correlationId"].to_numpy(np.int64)[linked],
+                            "p": np.right_shift(a["globalPid"].to_numpy(np.int64)[linked], 24)})
+        return not key.duplicated().any()
 
     @cached_property
     def strings(self) -> dict[int, str]:
@@ -277,6 +293,8 @@ class Trace:
         view.path, view.attribution, view.info, view.gpus, view.ncu, view._runtime = (
             self.path, self.attribution, self.info, self.gpus, self.ncu, self._runtime)
         view._kernel_starts = self._kernel_starts
+        # A window's activities are some of the trace's: no two of them share a call either.
+        view._one_per_call = self._one_per_call if self._one_per_call else None
         view._ranges_future = None
         if "strings" in self.__dict__:
             view.__dict__["strings"] = self.strings

@@ -11,6 +11,7 @@ All heavy work is sorted sweeps over numpy arrays: no Python loop over rows, onl
 from __future__ import annotations
 
 import re
+from typing import Optional
 
 import numpy as np
 import pandas as pd
@@ -138,11 +139,13 @@ def innermost_only(pairs: pd.DataFrame, ranges: pd.DataFrame) -> pd.DataFrame:
     return p.drop_duplicates("act_idx")[["range_idx", "act_idx"]].reset_index(drop=True)
 
 
-def range_instances(ranges: pd.DataFrame, acts: pd.DataFrame, pairs: pd.DataFrame) -> pd.DataFrame:
+def range_instances(ranges: pd.DataFrame, acts: pd.DataFrame, pairs: pd.DataFrame,
+                    one_per_call: Optional[bool] = None) -> pd.DataFrame:
     """One row per range instance that launched GPU work.
 
     Columns: range_idx, name, cpu_start, cpu_time_ns, gpu_start, gpu_end, span_ns, busy_ns,
-    gpu_sum_ns, n_acts, n_ops (distinct launch calls, as nsys's "GPU Ops").
+    gpu_sum_ns, n_acts, n_ops (distinct launch calls, as nsys's "GPU Ops"). ``one_per_call``:
+    whether no two of ``acts`` share a launch call (Trace.one_activity_per_call; None: checked).
     """
     if pairs.empty:
         return pd.DataFrame(columns=["range_idx", "name", "cpu_start", "cpu_time_ns", "gpu_start",
@@ -161,7 +164,7 @@ def range_instances(ranges: pd.DataFrame, acts: pd.DataFrame, pairs: pd.DataFram
         "gpu_start": np.minimum.reduceat(s, first), "gpu_end": np.maximum.reduceat(e, first),
         "gpu_sum_ns": np.add.reduceat(e - s, first),
         "n_acts": np.diff(np.append(first, len(ri))).astype(np.int64),
-        "n_ops": _distinct_calls(ri, ai, acts, first),
+        "n_ops": _distinct_calls(ri, ai, acts, first, one_per_call),
     })
     inst["busy_ns"] = busy_union(ri, s, e)
     inst["span_ns"] = inst["gpu_end"] - inst["gpu_start"]
@@ -184,9 +187,12 @@ def _order_by(group: np.ndarray, value: np.ndarray) -> np.ndarray:
     return np.lexsort((value, group))
 
 
-def _distinct_calls(ri: np.ndarray, ai: np.ndarray, acts: pd.DataFrame, first: np.ndarray) -> np.ndarray:
+def _distinct_calls(ri: np.ndarray, ai: np.ndarray, acts: pd.DataFrame, first: np.ndarray,
+                    one_per_call: Optional[bool] = None) -> np.ndarray:
     """Per range (pairs sorted by range, ``first`` its first rows): how many distinct launch
     calls (correlation id and process) its activities ``ai`` came from."""
+    if one_per_call if one_per_call is not None else _one_activity_per_call(acts):
+        return np.diff(np.append(first, len(ri))).astype(np.int64)
     corr = acts["correlationId"].to_numpy(np.int64)[ai]
     pid = acts["globalPid"].to_numpy(np.int64)[ai]
     pcode, puniq = pd.factorize(pid)
@@ -200,6 +206,14 @@ def _distinct_calls(ri: np.ndarray, ai: np.ndarray, acts: pd.DataFrame, first: n
     key = np.sort(ri * calls + pcode.astype(np.int64) * span + (corr - lo), kind="stable")
     new = np.r_[True, key[1:] != key[:-1]]
     return np.add.reduceat(new.astype(np.int64), first)
+
+
+def _one_activity_per_call(acts: pd.DataFrame) -> bool:
+    """Whether no two activities with a launch call share it (correlation id and process): then
+    a range's distinct calls are its activities, counted without a sort of its pairs."""
+    linked = acts["api_start"].notna().to_numpy()
+    return not pd.DataFrame({"c": acts["correlationId"].to_numpy(np.int64)[linked],
+                             "p": acts["globalPid"].to_numpy(np.int64)[linked]}).duplicated().any()
 
 
 def kernel_instances(acts: pd.DataFrame) -> pd.DataFrame:

@@ -81,7 +81,7 @@ def group_ops(trace: Trace, by: str = "range", innermost: bool = False) -> OpGro
             msg = ("no aten:: ranges: capture with `profkit capture --aten` (emit_nvtx with record_shapes)"
                    if by == "aten" else "only aten:: ranges: use --by aten")
             raise ProfkitError(f"{trace.path}: {msg}")
-        inst = attribution.range_instances(trace.ranges, acts, pairs)
+        inst = attribution.range_instances(trace.ranges, acts, pairs, trace.one_activity_per_call)
         if by == "aten":
             inst["op"] = inst["name"].map(attribution.aten_key)
         else:
@@ -151,8 +151,10 @@ def _aggregate(inst: pd.DataFrame, members: pd.DataFrame, member_codes: tuple[np
     code, names = member_codes
     act_idx = members["act_idx"].to_numpy(np.int64)
     # (op, activity) pairs as one integer key: the distinct ones (each key's first row, found by
-    # a stable sort rather than a hash of millions of keys), then their durations per op.
-    first = _first_of_each(code.astype(np.int64) * max(len(acts), 1) + act_idx)
+    # a stable sort rather than a hash of millions of keys), then their durations per op. None
+    # repeats where each op's instances ran at separate times (the usual case: no sort at all).
+    first = (np.ones(len(act_idx), dtype=bool) if _apart(inst) else
+             _first_of_each(code.astype(np.int64) * max(len(acts), 1) + act_idx))
     distinct_ns = pd.Series(dur_all[act_idx[first]]).groupby(code[first]).sum()
     distinct_ns.index = names[distinct_ns.index.to_numpy()]
     share_ns = np.minimum(ops["busy_ns"], distinct_ns.reindex(ops.index).fillna(0))
@@ -176,3 +178,18 @@ def _first_of_each(key: np.ndarray) -> np.ndarray:
     first = np.zeros(len(key), dtype=bool)
     first[order[np.r_[True, k[1:] != k[:-1]]] if len(k) else order] = True
     return first
+
+
+def _apart(inst: pd.DataFrame) -> bool:
+    """Whether each op's instances ran at separate times on the CPU (their [cpu_start, cpu_start
+    + cpu_time_ns] intervals apart): then no activity is a member of two instances of one op, as
+    an instance's members were launched inside it (a kernel-level instance is its one activity)."""
+    start = inst["cpu_start"].to_numpy(np.float64)
+    end = start + inst["cpu_time_ns"].to_numpy(np.float64)
+    if not len(start) or np.isnan(end).any() or (end < start).any():
+        return False
+    code = pd.factorize(inst["op"])[0]
+    order = np.lexsort((start, code))
+    c, s, e = code[order], start[order], end[order]
+    # Sorted by start within an op, intervals that each end before the next starts are all apart.
+    return bool(((s[1:] > e[:-1]) | (c[1:] != c[:-1])).all())

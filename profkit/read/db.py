@@ -166,7 +166,6 @@ def int_columns(conn: sqlite3.Connection, path: str, table: str, exprs: dict[str
 
 def _int_chunks(conn: sqlite3.Connection, path: str, table: str, exprs: dict[str, str], sel: str,
                 where: str, chunk: int, lo: int, hi: int, part: bool = False) -> dict[str, np.ndarray]:
-    out: dict[str, list[np.ndarray]] = {k: [] for k in exprs}
     cond = f" AND ({where})" if where else ""
     first = lo
     # A damaged b-tree can make the seeks below go backwards or never end: each chunk must
@@ -177,6 +176,9 @@ def _int_chunks(conn: sqlite3.Connection, path: str, table: str, exprs: dict[str
     # Rowids 1..n without a gap (as exports write them): the chunks' bounds are known without
     # seeking them, which reads every page once more.
     dense = rows == hi - lo + 1
+    # Each column filled chunk by chunk into one array of the rows counted (no list of chunks
+    # concatenated at the end, which held every column twice at once).
+    out = _Columns(exprs, rows)
     while first is not None:
         chunks_left -= 1
         if chunks_left < 0:
@@ -203,9 +205,37 @@ def _int_chunks(conn: sqlite3.Connection, path: str, table: str, exprs: dict[str
             values = parse_ints(text, n)
             if values is None:
                 raise bad_column(conn, path, table, exprs[key], where)
-            out[key].append(values)
-    return {k: (v[0] if len(v) == 1 else np.concatenate(v) if v else np.empty(0, dtype=np.int64))
-            for k, v in out.items()}
+            out.add(key, values)
+        out.rows_done(n)
+    return out.arrays()
+
+
+class _Columns:
+    """Integer columns filled chunk by chunk: into arrays of the ``rows`` expected, or, should a
+    damaged file hold more, into a list of chunks joined at the end."""
+
+    def __init__(self, keys, rows: int) -> None:
+        self.full = {k: np.empty(max(rows, 0), dtype=np.int64) for k in keys}
+        self.extra: dict[str, list[np.ndarray]] = {k: [] for k in keys}
+        self.at = 0
+
+    def add(self, key: str, values: np.ndarray) -> None:
+        arr = self.full[key]
+        fit = max(min(len(values), len(arr) - self.at), 0)
+        arr[self.at:self.at + fit] = values[:fit]
+        if fit < len(values):
+            self.extra[key].append(values[fit:])
+
+    def rows_done(self, n: int) -> None:
+        self.at = min(self.at + n, len(next(iter(self.full.values()), ())))
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        out = {}
+        for k, arr in self.full.items():
+            # Rows a WHERE left out leave the end unfilled: a copy of the filled part.
+            arr = arr if self.at == len(arr) else arr[:self.at].copy()
+            out[k] = np.concatenate([arr, *self.extra[k]]) if self.extra[k] else arr
+        return out
 
 
 def bad_column(conn: sqlite3.Connection, path: str, table: str, expr: str, where: str = "") -> TraceError:

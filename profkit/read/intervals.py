@@ -46,7 +46,7 @@ def busy_union(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndar
     # Running max of end within each group, shifted by one, is the covered frontier so far.
     new_group = np.ones(len(group), dtype=bool)
     new_group[1:] = group[1:] != group[:-1]
-    frontier = pd.Series(end).groupby(group).cummax().to_numpy()
+    frontier = _group_cummax(group, new_group, end)
     prev = np.empty_like(frontier)
     prev[0] = np.iinfo(np.int64).min
     prev[1:] = frontier[:-1]
@@ -54,3 +54,16 @@ def busy_union(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndar
     contrib = np.clip(end - np.maximum(start, prev), 0, None)
     # The groups are sorted: each one's first row is where it changes (no sort to find them).
     return np.add.reduceat(contrib, np.flatnonzero(new_group))
+
+
+def _group_cummax(group: np.ndarray, new_group: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Running maximum of ``end`` within each group (groups sorted): one running maximum over
+    ends lifted by their group's rank times the ends' span, so that no group reaches into the
+    next, where that fits in int64."""
+    if end.dtype.kind == "i" and len(end):
+        lo, span = int(end.min()), int(end.max()) - int(end.min()) + 1
+        rank = np.cumsum(new_group) - 1
+        if int(rank[-1]) * span < 2 ** 62:
+            lift = rank * span
+            return np.maximum.accumulate(end - lo + lift) - lift + lo
+    return pd.Series(end).groupby(group).cummax().to_numpy()

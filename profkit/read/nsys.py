@@ -368,11 +368,15 @@ class TraceReader:
             raise NoGpuActivityError(
                 f"{self.path}: no GPU activity (no kernel, memcpy or memset rows); profile with "
                 "`nsys profile -t cuda,nvtx` (or `profkit capture`) and make sure the script runs GPU work")
-        cols = {c: np.concatenate([p[0][c] for p in parts])
-                for c in ("start", "end", "deviceId", "streamId", "correlationId", "globalPid", "graphNodeId")}
-        cols["bytes"] = np.concatenate([p[0]["bytes"].astype(np.float64) for p in parts])
+        # One table (kernels alone, as most traces): its arrays as they are; else joined (and the
+        # tables' own arrays let go, one column at a time).
         kind = np.concatenate([np.full(len(p[0]["start"]), p[2], dtype=np.int8) for p in parts])
         names = NameTable.concat([p[1] for p in parts])
+        cols = {}
+        for c in ("start", "end", "deviceId", "streamId", "correlationId", "globalPid", "graphNodeId", "bytes"):
+            arrays = [p[0].pop(c).astype(np.float64 if c == "bytes" else np.int64, copy=False) for p in parts]
+            cols[c] = arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
+        del parts, arrays
         self.runtime = runtime_future.result()
         calls = self._launch_calls(sources, cols["correlationId"])
         row, api, self.one_activity_per_call = join_calls(cols["correlationId"],
@@ -390,13 +394,15 @@ class TraceReader:
         remap = np.full(len(KINDS), -1, dtype=np.int8)
         remap[present] = np.arange(len(present))
         uid = names.uid[order]
-        frame = {"start": cols["start"][order], "end": cols["end"][order],
-                 "deviceId": cols["deviceId"][order], "streamId": cols["streamId"][order],
-                 "correlationId": cols["correlationId"][order], "globalPid": cols["globalPid"][order],
-                 "kind": pd.Categorical.from_codes(remap[kind[order]], categories=[KINDS[k] for k in present]),
-                 "name": text_column(names.name, uid), "short_name": text_column(names.short, uid),
-                 "bytes": cols["bytes"][order], "graphNodeId": cols["graphNodeId"][order],
-                 **{c: v[order] for c, v in api.items()}}
+        # Columns in time order, each let go once taken (rows already in order keep theirs).
+        in_order = bool((order == np.arange(len(order))).all())
+        take = (lambda v: v) if in_order else (lambda v: v[order])
+        frame = {"kind": pd.Categorical.from_codes(remap[take(kind)], categories=[KINDS[k] for k in present]),
+                 "name": text_column(names.name, uid), "short_name": text_column(names.short, uid)}
+        for c in ("start", "end", "deviceId", "streamId", "correlationId", "globalPid", "bytes", "graphNodeId"):
+            frame[c] = take(cols.pop(c))
+        for c in list(api):
+            frame[c] = take(api.pop(c))
         acts = pd.DataFrame(frame, columns=ACTIVITY_COLUMNS, copy=False)
         acts.attrs["name_codes"] = SharedCodes(names.codes(uid))
         return acts

@@ -301,9 +301,16 @@ class Trace:
         a = self.activities
         t = a["api_start"].where(a["api_start"].notna(), a["start"])
         keep = ((t >= start_ns) & (t <= end_ns)).to_numpy()
-        view.activities = a[keep].reset_index(drop=True)
         codes, uniq = self.name_codes
-        view.__dict__["name_codes"] = (codes[keep], uniq)
+        rows = np.flatnonzero(keep)
+        if len(rows) and rows[-1] - rows[0] + 1 == len(rows):
+            # One stretch of rows (as a window of a long trace mostly is): a slice, which shares
+            # the trace's arrays instead of copying a million rows.
+            view.activities = a.iloc[rows[0]:rows[-1] + 1].reset_index(drop=True)
+            view.__dict__["name_codes"] = (codes[rows[0]:rows[-1] + 1], uniq)
+        else:
+            view.activities = a[keep].reset_index(drop=True)
+            view.__dict__["name_codes"] = (codes[keep], uniq)
         if view.activities.empty:
             raise TraceError(f"{self.path}: no GPU activity in the window {start_ns / 1e9:.3f}-"
                              f"{end_ns / 1e9:.3f} s; choose another --window (or --window all)")

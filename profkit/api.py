@@ -7,6 +7,8 @@
 """
 from __future__ import annotations
 
+import threading
+from concurrent.futures import Future
 from functools import cached_property
 from pathlib import Path
 from typing import Optional
@@ -76,6 +78,11 @@ class Profile:
     def run(self) -> RunSummary:
         """Where the window's wall time goes and the verdict for the whole program."""
         if self._run is None:
+            # The step model does not need the run summary: it is built on the other core while
+            # the summary is made here (step_model() takes it, or its error, as if made there).
+            if "_step_model" not in self.__dict__ and "_model_ahead" not in self.__dict__:
+                self.__dict__["_model_ahead"] = _in_thread(model_of, self.full_trace, self.window,
+                                                           self.peaks.launch_floor_ns)
             summary = summarize(self.full_trace, self.window, self.peaks.launch_floor_ns)
             model = self.step_model() if summary.refill_ns else None
             if model is not None:
@@ -111,8 +118,10 @@ class Profile:
         critical path of the calibrated replay. ``model.simulate(graph)`` replays an edited copy
         of ``model.graph``. None (with a warning) when the window cannot be modelled."""
         if "_step_model" not in self.__dict__:
+            ahead = self.__dict__.pop("_model_ahead", None)
             try:
-                m = model_of(self.full_trace, self.window, self.peaks.launch_floor_ns)
+                m = (ahead.result() if ahead is not None else
+                     model_of(self.full_trace, self.window, self.peaks.launch_floor_ns))
             except (ValueError, IndexError, KeyError) as exc:  # an odd window: no model, no crash
                 self._warn(f"the step model could not be built for this window ({exc}); "
                            "predictions use the profiled run as it is")
@@ -254,16 +263,31 @@ class Profile:
         return self._ops[key].copy()
 
     def _compute_ops(self, by: str, innermost: bool, top: Optional[int]) -> pd.DataFrame:
-        groups = group_ops(self.trace, by=by, innermost=innermost)
+        # The ops are grouped on the other core while the run summary, the step model and the
+        # rules are made here (frame()); an error of the grouping is raised as if it came first.
+        ahead = _in_thread(group_ops, self.trace, by=by, innermost=innermost)
+        if by != "kernel":  # the ranges read here (or by the grouping first): their count below
+            _ = self.trace.ranges
         n_open = self.trace.unclosed_ranges if by != "kernel" else 0
         note = (f"{n_open} NVTX range(s) never closed (the program ended or crashed inside them): "
                 "they end at the end of the capture")
+        noted = bool(n_open) and note not in self.warnings
         if n_open:
             self._warn(note)
+        try:
+            frame = self.frame()
+        except BaseException:
+            if ahead.exception() is None:
+                raise
+        try:
+            groups = ahead.result()
+        except BaseException:
+            if noted:
+                self.warnings.remove(note)
+            raise
         acts = self.trace.activities
         in_graph = acts["graphNodeId"].notna().to_numpy()
         members_by_op = groups.members_by_op()
-        frame = self.frame()
         crit = self.critical
         kernels = self._kernels
         dur_all = kernels.dur
@@ -603,6 +627,21 @@ class _Kernels:
         present = np.flatnonzero(np.bincount(code, minlength=len(self.names)))
         t = np.bincount(code, weights=self.dur[k], minlength=len(self.names))[present]
         return ev.op_dtype(self.names[present].tolist(), t.tolist())
+
+
+def _in_thread(fn, *args, **kwargs) -> Future:
+    """``fn(*args, **kwargs)`` started on a daemon thread (a command that fails before it needs
+    the result does not wait for it); its result, or its error, from the Future."""
+    future: Future = Future()
+
+    def work() -> None:
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except BaseException as exc:  # handed to whoever takes the result
+            future.set_exception(exc)
+
+    threading.Thread(target=work, name="profkit-ahead", daemon=True).start()
+    return future
 
 
 def _suggestion_fields(sug: Suggestion) -> dict:

@@ -157,7 +157,11 @@ def range_instances(ranges: pd.DataFrame, acts: pd.DataFrame, pairs: pd.DataFram
     # Pairs by (range, GPU start), ties in the order given (a stable sort), as arrays: a range
     # level holds millions of pairs.
     order = _order_by(ri, s)
-    ri, s, e, ai = ri[order], s[order], e[order], ai[order]
+    ri = ri[order]  # one column at a time: each unsorted copy goes before the next is made
+    s = s[order]
+    e = e[order]
+    ai = ai[order]
+    del order
     first = np.flatnonzero(np.r_[True, ri[1:] != ri[:-1]])
     inst = pd.DataFrame({
         "range_idx": ri[first],

@@ -153,16 +153,19 @@ def _aggregate(inst: pd.DataFrame, members: pd.DataFrame, member_codes: tuple[np
     # (op, activity) pairs as one integer key: the distinct ones (each key's first row, found by
     # a stable sort rather than a hash of millions of keys), then their durations per op. None
     # repeats where each op's instances ran at separate times (the usual case: no sort at all).
-    first = (np.ones(len(act_idx), dtype=bool) if _apart(inst) else
-             _first_of_each(code.astype(np.int64) * max(len(acts), 1) + act_idx))
-    distinct_ns = pd.Series(dur_all[act_idx[first]]).groupby(code[first]).sum()
+    dur = dur_all[act_idx]
+    if _apart(inst):
+        distinct_ns = pd.Series(dur).groupby(code).sum()
+    else:
+        first = _first_of_each(code.astype(np.int64) * max(len(acts), 1) + act_idx)
+        distinct_ns = pd.Series(dur[first]).groupby(code[first]).sum()
     distinct_ns.index = names[distinct_ns.index.to_numpy()]
     share_ns = np.minimum(ops["busy_ns"], distinct_ns.reindex(ops.index).fillna(0))
     ops["share"] = share_ns / total_gpu_ns if total_gpu_ns else 0.0
     ops["kernels_per_call"] = ops["kernels"] / ops["count"]
     # Median over calls, so a first call that waited on set-up does not decide the verdict.
     ops["busy_fraction"] = g["frac"].median()
-    median = pd.Series(dur_all[act_idx]).groupby(code).median()
+    median = pd.Series(dur).groupby(code).median()
     ops["kernel_median_ns"] = pd.Series(median.to_numpy(), index=names[median.index.to_numpy()])
     ops.index.name = "name"
     # Most GPU work first: busy time (the union of the op's activities), not the projected span,

@@ -231,7 +231,11 @@ class RuleContext:
     def acts_named(self, names) -> pd.DataFrame:
         """The window's activities whose kernel name is one of ``names``."""
         a = self.acts
-        return a[a["name"].astype(str).isin({str(n) for n in names}).to_numpy()]
+        # Matched on the categorical's few names, then picked by code (not a million strings).
+        wanted = {str(n) for n in names}
+        name = a["name"]
+        hit = np.append([str(c) in wanted for c in name.cat.categories], False)
+        return a[hit[name.cat.codes.to_numpy()]]
 
     def graph_ops(self, rows: pd.DataFrame, aligned: bool = False) -> np.ndarray:
         """The step graph's operations for rows of the window's activities (``acts``); with

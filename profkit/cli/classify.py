@@ -13,8 +13,8 @@ from typing import Optional
 
 import click
 
-from profkit.cli.common import (EXIT_USAGE, by_option, fail, load_options, one_line_errors, output_options,
-                                peaks_option, warn, window_options)
+from profkit.cli.common import (EXIT_USAGE, by_option, fail, load_options, numpy_without_hugepage_advice,
+                                one_line_errors, output_options, peaks_option, warn, window_options)
 from profkit.errors import ProfkitError
 from profkit.read.text import one_line
 
@@ -97,6 +97,7 @@ def classify(trace: tuple[str, ...], example: bool, by: str, innermost: bool, to
                         dask_address, wide)
         return
     path = str(EXAMPLE) if not trace else trace[0]
+    numpy_without_hugepage_advice()
     # The trace's API table, its largest read, starts now: the analysis modules imported below
     # take about half a second, and SQLite reads on another core meanwhile.
     from profkit.read.runtime import prefetch

@@ -122,6 +122,38 @@ def text_column(text: np.ndarray, codes: np.ndarray):
 CALL_COLUMNS = ("globalTid", "api_start", "api_end")
 
 
+def direct_match(c_corr: np.ndarray, c_pid: np.ndarray, corr: np.ndarray, pid: np.ndarray
+                 ) -> Optional[np.ndarray]:
+    """Each activity's launch call as a position in the API table (its correlation ids
+    ``c_corr`` and process keys ``c_pid``), -1 for none, found by a binary search where the
+    table allows it: one process (every activity's too) and correlation ids rising row by row,
+    as an export writes them. None otherwise (join_calls answers then). A -1 on both sides (a
+    NULL id is read as -1) is left to join_calls as well."""
+    if not len(c_corr) or not len(corr):
+        return None
+    p = int(c_pid[0])
+    if not ((c_pid == p).all() and (pid == p).all() and (c_corr[1:] > c_corr[:-1]).all()):
+        return None
+    has_minus_one = c_corr[min(int(np.searchsorted(c_corr, -1)), len(c_corr) - 1)] == -1
+    if has_minus_one and (corr == -1).any():
+        return None
+    at = np.minimum(np.searchsorted(c_corr, corr), len(c_corr) - 1)
+    return np.where(c_corr[at] == corr, at, -1)
+
+
+def calls_at(pos: np.ndarray, start: np.ndarray, end: np.ndarray, tid: np.ndarray
+             ) -> tuple[dict[str, np.ndarray], bool]:
+    """The columns join_calls gives, from each activity's position in the API table (``pos``,
+    -1 for none), and whether no two activities share a call."""
+    hit = pos >= 0
+    at = np.maximum(pos, 0)
+    out = {}
+    for c, v in (("globalTid", tid), ("api_start", start), ("api_end", end)):
+        out[c] = v[at] if hit.all() else (np.where(hit, v[at], np.nan) if hit.any() else np.full(len(pos), np.nan))
+    one_each = not hit.any() or int(np.bincount(pos[hit]).max()) <= 1
+    return out, one_each
+
+
 def join_calls(corr: np.ndarray, pidkey: np.ndarray, calls: pd.DataFrame
                ) -> tuple[Optional[np.ndarray], dict[str, np.ndarray], Optional[bool]]:
     """Each activity's launch call: the row of ``calls`` (correlationId, pidkey and

@@ -18,7 +18,8 @@ import pandas as pd
 
 from profkit.errors import NoGpuActivityError, TraceError
 from profkit.read import db
-from profkit.read.assemble import NameTable, join_calls, kernel_names, text_column, time_order
+from profkit.read.assemble import (NameTable, calls_at, direct_match, join_calls, kernel_names, text_column,
+                                   time_order)
 # Opening and integer columns live in profkit.read.db (free of pandas); named here as before.
 from profkit.read.db import (REEXPORT, _unreadable, columns_of, damaged, list_tables,  # noqa: F401
                              open_readonly, resolve_table)
@@ -378,9 +379,19 @@ class TraceReader:
             cols[c] = arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
         del parts, arrays
         self.runtime = runtime_future.result()
-        calls = self._launch_calls(sources, cols["correlationId"])
-        row, api, self.one_activity_per_call = join_calls(cols["correlationId"],
-                                                          np.right_shift(cols["globalPid"], 24), calls)
+        pidkey = np.right_shift(cols["globalPid"], 24)
+        rc = self.runtime
+        pos = (direct_match(rc.correlationId, np.right_shift(rc.globalTid, 24), cols["correlationId"], pidkey)
+               if rc is not None else None)
+        if pos is not None:  # the usual export: each activity's call found by a binary search
+            used = np.sort(pos[pos >= 0], kind="stable")  # the calls checked, in table order
+            used = used[np.r_[True, used[1:] != used[:-1]]] if len(used) else used
+            self.check_timestamps(self.runtime_table, {"start": rc.start[used], "end": rc.end[used]})
+            row = None
+            api, self.one_activity_per_call = calls_at(pos, rc.start, rc.end, rc.globalTid)
+        else:
+            calls = self._launch_calls(sources, cols["correlationId"])
+            row, api, self.one_activity_per_call = join_calls(cols["correlationId"], pidkey, calls)
         if row is not None:  # a launch call repeated: the rows it matched are repeated too
             cols = {c: v[row] for c, v in cols.items()}
             kind, names = kind[row], names.take(row)

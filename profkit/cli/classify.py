@@ -107,18 +107,19 @@ def classify(trace: tuple[str, ...], example: bool, by: str, innermost: bool, to
     prof = load(path, peaks=peaks_file, shapes_from=shapes_from, **load_options())
     df = prof.ops(by=by, innermost=innermost, top=top)
     level = df.attrs.get("level", by)
-    header = {"trace": Path(path).name, "gpu": prof.gpu.name,
-              "total_gpu_time_ns": prof.trace.total_gpu_time_ns, "level": level,
-              "warnings": prof.warnings + prof.notes, "run": prof.run_json(df),
-              "peaks_source": f"{prof.peaks.source}; HBM {render.fmt_rate(prof.peaks.memory_bandwidth, 'B/s')}"}
-    if fmt == "json":
+    if fmt == "json":  # the report holds what the header would (made once, not twice)
         text = render.to_json(prof.report(by=level, innermost=innermost, top=top, ops=df))
-    elif fmt == "csv":
-        text = render.to_csv(df)
-    elif fmt == "markdown":
-        text = render.to_markdown(df, header)
     else:
-        text = render.table(df, header, console_width=table_width(output, wide), wide=wide)
+        header = {"trace": Path(path).name, "gpu": prof.gpu.name,
+                  "total_gpu_time_ns": prof.trace.total_gpu_time_ns, "level": level,
+                  "warnings": prof.warnings + prof.notes, "run": prof.run_json(df),
+                  "peaks_source": f"{prof.peaks.source}; HBM {render.fmt_rate(prof.peaks.memory_bandwidth, 'B/s')}"}
+        if fmt == "csv":
+            text = render.to_csv(df)
+        elif fmt == "markdown":
+            text = render.to_markdown(df, header)
+        else:
+            text = render.table(df, header, console_width=table_width(output, wide), wide=wide)
     for w in prof.warnings + prof.notes:  # stderr, so that stdout holds only the answer
         warn(w)
     write_output(text, output, [path])

@@ -546,17 +546,26 @@ class TraceReader:
         types = ",".join(str(x) for x in NVTX_RANGE_TYPES)
         end_tid = "a.endGlobalTid IS NULL" if "endGlobalTid" in cols else "1"
         where = f"a.eventType IN ({types}) AND {end_tid}"
-        df = pd.DataFrame(self.int_columns(t, {
-            "rowid": "a.rowid", "start": "a.start", "end": 'coalesce(a."end", -1)',
-            "globalTid": "coalesce(a.globalTid, 0)",
-            "textId": "coalesce(a.textId, -1)" if "textId" in cols else "-1",
-            "domainId": "coalesce(a.domainId, 0)" if "domainId" in cols else "0",
-            "eventType": "a.eventType"}, where=where))
+        # Columns read only where needed (10^5 ranges and more): the row ids where some range's
+        # name is text rather than a string id, the domain ids where a domain was created.
+        has_text = "text" in cols and self.conn.execute(
+            f'SELECT 1 FROM "{t}" AS a WHERE {where} AND a.text IS NOT NULL LIMIT 1').fetchone() is not None
+        domains = self._domain_names()
+        exprs = {"rowid": "a.rowid", "start": "a.start", "end": 'coalesce(a."end", -1)',
+                 "globalTid": "coalesce(a.globalTid, 0)",
+                 "textId": "coalesce(a.textId, -1)" if "textId" in cols else "-1",
+                 "domainId": "coalesce(a.domainId, 0)" if "domainId" in cols else "0",
+                 "eventType": "a.eventType"}
+        if not has_text:
+            del exprs["rowid"]
+        if not domains:
+            del exprs["domainId"]
+        df = pd.DataFrame(self.int_columns(t, exprs, where=where), copy=False)
         if df.empty:
             return empty
         # Text that is not a registered string is rare: fetch it for those rows only.
         text = pd.Series(None, index=df.index, dtype=object)
-        if "text" in cols:
+        if has_text:
             tx = self._query(f'SELECT rowid AS rowid, text FROM "{t}" AS a WHERE {where} AND a.text IS NOT NULL')
             if len(tx):
                 text = df["rowid"].map(tx.set_index("rowid")["text"].map(visible)).astype(object)
@@ -570,9 +579,10 @@ class TraceReader:
         if self.unclosed_ranges:
             df["end"] = df["end"].where(closed, max(self.capture_end(), int(df["start"].max())))
         df["end"] = df["end"].astype(np.int64)
-        df["style"] = np.where(df["eventType"].isin([NVTX_PUSHPOP, NVTXT_PUSHPOP]), "PushPop", "StartEnd")
-        domains = self._domain_names()
-        df["domain"] = df["domainId"].map(domains).astype(object).fillna("")
+        push_pop = df["eventType"].isin([NVTX_PUSHPOP, NVTXT_PUSHPOP]).to_numpy()
+        df["style"] = text_column(np.array(["StartEnd", "PushPop"], dtype=object), push_pop.astype(np.int64))
+        df["domain"] = (df["domainId"].map(domains).astype(object).fillna("") if domains else
+                        pd.Series(np.full(len(df), "", dtype=object), index=df.index, dtype=object))
         named = df["domain"] != ""
         df.loc[named, "name"] = df.loc[named, "domain"] + ":" + df.loc[named, "name"]
         return df[["start", "end", "globalTid", "name", "domain", "style"]].reset_index(drop=True)

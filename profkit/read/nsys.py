@@ -286,6 +286,23 @@ class TraceReader:
         self.check_timestamps(self.runtime_table, {"start": df["api_start"], "end": df["api_end"]})
         return df
 
+    def _launch_columns(self, sources: list[str], corr: np.ndarray, pidkey: np.ndarray
+                        ) -> tuple[Optional[np.ndarray], dict[str, np.ndarray]]:
+        """Each activity's launch call (globalTid, api_start, api_end) as join_calls gives it,
+        found by a binary search in the API table where it allows one (one process, rising
+        correlation ids: as exports write it); sets ``one_activity_per_call``."""
+        rc = self.runtime
+        pos = (direct_match(rc.correlationId, np.right_shift(rc.globalTid, 24), corr, pidkey)
+               if rc is not None else None)
+        if pos is None:
+            row, api, self.one_activity_per_call = join_calls(corr, pidkey, self._launch_calls(sources, corr))
+            return row, api
+        used = np.sort(pos[pos >= 0], kind="stable")  # the calls checked, in table order
+        used = used[np.r_[True, used[1:] != used[:-1]]] if len(used) else used
+        self.check_timestamps(self.runtime_table, {"start": rc.start[used], "end": rc.end[used]})
+        api, self.one_activity_per_call = calls_at(pos, rc.start, rc.end, rc.globalTid)
+        return None, api
+
     def activities(self) -> pd.DataFrame:
         """Kernels, memcpys and memsets, one row each, with the launch call they came from.
 
@@ -379,19 +396,7 @@ class TraceReader:
             cols[c] = arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
         del parts, arrays
         self.runtime = runtime_future.result()
-        pidkey = np.right_shift(cols["globalPid"], 24)
-        rc = self.runtime
-        pos = (direct_match(rc.correlationId, np.right_shift(rc.globalTid, 24), cols["correlationId"], pidkey)
-               if rc is not None else None)
-        if pos is not None:  # the usual export: each activity's call found by a binary search
-            used = np.sort(pos[pos >= 0], kind="stable")  # the calls checked, in table order
-            used = used[np.r_[True, used[1:] != used[:-1]]] if len(used) else used
-            self.check_timestamps(self.runtime_table, {"start": rc.start[used], "end": rc.end[used]})
-            row = None
-            api, self.one_activity_per_call = calls_at(pos, rc.start, rc.end, rc.globalTid)
-        else:
-            calls = self._launch_calls(sources, cols["correlationId"])
-            row, api, self.one_activity_per_call = join_calls(cols["correlationId"], pidkey, calls)
+        row, api = self._launch_columns(sources, cols["correlationId"], np.right_shift(cols["globalPid"], 24))
         if row is not None:  # a launch call repeated: the rows it matched are repeated too
             cols = {c: v[row] for c, v in cols.items()}
             kind, names = kind[row], names.take(row)

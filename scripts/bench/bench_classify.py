@@ -279,7 +279,7 @@ def main() -> None:
         for name, (path, _) in traces.items() if a.phases else ():
             ph = phase_breakdown(path, a.by)
             text += "\n" + table([[k, f"{w:.2f} s", f"{c:.2f} s"] for k, (w, c) in ph.items()],
-                                 [f"phase, {name} (in process)", "wall", "CPU"]) + "\n"
+                                 [f"phase, {name} (in process)", "wall", "CPU (this thread)"]) + "\n"
         print(text)
         if a.out:
             a.out.write_text(text)

@@ -47,11 +47,14 @@ def busy_union(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndar
     new_group = np.ones(len(group), dtype=bool)
     new_group[1:] = group[1:] != group[:-1]
     frontier = _group_cummax(group, new_group, end)
-    prev = np.empty_like(frontier)
+    # The frontier shifted by one row, in place (a million-row group level holds no more copies).
+    prev = frontier if frontier.flags.writeable else frontier.copy()
+    prev[1:] = prev[:-1]
     prev[0] = np.iinfo(np.int64).min
-    prev[1:] = frontier[:-1]
     prev[new_group] = np.iinfo(np.int64).min
-    contrib = np.clip(end - np.maximum(start, prev), 0, None)
+    np.maximum(start, prev, out=prev)
+    contrib = np.subtract(end, prev, out=prev)
+    np.clip(contrib, 0, None, out=contrib)
     # The groups are sorted: each one's first row is where it changes (no sort to find them).
     return np.add.reduceat(contrib, np.flatnonzero(new_group))
 
@@ -62,8 +65,14 @@ def _group_cummax(group: np.ndarray, new_group: np.ndarray, end: np.ndarray) -> 
     next, where that fits in int64."""
     if end.dtype.kind == "i" and len(end):
         lo, span = int(end.min()), int(end.max()) - int(end.min()) + 1
-        rank = np.cumsum(new_group) - 1
-        if int(rank[-1]) * span < 2 ** 62:
-            lift = rank * span
-            return np.maximum.accumulate(end - lo + lift) - lift + lo
+        lift = np.cumsum(new_group, dtype=np.int64)
+        lift -= 1  # each row's group rank, then times the span (in place: two arrays in all)
+        if int(lift[-1]) * span < 2 ** 62:
+            lift *= span
+            out = end - lo
+            out += lift
+            np.maximum.accumulate(out, out=out)
+            out -= lift
+            out += lo
+            return out
     return pd.Series(end).groupby(group).cummax().to_numpy()

@@ -49,7 +49,8 @@ def _slices_to_pairs(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.nda
     if total == 0:
         return owner, np.empty(0, dtype=np.int64)
     starts = np.cumsum(lengths) - lengths
-    pos = np.arange(total) - np.repeat(starts, lengths) + np.repeat(lo, lengths)
+    pos = np.arange(total)
+    pos -= np.repeat(starts - lo, lengths)  # (in place: millions of pairs, one array more)
     return owner, pos
 
 
@@ -60,7 +61,9 @@ def range_activity_pairs(ranges: pd.DataFrame, acts: pd.DataFrame) -> pd.DataFra
     Activities without a launch call (no runtime table, or correlation lost) belong to no range.
     """
     # Only the three columns the match reads: the activities frame has fifteen and a million rows.
-    linked = acts.loc[acts["api_start"].notna().to_numpy(), ["globalTid", "api_start", "api_end"]]
+    has_call = acts["api_start"].notna().to_numpy()
+    cols = ["globalTid", "api_start", "api_end"]
+    linked = acts[cols] if has_call.all() else acts.loc[has_call, cols]
     out_r, out_a = [], []
     if linked.empty or ranges.empty:
         return pd.DataFrame({"range_idx": np.empty(0, np.int64), "act_idx": np.empty(0, np.int64)})
@@ -93,7 +96,8 @@ def range_activity_pairs(ranges: pd.DataFrame, acts: pd.DataFrame) -> pd.DataFra
         out_a.append(act_index[a0:a1][pos])
     if not out_r:
         return pd.DataFrame({"range_idx": np.empty(0, np.int64), "act_idx": np.empty(0, np.int64)})
-    return pd.DataFrame({"range_idx": np.concatenate(out_r), "act_idx": np.concatenate(out_a)}, copy=False)
+    join = lambda parts: parts[0] if len(parts) == 1 else np.concatenate(parts)  # noqa: E731
+    return pd.DataFrame({"range_idx": join(out_r), "act_idx": join(out_a)}, copy=False)
 
 
 def _call_order(tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:

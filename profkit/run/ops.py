@@ -155,17 +155,17 @@ def _aggregate(inst: pd.DataFrame, members: pd.DataFrame, member_codes: tuple[np
     # repeats where each op's instances ran at separate times (the usual case: no sort at all).
     dur = dur_all[act_idx]
     if _apart(inst):
-        distinct_ns = pd.Series(dur).groupby(code).sum()
+        distinct_ns = _sum_by_code(code, dur)
     else:
         first = _first_of_each(code.astype(np.int64) * max(len(acts), 1) + act_idx)
-        distinct_ns = pd.Series(dur[first]).groupby(code[first]).sum()
+        distinct_ns = _sum_by_code(code[first], dur[first])
     distinct_ns.index = names[distinct_ns.index.to_numpy()]
     share_ns = np.minimum(ops["busy_ns"], distinct_ns.reindex(ops.index).fillna(0))
     ops["share"] = share_ns / total_gpu_ns if total_gpu_ns else 0.0
     ops["kernels_per_call"] = ops["kernels"] / ops["count"]
     # Median over calls, so a first call that waited on set-up does not decide the verdict.
     ops["busy_fraction"] = g["frac"].median()
-    median = pd.Series(dur).groupby(code).median()
+    median = _median_by_code(code, dur)
     ops["kernel_median_ns"] = pd.Series(median.to_numpy(), index=names[median.index.to_numpy()])
     ops.index.name = "name"
     # Most GPU work first: busy time (the union of the op's activities), not the projected span,
@@ -196,3 +196,35 @@ def _apart(inst: pd.DataFrame) -> bool:
     c, s, e = code[order], start[order], end[order]
     # Sorted by start within an op, intervals that each end before the next starts are all apart.
     return bool(((s[1:] > e[:-1]) | (c[1:] != c[:-1])).all())
+
+
+def _grouped(code: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``values`` by op code (codes ascending, each op's values in their order): (codes, values,
+    each code's first position). A million members hold a few dozen ops: their codes are sorted
+    as 16-bit integers where they fit (a radix sort), and no frame is made for them."""
+    if not len(code):
+        return code[:0], values[:0], np.empty(0, dtype=np.int64)
+    small = code.astype(np.int16) if 0 <= code.min() and code.max() < 2 ** 15 else None
+    if small is None:  # (codes are an op table's: never this many, but kept right if they were)
+        order = np.argsort(code, kind="stable")
+        c = code[order]
+        first = np.flatnonzero(np.r_[True, c[1:] != c[:-1]])
+        return c[first], values[order], first
+    counts = np.bincount(small)
+    codes = np.flatnonzero(counts)
+    first = (np.cumsum(counts) - counts)[codes]
+    return codes.astype(code.dtype), values[np.argsort(small, kind="stable")], first
+
+
+def _sum_by_code(code: np.ndarray, values: np.ndarray) -> pd.Series:
+    """``pd.Series(values).groupby(code).sum()`` of integer values."""
+    codes, v, first = _grouped(code, values)
+    return pd.Series(np.add.reduceat(v, first) if len(v) else v[:0], index=codes)
+
+
+def _median_by_code(code: np.ndarray, values: np.ndarray) -> pd.Series:
+    """``pd.Series(values).groupby(code).median()``."""
+    codes, v, first = _grouped(code, values)
+    bounds = np.append(first, len(v))
+    return pd.Series([float(np.median(v[a:b])) for a, b in zip(bounds[:-1], bounds[1:])],
+                     index=codes, dtype=np.float64)

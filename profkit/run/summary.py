@@ -173,13 +173,16 @@ def summarize(trace, window: Window, launch_floor_ns: float) -> RunSummary:
     nxt = np.concatenate([first, [-1]])  # the activity that ends each gap (none for the last)
     keep = gap_b > gap_a
     gap_a, gap_b, nxt = gap_a[keep], gap_b[keep], nxt[keep]
+    del ms, me, first, keep
     api_end = col("api_end", "float64")
     launched = np.where(nxt >= 0, api_end[np.maximum(nxt, 0)], np.nan)
-    del api_end
+    del api_end, nxt
     # The part of a gap after the next work was launched is the GPU waiting on itself.
     host_end = np.where(np.isnan(launched), gap_b, np.clip(launched, gap_a, gap_b)).astype(np.int64)
+    del launched
     other = gap_b - host_end
     host_part = host_end - gap_a
+    del gap_b, host_end
 
     tids = col("globalTid", "float64")
     del rows

@@ -32,6 +32,16 @@ ATTRIBUTIONS = ("process", "thread")
 _ATEN_PREFIX = re.compile(r"aten::")
 
 
+def _first_per_call(pid: np.ndarray, corr: np.ndarray) -> np.ndarray:
+    """The first row of each (process, correlation id), as drop_duplicates keeps it, found
+    through one integer key where the ids allow (one hash instead of two and a join)."""
+    pcode, uniq = pd.factorize(pid)
+    lo, span = (int(corr.min()), int(corr.max()) - int(corr.min()) + 1) if len(corr) else (0, 1)
+    if (len(uniq) or 1) * span < 2 ** 62:
+        return ~pd.Series(pcode.astype(np.int64) * span + (corr - lo)).duplicated().to_numpy()
+    return ~pd.DataFrame({"p": pcode, "c": corr}).duplicated().to_numpy()
+
+
 class Trace:
     """One Nsight Systems export: GPU activities, NVTX ranges, GPU info, merged counters.
 
@@ -146,16 +156,8 @@ class Trace:
         sel = (a["api_start"].notna() & (a["kind"] == "kernel")).to_numpy()
         pid = np.right_shift(a["globalPid"].to_numpy(np.int64)[sel], 24)
         corr = a["correlationId"].to_numpy(np.int64)[sel]
-        # The first row of each (process, correlation id), as drop_duplicates keeps it, found
-        # through one integer key where the ids allow (one hash instead of two and a join).
-        pcode, _ = pd.factorize(pid)
-        lo, span = (int(corr.min()), int(corr.max()) - int(corr.min()) + 1) if len(corr) else (0, 1)
-        if self.one_activity_per_call:  # every kernel its own call: nothing to drop
-            first = np.ones(len(corr), dtype=bool)
-        elif (len(_) or 1) * span < 2 ** 62:
-            first = ~pd.Series(pcode.astype(np.int64) * span + (corr - lo)).duplicated().to_numpy()
-        else:
-            first = ~pd.DataFrame({"p": pcode, "c": corr}).duplicated().to_numpy()
+        # Every kernel its own call (as the reader found): nothing to drop.
+        first = np.ones(len(corr), dtype=bool) if self.one_activity_per_call else _first_per_call(pid, corr)
         # One gather per column, in start order (a stable sort, as sort_values("start") does).
         rows = np.flatnonzero(sel)[first]
         start = a["api_start"].to_numpy()[rows].astype(np.int64)
@@ -197,6 +199,8 @@ class Trace:
         reader = TraceReader(self.path)
         reader.runtime = self._runtime
         reader.kernel_starts = self._kernel_starts
+        if "strings" in self.__dict__:  # the string table, read once (not by every reader again)
+            reader._strings = self.strings
         try:
             return fn(reader)
         except READ_ERRORS as exc:

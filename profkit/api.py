@@ -11,7 +11,7 @@ import threading
 from concurrent.futures import Future
 from functools import cached_property
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 import pandas as pd
@@ -75,8 +75,11 @@ class Profile:
         self._findings: list = []
         self._ops: dict[tuple, pd.DataFrame] = {}
 
-    def run(self) -> RunSummary:
-        """Where the window's wall time goes and the verdict for the whole program."""
+    def run(self, summarized: Optional[Callable[[], None]] = None) -> RunSummary:
+        """Where the window's wall time goes and the verdict for the whole program.
+        ``summarized``: called once the run summary is made (at once when it was made before)."""
+        if self._run is not None and summarized is not None:
+            summarized()
         if self._run is None:
             # The step model does not need the run summary: it is built on the other core while
             # the summary is made here (step_model() takes it, or its error, as if made there).
@@ -84,6 +87,8 @@ class Profile:
                 self.__dict__["_model_ahead"] = _in_thread(model_of, self.full_trace, self.window,
                                                            self.peaks.launch_floor_ns)
             summary = summarize(self.full_trace, self.window, self.peaks.launch_floor_ns)
+            if summarized is not None:
+                summarized()
             model = self.step_model() if summary.refill_ns else None
             if model is not None:
                 charge_refill_to_syncs(summary, model.sync_cost_ns(max(len(self.window.iteration_ns), 1)))
@@ -210,12 +215,15 @@ class Profile:
         (run.critical_fraction), computed once for the op table and the rules."""
         return critical_fraction(self.trace.activities, sync_intervals(self.full_trace)).to_numpy()
 
-    def frame(self) -> Frame:
-        """What end-to-end gains are measured against: the window's GPU time and wall time."""
+    def frame(self, summarized: Optional[Callable[[], None]] = None) -> Frame:
+        """What end-to-end gains are measured against: the window's GPU time and wall time.
+        ``summarized``: as for run() (called at once where no run summary is needed)."""
         gpu = float(self.trace.total_gpu_time_ns)
         if self.gains == "gpu":
+            if summarized is not None:
+                summarized()
             return Frame(gpu_time_ns=gpu, wall_ns=gpu)
-        r = self.run()
+        r = self.run(summarized)
         return Frame(gpu_time_ns=gpu, wall_ns=float(r.wall_time_ns),
                      host_floor_ns=r.host_floor_ns)
 
@@ -263,9 +271,10 @@ class Profile:
         return self._ops[key].copy()
 
     def _compute_ops(self, by: str, innermost: bool, top: Optional[int]) -> pd.DataFrame:
-        # The ops are grouped on the other core while the run summary, the step model and the
-        # rules are made here (frame()); an error of the grouping is raised as if it came first.
-        ahead = _in_thread(group_ops, self.trace, by=by, innermost=innermost)
+        # The ops are grouped on the other core while the rules run here (frame(): started once
+        # the run summary is made, which the step model shares the cores with); an error of the
+        # grouping is raised as if it came first.
+        ahead = _Later(group_ops, self.trace, by=by, innermost=innermost)
         if by != "kernel":  # the ranges read here (or by the grouping first): their count below
             _ = self.trace.ranges
         n_open = self.trace.unclosed_ranges if by != "kernel" else 0
@@ -275,7 +284,7 @@ class Profile:
         if n_open:
             self._warn(note)
         try:
-            frame = self.frame()
+            frame = self.frame(summarized=ahead.start)
         except BaseException:
             if ahead.exception() is None:
                 raise
@@ -627,6 +636,27 @@ class _Kernels:
         present = np.flatnonzero(np.bincount(code, minlength=len(self.names)))
         t = np.bincount(code, weights=self.dur[k], minlength=len(self.names))[present]
         return ev.op_dtype(self.names[present].tolist(), t.tolist())
+
+
+class _Later:
+    """``fn(*args, **kwargs)`` on a thread (_in_thread) once ``start()`` is called, or when its
+    result is first asked for."""
+
+    def __init__(self, fn, *args, **kwargs) -> None:
+        self._call, self._future = (fn, args, kwargs), None
+
+    def start(self) -> None:
+        if self._future is None:
+            fn, args, kwargs = self._call
+            self._future = _in_thread(fn, *args, **kwargs)
+
+    def result(self):
+        self.start()
+        return self._future.result()
+
+    def exception(self) -> Optional[BaseException]:
+        self.start()
+        return self._future.exception()
 
 
 def _in_thread(fn, *args, **kwargs) -> Future:

@@ -82,10 +82,10 @@ class Profile:
             summarized()
         if self._run is None:
             # The step model does not need the run summary: it is built on the other core while
-            # the summary is made here (step_model() takes it, or its error, as if made there).
+            # the summary is made here (step_model() takes it, or its error, as if made there);
+            # that core goes on to ``summarized`` once the model is built.
             if "_step_model" not in self.__dict__ and "_model_ahead" not in self.__dict__:
-                self.__dict__["_model_ahead"] = _in_thread(model_of, self.full_trace, self.window,
-                                                           self.peaks.launch_floor_ns)
+                self.__dict__["_model_ahead"] = _in_thread(self._model_then, summarized)
             summary = summarize(self.full_trace, self.window, self.peaks.launch_floor_ns)
             if summarized is not None:
                 summarized()
@@ -116,6 +116,21 @@ class Profile:
         aten op that launched it in that capture (profkit.run.shapes.op_of_signature); empty
         otherwise."""
         return op_of_signature(self._shapes_trace) if self._shapes_trace is not None else {}
+
+    def _model_then(self, then: Optional[Callable[[], None]]) -> StepModel:
+        """model_of, for a thread that then makes the critical share the rules will read first
+        (an error of it is raised where it is read, as before) and calls ``then`` (whatever
+        model_of raised)."""
+        try:
+            model = model_of(self.full_trace, self.window, self.peaks.launch_floor_ns)
+            try:
+                _ = self.critical
+            except Exception:
+                pass
+            return model
+        finally:
+            if then is not None:
+                then()
 
     def step_model(self) -> Optional[StepModel]:
         """The step model of the window (profkit.run.step): the dependency graph of its CPU and GPU
@@ -274,7 +289,7 @@ class Profile:
         # The ops are grouped on the other core while the rules run here (frame(): started once
         # the run summary is made, which the step model shares the cores with); an error of the
         # grouping is raised as if it came first.
-        ahead = _Later(group_ops, self.trace, by=by, innermost=innermost)
+        ahead = _Later(self._grouped, by, innermost, top)
         if by != "kernel":  # the ranges read here (or by the grouping first): their count below
             _ = self.trace.ranges
         n_open = self.trace.unclosed_ranges if by != "kernel" else 0
@@ -289,51 +304,35 @@ class Profile:
             if ahead.exception() is None:
                 raise
         try:
-            groups = ahead.result()
+            groups, inputs = ahead.result()
         except BaseException:
             if noted:
                 self.warnings.remove(note)
             raise
+        if isinstance(inputs, Exception):  # raised where the ops' inputs were made before
+            raise inputs
         acts = self.trace.activities
-        in_graph = acts["graphNodeId"].notna().to_numpy()
-        members_by_op = groups.members_by_op()
-        crit = self.critical
         kernels = self._kernels
-        dur_all = kernels.dur
         rows, works, kernels_of = [], {}, {}
-        # profkit's recorder writes each op's types and arguments: they outrank kernel names.
-        records = (aten_record.records_by_key(groups.instances["name"], aten_key)
-                   if by == "aten" else {})
         ops = groups.ops if top is None else groups.ops.head(top)
         for name, op in ops.iterrows():
             rec = {"name": name, **op.to_dict()}
-            idx = members_by_op.get(name, np.empty(0, dtype=np.int64))
+            idx, knames, critical, dtype, causal, stats, summed, has_kernel, under_graph, record = inputs[name]
             # The op's activities as a frame only for the sources that read one (counters, GPU
             # metrics, copies): an op of a long window holds up to every activity of it.
             member = _Members(acts, idx)
-            knames = kernels.names_in(idx)
             rec["distinct_kernels"] = len(knames)
-            d = dur_all[idx].sum()
-            rec["critical_fraction"] = (1.0 if self.gains == "gpu" else
-                                        float((crit[idx] * dur_all[idx]).sum() / d) if d > 0 else 0.0)
-            # Element type from this op's own kernels (no trace-wide default: None = unknown).
-            record = records.get(name)
-            dtype, causal = _shape_inputs(kernels, idx, knames, record)
+            rec["critical_fraction"] = critical
             precision = dtype.precision
-            if len(idx):
-                rec.update(kernel_launch_stats(kernels.durations(idx), self.peaks.launch_floor_ns))
+            rec.update(stats)
             calls = int(op["count"])
             hint = groups.hints.get(name)
-            # A range of a --aten capture: the work of the aten calls nested in it, summed.
-            summed = self._aten_sum(idx, calls, float(op["busy_ns"]), dur_all) if by == "range" else None
             # Best source first; exact copy bytes outrank a shape guess; judge() drops a source
             # whose numbers land above a roof and says so in the evidence. A range's summed aten
             # work comes where an op's own shapes would, before a hint, unless the sum covers
             # only part of the range (confidence "low": a lower bound on its work): then a hint
             # written for the whole range goes first.
             partial = summed is not None and summed.notes.get("aten_modelled_share", 1.0) < ev.ATEN_FULL_SHARE
-            # (no kernel among the members: no counters; a kernel among them: not a copy op)
-            has_kernel = bool(kernels.is_kernel[idx].any())
             # (from_ncu and from_gpu_metrics find nothing without counters or samples)
             candidates = [lambda: ev.from_ncu(member(), self.trace.ncu, calls, self.gpu.l2_bytes,
                                               matched=kernels.ncu_rows(idx))
@@ -359,7 +358,6 @@ class Profile:
                 self._warn(f"op {name}: its FLOP/byte hint would run it faster than the roofline "
                            f"of {self.peaks.gpu} allows, which cannot be: check the hint in the "
                            "range name (or --peaks)")
-            under_graph = bool(in_graph[idx].any())
             sug = advise(rec, verdict, work, self.peaks, knames[:20], under_graph, frame,
                          price=self._op_pricer(idx))
             rec.update({
@@ -377,6 +375,49 @@ class Profile:
         df.attrs["level"] = by
         df.attrs["kernels_of"] = kernels_of  # for counting an action once (ranked_actions)
         return df
+
+    def _grouped(self, by: str, innermost: bool, top: Optional[int]) -> tuple[OpGroups, object]:
+        """The ops of level ``by`` (group_ops) and, per op, what its row is judged from that the
+        run summary does not decide (_op_inputs), made on a thread while the rules run; an error
+        of the latter is handed back, to be raised where the op table reads them."""
+        groups = group_ops(self.trace, by=by, innermost=innermost)
+        try:
+            return groups, self._op_inputs(groups, by, top)
+        except Exception as exc:
+            return groups, exc
+
+    def _op_inputs(self, groups: OpGroups, by: str, top: Optional[int]) -> dict:
+        """Per op: its activities' positions, kernel names, critical fraction, element type and
+        whether causal, launch statistics, summed aten work (range level), whether it holds a
+        kernel, whether any of it ran in a CUDA graph, and its recorder's record (aten level)."""
+        acts = self.trace.activities
+        in_graph = acts["graphNodeId"].notna().to_numpy()
+        members_by_op = groups.members_by_op()
+        crit = self.critical
+        kernels = self._kernels
+        dur_all = kernels.dur
+        # profkit's recorder writes each op's types and arguments: they outrank kernel names.
+        records = (aten_record.records_by_key(groups.instances["name"], aten_key)
+                   if by == "aten" else {})
+        out = {}
+        for name, op in (groups.ops if top is None else groups.ops.head(top)).iterrows():
+            idx = members_by_op.get(name, np.empty(0, dtype=np.int64))
+            knames = kernels.names_in(idx)
+            d = dur_all[idx].sum()
+            critical = (1.0 if self.gains == "gpu" else
+                        float((crit[idx] * dur_all[idx]).sum() / d) if d > 0 else 0.0)
+            # Element type from this op's own kernels (no trace-wide default: None = unknown).
+            record = records.get(name)
+            dtype, causal = _shape_inputs(kernels, idx, knames, record)
+            stats = kernel_launch_stats(kernels.durations(idx), self.peaks.launch_floor_ns) if len(idx) else {}
+            # A range of a --aten capture: the work of the aten calls nested in it, summed.
+            summed = (self._aten_sum(idx, int(op["count"]), float(op["busy_ns"]), dur_all)
+                      if by == "range" else None)
+            # (no kernel among the members: no counters; a kernel among them: not a copy op)
+            has_kernel = bool(kernels.is_kernel[idx].any())
+            out[name] = (idx, knames, critical, dtype, causal, stats, summed, has_kernel,
+                         bool(in_graph[idx].any()), record)
+        return out
 
     def _op_pricer(self, idx: np.ndarray):
         """``price(op_speedup)`` for advise(): the step model's replay with this op's kernels (the
@@ -644,11 +685,13 @@ class _Later:
 
     def __init__(self, fn, *args, **kwargs) -> None:
         self._call, self._future = (fn, args, kwargs), None
+        self._lock = threading.Lock()
 
     def start(self) -> None:
-        if self._future is None:
-            fn, args, kwargs = self._call
-            self._future = _in_thread(fn, *args, **kwargs)
+        with self._lock:  # (two threads may ask: one thread starts)
+            if self._future is None:
+                fn, args, kwargs = self._call
+                self._future = _in_thread(fn, *args, **kwargs)
 
     def result(self):
         self.start()

@@ -182,16 +182,15 @@ def range_instances(ranges: pd.DataFrame, acts: pd.DataFrame, pairs: pd.DataFram
     ri = ri[order]  # one column at a time: each unsorted copy goes before the next is made
     s = s[order]
     e = e[order]
-    ai = ai[order]
-    del order
     first = np.flatnonzero(np.r_[True, ri[1:] != ri[:-1]])
     inst = pd.DataFrame({
         "range_idx": ri[first],
         "gpu_start": np.minimum.reduceat(s, first), "gpu_end": np.maximum.reduceat(e, first),
         "gpu_sum_ns": np.add.reduceat(e - s, first),
         "n_acts": np.diff(np.append(first, len(ri))).astype(np.int64),
-        "n_ops": _distinct_calls(ri, ai, acts, first, one_per_call),
+        "n_ops": _distinct_calls(ri, lambda: ai[order], acts, first, one_per_call),
     })
+    del order
     inst["busy_ns"] = busy_union(ri, s, e)
     inst["span_ns"] = inst["gpu_end"] - inst["gpu_start"]
     r = ranges.loc[inst["range_idx"]]
@@ -213,12 +212,14 @@ def _order_by(group: np.ndarray, value: np.ndarray) -> np.ndarray:
     return np.lexsort((value, group))
 
 
-def _distinct_calls(ri: np.ndarray, ai: np.ndarray, acts: pd.DataFrame, first: np.ndarray,
+def _distinct_calls(ri: np.ndarray, sorted_acts, acts: pd.DataFrame, first: np.ndarray,
                     one_per_call: Optional[bool] = None) -> np.ndarray:
     """Per range (pairs sorted by range, ``first`` its first rows): how many distinct launch
-    calls (correlation id and process) its activities ``ai`` came from."""
+    calls (correlation id and process) its activities came from (``sorted_acts()``: their
+    positions, in the pairs' order; made only where needed)."""
     if one_per_call if one_per_call is not None else _one_activity_per_call(acts):
         return np.diff(np.append(first, len(ri))).astype(np.int64)
+    ai = sorted_acts()
     corr = acts["correlationId"].to_numpy(np.int64)[ai]
     pid = acts["globalPid"].to_numpy(np.int64)[ai]
     pcode, puniq = pd.factorize(pid)

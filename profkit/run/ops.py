@@ -97,11 +97,13 @@ def group_ops(trace: Trace, by: str = "range", innermost: bool = False) -> OpGro
         at = np.searchsorted(inst["range_idx"].to_numpy(), instance)
         code = inst_code[at] if len(inst) else np.full(len(instance), -1, dtype=np.int64)
         keep = code >= 0  # an instance without an op is no op's member
+        every = bool(keep.all())  # (then the pairs' own arrays, not copies of millions of rows)
+        pick = (lambda v: v) if every else (lambda v: v[keep])
         # The op column taken from the few op names (not a million strings checked one by one).
-        members = pd.DataFrame({"instance": instance[keep], "act_idx": pairs["act_idx"].to_numpy()[keep],
-                                "op": text_column(names, code[keep])},
-                               index=None if keep.all() else np.flatnonzero(keep), copy=False)
-        member_codes = (code[keep], names)
+        members = pd.DataFrame({"instance": pick(instance), "act_idx": pick(pairs["act_idx"].to_numpy()),
+                                "op": text_column(names, pick(code))},
+                               index=None if every else np.flatnonzero(keep), copy=False)
+        member_codes = (pick(code), names)
     if inst.empty:
         raise ProfkitError(f"{trace.path}: no GPU work was launched inside any NVTX range; "
                            "use --by kernel")

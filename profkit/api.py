@@ -30,7 +30,7 @@ from profkit.run.ops import OpGroups, group_ops
 from profkit.errors import ProfkitError
 from profkit.read.peaks import Peaks, resolve_peaks
 from profkit.read.nsys import match_names
-from profkit.run.summary import (MIN_ACTION_GAIN, RunSummary, apply_actions,
+from profkit.run.summary import (MIN_ACTION_GAIN, SYNC_OR_COPY_RE, RunSummary, apply_actions,
                                   charge_refill_to_syncs, critical_fraction, rank_actions, summarize,
                                   sync_intervals)
 from profkit.read.trace import Trace
@@ -118,15 +118,16 @@ class Profile:
         return op_of_signature(self._shapes_trace) if self._shapes_trace is not None else {}
 
     def _model_then(self, then: Optional[Callable[[], None]]) -> StepModel:
-        """model_of, for a thread that then makes the critical share the rules will read first
-        (an error of it is raised where it is read, as before) and calls ``then`` (whatever
-        model_of raised)."""
+        """model_of, for a thread: first the calls the run summary reads last (the launch calls,
+        the synchronising and copy calls), then the model and the replay without its syncs' waits
+        that the summary asks next, then the critical share the rules read first (an error of
+        those is raised where they are read, as before), then ``then`` (whatever model_of
+        raised)."""
         try:
+            _ahead(lambda: self.full_trace.launch_calls,
+                   lambda: self.full_trace.api_calls_matching(SYNC_OR_COPY_RE))
             model = model_of(self.full_trace, self.window, self.peaks.launch_floor_ns)
-            try:
-                _ = self.critical
-            except Exception:
-                pass
+            _ahead(lambda: model.sync_cost_ns(1), lambda: self.critical)
             return model
         finally:
             if then is not None:
@@ -700,6 +701,16 @@ class _Later:
     def exception(self) -> Optional[BaseException]:
         self.start()
         return self._future.exception()
+
+
+def _ahead(*reads: Callable[[], object]) -> None:
+    """Make what the cached ``reads`` read before it is asked for; an error is left to be raised
+    where it is asked for (the read is made again there)."""
+    for read in reads:
+        try:
+            read()
+        except Exception:
+            pass
 
 
 def _in_thread(fn, *args, **kwargs) -> Future:

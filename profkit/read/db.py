@@ -164,18 +164,30 @@ def int_columns(conn: sqlite3.Connection, path: str, table: str, exprs: dict[str
         conn.text_factory = _decode
 
 
+# Rowid spans up to this are read in chunks of rowid values, without counting the rows first.
+STRIDE_SPAN = 2 ** 27
+
+
 def _int_chunks(conn: sqlite3.Connection, path: str, table: str, exprs: dict[str, str], sel: str,
                 where: str, chunk: int, lo: int, hi: int, part: bool = False) -> dict[str, np.ndarray]:
     cond = f" AND ({where})" if where else ""
     first = lo
     # A damaged b-tree can make the seeks below go backwards or never end: each chunk must
     # move forward, and there cannot be more chunks than the table's rows need.
-    rows = conn.execute(f'SELECT count(*) FROM "{table}" WHERE rowid BETWEEN ? AND ?', (lo, hi)).fetchone()[0] \
-        if part else conn.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0]
+    span = hi - lo + 1
+    if span <= STRIDE_SPAN:
+        # Chunks of ``chunk`` rowid values: at most span / chunk of them, each holding the rows
+        # of its range, whatever gaps there are; no count of the rows first (which reads every
+        # page once more). The arrays are sized to the span: the pages of rows a gap leaves out
+        # are never touched, and the filled part is kept.
+        rows, dense = span, True
+    else:
+        rows = conn.execute(f'SELECT count(*) FROM "{table}" WHERE rowid BETWEEN ? AND ?', (lo, hi)).fetchone()[0] \
+            if part else conn.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0]
+        # Rowids 1..n without a gap (as exports write them): the chunks' bounds are known without
+        # seeking them, which reads every page once more.
+        dense = rows == span
     chunks_left = rows // chunk + 2
-    # Rowids 1..n without a gap (as exports write them): the chunks' bounds are known without
-    # seeking them, which reads every page once more.
-    dense = rows == hi - lo + 1
     # Each column filled chunk by chunk into one array of the rows counted (no list of chunks
     # concatenated at the end, which held every column twice at once).
     out = _Columns(exprs, rows)

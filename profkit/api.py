@@ -7,9 +7,11 @@
 """
 from __future__ import annotations
 
+import threading
+from concurrent.futures import Future
 from functools import cached_property
 from pathlib import Path
-from typing import Collection, Optional
+from typing import Callable, Collection, Optional
 
 import numpy as np
 import pandas as pd
@@ -29,7 +31,7 @@ from profkit.run.ops import OpGroups, group_ops
 from profkit.errors import ProfkitError
 from profkit.read.peaks import Peaks, resolve_peaks
 from profkit.read.nsys import match_names
-from profkit.run.summary import (MIN_ACTION_GAIN, RunSummary, apply_actions,
+from profkit.run.summary import (MIN_ACTION_GAIN, SYNC_OR_COPY_RE, RunSummary, apply_actions,
                                   charge_refill_to_syncs, critical_fraction, rank_actions, summarize,
                                   sync_intervals)
 from profkit.read.trace import Trace
@@ -74,10 +76,20 @@ class Profile:
         self._findings: list = []
         self._ops: dict[tuple, pd.DataFrame] = {}
 
-    def run(self) -> RunSummary:
-        """Where the window's wall time goes and the verdict for the whole program."""
+    def run(self, summarized: Optional[Callable[[], None]] = None) -> RunSummary:
+        """Where the window's wall time goes and the verdict for the whole program.
+        ``summarized``: called once the run summary is made (at once when it was made before)."""
+        if self._run is not None and summarized is not None:
+            summarized()
         if self._run is None:
+            # The step model does not need the run summary: it is built on the other core while
+            # the summary is made here (step_model() takes it, or its error, as if made there);
+            # that core goes on to ``summarized`` once the model is built.
+            if "_step_model" not in self.__dict__ and "_model_ahead" not in self.__dict__:
+                self.__dict__["_model_ahead"] = _in_thread(self._model_then, summarized)
             summary = summarize(self.full_trace, self.window, self.peaks.launch_floor_ns)
+            if summarized is not None:
+                summarized()
             model = self.step_model() if summary.refill_ns else None
             if model is not None:
                 charge_refill_to_syncs(summary, model.sync_cost_ns(max(len(self.window.iteration_ns), 1)))
@@ -106,14 +118,32 @@ class Profile:
         otherwise."""
         return op_of_signature(self._shapes_trace) if self._shapes_trace is not None else {}
 
+    def _model_then(self, then: Optional[Callable[[], None]]) -> StepModel:
+        """model_of, for a thread: first the calls the run summary reads last (the launch calls,
+        the synchronising and copy calls), then the model and the replay without its syncs' waits
+        that the summary asks next, then the critical share the rules read first (an error of
+        those is raised where they are read, as before), then ``then`` (whatever model_of
+        raised)."""
+        try:
+            _ahead(lambda: self.full_trace.launch_calls,
+                   lambda: self.full_trace.api_calls_matching(SYNC_OR_COPY_RE))
+            model = model_of(self.full_trace, self.window, self.peaks.launch_floor_ns)
+            _ahead(lambda: model.sync_cost_ns(1), lambda: self.critical)
+            return model
+        finally:
+            if then is not None:
+                then()
+
     def step_model(self) -> Optional[StepModel]:
         """The step model of the window (profkit.run.step): the dependency graph of its CPU and GPU
         work replayed from the trace, calibrated to the program without a profiler, with the
         critical path of the calibrated replay. ``model.simulate(graph)`` replays an edited copy
         of ``model.graph``. None (with a warning) when the window cannot be modelled."""
         if "_step_model" not in self.__dict__:
+            ahead = self.__dict__.pop("_model_ahead", None)
             try:
-                m = model_of(self.full_trace, self.window, self.peaks.launch_floor_ns)
+                m = (ahead.result() if ahead is not None else
+                     model_of(self.full_trace, self.window, self.peaks.launch_floor_ns))
             except (ValueError, IndexError, KeyError) as exc:  # an odd window: no model, no crash
                 self.warn(f"the step model could not be built for this window ({exc}); "
                           "predictions use the profiled run as it is")
@@ -248,12 +278,15 @@ class Profile:
         (run.critical_fraction), computed once for the op table and the rules."""
         return critical_fraction(self.trace.activities, sync_intervals(self.full_trace)).to_numpy()
 
-    def frame(self) -> Frame:
-        """What end-to-end gains are measured against: the window's GPU time and wall time."""
+    def frame(self, summarized: Optional[Callable[[], None]] = None) -> Frame:
+        """What end-to-end gains are measured against: the window's GPU time and wall time.
+        ``summarized``: as for run() (called at once where no run summary is needed)."""
         gpu = float(self.trace.total_gpu_time_ns)
         if self.gains == "gpu":
+            if summarized is not None:
+                summarized()
             return Frame(gpu_time_ns=gpu, wall_ns=gpu)
-        r = self.run()
+        r = self.run(summarized)
         return Frame(gpu_time_ns=gpu, wall_ns=float(r.wall_time_ns),
                      host_floor_ns=r.host_floor_ns)
 
@@ -302,56 +335,61 @@ class Profile:
         return self._ops[key].copy()
 
     def _compute_ops(self, by: str, innermost: bool, top: Optional[int]) -> pd.DataFrame:
-        groups = group_ops(self.trace, by=by, innermost=innermost)
+        # The ops are grouped on the other core while the rules run here (frame(): started once
+        # the run summary is made, which the step model shares the cores with); an error of the
+        # grouping is raised as if it came first.
+        ahead = _Later(self._grouped, by, innermost, top)
+        if by != "kernel":  # the ranges read here (or by the grouping first): their count below
+            _ = self.trace.ranges
         n_open = self.trace.unclosed_ranges if by != "kernel" else 0
         note = (f"{n_open} NVTX range(s) never closed (the program ended or crashed inside them): "
                 "they end at the end of the capture")
+        noted = bool(n_open) and note not in self.warnings
         if n_open:
             self.warn(note)
+        try:
+            frame = self.frame(summarized=ahead.start)
+        except BaseException:
+            if ahead.exception() is None:
+                raise
+        try:
+            groups, inputs = ahead.result()
+        except BaseException:
+            if noted:
+                self.warnings.remove(note)
+            raise
+        if isinstance(inputs, Exception):  # raised where the ops' inputs were made before
+            raise inputs
         acts = self.trace.activities
-        members_by_op = groups.members_by_op()
-        frame = self.frame()
-        crit = self.critical
         kernels = self._kernels
-        dur_all = kernels.dur
         rows, works, kernels_of = [], {}, {}
-        # profkit's recorder writes each op's types and arguments: they outrank kernel names.
-        records = (aten_record.records_by_key(groups.instances["name"], aten_key)
-                   if by == "aten" else {})
         ops = groups.ops if top is None else groups.ops.head(top)
         for name, op in ops.iterrows():
             rec = {"name": name, **op.to_dict()}
-            idx = members_by_op.get(name, np.empty(0, dtype=np.int64))
-            member_acts = acts.take(idx)
-            knames = kernels.names_in(idx)
+            idx, knames, critical, dtype, causal, stats, summed, has_kernel, under_graph, record = inputs[name]
+            # The op's activities as a frame only for the sources that read one (counters, GPU
+            # metrics, copies): an op of a long window holds up to every activity of it.
+            member = _Members(acts, idx)
             rec["distinct_kernels"] = len(knames)
-            d = dur_all[idx].sum()
-            rec["critical_fraction"] = (1.0 if self.gains == "gpu" else
-                                        float((crit[idx] * dur_all[idx]).sum() / d) if d > 0 else 0.0)
-            # Element type from this op's own kernels (no trace-wide default: None = unknown).
-            record = records.get(name)
-            dtype, causal = _shape_inputs(kernels, idx, knames, record)
+            rec["critical_fraction"] = critical
             precision = dtype.precision
-            if len(idx):
-                rec.update(kernel_launch_stats(kernels.durations(idx), self.peaks.launch_floor_ns))
+            rec.update(stats)
             calls = int(op["count"])
             hint = groups.hints.get(name)
-            # A range of a --aten capture: the work of the aten calls nested in it, summed.
-            summed = self._aten_sum(idx, calls, float(op["busy_ns"]), dur_all) if by == "range" else None
             # Best source first; exact copy bytes outrank a shape guess; judge() drops a source
             # whose numbers land above a roof and says so in the evidence. A range's summed aten
             # work comes where an op's own shapes would, before a hint, unless the sum covers
             # only part of the range (confidence "low": a lower bound on its work): then a hint
             # written for the whole range goes first.
             partial = summed is not None and summed.notes.get("aten_modelled_share", 1.0) < ev.ATEN_FULL_SHARE
-            # (no kernel among the members: no counters; a kernel among them: not a copy op)
-            has_kernel = bool(kernels.is_kernel[idx].any())
-            candidates = [lambda: ev.from_ncu(member_acts, self.trace.ncu, calls, self.gpu.l2_bytes,
+            # (from_ncu and from_gpu_metrics find nothing without counters or samples)
+            candidates = [lambda: ev.from_ncu(member(), self.trace.ncu, calls, self.gpu.l2_bytes,
                                               matched=kernels.ncu_rows(idx))
-                          if has_kernel else None,
-                          lambda: gpu_metrics.from_gpu_metrics(member_acts, self.gpu_samples, calls,
-                                                               self.peaks.memory_bandwidth),
-                          lambda: None if has_kernel else ev.from_copies(member_acts, calls),
+                          if has_kernel and not self.trace.ncu.empty else None,
+                          lambda: gpu_metrics.from_gpu_metrics(member(), self.gpu_samples, calls,
+                                                               self.peaks.memory_bandwidth)
+                          if self.gpu_samples is not None else None,
+                          lambda: None if has_kernel else ev.from_copies(member(), calls),
                           lambda: ev.from_shapes(str(name), dtype, causal=causal, record=record)
                           if by == "aten" else None,
                           lambda: None if partial else summed,
@@ -367,11 +405,10 @@ class Profile:
                 # so the hint (or the peaks) is wrong and the verdict rests on weaker evidence.
                 verdict.confidence = "low"
                 self.warn(f"op {name}: its FLOP/byte hint would run it faster than the roofline "
-                          f"of {self.peaks.gpu} allows, which cannot be: check the hint in the "
-                          "range name (or --peaks)")
-            under_graph = bool(member_acts["graphNodeId"].notna().any()) if len(member_acts) else False
+                           f"of {self.peaks.gpu} allows, which cannot be: check the hint in the "
+                           "range name (or --peaks)")
             sug = advise(rec, verdict, work, self.peaks, knames[:20], under_graph, frame,
-                         price=self._op_pricer(member_acts))
+                         price=self._op_pricer(idx))
             rec.update({
                 "class": verdict.bound.value, "confidence": verdict.confidence,
                 "source": verdict.source.value, "reason": verdict.reason,
@@ -388,19 +425,64 @@ class Profile:
         df.attrs["kernels_of"] = kernels_of  # for counting an action once (ranked_actions)
         return df
 
-    def _op_pricer(self, member_acts: pd.DataFrame):
-        """``price(op_speedup)`` for advise(): the step model's replay with this op's kernels that
-        much faster, on the window's mean iteration at the calibrated CPU scale (None: no model,
-        or none of its kernels in the modelled stretch)."""
+    def _grouped(self, by: str, innermost: bool, top: Optional[int]) -> tuple[OpGroups, object]:
+        """The ops of level ``by`` (group_ops) and, per op, what its row is judged from that the
+        run summary does not decide (_op_inputs), made on a thread while the rules run; an error
+        of the latter is handed back, to be raised where the op table reads them."""
+        groups = group_ops(self.trace, by=by, innermost=innermost)
+        try:
+            return groups, self._op_inputs(groups, by, top)
+        except Exception as exc:
+            return groups, exc
+
+    def _op_inputs(self, groups: OpGroups, by: str, top: Optional[int]) -> dict:
+        """Per op: its activities' positions, kernel names, critical fraction, element type and
+        whether causal, launch statistics, summed aten work (range level), whether it holds a
+        kernel, whether any of it ran in a CUDA graph, and its recorder's record (aten level)."""
+        acts = self.trace.activities
+        in_graph = acts["graphNodeId"].notna().to_numpy()
+        members_by_op = groups.members_by_op()
+        crit = self.critical
+        kernels = self._kernels
+        dur_all = kernels.dur
+        # profkit's recorder writes each op's types and arguments: they outrank kernel names.
+        records = (aten_record.records_by_key(groups.instances["name"], aten_key)
+                   if by == "aten" else {})
+        out = {}
+        for name, op in (groups.ops if top is None else groups.ops.head(top)).iterrows():
+            idx = members_by_op.get(name, np.empty(0, dtype=np.int64))
+            knames = kernels.names_in(idx)
+            d = dur_all[idx].sum()
+            critical = (1.0 if self.gains == "gpu" else
+                        float((crit[idx] * dur_all[idx]).sum() / d) if d > 0 else 0.0)
+            # Element type from this op's own kernels (no trace-wide default: None = unknown).
+            record = records.get(name)
+            dtype, causal = _shape_inputs(kernels, idx, knames, record)
+            stats = kernel_launch_stats(kernels.durations(idx), self.peaks.launch_floor_ns) if len(idx) else {}
+            # A range of a --aten capture: the work of the aten calls nested in it, summed.
+            summed = (self._aten_sum(idx, int(op["count"]), float(op["busy_ns"]), dur_all)
+                      if by == "range" else None)
+            # (no kernel among the members: no counters; a kernel among them: not a copy op)
+            has_kernel = bool(kernels.is_kernel[idx].any())
+            out[name] = (idx, knames, critical, dtype, causal, stats, summed, has_kernel,
+                         bool(in_graph[idx].any()), record)
+        return out
+
+    def _op_pricer(self, idx: np.ndarray):
+        """``price(op_speedup)`` for advise(): the step model's replay with this op's kernels (the
+        window's activities at positions ``idx``) that much faster, on the window's mean
+        iteration at the calibrated CPU scale (None: no model, or none of its kernels in the
+        modelled stretch)."""
         model = self.step_model()
         # Gains on GPU time (kernel benchmarks) are the GPU-time frame itself: no step to replay.
-        if model is None or member_acts.empty or self.gains == "gpu":
+        if model is None or not len(idx) or self.gains == "gpu":
             return None
+        acts = self.trace.activities
 
         def price(s: float):
             from profkit.run.step.transform import scale_ops
-            ops = model.ops_of(member_acts["start"].to_numpy(np.int64),
-                               member_acts["correlationId"].to_numpy(np.int64))
+            ops = model.ops_of(acts["start"].to_numpy(np.int64)[idx],
+                               acts["correlationId"].to_numpy(np.int64)[idx])
             if not len(ops):
                 return None
             base = model.baseline.mean_iteration_ns
@@ -610,6 +692,18 @@ def _shape_inputs(kernels: "_Kernels", idx: np.ndarray, knames: list[str],
     return dtype, causal
 
 
+class _Members:
+    """An op's activities (rows ``idx`` of ``acts``) as a frame, taken on first use."""
+
+    def __init__(self, acts: pd.DataFrame, idx: np.ndarray) -> None:
+        self.acts, self.idx, self.frame = acts, idx, None
+
+    def __call__(self) -> pd.DataFrame:
+        if self.frame is None:
+            self.frame = self.acts.take(self.idx)
+        return self.frame
+
+
 class _Kernels:
     """The window's kernels as arrays, for the per-op questions of the op table (numpy on an
     op's activity positions instead of a pandas frame per op: an aten table has thousands)."""
@@ -631,12 +725,11 @@ class _Kernels:
         rank[order] = np.arange(len(order))
         self.code = rank[codes]
         self.names = names[order]
-        self._name_of = self.names[self.code]
 
     def names_in(self, idx: np.ndarray) -> list:
         """The distinct names of the activities ``idx`` (kernels, copies and memsets), in the
-        order they first come."""
-        return list(dict.fromkeys(self._name_of[idx].tolist()))
+        order they first come (through their codes: an op can hold a million activities)."""
+        return self.names[pd.unique(self.code[idx])].tolist()
 
     def ncu_rows(self, idx: np.ndarray) -> Optional[pd.DataFrame]:
         """``evidence.match_ncu`` of the kernels among the activities ``idx``, in ``idx`` order."""
@@ -658,9 +751,59 @@ class _Kernels:
         k = idx[self.is_kernel[idx]]
         if not len(k):
             return ev.op_dtype([])
-        present, inv = np.unique(self.code[k], return_inverse=True)
-        t = np.bincount(inv, weights=self.dur[k])
+        # Per name code through bincount (codes are dense): no sort of the op's kernels.
+        code = self.code[k]
+        present = np.flatnonzero(np.bincount(code, minlength=len(self.names)))
+        t = np.bincount(code, weights=self.dur[k], minlength=len(self.names))[present]
         return ev.op_dtype(self.names[present].tolist(), t.tolist())
+
+
+class _Later:
+    """``fn(*args, **kwargs)`` on a thread (_in_thread) once ``start()`` is called, or when its
+    result is first asked for."""
+
+    def __init__(self, fn, *args, **kwargs) -> None:
+        self._call, self._future = (fn, args, kwargs), None
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        with self._lock:  # (two threads may ask: one thread starts)
+            if self._future is None:
+                fn, args, kwargs = self._call
+                self._future = _in_thread(fn, *args, **kwargs)
+
+    def result(self):
+        self.start()
+        return self._future.result()
+
+    def exception(self) -> Optional[BaseException]:
+        self.start()
+        return self._future.exception()
+
+
+def _ahead(*reads: Callable[[], object]) -> None:
+    """Make what the cached ``reads`` read before it is asked for; an error is left to be raised
+    where it is asked for (the read is made again there)."""
+    for read in reads:
+        try:
+            read()
+        except Exception:
+            pass
+
+
+def _in_thread(fn, *args, **kwargs) -> Future:
+    """``fn(*args, **kwargs)`` started on a daemon thread (a command that fails before it needs
+    the result does not wait for it); its result, or its error, from the Future."""
+    future: Future = Future()
+
+    def work() -> None:
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except BaseException as exc:  # handed to whoever takes the result
+            future.set_exception(exc)
+
+    threading.Thread(target=work, name="profkit-ahead", daemon=True).start()
+    return future
 
 
 def _suggestion_fields(sug: Suggestion) -> dict:

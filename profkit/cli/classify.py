@@ -13,8 +13,8 @@ from typing import Optional
 
 import click
 
-from profkit.cli.common import (EXIT_USAGE, by_option, fail, load_options, one_line_errors, output_options,
-                                peaks_option, warn, window_options)
+from profkit.cli.common import (EXIT_USAGE, by_option, fail, load_options, numpy_without_hugepage_advice,
+                                one_line_errors, output_options, peaks_option, warn, window_options)
 from profkit.errors import ProfkitError
 from profkit.read.text import one_line
 
@@ -97,6 +97,7 @@ def classify(trace: tuple[str, ...], example: bool, by: str, innermost: bool, to
                         dask_address, wide)
         return
     path = str(EXAMPLE) if not trace else trace[0]
+    numpy_without_hugepage_advice()
     # The trace's API table, its largest read, starts now: the analysis modules imported below
     # take about half a second, and SQLite reads on another core meanwhile.
     from profkit.read.runtime import prefetch
@@ -106,18 +107,19 @@ def classify(trace: tuple[str, ...], example: bool, by: str, innermost: bool, to
     prof = load(path, peaks=peaks_file, shapes_from=shapes_from, **load_options())
     df = prof.ops(by=by, innermost=innermost, top=top)
     level = df.attrs.get("level", by)
-    header = {"trace": Path(path).name, "gpu": prof.gpu.name,
-              "total_gpu_time_ns": prof.trace.total_gpu_time_ns, "level": level,
-              "warnings": prof.warnings + prof.notes, "run": prof.run_json(df),
-              "peaks_source": f"{prof.peaks.source}; HBM {render.fmt_rate(prof.peaks.memory_bandwidth, 'B/s')}"}
-    if fmt == "json":
+    if fmt == "json":  # the report holds what the header would (made once, not twice)
         text = render.to_json(prof.report(by=level, innermost=innermost, top=top, ops=df))
-    elif fmt == "csv":
-        text = render.to_csv(df)
-    elif fmt == "markdown":
-        text = render.to_markdown(df, header)
     else:
-        text = render.table(df, header, console_width=table_width(output, wide), wide=wide)
+        header = {"trace": Path(path).name, "gpu": prof.gpu.name,
+                  "total_gpu_time_ns": prof.trace.total_gpu_time_ns, "level": level,
+                  "warnings": prof.warnings + prof.notes, "run": prof.run_json(df),
+                  "peaks_source": f"{prof.peaks.source}; HBM {render.fmt_rate(prof.peaks.memory_bandwidth, 'B/s')}"}
+        if fmt == "csv":
+            text = render.to_csv(df)
+        elif fmt == "markdown":
+            text = render.to_markdown(df, header)
+        else:
+            text = render.table(df, header, console_width=table_width(output, wide), wide=wide)
     for w in prof.warnings + prof.notes:  # stderr, so that stdout holds only the answer
         warn(w)
     write_output(text, output, [path])

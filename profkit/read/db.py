@@ -164,19 +164,33 @@ def int_columns(conn: sqlite3.Connection, path: str, table: str, exprs: dict[str
         conn.text_factory = _decode
 
 
+# Rowid spans up to this are read in chunks of rowid values, without counting the rows first.
+STRIDE_SPAN = 2 ** 27
+
+
 def _int_chunks(conn: sqlite3.Connection, path: str, table: str, exprs: dict[str, str], sel: str,
                 where: str, chunk: int, lo: int, hi: int, part: bool = False) -> dict[str, np.ndarray]:
-    out: dict[str, list[np.ndarray]] = {k: [] for k in exprs}
     cond = f" AND ({where})" if where else ""
     first = lo
     # A damaged b-tree can make the seeks below go backwards or never end: each chunk must
     # move forward, and there cannot be more chunks than the table's rows need.
-    rows = conn.execute(f'SELECT count(*) FROM "{table}" WHERE rowid BETWEEN ? AND ?', (lo, hi)).fetchone()[0] \
-        if part else conn.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0]
+    span = hi - lo + 1
+    if span <= STRIDE_SPAN:
+        # Chunks of ``chunk`` rowid values: at most span / chunk of them, each holding the rows
+        # of its range, whatever gaps there are; no count of the rows first (which reads every
+        # page once more). The arrays are sized to the span: the pages of rows a gap leaves out
+        # are never touched, and the filled part is kept.
+        rows, dense = span, True
+    else:
+        rows = conn.execute(f'SELECT count(*) FROM "{table}" WHERE rowid BETWEEN ? AND ?', (lo, hi)).fetchone()[0] \
+            if part else conn.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0]
+        # Rowids 1..n without a gap (as exports write them): the chunks' bounds are known without
+        # seeking them, which reads every page once more.
+        dense = rows == span
     chunks_left = rows // chunk + 2
-    # Rowids 1..n without a gap (as exports write them): the chunks' bounds are known without
-    # seeking them, which reads every page once more.
-    dense = rows == hi - lo + 1
+    # Each column filled chunk by chunk into one array of the rows counted (no list of chunks
+    # concatenated at the end, which held every column twice at once).
+    out = _Columns(exprs, rows)
     while first is not None:
         chunks_left -= 1
         if chunks_left < 0:
@@ -203,9 +217,37 @@ def _int_chunks(conn: sqlite3.Connection, path: str, table: str, exprs: dict[str
             values = parse_ints(text, n)
             if values is None:
                 raise bad_column(conn, path, table, exprs[key], where)
-            out[key].append(values)
-    return {k: (v[0] if len(v) == 1 else np.concatenate(v) if v else np.empty(0, dtype=np.int64))
-            for k, v in out.items()}
+            out.add(key, values)
+        out.rows_done(n)
+    return out.arrays()
+
+
+class _Columns:
+    """Integer columns filled chunk by chunk: into arrays of the ``rows`` expected, or, should a
+    damaged file hold more, into a list of chunks joined at the end."""
+
+    def __init__(self, keys, rows: int) -> None:
+        self.full = {k: np.empty(max(rows, 0), dtype=np.int64) for k in keys}
+        self.extra: dict[str, list[np.ndarray]] = {k: [] for k in keys}
+        self.at = 0
+
+    def add(self, key: str, values: np.ndarray) -> None:
+        arr = self.full[key]
+        fit = max(min(len(values), len(arr) - self.at), 0)
+        arr[self.at:self.at + fit] = values[:fit]
+        if fit < len(values):
+            self.extra[key].append(values[fit:])
+
+    def rows_done(self, n: int) -> None:
+        self.at = min(self.at + n, len(next(iter(self.full.values()), ())))
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        out = {}
+        for k, arr in self.full.items():
+            # Rows a WHERE left out leave the end unfilled: a copy of the filled part.
+            arr = arr if self.at == len(arr) else arr[:self.at].copy()
+            out[k] = np.concatenate([arr, *self.extra[k]]) if self.extra[k] else arr
+        return out
 
 
 def bad_column(conn: sqlite3.Connection, path: str, table: str, expr: str, where: str = "") -> TraceError:

@@ -46,11 +46,33 @@ def busy_union(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndar
     # Running max of end within each group, shifted by one, is the covered frontier so far.
     new_group = np.ones(len(group), dtype=bool)
     new_group[1:] = group[1:] != group[:-1]
-    frontier = pd.Series(end).groupby(group).cummax().to_numpy()
-    prev = np.empty_like(frontier)
+    frontier = _group_cummax(group, new_group, end)
+    # The frontier shifted by one row, in place (a million-row group level holds no more copies).
+    prev = frontier if frontier.flags.writeable else frontier.copy()
+    prev[1:] = prev[:-1]
     prev[0] = np.iinfo(np.int64).min
-    prev[1:] = frontier[:-1]
     prev[new_group] = np.iinfo(np.int64).min
-    contrib = np.clip(end - np.maximum(start, prev), 0, None)
-    _, idx = np.unique(group, return_index=True)
-    return np.add.reduceat(contrib, idx)
+    np.maximum(start, prev, out=prev)
+    contrib = np.subtract(end, prev, out=prev)
+    np.clip(contrib, 0, None, out=contrib)
+    # The groups are sorted: each one's first row is where it changes (no sort to find them).
+    return np.add.reduceat(contrib, np.flatnonzero(new_group))
+
+
+def _group_cummax(group: np.ndarray, new_group: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Running maximum of ``end`` within each group (groups sorted): one running maximum over
+    ends lifted by their group's rank times the ends' span, so that no group reaches into the
+    next, where that fits in int64."""
+    if end.dtype.kind == "i" and len(end):
+        lo, span = int(end.min()), int(end.max()) - int(end.min()) + 1
+        lift = np.cumsum(new_group, dtype=np.int64)
+        lift -= 1  # each row's group rank, then times the span (in place: two arrays in all)
+        if int(lift[-1]) * span < 2 ** 62:
+            lift *= span
+            out = end - lo
+            out += lift
+            np.maximum.accumulate(out, out=out)
+            out -= lift
+            out += lo
+            return out
+    return pd.Series(end).groupby(group).cummax().to_numpy()

@@ -18,6 +18,8 @@ import pandas as pd
 
 from profkit.errors import NoGpuActivityError, TraceError
 from profkit.read import db
+from profkit.read.assemble import (NameTable, calls_at, direct_match, join_calls, kernel_names, text_column,
+                                   time_order)
 # Opening and integer columns live in profkit.read.db (free of pandas); named here as before.
 from profkit.read.db import (REEXPORT, _unreadable, columns_of, damaged, list_tables,  # noqa: F401
                              open_readonly, resolve_table)
@@ -104,7 +106,8 @@ def _lookup(ids: Optional[pd.Series], strings: dict[int, str], n: int) -> np.nda
     """Map StringIds ids to text, looking each distinct id up once."""
     if ids is None:
         return np.full(n, None, dtype=object)
-    uniq, inverse = np.unique(ids.to_numpy(), return_inverse=True)
+    # Distinct ids by hashing, not sorting: a million ids hold a few hundred values.
+    inverse, uniq = pd.factorize(ids.to_numpy())
     return np.array([strings.get(int(u)) for u in uniq], dtype=object)[inverse]
 
 
@@ -137,6 +140,8 @@ class TraceReader:
         # The kernels' start times in rowid order, as activities() read them (or a Trace hands
         # them on): kernel_shapes finds the rows of a stretch from them.
         self.kernel_starts: Optional[np.ndarray] = None
+        # Whether no two activities share a launch call, as activities() found it (None: unknown).
+        self.one_activity_per_call: Optional[bool] = None
 
     def close(self) -> None:
         self.conn.close()
@@ -222,16 +227,17 @@ class TraceReader:
         """Integer columns of ``table`` as numpy arrays (profkit.read.db.int_columns)."""
         return db.int_columns(self.conn, self.path, table, exprs, where, chunk, rowids)
 
-    def check_timestamps(self, table: str, frame: pd.DataFrame, cols: tuple[str, ...] = ("start", "end")) -> None:
+    def check_timestamps(self, table: str, frame: "pd.DataFrame | dict[str, np.ndarray]",
+                         cols: tuple[str, ...] = ("start", "end")) -> None:
         """Raise when a timestamp cannot be one: negative, beyond 1e18 ns, or an end before its start."""
         for c in cols:
-            v = frame[c].to_numpy()
+            v = np.asarray(frame[c])
             bad = (v < 0) | (v > MAX_TIMESTAMP)
             if bad.any():
                 raise damaged(self.path, f"{table}.{c} holds {int(bad.sum())} impossible "
                                          f"timestamp(s) (e.g. {int(v[bad][0])}; expected 0 to 1e18 ns)")
         if {"start", "end"} <= set(cols):
-            back = frame["end"].to_numpy() < frame["start"].to_numpy()
+            back = np.asarray(frame["end"]) < np.asarray(frame["start"])
             if back.any():
                 raise damaged(self.path, f"{table}: {int(back.sum())} row(s) end before they start")
 
@@ -276,9 +282,26 @@ class TraceReader:
                 "correlationId": "a.correlationId", "pidkey": "a.globalTid >> 24",
                 "globalTid": "a.globalTid", "api_start": "a.start", "api_end": "a.end"},
                 where=f"a.correlationId IN ({union}) AND a.globalTid IS NOT NULL")
-        df = pd.DataFrame(rt, columns=cols)
-        self.check_timestamps(self.runtime_table, df.rename(columns={"api_start": "start", "api_end": "end"}))
+        df = pd.DataFrame(rt, columns=cols, copy=False)
+        self.check_timestamps(self.runtime_table, {"start": df["api_start"], "end": df["api_end"]})
         return df
+
+    def _launch_columns(self, sources: list[str], corr: np.ndarray, pidkey: np.ndarray
+                        ) -> tuple[Optional[np.ndarray], dict[str, np.ndarray]]:
+        """Each activity's launch call (globalTid, api_start, api_end) as join_calls gives it,
+        found by a binary search in the API table where it allows one (one process, rising
+        correlation ids: as exports write it); sets ``one_activity_per_call``."""
+        rc = self.runtime
+        pos = (direct_match(rc.correlationId, np.right_shift(rc.globalTid, 24), corr, pidkey)
+               if rc is not None else None)
+        if pos is None:
+            row, api, self.one_activity_per_call = join_calls(corr, pidkey, self._launch_calls(sources, corr))
+            return row, api
+        used = np.sort(pos[pos >= 0], kind="stable")  # the calls checked, in table order
+        used = used[np.r_[True, used[1:] != used[:-1]]] if len(used) else used
+        self.check_timestamps(self.runtime_table, {"start": rc.start[used], "end": rc.end[used]})
+        api, self.one_activity_per_call = calls_at(pos, rc.start, rc.end, rc.globalTid)
+        return None, api
 
     def activities(self) -> pd.DataFrame:
         """Kernels, memcpys and memsets, one row each, with the launch call they came from.
@@ -309,7 +332,10 @@ class TraceReader:
             pool.shutdown(wait=True)
 
     def _activities(self, sources: list[str], runtime_future: Future) -> pd.DataFrame:
-        frames = []
+        # Each table's columns as arrays, its names as a small table of distinct ones (``uid``
+        # per row): the frame is built once, in time order, from arrays (no frame per table,
+        # no concat, merge or sort of a million-row frame).
+        parts: list[tuple[dict[str, np.ndarray], NameTable, int]] = []
         strings = self.strings()
         base = {"start": "a.start", "end": "a.end", "deviceId": "a.deviceId",
                 "streamId": "a.streamId", "correlationId": "coalesce(a.correlationId, -1)",
@@ -328,25 +354,12 @@ class TraceReader:
             if short_text is None and short != "NULL":
                 exprs["short_id"] = f'coalesce(a."{short}", -1)'
             cols = self.int_columns(t, exprs)
-            df = pd.DataFrame(cols)
-            self.check_timestamps(t, df)
+            self.check_timestamps(t, cols)
             self.kernel_starts = cols["start"]
-            df["name"] = (full_text.to_numpy() if full_text is not None else
-                          _lookup(df.get("name_id"), strings, len(df)))
-            df["short_name"] = (short_text.to_numpy() if short_text is not None else
-                                _lookup(df.get("short_id"), strings, len(df)))
-            df["name"] = df["name"].fillna(df["short_name"]).fillna("<unnamed kernel>")
-            df["short_name"] = df["short_name"].fillna(df["name"])
-            df["bytes"] = np.nan
-            df["kind"] = KINDS.index("kernel")
-            # An integer key per name (its string id; the short name's when the full one is
-            # missing), so names can be coded without hashing a million strings.
-            nid = df["name_id"] if "name_id" in df else pd.Series(-1, index=df.index)
-            sid = df["short_id"] if "short_id" in df else pd.Series(-1, index=df.index)
-            df["name_key"] = np.where(nid >= 0, nid, np.where(sid >= 0, -(2 ** 40) - sid, -4))
-            if full_text is not None:  # names stored as text: no ids to key them by
-                df["name_key"] = -(2 ** 41) - pd.factorize(df["name"])[0]
-            frames.append(df.drop(columns=["name_id", "short_id"], errors="ignore"))
+            names = kernel_names(cols.pop("name_id", None), cols.pop("short_id", None),
+                                 full_text, short_text, strings, len(cols["start"]))
+            cols["bytes"] = np.full(len(cols["start"]), np.nan)
+            parts.append((cols, names, KINDS.index("kernel")))
         if self.memcpy_table:
             t = self.memcpy_table
             labels = dict(_MEMCPY_LABELS)
@@ -355,49 +368,59 @@ class TraceReader:
                                self.conn.execute("SELECT id, label FROM ENUM_CUDA_MEMCPY_OPER")
                                if isinstance(i, int)})
             kind = "coalesce(a.copyKind, 0)" if "copyKind" in columns_of(self.conn, t) else "0"
-            df = pd.DataFrame(self.int_columns(t, {**base, "graphNodeId": gnode(t),
-                                                   "bytes": "a.bytes", "copyKind": kind}))
-            self.check_timestamps(t, df)
-            df["name"] = "[CUDA memcpy " + df["copyKind"].map(labels).fillna("Unknown") + "]"
-            df["short_name"] = df["name"]
-            df["kind"] = KINDS.index("memcpy")
-            df["name_key"] = -10 - df["copyKind"]
-            frames.append(df.drop(columns=["copyKind"]))
+            cols = self.int_columns(t, {**base, "graphNodeId": gnode(t), "bytes": "a.bytes", "copyKind": kind})
+            self.check_timestamps(t, cols)
+            uid, kinds = pd.factorize(cols.pop("copyKind"))
+            text = np.array([f"[CUDA memcpy {labels.get(int(k), 'Unknown')}]" for k in kinds], dtype=object)
+            parts.append((cols, NameTable(uid.astype(np.int64), text, text, -10 - np.asarray(kinds, dtype=np.int64)),
+                          KINDS.index("memcpy")))
         if self.memset_table:
             t = self.memset_table
-            df = pd.DataFrame(self.int_columns(t, {**base, "graphNodeId": gnode(t), "bytes": "a.bytes"}))
-            self.check_timestamps(t, df)
-            df["name"] = "[CUDA memset]"
-            df["short_name"] = df["name"]
-            df["kind"] = KINDS.index("memset")
-            df["name_key"] = -5
-            frames.append(df)
-        frames = [f for f in frames if len(f)]
-        if not frames:
+            cols = self.int_columns(t, {**base, "graphNodeId": gnode(t), "bytes": "a.bytes"})
+            self.check_timestamps(t, cols)
+            text = np.array(["[CUDA memset]"], dtype=object)
+            parts.append((cols, NameTable(np.zeros(len(cols["start"]), dtype=np.int64), text, text,
+                                          np.array([-5], dtype=np.int64)), KINDS.index("memset")))
+        parts = [p for p in parts if len(p[0]["start"])]
+        if not parts:
             raise NoGpuActivityError(
                 f"{self.path}: no GPU activity (no kernel, memcpy or memset rows); profile with "
                 "`nsys profile -t cuda,nvtx` (or `profkit capture`) and make sure the script runs GPU work")
-        acts = pd.concat(frames, ignore_index=True)
+        # One table (kernels alone, as most traces): its arrays as they are; else joined (and the
+        # tables' own arrays let go, one column at a time).
+        kind = np.concatenate([np.full(len(p[0]["start"]), p[2], dtype=np.int8) for p in parts])
+        names = NameTable.concat([p[1] for p in parts])
+        cols = {}
+        for c in ("start", "end", "deviceId", "streamId", "correlationId", "globalPid", "graphNodeId", "bytes"):
+            arrays = [p[0].pop(c).astype(np.float64 if c == "bytes" else np.int64, copy=False) for p in parts]
+            cols[c] = arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
+        del parts, arrays
         self.runtime = runtime_future.result()
-        calls = self._launch_calls(sources, acts["correlationId"].to_numpy(np.int64))
-        acts["pidkey"] = np.right_shift(acts["globalPid"].to_numpy(np.int64), 24)
-        acts = acts.merge(calls, how="left", on=["correlationId", "pidkey"], sort=False)
-        acts["graphNodeId"] = acts["graphNodeId"].where(acts["graphNodeId"] >= 0)
-        acts["bytes"] = acts["bytes"].astype("float64")
+        row, api = self._launch_columns(sources, cols["correlationId"], np.right_shift(cols["globalPid"], 24))
+        if row is not None:  # a launch call repeated: the rows it matched are repeated too
+            cols = {c: v[row] for c, v in cols.items()}
+            kind, names = kind[row], names.take(row)
+        gnid = cols["graphNodeId"]
+        if (gnid < 0).any():  # no graph node: NaN (as Series.where leaves an int column otherwise)
+            cols["graphNodeId"] = np.where(gnid >= 0, gnid, np.nan)
+        order = time_order(cols["start"], cols["end"])
         # A categorical of the kinds present, in name order (what astype("category") of their
         # names gives), built from small integer codes rather than a million strings.
-        present = sorted(set(acts["kind"].unique().tolist()), key=lambda k: KINDS[k])
+        present = sorted(set(np.unique(kind).tolist()), key=lambda k: KINDS[k])
         remap = np.full(len(KINDS), -1, dtype=np.int8)
         remap[present] = np.arange(len(present))
-        acts["kind"] = pd.Categorical.from_codes(remap[acts["kind"].to_numpy()],
-                                                 categories=[KINDS[k] for k in present])
-        acts = acts[ACTIVITY_COLUMNS + ["name_key"]].sort_values(["start", "end"], kind="stable")
-        acts = acts.reset_index(drop=True)
-        # Names coded once here, from the integer keys (see Trace.name_codes).
-        codes, _ = pd.factorize(acts.pop("name_key").to_numpy(np.int64))
-        _, first = np.unique(codes, return_index=True)
-        remap, names = pd.factorize(acts["name"].to_numpy(object)[first])  # equal texts: one code
-        acts.attrs["name_codes"] = SharedCodes((remap[codes].astype(np.int64), np.asarray(names, dtype=object)))
+        uid = names.uid[order]
+        # Columns in time order, each let go once taken (rows already in order keep theirs).
+        in_order = bool((order == np.arange(len(order))).all())
+        take = (lambda v: v) if in_order else (lambda v: v[order])
+        frame = {"kind": pd.Categorical.from_codes(remap[take(kind)], categories=[KINDS[k] for k in present]),
+                 "name": text_column(names.name, uid), "short_name": text_column(names.short, uid)}
+        for c in ("start", "end", "deviceId", "streamId", "correlationId", "globalPid", "bytes", "graphNodeId"):
+            frame[c] = take(cols.pop(c))
+        for c in list(api):
+            frame[c] = take(api.pop(c))
+        acts = pd.DataFrame(frame, columns=ACTIVITY_COLUMNS, copy=False)
+        acts.attrs["name_codes"] = SharedCodes(names.codes(uid))
         return acts
 
     def copy_memory_kinds(self) -> pd.DataFrame:
@@ -486,7 +509,7 @@ class TraceReader:
             rc = self.runtime
             pos = rc.select(name_ids, between)
             df = pd.DataFrame({"start": rc.start[pos], "end": rc.end[pos], "globalTid": rc.globalTid[pos],
-                               "correlationId": rc.correlationId[pos], "nameId": rc.nameId[pos]})
+                               "correlationId": rc.correlationId[pos], "nameId": rc.nameId[pos]}, copy=False)
         else:
             df = pd.DataFrame(self.int_columns(self.runtime_table, {
                 "start": "a.start", "end": 'a."end"', "globalTid": "coalesce(a.globalTid, 0)",
@@ -528,17 +551,26 @@ class TraceReader:
         types = ",".join(str(x) for x in NVTX_RANGE_TYPES)
         end_tid = "a.endGlobalTid IS NULL" if "endGlobalTid" in cols else "1"
         where = f"a.eventType IN ({types}) AND {end_tid}"
-        df = pd.DataFrame(self.int_columns(t, {
-            "rowid": "a.rowid", "start": "a.start", "end": 'coalesce(a."end", -1)',
-            "globalTid": "coalesce(a.globalTid, 0)",
-            "textId": "coalesce(a.textId, -1)" if "textId" in cols else "-1",
-            "domainId": "coalesce(a.domainId, 0)" if "domainId" in cols else "0",
-            "eventType": "a.eventType"}, where=where))
+        # Columns read only where needed (10^5 ranges and more): the row ids where some range's
+        # name is text rather than a string id, the domain ids where a domain was created.
+        has_text = "text" in cols and self.conn.execute(
+            f'SELECT 1 FROM "{t}" AS a WHERE {where} AND a.text IS NOT NULL LIMIT 1').fetchone() is not None
+        domains = self._domain_names()
+        exprs = {"rowid": "a.rowid", "start": "a.start", "end": 'coalesce(a."end", -1)',
+                 "globalTid": "coalesce(a.globalTid, 0)",
+                 "textId": "coalesce(a.textId, -1)" if "textId" in cols else "-1",
+                 "domainId": "coalesce(a.domainId, 0)" if "domainId" in cols else "0",
+                 "eventType": "a.eventType"}
+        if not has_text:
+            del exprs["rowid"]
+        if not domains:
+            del exprs["domainId"]
+        df = pd.DataFrame(self.int_columns(t, exprs, where=where), copy=False)
         if df.empty:
             return empty
         # Text that is not a registered string is rare: fetch it for those rows only.
         text = pd.Series(None, index=df.index, dtype=object)
-        if "text" in cols:
+        if has_text:
             tx = self._query(f'SELECT rowid AS rowid, text FROM "{t}" AS a WHERE {where} AND a.text IS NOT NULL')
             if len(tx):
                 text = df["rowid"].map(tx.set_index("rowid")["text"].map(visible)).astype(object)
@@ -552,9 +584,10 @@ class TraceReader:
         if self.unclosed_ranges:
             df["end"] = df["end"].where(closed, max(self.capture_end(), int(df["start"].max())))
         df["end"] = df["end"].astype(np.int64)
-        df["style"] = np.where(df["eventType"].isin([NVTX_PUSHPOP, NVTXT_PUSHPOP]), "PushPop", "StartEnd")
-        domains = self._domain_names()
-        df["domain"] = df["domainId"].map(domains).astype(object).fillna("")
+        push_pop = df["eventType"].isin([NVTX_PUSHPOP, NVTXT_PUSHPOP]).to_numpy()
+        df["style"] = text_column(np.array(["StartEnd", "PushPop"], dtype=object), push_pop.astype(np.int64))
+        df["domain"] = (df["domainId"].map(domains).astype(object).fillna("") if domains else
+                        pd.Series(np.full(len(df), "", dtype=object), index=df.index, dtype=object))
         named = df["domain"] != ""
         df.loc[named, "name"] = df.loc[named, "domain"] + ":" + df.loc[named, "name"]
         return df[["start", "end", "globalTid", "name", "domain", "style"]].reset_index(drop=True)

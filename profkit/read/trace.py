@@ -32,6 +32,16 @@ ATTRIBUTIONS = ("process", "thread")
 _ATEN_PREFIX = re.compile(r"aten::")
 
 
+def _first_per_call(pid: np.ndarray, corr: np.ndarray) -> np.ndarray:
+    """The first row of each (process, correlation id), as drop_duplicates keeps it, found
+    through one integer key where the ids allow (one hash instead of two and a join)."""
+    pcode, uniq = pd.factorize(pid)
+    lo, span = (int(corr.min()), int(corr.max()) - int(corr.min()) + 1) if len(corr) else (0, 1)
+    if (len(uniq) or 1) * span < 2 ** 62:
+        return ~pd.Series(pcode.astype(np.int64) * span + (corr - lo)).duplicated().to_numpy()
+    return ~pd.DataFrame({"p": pcode, "c": corr}).duplicated().to_numpy()
+
+
 class Trace:
     """One Nsight Systems export: GPU activities, NVTX ranges, GPU info, merged counters.
 
@@ -62,6 +72,7 @@ class Trace:
             # The API table, read with the activities: later API-call questions select from it.
             self._runtime: Optional[RuntimeCalls] = self._reader.runtime
             self._kernel_starts: Optional[np.ndarray] = self._reader.kernel_starts
+            self._one_per_call: Optional[bool] = self._reader.one_activity_per_call
             self.gpus: dict[int, GpuInfo] = self._reader.gpus()
             self.ncu: pd.DataFrame = read_ncu_metrics(self._reader.conn)
             read = True
@@ -145,14 +156,8 @@ class Trace:
         sel = (a["api_start"].notna() & (a["kind"] == "kernel")).to_numpy()
         pid = np.right_shift(a["globalPid"].to_numpy(np.int64)[sel], 24)
         corr = a["correlationId"].to_numpy(np.int64)[sel]
-        # The first row of each (process, correlation id), as drop_duplicates keeps it, found
-        # through one integer key where the ids allow (one hash instead of two and a join).
-        pcode, _ = pd.factorize(pid)
-        lo, span = (int(corr.min()), int(corr.max()) - int(corr.min()) + 1) if len(corr) else (0, 1)
-        if (len(_) or 1) * span < 2 ** 62:
-            first = ~pd.Series(pcode.astype(np.int64) * span + (corr - lo)).duplicated().to_numpy()
-        else:
-            first = ~pd.DataFrame({"p": pcode, "c": corr}).duplicated().to_numpy()
+        # Every kernel its own call (as the reader found): nothing to drop.
+        first = np.ones(len(corr), dtype=bool) if self.one_activity_per_call else _first_per_call(pid, corr)
         # One gather per column, in start order (a stable sort, as sort_values("start") does).
         rows = np.flatnonzero(sel)[first]
         start = a["api_start"].to_numpy()[rows].astype(np.int64)
@@ -161,7 +166,20 @@ class Trace:
         return pd.DataFrame({"start": start[order],
                              "end": a["api_end"].to_numpy()[rows].astype(np.int64),
                              "globalTid": a["globalTid"].to_numpy()[rows].astype(np.int64),
-                             "correlationId": corr[first][order]})
+                             "correlationId": corr[first][order]}, copy=False)
+
+    @cached_property
+    def one_activity_per_call(self) -> bool:
+        """Whether no two activities with a launch call share it (correlation id and process),
+        as the reader found it when it joined them, else checked here."""
+        known = getattr(self, "_one_per_call", None)
+        if known is not None:
+            return known
+        a = self.activities
+        linked = a["api_start"].notna().to_numpy()
+        key = pd.DataFrame({"c": a["correlationId"].to_numpy(np.int64)[linked],
+                            "p": np.right_shift(a["globalPid"].to_numpy(np.int64)[linked], 24)})
+        return not key.duplicated().any()
 
     @cached_property
     def strings(self) -> dict[int, str]:
@@ -181,6 +199,8 @@ class Trace:
         reader = TraceReader(self.path)
         reader.runtime = self._runtime
         reader.kernel_starts = self._kernel_starts
+        if "strings" in self.__dict__:  # the string table, read once (not by every reader again)
+            reader._strings = self.strings
         try:
             return fn(reader)
         except READ_ERRORS as exc:
@@ -277,15 +297,24 @@ class Trace:
         view.path, view.attribution, view.info, view.gpus, view.ncu, view._runtime = (
             self.path, self.attribution, self.info, self.gpus, self.ncu, self._runtime)
         view._kernel_starts = self._kernel_starts
+        # A window's activities are some of the trace's: no two of them share a call either.
+        view._one_per_call = self._one_per_call if self._one_per_call else None
         view._ranges_future = None
         if "strings" in self.__dict__:
             view.__dict__["strings"] = self.strings
         a = self.activities
         t = a["api_start"].where(a["api_start"].notna(), a["start"])
         keep = ((t >= start_ns) & (t <= end_ns)).to_numpy()
-        view.activities = a[keep].reset_index(drop=True)
         codes, uniq = self.name_codes
-        view.__dict__["name_codes"] = (codes[keep], uniq)
+        rows = np.flatnonzero(keep)
+        if len(rows) and rows[-1] - rows[0] + 1 == len(rows):
+            # One stretch of rows (as a window of a long trace mostly is): a slice, which shares
+            # the trace's arrays instead of copying a million rows.
+            view.activities = a.iloc[rows[0]:rows[-1] + 1].reset_index(drop=True)
+            view.__dict__["name_codes"] = (codes[rows[0]:rows[-1] + 1], uniq)
+        else:
+            view.activities = a[keep].reset_index(drop=True)
+            view.__dict__["name_codes"] = (codes[keep], uniq)
         if view.activities.empty:
             raise TraceError(f"{self.path}: no GPU activity in the window {start_ns / 1e9:.3f}-"
                              f"{end_ns / 1e9:.3f} s; choose another --window (or --window all)")

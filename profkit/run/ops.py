@@ -18,6 +18,7 @@ import pandas as pd
 
 from profkit.run import attribution
 from profkit.errors import ProfkitError
+from profkit.read.assemble import text_column
 from profkit.read.hints import Hint, check_range_name, parse_range_name
 from profkit.read.trace import Trace
 from profkit.run.window import COMPILE_RANGE_RE
@@ -80,7 +81,7 @@ def group_ops(trace: Trace, by: str = "range", innermost: bool = False) -> OpGro
             msg = ("no aten:: ranges: capture with `profkit capture --aten` (emit_nvtx with record_shapes)"
                    if by == "aten" else "only aten:: ranges: use --by aten")
             raise ProfkitError(f"{trace.path}: {msg}")
-        inst = attribution.range_instances(trace.ranges, acts, pairs)
+        inst = attribution.range_instances(trace.ranges, acts, pairs, trace.one_activity_per_call)
         if by == "aten":
             inst["op"] = inst["name"].map(attribution.aten_key)
         else:
@@ -96,10 +97,13 @@ def group_ops(trace: Trace, by: str = "range", innermost: bool = False) -> OpGro
         at = np.searchsorted(inst["range_idx"].to_numpy(), instance)
         code = inst_code[at] if len(inst) else np.full(len(instance), -1, dtype=np.int64)
         keep = code >= 0  # an instance without an op is no op's member
-        members = pd.DataFrame({"instance": instance[keep], "act_idx": pairs["act_idx"].to_numpy()[keep],
-                                "op": names[code[keep]]},
-                               index=None if keep.all() else np.flatnonzero(keep))
-        member_codes = (code[keep], names)
+        every = bool(keep.all())  # (then the pairs' own arrays, not copies of millions of rows)
+        pick = (lambda v: v) if every else (lambda v: v[keep])
+        # The op column taken from the few op names (not a million strings checked one by one).
+        members = pd.DataFrame({"instance": pick(instance), "act_idx": pick(pairs["act_idx"].to_numpy()),
+                                "op": text_column(names, pick(code))},
+                               index=None if every else np.flatnonzero(keep), copy=False)
+        member_codes = (pick(code), names)
     if inst.empty:
         raise ProfkitError(f"{trace.path}: no GPU work was launched inside any NVTX range; "
                            "use --by kernel")
@@ -148,19 +152,81 @@ def _aggregate(inst: pd.DataFrame, members: pd.DataFrame, member_codes: tuple[np
     dur_all = (acts["end"] - acts["start"]).to_numpy()
     code, names = member_codes
     act_idx = members["act_idx"].to_numpy(np.int64)
-    # (op, activity) pairs as one integer key: the distinct ones, then their durations per op.
-    first = ~pd.Series(code.astype(np.int64) * max(len(acts), 1) + act_idx).duplicated().to_numpy()
-    distinct_ns = pd.Series(dur_all[act_idx[first]]).groupby(code[first]).sum()
+    # (op, activity) pairs as one integer key: the distinct ones (each key's first row, found by
+    # a stable sort rather than a hash of millions of keys), then their durations per op. None
+    # repeats where each op's instances ran at separate times (the usual case: no sort at all).
+    dur = dur_all[act_idx]
+    if _apart(inst):
+        distinct_ns = _sum_by_code(code, dur)
+    else:
+        first = _first_of_each(code.astype(np.int64) * max(len(acts), 1) + act_idx)
+        distinct_ns = _sum_by_code(code[first], dur[first])
     distinct_ns.index = names[distinct_ns.index.to_numpy()]
     share_ns = np.minimum(ops["busy_ns"], distinct_ns.reindex(ops.index).fillna(0))
     ops["share"] = share_ns / total_gpu_ns if total_gpu_ns else 0.0
     ops["kernels_per_call"] = ops["kernels"] / ops["count"]
     # Median over calls, so a first call that waited on set-up does not decide the verdict.
     ops["busy_fraction"] = g["frac"].median()
-    median = pd.Series(dur_all[act_idx]).groupby(code).median()
+    median = _median_by_code(code, dur)
     ops["kernel_median_ns"] = pd.Series(median.to_numpy(), index=names[median.index.to_numpy()])
     ops.index.name = "name"
     # Most GPU work first: busy time (the union of the op's activities), not the projected span,
     # which also counts the gaps while the GPU waited (a range whose kernels ran 9 ms can span a
     # second); the span breaks ties.
     return ops.sort_values(["busy_ns", "gpu_time_ns"], ascending=False, kind="stable")
+
+
+def _first_of_each(key: np.ndarray) -> np.ndarray:
+    """Mask of the first row of each distinct value of ``key`` (``~Series.duplicated()``)."""
+    order = np.argsort(key, kind="stable")
+    k = key[order]
+    first = np.zeros(len(key), dtype=bool)
+    first[order[np.r_[True, k[1:] != k[:-1]]] if len(k) else order] = True
+    return first
+
+
+def _apart(inst: pd.DataFrame) -> bool:
+    """Whether each op's instances ran at separate times on the CPU (their [cpu_start, cpu_start
+    + cpu_time_ns] intervals apart): then no activity is a member of two instances of one op, as
+    an instance's members were launched inside it (a kernel-level instance is its one activity)."""
+    start = inst["cpu_start"].to_numpy(np.float64)
+    end = start + inst["cpu_time_ns"].to_numpy(np.float64)
+    if not len(start) or np.isnan(end).any() or (end < start).any():
+        return False
+    code = pd.factorize(inst["op"])[0]
+    order = np.lexsort((start, code))
+    c, s, e = code[order], start[order], end[order]
+    # Sorted by start within an op, intervals that each end before the next starts are all apart.
+    return bool(((s[1:] > e[:-1]) | (c[1:] != c[:-1])).all())
+
+
+def _grouped(code: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``values`` by op code (codes ascending, each op's values in their order): (codes, values,
+    each code's first position). A million members hold a few dozen ops: their codes are sorted
+    as 16-bit integers where they fit (a radix sort), and no frame is made for them."""
+    if not len(code):
+        return code[:0], values[:0], np.empty(0, dtype=np.int64)
+    small = code.astype(np.int16) if 0 <= code.min() and code.max() < 2 ** 15 else None
+    if small is None:  # (codes are an op table's: never this many, but kept right if they were)
+        order = np.argsort(code, kind="stable")
+        c = code[order]
+        first = np.flatnonzero(np.r_[True, c[1:] != c[:-1]])
+        return c[first], values[order], first
+    counts = np.bincount(small)
+    codes = np.flatnonzero(counts)
+    first = (np.cumsum(counts) - counts)[codes]
+    return codes.astype(code.dtype), values[np.argsort(small, kind="stable")], first
+
+
+def _sum_by_code(code: np.ndarray, values: np.ndarray) -> pd.Series:
+    """``pd.Series(values).groupby(code).sum()`` of integer values."""
+    codes, v, first = _grouped(code, values)
+    return pd.Series(np.add.reduceat(v, first) if len(v) else v[:0], index=codes)
+
+
+def _median_by_code(code: np.ndarray, values: np.ndarray) -> pd.Series:
+    """``pd.Series(values).groupby(code).median()``."""
+    codes, v, first = _grouped(code, values)
+    bounds = np.append(first, len(v))
+    return pd.Series([float(np.median(v[a:b])) for a, b in zip(bounds[:-1], bounds[1:])],
+                     index=codes, dtype=np.float64)

@@ -140,20 +140,24 @@ def summarize(trace, window: Window, launch_floor_ns: float) -> RunSummary:
     device = int(dev_time.idxmax()) if len(dev_time) else None
     sel = ((acts["deviceId"] == device) & (acts["end"] > w0) & (acts["start"] < w1)).to_numpy()
     codes, uniq = trace.name_codes
-    # Column arrays only: a million-row trace is not copied whole.
+    # Column arrays only, each gathered once in start order: a million-row trace is not copied
+    # whole (and what is no longer needed is let go as it goes).
     start = acts["start"].to_numpy(np.int64)[sel]
     order = np.argsort(start, kind="stable")
-    col = lambda c, dtype=None: acts[c].to_numpy(dtype)[sel][order]  # noqa: E731
-    codes = codes[sel][order]
+    rows = np.flatnonzero(sel)[order]
+    col = lambda c, dtype: acts[c].to_numpy()[rows].astype(dtype, copy=False)  # noqa: E731
+    codes = codes[rows]
     s = np.clip(start[order], w0, w1)
+    del start, order, sel
     e = np.clip(col("end", np.int64), w0, w1)
     ms, me, first = merge_intervals(s, e)
     busy = int((me - ms).sum())
 
     # The kind compared on the categorical's codes, not as a million strings.
-    is_kernel = (acts["kind"] == "kernel").to_numpy()[sel][order]
+    is_kernel = (acts["kind"] == "kernel").to_numpy()[rows]
     fam = _kernel_family(codes, uniq, is_kernel, e - s, launch_floor_ns)
     by_fam = np.bincount(fam, weights=(e - s).astype("float64"), minlength=len(FAMILIES))
+    del fam, is_kernel, codes, s, e
     total_dur = float(by_fam.sum())
     breakdown: dict[str, int] = {}
     for i, c in enumerate(FAMILIES):
@@ -169,21 +173,27 @@ def summarize(trace, window: Window, launch_floor_ns: float) -> RunSummary:
     nxt = np.concatenate([first, [-1]])  # the activity that ends each gap (none for the last)
     keep = gap_b > gap_a
     gap_a, gap_b, nxt = gap_a[keep], gap_b[keep], nxt[keep]
+    del ms, me, first, keep
     api_end = col("api_end", "float64")
     launched = np.where(nxt >= 0, api_end[np.maximum(nxt, 0)], np.nan)
+    del api_end, nxt
     # The part of a gap after the next work was launched is the GPU waiting on itself.
     host_end = np.where(np.isnan(launched), gap_b, np.clip(launched, gap_a, gap_b)).astype(np.int64)
+    del launched
     other = gap_b - host_end
     host_part = host_end - gap_a
+    del gap_b, host_end
 
     tids = col("globalTid", "float64")
+    del rows
     # The processes by hashing (pd.unique) rather than sorting a million thread ids.
     tids = tids[~np.isnan(tids)].astype(np.int64)
     pids = {int(p) for p in pd.unique(np.right_shift(tids, 24))}
+    del tids
 
     def of_process(df: pd.DataFrame) -> pd.DataFrame:
         keep = np.isin(np.right_shift(df["globalTid"].to_numpy(np.int64), 24), list(pids))
-        df = df[keep]
+        df = df if keep.all() else df[keep]  # (all kept: the frame itself, not a copy of it)
         # Calls come sorted by start (Trace.launch_calls): a stable sort would change nothing.
         return df if df["start"].is_monotonic_increasing else df.sort_values("start", kind="stable")
 
@@ -212,7 +222,8 @@ def summarize(trace, window: Window, launch_floor_ns: float) -> RunSummary:
     sw = sync[(sync["end"] > w0) & (sync["start"] < w1)]
     sync_blocked = int((np.minimum(sw["end"], w1) - np.maximum(sw["start"], w0)).sum())
     launches = trace.launch_calls
-    launches = of_process(launches[((launches["end"] > w0) & (launches["start"] < w1)).to_numpy()])
+    inside = ((launches["end"] > w0) & (launches["start"] < w1)).to_numpy()
+    launches = of_process(launches if inside.all() else launches[inside])
     launch_ns = int((launches["end"] - launches["start"]).sum())
     # The CPU's last call in the window: a launch, a sync or a copy (what a step's CPU side ends
     # with), from the calls already read rather than another scan of the API table.
@@ -392,7 +403,7 @@ def critical_fraction(acts: pd.DataFrame, sync: tuple[np.ndarray, np.ndarray]) -
     dev = acts["deviceId"].to_numpy(np.int64)
     end = acts["end"].to_numpy(np.int64)
     api_end = acts["api_end"].to_numpy("float64")
-    order = np.lexsort((acts["start"].to_numpy(np.int64), dev))
+    order = _by_device_and_start(dev, acts["start"].to_numpy(np.int64))
     d, e, nxt_api = dev[order], end[order], np.append(api_end[order][1:], np.nan)
     same_dev = np.append(d[1:] == d[:-1], False)
     queued = same_dev & (np.isnan(nxt_api) | (nxt_api <= e))
@@ -400,3 +411,15 @@ def critical_fraction(acts: pd.DataFrame, sync: tuple[np.ndarray, np.ndarray]) -
     crit = np.empty(len(order), dtype=float)
     crit[order] = (queued | waited).astype(float)
     return pd.Series(crit, index=acts.index)
+
+
+def _by_device_and_start(dev: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """``np.lexsort((start, dev))``, as one stable sort of a (device, start) key where it fits:
+    activities come in start order, which that sort exploits."""
+    if not len(dev):
+        return np.empty(0, dtype=np.int64)
+    code, devices = pd.factorize(dev, sort=True)
+    lo, span = int(start.min()), int(start.max()) - int(start.min()) + 1
+    if len(devices) * span >= 2 ** 62:
+        return np.lexsort((start, dev))
+    return np.argsort(code.astype(np.int64) * span + (start - lo), kind="stable")

@@ -176,11 +176,11 @@ def _kernel_share(trace, inst: pd.DataFrame) -> float:
     compile ranges or none) does not count against it.
     """
     acts = trace.activities
-    k = acts[acts["kind"] == "kernel"]
-    if k.empty or inst.empty:
+    is_kernel = (acts["kind"] == "kernel").to_numpy()  # (columns picked, not the frame copied)
+    if not is_kernel.any() or inst.empty:
         return 0.0
-    t = k["api_start"].to_numpy(dtype="float64")
-    dur = (k["end"] - k["start"]).to_numpy(dtype="float64")
+    t = acts["api_start"].to_numpy(dtype="float64")[is_kernel]
+    dur = (acts["end"] - acts["start"]).to_numpy(dtype="float64")[is_kernel]
     first = float(inst["start"].min())
     counts = t >= first
     user = trace.user_ranges

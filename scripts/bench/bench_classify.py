@@ -1,20 +1,32 @@
-"""Benchmark `profkit classify` on a large trace: wall time, peak RSS, and a per-phase breakdown.
+"""Benchmark `profkit classify` on two 1M-kernel traces against the bare kernel/runtime joins.
 
-    python scripts/bench/bench_classify.py                      # builds a 1M-kernel trace in a temp dir
-    python scripts/bench/bench_classify.py --trace /tmp/big.sqlite --by kernel --out bench.md
-    python scripts/bench/bench_classify.py --source traces/micro_addnorm.sqlite.xz --cprofile 25
+    python scripts/bench/bench_classify.py --out analyses/classify_benchmark_run.md
+    python scripts/bench/bench_classify.py --dir /tmp/bench --runs 7      # keeps the traces built there
+    python scripts/bench/bench_classify.py --trace /tmp/big.sqlite --by kernel --cprofile 25
 
-Each run is `python -m profkit classify TRACE --by BY --format json -o /dev/null` in a fresh
-subprocess; its wall time and its own peak RSS (from os.wait4) are recorded, and the median
-is reported. Before each run, the bare fetch of the kernel/runtime join (JOIN_SQL: every
-kernel with its launch call, fetched by Python's sqlite3 in a fresh subprocess) is timed the
-same way: the machine is shared, so the ratio of the two medians, measured in the same run,
-is the figure to compare (target: classify within 1.5x of the join). The phases are then timed
+Two traces, each built by scripts/tools/make_large_trace.py from a committed real capture (the
+capture is only read; every timestamp of kernels, runtime calls, NVTX events, copies, memsets
+and synchronizations shifted, correlation ids kept unique):
+
+- ``repeated``: traces/real/train_gpt2.sqlite.xz (a 4-layer GPT-2 training run, 12 steps: 5,029
+  kernels, 14,058 runtime calls) repeated 200 times in time, 1,005,800 kernels: a few hundred
+  long copies, as a capture of a long run is; its steady-state window holds almost all of them.
+- ``tiled``: traces/micro_addnorm.sqlite.xz (the add + RMSNorm micro-benchmark, 23 kernels)
+  repeated until it holds a million kernels (43,479 copies): 435k NVTX ranges, a short window.
+
+Each measurement runs in a fresh subprocess, its wall time and own peak RSS (os.wait4) kept:
+`python -m profkit classify TRACE --by BY --format json -o /dev/null` (the command line as a
+user runs it, imports included) and two bare fetches of the kernel/runtime join by Python's
+sqlite3 (JOINS: the 4 columns of each kernel's and its launch call's times, and 7 columns with
+the stream and the thread). The machine is shared: every repetition runs the joins and classify
+of both traces back to back (interleaved), and the figure kept is the ratio of the medians of
+one run, with each repetition's own ratio beside it. Where `nsys` is on the PATH, `nsys stats
+--report cuda_gpu_kern_sum` on the same trace is timed the same way. The phases are then timed
 in this process through the library API.
 
 To measure a modified copy of the package, run from outside the repository (the repository
 root on sys.path would win) with PYTHONPATH pointing at the copy:
-    cd /tmp && PYTHONPATH=/tmp/pk python /work/main/scripts/bench_classify.py --trace big.sqlite
+    cd /tmp && PYTHONPATH=/tmp/pk python /path/to/repo/scripts/bench/bench_classify.py --dir /tmp/bench
 """
 from __future__ import annotations
 
@@ -25,6 +37,7 @@ import io
 import os
 import platform
 import pstats
+import shutil
 import sqlite3
 import statistics
 import subprocess
@@ -32,21 +45,31 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import Callable, Optional, TypeVar
 from urllib.parse import quote
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 import make_large_trace  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
-# 23 kernels in 10 ranges per copy: 1M kernels come with 435k NVTX ranges (micro_chain: 50k).
-DEFAULT_SOURCE = REPO / "traces" / "micro_addnorm.sqlite.xz"
 T = TypeVar("T")
-# The floor any reader of this trace pays: each kernel joined to its launch call, as rows.
-JOIN_SQL = ("SELECT k.start, k.end, k.streamId, k.correlationId, r.start, r.end, r.globalTid "
-            "FROM CUPTI_ACTIVITY_KIND_KERNEL AS k JOIN CUPTI_ACTIVITY_KIND_RUNTIME AS r "
-            "ON r.correlationId = k.correlationId")
+# The traces: (source, copies or None, kernels wanted when copies is None).
+TRACES = {
+    "repeated": (REPO / "traces" / "real" / "train_gpt2.sqlite.xz", 200, None),
+    "tiled": (REPO / "traces" / "micro_addnorm.sqlite.xz", None, 1_000_000),
+}
+# The floor any reader of the trace pays: each kernel joined to its launch call, as rows.
+_JOIN = ("FROM CUPTI_ACTIVITY_KIND_KERNEL AS k JOIN CUPTI_ACTIVITY_KIND_RUNTIME AS r "
+         "ON r.correlationId = k.correlationId")
+JOINS = {
+    "join4": f"SELECT k.start, k.end, r.start, r.end {_JOIN}",
+    "join7": f"SELECT k.start, k.end, k.streamId, k.correlationId, r.start, r.end, r.globalTid {_JOIN}",
+}
 JOIN_TARGET = 1.5
+RSS_TARGET_MIB = 1000
+# `nsys stats --report cuda_gpu_kern_sum` on the repeated trace, measured before this benchmark
+# had both traces (on a machine with nsys; not re-measured where nsys is missing).
+NSYS_EARLIER = "3.98 s, 288 MB"
 
 
 def machine() -> dict[str, str]:
@@ -77,46 +100,51 @@ def trace_counts(path: Path) -> dict[str, str]:
         out["runtime calls"] = f"{one('SELECT count(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME'):,}"
     if "NVTX_EVENTS" in tables:
         out["NVTX ranges"] = f"{one('SELECT count(*) FROM NVTX_EVENTS WHERE eventType IN (59,60,70,71)'):,}"
+    for label, table in (("memcpys", "CUPTI_ACTIVITY_KIND_MEMCPY"), ("memsets", "CUPTI_ACTIVITY_KIND_MEMSET")):
+        if table in tables:
+            out[label] = f"{one(f'SELECT count(*) FROM {table}'):,}"
     conn.close()
     out["file size"] = f"{path.stat().st_size / 2**20:.0f} MiB"
     return out
 
 
-def run_cli(trace: Path, by: str) -> tuple[float, float, float]:
-    """One `profkit classify` in a subprocess: (wall s, CPU s = user + sys, peak RSS MiB)."""
-    cmd = [sys.executable, "-m", "profkit", "classify", str(trace), "--by", by,
-           "--format", "json", "-o", os.devnull]
+def timed_run(cmd: list[str]) -> tuple[float, float, float]:
+    """``cmd`` in a subprocess: (wall s, CPU s = user + sys, peak RSS MiB); exits on failure."""
     with tempfile.TemporaryFile() as err:
         t = time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - t
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        if proc.returncode != 0:
+        if os.waitstatus_to_exitcode(status) != 0:
             err.seek(0)
-            sys.exit(f"{' '.join(cmd)} failed ({proc.returncode}): {err.read().decode()[-2000:]}")
+            sys.exit(f"{' '.join(cmd[:6])} failed: {err.read().decode()[-2000:]}")
     return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024  # maxrss: KiB on Linux
 
 
-def run_join(trace: Path) -> tuple[float, float]:
-    """The bare fetch of JOIN_SQL in a fresh subprocess: (wall s, CPU s)."""
+def classify_cmd(trace: Path, by: str) -> list[str]:
+    return [sys.executable, "-m", "profkit", "classify", str(trace), "--by", by,
+            "--format", "json", "-o", os.devnull]
+
+
+def join_cmd(trace: Path, sql: str) -> list[str]:
+    """The bare fetch of ``sql`` in a fresh `python -c`."""
     code = ("import sqlite3, sys; from urllib.parse import quote; "
             "c = sqlite3.connect('file:' + quote(sys.argv[1]) + '?mode=ro&immutable=1', uri=True); "
             "rows = c.execute(sys.argv[2]).fetchall(); assert rows")
-    t = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-c", code, str(trace.resolve()), JOIN_SQL])
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - t
-    if os.waitstatus_to_exitcode(status) != 0:
-        sys.exit(f"the join fetch failed on {trace}")
-    return wall, usage.ru_utime + usage.ru_stime
+    return [sys.executable, "-c", code, str(trace.resolve()), sql]
+
+
+def nsys_cmd(trace: Path) -> Optional[list[str]]:
+    nsys = shutil.which("nsys")
+    return None if nsys is None else [nsys, "stats", "--report", "cuda_gpu_kern_sum", "--format", "csv",
+                                      "--force-export", "false", str(trace)]
 
 
 def timed(label: str, phases: dict[str, tuple[float, float]], fn: Callable[[], T]) -> T:
-    """Run ``fn``, recording (wall s, CPU s of this process) under ``label``."""
-    t, c = time.perf_counter(), time.process_time()
+    """Run ``fn``, recording (wall s, CPU s of this thread) under ``label``."""
+    t, c = time.perf_counter(), time.thread_time()
     result = fn()
-    phases[label] = (time.perf_counter() - t, time.process_time() - c)
+    phases[label] = (time.perf_counter() - t, time.thread_time() - c)
     return result
 
 
@@ -124,28 +152,15 @@ def phase_breakdown(trace: Path, by: str) -> dict[str, tuple[float, float]]:
     """Time the steps of `classify --format json` in process, through the library API."""
     phases: dict[str, tuple[float, float]] = {}
     t = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-c", "import profkit.cli.classify"])
+    proc = subprocess.Popen([sys.executable, "-c", "import profkit.cli.classify, profkit.api"])
     usage = os.wait4(proc.pid, 0)[2]
-    phases["python start + import profkit.cli (subprocess)"] = (
-        time.perf_counter() - t, usage.ru_utime + usage.ru_stime)
+    phases["python start + imports (subprocess)"] = (time.perf_counter() - t, usage.ru_utime + usage.ru_stime)
     from profkit.show import render
     from profkit.api import load
-    from profkit.run.ops import group_ops
-    from profkit.run.attribution import activity_pairs
-    from profkit.read.nsys import TraceReader
-
-    reader = TraceReader(trace)
-    timed("  TraceReader.activities()", phases, reader.activities)
-    timed("  TraceReader.nvtx_ranges()", phases, reader.nvtx_ranges)
-    reader.close()
-    prof = timed("profkit.load(): Trace(path) + peaks + precision", phases, lambda: load(trace))
-    if by in ("range", "aten"):
-        timed("activity_pairs() (NVTX projection, cached; reads NVTX first if lazy)", phases,
-              lambda: activity_pairs(prof.trace, by, by == "aten"))
-    timed("group_ops()", phases, lambda: group_ops(prof.trace, by=by))
-    timed("Profile.ops()", phases, lambda: prof.ops(by=by))
-    timed("Profile.report() + render.to_json() (the op table kept from ops())", phases,
-          lambda: render.to_json(prof.report(by=by)))
+    prof = timed("profkit.load(): read, window, peaks", phases, lambda: load(trace))
+    timed("Profile.run(): run summary, step model, rules", phases, prof.run)
+    df = timed("Profile.ops(): op table", phases, lambda: prof.ops(by=by))
+    timed("Profile.report() + render.to_json()", phases, lambda: render.to_json(prof.report(by=by, ops=df)))
     return phases
 
 
@@ -156,17 +171,17 @@ def cprofile_top(trace: Path, by: str, top: int) -> str:
     pr = cProfile.Profile()
     pr.enable()
     prof = load(trace)
-    prof.ops(by=by)
-    render.to_json(prof.report(by=by))
+    df = prof.ops(by=by)
+    render.to_json(prof.report(by=by, ops=df))
     pr.disable()
     s = io.StringIO()
     pstats.Stats(pr, stream=s).sort_stats("tottime").print_stats(top)
     return s.getvalue()
 
 
-def table(rows: dict[str, str], head: tuple[str, ...]) -> str:
+def table(rows: list[list[str]], head: list[str]) -> str:
     lines = ["| " + " | ".join(head) + " |", "| --- |" + " ---: |" * (len(head) - 1)]
-    lines += [f"| {k} | {v} |" for k, v in rows.items()]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(lines)
 
 
@@ -174,66 +189,102 @@ def load_avg() -> str:
     return " ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
+def build_traces(where: Path, names: list[str]) -> dict[str, tuple[Path, str]]:
+    """Each named trace, built in ``where`` unless already there: (path, how it was made)."""
+    out = {}
+    for name in names:
+        src, copies, kernels = TRACES[name]
+        path = where / f"{name}.sqlite"
+        how = (f"`{src.relative_to(REPO)}` x {copies} (make_large_trace.py --copies {copies})" if copies else
+               f"`{src.relative_to(REPO)}` to {kernels:,} kernels (make_large_trace.py --kernels {kernels})")
+        if not path.exists():
+            t = time.perf_counter()
+            make_large_trace.build(src, path, kernels or 0, copies=copies)
+            how += f", built in {time.perf_counter() - t:.0f} s"
+        out[name] = (path, how)
+    return out
+
+
+def measure(traces: dict[str, tuple[Path, str]], by: str, runs: int) -> dict[str, dict[str, list]]:
+    """Per trace, per command: [(wall, cpu, rss)] over ``runs`` interleaved repetitions."""
+    res: dict[str, dict[str, list]] = {name: {} for name in traces}
+    for _ in range(runs):
+        for name, (path, _) in traces.items():
+            cmds = {j: join_cmd(path, sql) for j, sql in JOINS.items()}
+            cmds["classify"] = classify_cmd(path, by)
+            if nsys_cmd(path):
+                cmds["nsys"] = nsys_cmd(path)
+            for label, cmd in cmds.items():
+                res[name].setdefault(label, []).append(timed_run(cmd))
+    return res
+
+
+def report(traces: dict[str, tuple[Path, str]], res: dict, by: str, runs: int, loads: tuple[str, str]) -> str:
+    med = lambda xs, i=0: statistics.median(x[i] for x in xs)  # noqa: E731
+    summary, detail = [], []
+    for name, (path, how) in traces.items():
+        r = res[name]
+        c = r["classify"]
+        ratios = {j: [a[0] / b[0] for a, b in zip(c, r[j])] for j in JOINS}
+        ok = all(med(c) / med(r[j]) <= JOIN_TARGET for j in JOINS) and max(x[2] for x in c) < RSS_TARGET_MIB
+        nsys = (f"{med(r['nsys']):.2f} s, {max(x[2] for x in r['nsys']):.0f} MiB" if "nsys" in r else
+                f"not on this machine (earlier: {NSYS_EARLIER})" if name == "repeated" else "not on this machine")
+        summary.append([name, trace_counts(path)["kernels"], f"{med(c):.2f} s",
+                        f"{med(r['join4']):.2f} s", f"**{med(c) / med(r['join4']):.2f}x**",
+                        f"{med(r['join7']):.2f} s", f"**{med(c) / med(r['join7']):.2f}x**",
+                        f"{max(x[2] for x in c):.0f} MiB", nsys, "met" if ok else "missed"])
+        counts = trace_counts(path)
+        detail.append(f"**{name}**: {how}; " + ", ".join(f"{k} {v}" for k, v in counts.items()) + ".")
+        detail.append(f"classify wall {', '.join(f'{x[0]:.2f}' for x in c)} s (CPU median {med(c, 1):.2f} s, "
+                      f"peak RSS {', '.join(f'{x[2]:.0f}' for x in c)} MiB); "
+                      + "; ".join(f"{j} {', '.join(f'{x[0]:.2f}' for x in r[j])} s (CPU median {med(r[j], 1):.2f} s), "
+                                  f"per repetition {min(ratios[j]):.2f}-{max(ratios[j]):.2f}x" for j in JOINS) + ".")
+        detail.append("")
+    head = ["trace", "kernels", "classify (median)", "join4 (median)", "classify / join4",
+            "join7 (median)", "classify / join7", "peak RSS (max)", "nsys stats cuda_gpu_kern_sum",
+            f"target (<= {JOIN_TARGET}x each join, < 1 GB)"]
+    info = machine()
+    lines = [f"## profkit classify --by {by}: {runs} interleaved repetitions", "",
+             f"{info['date (UTC)']} UTC; {info['nproc']} cores ({info['cpu']}); Python {info['python']}, "
+             f"pandas {info['pandas']}, numpy {info['numpy']}, SQLite {info['sqlite']}; load average "
+             f"(1/5/15 min) {loads[0]} before, {loads[1]} after.", "",
+             table(summary, head), "", *detail,
+             f"Command: `python -m profkit classify TRACE --by {by} --format json -o /dev/null`. "
+             f"join4: `{JOINS['join4']}`; join7: `{JOINS['join7']}`; each `fetchall()` in a fresh `python -c`."]
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--trace", type=Path, help="trace to classify (default: build one)")
+    ap.add_argument("--trace", type=Path, help="measure this trace alone (instead of building both)")
+    ap.add_argument("--only", choices=sorted(TRACES), action="append", help="build and measure this one")
+    ap.add_argument("--dir", type=Path, help="build the traces here, and reuse them when there")
     ap.add_argument("--by", default="range", choices=["range", "kernel", "aten"])
     ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--source", type=Path, default=DEFAULT_SOURCE, help="real trace to repeat")
-    ap.add_argument("--kernels", type=int, default=1_000_000)
-    ap.add_argument("--no-phases", action="store_true", help="skip the in-process breakdown")
+    ap.add_argument("--phases", action="store_true", help="also time the phases in process")
     ap.add_argument("--cprofile", type=int, default=0, metavar="N", help="print cProfile top N")
     ap.add_argument("--out", type=Path, help="also write the markdown here")
     a = ap.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
-        trace = a.trace
-        build_s = None
-        if trace is None:
-            trace = Path(tmp) / "large.sqlite"
-            t = time.perf_counter()
-            make_large_trace.build(a.source, trace, a.kernels)
-            build_s = time.perf_counter() - t
-        load_before = load_avg()
-        joins, runs = [], []
-        for _ in range(a.runs):  # alternated, so that both see the same load
-            joins.append(run_join(trace))
-            runs.append(run_cli(trace, a.by))
-        walls, cpus, rss = ([r[i] for r in runs] for i in range(3))
-        join_walls, join_cpus = [j[0] for j in joins], [j[1] for j in joins]
-        ratio = statistics.median(walls) / statistics.median(join_walls)
-        info = {**machine(), "trace": str(a.trace) if a.trace else f"{a.source.name} x N (temp)",
-                **trace_counts(trace)}
-        if build_s is not None:
-            info["trace build time"] = f"{build_s:.1f} s"
-        results = {"command": f"`python -m profkit classify TRACE --by {a.by} --format json -o /dev/null`",
-                   "runs": str(a.runs),
-                   "wall time, median": f"{statistics.median(walls):.2f} s",
-                   "wall times": ", ".join(f"{w:.2f}" for w in walls) + " s",
-                   "bare join fetch, median (same run)": f"{statistics.median(join_walls):.2f} s",
-                   "bare join fetch times": ", ".join(f"{w:.2f}" for w in join_walls) + " s",
-                   "classify / join (medians)": f"{ratio:.2f}x",
-                   "CPU time (user+sys), median": f"{statistics.median(cpus):.2f} s",
-                   "join CPU time, median; CPU ratio": (
-                       f"{statistics.median(join_cpus):.2f} s; "
-                       f"{statistics.median(cpus) / statistics.median(join_cpus):.2f}x"),
-                   "load average (1/5/15 min) before, after": f"{load_before}; {load_avg()}",
-                   "peak RSS, median": f"{statistics.median(rss):.0f} MiB",
-                   "peak RSS, max": f"{max(rss):.0f} MiB",
-                   "target": f"within {JOIN_TARGET}x of the join, < 1 GB"}
-        md = [f"## profkit classify --by {a.by}", "", table(info, ("setup", "value")), "",
-              table(results, ("result", "value")), "",
-              f"The bare join: `{JOIN_SQL}`, `fetchall()` in a fresh `python -c`."]
-        if not a.no_phases:
-            phases = phase_breakdown(trace, a.by)
-            md += ["", table({k: f"{w:.2f} s | {c:.2f} s" for k, (w, c) in phases.items()},
-                             ("phase (in process)", "wall", "CPU"))]
-        text = "\n".join(md) + "\n"
+        if a.trace is not None:
+            traces = {a.trace.name: (a.trace, str(a.trace))}
+        else:
+            where = a.dir or Path(tmp)
+            where.mkdir(parents=True, exist_ok=True)
+            traces = build_traces(where, a.only or list(TRACES))
+        before = load_avg()
+        res = measure(traces, a.by, a.runs)
+        text = report(traces, res, a.by, a.runs, (before, load_avg()))
+        for name, (path, _) in traces.items() if a.phases else ():
+            ph = phase_breakdown(path, a.by)
+            text += "\n" + table([[k, f"{w:.2f} s", f"{c:.2f} s"] for k, (w, c) in ph.items()],
+                                 [f"phase, {name} (in process)", "wall", "CPU (this thread)"]) + "\n"
         print(text)
         if a.out:
             a.out.write_text(text)
-        if a.cprofile:
-            print(cprofile_top(trace, a.by, a.cprofile))
+        for name, (path, _) in traces.items() if a.cprofile else ():
+            print(f"== {name}\n" + cprofile_top(path, a.by, a.cprofile))
 
 
 if __name__ == "__main__":

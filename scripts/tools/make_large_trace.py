@@ -1,14 +1,16 @@
 """Make a large Nsight Systems SQLite trace, in the real nsys schema, by repeating a real one.
 
     python scripts/tools/make_large_trace.py traces/micro_chain.sqlite.xz /tmp/big.sqlite --kernels 1000000
+    python scripts/tools/make_large_trace.py traces/real/train_gpt2.sqlite.xz /tmp/rep.sqlite --copies 200
 
 The source is copied with SQLite's backup API from a read-only connection (it is never
 written). Static tables (StringIds, TARGET_INFO_*, META_DATA_*, ENUM_*, ThreadNames, ...)
 stay as they are; the time-varying tables (kernels, runtime calls, NVTX events, memcpys,
-memsets, synchronizations) are repeated N times in SQL, copy ``i`` shifted by
-``i * (source span + gap)`` ns and with ``correlationId`` offset by ``i * (max id + 1)``, so
-launches still link to their kernels and ids stay unique per process. NVTX domain-creation
-events are kept once (a process creates a domain once). Prints the counts at the end.
+memsets, synchronizations) are repeated N times in SQL (N from ``--kernels`` or ``--copies``),
+copy ``i`` shifted by ``i * (source span + gap)`` ns and with ``correlationId`` offset by
+``i * (max id + 1)``, so launches still link to their kernels and ids stay unique per process.
+NVTX domain-creation events are kept once (a process creates a domain once). Prints the counts
+at the end.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import sqlite3
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 from urllib.parse import quote
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -52,8 +55,9 @@ def scalar(conn: sqlite3.Connection, sql: str) -> int:
     return conn.execute(sql).fetchone()[0] or 0
 
 
-def replicate(out: Path, kernels: int, gap_ns: int) -> dict[str, int]:
-    """Repeat the time-varying tables of ``out`` until it holds at least ``kernels`` kernels."""
+def replicate(out: Path, kernels: int, gap_ns: int, copies: Optional[int] = None) -> dict[str, int]:
+    """Repeat the time-varying tables of ``out`` until it holds at least ``kernels`` kernels, or
+    ``copies`` times in all when given."""
     conn = sqlite3.connect(out, isolation_level=None)
     conn.execute("PRAGMA journal_mode=OFF")
     conn.execute("PRAGMA synchronous=OFF")
@@ -69,7 +73,7 @@ def replicate(out: Path, kernels: int, gap_ns: int) -> dict[str, int]:
     period = t1 - t0 + gap_ns
     corr_tables = [t for t in tables if "correlationId" in columns(conn, t)]
     corr_step = max(scalar(conn, f'SELECT max(correlationId) FROM "{t}"') for t in corr_tables) + 1
-    copies = max(1, math.ceil(kernels / src_kernels))
+    copies = max(1, copies if copies is not None else math.ceil(kernels / src_kernels))
 
     conn.execute("BEGIN")
     for t in tables if copies > 1 else []:
@@ -103,12 +107,14 @@ def replicate(out: Path, kernels: int, gap_ns: int) -> dict[str, int]:
     return counts
 
 
-def build(src: Path, out: Path, kernels: int = 1_000_000, gap_ns: int = 1_000_000) -> dict[str, int]:
-    """Write ``out``: ``src`` repeated until it holds about ``kernels`` kernels. Returns counts."""
+def build(src: Path, out: Path, kernels: int = 1_000_000, gap_ns: int = 1_000_000,
+          copies: Optional[int] = None) -> dict[str, int]:
+    """Write ``out``: ``src`` repeated until it holds about ``kernels`` kernels (or ``copies``
+    times). Returns counts."""
     if src.resolve() == out.resolve():
         sys.exit("OUT must differ from SRC")
     copy_readonly(src, out)
-    return replicate(out, kernels, gap_ns)
+    return replicate(out, kernels, gap_ns, copies)
 
 
 def main() -> None:
@@ -116,10 +122,11 @@ def main() -> None:
     ap.add_argument("src", type=Path, help="real nsys SQLite export to repeat (read only)")
     ap.add_argument("out", type=Path, help="output .sqlite (overwritten)")
     ap.add_argument("--kernels", type=int, default=1_000_000, help="kernels wanted (at least)")
+    ap.add_argument("--copies", type=int, default=None, help="copies in all (instead of --kernels)")
     ap.add_argument("--gap-ns", type=int, default=1_000_000, help="idle gap between copies (ns)")
     a = ap.parse_args()
     t = time.perf_counter()
-    counts = build(a.src, a.out, a.kernels, a.gap_ns)
+    counts = build(a.src, a.out, a.kernels, a.gap_ns, a.copies)
     for k, v in counts.items():
         print(f"{k:40s} {v:>14,}")
     print(f"{'file size (bytes)':40s} {a.out.stat().st_size:>14,}")

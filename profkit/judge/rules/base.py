@@ -227,7 +227,10 @@ class RuleContext:
         """The window's kernels, each stream's in launch order (the rules that look at what runs
         next to what); shared, so read-only."""
         a = self.acts
-        return a[a["kind"] == "kernel"].sort_values(["streamId", "start"], kind="stable")
+        # The order found on the two columns and the rows taken once (not filtered, then sorted).
+        k = np.flatnonzero((a["kind"] == "kernel").to_numpy())
+        order = np.lexsort((a["start"].to_numpy()[k], a["streamId"].to_numpy()[k]))
+        return a.take(k[order])
 
     @cached_property
     def calls(self) -> pd.DataFrame:
@@ -301,7 +304,11 @@ class RuleContext:
     def acts_named(self, names) -> pd.DataFrame:
         """The window's activities whose kernel name is one of ``names``."""
         a = self.acts
-        return a[a["name"].astype(str).isin({str(n) for n in names}).to_numpy()]
+        # Matched on the categorical's few names, then picked by code (not a million strings).
+        wanted = {str(n) for n in names}
+        name = a["name"]
+        hit = np.append([str(c) in wanted for c in name.cat.categories], False)
+        return a[hit[name.cat.codes.to_numpy()]]
 
     def graph_ops(self, rows: pd.DataFrame, aligned: bool = False) -> np.ndarray:
         """The step graph's operations for rows of the window's activities (``acts``); with
@@ -339,19 +346,22 @@ class RuleContext:
     def aten_sizes(self, op: str) -> list[list]:
         """Input sizes of each call of aten op ``op`` in the window (emit_nvtx record_shapes);
         empty when the trace has no aten ranges."""
-        r = self.prof.trace.ranges
-        if r.empty:
+        trace = self.prof.trace
+        if trace.ranges.empty:
             return []
-        names = r.loc[r["name"].str.startswith(op + ",", na=False), "name"]
-        out = []
-        for n in names:
-            m = _SIZES_RE.search(n)
-            if m:
-                try:
-                    out.append(ast.literal_eval(m.group(1)))
-                except (ValueError, SyntaxError):
-                    continue
-        return out
+        # Matched and parsed once per distinct range name (a window holds 10^5 ranges and more).
+        codes, uniq = trace.range_name_codes
+        prefix = op + ","
+        parsed: list = []
+        for n in uniq:
+            m = _SIZES_RE.search(n) if isinstance(n, str) and n.startswith(prefix) else None
+            try:
+                parsed.append(ast.literal_eval(m.group(1)) if m else None)
+            except (ValueError, SyntaxError):
+                parsed.append(None)
+        if not any(p is not None for p in parsed):
+            return []
+        return [parsed[c] for c in codes.tolist() if c >= 0 and parsed[c] is not None]
 
     @cached_property
     def aten_acts(self) -> dict[str, np.ndarray]:

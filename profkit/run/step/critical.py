@@ -160,8 +160,7 @@ def _refill_shares(g: StepGraph, s: Schedule, segs: list[tuple], host: float) ->
     # both go when the value stays on the GPU. Launches that waited on a full queue stay.
     blocking = (g.c_wait > 0) & np.isin(g.c_kind, [int(CallKind.SYNC), int(CallKind.COPY),
                                                    int(CallKind.FREE), int(CallKind.ALLOC)])
-    range_of = np.array([_where_call(g, i) for i in range(g.n_calls)], dtype=object) \
-        if g.n_calls else np.empty(0, object)
+    range_of = np.array(list(g.range_names), dtype=object)[g.c_range] if g.n_calls else np.empty(0, object)
     base = float(s.end_ns - s.starts[0]) if len(s.starts) else 0.0
     shares = {}
     for site in sorted(refill, key=lambda x: -refill[x])[:MAX_SITES]:
@@ -179,26 +178,26 @@ def _api(name: str) -> str:
     return re.sub(r"_v\d+$", "", str(name))
 
 
-def _where_call(g: StepGraph, i: int) -> str:
-    return g.range_names[int(g.c_range[i])]
-
-
 def _labels(g: StepGraph) -> tuple[list[str], list[str], list[str], list[str]]:
     """Per call: its kind label and its place ("cudaLaunchKernel in forward"); per call, the
     kind and place of the CPU time before it (by the range open in the middle of it). Made once
     per distinct value, not per call."""
+    if not g.n_calls:
+        return [], [], [], []
     api = [_api(n) for n in g.call_names]
-    kind_of: dict[tuple, str] = {}
-    c_kind, c_where, gap_kind, gap_where = [], [], [], []
-    for i in range(g.n_calls):
-        key = (int(g.c_kind[i]), int(g.c_wait[i]), int(g.c_wait_arg[i]) if int(g.c_wait[i]) == int(Wait.OP) else -1)
-        if key not in kind_of:
-            kind_of[key] = _call_label(g, i)
-        c_kind.append(kind_of[key])
-        c_where.append(f"{api[g.c_name[i]]} in {g.range_names[g.c_range[i]]}")
-        w = g.range_names[g.c_gap_range[i]]
-        gap_where.append(w)
-        gap_kind.append("cpu:data" if _DATA.search(w) else "cpu:python")
+    names = np.array(list(g.range_names), dtype=object)
+    # Each label made once per distinct key (kind and wait; name and range), not once per call.
+    arg = np.where(g.c_wait == int(Wait.OP), g.c_wait_arg, -1)
+    key = np.stack([g.c_kind.astype(np.int64), g.c_wait.astype(np.int64), arg.astype(np.int64)], axis=1)
+    keys, first, inv = np.unique(key, axis=0, return_index=True, return_inverse=True)
+    c_kind = np.array([_call_label(g, int(i)) for i in first], dtype=object)[inv.ravel()].tolist()
+    pairs, pinv = np.unique(np.stack([g.c_name.astype(np.int64), g.c_range.astype(np.int64)], axis=1),
+                            axis=0, return_inverse=True)
+    c_where = np.array([f"{api[a]} in {g.range_names[b]}" for a, b in pairs.tolist()],
+                       dtype=object)[pinv.ravel()].tolist()
+    gap_where = names[g.c_gap_range].tolist()
+    gap_kind = np.array(["cpu:data" if _DATA.search(w) else "cpu:python" for w in names],
+                        dtype=object)[g.c_gap_range].tolist()
     return c_kind, c_where, gap_kind, gap_where
 
 

@@ -26,6 +26,9 @@ class StepModel:
     baseline: Schedule                 # the replay at the calibrated CPU scale
     critical: CriticalPath             # of the baseline
     warnings: list[str] = field(default_factory=list)
+    # Replays of the unmodified graph by CPU scale, made once (the calibration's among them):
+    # the run summary, the rules and the combinations ask for the same ones again.
+    replays: dict[float, Schedule] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def host(self) -> float:
@@ -39,7 +42,12 @@ class StepModel:
     def simulate(self, graph: Optional[StepGraph] = None, host: Optional[float] = None) -> Schedule:
         """Replay ``graph`` (a transformed copy; default: the unmodified one) at ``host`` (default:
         the calibrated scale)."""
-        return simulate(self.graph if graph is None else graph, self.host if host is None else host)
+        host = self.host if host is None else host
+        if graph is not None:
+            return simulate(graph, host)
+        if host not in self.replays:
+            self.replays[host] = simulate(self.graph, host)
+        return self.replays[host]
 
     def speedup(self, graph: StepGraph) -> float:
         """The predicted gain of a transformed graph: baseline iteration over the new one."""
@@ -66,8 +74,10 @@ class StepModel:
         # The graph holds a few iterations of a window that can hold a million activities: only
         # the rows whose start is one of the graph's are looked up by the pair.
         known = self._op_starts
-        at_start = np.minimum(np.searchsorted(known, starts), len(known) - 1)
-        cand = np.flatnonzero(known[at_start] == starts)
+        # (rows outside the graph's stretch first left out by two comparisons, not searched)
+        near = np.flatnonzero((starts >= known[0]) & (starts <= known[-1]))
+        at_start = np.minimum(np.searchsorted(known, starts[near]), len(known) - 1)
+        cand = near[known[at_start] == starts[near]]
         idx = np.full(len(starts), -1, dtype=np.int64)
         if len(cand):
             at = key.get_indexer(pd.MultiIndex.from_arrays([starts[cand],
@@ -84,13 +94,20 @@ class StepModel:
         """What the syncs (stream/device syncs, device-to-host copies) cost the profiled run over
         ``iterations`` iterations: the replay at the profiled CPU speed against the same replay
         with their waits dropped (profkit.run.step.transform.drop_waits)."""
+        if self._sync_free_ns is None:
+            return 0.0
+        base = self.simulate(host=1.0).mean_iteration_ns
+        return max(base - self._sync_free_ns, 0.0) * iterations
+
+    @cached_property
+    def _sync_free_ns(self) -> Optional[float]:
+        """The mean iteration of the replay at the profiled CPU speed without the syncs' waits
+        (None: the graph has no sync)."""
         from profkit.run.step.transform import drop_waits, sync_calls
         calls = sync_calls(self.graph)
         if not len(calls):
-            return 0.0
-        base = simulate(self.graph, 1.0).mean_iteration_ns
-        new = simulate(drop_waits(self.graph, calls), 1.0).mean_iteration_ns
-        return max(base - new, 0.0) * iterations
+            return None
+        return simulate(drop_waits(self.graph, calls), 1.0).mean_iteration_ns
 
     @property
     def replay_error(self) -> float:
@@ -111,7 +128,14 @@ class StepModel:
 def model_of(trace, window: Window, launch_floor_ns: float) -> StepModel:
     """Build, calibrate and replay the step model of ``window`` in ``trace`` (the full trace)."""
     g = build(trace, window, launch_floor_ns)
-    cal, sched = calibrate(g, trace.meta.get("calibration"))
+    replays: dict[float, Schedule] = {}
+
+    def replay(host: float) -> Schedule:
+        if host not in replays:
+            replays[host] = simulate(g, host)
+        return replays[host]
+
+    cal, sched = calibrate(g, trace.meta.get("calibration"), sim=replay)
     warnings = list(g.notes) + ([cal.warning] if cal.warning else [])
     err = cal.replay_iteration_ns / cal.profiled_iteration_ns - 1 if cal.profiled_iteration_ns else 0
     if abs(err) > REPLAY_TOLERANCE:
@@ -120,4 +144,4 @@ def model_of(trace, window: Window, launch_floor_ns: float) -> StepModel:
                         f"{cal.profiled_iteration_ns / 1e6:.2f} ms): its predictions are less sure")
     if not np.isfinite(sched.iteration_ns) or sched.iteration_ns <= 0:
         warnings.append("the step model could not replay this window")
-    return StepModel(g, cal, sched, critical_path(g, sched, cal.host), warnings)
+    return StepModel(g, cal, sched, critical_path(g, sched, cal.host), warnings, replays)

@@ -10,6 +10,7 @@ scale at which the replay runs as fast as the program without a profiler. Replay
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -101,79 +102,78 @@ def simulate(g: StepGraph, host: float = 1.0) -> Schedule:
     # The launch queue, per device: the operation whose end frees each entry, in queued order.
     entries = queue_entries(g.c_queue if g.c_queue is not None else np.diff(g.ops_ptr) > 0,
                             g.ops_ptr, g.ops_idx, g.g_call, g.g_start, g.g_dev)
-    q_ops = {d: e[0][e[1] < 0].tolist() for d, e in entries.items()}  # already queued: pre-window
-    q_dev = np.full(n, -1, dtype=np.int64)
-    last_of = np.full(n, -1, dtype=np.int64)  # the operation whose end frees a call's entry
-    for d, (ops_, calls_) in entries.items():
-        mine = calls_ >= 0
-        q_dev[calls_[mine]] = d
-        last_of[calls_[mine]] = ops_[mine]
-    q_dev, last_of = q_dev.tolist(), last_of.tolist()
+    # A call that takes a slot finds the entries queued before it (those already on the GPU when
+    # the window opens, then one per earlier call that took one): when they are ``depth`` or more,
+    # the queue is full and it waits for the entry ``depth`` places back. Which entry that is does
+    # not depend on the times: found here once, not by keeping the queue in the loop.
     depth, q_wake = int(g.queue_depth), float(g.queue_wake_ns)
+    q_ref_of = np.full(n, -1, dtype=np.int64)
+    for d, (ops_, calls_) in entries.items():
+        at = np.flatnonzero(calls_ >= 0)
+        full = at[at >= depth]
+        q_ref_of[calls_[full]] = ops_[full - depth]
+    q_ref_of = q_ref_of.tolist()
     ready = None
     if g.c_ready is not None:
         ready = np.where(np.isnan(g.c_ready), -np.inf, anchor + g.c_ready * host).tolist()
-    for i in range(n):
-        p = pred[i]
-        t = (ce[p] + gap[i]) if p >= 0 else anchor + offset[i]
+    neg = -math.inf
+    c_by = [BY_OWN] * n     # what bound each call's end, and the operation that released it
+    c_wt = [-1] * n
+    # One pass over the calls in the order they ran (the CPU chain), each call's operations after
+    # it: per-call values come from lists zipped together (no indexing in the loop where it can go).
+    for i, p, gp, ow, q_ref, k0, k1, w in zip(range(n), pred, gap, own, q_ref_of, ptr, ptr[1:], wait):
+        t = (ce[p] + gp) if p >= 0 else anchor + offset[i]
         if ready is not None and ready[i] > t:
             t = ready[i]
         cs[i] = t
-        q_rel, q_ref = -np.inf, -1
-        qd = q_dev[i]
-        if qd >= 0:
-            q = q_ops[qd]
-            if len(q) >= depth:  # the queue is full: wait for the entry `depth` places back
-                q_ref = q[len(q) - depth]
-                q_rel = ge[q_ref] + q_wake
+        q_rel = ge[q_ref] + q_wake if q_ref >= 0 else neg
         issue = t if q_rel <= t else q_rel
-        for k in range(ptr[i], ptr[i + 1]):
-            op = idx[k]
-            s = issue + lat[op]
-            by = BY_LAUNCH
-            pv = prev[op]
-            if pv >= 0:
-                r = ge[pv] + qgap[op]
-                if r > s:
-                    s, by = r, BY_STREAM
-            d = dep[op]
-            if d >= 0:
-                r = ge[d] + dep_d[op]
-                if r > s:
-                    s, by = r, BY_DEP
-            gs[op] = s
-            e = s + dur[op]
-            ge[op] = e
-            gb[op] = by
-            st = stream[op]
-            if e > last_end[st]:
-                last_end[st], last_op[st] = e, op
-        if qd >= 0:
-            q_ops[qd].append(last_of[i])
-        e = t + own[i]
+        if k0 != k1:
+            for op in idx[k0:k1]:
+                s = issue + lat[op]
+                by = BY_LAUNCH
+                pv = prev[op]
+                if pv >= 0:
+                    r = ge[pv] + qgap[op]
+                    if r > s:
+                        s, by = r, BY_STREAM
+                d = dep[op]
+                if d >= 0:
+                    r = ge[d] + dep_d[op]
+                    if r > s:
+                        s, by = r, BY_DEP
+                gs[op] = s
+                e = s + dur[op]
+                ge[op] = e
+                gb[op] = by
+                st = stream[op]
+                if e > last_end[st]:
+                    last_end[st], last_op[st] = e, op
+        e = t + ow
         if q_rel > e:
             e = q_rel
-            c_end_by[i] = BY_WAIT
-            c_waited[i] = q_ref
-        w = wait[i]
+            c_by[i] = BY_WAIT
+            c_wt[i] = q_ref
         if w:
             if w == WS:
                 a = warg[i]
-                rel, ref = (last_end[a], last_op[a]) if a >= 0 else (-np.inf, -1)
+                rel, ref = (last_end[a], last_op[a]) if a >= 0 else (neg, -1)
             elif w == WD:
-                rel, ref = -np.inf, -1
+                rel, ref = neg, -1
                 for st in range(n_streams):
                     if dev_of[st] == warg[i] and last_end[st] > rel:
                         rel, ref = last_end[st], last_op[st]
             else:  # WO
                 ref = warg[i]
-                rel = ge[ref] if ref >= 0 else -np.inf
+                rel = ge[ref] if ref >= 0 else neg
             r = rel + wake[i]
             if r > e:
                 e = r
-                c_end_by[i] = BY_WAIT
-                c_waited[i] = ref
+                c_by[i] = BY_WAIT
+                c_wt[i] = ref
         ce[i] = e
+    c_end_by[:] = c_by
+    c_waited[:] = c_wt
     c_start[:] = cs
     c_end[:] = ce
     g_start = np.asarray(gs)

@@ -98,6 +98,9 @@ def replace_ops(g: StepGraph, groups: list[np.ndarray], new_ns: np.ndarray) -> S
     """Each group of operations becomes one operation of ``new_ns`` (the group's first keeps the
     time, the others take none and their launches go): a fusion."""
     out = g.copy()
+    flat = np.concatenate(groups).astype(np.int64) if len(groups) else np.empty(0, dtype=np.int64)
+    if len(flat) and len(groups) == len(new_ns) and (np.diff(np.sort(flat)) != 0).all():
+        return _replace_disjoint(g, out, groups, flat, new_ns)
     drop: list[int] = []
     for ops, ns in zip(groups, new_ns):
         ops = np.asarray(ops, dtype=np.int64)
@@ -109,16 +112,39 @@ def replace_ops(g: StepGraph, groups: list[np.ndarray], new_ns: np.ndarray) -> S
         out.g_dur[rest] = 0.0
         out.g_qgap[rest] = 0.0
         drop.extend(rest.tolist())
-    if drop:
-        d = np.asarray(drop, dtype=np.int64)
-        calls = np.unique(g.g_call[d][g.g_call[d] >= 0])
-        # A call that also launched a kept operation stays.
-        kept = np.ones(g.n_ops, dtype=bool)
-        kept[d] = False
-        has_kept = np.zeros(g.n_calls, dtype=bool)
-        has_kept[g.g_call[kept & (g.g_call >= 0)]] = True
-        out = remove_calls(out, calls[~has_kept[calls]])
-    return out
+    return _drop_launches(g, out, np.asarray(drop, dtype=np.int64))
+
+
+def _replace_disjoint(g: StepGraph, out: StepGraph, groups: list[np.ndarray], flat: np.ndarray,
+                      new_ns) -> StepGraph:
+    """replace_ops for groups that share no operation, all at once: a fusion of every run of
+    small kernels in a dozen iterations is thousands of groups."""
+    sizes = np.fromiter(map(len, groups), dtype=np.int64, count=len(groups))
+    gid = np.repeat(np.arange(len(groups)), sizes)
+    # Each group's first operation: the earliest start, the first listed among equal ones (argmin).
+    order = np.lexsort((np.arange(len(flat)), g.g_start[flat], gid))
+    heads = np.r_[True, gid[order][1:] != gid[order][:-1]]
+    first = np.zeros(len(flat), dtype=bool)
+    first[order[heads]] = True
+    ns = np.asarray(new_ns, dtype=np.float64)
+    out.g_dur[flat[first]] = ns[gid[first]]
+    rest = flat[~first]
+    out.g_dur[rest] = 0.0
+    out.g_qgap[rest] = 0.0
+    return _drop_launches(g, out, rest)
+
+
+def _drop_launches(g: StepGraph, out: StepGraph, drop: np.ndarray) -> StepGraph:
+    """The launches of the operations ``drop`` go (remove_calls), unless a call also launched an
+    operation that stays."""
+    if not len(drop):
+        return out
+    calls = np.unique(g.g_call[drop][g.g_call[drop] >= 0])
+    kept = np.ones(g.n_ops, dtype=bool)
+    kept[drop] = False
+    has_kept = np.zeros(g.n_calls, dtype=bool)
+    has_kept[g.g_call[kept & (g.g_call >= 0)]] = True
+    return remove_calls(out, calls[~has_kept[calls]])
 
 
 def blend(g: StepGraph, edited: StepGraph, alpha: float) -> StepGraph:

@@ -23,6 +23,13 @@ from profkit.capture import nsys_locate
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def _default_sigint() -> None:
+    # A shell that starts a job in the background sets SIGINT to "ignore", and children inherit
+    # it: the Ctrl-C these tests send would then reach nobody.
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _capture_command():
     # profkit.cli registers classify too; keep these tests independent of it.
     if not (Path(profkit.__file__).parent / "cli" / "classify.py").exists() \
@@ -631,7 +638,8 @@ def test_ctrl_c_keeps_partial_trace(tools):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.Popen([sys.executable, "-m", "profkit", "capture", "--no-calibrate", "slow.py"],
                             cwd=tools.work, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=_default_sigint)
     try:
         assert proc.stdout.readline() == "ready\n"
         time.sleep(0.3)
@@ -658,7 +666,8 @@ def test_ctrl_c_in_the_calibration_run_captures_nothing(tools):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.Popen([sys.executable, "-m", "profkit", "capture", "slow.py"],
                             cwd=tools.work, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=_default_sigint)
     try:
         assert proc.stdout.readline() == "ready\n"
         time.sleep(0.3)

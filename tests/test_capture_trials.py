@@ -47,6 +47,13 @@ print("finished", i + 1)
 """
 
 
+def _default_sigint() -> None:
+    # A shell that starts a job in the background sets SIGINT to "ignore", and children inherit
+    # it: the Ctrl-C these tests send would then reach nobody.
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.fixture
 def fake_torch(tools, monkeypatch):
     lib = tools.tmp / "lib"
@@ -272,7 +279,8 @@ def test_ctrl_c_in_a_trial_keeps_the_trace(tools, fake_torch):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(fake_torch), str(ROOT)]))
     proc = subprocess.Popen([sys.executable, "-m", "profkit", "capture", "--try", "cudnn_benchmark",
                              "slow.py", "10"], cwd=tools.work, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=_default_sigint)
     err = []
     try:
         for line in proc.stderr:

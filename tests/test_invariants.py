@@ -29,8 +29,39 @@ def _levels():
                                       f"{'-inner' if innermost else ''}{'-measured' if peaks else ''}")
 
 
+def _highest_share(trace, by: str, innermost: bool) -> float:
+    """The largest share of a roof any row of the level reaches under the datasheet's roofs."""
+    df = shared.ops(trace, by=by, innermost=innermost)
+    vals = [v for _, row in df.iterrows() for v in
+            (row["pct_of_roof"], row["evidence"].get("pct_of_memory_roof"), row["evidence"].get("pct_of_compute_roof"))
+            if v is not None and v == v]
+    return max(vals, default=0.0)
+
+
+def _lowest_roof_ratio() -> float:
+    """The measured roofs over the datasheet's, the lowest of them (memory and every precision)."""
+    from profkit.read.peaks import resolve_peaks
+    gpu = shared.profile(ROOT / "traces" / "corpus" / "sync_loop.sqlite.xz").gpu
+    spec, _ = resolve_peaks(gpu, None)
+    meas, _ = resolve_peaks(gpu, MEASURED)
+    return min([meas.memory_bandwidth / spec.memory_bandwidth]
+               + [meas.flops[k] / spec.flops[k] for k in meas.flops if k in spec.flops])
+
+
 @pytest.mark.parametrize("trace,peaks,by,innermost", list(_levels()))
 def test_no_row_above_a_roof(trace, peaks, by, innermost):
+    if peaks is not None:
+        # Measured roofs sit at 75-87% of the datasheet's: a level whose every row stays below
+        # that share of the datasheet roofs stays under the measured ones too (the datasheet's
+        # run of the same level checks its gains), and is not judged again.
+        try:
+            top = _highest_share(trace, by, innermost)
+        except ProfkitError:
+            pytest.skip(f"no {by} level in {trace.name}")
+        ratio = _lowest_roof_ratio()
+        if top <= ratio:
+            pytest.skip(f"every row at most {top:.0%} of a datasheet roof, under the measured roofs' "
+                        f"lowest {ratio:.0%} of them")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         shared.profile(trace, peaks=peaks)

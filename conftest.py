@@ -57,6 +57,9 @@ def pytest_collection_modifyitems(config, items):
     # reads the marks there, and the order among plain (even tryfirst) hooks changes between
     # pytest releases.
     if getattr(config.option, "loadgroup", False):
+        # The long tests first (their groups with them): the workers hand out work in collection
+        # order, and a long test collected late would run on one worker after the others are done.
+        items[:] = sorted(items, key=lambda item: item.get_closest_marker("long") is None)
         for item in items:
             group = _group(item)
             if group is not None:

@@ -39,6 +39,7 @@ def corpus() -> tuple[str, dict]:
     return text, {r.trace: r for r in results}
 
 
+@pytest.mark.long
 def test_committed_page_matches_a_fresh_run(corpus):
     page = ROOT / "analyses" / "accuracy.md"
     assert corpus[0] == page.read_text(), \

@@ -92,6 +92,7 @@ def test_undecodable_and_blob_names_are_replaced_not_raised(tmp_path):
     assert "\x1b" not in r.stdout
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("seed", [13, 14, 15, 16])
 def test_fuzz_sample_keeps_the_contract(seed):
     """240 mutations (four seeded chunks, so parallel workers share them): exit 0 or 2,

@@ -26,6 +26,7 @@ def fresh() -> str:
     return mlp.render()
 
 
+@pytest.mark.long
 def test_committed_page_matches_a_fresh_run(fresh):
     assert mlp.PAGE.read_text() == fresh, \
         "analyses/closing_the_loop.md is stale: run `python scripts/pages/make_loop_page.py`"

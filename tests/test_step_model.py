@@ -169,6 +169,7 @@ def test_workers_leave_a_graph_without_loading_untouched():
     assert m.simulate(g).mean_iteration_ns == pytest.approx(m.simulate().mean_iteration_ns)
 
 
+@pytest.mark.long
 def test_the_whatif_page_is_current():
     sys.path.insert(0, str(ROOT / "scripts"))
     from whatif import page, store

@@ -15,6 +15,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("parts", ["float32 special", "bfloat16 float16"])
 def test_triton_kernels_in_interpreter(parts):
     # two subprocesses, so parallel test workers share the interpreter's time

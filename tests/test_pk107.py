@@ -163,6 +163,16 @@ def test_copies_of_different_sizes_lean_to_parameters(tmp_path):
     assert f is not None and not f.evidence["same_grid"] and "different grids" in f.action
     blocks = sum(1 + c % 8 for c in range(64))
     assert f.evidence["vectorised_kernel_ns_per_iteration"] == 5 * math.ceil(blocks / SMS) * 2_000
+    # A few large tensors among them (one copy in 16 fills the GPU 10 times over): still a loop of
+    # small kernels; the large copies' blocks are waves of their own, priced at no gain.
+    grid = lambda c, j: 1_000 if c % 16 == 0 else 1 + c % 8  # noqa: E731
+    _, f = pk107_of(loop_trace(tmp_path / "large.sqlite", grid=grid))
+    assert f is not None and f.evidence["max_grid"] == 1_000
+    blocks = sum(grid(c, 0) for c in range(64))
+    assert f.evidence["vectorised_kernel_ns_per_iteration"] == 5 * math.ceil(blocks / SMS) * 2_000
+    # Where the median copy is large, the loop is not one of small kernels.
+    _, f = pk107_of(loop_trace(tmp_path / "half.sqlite", grid=lambda c, j: 1_000 if c % 2 else 4))
+    assert f is None
 
 
 def test_quiet_on_a_layer_stack_of_large_kernels(tmp_path):

@@ -2,8 +2,8 @@
 
 What
     Inside one step, on one stream, a block of kernels whose names repeat one unit of 2 to
-    ``max_period`` kernels at least ``min_repeats`` times in a row, every kernel of it small
-    (fewer thread blocks than the GPU has SMs) and the block launch-bound (the GPU idles between
+    ``max_period`` kernels at least ``min_repeats`` times in a row, its kernels small (fewer
+    thread blocks than the GPU has SMs) and the block launch-bound (the GPU idles between
     its kernels): a Python loop over the samples of a batch (a per-sample loss, forward and
     backward), over a model's parameters one tensor at a time (an EMA, a clip, a norm), or over
     anything else whose body launches a few tiny kernels.
@@ -23,9 +23,13 @@ Evidence
     shortest unit; blocks never span two iterations or streams.
     A block is spoken for when all of these hold:
 
-    * every kernel's grid (gridX x gridY x gridZ of the trace's kernel table) is under the SM
-      count of the trace's GPU (``TARGET_INFO_GPU``); an export without launch dimensions or SM
-      count gets no finding: a small kernel cannot be told from a large one there;
+    * its kernels are small: at each position of the unit, the median copy's grid (gridX x gridY
+      x gridZ of the trace's kernel table) is under the SM count of the trace's GPU
+      (``TARGET_INFO_GPU``). The median, not every copy: a loop over a model's parameters runs
+      a few large tensors among many small ones, and those few, already filling the GPU, are
+      priced at no gain (their waves add up to their own time). Copies of one shape (samples,
+      layers) have one grid, so for them every kernel must be small. An export without launch
+      dimensions or SM count gets no finding: a small kernel cannot be told from a large one;
     * in the replay of the step at the calibrated CPU scale, the block's kernels run less than
       ``max_busy_share`` of its span (first kernel's start to last kernel's end): launch-bound;
     * library GEMM, GEMV, convolution and attention kernels carry less than ``max_matrix_share``
@@ -47,13 +51,13 @@ Evidence
     ``torch._foreach_*``). The action names both fixes in any case, and its number is the
     vectorised one.
 
-    On the committed traces (111 captures) the units that repeat 8 times or more are layer
-    stacks (BERT, GPT-2, ViT, ConvNeXt, DenseNet) and the LSTM and GRU loops; each launches a
-    kernel of more blocks than the H200's 132 SMs, most keep the GPU busy, and the launch-bound
-    ones (BERT at batch 1, the bf16 BERT on variable-length batches, the LSTM and GRU loops)
-    are also held back by their library share: PK107 fires on none of them. No committed capture
-    shows the pattern it is for (a per-sample loss, an EMA over the parameters): its example is
-    a hand-built trace (``tests/test_pk107.py``).
+    On the committed traces (111 captures) the units that repeat 8 times or more are layer stacks
+    (BERT, GPT-2, ViT, ConvNeXt, DenseNet) and the LSTM and GRU loops; in each, some position of
+    the unit launches more blocks than the H200's 132 SMs in its median copy, most keep the GPU
+    busy, and the launch-bound ones (BERT at batch 1, the bf16 BERT on variable-length batches, the
+    LSTM and GRU loops) are also held back by their library share: PK107 fires on none of them. No
+    committed capture shows the pattern it is for (a per-sample loss, an EMA over the parameters):
+    its example is a hand-built trace (``tests/test_pk107.py``).
 Fix
     Independent repeats: one call over the batch dimension (broadcasting, ``torch.cdist``, a
     masked reduction over a matrix instead of a loop over its rows), ``torch.vmap`` of the
@@ -134,9 +138,9 @@ def find_repeats(codes, seg, max_period: int = 40, min_repeats: int = 8) -> Repe
     ``max_period`` names repeats at least ``min_repeats`` times in a row, inside one ``seg``
     (stream and iteration): each with its shortest unit, no two overlapping.
 
-    Linear in the sequence, times the periods it has to scan: a position can lie in a block only
-    if its name comes back within ``max_period`` positions, which one sort finds for every
-    position at once; only stretches of such positions long enough to hold ``min_repeats``
+    One sort, then one pass per period it has to scan: a position can lie in a block only if its
+    name comes back within ``max_period`` positions, which the sort finds for every position at
+    once; only stretches of such positions long enough to hold ``min_repeats``
     copies are compared, period by period, and the search stops at the first period no stretch
     is long enough for (at once on a sequence that does not repeat itself)."""
     codes = np.asarray(codes, dtype=np.int64)
@@ -285,11 +289,12 @@ def _read_grids(ctx: RuleContext, found: list[Loop]) -> None:
 
 
 def qualifies(lp: Loop, sm_count: int, dur: np.ndarray) -> bool:
-    """Whether PK107 speaks for a loop (see the module docstring): every kernel small (fewer blocks
-    than SMs, its grid read), the loop launch-bound in the replay, not an LSTM/GRU cell loop
+    """Whether PK107 speaks for a loop (see the module docstring): its kernels small (at each
+    position of the unit, the median copy launches fewer blocks than the GPU has SMs; every grid
+    read), the loop launch-bound in the replay, not an LSTM/GRU cell loop
     (PK106's), and library GEMM/convolution/attention kernels under ``max_matrix_share`` of the
     unit's kernel time."""
-    if lp.cell or (lp.grid < 0).any() or (lp.grid >= sm_count).any():
+    if lp.cell or (lp.grid < 0).any() or (np.median(lp.grid, axis=0) >= sm_count).any():
         return False
     if lp.busy_share >= RULE.param("max_busy_share"):
         return False

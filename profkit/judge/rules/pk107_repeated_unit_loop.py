@@ -278,6 +278,7 @@ def _read_grids(ctx: RuleContext, found: list[Loop]) -> None:
     shapes = ctx.prof.full_trace.kernel_shapes(t0, t1)
     if shapes.empty:
         return
+    shapes = shapes.drop_duplicates(["start", "correlationId"])  # one row a kernel, as exports write
     idx = pd.MultiIndex.from_arrays([shapes["start"].to_numpy(np.int64),
                                      shapes["correlationId"].to_numpy(np.int64)])
     grid = shapes["grid"].to_numpy(np.int64)
@@ -291,9 +292,8 @@ def _read_grids(ctx: RuleContext, found: list[Loop]) -> None:
 def qualifies(lp: Loop, sm_count: int, dur: np.ndarray) -> bool:
     """Whether PK107 speaks for a loop (see the module docstring): its kernels small (at each
     position of the unit, the median copy launches fewer blocks than the GPU has SMs; every grid
-    read), the loop launch-bound in the replay, not an LSTM/GRU cell loop
-    (PK106's), and library GEMM/convolution/attention kernels under ``max_matrix_share`` of the
-    unit's kernel time."""
+    read), the loop launch-bound in the replay, not an LSTM/GRU cell loop (PK106's), and library
+    GEMM/convolution/attention kernels under ``max_matrix_share`` of the unit's kernel time."""
     if lp.cell or (lp.grid < 0).any() or (np.median(lp.grid, axis=0) >= sm_count).any():
         return False
     if lp.busy_share >= RULE.param("max_busy_share"):

@@ -13,9 +13,12 @@ def make_trace(path: Path, *, kernels: Iterable[tuple] = (), runtime: Iterable[t
                nvtx: Iterable[tuple] = (), memcpy: Iterable[tuple] = (),
                kernel_table: str = "CUPTI_ACTIVITY_KIND_KERNEL", nvtx_text_id: bool = True,
                with_runtime: bool = True, with_nvtx: bool = True, gpu_name: Optional[str] = "NVIDIA H200",
-               strings: Optional[dict[int, str]] = None, short_name_only: bool = False) -> Path:
+               strings: Optional[dict[int, str]] = None, short_name_only: bool = False,
+               grids: Optional[dict[int, tuple]] = None) -> Path:
     """kernels: (start, end, corr, name_id[, device, stream, pid]); runtime: (start, end, corr[, tid]);
-    nvtx: (start, end, text, tid[, eventType, endGlobalTid]); memcpy: (start, end, corr, bytes, copyKind)."""
+    nvtx: (start, end, text, tid[, eventType, endGlobalTid]); memcpy: (start, end, corr, bytes, copyKind);
+    grids: launch dimensions by correlation id, (gridX, gridY, gridZ, blockX, blockY, blockZ)
+    (the kernel table has no launch dimensions without it)."""
     strings = strings or {1: "kernel_a", 2: "kernel_b", 3: "range_text", 9: "cudaLaunchKernel"}
     con = sqlite3.connect(path)
     con.execute("CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL)")
@@ -31,13 +34,20 @@ def make_trace(path: Path, *, kernels: Iterable[tuple] = (), runtime: Iterable[t
         "demangledName INTEGER NOT NULL, shortName INTEGER NOT NULL, mangledName INTEGER"
     con.execute(f"CREATE TABLE {kernel_table} (start INTEGER NOT NULL, end INTEGER NOT NULL, "
                 "deviceId INTEGER NOT NULL, contextId INTEGER, streamId INTEGER NOT NULL, "
-                f"correlationId INTEGER, globalPid INTEGER, {name_cols}, graphNodeId INTEGER)")
+                f"correlationId INTEGER, globalPid INTEGER, {name_cols}, graphNodeId INTEGER"
+                + (", gridX INTEGER, gridY INTEGER, gridZ INTEGER, blockX INTEGER, blockY INTEGER, "
+                   "blockZ INTEGER" if grids is not None else "") + ")")
     for k in kernels:
         start, end, corr, name = k[:4]
         dev, stream, pid = (list(k[4:]) + [0, 7, PID][len(k[4:]):])[:3]
         if short_name_only:
             con.execute(f"INSERT INTO {kernel_table} (start, end, deviceId, streamId, correlationId, "
                         "globalPid, shortName) VALUES (?,?,?,?,?,?,?)", (start, end, dev, stream, corr, pid, name))
+        elif grids is not None:
+            con.execute(f"INSERT INTO {kernel_table} (start, end, deviceId, streamId, correlationId, "
+                        "globalPid, demangledName, shortName, gridX, gridY, gridZ, blockX, blockY, blockZ) "
+                        "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                        (start, end, dev, stream, corr, pid, name, name, *grids.get(corr, (None,) * 6)))
         else:
             con.execute(f"INSERT INTO {kernel_table} (start, end, deviceId, streamId, correlationId, "
                         "globalPid, demangledName, shortName) VALUES (?,?,?,?,?,?,?,?)",

@@ -1,0 +1,425 @@
+"""PK107 repeated-unit-loop: a Python loop launches the same short kernel sequence again and again.
+
+What
+    Inside one step, on one stream, a block of kernels whose names repeat one unit of 2 to
+    ``max_period`` kernels at least ``min_repeats`` times in a row, its kernels small (fewer
+    thread blocks than the GPU has SMs) and the block launch-bound (the GPU idles between
+    its kernels): a Python loop over the samples of a batch (a per-sample loss, forward and
+    backward), over a model's parameters one tensor at a time (an EMA, a clip, a norm), or over
+    anything else whose body launches a few tiny kernels.
+Why
+    Each copy of the unit costs the CPU its launches and the Python between them, while its
+    kernels fill a few SMs for a few microseconds. The same work written over all copies at once
+    (one batched call, ``torch._foreach_*``, ``torch.vmap``) launches the unit once, with kernels
+    as wide as all the copies together, which fill the GPU in a few waves.
+Evidence
+    The step graph's kernels (its modelled iterations: at most 12 from the middle of the window,
+    what every fix is priced on), each stream's in order, as kernel-name ids: the blocks come from
+    a periodicity search (``find_repeats``): a position can lie in a block only if its name comes
+    back within ``max_period`` positions, which one sort finds for every position; only stretches
+    of such positions long enough for ``min_repeats`` copies are compared with themselves shifted
+    by each period in turn, shortest first, and the search stops at the first period no stretch is
+    long enough for (at once on a sequence that does not repeat itself). Each block keeps its
+    shortest unit; blocks never span two iterations or streams.
+    A block is spoken for when all of these hold:
+
+    * its kernels are small: at each position of the unit, the median copy's grid (gridX x gridY
+      x gridZ of the trace's kernel table) is under the SM count of the trace's GPU
+      (``TARGET_INFO_GPU``). The median, not every copy: a loop over a model's parameters runs
+      a few large tensors among many small ones, and those few, already filling the GPU, are
+      priced at no gain (their waves add up to their own time). Copies of one shape (samples,
+      layers) have one grid, so for them every kernel must be small. An export without launch
+      dimensions or SM count gets no finding: a small kernel cannot be told from a large one;
+    * in the replay of the step at the calibrated CPU scale, the block's kernels run less than
+      ``max_busy_share`` of its span (first kernel's start to last kernel's end): launch-bound;
+    * library GEMM, GEMV, convolution and attention kernels carry less than ``max_matrix_share``
+      of the unit's kernel time, and no LSTM/GRU cell kernel is in it (a loop over timesteps:
+      PK106's, or PK103's where PK106 finds the recurrence is not plain).
+
+    The trace cannot tell independent repeats (the samples of a batch, the parameters of a model:
+    vectorise them) from dependent ones (layers, timesteps, decode steps: each needs the last
+    one's output, and only a CUDA graph or a compiler removes their launches). What it shows is
+    used to lean. A layer or a recurrent cell multiplies by weights, and its library kernels are
+    most of its kernel time: in the units that repeat on the committed traces, 76% of a BERT
+    layer's at batch 1, 68-70% of a bf16 BERT layer's on variable-length batches, 62-96% in the
+    layer stacks of GPT-2, ViT, ConvNeXt and DenseNet (47-54% in a ViT training step's), 88% of
+    the LSTM cell loop's unit, 90% of the GRU refiner's of ``early_exit_sync``: a unit at
+    ``max_matrix_share`` or above leans dependent, and PK107 leaves it to PK103 (and PK106). A
+    per-sample loss or a loop over parameters launches elementwise and reduction kernels. Of the
+    units it speaks for, one whose copies launch identical grids leans to the samples of one
+    batch, one whose copies launch different grids to tensors of different sizes (parameters:
+    ``torch._foreach_*``). The action names both fixes in any case, and its number is the
+    vectorised one.
+
+    On the committed traces (111 captures) the units that repeat 8 times or more are layer stacks
+    (BERT, GPT-2, ViT, ConvNeXt, DenseNet) and the LSTM and GRU loops; in each, some position of
+    the unit launches more blocks than the H200's 132 SMs in its median copy, most keep the GPU
+    busy, and the launch-bound ones (BERT at batch 1, the bf16 BERT on variable-length batches, the
+    LSTM and GRU loops) are also held back by their library share: PK107 fires on none of them. No
+    committed capture shows the pattern it is for (a per-sample loss, an EMA over the parameters):
+    its example is a hand-built trace (``tests/test_pk107.py``).
+Fix
+    Independent repeats: one call over the batch dimension (broadcasting, ``torch.cdist``, a
+    masked reduction over a matrix instead of a loop over its rows), ``torch.vmap`` of the
+    per-sample function, ``torch._foreach_*`` over a list of tensors (``torch._foreach_lerp_``
+    for an EMA). Dependent repeats: a CUDA graph of the step (``torch.cuda.graphs``,
+    ``torch.compile(mode="reduce-overhead")``; PK103).
+Expected gain
+    Graph edit (``replace_ops``): at each position of the unit, the block's copies become one
+    kernel, the first copy's, and the other copies' launch calls go with the dispatch before them
+    (host gaps under 50 us; longer ones, the program's own Python, stay). The one kernel takes the
+    time a kernel as wide as all the copies takes: as many waves as their blocks together need at
+    one resident block per SM, each wave as long as the copies' median time; never less than the
+    longest copy (a kernel is not faster than its own work), never more than the copies' time summed
+    (not slower than before). The export profkit reads has the grids but not the registers and
+    shared memory that set how many blocks an SM holds: one block per SM is the conservative choice
+    (more waves, a slower kernel). The step model replays the edited graph at the calibrated CPU
+    scale, capped at the loops removed outright (kernels and launches gone: the most a change of
+    them can give). The loops' span over the wider kernels' time is no cap: once a loop's launches
+    are gone its kernels run under the Python that follows it, which before waited for the loop. The
+    action names beside it PK103's price for a CUDA graph of the step (its graph alone), the fix if
+    the repeats depend on each other, and says which number is whose. No program of the what-if
+    corpus shows the pattern yet: the price is tested on hand-built traces only (issue 41's step of
+    64 small loss graphs, forward and backward, measured 6.8x vectorised and 9.8-12.2x in a CUDA
+    graph, which PK103 priced 11.2x; not captured here: no test of it).
+References
+    PyTorch ``torch.vmap`` and ``torch.func`` docs (per-sample computations); the
+    ``torch._foreach_*`` multi-tensor ops (``torch.optim``'s foreach implementations); PyTorch
+    performance tuning guide; PyTorch CUDA Graphs docs.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from profkit.model import Rung
+from profkit.judge.rules.base import Finding, Param, RuleContext, RuleMeta, Table
+from profkit.judge.rules.pk106_rnn_cell_loop import CELL_RE
+from profkit.run.step.transform import replace_ops, scale_ops
+from profkit.run.summary import GEMM_RE
+
+# Library kernels that multiply by a layer's weights or attend (GEMM, GEMV, convolution, cuDNN,
+# attention): the work of a layer or a timestep.
+MATRIX_RE = re.compile(GEMM_RE.pattern[2:] + r"|gemv|dot_kernel", re.I)
+
+RULE = RuleMeta(
+    code="PK107", name="repeated-unit-loop",
+    summary="a Python loop repeats the same short, small-gridded kernel sequence: vectorise over it "
+            "(or, for dependent steps, a CUDA graph)",
+    tables=(Table.KERNEL, Table.RUNTIME),
+    example="tests/test_pk107.py (hand-built: a loop of 64 copies of a 5-kernel unit; no committed "
+            "capture shows the pattern)",
+    quiet_on="traces/corpus/bert_b1_infer.sqlite.xz",
+    params=(Param("min_repeats", 8, "copies of the unit in a row that make a loop"),
+            Param("max_period", 40, "most kernels in the repeated unit"),
+            Param("max_busy_share", 0.5, "the loop's kernel time as a share of its span in the "
+                                         "replay, below which it is launch-bound"),
+            Param("max_matrix_share", 0.5, "library GEMM/convolution/attention kernels' share of the "
+                                           "unit's kernel time at and above which the unit is a "
+                                           "weighted layer or timestep (dependent)")))
+
+
+@dataclass(frozen=True)
+class Repeats:
+    """Blocks of a sequence that repeat one unit: each block's first position, its unit's length
+    (the period) and how many copies of the unit in a row it holds; and what the search did."""
+    start: np.ndarray
+    period: np.ndarray
+    count: np.ndarray
+    candidates: int        # positions whose name comes back within max_period of them
+    periods_scanned: int   # periods compared position by position
+
+
+def find_repeats(codes, seg, max_period: int = 40, min_repeats: int = 8) -> Repeats:
+    """The blocks of ``codes`` (kernel-name ids, in stream order) in which one unit of 2 to
+    ``max_period`` names repeats at least ``min_repeats`` times in a row, inside one ``seg``
+    (stream and iteration): each with its shortest unit, no two overlapping.
+
+    One sort, then one pass per period it has to scan: a position can lie in a block only if its
+    name comes back within ``max_period`` positions, which the sort finds for every position at
+    once; only stretches of such positions long enough to hold ``min_repeats``
+    copies are compared, period by period, and the search stops at the first period no stretch
+    is long enough for (at once on a sequence that does not repeat itself)."""
+    codes = np.asarray(codes, dtype=np.int64)
+    seg = np.asarray(seg, dtype=np.int64)
+    n = len(codes)
+    none = np.empty(0, dtype=np.int64)
+    if n < 2 * min_repeats or max_period < 2 or not min_repeats >= 2:
+        return Repeats(none, none, none, 0, 0)
+    # The distance to the next position with the same name in the same segment.
+    key = seg * (int(codes.max()) + 1) + codes
+    order = np.argsort(key, kind="stable")
+    same = key[order[1:]] == key[order[:-1]]
+    nxt = np.full(n, n, dtype=np.int64)
+    nxt[order[:-1][same]] = (order[1:] - order[:-1])[same]
+    cand = nxt <= max_period
+    zs, ze = _zones(cand, (min_repeats - 1) * 2)
+    cands = int((ze - zs).sum())
+    claimed = np.zeros(n, dtype=bool)
+    found: list[tuple[int, int, int]] = []
+    scanned = n_found = 0
+    for p in range(2, max_period + 1):
+        z = ze - zs >= (min_repeats - 1) * p
+        if not z.any():
+            break
+        scanned += 1
+        zs, ze = zs[z], ze[z]
+        lens = ze - zs
+        pos = np.repeat(zs - np.r_[0, np.cumsum(lens)[:-1]], lens) + np.arange(int(lens.sum()))
+        pos = pos[pos + p < n]
+        eq = (codes[pos + p] == codes[pos]) & (seg[pos + p] == seg[pos])
+        cont = np.r_[False, pos[1:] == pos[:-1] + 1]
+        first = eq & ~(cont & np.r_[False, eq[:-1]])
+        last = eq & ~(np.r_[cont[1:], False] & np.r_[eq[1:], False])
+        rs, run = pos[first], pos[last] + 1 - pos[first]
+        long_ = run >= (min_repeats - 1) * p
+        for lo, r in zip(rs[long_].tolist(), run[long_].tolist()):
+            k = (r + p) // p
+            # Copies a shorter unit claimed are left out at either end.
+            while k >= min_repeats and claimed[lo:lo + p].any():
+                lo, k = lo + p, k - 1
+            while k >= min_repeats and claimed[lo + (k - 1) * p:lo + k * p].any():
+                k -= 1
+            if k < min_repeats or claimed[lo:lo + k * p].any():
+                continue
+            unit = codes[lo:lo + p]
+            if any(p % q == 0 and (unit[q:] == unit[:-q]).all() for q in range(1, p)):
+                continue  # a shorter unit repeated
+            claimed[lo:lo + k * p] = True
+            found.append((lo, p, k))
+        if len(found) > n_found:
+            # What a shorter unit claimed holds no other block: the search goes on without it.
+            n_found = len(found)
+            zs, ze = _zones(cand & ~claimed, (min_repeats - 1) * (p + 1))
+    arr = np.array(found, dtype=np.int64).reshape(-1, 3)
+    arr = arr[np.argsort(arr[:, 0], kind="stable")]
+    return Repeats(arr[:, 0], arr[:, 1], arr[:, 2], cands, scanned)
+
+
+def _zones(mask: np.ndarray, shortest: int) -> tuple[np.ndarray, np.ndarray]:
+    """Start and end of each run of True in ``mask`` at least ``shortest`` long."""
+    d = np.diff(np.concatenate(([0], mask.astype(np.int8), [0])))
+    s, e = np.flatnonzero(d == 1), np.flatnonzero(d == -1)
+    keep = e - s >= shortest
+    return s[keep], e[keep]
+
+
+@dataclass
+class Loop:
+    """One block of repeated units in the step graph: ``ops`` holds the graph's operations, one
+    row a copy of the unit."""
+    ops: np.ndarray            # (copies, period) operation indices
+    names: list[str]           # the unit's kernel names
+    busy_share: float          # the kernels' time over the block's span in the baseline replay
+    span_ns: float
+    grid: np.ndarray           # blocks launched per operation (same shape as ops); -1 where the
+                               # export has none, or the loop is not launch-bound (not read)
+    matrix: bool               # a library GEMM, convolution or attention kernel in the unit
+    cell: bool                 # an LSTM/GRU cell kernel in the unit (PK106's)
+    where: str                 # the range its launches ran in
+
+    @property
+    def copies(self) -> int:
+        return int(self.ops.shape[0])
+
+    @property
+    def period(self) -> int:
+        return int(self.ops.shape[1])
+
+
+def loops(ctx: RuleContext) -> list[Loop]:
+    """The step graph's blocks of a unit repeated ``min_repeats`` times or more in a row on one
+    stream inside one iteration, with what the rule judges them by."""
+    m = ctx.model
+    if m is None or ctx.iterations == 0 or ctx.baseline is None:
+        return []
+    g = m.graph
+    k = np.flatnonzero((g.g_kind == 0) & (g.g_call >= 0))
+    if len(k) < 2 * RULE.param("min_repeats"):
+        return []
+    k = k[np.lexsort((g.g_start[k], g.g_stream[k]))]
+    it = np.searchsorted(g.iter_call, g.g_call[k], side="right") - 1
+    seg = g.g_stream[k].astype(np.int64) * (len(g.iter_call) + 1) + it
+    rep = find_repeats(g.g_name[k], seg, int(RULE.param("max_period")), int(RULE.param("min_repeats")))
+    if not len(rep.start):
+        return []
+    b = ctx.baseline
+    names = np.asarray(g.op_names, dtype=object)
+    out = []
+    for lo, p, c in zip(rep.start.tolist(), rep.period.tolist(), rep.count.tolist()):
+        ops = k[lo:lo + p * c].reshape(c, p)
+        s, e = b.g_start[ops], b.g_end[ops]
+        span = float(e.max() - s.min())
+        busy = float((e - s).sum())
+        unit = [str(x) for x in names[g.g_name[ops[0]]]]
+        calls = g.g_call[ops.ravel()]
+        where = pd.Series(np.asarray(g.range_names, dtype=object)[g.c_range[calls]]).mode()
+        out.append(Loop(ops, unit, busy / span if span > 0 else 1.0, span,
+                        np.full(ops.shape, -1, dtype=np.int64),
+                        any(MATRIX_RE.search(n) for n in unit), any(CELL_RE.search(n) for n in unit),
+                        str(where.iloc[0]) if len(where) else ""))
+    # Launch dimensions are read only for the loops that wait for the CPU: the others are not
+    # spoken for whatever their size.
+    _read_grids(ctx, [lp for lp in out if lp.busy_share < RULE.param("max_busy_share")])
+    return out
+
+
+def _read_grids(ctx: RuleContext, found: list[Loop]) -> None:
+    """Each loop's launch grids (blocks per kernel), read from the trace's kernel table for the
+    stretch the loops run in; -1 where the export has no launch dimensions."""
+    if not found:
+        return
+    g = ctx.model.graph
+    allops = np.concatenate([lp.ops.ravel() for lp in found])
+    t0, t1 = int(g.g_start[allops].min()), int(g.g_start[allops].max())
+    shapes = ctx.prof.full_trace.kernel_shapes(t0, t1)
+    if shapes.empty:
+        return
+    shapes = shapes.drop_duplicates(["start", "correlationId"])  # one row a kernel, as exports write
+    idx = pd.MultiIndex.from_arrays([shapes["start"].to_numpy(np.int64),
+                                     shapes["correlationId"].to_numpy(np.int64)])
+    grid = shapes["grid"].to_numpy(np.int64)
+    for lp in found:
+        o = lp.ops.ravel()
+        at = idx.get_indexer(pd.MultiIndex.from_arrays([g.g_start[o].astype(np.int64),
+                                                        g.g_corr[o].astype(np.int64)]))
+        lp.grid[...] = np.where(at >= 0, grid[np.maximum(at, 0)], -1).reshape(lp.ops.shape)
+
+
+def qualifies(lp: Loop, sm_count: int, dur: np.ndarray) -> bool:
+    """Whether PK107 speaks for a loop (see the module docstring): its kernels small (at each
+    position of the unit, the median copy launches fewer blocks than the GPU has SMs; every grid
+    read), the loop launch-bound in the replay, not an LSTM/GRU cell loop (PK106's), and library
+    GEMM/convolution/attention kernels under ``max_matrix_share`` of the unit's kernel time."""
+    if lp.cell or (lp.grid < 0).any() or (np.median(lp.grid, axis=0) >= sm_count).any():
+        return False
+    if lp.busy_share >= RULE.param("max_busy_share"):
+        return False
+    return matrix_share(lp, dur) < RULE.param("max_matrix_share")
+
+
+def matrix_share(lp: Loop, dur: np.ndarray) -> float:
+    """Library GEMM, convolution and attention kernels' share of the loop's kernel time (``dur``:
+    the graph's durations)."""
+    d = dur[lp.ops]
+    mat = np.array([bool(MATRIX_RE.search(n)) for n in lp.names], dtype=bool)
+    total = float(d.sum())
+    return float(d[:, mat].sum()) / total if total > 0 else 0.0
+
+
+def vectorised_ns(lp: Loop, dur: np.ndarray, sm_count: int, blocks_per_sm: int = 1) -> np.ndarray:
+    """Per position of the unit, the time of the one kernel that does the work of all its copies:
+    as many waves as the copies' blocks together need (``blocks_per_sm`` resident on each SM),
+    each as long as the copy's median time; never less than the longest copy (a kernel is not
+    faster than its own work) and never more than the copies' time summed (not slower than
+    before)."""
+    d = dur[lp.ops].astype(np.float64)
+    waves = np.ceil(lp.grid.sum(axis=0) / float(sm_count * blocks_per_sm))
+    return np.clip(waves * np.median(d, axis=0), d.max(axis=0), d.sum(axis=0))
+
+
+def detect(ctx: RuleContext) -> list[Finding]:
+    found = loops(ctx)
+    if not found:
+        return []
+    sm = ctx.prof.full_trace.primary_gpu().sm_count
+    if not sm:
+        return []
+    g = ctx.model.graph
+    dur = g.g_dur
+    keep = [lp for lp in found if qualifies(lp, int(sm), dur)]
+    if not keep:
+        return []
+    its = max(len(g.iter_call) - 1, 1)
+    groups, new = [], []
+    before = after = span = 0.0
+    for lp in keep:
+        ns = vectorised_ns(lp, dur, int(sm))
+        groups.extend(lp.ops[:, j] for j in range(lp.period))
+        new.extend(ns.tolist())
+        before += float(dur[lp.ops].sum())
+        after += float(ns.sum())
+        span += lp.span_ns
+    new_arr = np.asarray(new, dtype=np.float64)
+    gone = np.concatenate([lp.ops.ravel() for lp in keep])
+    # The most a change of the loops can give: their kernels and launches gone outright. (Their
+    # span over the wider kernels' time is no bound: once the loop's launches are gone, its
+    # kernels run under the Python that follows it.)
+    bound, _ = ctx.price(lambda gr: scale_ops(gr, gone, float("inf"), True),
+                         "the loops' kernels and launches removed")
+    removed = sum(lp.ops.size - lp.period for lp in keep)
+    big = max(keep, key=lambda lp: lp.ops.size)
+    n_loops = len(keep) / its
+    many = "one such loop" if round(n_loops) == 1 else f"{n_loops:.0f} such loops"
+    unit = f"a unit of {big.period} small kernels {big.copies} times"
+    loops_txt = (f"the loop that repeats {unit}" if round(n_loops) == 1 else
+                 f"{n_loops:.0f} loops per iteration (the largest repeats {unit})")
+    what = (f"{loops_txt}, each made one unit of kernels as wide as its copies together "
+            f"({removed / its:.0f} launches per iteration gone, the kernels' time "
+            f"{before / its / 1e3:.0f} -> {after / its / 1e3:.0f} us per iteration, in waves of "
+            f"{int(sm)} blocks at one block per SM)")
+    gain, basis = ctx.price(lambda gr: replace_ops(gr, groups, new_arr), what, cap=bound)
+    if gain < 1.02:
+        return []
+    graph = _graph_price(ctx)
+    same_grid = all(bool((lp.grid == lp.grid[0]).all()) for lp in keep)
+    matrix = sorted({n for lp in keep for n in lp.names if MATRIX_RE.search(n)})
+    ev = {"loops_per_iteration": round(len(keep) / its, 1), "copies": big.copies,
+          "unit_kernels": big.period, "unit": [_short(n) for n in big.names],
+          "where": big.where, "launches_removed_per_iteration": round(removed / its, 1),
+          "loop_span_ns_per_iteration": int(span / its), "kernel_ns_per_iteration": int(before / its),
+          "vectorised_kernel_ns_per_iteration": int(after / its),
+          "busy_share": round(max(lp.busy_share for lp in keep), 3), "same_grid": same_grid,
+          "max_grid": int(max(lp.grid.max() for lp in keep)), "sm_count": int(sm),
+          "matrix_kernels": len(matrix), "vectorised_speedup": round(gain, 3)}
+    if graph is not None:
+        ev["cuda_graph_speedup"] = round(graph, 3)
+    lean = ("the copies launch identical grids, as the samples of one batch do" if same_grid else
+            "the copies launch different grids, as tensors of different sizes do (parameters)")
+    graph_txt = (f"a CUDA graph of the step (PK103's price, {graph:.2f}x) removes their launches instead"
+                 if graph is not None else "a CUDA graph of the step (PK103) removes their launches instead")
+    note = (f"; the unit holds {len(matrix)} library GEMM/convolution kernel(s): if they multiply by "
+            "weights of each copy's own, the copies are layers, not samples" if matrix else "")
+    where = "outside any NVTX range" if big.where in ("", "(no range)") else f"in {big.where}"
+    action = (f"a Python loop launches the same {big.period}-kernel unit {big.copies} times in a row "
+              f"({many} per iteration, {where}; {lean}{note}): if the "
+              f"{big.copies} repeats are independent (a loop over samples or parameters), vectorise over "
+              "them (one batched call over the batch dimension / torch._foreach_* / torch.vmap; "
+              f"{gain:.2f}x, the number below); if each depends on the last (layers, timesteps), "
+              f"{graph_txt}")
+    members = frozenset(n for lp in keep for n in lp.names)
+    return [Finding(RULE.code, RULE.name, action, Rung.LIBRARY, ev, gain,
+                    f"{removed / its:.0f} launches per iteration removed, kernels as wide as their copies; "
+                    f"{basis}", max(bound, gain), kernels=members)]
+
+
+def _graph_price(ctx: RuleContext):
+    """PK103's price for a CUDA graph of the step (its graph alone, not its compile), the fix
+    for repeats that depend on each other; None where it finds none or refuses the graph."""
+    from profkit.judge.rules import pk103_host_overhead
+    priced = list(ctx.priced)
+    try:
+        found = pk103_host_overhead.detect(ctx)
+    finally:
+        ctx.priced = priced
+    for f in found:
+        if "refused" not in f.evidence and "cuda_graph_speedup" in f.evidence:
+            return float(f.evidence["cuda_graph_speedup"])
+    return None
+
+
+def _short(name: str) -> str:
+    """A kernel's name without its template arguments and parameters."""
+    s = re.sub(r"^void\s+", "", name)
+    depth, out = 0, []
+    for ch in s:
+        if ch in "<(":
+            depth += 1
+        elif ch in ">)":
+            depth -= 1
+        elif depth == 0:
+            out.append(ch)
+    return "".join(out).strip()[:80] or name[:80]

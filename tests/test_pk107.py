@@ -1,0 +1,237 @@
+"""PK107 repeated-unit-loop: a Python loop that launches the same short unit of small kernels again
+and again. No committed capture shows the pattern (a per-sample loss, an EMA over the parameters),
+so hand-built traces stand in for it; the committed ones check that it stays quiet on the layer
+stacks and recurrent loops that repeat too."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import profkit
+from profkit.judge.rules import pk107_repeated_unit_loop as pk107
+from profkit.judge.rules.pk107_repeated_unit_loop import find_repeats
+from profkit.read.compressed import find_traces
+import shared
+
+ROOT = Path(__file__).resolve().parents[1]
+SMS = 100          # synth.make_trace's GPU
+GEMM = "sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize32x32x8_stage3_warpsize1x2x1_ffma_execute_kernel"
+
+
+def loop_trace(path: Path, *, copies: int = 64, unit: int = 5, grid=4, kernel_ns=2_000,
+               launch_ns: int = 4_000, gap_ns: int = 6_000, steps: int = 8, tail_ns: int = 1_000_000,
+               names=None, back_to_back: bool = False, with_grids: bool = True) -> Path:
+    """``steps`` NVTX ranges ``step``, each a Python loop launching ``copies`` copies of a unit of
+    ``unit`` kernels (``launch_ns`` a launch call, ``gap_ns`` of Python before the next), then
+    ``tail_ns`` of Python. Kernels start 3 us after their launch (``back_to_back``: right after the
+    previous one when it is still running, so the GPU sets the pace); ``grid`` and ``kernel_ns`` a
+    number, or one per position of the unit; ``grid`` may be a function of (copy, position);
+    ``names`` a list of units (one loop after the other: a forward and a backward)."""
+    from synth import TID, make_trace
+    names = names or [f"per_sample_op_{j}" for j in range(unit)]
+    units = names if isinstance(names[0], list) else [names]
+    flat = sorted({n for u in units for n in u})
+    ids = {n: 10 + i for i, n in enumerate(flat)}
+    strings = {i: n for n, i in ids.items()}
+    strings.update({9: "cudaLaunchKernel", 3: "step"})
+    kernels, runtime, nvtx, grids = [], [], [], {}
+    corr, t = 0, 0
+    for _ in range(steps):
+        t0, gpu_free = t, t
+        for u in units:
+            for c in range(copies):
+                for j, name in enumerate(u):
+                    corr += 1
+                    runtime.append((t, t + launch_ns, corr))
+                    dur = kernel_ns[j] if isinstance(kernel_ns, (list, tuple)) else kernel_ns
+                    start = max(t + 3_000, gpu_free + 1_000) if back_to_back else t + 3_000
+                    kernels.append((start, start + dur, corr, ids[name]))
+                    gpu_free = start + dur
+                    g = grid(c, j) if callable(grid) else grid[j] if isinstance(grid, (list, tuple)) else grid
+                    grids[corr] = (g, 1, 1, 128, 1, 1)
+                    t += launch_ns + gap_ns
+        t = max(t, gpu_free) + tail_ns
+        nvtx.append((t0, t - 1, 3, TID))
+    return make_trace(path, kernels=kernels, runtime=runtime, nvtx=nvtx, strings=strings,
+                      grids=grids if with_grids else None)
+
+
+def pk107_of(path: Path):
+    prof = profkit.load(path)
+    return prof, next((f for f in prof.findings() if f.code == "PK107"), None)
+
+
+# -- the search --------------------------------------------------------------------------------
+def test_the_search_finds_each_loop_with_its_shortest_unit():
+    rng = np.random.default_rng(0)
+    noise = lambda n: rng.integers(1_000, 2_000, n)  # noqa: E731 (names that do not come back)
+    seq = np.r_[noise(50), np.tile([1, 2, 3, 4, 5], 64), noise(30), np.tile([7, 8, 7, 9], 10), noise(20)]
+    r = find_repeats(seq, np.zeros(len(seq), dtype=np.int64))
+    assert list(zip(r.start, r.period, r.count)) == [(50, 5, 64), (400, 4, 10)]
+    # Seven copies are not a loop; nor is one kernel repeated (a unit of one name, "a a"), nor a
+    # loop cut in two by an iteration's end (each half is judged on its own).
+    for seq, seg in ((np.r_[noise(10), np.tile([1, 2, 3], 7), noise(10)], None),
+                     (np.r_[noise(10), np.full(40, 5), noise(10)], None),
+                     (np.tile([1, 2, 3], 12), np.repeat([0, 1], 18))):
+        seg = np.zeros(len(seq), dtype=np.int64) if seg is None else seg
+        assert not len(find_repeats(seq, seg).start)
+    # Both halves of a loop of 16 split by an iteration's end are loops of 8.
+    r = find_repeats(np.tile([1, 2, 3], 16), np.repeat([0, 1], 24))
+    assert list(zip(r.start, r.period, r.count)) == [(0, 3, 8), (24, 3, 8)]
+
+
+def test_the_search_bails_out_on_a_million_kernels_that_do_not_repeat():
+    # The shape of the search, not a timing: on a sequence whose names do not come back within
+    # max_period positions no position is a candidate, and no period is compared at all; on a
+    # million kernels that are all loops, each period's scan stops once its loops are claimed.
+    rng = np.random.default_rng(1)
+    n = 1_000_000
+    seg = np.arange(n) // 100_000
+    r = find_repeats(rng.integers(0, 1_000, n), seg)
+    assert r.candidates == 0 and r.periods_scanned == 0 and not len(r.start)
+    body = np.r_[np.arange(100, 400), np.tile(np.arange(13), 64)]   # a model, then a 13-kernel loop
+    seq = np.tile(body, n // len(body))                              # 883 steps, 999,556 kernels
+    r = find_repeats(seq, np.arange(len(seq)) // len(body))
+    assert len(r.start) == 883 and set(r.period.tolist()) == {13} and set(r.count.tolist()) == {64}
+    assert r.periods_scanned <= 12          # periods 2..13, then nothing left to compare
+
+
+# -- the finding on a hand-built loop ----------------------------------------------------------
+def test_a_launch_bound_loop_of_small_kernels_is_told_to_vectorise_at_the_waves_price(tmp_path):
+    prof, f = pk107_of(loop_trace(tmp_path / "loop.sqlite"))
+    assert f is not None
+    ev = f.evidence
+    # 64 copies of 5 kernels of 4 blocks: one kernel per position as wide as 64 copies, 256
+    # blocks on 100 SMs at one block per SM = 3 waves of the copy's 2 us = 6 us (between the
+    # longest copy, 2 us, and the copies summed, 128 us); 315 launches of the other 63 copies gone.
+    assert (ev["copies"], ev["unit_kernels"], ev["same_grid"], ev["max_grid"]) == (64, 5, True, 4)
+    assert ev["kernel_ns_per_iteration"] == 64 * 5 * 2_000
+    assert ev["vectorised_kernel_ns_per_iteration"] == 5 * math.ceil(64 * 4 / SMS) * 2_000
+    assert ev["launches_removed_per_iteration"] == 315
+    # By hand: the step is the CPU's, every CPU duration at the calibrated scale h: 320 launch
+    # cycles of 10 us and 1 ms of Python before; 5 cycles and the same Python after (the wider
+    # kernels, 6 us each, run under the Python).
+    h = prof.pricing_host
+    by_hand = (64 * 5 * 10_000 + 1_000_000) * h / ((5 * 10_000 + 1_000_000) * h)
+    assert f.expected_end_to_end_speedup == pytest.approx(by_hand, rel=0.03)
+    # Never above what removing the loop outright gives (its kernels and launches gone).
+    assert 1.0 < f.expected_end_to_end_speedup <= f.bound < by_hand * 1.1
+    # Both fixes named, each number said to be whose; the graph's is PK103's own.
+    pk103 = next(x for x in prof.findings() if x.code == "PK103")
+    assert "if the 64 repeats are independent (a loop over samples or parameters), vectorise" in f.action
+    assert "if each depends on the last (layers, timesteps), a CUDA graph of the step" in f.action
+    assert f"{f.expected_end_to_end_speedup:.2f}x, the number below" in f.action
+    assert ev["cuda_graph_speedup"] == pk103.evidence["cuda_graph_speedup"]
+    assert f"PK103's price, {pk103.evidence['cuda_graph_speedup']:.2f}x" in f.action
+    assert "identical grids" in f.action and f.rung.value == "library"
+
+
+def test_wider_kernels_never_price_higher_and_the_sum_is_the_ceiling(tmp_path):
+    # The same loop with 60-block kernels: 64 x 60 blocks need 39 waves of 2 us = 78 us a
+    # position, slower than the 4-block loop's 6 us; with 99 blocks, 64 waves: the copies' sum.
+    gains = []
+    for grid in (4, 60, 99):
+        _, f = pk107_of(loop_trace(tmp_path / f"g{grid}.sqlite", grid=grid))
+        per_position = min(math.ceil(64 * grid / SMS), 64) * 2_000
+        assert f.evidence["vectorised_kernel_ns_per_iteration"] == 5 * per_position
+        gains.append(f.expected_end_to_end_speedup)
+        assert 1.0 < f.expected_end_to_end_speedup <= f.bound
+    assert gains[0] >= gains[1] >= gains[2]
+
+
+def test_a_forward_and_a_backward_loop_are_both_priced(tmp_path):
+    # The per-sample loss's forward loop, then its backward loop: two blocks of other units, both
+    # widened by one edit; the price is above either alone.
+    fwd = [f"fwd_op_{j}" for j in range(5)]
+    bwd = [f"bwd_op_{j}" for j in range(4)]
+    _, both = pk107_of(loop_trace(tmp_path / "fb.sqlite", names=[fwd, bwd]))
+    assert both.evidence["loops_per_iteration"] == 2 and "2 such loops per iteration" in both.action
+    assert both.evidence["launches_removed_per_iteration"] == 63 * 5 + 63 * 4
+    assert both.evidence["vectorised_kernel_ns_per_iteration"] == 9 * 3 * 2_000
+    _, one = pk107_of(loop_trace(tmp_path / "f.sqlite", names=[fwd]))
+    assert both.expected_end_to_end_speedup > one.expected_end_to_end_speedup
+
+
+def test_copies_of_different_sizes_lean_to_parameters(tmp_path):
+    # A loop over tensors of different sizes (an EMA over the parameters): the copies' grids
+    # differ, the waves add up their blocks.
+    grid = lambda c, j: 1 + c % 8  # noqa: E731
+    _, f = pk107_of(loop_trace(tmp_path / "params.sqlite", grid=grid))
+    assert f is not None and not f.evidence["same_grid"] and "different grids" in f.action
+    blocks = sum(1 + c % 8 for c in range(64))
+    assert f.evidence["vectorised_kernel_ns_per_iteration"] == 5 * math.ceil(blocks / SMS) * 2_000
+    # A few large tensors among them (one copy in 16 fills the GPU 10 times over): still a loop of
+    # small kernels; the large copies' blocks are waves of their own, priced at no gain.
+    grid = lambda c, j: 1_000 if c % 16 == 0 else 1 + c % 8  # noqa: E731
+    _, f = pk107_of(loop_trace(tmp_path / "large.sqlite", grid=grid))
+    assert f is not None and f.evidence["max_grid"] == 1_000
+    blocks = sum(grid(c, 0) for c in range(64))
+    assert f.evidence["vectorised_kernel_ns_per_iteration"] == 5 * math.ceil(blocks / SMS) * 2_000
+    # Where the median copy is large, the loop is not one of small kernels.
+    _, f = pk107_of(loop_trace(tmp_path / "half.sqlite", grid=lambda c, j: 1_000 if c % 2 else 4))
+    assert f is None
+
+
+def test_quiet_on_a_layer_stack_of_large_kernels(tmp_path):
+    # Twelve copies of a unit whose kernels launch more blocks than the GPU has SMs: a stack of
+    # layers, each already filling the GPU; launch-bound or not, there is nothing to widen.
+    _, f = pk107_of(loop_trace(tmp_path / "layers.sqlite", copies=12, grid=1_000))
+    assert f is None
+
+
+def test_quiet_when_the_gpu_sets_the_pace(tmp_path):
+    # The same small kernels, 20 us each, queued back to back: the GPU is busy, not waiting.
+    _, f = pk107_of(loop_trace(tmp_path / "busy.sqlite", kernel_ns=20_000, back_to_back=True))
+    assert f is None
+
+
+def test_quiet_on_a_launch_bound_stack_of_weighted_layers(tmp_path):
+    # Small kernels and launch-bound, but GEMMs carry most of the unit's time: layers or
+    # timesteps with weights of their own, which depend on each other (PK103's graphs).
+    names = [GEMM, "layer_norm_kernel", GEMM, "gelu_kernel", GEMM]
+    _, f = pk107_of(loop_trace(tmp_path / "weighted.sqlite", copies=12, names=names,
+                               kernel_ns=[4_000, 1_500, 4_000, 1_500, 4_000]))
+    assert f is None
+    # The same loop with one small GEMM among elementwise kernels is spoken for, and says so.
+    names = ["sub_kernel", "pow_kernel", GEMM, "clamp_kernel", "sqrt_kernel"]
+    _, f = pk107_of(loop_trace(tmp_path / "one_gemm.sqlite", names=names))
+    assert f is not None and f.evidence["matrix_kernels"] == 1 and "layers, not samples" in f.action
+
+
+def test_quiet_without_launch_dimensions(tmp_path):
+    # An export without gridX..blockZ cannot tell a small kernel from a large one.
+    _, f = pk107_of(loop_trace(tmp_path / "nogrid.sqlite", with_grids=False))
+    assert f is None
+
+
+# -- the committed traces --------------------------------------------------------------------
+COMMITTED = [t for t in find_traces(ROOT / "traces", recursive=True)
+             if t.parent.name in ("corpus", "real")]
+
+
+@pytest.mark.parametrize("trace", COMMITTED, ids=lambda t: f"{t.parent.name}/{t.name}")
+def test_quiet_on_the_committed_layer_stacks_and_loops(trace):
+    # Layer stacks (GPT-2, BERT, ViT, ConvNeXt, DenseNet) and the LSTM/GRU loops repeat units 8
+    # times and more; each unit launches kernels wider than the GPU or keeps it busy, and the
+    # launch-bound ones are mostly GEMMs (weights: dependent) or LSTM/GRU cells (PK106's).
+    assert "PK107" not in {f.code for f in shared.profile(trace).findings()}
+
+
+def test_the_loops_it_leaves_are_found_and_judged_by_the_stated_criteria():
+    # BERT at batch 1: twelve layers of 13 kernels, launch-bound, GEMMs most of their time and a
+    # kernel of 384 blocks; the LSTM loop: 512 cell steps of 5 kernels, cells and 192 blocks.
+    from profkit.judge.rules.base import RuleContext
+    for name, copies, period in (("bert_b1_infer", 12, 13), ("lstm_cell_loop", 512, 5)):
+        prof = shared.profile(ROOT / "traces" / "corpus" / f"{name}.sqlite.xz")
+        ctx = RuleContext(prof, prof.run())
+        found = pk107.loops(ctx)
+        assert found and {(lp.copies, lp.period) for lp in found} == {(copies, period)}
+        dur = ctx.model.graph.g_dur
+        for lp in found:
+            assert lp.busy_share < pk107.RULE.param("max_busy_share")        # launch-bound
+            assert lp.grid.max() >= prof.full_trace.primary_gpu().sm_count  # but not small
+            assert pk107.matrix_share(lp, dur) >= pk107.RULE.param("max_matrix_share")
+            assert not pk107.qualifies(lp, prof.full_trace.primary_gpu().sm_count, dur)

@@ -6,7 +6,7 @@
 #
 #   scripts/gpu/firstsight_ddp.sh OUTDIR SECONDS      (nsys on PATH, torch with CUDA, >= 2 GPUs)
 #
-# 1. `whatif_accuracy.py capture-ranks OUTDIR` (scripts/whatif/ranks.py), with 45% of the time:
+# 1. `whatif_accuracy.py capture-ranks OUTDIR` (scripts/whatif/ranks.py), with 55% of the time:
 #    per program a calibration run without the profiler, then each rank under its own nsys,
 #    exported to OUTDIR/traces/NAME/rank{R}.sqlite with its calibration in PROFKIT_META;
 #    OUTDIR/captured.json says what each pass did.
@@ -16,7 +16,7 @@
 #    `whatif_accuracy.py merge` takes. Reps that the time does not reach are listed as skipped.
 #
 # NVLink multicast stays off in every process. SECONDS=560 fits one 10-minute call: captures
-# about 4 minutes, then 2-3 interleaved reps of each program.
+# at most 5 minutes, then 2-3 interleaved reps of each program (about 2 minutes a rep of both).
 # Afterwards (any machine): xz -9 each OUTDIR/traces/NAME/rankR.sqlite into
 # traces/corpus/NAME/rankR.sqlite.xz, `whatif_accuracy.py merge OUTDIR/measured.json --folder
 # LABEL`, commit; then `whatif_accuracy.py firstsight --programs NAMES`, commit; then `page`.
@@ -35,7 +35,7 @@ cat "$out/env.txt"
 names=$(python3 scripts/whatif_accuracy.py list --multirank | cut -f1 | paste -sd, -)
 [ -n "$names" ] || { echo "no program of several ranks in the registry"; exit 1; }
 echo "== programs: $names"
-python3 scripts/whatif_accuracy.py capture-ranks "$out" --budget $(( budget * 45 / 100 ))
+python3 scripts/whatif_accuracy.py capture-ranks "$out" --budget $(( budget * 55 / 100 ))
 left=$(( budget - ($(date +%s) - t0) ))
 echo "== captures done at $(( $(date +%s) - t0 ))s; ${left}s left for the timing"
 python3 scripts/whatif_accuracy.py interleave "$out" --programs "$names" --reps 3 --budget "$left" --min-left 45

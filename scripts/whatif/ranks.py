@@ -119,14 +119,18 @@ def capture(prog: dict, out: Path, python: str, nsys: str, deadline: float, env:
                                                min(PROFILE_S, left), env)
     t0 = time.monotonic()
     limit = max(min(EXPORT_S, deadline - t0), 1.0)
-    procs = [subprocess.Popen(c, cwd=store.ROOT, env=env, stdin=subprocess.DEVNULL,
-                              stdout=open(out / "logs" / f"{name}.export{r}.log", "w"), stderr=subprocess.STDOUT)
+    logs = [open(out / "logs" / f"{name}.export{r}.log", "w") for r in range(n)]
+    procs = [subprocess.Popen(c, cwd=store.ROOT, env=env, stdin=subprocess.DEVNULL, stdout=logs[r],
+                              stderr=subprocess.STDOUT)
              for r, c in enumerate(cmds["export"]) if Path(c[-1]).exists()]
-    for p in procs:
+    for p in procs:  # the ranks' exports side by side
         try:
             p.wait(timeout=max(limit - (time.monotonic() - t0), 1.0))
         except subprocess.TimeoutExpired:
             p.kill()
+            p.wait()
+    for fh in logs:
+        fh.close()
     rec["export_s"] = round(time.monotonic() - t0, 1)
     from profkit.capture.ncu_merge import write_meta
     rec["traces"], rec["calibrated"] = [], []

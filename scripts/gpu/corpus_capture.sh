@@ -9,6 +9,8 @@
 # through scripts/whatif_accuracy.py (`list --capture`: name<TAB>profkit capture flags or -<TAB>script<TAB>args...). Traces go to
 # OUTDIR/traces/NAME.sqlite, each capture's output to OUTDIR/logs/NAME.log, and nsys's NVTX and
 # kernel summaries to OUTDIR/logs/NAME_*.csv. A capture never gets more time than is left.
+# One GPU, one process: the programs of several ranks (DDP) are left out, and named, say so
+# (scripts/gpu/firstsight_ddp.sh captures and times them on a machine with their GPUs).
 set -u
 out=${1:?usage: corpus_capture.sh OUTDIR SECONDS [NAME...]}; budget=${2:?usage: corpus_capture.sh OUTDIR SECONDS [NAME...]}
 shift 2
@@ -18,8 +20,14 @@ export PYTHONUNBUFFERED=1
 left() { echo $(( deadline - $(date +%s) )); }
 
 python3 scripts/whatif_accuracy.py list --capture --fixed > "$out/programs.tsv" || { echo "cannot read the registry"; exit 1; }
+# programs of several ranks (one GPU each) are not in that list: firstsight_ddp.sh captures them
+python3 scripts/whatif_accuracy.py list --multirank | cut -f1 > "$out/multirank.txt"
 for want in "$@"; do  # names asked for that the registry does not have
-  cut -f1 "$out/programs.tsv" | grep -qx -- "$want" || echo "== unknown program $want"
+  if grep -qx -- "${want%%__*}" "$out/multirank.txt"; then
+    echo "== $want runs as several ranks: scripts/gpu/firstsight_ddp.sh captures it"
+  else
+    cut -f1 "$out/programs.tsv" | grep -qx -- "$want" || echo "== unknown program $want"
+  fi
 done
 
 while IFS=$'\t' read -r -a f <&3; do

@@ -2,7 +2,8 @@
 harness that times every (program, fix) pair without a profiler and prices each pair through
 profkit's step model (``analyses/whatif.md``).
 
-    python3 scripts/whatif_accuracy.py list [--variants | --capture [--fixed]]
+    python3 scripts/whatif_accuracy.py list [--variants | --capture [--fixed] | --multirank]
+    python3 scripts/whatif_accuracy.py capture-ranks OUTDIR [--programs a,b] [--budget SECONDS] [--dry-run]
     python3 scripts/whatif_accuracy.py measure OUTDIR [--programs a,b] [--fixes f,g] [--reps 3] [--budget SECONDS]
     python3 scripts/whatif_accuracy.py interleave OUTDIR [--programs a,b] [--reps 3] [--rounds 15] [--budget SECONDS]
     python3 scripts/whatif_accuracy.py table OUTDIR/measured.json
@@ -14,6 +15,7 @@ One module per phase, in the order the work goes:
 - ``registry``: ``PROGRAMS``, what to run; the entries in ``programs_first`` and
   ``programs_models``, the pieces they share in ``builders``
 - ``timing``: ``measure`` and ``interleave`` (GPU machine), and the run harness they share
+- ``ranks``: ``capture-ranks``, the programs of several ranks captured one trace per rank (GPU machine)
 - ``table``: a timing output printed as a table
 - ``merge``: a timing output added to the committed data as run folders
 - ``store``: the committed data, and which run folders give a pair's measured gain

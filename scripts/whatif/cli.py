@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from . import __doc__ as overview
-from . import firstsight, merge, page, registry, store, table, timing
+from . import firstsight, merge, page, ranks, registry, store, table, timing
 
 
 def timing_options(p: argparse.ArgumentParser, unit: str, min_left: float, reps_help: str) -> None:
@@ -33,7 +33,20 @@ def main(argv: list[str] | None = None) -> None:
                    help="with --capture, also one line NAME__FIX per fix (the fix's arguments appended)")
     p.add_argument("--variants", action="store_true",
                    help="one line per variant: name<TAB>variant<TAB>script<TAB>args...")
+    p.add_argument("--multirank", action="store_true",
+                   help="the programs of several ranks alone (the others list one GPU's): "
+                        "name<TAB>ranks<TAB>launcher<TAB>script<TAB>capture args...")
     p.set_defaults(func=registry.cmd_list)
+    p = sub.add_parser("capture-ranks", help="capture each program of several ranks, one nsys trace per "
+                       "rank, calibrated (a machine with that many GPUs)")
+    p.add_argument("outdir")
+    p.add_argument("--programs", help="comma-separated program names (default: every one of several ranks)")
+    p.add_argument("--budget", type=float, default=0, help="seconds for all the captures (0: no limit)")
+    p.add_argument("--min-left", type=float, default=60, help="skip a program when fewer seconds are left")
+    p.add_argument("--python", default=sys.executable, help="interpreter that runs the programs")
+    p.add_argument("--nsys", default="nsys", help="the nsys to run")
+    p.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    p.set_defaults(func=ranks.cmd_capture_ranks)
     p = sub.add_parser("measure", help="time every (program, variant) without a profiler (GPU machine)")
     timing_options(p, "run", 20, "runs of each variant")
     p.add_argument("--fixes", help="comma-separated fix names to time beside the baseline (default: all)")

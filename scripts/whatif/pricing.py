@@ -18,8 +18,10 @@ from . import registry
 from .roles import FIX_RULES, role
 from .store import ROOT, measured_speedups, shared_folders, timed_baseline
 
-# Which trace stands for each program: a calibrated `profkit capture` of it
-TRACES = {prog["name"]: f"traces/corpus/{prog['name']}.sqlite.xz" for prog in registry.PROGRAMS}
+# Which trace stands for each program: a calibrated `profkit capture` of it; for a program of
+# several ranks, rank 0's of its per-rank traces (ranks.py): profkit prices a fix per rank
+TRACES = {prog["name"]: (f"traces/corpus/{prog['name']}.sqlite.xz" if registry.ranks(prog) == 1
+                         else f"traces/corpus/{prog['name']}/rank0.sqlite.xz") for prog in registry.PROGRAMS}
 
 
 def predicted(prof, code: str | None, key: str | None, at: tuple | None = None) -> tuple[float, str]:

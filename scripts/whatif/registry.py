@@ -22,6 +22,12 @@ The fields of an entry:
   other variants run, nor cuDNN's benchmark mode, a process-wide setting)
 - ``shapes_from``: a ``--aten`` capture of the same program that lends the plain capture its GEMM
   shapes (``profkit classify --shapes-from``)
+- ``ranks``, ``launcher``: a data-parallel program runs as ``ranks`` processes, one GPU each,
+  started by ``launcher`` (``torchrun``; ``launch`` builds the command line); without them, one
+  process on one GPU. The single-GPU paths leave such a program out: ``list`` prints it only with
+  ``--multirank`` (``list --capture`` feeds ``profkit capture``, one process), ``measure`` refuses
+  it, ``interleave`` times it only when named in ``--programs``, through its launcher; it is
+  captured one trace per rank by ``capture-ranks`` (ranks.py; scripts/gpu/firstsight_ddp.sh)
 - ``expect``: per variant, what to expect. "h200" in the notes: one unprofiled run of each variant
   on an H200 (torch 2.11, transformers 5.17), iteration medians timed as ``measure`` does; a first
   look, not a result.
@@ -34,7 +40,8 @@ from __future__ import annotations
 
 import argparse
 
-from . import programs_first, programs_firstsight_a, programs_firstsight_b, programs_models
+from . import (programs_first, programs_firstsight_a, programs_firstsight_b, programs_firstsight_c,
+               programs_models)
 
 PROGRAMS: list[dict] = [
     *programs_first.PROGRAMS,
@@ -43,9 +50,37 @@ PROGRAMS: list[dict] = [
     # kinds the corpus lacked, scored the first time profkit sees them (firstsight.py)
     *programs_firstsight_a.PROGRAMS,
     *programs_firstsight_b.PROGRAMS,
+    *programs_firstsight_c.PROGRAMS,
 ]
-for _p in (*programs_firstsight_a.PROGRAMS, *programs_firstsight_b.PROGRAMS):
+for _p in (*programs_firstsight_a.PROGRAMS, *programs_firstsight_b.PROGRAMS, *programs_firstsight_c.PROGRAMS):
     _p["first_sight"] = True
+
+# How a program of several ranks is started: its launcher's command line before the script
+LAUNCHERS = {"torchrun": lambda python, n: [python, "-m", "torch.distributed.run", "--standalone",
+                                            "--nproc-per-node", str(n)]}
+
+
+def ranks(prog: dict) -> int:
+    """The processes (one GPU each) the program runs as: 1 unless its entry says ``ranks``."""
+    return int(prog.get("ranks", 1))
+
+
+def launch(prog: dict, python: str, args: list[str], no_python: bool = False) -> list[str]:
+    """The command line that runs the program's script with ``args``: ``python SCRIPT ARGS`` for a
+    one-process program, else its launcher's (``torchrun``: ``python -m torch.distributed.run
+    --standalone --nproc-per-node N SCRIPT ARGS``). ``no_python``: ``args`` is a whole command
+    (a profiler or a wrapper before the script) that the launcher starts once per rank as it is
+    (torchrun's ``--no-python``)."""
+    n = ranks(prog)
+    if n == 1:
+        return list(args) if no_python else [python, prog["script"], *args]
+    head = LAUNCHERS[prog.get("launcher", "torchrun")](python, n)
+    return [*head, "--no-python", *args] if no_python else [*head, prog["script"], *args]
+
+
+def single(progs: list[dict]) -> list[dict]:
+    """The programs that run on one GPU."""
+    return [p for p in progs if ranks(p) == 1]
 
 
 def variants(prog: dict, only: set[str] | None = None) -> list[tuple[str, list[str], dict]]:
@@ -71,7 +106,13 @@ def select(names: str | None) -> list[dict]:
 
 
 def cmd_list(args: argparse.Namespace) -> None:
-    for prog in PROGRAMS:
+    if args.multirank:  # name<TAB>ranks<TAB>launcher<TAB>script<TAB>capture args...
+        for prog in PROGRAMS:
+            if ranks(prog) > 1:
+                print("\t".join([prog["name"], str(ranks(prog)), prog.get("launcher", "torchrun"),
+                                 prog["script"], *prog.get("capture_args", prog["args"])]))
+        return
+    for prog in single(PROGRAMS):
         if args.capture:  # fewer steps where a full run would make a large trace
             cargs = prog.get("capture_args", prog["args"])
             # profkit capture's own flags ("-" for none: an empty field would vanish in the shell's read)

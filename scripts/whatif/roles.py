@@ -176,4 +176,16 @@ FIX_RULES = {
     ("ema_timm_train", "bf16"): ("PK302", "bf16_speedup"),
     ("contrastive_clip_train", "clamp_on_gpu"): ("PK101", None), ("contrastive_clip_train", "bf16"): ("PK302", "bf16_speedup"),
     ("contrastive_clip_train", "fused_adamw"): ("PK201", None),
+    # The data-parallel programs (programs_firstsight_c.py), written with them, before their first
+    # capture: no_sync is what PK502 prices (the all-reduce rounds of the first micro-batches
+    # gone); a bucket size is what PK501's action names (its price: the exposed all-reduce time
+    # hidden under compute); a fused optimizer PK201. No rule prices bf16 compression of the
+    # gradients (half the bytes), gradients as bucket views (no copy into the buckets) or DDP's
+    # static graph: 1.00x.
+    ("ddp_accum_train", "no_sync"): ("PK502", None), ("ddp_accum_train", "bucket_100mb"): ("PK501", None),
+    ("ddp_accum_train", "fused_adamw"): ("PK201", None), ("ddp_accum_train", "bf16_compress"): (None, None),
+    ("ddp_small_buckets_train", "default_buckets"): ("PK501", None),
+    ("ddp_small_buckets_train", "gradient_as_bucket_view"): (None, None),
+    ("ddp_small_buckets_train", "static_graph"): (None, None),
+    ("ddp_small_buckets_train", "fused_adamw"): ("PK201", None),
 }

@@ -43,6 +43,12 @@ round by round (``merge.paired_gain``). A process also times, after each round, 
 time of an iteration of each variant (after one untimed iteration, not waited for: ``issue_ns``,
 see _corpus.interleave), the CPU's speed in that process where the GPU sets the baseline's pace.
 
+A program of several ranks (``ranks`` in its entry: DistributedDataParallel, one GPU a rank) is
+timed by ``interleave`` alone, and only when named in ``--programs``: its launcher starts every
+rank (``registry.launch``: ``python -m torch.distributed.run --standalone --nproc-per-node N
+SCRIPT ... --interleave OUT``), the ranks run the same blocks and rank 0 writes the timings
+(scripts/workloads/_ddp.py). ``measure`` refuses it, and leaves it out of a run of all programs.
+
 Both write OUTDIR/measured.json in one format (per variant the reps' medians), which ``table``
 prints and ``merge`` adds to the committed data.
 """
@@ -143,6 +149,11 @@ def cmd_measure(args: argparse.Namespace) -> None:
     (out / "calib").mkdir(parents=True, exist_ok=True)
     (out / "logs").mkdir(parents=True, exist_ok=True)
     progs = select(args.programs)
+    many = [p["name"] for p in progs if registry.ranks(p) > 1]
+    if many and args.programs:
+        raise SystemExit(f"{', '.join(many)}: several ranks, timed by `interleave --programs` through "
+                         "their launcher, not by `measure`")
+    progs = registry.single(progs)
     only = {f.strip() for f in args.fixes.split(",") if f.strip()} if args.fixes else None
     if only and only - {f for p in progs for f in p["fixes"]}:
         raise SystemExit(f"unknown fix(es) {', '.join(sorted(only - {f for p in progs for f in p['fixes']}))} "
@@ -231,7 +242,9 @@ def cmd_interleave(args: argparse.Namespace) -> None:
     alternating blocks; OUTDIR/measured.json holds per variant the rep's median, as ``measure``
     writes it (so ``table`` and ``merge`` read it alike). A later call into the same OUTDIR keeps
     the reps measured and tries the failed ones again."""
-    progs = select(args.programs) if args.programs else [p for p in registry.PROGRAMS if p.get("interleave")]
+    # Programs of several ranks (one GPU each) only when named: a run of all of them is a one-GPU run
+    progs = (select(args.programs) if args.programs else
+             [p for p in registry.single(registry.PROGRAMS) if p.get("interleave")])
     bad = [p["name"] for p in progs if not p.get("interleave")]
     if bad:
         raise SystemExit(f"{', '.join(bad)}: the script cannot interleave its variants; these can: "
@@ -264,8 +277,10 @@ def cmd_interleave(args: argparse.Namespace) -> None:
             stem = f"{name}__interleaved__{rep}"
             path = out / "calib" / f"{stem}.json"
             path.unlink(missing_ok=True)
-            cmd = [args.python, prog["script"], *prog["args"], "--interleave", str(path),
-                   "--variants", ",".join(v for v, _, _ in vs), "--rounds", str(args.rounds)]
+            # through the program's launcher where it runs as several ranks (rank 0 writes the timings)
+            cmd = registry.launch(prog, args.python, [*prog["args"], "--interleave", str(path),
+                                                      "--variants", ",".join(v for v, _, _ in vs),
+                                                      "--rounds", str(args.rounds)])
             rc, wall = _run_logged(cmd, out, stem, min(own, left), env)
             try:
                 timed = json.loads(path.read_text())["variants"] if rc == 0 else None

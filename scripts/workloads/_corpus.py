@@ -214,8 +214,9 @@ def set_precision(fixes: set[str]) -> None:
     torch.set_float32_matmul_precision("high" if "tf32" in fixes else "highest")
 
 
-def interleave(steps: dict[str, Callable[[], object]], fixes: dict[str, set[str]], path: str,
-               dev: torch.device, rounds: int = 15, warm: int = 10, block_s: float = 0.2) -> dict:
+def interleave(steps: dict[str, Callable[[], object]], fixes: dict[str, set[str]], path: Optional[str],
+               dev: torch.device, rounds: int = 15, warm: int = 10, block_s: float = 0.2,
+               agree: Optional[Callable[[float], float]] = None, min_block: int = 10) -> dict:
     """Time each variant's ``steps[name]()`` (one iteration of the program) in blocks that take
     turns, and write the timings to ``path`` as JSON: per variant the mean iteration of each
     block and their median over the rounds after the first.
@@ -234,7 +235,13 @@ def interleave(steps: dict[str, Callable[[], object]], fixes: dict[str, set[str]
     caches cold: 1 ms more on MobileNetV3 at batch 4), then two timed and not waited for, their
     mean: what the CPU takes to issue an iteration. Where the GPU sets the blocks' pace they show
     nothing of the CPU's speed, which changes from machine to machine; this does (a step that
-    waits for the GPU inside shows its wait in it too)."""
+    waits for the GPU inside shows its wait in it too).
+
+    Several ranks of one data-parallel job (``_ddp.py``) run this together: every rank must run the
+    same iterations, whose collectives pair up across ranks, so ``agree`` makes each variant's
+    warm-up time one value on every rank (the slowest rank's) before the block size is set, and
+    only the rank given a ``path`` writes the timings. ``warm`` and ``min_block`` are smaller in the
+    CPU smoke runs of the tests."""
     def enter(name: str) -> None:
         set_precision(fixes[name])
 
@@ -249,7 +256,9 @@ def interleave(steps: dict[str, Callable[[], object]], fixes: dict[str, set[str]
             step()
         finish(dev)
         per = (time.perf_counter_ns() - t0) / 3
-        block[name] = max(10, min(500, math.ceil(block_s * 1e9 / max(per, 1.0))))
+        if agree is not None:
+            per = agree(per)
+        block[name] = max(min_block, min(500, math.ceil(block_s * 1e9 / max(per, 1.0))))
     times: dict[str, list[float]] = {name: [] for name in steps}
     issue: dict[str, list[float]] = {name: [] for name in steps}
     order = list(steps)
@@ -280,6 +289,8 @@ def interleave(steps: dict[str, Callable[[], object]], fixes: dict[str, set[str]
                    "issue_ns": [round(t) for t in issue[name]],
                    "issue_median_ns": round(statistics.median(issue[name][1:]))}
                for name, ts in times.items()}}
+    if path is None:
+        return out
     with open(path, "w") as f:
         json.dump(out, f, indent=1)
     base = out["variants"].get("baseline", {}).get("median_ns")

@@ -20,7 +20,8 @@ from profkit.judge.rules import (pk101_per_step_sync, pk102_data_loading, pk103_
                            pk201_unfused_optimizer, pk202_autocast_recast,
                            pk203_fp32_logits_loss, pk301_attention_path, pk302_fp32_gemm,
                            pk303_gemm_shape, pk304_gemm_alignment, pk305_fp32_conv, pk401_eager_norm_fusion,
-                           pk402_elementwise_chain, pk403_inference_bn_fold, pk501_nccl_exposed)
+                           pk402_elementwise_chain, pk403_inference_bn_fold, pk501_nccl_exposed,
+                           pk502_accumulation_allreduce)
 from profkit.judge.rules.base import Finding, ProfileView, RuleContext, RuleMeta, Scope, TrialOf
 
 if TYPE_CHECKING:
@@ -31,7 +32,8 @@ RULES: tuple[ModuleType, ...] = (
     pk105_allocator_churn, pk106_rnn_cell_loop, pk107_repeated_unit_loop,
     pk201_unfused_optimizer, pk202_autocast_recast, pk203_fp32_logits_loss,
     pk301_attention_path, pk302_fp32_gemm, pk303_gemm_shape, pk304_gemm_alignment, pk305_fp32_conv,
-    pk401_eager_norm_fusion, pk402_elementwise_chain, pk403_inference_bn_fold, pk501_nccl_exposed)
+    pk401_eager_norm_fusion, pk402_elementwise_chain, pk403_inference_bn_fold, pk501_nccl_exposed,
+    pk502_accumulation_allreduce)
 
 __all__ = ["RULES", "Finding", "ProfileView", "RuleContext", "RuleMeta", "Scope", "TrialOf", "evaluate", "get",
            "explain"]

@@ -103,6 +103,8 @@ class OpRecord:
 
     # -- when to watch ------------------------------------------------------------------------
     def on_push(self, name: Any) -> None:
+        if self.broken and self.active:
+            self.stop()      # a failure inside the dispatch handler: the mode is left here
         if self.done or self.broken:
             return
         name = str(name)
@@ -141,10 +143,11 @@ class OpRecord:
             self.active = True
             import torch.nn.modules.module as nn_module
             import torch.optim.optimizer as optim_module
-            self._handles = [nn_module.register_module_forward_hook(self._module_hook),
-                             optim_module.register_optimizer_step_pre_hook(self._optimizer_hook)]
+            self._handles = [nn_module.register_module_forward_hook(self._safe(self._module_hook)),
+                             optim_module.register_optimizer_step_pre_hook(self._safe(self._optimizer_hook))]
         except Exception as exc:  # noqa: BLE001 - a record must never break the program
             self._fail(exc, "could not start")
+            self.stop()
 
     def stop(self) -> None:
         if not self.active:
@@ -165,9 +168,27 @@ class OpRecord:
         self._tracked = None
 
     def _fail(self, exc: BaseException, where: str) -> None:
+        """Turn the record off for the rest of the run, with a note. The hooks go at once; the
+        dispatch mode, which cannot be left from inside its own handler (torch takes it off the
+        stack while the handler runs), passes every op through until the next top-level range
+        starts, or the script ends."""
+        if self.broken:
+            return
         self.broken = True
         self.notes.append(f"op record {where}: {type(exc).__name__}: {exc}"[:200])
-        self.stop()
+        for h in self._handles:
+            with contextlib.suppress(Exception):
+                h.remove()
+        self._handles = []
+
+    def _safe(self, hook: Any) -> Any:
+        """``hook`` as torch calls it, its failures a note: never the program's exception."""
+        def safe(*args: Any) -> None:
+            try:
+                hook(*args)
+            except Exception as exc:  # noqa: BLE001 - a record must never break the program
+                self._fail(exc, f"failed in {getattr(hook, '__name__', 'a hook')}")
+        return safe
 
     # -- what is kept -------------------------------------------------------------------------
     def see(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
@@ -352,8 +373,9 @@ class OpRecord:
     def finish(self) -> dict:
         """The record (the module docstring's format); ends the watch if the run ended in it."""
         if self.active:
+            if not self.broken:
+                self.notes.append(f"the run ended inside the recorded iteration of `{self.range}`")
             self.stop()
-            self.notes.append(f"the run ended inside the recorded iteration of `{self.range}`")
         if self.range is None and not self.notes:
             self.notes.append("no top-level NVTX range started three times: no iteration to record"
                               if self.step is None else

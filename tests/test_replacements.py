@@ -282,6 +282,56 @@ def test_the_capture_step_without_cuda_leaves_a_note(tmp_path):
     assert res.notes == ["replacements: the recorded iteration ran no CUDA op: the replacements were not timed"]
 
 
+def test_profkit_capture_keeps_the_record_and_says_why_nothing_was_timed(tmp_path, monkeypatch):
+    """The whole flow with a fake nsys (tests/test_capture.py's): the first calibration run
+    records, the CPU program's record holds no CUDA op, so nothing is timed, and PROFKIT_META
+    says so; --no-replacements records nothing."""
+    import test_capture as tc
+    bindir = tmp_path / "fakebin"
+    bindir.mkdir()
+    monkeypatch.setenv("PROFKIT_NSYS", str(tc._write_exe(bindir / "nsys", tc.FAKE_NSYS)))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "prog.py").write_text(PROGRAM)
+    r = tc._invoke(["-o", "with.sqlite", "prog.py"])
+    assert r.exit_code == 0, r.stderr
+    assert "profkit: replacements: the recorded iteration ran no CUDA op: the replacements were not timed" in r.stderr
+    meta = dict(sqlite3.connect(tmp_path / "with.sqlite").execute("SELECT key, value FROM PROFKIT_META").fetchall())
+    got = parse(meta["replacements"])
+    assert got.entries == () and got.recorded("attention")[0]["mask"] == "causal"
+    assert not list(tmp_path.glob(".*ops.json")) and not list(tmp_path.glob(".*replacements.json"))
+    r = tc._invoke(["--no-replacements", "-o", "without.sqlite", "prog.py"])
+    assert r.exit_code == 0, r.stderr
+    meta = dict(sqlite3.connect(tmp_path / "without.sqlite").execute("SELECT key, value FROM PROFKIT_META").fetchall())
+    assert "replacements" not in meta and "--no-replacements" in meta["command"]
+
+
+def test_pk301_reads_the_shapes_of_an_aten_capture():
+    """No committed --aten trace has a math-path attention: the mapping from an attention's
+    GEMM kernels to the aten ops that launched them, on a stand-in."""
+    import types
+    import numpy as np
+    import pandas as pd
+    from profkit.judge.rules import pk301_attention_path as pk301
+    from profkit.read.peaks import Peaks
+    a = pd.DataFrame({"name": ["gemm", "softmax", "gemm", "gemm", "gemm", "softmax_backward", "gemm", "gemm"],
+                      "dur": [10] * 8}, index=[10, 11, 12, 20, 21, 22, 23, 24])
+    ctx = types.SimpleNamespace(aten_acts={
+        "aten::bmm [[64, 512, 64], [64, 64, 512]] | in=bf16*2": np.array([10]),
+        "aten::bmm [[64, 512, 512], [64, 512, 80]] | in=bf16*2": np.array([12, 20]),
+        "aten::_softmax [[64, 512, 512], [], []]": np.array([11])},
+        prof=types.SimpleNamespace(peaks=Peaks("H200", 4.8e12, {"bf16": 989.5e12})))
+    spans = [(0, 2, False), (3, 7, True)]
+    shapes = pk301._aten_shapes(ctx, a, spans)
+    assert shapes == [{"batch": 64, "sq": 512, "sk": 512, "d": 64, "dv": 80, "mask": "none", "count": 1}, None]
+    # one forward call: 2*64*512*512*(64+80) FLOPs at 989.5 TFLOP/s; bytes at 4.8 TB/s are less
+    assert pk301._flash_ns(ctx, shapes[0], False, "bf16") == pytest.approx(
+        2 * 64 * 512 * 512 * 144 / 989.5e12 * 1e9)
+    # several shapes: the longest attentions get the shapes with the most work
+    small = {"batch": 8, "sq": 128, "sk": 128, "d": 64, "dv": 64, "count": 1}
+    big = {"batch": 8, "sq": 1024, "sk": 1024, "d": 64, "dv": 64, "count": 1}
+    assert pk301._assign(np.array([5.0, 50.0]), [small, big]) == [small, big]
+
+
 # -- the rules -------------------------------------------------------------------------------------
 def _entry(kind: str, shape: dict, orig: float, repl: float, count: int = 1, **more) -> dict:
     return {"kind": kind, "key": kind, "shape": shape, "count": count, "original_ns": orig,

@@ -478,6 +478,9 @@ def capture(script: str | Path, script_args: Sequence[str] = (), *, output: Opti
             calibration = combine_calibrations(texts)
             if replacements:
                 replaced = replacement_pass(python, ops_file, repl_file, say, result)
+                if result.interrupted:
+                    result.exit_code = 130
+                    return result
         app = script_command(python, script_p, script_args, aten, code_file, aten_source,
                              max_iterations, step_range)
         nsys_cmd = build_nsys_command(nsys, tmp_base, app, extra_nsys, gpu_metrics_hz)
@@ -680,6 +683,9 @@ def replacement_pass(python: str, record_file: Path, out_file: Path, say: Say,
             if res.returncode != 0 and not data["entries"]:
                 tail = res.stderr.strip().splitlines()[-1:] or [""]
                 data["notes"].append(f"the timing process exited with status {res.returncode}: {tail[0][:200]}")
+        except KeyboardInterrupt:   # Ctrl-C before profiling, as in a calibration run
+            result.interrupted = True
+            data["notes"].append("interrupted: the replacements were not timed")
         except subprocess.TimeoutExpired:
             data["notes"].append(f"the timing process took longer than "
                                  f"{DEFAULT_BUDGET_S + REPLACEMENT_SLACK_S:.0f} s and was stopped")

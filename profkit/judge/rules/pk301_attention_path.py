@@ -94,7 +94,13 @@ MAX_GLUE = 6  # kernels between the two GEMMs of one attention (scale, mask, sof
 BACKWARD_RE = re.compile(r"backward", re.I)
 
 
-def _glue(ctx: RuleContext, soft_names: set) -> tuple[np.ndarray, np.ndarray, pd.DataFrame, list]:
+def _glue(ctx: RuleContext, soft_names: set) -> tuple[np.ndarray, np.ndarray, pd.DataFrame]:
+    """(glue mask, GEMM-after-softmax mask, kernels in stream order): ``_attentions`` without the
+    attentions."""
+    return _attentions(ctx, soft_names)[:3]
+
+
+def _attentions(ctx: RuleContext, soft_names: set) -> tuple[np.ndarray, np.ndarray, pd.DataFrame, list]:
     """(glue mask, GEMM-after-softmax mask, kernels in stream order, attentions): the kernels
     between the GEMM before each math-path softmax and the GEMM after it, on one stream; the score
     matrix passes through each of them, and a fused attention kernel keeps it on chip. Each
@@ -280,7 +286,7 @@ def detect(ctx: RuleContext) -> list[Finding]:
     total = float(soft["total_ns"].sum())
     if soft.empty or total < RULE.param("min_gpu_share") * float(k["total_ns"].sum()):
         return []
-    glue, after, a, spans = _glue(ctx, set(soft.index))
+    glue, after, a, spans = _attentions(ctx, set(soft.index))
     dur = a["dur"].to_numpy(np.float64)
     saved = float(dur[glue].sum())
     # The CPU's side: the removed launches (the glue, and one of each GEMM pair) and the short

@@ -108,7 +108,7 @@ def test_foreach_adamw_is_told_fused_and_priced_by_the_step_model():
     # calibration run) still finds the step CPU-paced. Without the profiler it measured 1.28x
     # (analyses/whatif.md): the model under-prices it, the page says so.
     assert 1.0 < f.expected_end_to_end_speedup < 1.1
-    assert f.basis.startswith("7 of 21 passes; step model:")
+    assert f.basis.startswith("estimated: no replacement timed at capture: 7 of 21 passes; step model:")
     rc = run_change(prof("real/train_llama"), prof("real/train_llama_fused"))
     # `profkit diff` shows the applied rule's prediction even when it is not a top action.
     assert any(x["code"] == "PK201" for x in rc["findings"])

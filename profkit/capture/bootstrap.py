@@ -2,7 +2,7 @@
 
     python -m profkit.capture.bootstrap [--aten[=recorder|emit_nvtx]] [--exit-code-file FILE]
                                         [--calibrate FILE] [--max-iterations N [--step NAME]]
-                                        [--try SWITCH] [--] script.py [args…]
+                                        [--try SWITCH] [--record-ops FILE] [--] script.py [args…]
 
 * ``sys.argv`` is ``[script.py, args…]``, ``sys.path[0]`` is the script's folder and the script
   runs as ``__main__`` (through :func:`runpy.run_path`), so the script needs no edits.
@@ -21,6 +21,8 @@
 * ``--try SWITCH[+SWITCH...]`` applies a switch of :mod:`profkit.capture.switches` to the script
   (no edit of its code), installed when the script imports torch; with ``--calibrate`` what it
   touched goes into FILE as ``trial``, else it is said on stderr.
+* ``--record-ops FILE`` (with ``--calibrate``): the op record of one iteration, the shapes the
+  replacement timings need (:mod:`profkit.capture.oprecord`), written to FILE as JSON.
 """
 from __future__ import annotations
 
@@ -45,11 +47,13 @@ class Options:
     max_iterations: Optional[int] = None
     step: Optional[str] = None
     trial: Optional[str] = None
+    record_ops: Optional[str] = None
     rest: list = field(default_factory=list)
 
 
 _VALUED = {"--exit-code-file": "code_file", "--calibrate": "calibrate",
-           "--max-iterations": "max_iterations", "--step": "step", "--try": "trial"}
+           "--max-iterations": "max_iterations", "--step": "step", "--try": "trial",
+           "--record-ops": "record_ops"}
 
 
 def _parse(argv: list[str]) -> Options:
@@ -121,14 +125,15 @@ def _aten_context(source: str) -> contextlib.AbstractContextManager:
 def run(script: str, args: list[str], aten: Optional[str] = None,
         calibrate: Optional[str] = None, max_iterations: Optional[int] = None,
         step: Optional[str] = None, trial: Optional[str] = None,
-        cut: Optional[list] = None) -> int:
+        cut: Optional[list] = None, record_ops: Optional[str] = None) -> int:
     """Run ``script`` as ``__main__`` with ``args``; return its exit status.
 
     ``aten``: None, ``"recorder"`` or ``"emit_nvtx"`` (True: the recorder). ``calibrate``: a
     file to write the script's top-level NVTX range times to (profkit.capture.calibrate).
     ``max_iterations``/``step``: end the run after that many iterations of the step range.
     ``trial``: switches to apply (profkit.capture.switches). ``cut``: a list that receives the
-    cut (``{"range", "iterations"}``) when the run was cut short."""
+    cut (``{"range", "iterations"}``) when the run was cut short. ``record_ops``: with
+    ``calibrate``, a file to write the op record of one iteration to (profkit.capture.oprecord)."""
     if aten is True:
         aten = "recorder"
     if calibrate is None and not max_iterations and not trial:
@@ -140,6 +145,11 @@ def run(script: str, args: list[str], aten: Optional[str] = None,
         the_trial = Trial(trial)
         the_trial.start()
     clock = RangeClock(max_iterations, step, events=calibrate is not None)
+    ops = None
+    if record_ops and calibrate is not None:
+        from profkit.capture.oprecord import OpRecord
+        ops = OpRecord(step)
+        clock.listeners.append(ops.on_push)
     if calibrate is not None or max_iterations:
         clock.install()
     t0 = time.perf_counter_ns()
@@ -152,6 +162,10 @@ def run(script: str, args: list[str], aten: Optional[str] = None,
         wall = time.perf_counter_ns() - t0
         if calibrate is not None:
             clock.finish()
+        if ops is not None:
+            with contextlib.suppress(Exception):
+                from profkit.capture.oprecord import write as write_ops
+                write_ops(record_ops, ops.finish())
         record = the_trial.record() if the_trial is not None else None
         if clock.cut is not None:
             if cut is not None:
@@ -216,7 +230,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     if not opts.rest:
         print("usage: python -m profkit.capture.bootstrap [--aten[=recorder|emit_nvtx]] "
               "[--exit-code-file FILE] [--calibrate FILE] [--max-iterations N [--step NAME]] "
-              "[--try SWITCH] script.py [args...]", file=sys.stderr)
+              "[--try SWITCH] [--record-ops FILE] script.py [args...]", file=sys.stderr)
         return 2
     if opts.trial:
         from profkit.model import parse_trial
@@ -227,7 +241,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             return 2
     cut: list = []
     code = run(opts.rest[0], opts.rest[1:], aten=opts.aten, calibrate=opts.calibrate,
-               max_iterations=opts.max_iterations, step=opts.step, trial=opts.trial, cut=cut)
+               max_iterations=opts.max_iterations, step=opts.step, trial=opts.trial, cut=cut,
+               record_ops=opts.record_ops)
     if opts.code_file:
         with contextlib.suppress(OSError):
             with open(opts.code_file, "w") as fh:

@@ -64,6 +64,9 @@ class RangeClock:
         self.events = events
         self.counts: Counter = Counter()
         self.cut: Optional[dict] = None
+        # Called with the name at every top-level push of the main thread (the op record's
+        # iteration: profkit.capture.oprecord); their failures never reach the script.
+        self.listeners: list[Callable[[str], None]] = []
 
     # -- the hooks ----------------------------------------------------------------------------
     def push(self, name: Any) -> None:
@@ -71,6 +74,9 @@ class RangeClock:
             return
         self.depth += 1
         if self.depth == 1:
+            for listen in self.listeners:
+                with contextlib.suppress(Exception):
+                    listen(str(name))
             rec = {"name": str(name), "start_ns": time.perf_counter_ns(), "end_ns": None,
                    "gpu_ns": None}
             ev = self._event()

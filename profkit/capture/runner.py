@@ -392,7 +392,8 @@ def capture(script: str | Path, script_args: Sequence[str] = (), *, output: Opti
             calibrate_runs: int = 1, max_iterations: Optional[int] = None,
             trials: Optional[str | Sequence[str]] = None, try_runs: int = 2,
             try_timeout: Optional[float] = None,
-            choose_trials: Optional[Callable[[Path], list[str]]] = None) -> CaptureResult:
+            choose_trials: Optional[Callable[[Path], list[str]]] = None,
+            replacements: bool = True) -> CaptureResult:
     """Profile ``script`` and leave ``STEM.sqlite`` (+ ``.nsys-rep``); see the module docstring.
 
     ``calibrate``: first run the script with no profiler attached (``calibrate_runs`` times),
@@ -409,6 +410,11 @@ def capture(script: str | Path, script_args: Sequence[str] = (), *, output: Opti
     analysis), each ``try_runs`` times, taking turns with runs of the script unchanged
     (profkit.capture.trials); the record goes into PROFKIT_META as ``trials``. ``try_timeout``:
     the most one trial run may take (default: 300 s plus ten times the calibration run).
+
+    ``replacements`` (with ``calibrate``): the first calibration run also records the shapes of
+    the ops the replacement rules need (profkit.capture.oprecord), and a short process of its own
+    then times those replacements at those shapes (profkit.capture.replacements); both go into
+    PROFKIT_META as ``replacements``.
 
     Returns the script's exit status (130 after Ctrl-C) with the files written. Problems the
     user can fix raise :class:`ProfkitError` before anything runs.
@@ -439,13 +445,17 @@ def capture(script: str | Path, script_args: Sequence[str] = (), *, output: Opti
     tmp_base = out.parent / f".{files['nsys-rep'].name[:-len('.nsys-rep')]}.profkit-tmp-{os.getpid()}"
     code_file = tmp_base.with_name(tmp_base.name + ".exit")
     calib_file = tmp_base.with_name(tmp_base.name + ".calib.json")
+    ops_file = tmp_base.with_name(tmp_base.name + ".ops.json")
+    repl_file = tmp_base.with_name(tmp_base.name + ".replacements.json")
     temps = [tmp_base.with_name(tmp_base.name + s)
-             for s in (".sqlite", ".nsys-rep", ".ncu-rep", ".ncu.csv", ".exit", ".calib.json")]
+             for s in (".sqlite", ".nsys-rep", ".ncu-rep", ".ncu.csv", ".exit", ".calib.json",
+                       ".ops.json", ".replacements.json")]
     result = CaptureResult(trace=None, exit_code=0)
     passes = 1 + int(ncu) + (calibrate_runs if calibrate else 0)
     step = iter(range(1, passes + 1))
     try:
         calibration = None
+        replaced: Optional[str] = None
         texts: list[str] = []
         started = _dt.datetime.now(_dt.timezone.utc)
         step_range: Optional[str] = None    # named by the first run, for the cut of the others
@@ -453,9 +463,11 @@ def capture(script: str | Path, script_args: Sequence[str] = (), *, output: Opti
         if calibrate:
             for k in range(calibrate_runs):
                 which = f" {k + 1} of {calibrate_runs}" if calibrate_runs > 1 else ""
+                record = ops_file if replacements and k == 0 else None
                 text, secs = _calibration_pass(python, script_p, script_args, calib_file,
                                                f"[{next(step)}/{passes}] calibration run{which} (no profiler)",
-                                               say, result, cut_flags(max_iterations, step_range))
+                                               say, result, cut_flags(max_iterations, step_range),
+                                               record)
                 if result.interrupted:  # Ctrl-C before profiling: nothing to keep
                     result.exit_code = 130
                     return result
@@ -464,6 +476,11 @@ def capture(script: str | Path, script_args: Sequence[str] = (), *, output: Opti
                     step_range = step_range or _repeated_range(text)
                 calib_runs.append((text, secs))
             calibration = combine_calibrations(texts)
+            if replacements:
+                replaced = replacement_pass(python, ops_file, repl_file, say, result)
+                if result.interrupted:
+                    result.exit_code = 130
+                    return result
         app = script_command(python, script_p, script_args, aten, code_file, aten_source,
                              max_iterations, step_range)
         nsys_cmd = build_nsys_command(nsys, tmp_base, app, extra_nsys, gpu_metrics_hz)
@@ -507,6 +524,8 @@ def capture(script: str | Path, script_args: Sequence[str] = (), *, output: Opti
         }
         if calibration is not None:
             meta["calibration"] = calibration
+        if replaced is not None:
+            meta["replacements"] = replaced
         if max_iterations:
             meta.update({"max_iterations": max_iterations, "profiled_run_cut": cut})
         if ncu and ncu_exe and not result.interrupted:
@@ -593,10 +612,12 @@ def capture(script: str | Path, script_args: Sequence[str] = (), *, output: Opti
 
 def _calibration_pass(python: str, script: Path, args: Sequence[str], calib_file: Path, label: str,
                       say: Say, result: CaptureResult,
-                      cut: Sequence[str] = ()) -> tuple[Optional[str], float]:
+                      cut: Sequence[str] = (), record_ops: Optional[Path] = None) -> tuple[Optional[str], float]:
     """Run the script once with no profiler, timing its top-level NVTX ranges: (the JSON text,
-    or None (with a note) when the run failed or timed no range; the run's seconds)."""
-    cmd = [python, "-m", "profkit.capture.bootstrap", "--calibrate", str(calib_file), *cut,
+    or None (with a note) when the run failed or timed no range; the run's seconds). With
+    ``record_ops``, the run also leaves the op record of one iteration there."""
+    record = ["--record-ops", str(record_ops)] if record_ops is not None else []
+    cmd = [python, "-m", "profkit.capture.bootstrap", "--calibrate", str(calib_file), *record, *cut,
            "--", str(script), *args]
     p = run_pass(cmd, label, say)
     if p.interrupted:
@@ -615,6 +636,66 @@ def _calibration_pass(python: str, script: Path, args: Sequence[str], calib_file
         result.notes.append(f"calibration run (no profiler): {why}; predictions will use an "
                             "estimated tracing cost")
     return text, p.elapsed_s
+
+
+# The replacement timing process may take this long beyond its own budget (torch's import and
+# CUDA's start-up) before it is stopped.
+REPLACEMENT_SLACK_S = 120.0
+
+
+def replacement_pass(python: str, record_file: Path, out_file: Path, say: Say,
+                     result: CaptureResult) -> Optional[str]:
+    """Time the replacements the op record of the calibration run calls for, in a process of its
+    own (profkit.capture.replacements); the ``replacements`` JSON text for PROFKIT_META (the record,
+    the timed entries, notes), or None when the calibration run left no record. Never raises: a
+    failure is a note, in the result and in the JSON."""
+    from profkit.capture.replacements import DEFAULT_BUDGET_S, FORMAT, jobs
+    try:
+        record = json.loads(record_file.read_text())
+    except (OSError, ValueError):
+        result.notes.append("replacements: the calibration run left no op record; the rules that "
+                            "replace work price it from the trace alone")
+        return None
+    data: dict = {"format": FORMAT, "record": record, "entries": [],
+                  "notes": list(record.get("notes") or [])}
+    todo = jobs(record)
+    shown = len(data["notes"])   # the record's own notes stay in the JSON; the log gets the timing's
+    if not todo:
+        data["notes"].append("nothing the replacement rules time ran in the recorded iteration")
+        shown = len(data["notes"])
+    elif record.get("device") != "cuda":
+        data["notes"].append("the recorded iteration ran no CUDA op: the replacements were not timed")
+    else:
+        cmd = [python, "-m", "profkit.capture.replacements", str(record_file), str(out_file)]
+        label = f"replacement timing ({len(todo)} shape(s), no profiler)"
+        say(f"profkit: {label}: {shlex.join(cmd)}")
+        t0 = time.monotonic()
+        try:
+            res = subprocess.run(cmd, env=_child_env(), capture_output=True, text=True,
+                                 timeout=DEFAULT_BUDGET_S + REPLACEMENT_SLACK_S)
+            for line in res.stderr.splitlines():
+                if line.startswith("profkit: "):
+                    say(line)
+            timed = json.loads(out_file.read_text())
+            data.update({k: v for k, v in timed.items() if k not in ("format", "notes", "entries")})
+            data["entries"] = timed.get("entries") or []
+            data["notes"] += timed.get("notes") or []
+            if res.returncode != 0 and not data["entries"]:
+                tail = res.stderr.strip().splitlines()[-1:] or [""]
+                data["notes"].append(f"the timing process exited with status {res.returncode}: {tail[0][:200]}")
+        except KeyboardInterrupt:   # Ctrl-C before profiling, as in a calibration run
+            result.interrupted = True
+            data["notes"].append("interrupted: the replacements were not timed")
+        except subprocess.TimeoutExpired:
+            data["notes"].append(f"the timing process took longer than "
+                                 f"{DEFAULT_BUDGET_S + REPLACEMENT_SLACK_S:.0f} s and was stopped")
+        except (OSError, ValueError) as exc:
+            data["notes"].append(f"the timing process left no result ({type(exc).__name__}: {exc})"[:200])
+        n_ok = sum(1 for e in data["entries"] if not e.get("error"))
+        say(f"profkit: {label}: {n_ok} of {len(todo)} timed in {time.monotonic() - t0:.1f} s")
+    for note in data["notes"][shown:]:
+        result.notes.append(f"replacements: {note}")
+    return json.dumps(data, separators=(",", ":"))
 
 
 def _repeated_range(text: str) -> Optional[str]:

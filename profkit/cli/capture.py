@@ -23,13 +23,14 @@ def _say(msg: str) -> None:
 def _command_line(output, force, nsys_args, aten, ncu, ncu_range, ncu_count, ncu_args, script,
                   script_args, gpu_metrics_hz=None, aten_source="recorder",
                   calibrate=True, calibrate_runs=1, max_iterations=None, trials=None,
-                  try_runs=2, try_timeout=None) -> list[str]:
+                  try_runs=2, try_timeout=None, replacements=True) -> list[str]:
     argv = ["profkit", "capture"]
     if output:
         argv += ["-o", output]
     argv += ["--force"] if force else []
     argv += [] if calibrate else ["--no-calibrate"]
     argv += ["--calibrate-runs", str(calibrate_runs)] if calibrate and calibrate_runs != 1 else []
+    argv += [] if replacements else ["--no-replacements"]
     argv += ["--max-iterations", str(max_iterations)] if max_iterations else []
     if trials is not None:
         argv += [f"--try={trials}"] + (["--try-runs", str(try_runs)] if try_runs != 2 else [])
@@ -106,6 +107,11 @@ def _auto_trials(trace) -> list[str]:
               help="First run the script once without any profiler, timing its top-level NVTX "
                    "ranges, so predictions are for the program as it runs unprofiled (the "
                    "profiler slows the host by 20-70%).")
+@click.option("--replacements/--no-replacements", default=True, show_default=True,
+              help="Record the shapes of the ops the replacement rules need during the first "
+                   "calibration run (one iteration) and time their replacements at those shapes "
+                   "(SDPA, fused optimizer, cuDNN RNN, pinned copies, TF32/bf16 GEMMs) in a short "
+                   "process of its own: about 1 s a shape, at most 2 minutes; needs CUDA.")
 @click.option("--calibrate-runs", type=click.IntRange(1, 20), default=1, show_default=True,
               metavar="N",
               help="Run the script N times without the profiler and calibrate to the median run: "
@@ -142,7 +148,7 @@ def capture(output: Optional[str], force: bool, nsys_args: Optional[str], aten: 
             ncu_range: Optional[str], ncu_count: Optional[int], gpu_metrics: bool,
             gpu_metrics_frequency: int, ncu_args: Optional[str], calibrate: bool,
             calibrate_runs: int, max_iterations: Optional[int], trials: Optional[str],
-            try_runs: int, try_timeout: Optional[float], merge_csv: Optional[str],
+            try_runs: int, try_timeout: Optional[float], replacements: bool, merge_csv: Optional[str],
             script: Optional[str], script_args: tuple[str, ...]) -> None:
     """Profile SCRIPT (with its ARGS) under Nsight Systems into an SQLite trace.
 
@@ -177,11 +183,12 @@ def capture(output: Optional[str], force: bool, nsys_args: Optional[str], aten: 
                          aten_source=aten_source, say=_say, calibrate=calibrate,
                          calibrate_runs=calibrate_runs, max_iterations=max_iterations,
                          trials=trials, try_runs=try_runs, try_timeout=try_timeout,
-                         choose_trials=_auto_trials,
+                         choose_trials=_auto_trials, replacements=replacements,
                          command_line=_command_line(output, force, nsys_args, aten, ncu, ncu_range,
                                                     ncu_count, ncu_args, script, script_args, hz,
                                                     aten_source, calibrate, calibrate_runs,
-                                                    max_iterations, trials, try_runs, try_timeout))
+                                                    max_iterations, trials, try_runs, try_timeout,
+                                                    replacements))
     for note in result.notes:
         _say(f"profkit: {note}")
     if result.trace is None:

@@ -817,3 +817,22 @@ def innermost_modeled(stack: Iterable[AtenCall | str], elem_bytes: int = 2, *,
 
 
 DTYPE_BYTES = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+
+
+# --- attention as flash attention does it --------------------------------------------------------
+FLASH_BACKWARD_FLOPS = 2.5   # the backward's GEMMs over the forward's: S recomputed, dV, dP, dQ, dK
+
+
+def flash_attention_work(batch_heads: int, sq: int, sk: int, d: int, dv: int, causal: bool,
+                         backward: bool, elem_bytes: int = 2) -> tuple[float, float]:
+    """(FLOPs, bytes) of one attention call as flash attention does it: the forward's two GEMMs,
+    2*B*H*Sq*Sk*(D + Dv) FLOPs (4*B*H*Sq*Sk*D when Dv = D), half of it under a causal mask; the
+    backward 2.5 times the forward's FLOPs. Bytes: Q, K, V and O read or written once (the
+    backward: those and dO, dQ, dK, dV); the score matrix never leaves the chip."""
+    flops = 2.0 * batch_heads * sq * sk * (d + dv)
+    if causal:
+        flops /= 2.0
+    once = float(elem_bytes) * batch_heads * (sq * d + sk * d + sk * dv + sq * dv)
+    if backward:
+        return flops * FLASH_BACKWARD_FLOPS, 2.0 * once
+    return flops, once

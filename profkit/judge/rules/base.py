@@ -29,11 +29,24 @@ if TYPE_CHECKING:
     from profkit.read.peaks import Peaks
     from profkit.read.trace import Trace
     from profkit.run.ops import OpGroups
+    from profkit.run.replacements import Replacement, Replacements
     from profkit.run.step.model import StepModel
     from profkit.run.summary import RunSummary
 
 
 _SIZES_RE = re.compile(r"sizes = (\[.*?\]\])")
+
+# What a replacement rule says of its price: timed at capture (profkit capture's replacement
+# timings, PROFKIT_META ``replacements``), or estimated from the trace and the roofs.
+ESTIMATED = "estimated: no replacement timed at capture"
+
+
+def timed_text(entries: "list[Replacement]", what: str = "") -> str:
+    """``replacement timed at the program's shapes: X us vs Y us`` (per call of the heaviest
+    shape, the replacement first; ``what`` names the two sides)."""
+    e = max(entries, key=lambda e: e.original_ns * e.count)
+    more = f" (the heaviest of {len(entries)} shapes)" if len(entries) > 1 else ""
+    return f"replacement timed at the program's shapes: {what}{e.text()}{more}"
 
 
 class Scope(str, Enum):
@@ -206,6 +219,13 @@ class RuleContext:
         a["dur"] = (a["end"] - a["start"]).astype("int64")
         a["critical"] = self.prof.critical
         return a
+
+    @cached_property
+    def replacements(self) -> Replacements:
+        """What ``profkit capture`` timed at the program's shapes (PROFKIT_META ``replacements``,
+        profkit.run.replacements): the op record and the replacements' times; empty without."""
+        from profkit.run.replacements import parse
+        return parse(self.prof.full_trace.meta.get("replacements"))
 
     @cached_property
     def kernels(self) -> pd.DataFrame:

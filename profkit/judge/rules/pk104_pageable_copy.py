@@ -22,11 +22,17 @@ Fix
 Expected gain
     Graph edits, replayed at the calibrated CPU scale:
 
-    * host-to-device: each pageable copy runs at the pinned bandwidth (measured on the trace's own
-      pinned copies of at least 1 MB, else the 55 GB/s measured on an H200's PCIe Gen5 link), no
-      longer at the host's pace, and its call no longer waits for it (``non_blocking=True``), nor
-      does the stream synchronisation PyTorch issues right after a blocking host-to-device copy.
-      The GPU idle while the CPU prepares the batch is PK102's, not changed here;
+    * host-to-device: each pageable copy runs at the pinned bandwidth, no longer at the host's
+      pace, and its call no longer waits for it (``non_blocking=True``), nor does the stream
+      synchronisation PyTorch issues right after a blocking host-to-device copy. The GPU idle
+      while the CPU prepares the batch is PK102's, not changed here. The pinned bandwidth, best
+      first: **timed at capture** (``profkit capture`` records the program's copies, their bytes
+      and direction, in its calibration run and times each size from pageable and from pinned
+      memory, PROFKIT_META ``replacements``: the pinned copies' bytes over their time; the action
+      says "replacement timed at the program's shapes: X us vs Y us"); else **estimated** ("no
+      replacement timed at capture"): the trace's own pinned copies of at least 1 MB, else the
+      55 GB/s measured on an H200's PCIe Gen5 link (pinned memory there measured 2.61x where the
+      55 GB/s priced 2.04x);
     * device-to-host, reduced on the GPU (the price): each copy becomes a reduction reading the
       tensor once at the GPU's memory bandwidth and a copy of its result (2 us), and the CPU time
       between the copy's return and the next CUDA call of its thread (the consumer: numpy,
@@ -43,7 +49,7 @@ import numpy as np
 
 from profkit.model import Rung
 
-from profkit.judge.rules.base import Finding, Param, RuleContext, RuleMeta, Table
+from profkit.judge.rules.base import ESTIMATED, Finding, Param, RuleContext, RuleMeta, Table, timed_text
 from profkit.run.step.graph import CallKind
 from profkit.run.step.transform import (DISPATCH_GAP_NS, PINNED_BYTES_PER_S, pin_copies,
                                         reduce_before_copy)
@@ -87,6 +93,19 @@ def detect(ctx: RuleContext) -> list[Finding]:
     return out
 
 
+def timed_bandwidth(ctx: RuleContext, direction: str) -> tuple[float | None, str]:
+    """(bytes per second of the pinned copies timed at the program's sizes in ``direction``, the
+    words that say so), or (None, the estimate's words) where none was timed."""
+    timed = [e for e in ctx.replacements.measured("copy") if e.shape.get("direction") == direction]
+    if not timed:
+        return None, ESTIMATED
+    nbytes = sum(float(e.shape.get("bytes", 0)) * e.count for e in timed)
+    ns = sum(float(e.replacement_ns) * e.count for e in timed)
+    if nbytes <= 0 or ns <= 0:
+        return None, ESTIMATED
+    return nbytes / ns * 1e9, timed_text(timed, "pinned vs pageable, ")
+
+
 def _copy_cpu(m, ops: np.ndarray) -> float:
     g = m.graph
     its = max(len(g.iter_call) - 1, 1)
@@ -100,18 +119,22 @@ def _host_to_device(ctx: RuleContext, m, ops: np.ndarray) -> list[Finding]:
     cpu = _copy_cpu(m, ops)
     if cpu <= RULE.param("min_cpu_share") * m.iteration_ns:
         return []
-    bw = pinned_bandwidth(g)
+    timed_bw, said = timed_bandwidth(ctx, "h2d")
+    bw = timed_bw or pinned_bandwidth(g)
     nbytes = np.nan_to_num(g.g_bytes[ops])
+    where = (" timed" if timed_bw else " measured on the trace's pinned copies" if bw else ", assumed")
     gain, basis = ctx.price(lambda gr: pin_copies(gr, ops, nbytes, bw),
                             f"{len(ops) / its:.0f} pageable copies per iteration pinned "
-                            f"({(bw or PINNED_BYTES_PER_S) / 1e9:.0f} GB/s"
-                            f"{' measured' if bw else ', assumed'}) and non-blocking")
+                            f"({(bw or PINNED_BYTES_PER_S) / 1e9:.0f} GB/s{where}) and non-blocking")
+    basis = f"{said}; {basis}"
     return [Finding(RULE.code, RULE.name,
                     f"copy from pinned memory: {len(ops)} host-to-device copies "
                     f"({nbytes.sum() / 1e6:.0f} MB) come from pageable memory; use "
                     "pin_memory=True (DataLoader) or a pinned buffer, and .to(device, non_blocking=True)",
                     Rung.LIBRARY, {"copies": int(len(ops)), "bytes": int(nbytes.sum()),
-                                   "cpu_in_copy_calls_ns_per_iteration": int(cpu)}, gain, basis, gain)]
+                                   "cpu_in_copy_calls_ns_per_iteration": int(cpu),
+                                   "pinned_bytes_per_s": round(bw or PINNED_BYTES_PER_S),
+                                   "priced_from": "timed" if timed_bw else "estimate"}, gain, basis, gain)]
 
 
 def _device_to_host(ctx: RuleContext, m, ops: np.ndarray) -> list[Finding]:
@@ -127,7 +150,7 @@ def _device_to_host(ctx: RuleContext, m, ops: np.ndarray) -> list[Finding]:
         f"{len(ops) / its:.0f} device-to-host copies per iteration ({nbytes.sum() / its / 1e6:.0f} MB) "
         f"reduced on the GPU ({hbm / 1e12:.1f} TB/s) and only the result copied, the host's work on "
         "the copied data after each gone")
-    bw = pinned_bandwidth(g)
+    bw = timed_bandwidth(ctx, "d2h")[0] or pinned_bandwidth(g)
     pinned, _ = ctx.price(lambda gr: pin_copies(gr, ops, nbytes, bw, non_blocking=False),
                           "the same copies into a pinned buffer, the host's work on them kept")
     ev = {"copies": int(len(ops)), "bytes": int(nbytes.sum()),

@@ -33,6 +33,16 @@ Expected gain
     took 10.1 ms, which the floor leaves out. Without shapes the trace cannot price them:
     dropping the per-timestep input GEMMs, which cuDNN batches, would give about 5.8 ms, too
     little, since its recurrent kernels take longer a timestep than the cells' GEMM and update).
+    That floor is the estimate, said as "estimated: no replacement timed at capture".
+
+    **Timed at capture** (``profkit capture`` records each cell's sizes, batch and calls per
+    iteration in its calibration run and times the library layer over those steps against the
+    cell loop, PROFKIT_META ``replacements``; on CUDA the loop is timed as a CUDA graph, its
+    kernels back to back, so the ratio is the kernels' alone): the loop's kernels also run the
+    measured ratio faster. The action says "replacement timed at the program's shapes: X us vs
+    Y us" (the library layer, then the loop). A loop timed with its host time in it (one that
+    needs gradients, which the timing does not capture in a graph) does not say what the kernels
+    gain: the floor stays, and says why.
 References
     PyTorch ``nn.LSTM`` / ``nn.GRU`` docs (cuDNN implementation); NVIDIA cuDNN RNN API
     (persistent kernels); Appleyard et al., "Optimizing Performance of Recurrent Neural Networks
@@ -45,9 +55,10 @@ import re
 import numpy as np
 
 from profkit.model import Rung
-from profkit.judge.rules.base import GEMM_KERNEL_RE, Finding, Param, RuleContext, RuleMeta, Table
+from profkit.judge.rules.base import (ESTIMATED, GEMM_KERNEL_RE, Finding, Param, RuleContext, RuleMeta, Table,
+                                      timed_text)
 from profkit.run.step.graph import CallKind, StepGraph
-from profkit.run.step.transform import cuda_graph
+from profkit.run.step.transform import cuda_graph, scale_ops
 
 CELL_RE = re.compile(r"(lstm|gru)_cell_forward", re.I)
 
@@ -100,6 +111,23 @@ def plain_recurrence(g: StepGraph, cell_ops: np.ndarray) -> bool:
 PLAIN_SHARE = 0.9  # the loop's first and last steps may sit next to other work
 
 
+def kernel_ratio(ctx: RuleContext) -> tuple[float | None, str]:
+    """(how many times faster the library layer's kernels ran than the cell loop's, timed at the
+    program's shapes with the loop as a CUDA graph; the words that say where the price comes
+    from), or (None, the estimate's words)."""
+    entries = ctx.replacements.measured("rnn")
+    graphed = [e for e in entries if "CUDA graph" in e.original]
+    if not graphed:
+        if entries:
+            return None, (f"{ESTIMATED} as kernels alone (the loop was timed with its host time: "
+                          "its kernels' own gain is not known), the kernels kept: a floor")
+        return None, ESTIMATED
+    ratio = sum(e.original_ns for e in graphed) / sum(e.replacement_ns for e in graphed)
+    if ratio < 1.0:   # cuDNN slower at these shapes: the kernels as they are, said so
+        return 1.0, timed_text(graphed, "the library layer vs the cell loop, ") + " (not faster: kernels kept)"
+    return ratio, timed_text(graphed, "the library layer vs the cell loop, ")
+
+
 def detect(ctx: RuleContext) -> list[Finding]:
     m = ctx.model
     if m is None or ctx.iterations == 0:
@@ -118,10 +146,20 @@ def detect(ctx: RuleContext) -> list[Finding]:
         return []
     calls = loop_calls(g, cell_ops)
     launches = int((g.c_kind[calls] == int(CallKind.LAUNCH)).sum())
-    gain, basis = ctx.price(lambda gr: cuda_graph(gr, calls, whole_step=True),
-                            f"the cell loop's {launches / its:.0f} launches per iteration and the Python "
-                            "between them made by one library call, its kernels kept (a floor: cuDNN's own "
-                            "kernels can be faster than the cells')")
+    ratio, said = kernel_ratio(ctx)
+    what = (f"the cell loop's {launches / its:.0f} launches per iteration and the Python between them "
+            "made by one library call")
+    if ratio is None:
+        gain, basis = ctx.price(lambda gr: cuda_graph(gr, calls, whole_step=True),
+                                what + ", its kernels kept (a floor: cuDNN's own kernels can be faster "
+                                "than the cells')")
+    else:
+        loop_ops = np.concatenate([g.ops_idx[g.ops_ptr[c]:g.ops_ptr[c + 1]] for c in calls]) \
+            if len(calls) else np.empty(0, np.int64)
+        gain, basis = ctx.price(lambda gr: scale_ops(cuda_graph(gr, calls, whole_step=True), loop_ops, ratio),
+                                what + f", its kernels {ratio:.2f}x faster (the library layer's kernels "
+                                "against the cells', timed)")
+    basis = f"{said}; {basis}"
     if gain < 1.02:
         return []
     kinds = sorted({m_.group(1).upper() for n in names[np.unique(g.g_name[cell_ops])]
@@ -133,4 +171,5 @@ def detect(ctx: RuleContext) -> list[Finding]:
                     f"({len(cell_ops) / its:.0f} cell steps per iteration); where the loop must stay, "
                     "capture it in a CUDA graph", Rung.LIBRARY,
                     {"cell_kernels_per_iteration": round(len(cell_ops) / its, 1),
-                     "loop_launches_per_iteration": round(launches / its, 1)}, gain, basis, gain)]
+                     "loop_launches_per_iteration": round(launches / its, 1),
+                     "priced_from": "estimate" if ratio is None else "timed"}, gain, basis, gain)]

@@ -11,32 +11,57 @@ Evidence
     Kernel names: a (non-log) softmax kernel beside GEMMs, and no kernel matching flash / fmha /
     cuDNN SDPA / efficient_attention in the window. When a fused attention kernel is present the
     rule stays quiet (already flash: leave it), unless that kernel runs in fp32 (then: bf16).
+    Each attention is the GEMM before a softmax, the kernels between (scale, mask, softmax, casts)
+    and the GEMM after it; in the backward (``softmax_backward``) the two GEMMs on each side.
 Fix
     ``torch.nn.functional.scaled_dot_product_attention`` in bf16/fp16 (flash or cuDNN backend:
     ``torch.nn.attention.sdpa_kernel``); HF: ``attn_implementation="sdpa"``.
 Expected gain
-    Graph edit (``scale_ops`` with the launches dropped): the kernels between the GEMM before
-    each softmax and the GEMM after it (scale, mask, softmax, casts: every pass over the score
-    matrix) take no time, and their launch calls go with the short dispatch before each; the
-    GEMM work stays. fp32 fused attention: its kernels at half their time (half the bytes per
-    element in bf16). The step model replays the edited graph at the calibrated CPU scale; never
-    above the op's own gain. On HF eager attention (a host-bound Llama step) SDPA measured 1.11x,
-    from 38 fewer launches a step.
+    Graph edit: each attention (its GEMMs and the glue between them) becomes one kernel, the other
+    launches gone with the short dispatch before each; the step model replays the edited graph at
+    the calibrated CPU scale, never above the op's own gain. The new kernel's time, best first:
+
+    * **timed at capture** (``profkit capture`` records the attention's shapes in its calibration
+      run and times SDPA against the math path at them, PROFKIT_META ``replacements``): each
+      attention's kernels in the trace divided by the measured ratio (the forward's for a forward,
+      the backward's for a backward), never below the bound below. The action says
+      "replacement timed at the program's shapes: X us vs Y us";
+    * **estimated from the shapes** (the op record without a timing, or a ``--aten`` trace, or
+      ``classify --shapes-from``): the work flash attention does, 4*B*H*Sq*Sk*D FLOPs forward
+      (half under a causal mask), 2.5 times that for a backward, the bytes of Q, K, V and O once
+      (and dO, dQ, dK, dV in a backward), at the peaks' 16-bit tensor-core roof and memory
+      bandwidth (``classify --peaks`` for the measured ones): the S x S GEMMs go too, which the
+      old price kept (a hand-written causal attention in bf16 at 2k tokens on the H200: SDPA
+      priced 2.63x with the GEMMs kept, measured 5.64x). Said as "estimated: no replacement
+      timed at capture". It is a bound, reached only by large shapes: at the shapes of
+      train_llama_eager_attn (B*H 128, S 512, D 64, causal) it gives flash's kernels 42 us a
+      step where SDPA's measured 160 us (train_llama_sdpa_samerun), so the op's gain is
+      over-promised there (41x against about 10x); that step is host-bound and prices 1.01x
+      either way. The timing above is what closes that gap;
+    * **no shapes** (a plain nsys trace): only the glue goes (every pass over the score matrix),
+      the GEMM work stays, said as such: a floor.
+
+    fp32 fused attention: its kernels at half their time (half the bytes per element in bf16).
+    On HF eager attention (a host-bound Llama step) SDPA measured 1.11x, from 38 fewer launches a
+    step.
 References
-    Dao et al., FlashAttention (2022); PyTorch SDPA docs.
+    Dao et al., FlashAttention (2022); Dao, FlashAttention-2 (2023); PyTorch SDPA docs.
 """
 from __future__ import annotations
 
 import re
+from typing import Optional
 
 import numpy as np
 import pandas as pd
 
 from profkit.judge.dtypes import kernel_dtype
+from profkit.judge.flops import flash_attention_work, gemm_mkn
+from profkit.read.aten_record import literal_sizes
 from profkit.model import Rung
 from profkit.judge.patterns import FLASH_RE
-from profkit.judge.rules.base import (GEMM_KERNEL_RE, Finding, Param, RuleContext, RuleMeta, Scope, Table,
-                                matches, removed_launch_cost)
+from profkit.judge.rules.base import (ESTIMATED, GEMM_KERNEL_RE, Finding, Param, RuleContext, RuleMeta, Scope,
+                                      Table, matches, removed_launch_cost, timed_text)
 
 RULE = RuleMeta(
     code="PK301", name="attention-math-path",
@@ -70,19 +95,30 @@ def _fp32_flash(ctx: RuleContext, names) -> list[Finding]:
 
 
 MAX_GLUE = 6  # kernels between the two GEMMs of one attention (scale, mask, softmax, casts)
+BACKWARD_RE = re.compile(r"backward", re.I)
 
 
 def _glue(ctx: RuleContext, soft_names: set) -> tuple[np.ndarray, np.ndarray, pd.DataFrame]:
-    """(glue mask, GEMM-after-softmax mask, kernels in stream order): the kernels between the GEMM
-    before each math-path softmax and the GEMM after it, on one stream; the score matrix passes
-    through each of them, and a fused attention kernel keeps it on chip."""
+    """(glue mask, GEMM-after-softmax mask, kernels in stream order): ``_attentions`` without the
+    attentions."""
+    return _attentions(ctx, soft_names)[:3]
+
+
+def _attentions(ctx: RuleContext, soft_names: set) -> tuple[np.ndarray, np.ndarray, pd.DataFrame, list]:
+    """(glue mask, GEMM-after-softmax mask, kernels in stream order, attentions): the kernels
+    between the GEMM before each math-path softmax and the GEMM after it, on one stream; the score
+    matrix passes through each of them, and a fused attention kernel keeps it on chip. Each
+    attention is ``(first, last, backward)``, positions in the kernels: its GEMMs and the glue
+    (in a backward the two GEMMs on each side: dP and dV before, dQ and dK after)."""
     a = ctx.kernels_in_stream_order
     names = a["name"].astype(str)
     gemm = matches(names, GEMM_RE)
     soft = names.isin(soft_names).to_numpy()
+    bwd = matches(names, BACKWARD_RE)
     stream = a["streamId"].to_numpy()
     glue = np.zeros(len(a), dtype=bool)
     after = np.zeros(len(a), dtype=bool)
+    spans: list[tuple[int, int, bool]] = []
     for i in np.flatnonzero(soft):
         p = i - 1
         while p >= 0 and not gemm[p] and stream[p] == stream[i] and i - p <= MAX_GLUE:
@@ -94,9 +130,152 @@ def _glue(ctx: RuleContext, soft_names: set) -> tuple[np.ndarray, np.ndarray, pd
                 and q - p - 1 <= MAX_GLUE:
             glue[p + 1:q] = True
             after[q] = True   # two GEMMs become one fused kernel
+            lo, hi = p, q
+            if bwd[i]:
+                if lo > 0 and gemm[lo - 1] and stream[lo - 1] == stream[i]:
+                    lo -= 1
+                if hi + 1 < len(a) and gemm[hi + 1] and stream[hi + 1] == stream[i]:
+                    hi += 1
+            if not spans or lo > spans[-1][1]:
+                spans.append((lo, hi, bool(bwd[i])))
         else:
             glue[i] = True    # no GEMM pair around it: the softmax alone
-    return glue, after, a
+    return glue, after, a, spans
+
+
+def _aten_shapes(ctx: RuleContext, a: pd.DataFrame, spans: list) -> list[Optional[dict]]:
+    """Per attention, its shape from the aten op that launched its first GEMM (Q.K^T: ``aten::bmm
+    [[B*H, Sq, D], [B*H, D, Sk]]``) and its last (P.V: ``[[B*H, Sq, Sk], [B*H, Sk, Dv]]``): a
+    ``--aten`` capture's, or the ``--shapes-from`` one's; None where not known (a backward)."""
+    by_label: dict = {}
+    for op, labels in ctx.aten_acts.items():
+        if str(op).startswith(("aten::bmm ", "aten::baddbmm ")):
+            for lab in np.asarray(labels).tolist():
+                by_label[lab] = op
+    if not by_label:
+        return [None] * len(spans)
+    labels = a.index.to_numpy()
+    out: list[Optional[dict]] = []
+    for lo, hi, backward in spans:
+        qk, pv = by_label.get(labels[lo]), by_label.get(labels[hi])
+        mkn_qk = gemm_mkn(str(qk).replace("aten::baddbmm", "aten::bmm")) if qk and not backward else None
+        mkn_pv = gemm_mkn(str(pv).replace("aten::baddbmm", "aten::bmm")) if pv and not backward else None
+        sizes = literal_sizes(str(qk).split(" ", 1)[1].split(" | ", 1)[0]) if mkn_qk else None
+        if not mkn_qk or not sizes or not isinstance(sizes[0], list) or len(sizes[0]) != 3:
+            out.append(None)
+            continue
+        (sq, d, sk), dv = mkn_qk, (mkn_pv[2] if mkn_pv else mkn_qk[1])
+        out.append({"batch": int(sizes[0][0]), "sq": sq, "sk": sk, "d": d, "dv": dv,
+                    "mask": "none", "count": 1})
+    return out
+
+
+def _assign(times: np.ndarray, shapes: list[dict]) -> list[dict]:
+    """A shape for each attention: the only one, or, for several, by rank: the longest
+    attentions get the shapes with the most work, in proportion to each shape's count."""
+    if len(shapes) == 1 or not len(times):
+        return [shapes[0]] * len(times)
+    ranked = sorted(shapes, key=lambda s: -flash_attention_work(
+        s["batch"], s["sq"], s["sk"], s["d"], s["dv"], False, False)[0])
+    weights = np.cumsum([max(int(s.get("count", 1)), 1) for s in ranked], dtype=float)
+    order = np.argsort(-times, kind="stable")
+    out: list[dict] = [ranked[0]] * len(times)
+    for rank, i in enumerate(order):
+        pos = (rank + 0.5) / len(times) * weights[-1]
+        out[i] = ranked[int(np.searchsorted(weights, pos))]
+    return out
+
+
+def _flash_ns(ctx: RuleContext, s: dict, backward: bool, precision: str) -> float:
+    """The shortest time flash attention can take for one call at shape ``s``: its FLOPs at the
+    peaks' 16-bit tensor-core roof or its bytes at the memory bandwidth, whichever is longer."""
+    peaks = ctx.prof.peaks
+    roof = peaks.flops.get("fp16" if precision == "fp16" else "bf16") or peaks.compute_peak("bf16")[1]
+    flops, nbytes = flash_attention_work(int(s["batch"]), int(s["sq"]), int(s["sk"]), int(s["d"]),
+                                         int(s["dv"]), s.get("mask") == "causal", backward)
+    return max(flops / roof, nbytes / peaks.memory_bandwidth) * 1e9
+
+
+def _timed_ratio(entries: list, s: dict, backward: bool) -> Optional[tuple[float, object]]:
+    """The measured original/replacement ratio for shape ``s`` (the forward's alone, or the
+    backward's: the whole call's less the forward's), with its entry; None when not timed."""
+    key = tuple(int(s[k]) for k in ("batch", "sq", "sk", "d", "dv"))
+    e = next((e for e in entries if tuple(int(e.shape.get(k, -1)) for k in
+                                          ("batch", "sq", "sk", "d", "dv")) == key), None)
+    if e is None:
+        return None
+    if e.forward is None:
+        return e.ratio, e
+    fo, fr = e.forward
+    if not backward:
+        return fo / fr, e
+    bo, br = e.original_ns - fo, e.replacement_ns - fr
+    return ((bo / br) if bo > 0 and br > 0 else e.ratio), e
+
+
+def _priced_by_shape(ctx: RuleContext, a: pd.DataFrame, spans: list):
+    """Each attention as one kernel at its timed or flash-bound time: (rows, group ids, new times,
+    where the price comes from, the edit, evidence), or None without shapes."""
+    recorded = ctx.replacements.recorded("attention")
+    per_span = _aten_shapes(ctx, a, spans) if not recorded else [None] * len(spans)
+    fwd_known = [x for x in per_span if x is not None]
+    shapes = recorded or _merge(fwd_known)
+    if not shapes or not spans:
+        return None
+    source = ("the op record of the calibration run" if recorded else
+              f"the shapes of {ctx.prof.shapes_from}" if ctx.prof.shapes_from else "the --aten ranges")
+    dur = a["dur"].to_numpy(np.float64)
+    span_ns = np.array([dur[lo:hi + 1].sum() for lo, hi, _ in spans])
+    backward = np.array([b for _, _, b in spans], dtype=bool)
+    chosen: list[Optional[dict]] = list(per_span)
+    for which in (False, True):
+        idx = [i for i in range(len(spans)) if backward[i] == which and chosen[i] is None]
+        for i, s in zip(idx, _assign(span_ns[idx], shapes)):
+            chosen[i] = s
+    precision = kernel_dtype(str(a["name"].iat[spans[0][0]])).precision or "bf16"
+    timed = ctx.replacements.measured("attention")
+    new_ns = np.empty(len(spans))
+    bound_ns = np.empty(len(spans))
+    used = []
+    for i, ((lo, hi, bwd), s) in enumerate(zip(spans, chosen)):
+        bound_ns[i] = _flash_ns(ctx, s, bwd, precision)
+        got = _timed_ratio(timed, s, bwd)
+        new_ns[i] = bound_ns[i] if got is None else max(span_ns[i] / max(got[0], 1e-9), bound_ns[i])
+        if got is not None:
+            used.append(got[1])
+    rows_pos = np.concatenate([np.arange(lo, hi + 1) for lo, hi, _ in spans])
+    group = np.concatenate([np.full(hi - lo + 1, i) for i, (lo, hi, _) in enumerate(spans)])
+    per = ctx.per_iteration
+    main = max(shapes, key=lambda s: int(s.get("count", 1)))
+    shape_text = (f"B*H {main['batch']}, Sq {main['sq']}, Sk {main['sk']}, D {main['d']}"
+                  f"{', causal' if main.get('mask') == 'causal' else ''}")
+    peaks = ctx.prof.peaks
+    if used:
+        said = timed_text(list({id(e): e for e in used}.values()), "SDPA vs the math path, ")
+        what = (f"each of the {len(spans)} attentions' GEMMs and glue {per(float(span_ns.sum()))} as one "
+                f"kernel at the measured ratio {per(float(new_ns.sum()))} ({shape_text}, from {source})")
+        how = "timed"
+    else:
+        said = (f"{ESTIMATED}: flash attention's FLOPs and bytes at {peaks.compute_peak('bf16')[1] / 1e12:.0f} "
+                f"TFLOP/s and {peaks.memory_bandwidth / 1e12:.2f} TB/s ({peaks.source})")
+        what = (f"each of the {len(spans)} attentions' GEMMs and glue {per(float(span_ns.sum()))} as one "
+                f"flash-attention kernel {per(float(new_ns.sum()))} ({shape_text}, from {source})")
+        how = "flash_bound"
+    ev = {"priced_from": how, "attentions": len(spans), "attention_ns": int(span_ns.sum()),
+          "flash_ns": int(new_ns.sum()), "flash_bound_ns": int(bound_ns.sum()), "shapes_from": source}
+    return a.iloc[rows_pos], group, new_ns, said, what, ev
+
+
+def _merge(shapes: list[dict]) -> list[dict]:
+    """Equal shapes counted once, with their count."""
+    out: dict = {}
+    for s in shapes:
+        key = tuple(s[k] for k in ("batch", "sq", "sk", "d", "dv"))
+        if key in out:
+            out[key]["count"] += 1
+        else:
+            out[key] = dict(s)
+    return list(out.values())
 
 
 def detect(ctx: RuleContext) -> list[Finding]:
@@ -111,25 +290,35 @@ def detect(ctx: RuleContext) -> list[Finding]:
     total = float(soft["total_ns"].sum())
     if soft.empty or total < RULE.param("min_gpu_share") * float(k["total_ns"].sum()):
         return []
-    glue, after, a = _glue(ctx, set(soft.index))
+    glue, after, a, spans = _attentions(ctx, set(soft.index))
     dur = a["dur"].to_numpy(np.float64)
     saved = float(dur[glue].sum())
     # The CPU's side: the removed launches (the glue, and one of each GEMM pair) and the short
     # host gaps before them, as PK403 counts them; on a host-bound step this is what shortens it.
     removed = glue | after
     cpu_removed = removed_launch_cost(a, removed, RULE.param("dispatch_gap_us") * 1e3)
-    gemm_ns = float(dur[after].sum()) * 2.0  # the GEMM pairs around the glue stay (as one kernel)
-    op_gain = (saved + gemm_ns) / gemm_ns if gemm_ns else None
-    g, basis = ctx.price_ops(a[glue | after].iloc[np.flatnonzero(glue[glue | after])], float("inf"),
-                             f"softmax and the kernels between each attention's GEMMs "
-                             f"{ctx.per_iteration(saved)} removed with their launches", True, cap=op_gain)
     per = max(ctx.iterations, 1)
+    ev = {"softmax_kernel_ns": int(total), "glue_kernel_ns": int(saved),
+          "removed_launches": int(removed.sum()), "cpu_removed_ns": int(cpu_removed)}
+    shaped = _priced_by_shape(ctx, a, spans)
+    if shaped is not None:
+        rows, group, new_ns, said, what, more = shaped
+        op_gain = float(rows["dur"].sum()) / max(float(new_ns.sum()), 1.0)
+        g, basis = ctx.price_fusion(rows, group, new_ns, what, cap=op_gain)
+        ev.update(more)
+    else:
+        gemm_ns = float(dur[after].sum()) * 2.0  # the GEMM pairs around the glue stay (as one kernel)
+        op_gain = (saved + gemm_ns) / gemm_ns if gemm_ns else None
+        said = (f"{ESTIMATED} and no shapes (capture with profkit capture, or --aten): the GEMMs kept, "
+                "a floor")
+        g, basis = ctx.price_ops(a[glue | after].iloc[np.flatnonzero(glue[glue | after])], float("inf"),
+                                 f"softmax and the kernels between each attention's GEMMs "
+                                 f"{ctx.per_iteration(saved)} removed with their launches", True, cap=op_gain)
+        ev["priced_from"] = "glue_only"
     return [Finding(RULE.code, RULE.name,
                     "attention on the math path (GEMM + softmax + GEMM): use "
                     "torch.nn.functional.scaled_dot_product_attention in bf16 with the flash / cuDNN "
-                    "backend", Rung.LIBRARY,
-                    {"softmax_kernel_ns": int(total), "glue_kernel_ns": int(saved),
-                     "removed_launches": int(removed.sum()), "cpu_removed_ns": int(cpu_removed)}, g,
-                    f"{int(removed.sum()) / per:.0f} launches per iteration with their dispatch "
+                    "backend", Rung.LIBRARY, ev, g,
+                    f"{said}; {int(removed.sum()) / per:.0f} launches per iteration with their dispatch "
                     f"{ctx.per_iteration(cpu_removed)}; {basis}", g, op_gain,
                     Scope.OPS, frozenset(soft.index))]

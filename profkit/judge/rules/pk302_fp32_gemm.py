@@ -39,6 +39,13 @@ Expected gain
     ``bf16_speedup``; the finding leads with TF32, the one-line change, and names bf16 when it
     is the larger one, or warns against it when the model finds the step slower in bf16
     (T5-small fine-tuning, partly host-bound: priced 0.92x, measured 0.78-0.98x: no test of it).
+    **Timed at capture** (``profkit capture`` records the program's GEMM shapes in its calibration
+    run and times each fp32 one in full fp32, in TF32 and with bf16 operands, PROFKIT_META
+    ``replacements``): the fp32 GEMM kernels shrink by the measured ratio instead (over the
+    shapes timed, weighted by their calls: alignment is in it), TF32's and bf16's apart; the
+    action says "replacement timed at the program's shapes: X us vs Y us". Without it the peaks'
+    ratios above are the estimate, said as "estimated: no replacement timed at capture" (the bf16
+    casts' CPU is priced the same either way: the timing runs the GEMM alone).
 Trial
     ``profkit capture --try tf32`` measures the finding's price: the program run with
     ``torch.set_float32_matmul_precision("high")`` (and cuDNN's convolutions in TF32), every
@@ -60,8 +67,8 @@ from profkit.judge.flops import GEMM_ALIGN, gemm_mkn
 from profkit.judge.patterns import FLASH_RE
 from profkit.run.step.transform import add_cpu, scale_ops
 from profkit.model import Rung
-from profkit.judge.rules.base import (GEMM_KERNEL_RE, Finding, Param, RuleContext, RuleMeta, Scope, Table,
-                                      TrialOf, matches)
+from profkit.judge.rules.base import (ESTIMATED, GEMM_KERNEL_RE, Finding, Param, RuleContext, RuleMeta, Scope,
+                                      Table, TrialOf, matches, timed_text)
 
 RULE = RuleMeta(
     code="PK302", name="fp32-gemm",
@@ -106,6 +113,18 @@ def unaligned(ctx: RuleContext, rows, multiple: int):
     return rows[rows.index.isin(np.concatenate(bad))]
 
 
+def timed_gain(ctx: RuleContext, kind: str) -> tuple[float | None, str]:
+    """(the fp32 GEMMs' gain timed at the program's shapes for ``kind`` (gemm_tf32, gemm_bf16):
+    the timed shapes' fp32 time over the replacement's, each weighted by its calls; the words
+    that say so), or (None, the estimate's words)."""
+    timed = ctx.replacements.measured(kind)
+    if not timed:
+        return None, ESTIMATED
+    ratio = sum(e.original_ns * e.count for e in timed) / sum(e.replacement_ns * e.count for e in timed)
+    name = "TF32" if kind == "gemm_tf32" else "bf16"
+    return max(ratio, 1.0), timed_text(timed, f"{name} vs fp32 GEMMs, ")
+
+
 def detect(ctx: RuleContext) -> list[Finding]:
     k = ctx.kernels
     peaks = ctx.prof.peaks.flops
@@ -128,10 +147,15 @@ def detect(ctx: RuleContext) -> list[Finding]:
     odd_gain = min(op_gain, RULE.param("unaligned_tf32_gain"))
     ops_all, ops_odd = ctx.graph_ops(acts), ctx.graph_ops(odd_tf32)
     ops_even = np.setdiff1d(ops_all, ops_odd)
-    what = f"fp32 GEMMs {ctx.per_iteration(total)} / {op_gain:.1f}"
+    tf32_timed, said = timed_gain(ctx, "gemm_tf32")
     ev = {"fp32_gemm_ns": int(total), "kernels": len(fp32)}
     pad = ""
-    if len(odd_tf32):
+    if tf32_timed is not None:
+        # Timed at the program's shapes: the alignment is in the measured ratio already.
+        op_gain = odd_gain = tf32_timed
+        ev["tf32_timed_gain"] = round(tf32_timed, 3)
+    what = f"fp32 GEMMs {ctx.per_iteration(total)} / {op_gain:.1f}"
+    if len(odd_tf32) and tf32_timed is None:
         ev["unaligned_gemm_ns"] = int(odd_tf32["dur"].sum())
         what += (f", the {ctx.per_iteration(float(ev['unaligned_gemm_ns']))} of those with a "
                  f"dimension not a multiple of 4 / {odd_gain:.1f}")
@@ -148,6 +172,10 @@ def detect(ctx: RuleContext) -> list[Finding]:
         bf_odd = ctx.graph_ops(unaligned(ctx, acts, GEMM_ALIGN["bf16"]))
         bf_even = np.setdiff1d(ops_all, bf_odd)
         odd_bf = min(bf_gain, RULE.param("unaligned_bf16_gain"))
+        bf_timed, _ = timed_gain(ctx, "gemm_bf16")
+        if bf_timed is not None:
+            bf_gain = odd_bf = bf_timed
+            ev["bf16_timed_gain"] = round(bf_timed, 3)
         attn_ops = ctx.graph_ops(ctx.acts_named(attn))
         cast_ns = cast_cpu_ns(ctx)
 
@@ -164,6 +192,9 @@ def detect(ctx: RuleContext) -> list[Finding]:
             action = ("fp32 GEMMs on the CUDA cores: torch.set_float32_matmul_precision(\"high\") "
                       f"(TF32); not bf16 autocast here: its casts add more CPU time than the GEMMs "
                       f"save [bf16: {bf:.2f}x end to end]")
+    ev["priced_from"] = "estimate" if tf32_timed is None else "timed"
+    ratio_text = (f"TF32 / fp32 peak = {op_gain:.1f}" if tf32_timed is None else
+                  f"TF32 / fp32 timed = {op_gain:.1f}")
     return [Finding(RULE.code, RULE.name, action + pad, Rung.LIBRARY, ev, g,
-                    f"TF32 / fp32 peak = {op_gain:.1f}; {basis}", g,
+                    f"{said}; {ratio_text}; {basis}", g,
                     op_gain, Scope.OPS, frozenset(fp32))]

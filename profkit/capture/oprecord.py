@@ -1,0 +1,400 @@
+"""The op record: the few ops the replacement rules need, from one iteration of the calibration run.
+
+The rules that replace work by library work (PK301 SDPA for a written-out attention, PK201 a
+fused optimizer, PK106 cuDNN's LSTM for a cell loop, PK104 pinned copies, PK302 TF32/bf16 GEMMs)
+price the replacement best when it is timed at the program's own shapes
+(:mod:`profkit.capture.replacements`). Those shapes come from here: during the calibration run
+(``bootstrap --calibrate FILE --record-ops FILE``) one iteration is watched and only these ops are
+kept, aggregated into unique shapes with their counts:
+
+* GEMMs (``mm``, ``addmm``, ``bmm``, ``baddbmm``): batch, M, N, K, element type;
+* attention on the math path: a batched GEMM whose output reaches a softmax (through views, a
+  scale, a mask, a cast) whose output is the left operand of a second batched GEMM: batch x
+  heads, the query and key lengths, the head sizes, the element type, whether the inputs
+  required gradients, and the mask: ``causal`` where the mask applied between the GEMM and the
+  softmax (``masked_fill``, ``where``, an added mask) is the upper triangle (read from four of its
+  elements: one device-to-host read per shape, never during a CUDA-graph capture), ``masked``
+  for another mask, ``none`` without one;
+* host<->device copies (``_to_copy``, ``copy_`` between the CPU and another device): bytes,
+  direction, whether the host side is pinned, ``non_blocking``;
+* ``nn.LSTMCell`` / ``nn.GRUCell`` / ``nn.RNNCell`` calls (a global module forward hook): sizes,
+  batch, element type, calls per iteration of each cell;
+* each optimizer's step (a global optimizer step pre-hook): its class, ``foreach``/``fused`` as
+  constructed, the parameters' element counts (unique sizes with counts), element type, device.
+
+Which iteration: the third start of the first top-level NVTX range to start three times (the step
+range when ``--step`` names it), up to that range's next start. The calibration leaves the first
+three periods of a run out as warm-up (profkit.run.iterations.warm_up_count), so the slower
+recorded period is never one the model is calibrated to. Only one iteration is watched, so the
+record stays small whatever the program's length.
+
+A recorder must never break the program: the ops run first and the record is taken after, inside
+a ``try``; the first failure turns the record off for the rest of the run and is kept as a
+one-line note. What it writes (``profkit-oprecord/1``)::
+
+    {"format": "profkit-oprecord/1", "range": "train_step", "iteration": 3, "device": "cuda",
+     "ops_seen": 1234, "cost_ns": 2100000, "notes": [],
+     "gemm": [{"op": "bmm", "batch": 32, "m": 2048, "n": 2048, "k": 64, "dtype": "bf16",
+               "count": 12}, ...],
+     "attention": [{"batch": 32, "sq": 2048, "sk": 2048, "d": 64, "dv": 64, "dtype": "bf16",
+                    "mask": "causal", "grad": true, "count": 12}, ...],
+     "copy": [{"direction": "h2d", "bytes": 8388608, "pinned": false, "non_blocking": false,
+               "count": 2}, ...],
+     "rnn_cell": [{"cell": "LSTMCell", "input": 256, "hidden": 512, "batch": 64, "bias": true,
+                   "dtype": "fp32", "grad": false, "calls": 256}, ...],
+     "optimizer": [{"class": "AdamW", "foreach": null, "fused": null, "dtype": "fp32",
+                    "device": "cuda", "params": 147, "numel": 124439808,
+                    "sizes": [[589824, 48], ...], "options": {"amsgrad": false, ...}}, ...]}
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any, Optional
+
+FORMAT = "profkit-oprecord/1"
+RECORD_AT = 3           # the start (1-based) of the repeated range whose period is recorded
+MAX_TRACKED = 4096      # tensors followed from a score GEMM towards its softmax, at most
+MASK_LARGE_NEGATIVE = -1e4  # an added mask's value that masks a score
+
+GEMMS = {"mm", "addmm", "bmm", "baddbmm"}
+SOFTMAX = {"_softmax", "softmax", "_safe_softmax"}
+MASKING = {"masked_fill", "masked_fill_", "where", "add", "add_"}
+COPIES = {"_to_copy", "copy_"}
+DTYPE_NAMES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp64"}
+OPTIONS = ("momentum", "nesterov", "amsgrad", "weight_decay", "maximize", "dampening")
+
+
+def dtype_name(dtype: Any) -> str:
+    s = str(dtype).replace("torch.", "")
+    return DTYPE_NAMES.get(s, s)
+
+
+class OpRecord:
+    """Watches one iteration (see the module docstring); ``on_push`` is called by the calibration
+    clock at every top-level NVTX push of the main thread, ``finish`` after the script."""
+
+    def __init__(self, step: Optional[str] = None) -> None:
+        self.step = step
+        self.starts: Counter = Counter()
+        self.range: Optional[str] = None
+        self.active = False
+        self.done = False
+        self.broken = False
+        self.notes: list[str] = []
+        self.ops_seen = 0
+        self.cost_ns = 0
+        self.gemm: Counter = Counter()
+        self.attention: Counter = Counter()
+        self.copy: Counter = Counter()
+        self.cells: dict[int, dict] = {}
+        self.optimizers: dict[int, dict] = {}
+        self.devices: set[str] = set()
+        self._mode = None
+        self._handles: list = []
+        self._tracked = None            # tensor -> ("score"|"probs", info)
+        self._mask_cache: dict = {}
+        self._thread = threading.get_ident()
+
+    # -- when to watch ------------------------------------------------------------------------
+    def on_push(self, name: Any) -> None:
+        if self.broken and self.active:
+            self.stop()      # a failure inside the dispatch handler: the mode is left here
+        if self.done or self.broken:
+            return
+        name = str(name)
+        if self.active:
+            if name == self.range:   # the next period starts: one iteration was watched
+                self.stop()
+            return
+        if self.step is not None and name != self.step:
+            return
+        self.starts[name] += 1
+        if self.starts[name] == RECORD_AT:
+            self.range = name
+            self.start()
+
+    def start(self) -> None:
+        torch = sys.modules.get("torch")
+        if torch is None:
+            self.notes.append("the script had not imported torch when the iteration began: nothing recorded")
+            self.done = True
+            return
+        try:
+            from torch.utils._python_dispatch import TorchDispatchMode
+            from torch.utils.weak import WeakIdKeyDictionary
+            owner = self
+
+            class _Mode(TorchDispatchMode):
+                def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                    kwargs = kwargs or {}
+                    out = func(*args, **kwargs)   # the program's op first, whatever happens here
+                    owner.see(func, args, kwargs, out)
+                    return out
+
+            self._tracked = WeakIdKeyDictionary()
+            self._mode = _Mode()
+            self._mode.__enter__()
+            self.active = True
+            import torch.nn.modules.module as nn_module
+            import torch.optim.optimizer as optim_module
+            self._handles = [nn_module.register_module_forward_hook(self._safe(self._module_hook)),
+                             optim_module.register_optimizer_step_pre_hook(self._safe(self._optimizer_hook))]
+        except Exception as exc:  # noqa: BLE001 - a record must never break the program
+            self._fail(exc, "could not start")
+            self.stop()
+
+    def stop(self) -> None:
+        if not self.active:
+            return
+        self.active = False
+        self.done = True
+        for h in self._handles:
+            with contextlib.suppress(Exception):
+                h.remove()
+        self._handles = []
+        if self._mode is not None:
+            try:
+                self._mode.__exit__(None, None, None)
+            except Exception as exc:  # noqa: BLE001
+                self.notes.append(f"the record's dispatch mode could not be left cleanly "
+                                  f"({type(exc).__name__}: {exc})"[:200])
+            self._mode = None
+        self._tracked = None
+
+    def _fail(self, exc: BaseException, where: str) -> None:
+        """Turn the record off for the rest of the run, with a note. The hooks go at once; the
+        dispatch mode, which cannot be left from inside its own handler (torch takes it off the
+        stack while the handler runs), passes every op through until the next top-level range
+        starts, or the script ends."""
+        if self.broken:
+            return
+        self.broken = True
+        self.notes.append(f"op record {where}: {type(exc).__name__}: {exc}"[:200])
+        for h in self._handles:
+            with contextlib.suppress(Exception):
+                h.remove()
+        self._handles = []
+
+    def _safe(self, hook: Any) -> Any:
+        """``hook`` as torch calls it, its failures a note: never the program's exception."""
+        def safe(*args: Any) -> None:
+            try:
+                hook(*args)
+            except Exception as exc:  # noqa: BLE001 - a record must never break the program
+                self._fail(exc, f"failed in {getattr(hook, '__name__', 'a hook')}")
+        return safe
+
+    # -- what is kept -------------------------------------------------------------------------
+    def see(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
+        if not self.active or self.broken:
+            return
+        t0 = time.perf_counter_ns()
+        try:
+            self.ops_seen += 1
+            name = func.__name__.split(".")[0]
+            # Backward ops read the forward's saved tensors (the probabilities, transposed):
+            # the attention is the forward's pattern, its backward is priced from it.
+            backward = self._autograd_node() is not None
+            if name in GEMMS:
+                self._gemm(name, args, out, backward)
+            elif backward:
+                return
+            elif name in COPIES:
+                self._copy(name, args, kwargs, out)
+            elif name in SOFTMAX:
+                self._follow(args, out, to="probs")
+            else:
+                self._follow(args, out, masking=name in MASKING)
+        except Exception as exc:  # noqa: BLE001 - a record must never break the program
+            self._fail(exc, f"failed at {getattr(func, '__name__', func)}")
+        finally:
+            self.cost_ns += time.perf_counter_ns() - t0
+
+    @staticmethod
+    def _autograd_node() -> Any:
+        import torch
+        return torch._C._current_autograd_node()
+
+    def _gemm(self, name: str, args: tuple, out: Any, backward: bool = False) -> None:
+        a, b = (args[1], args[2]) if name in ("addmm", "baddbmm") else (args[0], args[1])
+        batch = int(a.shape[0]) if a.dim() == 3 else 1
+        m, k, n = int(a.shape[-2]), int(a.shape[-1]), int(b.shape[-1])
+        dt = dtype_name(a.dtype)
+        self.devices.add(a.device.type)
+        self.gemm[(name, batch, m, n, k, dt)] += 1
+        if a.dim() != 3 or backward:
+            return
+        first = self._tracked.get(a)
+        if first is not None and first[0] == "probs":
+            info = first[1]
+            grad = bool(info["grad"] or a.requires_grad or b.requires_grad)
+            self.attention[(info["batch"], info["sq"], info["sk"], info["d"], n, info["dtype"],
+                            info["mask"], grad)] += 1
+            return
+        if len(self._tracked) < MAX_TRACKED:
+            self._tracked[out] = ("score", {"batch": batch, "sq": m, "sk": n, "d": k, "dtype": dt,
+                                            "mask": "none",
+                                            "grad": bool(a.requires_grad or b.requires_grad)})
+
+    def _follow(self, args: tuple, out: Any, to: Optional[str] = None, masking: bool = False) -> None:
+        """Carry a score GEMM's mark through the ops between it and the softmax (views, scale,
+        mask, cast, dropout), and from the softmax to the second GEMM's operand."""
+        import torch
+        src = None
+        for x in args:
+            if isinstance(x, torch.Tensor):
+                src = self._tracked.get(x)
+                if src is not None:
+                    break
+        if src is None:
+            return
+        stage, info = src
+        if to is not None:
+            if stage != "score":
+                return
+            stage = to
+        elif masking and stage == "score":
+            info = {**info, "mask": self._mask_kind(args, info)}
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        for o in outs[:1]:   # dropout's mask, a max's indices: not the scores
+            if isinstance(o, torch.Tensor) and len(self._tracked) < MAX_TRACKED:
+                self._tracked[o] = (stage, info)
+
+    def _mask_kind(self, args: tuple, info: dict) -> str:
+        """``causal`` when the mask applied to the scores hides exactly the upper triangle (four
+        elements read: above and below the diagonal at both ends), else ``masked``."""
+        import torch
+        sq, sk = info["sq"], info["sk"]
+        tensors = [x for x in args if isinstance(x, torch.Tensor)]
+        if len(tensors) < 2 or sq != sk or sq < 2:
+            return "masked" if len(tensors) >= 2 else info["mask"]
+        scores = next((x for x in tensors if self._tracked.get(x) is not None), tensors[0])
+        mask = next((x for x in tensors if x is not scores and x.dim() >= 2
+                     and tuple(x.shape[-2:]) == (sq, sk)), None)
+        if mask is None:
+            return "masked"
+        key = (id(mask), sq, sk)
+        if key in self._mask_cache:
+            return self._mask_cache[key]
+        kind = "masked"
+        with contextlib.suppress(Exception):
+            if not (torch.cuda.is_available() and torch.cuda.is_initialized()
+                    and torch.cuda.is_current_stream_capturing()):
+                m2 = mask.reshape(-1, sq, sk)[0]
+                vals = torch.stack([m2[0, 1], m2[1, 0], m2[sq - 2, sk - 1], m2[sq - 1, sk - 2]])
+                if vals.dtype == torch.bool:
+                    hidden = vals.tolist()
+                    if args and args[0] is mask:       # where(keep, scores, -inf): True keeps
+                        hidden = [not v for v in hidden]
+                else:                                  # an added mask: a large negative hides
+                    hidden = [v < MASK_LARGE_NEGATIVE for v in vals.float().tolist()]
+                if hidden == [True, False, True, False]:
+                    kind = "causal"
+        self._mask_cache[key] = kind
+        return kind
+
+    def _copy(self, name: str, args: tuple, kwargs: dict, out: Any) -> None:
+        if name == "copy_":
+            dst, src = args[0], args[1]
+            non_blocking = bool(args[2]) if len(args) > 2 else bool(kwargs.get("non_blocking", False))
+        else:
+            src, dst = args[0], out
+            non_blocking = bool(kwargs.get("non_blocking", False))
+        s, d = src.device.type, dst.device.type
+        if s == d or "cpu" not in (s, d):
+            return
+        host = src if s == "cpu" else dst
+        self.devices.add(d if s == "cpu" else s)
+        pinned = False
+        with contextlib.suppress(Exception):
+            pinned = bool(host.is_pinned())
+        nbytes = int(src.numel()) * int(src.element_size())
+        self.copy[("h2d" if s == "cpu" else "d2h", nbytes, pinned, non_blocking)] += 1
+
+    def _module_hook(self, module: Any, inputs: tuple, output: Any) -> None:
+        if threading.get_ident() != self._thread or self.broken:
+            return
+        try:
+            import torch
+            cls = type(module).__name__
+            if not isinstance(module, (torch.nn.LSTMCell, torch.nn.GRUCell, torch.nn.RNNCell)):
+                return
+            x = inputs[0]
+            rec = self.cells.get(id(module))
+            if rec is None:
+                w = module.weight_ih
+                self.devices.add(w.device.type)
+                rec = {"cell": cls, "input": int(module.input_size), "hidden": int(module.hidden_size),
+                       "batch": int(x.shape[0]) if x.dim() == 2 else 1, "bias": bool(module.bias),
+                       "dtype": dtype_name(w.dtype),
+                       "grad": bool(torch.is_grad_enabled() and w.requires_grad), "calls": 0}
+                self.cells[id(module)] = rec
+            rec["calls"] += 1
+        except Exception as exc:  # noqa: BLE001
+            self._fail(exc, "failed in a cell's forward hook")
+
+    def _optimizer_hook(self, opt: Any, args: tuple, kwargs: dict) -> None:
+        if id(opt) in self.optimizers or self.broken:
+            return
+        try:
+            sizes: Counter = Counter()
+            dtypes: Counter = Counter()
+            device = ""
+            for group in opt.param_groups:
+                for p in group["params"]:
+                    if p.grad is None:
+                        continue
+                    sizes[int(p.numel())] += 1
+                    dtypes[dtype_name(p.dtype)] += int(p.numel())
+                    device = device or p.device.type
+            defaults = getattr(opt, "defaults", {}) or {}
+            group0 = opt.param_groups[0] if opt.param_groups else {}
+            options = {k: group0[k] for k in OPTIONS
+                       if isinstance(group0.get(k), (bool, int, float)) and k in group0}
+            self.devices.add(device)
+            self.optimizers[id(opt)] = {
+                "class": type(opt).__name__, "foreach": defaults.get("foreach"),
+                "fused": defaults.get("fused"),
+                "dtype": dtypes.most_common(1)[0][0] if dtypes else "",
+                "device": device, "params": int(sum(sizes.values())),
+                "numel": int(sum(n * c for n, c in sizes.items())),
+                "sizes": sorted(([n, c] for n, c in sizes.items()), key=lambda x: -x[0] * x[1]),
+                "options": options}
+        except Exception as exc:  # noqa: BLE001
+            self._fail(exc, "failed in the optimizer's step hook")
+
+    # -- the result ---------------------------------------------------------------------------
+    def finish(self) -> dict:
+        """The record (the module docstring's format); ends the watch if the run ended in it."""
+        if self.active:
+            if not self.broken:
+                self.notes.append(f"the run ended inside the recorded iteration of `{self.range}`")
+            self.stop()
+        if self.range is None and not self.notes:
+            self.notes.append("no top-level NVTX range started three times: no iteration to record"
+                              if self.step is None else
+                              f"the range `{self.step}` did not start three times: nothing recorded")
+        dev = sorted(d for d in self.devices if d)
+        return {
+            "format": FORMAT, "range": self.range, "iteration": RECORD_AT if self.range else None,
+            "device": next((d for d in dev if d != "cpu"), dev[0] if dev else None),
+            "ops_seen": int(self.ops_seen), "cost_ns": int(self.cost_ns), "notes": self.notes,
+            "gemm": [{"op": op, "batch": b, "m": m, "n": n, "k": k, "dtype": dt, "count": c}
+                     for (op, b, m, n, k, dt), c in self.gemm.most_common()],
+            "attention": [{"batch": b, "sq": sq, "sk": sk, "d": d, "dv": dv, "dtype": dt,
+                           "mask": mask, "grad": grad, "count": c}
+                          for (b, sq, sk, d, dv, dt, mask, grad), c in self.attention.most_common()],
+            "copy": [{"direction": dr, "bytes": nb, "pinned": pin, "non_blocking": nbk, "count": c}
+                     for (dr, nb, pin, nbk), c in self.copy.most_common()],
+            "rnn_cell": list(self.cells.values()),
+            "optimizer": list(self.optimizers.values())}
+
+
+def write(path: str | Path, record: dict) -> None:
+    Path(path).write_text(json.dumps(record, separators=(",", ":")))

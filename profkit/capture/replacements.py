@@ -1,0 +1,477 @@
+"""Replacement timings: the library work a rule proposes, timed at the program's own shapes.
+
+    python -m profkit.capture.replacements RECORD.json OUT.json [--device cuda] [--reps N] [--budget S]
+
+``profkit capture`` runs this in a process of its own after the calibration run, so the user's
+program is never touched, on the op record of one iteration (:mod:`profkit.capture.oprecord`).
+For each recorded shape it times the original and its replacement the way profkit benchmarks
+(warm-up runs, a synchronisation, then ``reps`` timed runs each between two CUDA events, or the
+host clock around a synchronised run where the host's part is the point; the median and the
+range of the runs):
+
+* ``attention``: the math path (QK^T, the causal mask where one was recorded, an fp32 softmax, @V)
+  against ``F.scaled_dot_product_attention`` under each backend ``torch.nn.attention.sdpa_kernel``
+  offers (flash, cuDNN, memory-efficient; the fastest is the replacement), forward and backward
+  when the program's inputs required gradients (the forward alone is kept beside it). An fp32
+  attention on CUDA is replaced in bf16: the fused kernels' fast path is 16-bit;
+* ``optimizer``: one step of the recorded class over parameters of the recorded sizes, as
+  constructed (foreach, or the for-loop where the program had it) against ``fused=True``;
+  each step's host time (its call, until it returns) is kept beside;
+* ``rnn``: the cell loop over the recorded steps against ``nn.LSTM`` / ``nn.GRU`` / ``nn.RNN`` over
+  the whole sequence; on CUDA the loop is timed as a CUDA graph where it can be captured (its
+  kernels back to back: the step model already removes the loop's host time), else as it runs;
+* ``copy`` (CUDA only): each recorded host<->device copy from (into) pageable memory against the
+  same bytes from (into) a pinned buffer with ``non_blocking=True``, on the host clock with a
+  synchronisation (a pageable copy is staged by the CPU);
+* ``gemm_tf32`` / ``gemm_bf16``: each fp32 GEMM shape in full fp32 against TF32 and against bf16
+  operands (the casts autocast would add are not timed: PK302 prices their CPU apart).
+
+Each entry (``profkit-replacements/1``; profkit.run.replacements reads it)::
+
+    {"kind": "attention", "key": "b=32 sq=2048 sk=2048 d=64 dv=64 bf16 causal grad",
+     "shape": {...the record's fields...}, "count": 12,
+     "original_ns": 2325100, "replacement_ns": 412000, "backend": "flash",
+     "repetitions": 10, "spread": {"original_ns": [lo, hi], "replacement_ns": [lo, hi]},
+     "forward": {"original_ns": ..., "replacement_ns": ...},   (attention with gradients)
+     "host": {"original_ns": ..., "replacement_ns": ...},      (optimizer)
+     "backends": {"flash": 412000, "efficient": "RuntimeError: ..."}, "seconds": 0.8,
+     "error": null}
+
+A failure (out of memory, no such backend, no fused implementation) is that entry's one-line
+``error``; nothing here fails the capture. The whole step stops taking new shapes once
+``budget`` seconds are spent (said in ``notes``).
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import inspect
+import json
+import statistics
+import sys
+import time
+from typing import Any, Callable, Optional
+
+FORMAT = "profkit-replacements/1"
+DEFAULT_REPS = 10
+WARM_UP = 3
+MAX_PER_KIND = 6        # the heaviest shapes of each kind (count x work); the rest are listed
+DEFAULT_BUDGET_S = 120.0
+MAX_RNN_STEPS = 4096
+MAX_OPTIMIZER_ELEMENTS = 2_000_000_000
+DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "fp64": "float64"}
+RNN_LAYERS = {"LSTMCell": "LSTM", "GRUCell": "GRU", "RNNCell": "RNN"}
+
+
+def one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:200]
+
+
+class Timer:
+    """Times a callable on ``device``: CUDA events between warm-up and the timed runs, or the
+    host clock (always on the CPU; with ``host=True`` on CUDA too, synchronising each run)."""
+
+    def __init__(self, torch: Any, device: Any, reps: int = DEFAULT_REPS, warm_up: int = WARM_UP) -> None:
+        self.torch, self.device, self.reps, self.warm_up = torch, device, reps, warm_up
+        self.cuda = device.type == "cuda"
+
+    def sync(self) -> None:
+        if self.cuda:
+            self.torch.cuda.synchronize(self.device)
+
+    def __call__(self, fn: Callable[[], Any], host: bool = False) -> list[int]:
+        for _ in range(self.warm_up):
+            fn()
+        self.sync()
+        out: list[int] = []
+        if self.cuda and not host:
+            ev = [(self.torch.cuda.Event(enable_timing=True), self.torch.cuda.Event(enable_timing=True))
+                  for _ in range(self.reps)]
+            for a, b in ev:
+                a.record()
+                fn()
+                b.record()
+            self.sync()
+            return [int(a.elapsed_time(b) * 1e6) for a, b in ev]
+        for _ in range(self.reps):
+            t0 = time.perf_counter_ns()
+            fn()
+            self.sync()
+            out.append(time.perf_counter_ns() - t0)
+        return out
+
+    def host_ns(self, fn: Callable[[], Any]) -> int:
+        """The median time ``fn`` takes to return (its launches issued, not waited for), each
+        run started on an idle GPU."""
+        out = []
+        for _ in range(self.reps):
+            self.sync()
+            t0 = time.perf_counter_ns()
+            fn()
+            out.append(time.perf_counter_ns() - t0)
+        self.sync()
+        return int(statistics.median(out))
+
+
+def _stats(samples: list[int]) -> tuple[int, list[int]]:
+    return int(statistics.median(samples)), [int(min(samples)), int(max(samples))]
+
+
+def _entry(kind: str, key: str, shape: dict, count: int) -> dict:
+    return {"kind": kind, "key": key, "shape": shape, "count": int(count), "original_ns": None,
+            "replacement_ns": None, "backend": None, "repetitions": 0, "spread": None,
+            "error": None, "seconds": 0.0}
+
+
+def _fill(e: dict, orig: list[int], repl: list[int], backend: str) -> dict:
+    (o, o_spread), (r, r_spread) = _stats(orig), _stats(repl)
+    e.update({"original_ns": o, "replacement_ns": r, "backend": backend,
+              "repetitions": len(repl), "spread": {"original_ns": o_spread, "replacement_ns": r_spread}})
+    return e
+
+
+# -- attention ---------------------------------------------------------------------------------
+def attention_key(a: dict) -> str:
+    return (f"b={a['batch']} sq={a['sq']} sk={a['sk']} d={a['d']} dv={a['dv']} {a['dtype']} "
+            f"{a.get('mask', 'none')}{' grad' if a.get('grad') else ''}")
+
+
+def time_attention(torch: Any, timer: Timer, a: dict) -> dict:
+    import torch.nn.functional as F
+    e = _entry("attention", attention_key(a), a, a.get("count", 1))
+    dev = timer.device
+    dt = getattr(torch, DTYPES.get(a["dtype"], "float32"))
+    # The fused kernels' fast path is 16-bit: an fp32 attention is replaced in bf16 on a GPU.
+    rdt = torch.bfloat16 if (dt == torch.float32 and timer.cuda) else dt
+    b, sq, sk, d, dv = (int(a[k]) for k in ("batch", "sq", "sk", "d", "dv"))
+    causal = a.get("mask") == "causal"
+    grad = bool(a.get("grad"))
+
+    def inputs(dtype):
+        q = torch.randn(1, b, sq, d, device=dev, dtype=dtype, requires_grad=grad)
+        k = torch.randn(1, b, sk, d, device=dev, dtype=dtype, requires_grad=grad)
+        v = torch.randn(1, b, sk, dv, device=dev, dtype=dtype, requires_grad=grad)
+        return q, k, v
+    q, k, v = inputs(dt)
+    hidden = torch.triu(torch.ones(sq, sk, dtype=torch.bool, device=dev), diagonal=1) if causal else None
+    scale = d ** -0.5
+
+    def math_path(q, k, v):
+        s = (q @ k.transpose(-2, -1)) * scale
+        if hidden is not None:
+            s = s.masked_fill(hidden, float("-inf"))
+        return torch.softmax(s.float(), dim=-1).to(q.dtype) @ v
+
+    def run(f, q, k, v, backward):
+        def go():
+            o = f(q, k, v)
+            if backward:
+                torch.autograd.grad(o, (q, k, v), torch.ones_like(o))
+        return go
+    orig = timer(run(math_path, q, k, v, grad))
+    rq, rk, rv = (q, k, v) if rdt == dt else inputs(rdt)
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    names = [("flash", "FLASH_ATTENTION"), ("cudnn", "CUDNN_ATTENTION"), ("efficient", "EFFICIENT_ATTENTION")]
+    if not timer.cuda:
+        names = names[:1]   # the CPU has one fused kernel (flash's algorithm)
+    found: dict[str, Any] = {}
+    best: Optional[tuple[str, list[int], Callable]] = None
+    for name, attr in names:
+        backend = getattr(SDPBackend, attr, None)
+        if backend is None:
+            continue
+
+        def sdpa(q, k, v, backend=backend):
+            with sdpa_kernel(backend):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        try:
+            t = timer(run(sdpa, rq, rk, rv, grad))
+            found[name] = int(statistics.median(t))
+            if best is None or found[name] < statistics.median(best[1]):
+                best = (name, t, sdpa)
+        except Exception as exc:  # noqa: BLE001 - a backend that cannot run these inputs
+            found[name] = one_line(exc)
+    e["backends"] = found
+    if best is None:
+        e["error"] = "no fused SDPA backend ran these inputs: " + "; ".join(
+            f"{k}: {v}" for k, v in found.items())
+        return e
+    _fill(e, orig, best[1], best[0])
+    if rdt != dt:
+        e["replacement_dtype"] = "bf16"
+    if grad:
+        fo = timer(run(math_path, q, k, v, False))
+        fr = timer(run(best[2], rq, rk, rv, False))
+        e["forward"] = {"original_ns": _stats(fo)[0], "replacement_ns": _stats(fr)[0]}
+    return e
+
+
+# -- the optimizer -----------------------------------------------------------------------------
+def optimizer_key(o: dict) -> str:
+    return f"{o['class']} {o['params']} params {o['numel']} elements {o.get('dtype', '')}".strip()
+
+
+def time_optimizer(torch: Any, timer: Timer, o: dict) -> dict:
+    e = _entry("optimizer", optimizer_key(o), o, 1)
+    cls = getattr(torch.optim, str(o["class"]), None)
+    if cls is None:
+        e["error"] = f"torch.optim has no {o['class']}"
+        return e
+    if int(o.get("numel", 0)) > MAX_OPTIMIZER_ELEMENTS:
+        e["error"] = f"{o['numel']} elements: more than this timing allocates"
+        return e
+    dt = getattr(torch, DTYPES.get(o.get("dtype") or "fp32", "float32"))
+    accepted = set(inspect.signature(cls.__init__).parameters)
+    options = {k: v for k, v in (o.get("options") or {}).items() if k in accepted}
+    params = []
+    for n, c in o.get("sizes") or []:
+        for _ in range(int(c)):
+            p = torch.zeros(int(n), device=timer.device, dtype=dt, requires_grad=True)
+            p.grad = torch.full_like(p, 1e-3)
+            params.append(p)
+    foreach = bool(o.get("foreach")) or (o.get("foreach") is None and not o.get("fused") and timer.cuda)
+
+    def step_of(opt):
+        return opt.step
+    try:
+        opt = cls(params, lr=1e-4, foreach=foreach, **options)
+        orig, orig_host = timer(step_of(opt)), timer.host_ns(step_of(opt))
+        del opt
+        fused = cls(params, lr=1e-4, fused=True, **options)
+        repl, repl_host = timer(step_of(fused)), timer.host_ns(step_of(fused))
+    except Exception as exc:  # noqa: BLE001 - no fused implementation, out of memory
+        e["error"] = one_line(exc)
+        return e
+    _fill(e, orig, repl, "fused")
+    e["original"] = "foreach" if foreach else "for-loop"
+    e["host"] = {"original_ns": orig_host, "replacement_ns": repl_host}
+    return e
+
+
+# -- RNN cells ---------------------------------------------------------------------------------
+def rnn_key(c: dict) -> str:
+    return (f"{c['cell']} I={c['input']} H={c['hidden']} B={c['batch']} T={c['calls']} "
+            f"{c['dtype']}{' grad' if c.get('grad') else ''}")
+
+
+def time_rnn(torch: Any, timer: Timer, c: dict) -> dict:
+    e = _entry("rnn", rnn_key(c), c, 1)
+    layer_name = RNN_LAYERS.get(str(c["cell"]))
+    if layer_name is None:
+        e["error"] = f"no library layer for {c['cell']}"
+        return e
+    nn = torch.nn
+    dt = getattr(torch, DTYPES.get(c["dtype"], "float32"))
+    steps = min(int(c["calls"]), MAX_RNN_STEPS)
+    bsz, i_size, h_size = int(c["batch"]), int(c["input"]), int(c["hidden"])
+    grad = bool(c.get("grad"))
+    cell = getattr(nn, str(c["cell"]))(i_size, h_size, bias=bool(c.get("bias", True))).to(timer.device, dt)
+    layer = getattr(nn, layer_name)(i_size, h_size, bias=bool(c.get("bias", True))).to(timer.device, dt)
+    x = torch.randn(steps, bsz, i_size, device=timer.device, dtype=dt)
+    lstm = c["cell"] == "LSTMCell"
+
+    def loop():
+        h = torch.zeros(bsz, h_size, device=timer.device, dtype=dt)
+        state = (h, torch.zeros_like(h)) if lstm else h
+        outs = []
+        for t in range(steps):
+            state = cell(x[t], state)
+            outs.append(state[0] if lstm else state)
+        return outs
+
+    def lib():
+        return layer(x)[0]
+
+    def with_grad(f, params):
+        def go():
+            out = f()
+            out = torch.stack(out) if isinstance(out, list) else out
+            torch.autograd.grad(out.sum(), list(params))
+        return go
+    try:
+        with torch.set_grad_enabled(grad):
+            original = "the cell loop"
+            if grad:
+                orig = timer(with_grad(loop, list(cell.parameters())))
+                repl = timer(with_grad(lib, list(layer.parameters())))
+            else:
+                run_loop = loop
+                if timer.cuda:
+                    # Its kernels back to back: the step model removes the loop's host time itself.
+                    with contextlib.suppress(Exception):
+                        loop()
+                        timer.sync()
+                        graph = torch.cuda.CUDAGraph()
+                        with torch.cuda.graph(graph):
+                            loop()
+                        run_loop = graph.replay
+                        original = "the cell loop as a CUDA graph"
+                orig, repl = timer(run_loop), timer(lib)
+    except Exception as exc:  # noqa: BLE001
+        e["error"] = one_line(exc)
+        return e
+    _fill(e, orig, repl, f"nn.{layer_name}" + (" (cuDNN)" if timer.cuda else ""))
+    e["original"] = original
+    return e
+
+
+# -- copies ------------------------------------------------------------------------------------
+def copy_key(c: dict) -> str:
+    return f"{c['direction']} {c['bytes']} B {'pinned' if c.get('pinned') else 'pageable'}"
+
+
+def time_copy(torch: Any, timer: Timer, c: dict) -> dict:
+    e = _entry("copy", copy_key(c), c, c.get("count", 1))
+    if not timer.cuda:
+        e["error"] = "pinned memory needs CUDA"
+        return e
+    n = int(c["bytes"])
+    try:
+        pageable = torch.empty(n, dtype=torch.uint8)
+        pinned = torch.empty(n, dtype=torch.uint8, pin_memory=True)
+        on_dev = torch.empty(n, dtype=torch.uint8, device=timer.device)
+        if c["direction"] == "h2d":
+            orig = timer(lambda: on_dev.copy_(pageable), host=True)
+            repl = timer(lambda: on_dev.copy_(pinned, non_blocking=True), host=True)
+        else:
+            orig = timer(lambda: pageable.copy_(on_dev), host=True)
+            repl = timer(lambda: pinned.copy_(on_dev, non_blocking=True), host=True)
+    except Exception as exc:  # noqa: BLE001
+        e["error"] = one_line(exc)
+        return e
+    return _fill(e, orig, repl, "pinned, non_blocking")
+
+
+# -- GEMMs -------------------------------------------------------------------------------------
+def gemm_key(g: dict) -> str:
+    return f"{g['op']} b={g['batch']} m={g['m']} n={g['n']} k={g['k']} {g['dtype']}"
+
+
+def time_gemm(torch: Any, timer: Timer, g: dict, to: str) -> dict:
+    e = _entry(f"gemm_{to}", gemm_key(g), g, g.get("count", 1))
+    b, m, n, k = (int(g[x]) for x in ("batch", "m", "n", "k"))
+    shape_a = (b, m, k) if g["op"] in ("bmm", "baddbmm") else (m, k)
+    shape_b = (b, k, n) if g["op"] in ("bmm", "baddbmm") else (k, n)
+    before = torch.get_float32_matmul_precision()
+    try:
+        x = torch.randn(*shape_a, device=timer.device)
+        y = torch.randn(*shape_b, device=timer.device)
+        torch.set_float32_matmul_precision("highest")
+        orig = timer(lambda: x @ y)
+        if to == "tf32":
+            torch.set_float32_matmul_precision("high")
+            repl = timer(lambda: x @ y)
+        else:
+            x16, y16 = x.bfloat16(), y.bfloat16()
+            repl = timer(lambda: x16 @ y16)
+    except Exception as exc:  # noqa: BLE001
+        e["error"] = one_line(exc)
+        return e
+    finally:
+        torch.set_float32_matmul_precision(before)
+    return _fill(e, orig, repl, to)
+
+
+# -- the whole record --------------------------------------------------------------------------
+def _work(kind: str, r: dict) -> float:
+    if kind == "attention":
+        return float(r.get("count", 1)) * r["batch"] * r["sq"] * r["sk"] * (r["d"] + r["dv"])
+    if kind == "gemm":
+        return float(r.get("count", 1)) * r["batch"] * r["m"] * r["n"] * r["k"]
+    if kind == "copy":
+        return float(r.get("count", 1)) * r["bytes"]
+    return float(r.get("numel", 0) or r.get("calls", 1) * r.get("hidden", 1))
+
+
+def jobs(record: dict) -> list[tuple[str, dict, Callable]]:
+    """What to time for a record, heaviest first within each kind: (kind, item, function)."""
+    out: list[tuple[str, dict, Callable]] = []
+
+    def top(kind: str, items: list) -> list:
+        return sorted(items, key=lambda r: -_work(kind, r))[:MAX_PER_KIND]
+    for a in top("attention", record.get("attention") or []):
+        out.append(("attention", a, time_attention))
+    for o in record.get("optimizer") or []:
+        if not o.get("fused"):
+            out.append(("optimizer", o, time_optimizer))
+    for c in record.get("rnn_cell") or []:
+        out.append(("rnn", c, time_rnn))
+    for c in top("copy", [c for c in record.get("copy") or [] if not c.get("pinned")]):
+        out.append(("copy", c, time_copy))
+    for g in top("gemm", [g for g in record.get("gemm") or [] if g.get("dtype") == "fp32"]):
+        out.append(("gemm_tf32", g, lambda t, tm, g: time_gemm(t, tm, g, "tf32")))
+        out.append(("gemm_bf16", g, lambda t, tm, g: time_gemm(t, tm, g, "bf16")))
+    return out
+
+
+def time_record(record: dict, device: Optional[str] = None, reps: int = DEFAULT_REPS,
+                budget_s: float = DEFAULT_BUDGET_S, say: Callable[[str], None] = lambda m: None) -> dict:
+    """Time every replacement the record calls for (module docstring); the ``replacements`` JSON.
+    ``device``: where to time (default: CUDA, and nothing without it)."""
+    import torch
+    out: dict = {"format": FORMAT, "device": None, "torch": torch.__version__, "repetitions": reps,
+                 "entries": [], "notes": [], "seconds": 0.0}
+    if device is None:
+        if not torch.cuda.is_available():
+            out["notes"].append("no CUDA device: the replacements were not timed")
+            return out
+        device = "cuda"
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        dev = torch.device("cuda", torch.cuda.current_device() if dev.index is None else dev.index)
+        out["gpu"] = torch.cuda.get_device_name(dev)
+    out["device"] = str(dev)
+    timer = Timer(torch, dev, reps)
+    t_all = time.monotonic()
+    todo = jobs(record)
+    for i, (kind, item, fn) in enumerate(todo):
+        if time.monotonic() - t_all > budget_s:
+            out["notes"].append(f"the timing budget of {budget_s:.0f} s was spent: "
+                                f"{len(todo) - i} shape(s) not timed")
+            break
+        t0 = time.monotonic()
+        try:
+            e = fn(torch, timer, item)
+        except Exception as exc:  # noqa: BLE001 - one shape's failure is that entry's
+            e = _entry(kind, str(item)[:80], item, item.get("count", 1))
+            e["error"] = one_line(exc)
+        e["seconds"] = round(time.monotonic() - t0, 3)
+        out["entries"].append(e)
+        if dev.type == "cuda":
+            with contextlib.suppress(Exception):
+                torch.cuda.empty_cache()
+        say(entry_text(e))
+    out["seconds"] = round(time.monotonic() - t_all, 3)
+    return out
+
+
+def entry_text(e: dict) -> str:
+    """One line of the capture log: the replacement, its time against the original's, its cost."""
+    head = f"replacement {e['kind']} {e['key']}"
+    if e.get("error"):
+        return f"{head}: not timed ({e['error']}; {e['seconds']:.1f} s)"
+    return (f"{head}: {e['replacement_ns'] / 1e3:.1f} us ({e['backend']}) vs "
+            f"{e['original_ns'] / 1e3:.1f} us, {e['original_ns'] / max(e['replacement_ns'], 1):.2f}x "
+            f"({e['seconds']:.1f} s)")
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m profkit.capture.replacements")
+    p.add_argument("record")
+    p.add_argument("out")
+    p.add_argument("--device", default=None)
+    p.add_argument("--reps", type=int, default=DEFAULT_REPS)
+    p.add_argument("--budget", type=float, default=DEFAULT_BUDGET_S)
+    args = p.parse_args(argv)
+    with open(args.record) as fh:
+        record = json.load(fh)
+    out = time_record(record, args.device, args.reps, args.budget,
+                      say=lambda m: print(f"profkit: {m}", file=sys.stderr, flush=True))
+    with open(args.out, "w") as fh:
+        json.dump(out, fh, separators=(",", ":"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,125 @@
+"""Replacements: the library work the rules propose, timed at the program's shapes at capture.
+
+``profkit capture`` keeps, in the trace's PROFKIT_META under ``replacements``, the op record of one
+iteration of its calibration run (profkit.capture.oprecord: the shapes) and the timings made from
+it (profkit.capture.replacements)::
+
+    {"format": "profkit-replacements/1", "device": "cuda:0", "gpu": "NVIDIA H200",
+     "torch": "2.13.0", "repetitions": 10, "seconds": 6.2, "notes": [...],
+     "record": {"format": "profkit-oprecord/1", "attention": [...], "gemm": [...], ...},
+     "entries": [{"kind": "attention", "key": "...", "shape": {...}, "count": 12,
+                  "original_ns": 2325100, "replacement_ns": 412000, "backend": "flash",
+                  "repetitions": 10, "spread": {...}, "error": null, ...}, ...]}
+
+This module reads it into typed data for the rules; a capture without it, or with another
+format, reads as empty (the rules then price from the trace alone and say so).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Optional
+
+FORMAT = "profkit-replacements/1"
+RECORD_FORMAT = "profkit-oprecord/1"
+
+
+@dataclass(frozen=True)
+class Replacement:
+    """One replacement timed at one of the program's shapes."""
+    kind: str                        # attention, optimizer, rnn, copy, gemm_tf32, gemm_bf16
+    key: str
+    shape: dict
+    count: int                       # calls per iteration of the recorded op
+    original_ns: Optional[float]     # the program's way, per call (median of the runs)
+    replacement_ns: Optional[float]  # the replacement's
+    backend: str
+    repetitions: int
+    error: Optional[str]
+    forward: Optional[tuple[float, float]] = None   # (original, replacement) of the forward alone
+    host: Optional[tuple[float, float]] = None      # (original, replacement) host time per call
+    spread: dict = field(default_factory=dict)
+    original: str = ""               # how the original ran when it matters ("... as a CUDA graph")
+
+    @property
+    def measured(self) -> bool:
+        return (self.error is None and bool(self.original_ns) and bool(self.replacement_ns)
+                and self.original_ns > 0 and self.replacement_ns > 0)
+
+    @property
+    def ratio(self) -> float:
+        """Original over replacement: how many times faster the replacement ran."""
+        return float(self.original_ns) / float(self.replacement_ns) if self.measured else 1.0
+
+    def text(self) -> str:
+        """``412.0 us vs 2325.1 us`` (replacement vs original, per call)."""
+        return f"{self.replacement_ns / 1e3:.1f} us vs {self.original_ns / 1e3:.1f} us"
+
+
+@dataclass(frozen=True)
+class Replacements:
+    """A capture's ``replacements``: the op record and the timed entries."""
+    entries: tuple[Replacement, ...] = ()
+    record: dict = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+    gpu: str = ""
+
+    def measured(self, kind: str) -> list[Replacement]:
+        """The entries of ``kind`` that timed both sides."""
+        return [e for e in self.entries if e.kind == kind and e.measured]
+
+    def recorded(self, kind: str) -> list[dict]:
+        """The op record's items of ``kind`` (attention, gemm, copy, rnn_cell, optimizer)."""
+        items = self.record.get(kind) if isinstance(self.record, dict) else None
+        return [x for x in items if isinstance(x, dict)] if isinstance(items, list) else []
+
+    def __bool__(self) -> bool:
+        return bool(self.entries) or bool(self.record)
+
+
+def _pair(d: object) -> Optional[tuple[float, float]]:
+    if not isinstance(d, dict):
+        return None
+    o, r = d.get("original_ns"), d.get("replacement_ns")
+    if isinstance(o, (int, float)) and isinstance(r, (int, float)) and o > 0 and r > 0:
+        return float(o), float(r)
+    return None
+
+
+def _num(x: object) -> Optional[float]:
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
+
+
+def parse(meta_text: Optional[str]) -> Replacements:
+    """The ``replacements`` of a trace's PROFKIT_META (empty without it, or when it is not a
+    profkit-replacements/1 record); an entry that does not read is left out."""
+    if not meta_text:
+        return Replacements()
+    try:
+        data = json.loads(meta_text)
+    except ValueError:
+        return Replacements()
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        return Replacements()
+    record = data.get("record")
+    if not isinstance(record, dict) or record.get("format") != RECORD_FORMAT:
+        record = {}
+    out = []
+    for e in data.get("entries") or []:
+        if not isinstance(e, dict) or not isinstance(e.get("kind"), str):
+            continue
+        try:
+            out.append(Replacement(
+                kind=e["kind"], key=str(e.get("key", "")),
+                shape=e["shape"] if isinstance(e.get("shape"), dict) else {},
+                count=int(e.get("count") or 1), original_ns=_num(e.get("original_ns")),
+                replacement_ns=_num(e.get("replacement_ns")), backend=str(e.get("backend") or ""),
+                repetitions=int(e.get("repetitions") or 0),
+                error=str(e["error"]) if e.get("error") else None,
+                forward=_pair(e.get("forward")), host=_pair(e.get("host")),
+                spread=e["spread"] if isinstance(e.get("spread"), dict) else {},
+                original=str(e.get("original") or "")))
+        except (TypeError, ValueError):
+            continue
+    notes = tuple(str(n) for n in data.get("notes") or [] if isinstance(n, str))
+    return Replacements(tuple(out), record, notes, str(data.get("gpu") or ""))

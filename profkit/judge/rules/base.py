@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import ast
 import re
 from enum import Enum
-from functools import cached_property
+from functools import cached_property, wraps
 from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol
 
 import numpy as np
@@ -189,6 +189,18 @@ class ProfileView(Protocol):
         """Add a warning to the profile's report (once)."""
 
 
+def _shared_table(fn):
+    """A read-only table of the rules' context made once per profile and run summary (kept in
+    the profile), whatever the CPU scale the rules price at."""
+    @wraps(fn)
+    def get(self):
+        tables = self._tables
+        if fn.__name__ not in tables:
+            tables[fn.__name__] = fn(self)
+        return tables[fn.__name__]
+    return property(get)
+
+
 class RuleContext:
     """What the rules read: the profile (full trace, windowed trace, peaks, step model, op
     table; ``ProfileView``) and the run summary, and tables derived once from them (window
@@ -198,6 +210,14 @@ class RuleContext:
         self.prof = prof
         self.run = run
         self.priced: list[tuple[float, Callable]] = []  # (gain, edit) of every price() call
+        # The tables below do not depend on the CPU scale the rules price at: a profile judged
+        # again at another scale (Profile.findings_at) makes them once, not once per judgement.
+        shared = getattr(prof, "__dict__", {}).get("_rule_tables")
+        if shared is None or shared.get("run") is not run:
+            shared = {"run": run}
+            if hasattr(prof, "__dict__"):
+                prof.__dict__["_rule_tables"] = shared
+        self._tables = shared
 
     @property
     def wall_ns(self) -> float:
@@ -207,7 +227,7 @@ class RuleContext:
     def iterations(self) -> int:
         return int(self.run.window.iterations or 0)
 
-    @cached_property
+    @_shared_table
     def acts(self) -> pd.DataFrame:
         """The window's GPU activities (launched inside it), with duration and critical share."""
         # A shallow copy: the columns added below are new arrays, the trace's frame stays as it is.
@@ -220,14 +240,14 @@ class RuleContext:
         a["critical"] = self.prof.critical
         return a
 
-    @cached_property
+    @_shared_table
     def replacements(self) -> Replacements:
         """What ``profkit capture`` timed at the program's shapes (PROFKIT_META ``replacements``,
         profkit.run.replacements): the op record and the replacements' times; empty without."""
         from profkit.run.replacements import parse
         return parse(self.prof.full_trace.meta.get("replacements"))
 
-    @cached_property
+    @_shared_table
     def kernels(self) -> pd.DataFrame:
         """Per kernel name: count, total and median ns, critical ns (GPU time something waited on)."""
         # Only the columns used below are filtered (not all of a million-row frame's).
@@ -242,7 +262,7 @@ class RuleContext:
         out.index = out.index.astype(object)
         return out.sort_values("total_ns", ascending=False)
 
-    @cached_property
+    @_shared_table
     def kernels_in_stream_order(self) -> pd.DataFrame:
         """The window's kernels, each stream's in launch order (the rules that look at what runs
         next to what); shared, so read-only."""
@@ -252,12 +272,12 @@ class RuleContext:
         order = np.lexsort((a["start"].to_numpy()[k], a["streamId"].to_numpy()[k]))
         return a.take(k[order])
 
-    @cached_property
+    @_shared_table
     def calls(self) -> pd.DataFrame:
         """CUDA API calls of the window (names like cudaStreamSynchronize_v3020: match by prefix)."""
         return self._in_window(self.prof.trace.api_calls)
 
-    @cached_property
+    @_shared_table
     def launches(self) -> pd.DataFrame:
         """The window's calls that issued GPU work (Trace.launch_calls): start, end, globalTid."""
         return self._in_window(self.prof.full_trace.launch_calls)
@@ -383,7 +403,7 @@ class RuleContext:
             return []
         return [parsed[c] for c in codes.tolist() if c >= 0 and parsed[c] is not None]
 
-    @cached_property
+    @_shared_table
     def aten_acts(self) -> dict[str, np.ndarray]:
         """Per aten op (its name and input sizes, as at ``--by aten``), the index labels in
         ``acts`` of the GPU work its calls launched; for a capture without ``--aten``, the kernels

@@ -12,6 +12,7 @@ about, loads its own with ``profkit.load``.
 """
 from __future__ import annotations
 
+import ast
 import copy
 import functools
 from pathlib import Path
@@ -54,3 +55,13 @@ def ops(path, by: str = "range", innermost: bool = False, peaks=None, window: st
     copy of the table (the evidence dicts in it are shared: read them, do not change them). A
     level the trace lacks raises ProfkitError on every call, as ``ops`` does."""
     return _ops(*_key(path, peaks), window, attribution, gains, by, innermost).copy()
+
+
+def declared(script: Path, name: str) -> tuple[str, ...]:
+    """A module-level tuple of strings (a workload's FIXES, CUDA_ONLY) read from its source,
+    without importing it (it may need what the test machine lacks)."""
+    for node in ast.parse(script.read_text()).body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+            return tuple(ast.literal_eval(node.value))
+    raise AssertionError(f"{script.name} has no {name}")

@@ -4,7 +4,6 @@ program's own loop and one --interleave run, in-process (``main()`` under a patc
 (Inductor's compilation); and the registry checked against the programs' own fix lists."""
 from __future__ import annotations
 
-import ast
 import importlib
 import json
 import re
@@ -14,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+import shared
+
 ROOT = Path(__file__).resolve().parents[1]
 WORKLOADS = ROOT / "scripts" / "workloads"
 sys.path.insert(0, str(WORKLOADS))
@@ -21,21 +22,12 @@ sys.path.insert(0, str(WORKLOADS.parent))
 import whatif.programs_firstsight_b as registry  # noqa: E402
 
 
-def _declared(script: Path, name: str) -> tuple[str, ...]:
-    """A module-level tuple of strings (FIXES, CUDA_ONLY) read from the source, without importing."""
-    for node in ast.parse(script.read_text()).body:
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
-        if any(isinstance(t, ast.Name) and t.id == name for t in targets):
-            return tuple(ast.literal_eval(node.value))
-    raise AssertionError(f"{script.name} has no {name}")
-
-
 def test_registry_matches_the_programs():
     names = [p["name"] for p in registry.PROGRAMS]
     assert len(names) == 10 and len(set(names)) == 10
     for prog in registry.PROGRAMS:
         script = ROOT / prog["script"]
-        known = _declared(script, "FIXES")
+        known = shared.declared(script, "FIXES")
         assert set(prog["fixes"]) == set(known), prog["name"]
         for fix, entry in prog["fixes"].items():
             assert entry["args"] == ["--fix", fix] and entry["pays"] in (True, False, None), (prog["name"], fix)

@@ -6,7 +6,6 @@ paths that leave them out."""
 from __future__ import annotations
 
 import argparse
-import ast
 import json
 import os
 import subprocess
@@ -15,20 +14,13 @@ from pathlib import Path
 
 import pytest
 
+import shared
+
 ROOT = Path(__file__).resolve().parents[1]
 WORKLOADS = ROOT / "scripts" / "workloads"
 sys.path.insert(0, str(ROOT / "scripts"))
 from whatif import cli, per_rank, ranks, registry  # noqa: E402
 import whatif.programs_firstsight_c as progs_c  # noqa: E402
-
-
-def _declared(script: Path, name: str) -> tuple[str, ...]:
-    """A module-level tuple of strings (FIXES, CUDA_ONLY) read from the source, without importing."""
-    for node in ast.parse(script.read_text()).body:
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
-        if any(isinstance(t, ast.Name) and t.id == name for t in targets):
-            return tuple(ast.literal_eval(node.value))
-    raise AssertionError(f"{script.name} has no {name}")
 
 
 def test_registry_matches_the_programs():
@@ -37,7 +29,7 @@ def test_registry_matches_the_programs():
     assert len(names) >= 2 and len(set(names)) == len(names)
     for prog in progs_c.PROGRAMS:
         script = ROOT / prog["script"]
-        known = _declared(script, "FIXES")
+        known = shared.declared(script, "FIXES")
         assert set(prog["fixes"]) == set(known), prog["name"]
         for fix, entry in prog["fixes"].items():
             assert entry["args"] == ["--fix", fix] and entry["pays"] in (True, False, None), (prog["name"], fix)
@@ -98,7 +90,7 @@ def gloo():
 @pytest.mark.parametrize("name", [p["name"] for p in progs_c.PROGRAMS])
 def test_every_fix_the_cpu_runs_interleaves_with_the_baseline_on_two_ranks(gloo, tmp_path, name):
     prog = registry.select(name)[0]
-    cuda_only = _declared(ROOT / prog["script"], "CUDA_ONLY")
+    cuda_only = shared.declared(ROOT / prog["script"], "CUDA_ONLY")
     variants = ["baseline", *[f for f in prog["fixes"] if f not in cuda_only]]
     out = tmp_path / "timed.json"
     cmd = registry.launch(prog, sys.executable, ["--small", "--device", "cpu", "--interleave", str(out),

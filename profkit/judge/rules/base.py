@@ -273,11 +273,6 @@ class RuleContext:
         return a.take(k[order])
 
     @_shared_table
-    def calls(self) -> pd.DataFrame:
-        """CUDA API calls of the window (names like cudaStreamSynchronize_v3020: match by prefix)."""
-        return self._in_window(self.prof.trace.api_calls)
-
-    @_shared_table
     def launches(self) -> pd.DataFrame:
         """The window's calls that issued GPU work (Trace.launch_calls): start, end, globalTid."""
         return self._in_window(self.prof.full_trace.launch_calls)

@@ -473,13 +473,14 @@ def test_pk201_timed_fused_step(llama, monkeypatch):
     slow = _priced(llama, "PK201", monkeypatch, _meta([_entry("optimizer", {}, 1.5e6, 1.0e6)]))
     assert slow.expected_end_to_end_speedup <= est.expected_end_to_end_speedup <= timed.expected_end_to_end_speedup
     assert slow.bound == pytest.approx(1.5)
-    # with the steps' host times: the foreach path's CPU time between its launches shrinks by the
-    # host time saved, so the host-bound step gains more, never more than with that CPU all gone
+    # without host times the foreach path's Python between its launches goes (one fused call runs
+    # none); with the steps' host times that CPU time shrinks by the host time measured saved
+    assert "the foreach path's Python between its launches" in timed.basis
     host = {"host": {"original_ns": 0.5e6, "replacement_ns": 0.3e6}}
     some = _priced(llama, "PK201", monkeypatch, _meta([_entry("optimizer", {}, 5.0e6, 1.0e6, **host)]))
     lots = {"host": {"original_ns": 30e6, "replacement_ns": 1e6}}
     gone = _priced(llama, "PK201", monkeypatch, _meta([_entry("optimizer", {}, 5.0e6, 1.0e6, **lots)]))
-    assert timed.expected_end_to_end_speedup < some.expected_end_to_end_speedup < gone.expected_end_to_end_speedup
+    assert some.expected_end_to_end_speedup < gone.expected_end_to_end_speedup
     assert "less the 200 us the fused step saved on the host" in some.basis
     assert "gone (the fused step saved 29000 us" in gone.basis
     assert gone.expected_end_to_end_speedup <= gone.bound == pytest.approx(30.0)

@@ -177,13 +177,15 @@ def add_cpu(g: StepGraph, ops: np.ndarray, ns: float) -> StepGraph:
     return out
 
 
-def scale_cpu(g: StepGraph, calls: np.ndarray, factor: float) -> StepGraph:
-    """The CPU time of ``calls`` (each one's own time and the host gap before it) times
-    ``factor``: Python that runs faster, such as a fused optimizer step's in place of foreach's."""
+def scale_cpu(g: StepGraph, calls: np.ndarray, factor: float, own: bool = True) -> StepGraph:
+    """The CPU time of ``calls`` (the host gap before each, and with ``own`` each one's own time)
+    times ``factor``: Python that runs faster, such as a fused optimizer step's in place of
+    foreach's."""
     out = g.copy()
     calls = np.asarray(calls, dtype=np.int64)
     out.c_gap[calls] = g.c_gap[calls] * factor
-    out.c_own[calls] = g.c_own[calls] * factor
+    if own:
+        out.c_own[calls] = g.c_own[calls] * factor
     return out
 
 

@@ -36,3 +36,21 @@ def test_a_program_keeps_its_place_and_its_variants():
     prog = registry.select("sync_loop")[0]
     assert [v for v, _, _ in registry.variants(prog)] == ["baseline", "no_sync", "graph"]
     assert registry.variants(prog, {"graph"})[1][1] == ["--steps", "40", "--graph"]
+
+
+def test_first_sight_lists_a_set_not_captured_yet_or_the_programs_named(tmp_path, capsys):
+    # scripts/gpu/firstsight.sh takes its programs from here: a set's programs without a committed
+    # trace (none of set b is committed in tmp_path), or the one-GPU first-sight programs named
+    import pytest
+    import whatif.programs_firstsight_b as set_b
+    assert [p["name"] for p in registry.first_sight(["b"], tmp_path)] == [p["name"] for p in set_b.PROGRAMS]
+    (tmp_path / "traces" / "corpus").mkdir(parents=True)
+    (tmp_path / "traces" / "corpus" / f"{set_b.PROGRAMS[0]['name']}.sqlite.xz").write_bytes(b"")
+    assert [p["name"] for p in registry.first_sight(["b"], tmp_path)] == [p["name"] for p in set_b.PROGRAMS[1:]]
+    assert [p["name"] for p in registry.first_sight(["d2h_logits_numpy"], tmp_path)] == ["d2h_logits_numpy"]
+    for not_one in ("train_llama", "ddp_accum_train"):  # not first sight; two GPUs
+        with pytest.raises(SystemExit, match="not a one-GPU first-sight program"):
+            registry.first_sight([not_one], tmp_path)
+    from whatif import cli
+    cli.main(["list", "--ranges", "--first-sight", "d2h_logits_numpy", "recsys_embbag_train"])
+    assert capsys.readouterr().out == "d2h_logits_numpy\tscore_batch\nrecsys_embbag_train\ttrain_step\n"

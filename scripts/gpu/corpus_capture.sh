@@ -11,6 +11,8 @@
 # kernel summaries to OUTDIR/logs/NAME_*.csv. A capture never gets more time than is left.
 # One GPU, one process: the programs of several ranks (DDP) are left out, and named, say so
 # (scripts/gpu/firstsight_ddp.sh captures and times them on a machine with their GPUs).
+# PROFKIT_CAPTURE_EXTRA: more `profkit capture` flags for every capture (scripts/gpu/firstsight.sh:
+# `--try auto --max-iterations 30`).
 set -u
 out=${1:?usage: corpus_capture.sh OUTDIR SECONDS [NAME...]}; budget=${2:?usage: corpus_capture.sh OUTDIR SECONDS [NAME...]}
 shift 2
@@ -42,7 +44,8 @@ while IFS=$'\t' read -r -a f <&3; do
   t=$(left); [ "$t" -le 20 ] && { echo "== skip $name (no time left)"; continue; }
   echo "== $name ($(date -u +%T), ${t}s left): ${flags[*]} $script ${args[*]}"
   s=$(date +%s)
-  timeout "$t" python3 -m profkit capture --force "${flags[@]}" -o "$out/traces/$name.sqlite" "$script" "${args[@]}" \
+  read -r -a extra <<< "${PROFKIT_CAPTURE_EXTRA:-}"
+  timeout "$t" python3 -m profkit capture --force "${flags[@]}" "${extra[@]}" -o "$out/traces/$name.sqlite" "$script" "${args[@]}" \
     < /dev/null > "$out/logs/$name.log" 2>&1 || echo "   $name failed: $(tail -3 "$out/logs/$name.log")"
   echo "   $name took $(( $(date +%s) - s ))s"
 done 3< "$out/programs.tsv"

@@ -105,7 +105,33 @@ def select(names: str | None) -> list[dict]:
     return [known[n] for n in want]
 
 
+def first_sight(which: list[str], root) -> list[dict]:
+    """The one-GPU first-sight programs ``which`` names: ``a`` or ``b`` (that file's programs
+    with no committed trace yet) or program names (whatever is committed)."""
+    sets = {"a": programs_firstsight_a.PROGRAMS, "b": programs_firstsight_b.PROGRAMS}
+    out: list[dict] = []
+    for w in which:
+        if w in sets:
+            out += [p for p in single(sets[w])
+                    if not (root / "traces" / "corpus" / f"{p['name']}.sqlite.xz").exists()]
+        else:
+            prog = select(w)[0]
+            if not prog.get("first_sight") or ranks(prog) > 1:
+                raise SystemExit(f"{w} is not a one-GPU first-sight program")
+            out.append(prog)
+    return out
+
+
 def cmd_list(args: argparse.Namespace) -> None:
+    if args.first_sight is not None:  # names (one line), or name<TAB>step range with --ranges
+        from .store import ROOT
+        progs = first_sight(args.first_sight, ROOT)
+        if args.ranges:
+            for prog in progs:
+                print(f"{prog['name']}\t{prog['step_range']}")
+        else:
+            print(" ".join(p["name"] for p in progs))
+        return
     if args.multirank:  # name<TAB>ranks<TAB>launcher<TAB>script<TAB>capture args...
         for prog in PROGRAMS:
             if ranks(prog) > 1:

@@ -128,9 +128,9 @@ FIX_RULES = {
     # with the programs, before their first capture, by what the fix does (a sync kept on the GPU:
     # PK101; workers or prepared data: PK102; graphs and compile: PK103, by the variant; a copy:
     # PK104; a fused optimizer: PK201; a precision: PK302; a memory format: PK305; SDPA: PK301).
-    # A fix no rule proposes (sparse gradients, a CSR matmul, no checkpointing, bigger
-    # micro-batches, a batched tokenizer) is priced 1.00x. A loop vectorised (a per-sample loss,
-    # an EMA over the parameters with torch._foreach_*) is PK107's, a rule written after these
+    # A fix no rule proposes (sparse gradients, a CSR matmul, bigger micro-batches, a batched
+    # tokenizer) is priced 1.00x. A loop vectorised (a per-sample loss, an EMA over the parameters
+    # with torch._foreach_*) is PK107's, checkpointing left off PK204's: rules written after these
     # programs and before their first capture.
     ("recsys_embbag_train", "fused_adam"): ("PK201", None), ("recsys_embbag_train", "sparse"): (None, None),
     ("recsys_embbag_train", "bf16"): ("PK302", "bf16_speedup"),
@@ -149,7 +149,7 @@ FIX_RULES = {
     ("per_sample_loss_train", "compile"): ("PK103", "fusion_speedup"),
     ("grad_accum_fp16_train", "bf16"): (None, None), ("grad_accum_fp16_train", "bigger_micro"): (None, None),
     ("grad_accum_fp16_train", "no_item"): ("PK101", None), ("grad_accum_fp16_train", "fused_adamw"): ("PK201", None),
-    ("grad_checkpoint_train", "no_checkpointing"): (None, None), ("grad_checkpoint_train", "fused_adamw"): ("PK201", None),
+    ("grad_checkpoint_train", "no_checkpointing"): ("PK204", None), ("grad_checkpoint_train", "fused_adamw"): ("PK201", None),
     ("cpu_tokenize_infer", "encode_batch"): (None, None), ("cpu_tokenize_infer", "workers"): ("PK102", None),
     ("cpu_tokenize_infer", "pretokenized"): ("PK102", None),
     ("tuned_gpt_train", "reduce_overhead"): ("PK103", "cuda_graph_speedup"), ("tuned_gpt_train", "tf32"): ("PK302", None),

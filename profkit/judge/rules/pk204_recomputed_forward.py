@@ -1,0 +1,126 @@
+"""PK204 recomputed-forward: the backward runs stretches of the forward again (activation checkpointing).
+
+What
+    In each step, kernel sequences of the forward launched again during the backward: what
+    activation (gradient) checkpointing does, ``torch.utils.checkpoint`` or HF
+    ``gradient_checkpointing_enable()``, which keeps only each block's input and recomputes its
+    forward when the backward reaches it.
+Why
+    Checkpointing trades compute for memory: the recomputed forward is work the step does twice
+    (about a third more for a transformer whose every layer is checkpointed). Where the
+    activations fit in memory (a smaller model, a smaller batch, a larger GPU than the recipe was
+    written for), turning it off, or checkpointing fewer layers, gives that time back.
+Evidence
+    The step graph's kernels of each modelled iteration, split by the CPU thread that launched
+    them: the forward is the launching thread's kernels before the first kernel that autograd's
+    own thread launches (PyTorch runs a CUDA backward on a thread of its own), the backward that
+    thread's kernels. A backward kernel is recomputed forward where it lies in a run of
+    ``min_run`` or more kernels whose names follow each other in that order in the forward, the
+    run holding at least ``min_distinct`` distinct names that are not GEMM or convolution
+    kernels (a backward's own GEMMs may share a forward GEMM's kernel name, its elementwise
+    and normalisation kernels do not: the gradient of an op is another kernel). A library
+    kernel right after a recomputed stretch whose name also follows that stretch in the forward
+    (the backward's first GEMM, the next layer's first GEMM) is counted with it: one kernel a
+    block too many at most. A step whose
+    backward runs on the launching thread (``set_multithreading_enabled(False)``) gives no
+    split and no finding.
+Fix
+    Turn checkpointing off (``model.gradient_checkpointing_disable()``, no
+    ``torch.utils.checkpoint``) if the activations fit; else checkpoint fewer blocks (every other
+    layer), or ``torch.compile``'s activation-memory budget (``torch._functorch.config.
+    activation_memory_budget``), which recomputes only the cheap ops.
+Expected gain
+    Graph edit (``scale_ops`` with the launches dropped): the recomputed kernels take no time and
+    their launches go with the dispatch before each; the step model replays the step at the
+    calibrated CPU scale. A ceiling: it assumes the activations fit, and a step near the memory
+    limit may then slow down in the allocator (or not run at all).
+References
+    Chen et al., Training Deep Nets with Sublinear Memory Cost (2016); PyTorch
+    ``torch.utils.checkpoint`` docs; HF ``gradient_checkpointing_enable``.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from profkit.model import Rung
+from profkit.judge.rules.base import Finding, Param, RuleContext, RuleMeta, Scope, Table
+from profkit.run.step.graph import StepGraph
+from profkit.run.step.transform import scale_ops
+
+RULE = RuleMeta(
+    code="PK204", name="recomputed-forward",
+    summary="the backward recomputes the forward (activation checkpointing): turn it off where "
+            "the activations fit",
+    tables=(Table.KERNEL, Table.RUNTIME), example="tests/test_pk204.py (hand-built)",
+    quiet_on="traces/real/train_llama.sqlite.xz",
+    params=(Param("min_run", 8.0, "forward kernels in a row, in the forward's order, that a "
+                                  "backward stretch must repeat"),
+            Param("min_distinct", 3.0, "distinct names in such a run that are not GEMM or "
+                                       "convolution kernels"),
+            Param("min_share", 0.03, "the recomputed kernels' share of the modelled GPU time")))
+
+# Kernels whose name a backward's own work may share with the forward's (a GEMM's library kernel
+# is chosen by shape, not by direction).
+MATRIX_RE = re.compile(r"gemm|gemv|cublas|cutlass|nvjet|sm\d+_xmma|conv|cudnn|wgrad|dgrad|"
+                       r"implicit_convolve|winograd", re.I)
+
+
+def recomputed(g: StepGraph, min_run: int, min_distinct: int) -> np.ndarray:
+    """Mask over the graph's operations: backward kernels that repeat a run of the forward's
+    (see the module's Evidence)."""
+    out = np.zeros(g.n_ops, dtype=bool)
+    matrix = np.array([bool(MATRIX_RE.search(str(n))) for n in g.op_names], dtype=bool)
+    kernel = (g.g_kind == 0) & (g.g_call >= 0)
+    tid = np.where(g.g_call >= 0, g.c_tid[np.maximum(g.g_call, 0)], -1)
+    it = np.searchsorted(g.iter_call, np.maximum(g.g_call, 0), side="right") - 1
+    for i in range(len(g.iter_call) - 1):
+        ops = np.flatnonzero(kernel & (it == i))
+        if len(ops) < 2 * min_run:
+            continue
+        ops = ops[np.argsort(g.g_call[ops], kind="stable")]   # launch order
+        main = tid[ops[0]]
+        other = np.flatnonzero(tid[ops] != main)
+        if not len(other):
+            continue   # one thread: no forward/backward split to read
+        fwd = ops[:other[0]]
+        bwd = ops[other[0]:][tid[ops[other[0]:]] != main]
+        if len(fwd) < min_run or len(bwd) < min_run:
+            continue
+        grams = {tuple(g.g_name[fwd[k:k + min_run]].tolist()) for k in range(len(fwd) - min_run + 1)}
+        names = g.g_name[bwd]
+        for k in range(len(bwd) - min_run + 1):
+            gram = names[k:k + min_run]
+            if tuple(gram.tolist()) in grams and \
+                    len({n for n in gram.tolist() if not matrix[n]}) >= min_distinct:
+                out[bwd[k:k + min_run]] = True
+    return out
+
+
+def detect(ctx: RuleContext) -> list[Finding]:
+    model = ctx.model
+    if model is None:
+        return []
+    g = model.graph
+    mask = recomputed(g, int(RULE.param("min_run")), int(RULE.param("min_distinct")))
+    ops = np.flatnonzero(mask)
+    busy = float(g.g_dur[(g.g_kind == 0) & (g.g_call >= 0)].sum())
+    again = float(g.g_dur[ops].sum())
+    if not len(ops) or busy <= 0 or again < RULE.param("min_share") * busy:
+        return []
+    its = max(len(g.iter_call) - 1, 1)
+    gain, basis = ctx.price(lambda gr: scale_ops(gr, ops, float("inf"), True),
+                            f"the {len(ops) / its:.0f} recomputed forward kernels an iteration "
+                            f"({again / its / 1e6:.2f} ms of {busy / its / 1e6:.2f} ms of kernels) gone "
+                            "with their launches")
+    return [Finding(RULE.code, RULE.name,
+                    f"the backward recomputes {again / busy:.0%} of the step's kernel time of forward "
+                    "(activation checkpointing): if the activations fit, turn it off "
+                    "(model.gradient_checkpointing_disable(), no torch.utils.checkpoint), else "
+                    "checkpoint fewer blocks", Rung.NONE,
+                    {"recomputed_kernels_per_iteration": round(len(ops) / its, 1),
+                     "recomputed_ns_per_iteration": int(again / its),
+                     "kernel_ns_per_iteration": int(busy / its)},
+                    gain, f"{basis}; a ceiling: it assumes the activations fit in memory", gain,
+                    scope=Scope.PROGRAM)]

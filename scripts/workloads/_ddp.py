@@ -17,6 +17,7 @@ ranks agree on each variant's warm-up time (the slowest rank's); rank 0 writes t
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import time
 from typing import Callable, Optional
@@ -82,29 +83,43 @@ def run(build: Callable, args: argparse.Namespace, fixes: set[str], dev: torch.d
     rank, world, dev = setup(dev)
     try:
         if args.interleave:
-            steps = {v: build(args, fx, dev)[0] for v, fx in args.variant_fixes.items()}
-            _corpus.interleave(steps, args.variant_fixes, args.interleave if rank == 0 else None, dev,
-                               rounds=args.rounds, agree=agree_max(dev),
-                               **({"warm": 2, "min_block": 2, "block_s": 0.02} if args.small else {}))
+            _interleave(build, args, dev, rank)
             return None
-        step, model = build(args, fixes, dev)
-        warm = max(1, args.steps // 5)
-        outs, t0 = [], None
-        for i in range(args.steps):
-            if i == warm:
-                _corpus.finish(dev)
-                t0 = time.perf_counter_ns()
-            outs.append(step())
-        _corpus.finish(dev)
-        mean = (time.perf_counter_ns() - t0) / (args.steps - warm) if t0 is not None else float("nan")
-        last = float(outs[-1]) if outs and isinstance(outs[-1], torch.Tensor) else float("nan")
-        same = same_weights(model)
-        if rank == 0:
-            print(f"{name}: world {world}, {args.steps} steps, fixes {sorted(fixes) or 'none'}, "
-                  f"{mean / 1e6:.3f} ms a step (mean of {args.steps - warm} after warm-up), "
-                  f"last loss {last:.4f}, weights identical across ranks: {same}", flush=True)
-        if not same:
-            raise SystemExit(f"{name}: the ranks' weights differ")
-        return (mean, outs) if rank == 0 else None
+        return _loop(build, args, fixes, dev, name, rank, world)
     finally:
+        # The DDP models (their reducers hold the process group's work) are gone by now, with
+        # the function that built them: destroying the group under a live one let gloo's threads
+        # abort the process at exit ("terminate called without an active exception").
+        gc.collect()
+        dist.barrier()
         dist.destroy_process_group()
+
+
+def _interleave(build: Callable, args: argparse.Namespace, dev: torch.device, rank: int) -> None:
+    steps = {v: build(args, fx, dev)[0] for v, fx in args.variant_fixes.items()}
+    _corpus.interleave(steps, args.variant_fixes, args.interleave if rank == 0 else None, dev,
+                       rounds=args.rounds, agree=agree_max(dev),
+                       **({"warm": 2, "min_block": 2, "block_s": 0.02} if args.small else {}))
+
+
+def _loop(build: Callable, args: argparse.Namespace, fixes: set[str], dev: torch.device, name: str,
+          rank: int, world: int) -> Optional[tuple[float, list]]:
+    step, model = build(args, fixes, dev)
+    warm = max(1, args.steps // 5)
+    outs, t0 = [], None
+    for i in range(args.steps):
+        if i == warm:
+            _corpus.finish(dev)
+            t0 = time.perf_counter_ns()
+        outs.append(step())
+    _corpus.finish(dev)
+    mean = (time.perf_counter_ns() - t0) / (args.steps - warm) if t0 is not None else float("nan")
+    last = float(outs[-1]) if outs and isinstance(outs[-1], torch.Tensor) else float("nan")
+    same = same_weights(model)
+    if rank == 0:
+        print(f"{name}: world {world}, {args.steps} steps, fixes {sorted(fixes) or 'none'}, "
+              f"{mean / 1e6:.3f} ms a step (mean of {args.steps - warm} after warm-up), "
+              f"last loss {last:.4f}, weights identical across ranks: {same}", flush=True)
+    if not same:
+        raise SystemExit(f"{name}: the ranks' weights differ")
+    return (mean, outs) if rank == 0 else None

@@ -283,6 +283,7 @@ def test_the_capture_step_without_cuda_leaves_a_note(tmp_path):
     assert res.notes == ["replacements: the recorded iteration ran no CUDA op: the replacements were not timed"]
 
 
+@pytest.mark.long
 def test_profkit_capture_keeps_the_record_and_says_why_nothing_was_timed(tmp_path, monkeypatch):
     """The whole flow with a fake nsys (tests/test_capture.py's): the first calibration run
     records, the CPU program's record holds no CUDA op, so nothing is timed, and PROFKIT_META

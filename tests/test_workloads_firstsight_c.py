@@ -87,6 +87,7 @@ def gloo():
     return dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("name", [p["name"] for p in progs_c.PROGRAMS])
 def test_every_fix_the_cpu_runs_interleaves_with_the_baseline_on_two_ranks(gloo, tmp_path, name):
     prog = registry.select(name)[0]

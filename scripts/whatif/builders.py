@@ -12,6 +12,15 @@ from typing import Optional
 W = "scripts/workloads"
 
 
+def fix(name: str, pays: Optional[bool], what: str, compiles: bool = False) -> dict:
+    """A fix run as the workload's ``--fix NAME``; ``compiles``: it compiles (Inductor's caches
+    primed before it is timed)."""
+    entry = {"args": ["--fix", name], "pays": pays, "what": what}
+    if compiles:
+        entry["compiles"] = True
+    return entry
+
+
 def cnn_inference_fixes(channels_last_pays: Optional[bool]) -> dict:
     """The fixes of w_resnet50_fp32_infer.py (any --arch): PK305's two and TF32, which only
     reaches the classifier (cuDNN already runs the convolutions as TF32)."""

@@ -10,18 +10,11 @@ written with the programs; "h200 first look" in a note is one interleaved run of
 used) on an H200 (torch 2.11) of an earlier state of the program where the note says so, never
 profiled, and no capture was made: a first look, not a result.
 
-Imports nothing beyond the standard library.
+Imports only what the registry's programs share (builders.py).
 """
 from __future__ import annotations
 
-W = "scripts/workloads"
-
-
-def _fix(name: str, pays, what: str, compiles: bool = False) -> dict:
-    entry = {"args": ["--fix", name], "pays": pays, "what": what}
-    if compiles:
-        entry["compiles"] = True
-    return entry
+from .builders import W, fix
 
 
 PROGRAMS: list[dict] = [
@@ -30,11 +23,11 @@ PROGRAMS: list[dict] = [
         "capture_args": ["--steps", "40"],
         "step_range": "infer", "kind": "inference", "interleave": "all",
         "fixes": {
-            "batched_nms": _fix("batched_nms", True, "one threshold mask and one torchvision.ops.batched_nms over "
+            "batched_nms": fix("batched_nms", True, "one threshold mask and one torchvision.ops.batched_nms over "
                                 "all images and classes, results copied to the host once"),
-            "bf16_channels_last": _fix("bf16_channels_last", None, "backbone and heads in bf16 and "
+            "bf16_channels_last": fix("bf16_channels_last", None, "backbone and heads in bf16 and "
                                        "torch.channels_last; post-processing unchanged"),
-            "graph": _fix("graph", None, "the forward captured in a CUDA graph on a static input, replayed "
+            "graph": fix("graph", None, "the forward captured in a CUDA graph on a static input, replayed "
                           "each batch; post-processing unchanged"),
         },
         "expect": {
@@ -59,11 +52,11 @@ PROGRAMS: list[dict] = [
         "capture_args": ["--steps", "60"],
         "step_range": "denoise_step", "kind": "inference", "interleave": "all",
         "fixes": {
-            "channels_last": _fix("channels_last", False, "model and latents in torch.channels_last (fp16)"),
-            "sdpa": _fix("sdpa", None, "hand-written attention replaced by F.scaled_dot_product_attention"),
-            "graph": _fix("graph", True, "the denoising step (UNet and DDIM update) captured as one CUDA graph "
+            "channels_last": fix("channels_last", False, "model and latents in torch.channels_last (fp16)"),
+            "sdpa": fix("sdpa", None, "hand-written attention replaced by F.scaled_dot_product_attention"),
+            "graph": fix("graph", True, "the denoising step (UNet and DDIM update) captured as one CUDA graph "
                           "on static buffers and replayed"),
-            "compile": _fix("compile", True, "torch.compile(unet), default mode", compiles=True),
+            "compile": fix("compile", True, "torch.compile(unet), default mode", compiles=True),
         },
         "expect": {
             "baseline": "37M-parameter fp16 UNet, batch 32 x 64 px, one DDIM step an iteration: ~400 launches, "
@@ -86,11 +79,11 @@ PROGRAMS: list[dict] = [
         "capture_args": ["--steps", "30"],
         "step_range": "train_step", "kind": "training", "interleave": "all",
         "fixes": {
-            "bf16": _fix("bf16", None, "forward under torch.autocast(bfloat16); CTC loss in fp32"),
-            "fused_adamw": _fix("fused_adamw", False, "AdamW(fused=True) instead of the default foreach"),
-            "compile": _fix("compile", None, "torch.compile(model), default mode (recompiles once with dynamic "
+            "bf16": fix("bf16", None, "forward under torch.autocast(bfloat16); CTC loss in fp32"),
+            "fused_adamw": fix("fused_adamw", False, "AdamW(fused=True) instead of the default foreach"),
+            "compile": fix("compile", None, "torch.compile(model), default mode (recompiles once with dynamic "
                             "shapes: the padded length changes every batch)", compiles=True),
-            "sorted_lengths": _fix("sorted_lengths", None, "batches of utterances of neighbouring lengths "
+            "sorted_lengths": fix("sorted_lengths", None, "batches of utterances of neighbouring lengths "
                                    "(shuffled batch order): less padding"),
         },
         "expect": {
@@ -112,11 +105,11 @@ PROGRAMS: list[dict] = [
         "capture_args": ["--steps", "30"],
         "step_range": "train_step", "kind": "training", "interleave": "all",
         "fixes": {
-            "csr_spmm": _fix("csr_spmm", True, "mean aggregation as CSR sparse @ dense (cuSPARSE SpMM), the "
+            "csr_spmm": fix("csr_spmm", True, "mean aggregation as CSR sparse @ dense (cuSPARSE SpMM), the "
                              "transpose kept for the backward"),
-            "bf16": _fix("bf16", False, "node features in bf16, forward under torch.autocast(bfloat16): bf16 "
+            "bf16": fix("bf16", False, "node features in bf16, forward under torch.autocast(bfloat16): bf16 "
                          "messages and atomics"),
-            "fused_adam": _fix("fused_adam", False, "Adam(fused=True) on 45K parameters: a control"),
+            "fused_adam": fix("fused_adam", False, "Adam(fused=True) on 45K parameters: a control"),
         },
         "expect": {
             "baseline": "2-layer GraphSAGE, 1M nodes, 10M edges, 128 features, full batch: index_select and "
@@ -134,12 +127,12 @@ PROGRAMS: list[dict] = [
         "step_range": "train_step", "kind": "training",
         "interleave": ["channels_last_3d", "bf16_channels_last_3d", "tf32"],
         "fixes": {
-            "channels_last_3d": _fix("channels_last_3d", True, "model and clips in torch.channels_last_3d, fp32"),
-            "bf16_channels_last_3d": _fix("bf16_channels_last_3d", True, "channels_last_3d and the forward under "
+            "channels_last_3d": fix("channels_last_3d", True, "model and clips in torch.channels_last_3d, fp32"),
+            "bf16_channels_last_3d": fix("bf16_channels_last_3d", True, "channels_last_3d and the forward under "
                                           "torch.autocast(bfloat16)"),
-            "cudnn_benchmark": _fix("cudnn_benchmark", None, "torch.backends.cudnn.benchmark = True "
+            "cudnn_benchmark": fix("cudnn_benchmark", None, "torch.backends.cudnn.benchmark = True "
                                     "(process-wide: timed in runs of its own)"),
-            "tf32": _fix("tf32", False, "torch.set_float32_matmul_precision('high'): the final Linear only "
+            "tf32": fix("tf32", False, "torch.set_float32_matmul_precision('high'): the final Linear only "
                          "(cuDNN's convolutions are TF32 already)"),
         },
         "expect": {
@@ -159,10 +152,10 @@ PROGRAMS: list[dict] = [
         "capture_args": ["--steps", "60"],
         "step_range": "train_step", "kind": "training", "interleave": "all",
         "fixes": {
-            "no_item": _fix("no_item", False, "loss summed on the GPU, read (logged, NaN-checked) every 50 steps"),
-            "compile_graphs": _fix("compile_graphs", True, "torch.compile(model, mode='reduce-overhead'), "
+            "no_item": fix("no_item", False, "loss summed on the GPU, read (logged, NaN-checked) every 50 steps"),
+            "compile_graphs": fix("compile_graphs", True, "torch.compile(model, mode='reduce-overhead'), "
                                    ".item() every step kept", compiles=True),
-            "graph": _fix("graph", True, "forward, backward and capturable AdamW captured by hand in one CUDA "
+            "graph": fix("graph", True, "forward, backward and capturable AdamW captured by hand in one CUDA "
                           "graph; .item() every step kept, outside it"),
         },
         "expect": {
@@ -181,10 +174,10 @@ PROGRAMS: list[dict] = [
         "capture_args": ["--steps", "30"],
         "step_range": "score_batch", "kind": "inference", "interleave": "all",
         "fixes": {
-            "argmax_gpu": _fix("argmax_gpu", True, "argmax on the GPU, 16 KB of token ids copied"),
-            "pinned": _fix("pinned", True, "logits copied into a pinned buffer with non_blocking=True and an "
+            "argmax_gpu": fix("argmax_gpu", True, "argmax on the GPU, 16 KB of token ids copied"),
+            "pinned": fix("pinned", True, "logits copied into a pinned buffer with non_blocking=True and an "
                            "event waited for; numpy's argmax kept"),
-            "half_copy": _fix("half_copy", True, "logits copied in fp16 (pageable), widened on the host before "
+            "half_copy": fix("half_copy", True, "logits copied in fp16 (pageable), widened on the host before "
                               "numpy's argmax"),
         },
         "expect": {
@@ -204,9 +197,9 @@ PROGRAMS: list[dict] = [
         "capture_args": ["--steps", "30"],
         "step_range": "train_step", "kind": "training", "compiles": True, "interleave": "all",
         "fixes": {
-            "reduce_overhead": _fix("reduce_overhead", False, "torch.compile mode='reduce-overhead' (CUDA graphs) "
+            "reduce_overhead": fix("reduce_overhead", False, "torch.compile mode='reduce-overhead' (CUDA graphs) "
                                     "instead of the default mode", compiles=True),
-            "fused_adamw": _fix("fused_adamw", None, "AdamW(fused=True) instead of the default foreach"),
+            "fused_adamw": fix("fused_adamw", None, "AdamW(fused=True) instead of the default foreach"),
         },
         "expect": {
             "baseline": "ViT-B/16 already torch.compile'd (default), batch 64, bf16 autocast: ~6.8 TFLOP of "
@@ -220,10 +213,10 @@ PROGRAMS: list[dict] = [
         "capture_args": ["--steps", "40"],
         "step_range": "train_step", "kind": "training", "interleave": "all",
         "fixes": {
-            "foreach_ema": _fix("foreach_ema", False, "EMA as one torch._foreach_lerp_ instead of a Python loop "
+            "foreach_ema": fix("foreach_ema", False, "EMA as one torch._foreach_lerp_ instead of a Python loop "
                                 "of mul_/add_ per tensor"),
-            "fused_adamw": _fix("fused_adamw", False, "AdamW(fused=True) instead of the default foreach"),
-            "bf16": _fix("bf16", True, "forward and loss under torch.autocast(bfloat16)"),
+            "fused_adamw": fix("fused_adamw", False, "AdamW(fused=True) instead of the default foreach"),
+            "bf16": fix("bf16", True, "forward and loss under torch.autocast(bfloat16)"),
         },
         "expect": {
             "baseline": "timm ConvNeXt-Atto, batch 128 x 224 px, fp32, AdamW, per-tensor EMA loop (256 launches): "
@@ -241,10 +234,10 @@ PROGRAMS: list[dict] = [
         "capture_args": ["--steps", "30"],
         "step_range": "train_step", "kind": "training", "interleave": "all",
         "fixes": {
-            "clamp_on_gpu": _fix("clamp_on_gpu", False, "logit_scale.data.clamp_ on the GPU instead of reading it "
+            "clamp_on_gpu": fix("clamp_on_gpu", False, "logit_scale.data.clamp_ on the GPU instead of reading it "
                                  "with .item() each step"),
-            "bf16": _fix("bf16", True, "forward and loss under torch.autocast(bfloat16)"),
-            "fused_adamw": _fix("fused_adamw", False, "AdamW(fused=True) instead of the default foreach"),
+            "bf16": fix("bf16", True, "forward and loss under torch.autocast(bfloat16)"),
+            "fused_adamw": fix("fused_adamw", False, "AdamW(fused=True) instead of the default foreach"),
         },
         "expect": {
             "baseline": "CLIP-style two towers (4-block ViT d=256 at 128 px, 4-block text transformer), batch "

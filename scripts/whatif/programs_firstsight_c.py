@@ -18,15 +18,11 @@ launcher; the single-GPU paths (``list --capture``, scripts/gpu/corpus_capture.s
 pays: True (expected > 1.05x), False (expected < 1.05x), None (not sure). The expectations were
 written with the programs, before any run of them on a GPU: no h200 first look.
 
-Imports nothing beyond the standard library.
+Imports only what the registry's programs share (builders.py).
 """
 from __future__ import annotations
 
-W = "scripts/workloads"
-
-
-def _fix(name: str, pays, what: str) -> dict:
-    return {"args": ["--fix", name], "pays": pays, "what": what}
+from .builders import W, fix
 
 
 PROGRAMS: list[dict] = [
@@ -36,12 +32,12 @@ PROGRAMS: list[dict] = [
         "ranks": 2, "launcher": "torchrun", "timeout_s": 240,
         "step_range": "train_step", "kind": "training", "interleave": "all",
         "fixes": {
-            "no_sync": _fix("no_sync", None, "the first 3 of 4 micro-batches inside model.no_sync(): one "
+            "no_sync": fix("no_sync", None, "the first 3 of 4 micro-batches inside model.no_sync(): one "
                             "all-reduce round per optimizer step instead of 4"),
-            "bucket_100mb": _fix("bucket_100mb", False, "DDP(bucket_cap_mb=100): 5-6 buckets a round instead "
+            "bucket_100mb": fix("bucket_100mb", False, "DDP(bucket_cap_mb=100): 5-6 buckets a round instead "
                                  "of about 20"),
-            "fused_adamw": _fix("fused_adamw", False, "AdamW(fused=True) instead of the default foreach"),
-            "bf16_compress": _fix("bf16_compress", None, "DDP's bf16_compress_hook: gradients all-reduced in "
+            "fused_adamw": fix("fused_adamw", False, "AdamW(fused=True) instead of the default foreach"),
+            "bf16_compress": fix("bf16_compress", None, "DDP's bf16_compress_hook: gradients all-reduced in "
                                   "bf16, half the bytes"),
         },
         "expect": {
@@ -66,12 +62,12 @@ PROGRAMS: list[dict] = [
         "ranks": 2, "launcher": "torchrun", "timeout_s": 240,
         "step_range": "train_step", "kind": "training", "interleave": "all",
         "fixes": {
-            "default_buckets": _fix("default_buckets", None, "bucket_cap_mb left at DDP's default (25 MB): "
+            "default_buckets": fix("default_buckets", None, "bucket_cap_mb left at DDP's default (25 MB): "
                                     "about 20 all-reduces a step instead of about 90"),
-            "gradient_as_bucket_view": _fix("gradient_as_bucket_view", False, "DDP(gradient_as_bucket_view="
+            "gradient_as_bucket_view": fix("gradient_as_bucket_view", False, "DDP(gradient_as_bucket_view="
                                             "True): no copy of the gradients into and out of the buckets"),
-            "static_graph": _fix("static_graph", False, "DDP(static_graph=True)"),
-            "fused_adamw": _fix("fused_adamw", None, "AdamW(fused=True) instead of the default foreach"),
+            "static_graph": fix("static_graph", False, "DDP(static_graph=True)"),
+            "fused_adamw": fix("fused_adamw", None, "AdamW(fused=True) instead of the default foreach"),
         },
         "expect": {
             "baseline": "BERT-base MLM (110M params) from torch.nn, bf16 autocast, 16 x 128 tokens per rank, "

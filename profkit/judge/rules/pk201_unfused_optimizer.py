@@ -83,6 +83,22 @@ def passes(name: str) -> int:
     return reads + (depth - reads if depth > reads else 1)
 
 
+def _stretch(ctx: RuleContext, kept, gone, first: bool) -> tuple[np.ndarray, int]:
+    """The calls from the first launch of the optimizer's kernels (``first``; else the call after
+    it) to the last, in each modelled iteration, and how many iterations hold one."""
+    g = ctx.model.graph
+    ops = np.concatenate([ctx.graph_ops(kept), ctx.graph_ops(gone)])
+    calls = np.unique(g.g_call[ops[ops >= 0]])
+    calls = calls[calls >= 0]
+    if not len(calls):
+        return calls, 0
+    it = np.searchsorted(g.iter_call, calls, side="right") - 1
+    its = np.unique(it)
+    skip = 0 if first else 1
+    return np.concatenate([np.arange(calls[it == i].min() + skip, calls[it == i].max() + 1)
+                           for i in its]), len(its)
+
+
 def _host_saving(ctx: RuleContext, timed: list, kept, gone) -> tuple[np.ndarray, float, str, float]:
     """(calls, factor, what, the host's own gain) for the CPU side of the fused step: the calls
     from the first to the last launch of the optimizer's kernels in each modelled iteration, their
@@ -90,22 +106,15 @@ def _host_saving(ctx: RuleContext, timed: list, kept, gone) -> tuple[np.ndarray,
     timing kept no host times or the step graph holds no optimizer launch."""
     none = (np.empty(0, dtype=np.int64), 1.0, "", 1.0)
     hosts = [e.host for e in timed if e.host is not None]
-    model = ctx.model
-    if not timed or len(hosts) != len(timed) or model is None:
+    if not timed or len(hosts) != len(timed) or ctx.model is None:
         return none
     saved = sum(max(o - r, 0.0) for o, r in hosts)   # per step of every optimizer (unprofiled ns)
     own_gain = sum(o for o, _ in hosts) / max(sum(r for _, r in hosts), 1e-9)
-    g = model.graph
-    ops = np.concatenate([ctx.graph_ops(kept), ctx.graph_ops(gone)])
-    calls = np.unique(g.g_call[ops[ops >= 0]])
-    calls = calls[calls >= 0]
-    if saved <= 0 or not len(calls):
+    region, iters = _stretch(ctx, kept, gone, first=True)
+    if saved <= 0 or not iters:
         return none
-    it = np.searchsorted(g.iter_call, calls, side="right") - 1
-    region = np.concatenate([np.arange(calls[it == i].min(), calls[it == i].max() + 1)
-                             for i in np.unique(it)])
+    g = ctx.model.graph
     cpu = float(g.c_gap[region].sum() + g.c_own[region].sum()) * ctx.host  # as the replay runs it
-    iters = len(np.unique(it))
     if cpu <= 0:
         return none
     factor = max(0.0, 1.0 - saved * iters / cpu)
@@ -124,22 +133,16 @@ def _foreach_python(ctx: RuleContext, kept, gone) -> tuple[np.ndarray, str, np.n
     may hold the program's own code between the backward and the step): the foreach path's Python
     between its ops, which one fused call does not run."""
     none = (np.empty(0, dtype=np.int64), "", np.empty(0, dtype=np.int64))
-    model = ctx.model
-    if model is None:
+    if ctx.model is None:
         return none
-    g = model.graph
-    ops = np.concatenate([ctx.graph_ops(kept), ctx.graph_ops(gone)])
-    calls = np.unique(g.g_call[ops[ops >= 0]])
-    calls = calls[calls >= 0]
-    if not len(calls):
+    region, iters = _stretch(ctx, kept, gone, first=False)
+    if not iters:
         return none
-    it = np.searchsorted(g.iter_call, calls, side="right") - 1
-    region = np.concatenate([np.arange(calls[it == i].min() + 1, calls[it == i].max() + 1)
-                             for i in np.unique(it)])
+    g = ctx.model.graph
     kept_ops = ctx.graph_ops(kept)
     kept_calls = np.unique(g.g_call[kept_ops[kept_ops >= 0]])
     between = region[~np.isin(region, kept_calls)]
-    cpu = float(g.c_gap[region].sum() + g.c_own[between].sum()) * ctx.host / len(np.unique(it))
+    cpu = float(g.c_gap[region].sum() + g.c_own[between].sum()) * ctx.host / iters
     return region, f"; the foreach path's Python between its launches {cpu / 1e3:.0f} us an iteration gone", between
 
 

@@ -154,8 +154,7 @@ def detect(ctx: RuleContext) -> list[Finding]:
                                 what + ", its kernels kept (a floor: cuDNN's own kernels can be faster "
                                 "than the cells')")
     else:
-        loop_ops = np.concatenate([g.ops_idx[g.ops_ptr[c]:g.ops_ptr[c + 1]] for c in calls]) \
-            if len(calls) else np.empty(0, np.int64)
+        loop_ops = g.launched_by(calls)
         gain, basis = ctx.price(lambda gr: scale_ops(cuda_graph(gr, calls, whole_step=True), loop_ops, ratio),
                                 what + f", its kernels {ratio:.2f}x faster (the library layer's kernels "
                                 "against the cells', timed)")

@@ -178,6 +178,13 @@ class StepGraph:
     def n_ops(self) -> int:
         return len(self.g_start)
 
+    def launched_by(self, calls) -> np.ndarray:
+        """The operations the ``calls`` launched, call by call."""
+        calls = np.asarray(calls, dtype=np.int64)
+        if not len(calls):
+            return np.empty(0, dtype=np.int64)
+        return np.concatenate([self.ops_idx[self.ops_ptr[c]:self.ops_ptr[c + 1]] for c in calls])
+
     def copy(self) -> "StepGraph":
         """A deep copy whose arrays a transformation may change."""
         out = StepGraph(**{k: (v.copy() if isinstance(v, np.ndarray) else

@@ -277,7 +277,7 @@ def graphable(g: StepGraph, calls: np.ndarray) -> list[str]:
     alloc = (kind == int(CallKind.ALLOC)) | (kind == int(CallKind.FREE))
     if alloc.any():
         why.append(f"{int(alloc.sum())} allocation/free call(s) ({_names(names[alloc])})")
-    ops = np.concatenate([g.ops_idx[g.ops_ptr[i]:g.ops_ptr[i + 1]] for i in sel]) if len(sel) else np.empty(0, np.int64)
+    ops = g.launched_by(sel)
     if len(ops) and g.g_host_paced[ops].any():
         why.append(f"{int(g.g_host_paced[ops].sum())} pageable copy(ies)")
     return why
@@ -375,7 +375,7 @@ def _batch_producers(g: StepGraph, copies: np.ndarray, batch: np.ndarray) -> Ste
     groups, ns, body = [], [], []
     for k in np.unique(it):
         mine = prod[it == k]
-        ops = np.concatenate([g.ops_idx[g.ops_ptr[c]:g.ops_ptr[c + 1]] for c in mine])
+        ops = g.launched_by(mine)
         if len(ops) >= 2:
             groups.append(ops)
             ns.append(float(g.g_dur[ops].sum()))

@@ -20,6 +20,7 @@ deadline=$(( $(date +%s) + budget ))
 mkdir -p "$out/traces" "$out/logs"
 export PYTHONUNBUFFERED=1
 left() { echo $(( deadline - $(date +%s) )); }
+captured=()
 
 python3 scripts/whatif_accuracy.py list --capture --fixed > "$out/programs.tsv" || { echo "cannot read the registry"; exit 1; }
 # programs of several ranks (one GPU each) are not in that list: firstsight_ddp.sh captures them
@@ -48,11 +49,12 @@ while IFS=$'\t' read -r -a f <&3; do
   timeout "$t" python3 -m profkit capture --force "${flags[@]}" "${extra[@]}" -o "$out/traces/$name.sqlite" "$script" "${args[@]}" \
     < /dev/null > "$out/logs/$name.log" 2>&1 || echo "   $name failed: $(tail -3 "$out/logs/$name.log")"
   echo "   $name took $(( $(date +%s) - s ))s"
+  captured+=("$name")
 done 3< "$out/programs.tsv"
 
-for t in "$out"/traces/*.sqlite; do
+for b in "${captured[@]}"; do  # this call's traces only (a later call into OUTDIR may have trimmed others)
+  t="$out/traces/$b.sqlite"
   [ -f "$t" ] || continue
-  b=$(basename "$t" .sqlite)
   nsys stats -q -r nvtx_gpu_proj_sum,cuda_gpu_kern_sum --format csv -o "$out/logs/$b" "$t" >/dev/null 2>&1
 done
 rm -f "$out"/traces/*.nsys-rep

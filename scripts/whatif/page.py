@@ -12,6 +12,7 @@ import json
 import statistics
 import sys
 
+from . import tried
 from .pricing import page_rows
 from .store import INTERLEAVED, MEASURED, ROOT
 
@@ -137,6 +138,7 @@ def page_text(measured: dict, load=None) -> str:
                      f"{r['meas_ns'] / 1e6:.2f} ms | {r['error']:+.0%} | {r['error_capture']:+.0%} | "
                      f"{r['role']} |")
     lines += both_ways_text(pairs)
+    lines += tried.lines(pairs)
     lines += ["", "## Programs: calibration, and the top action against the measured best", "",
               "| program | calibration | under nsys | without (measured) | model without | top action | its fix measured "
               "| measured best | right |",

@@ -16,6 +16,7 @@
 #   OUTDIR/bring/NAME.sqlite.xz   -> traces/corpus/   (trimmed to 14 iterations of the step range)
 #   OUTDIR/measured.json          -> `whatif_accuracy.py merge OUTDIR/measured.json --folder LABEL`
 #   OUTDIR/logs/                  the captures' logs (the trials' seconds, the replacement timings)
+#   OUTDIR/calib/                 the interleaved blocks (`merge` reads them beside measured.json)
 # then, before any change, on a clean tree: `whatif_accuracy.py firstsight --programs NAMES` and
 # commit its record; only then `whatif_accuracy.py page`.
 set -u
@@ -34,7 +35,9 @@ echo "== programs: $names"
 python3 scripts/whatif_accuracy.py list --ranges --first-sight $names > "$out/ranges.tsv"
 pack() {
   [ -n "${FIRSTSIGHT_PACK:-}" ] || return 0
-  tar -C "$out" -cf "$FIRSTSIGHT_PACK.part" bring logs $( [ -f "$out/measured.json" ] && echo measured.json ) \
+  # calib/: the interleaved processes' blocks, which `whatif_accuracy.py merge` reads
+  tar -C "$out" -cf "$FIRSTSIGHT_PACK.part" bring logs $( [ -d "$out/calib" ] && echo calib ) \
+    $( [ -f "$out/measured.json" ] && echo measured.json ) \
     && mv "$FIRSTSIGHT_PACK.part" "$FIRSTSIGHT_PACK"
 }
 for name in $names; do

@@ -5,8 +5,8 @@
 # `profkit capture` with its trials (PROFKIT_CAPTURE_EXTRA, by default `--try auto --try-runs 1
 # --max-iterations 30`) and the registry's capture arguments; then the baseline and every fix
 # timed interleaved in one process; then the trace trimmed to the iterations the pages need and
-# compressed. With FIRSTSIGHT_PACK=FILE.tar, what to bring back is packed into FILE.tar after
-# each program (a call cut short still returns the programs it finished).
+# compressed. With FIRSTSIGHT_PACK=FILE.tar, what to bring back is packed into FILE.tar.00 (.01,
+# ... past 15 MB) after each program (a call cut short still returns the programs it finished).
 #
 #   scripts/gpu/firstsight.sh OUTDIR SECONDS a|b|NAME...
 #
@@ -35,10 +35,12 @@ echo "== programs: $names"
 python3 scripts/whatif_accuracy.py list --ranges --first-sight $names > "$out/ranges.tsv"
 pack() {
   [ -n "${FIRSTSIGHT_PACK:-}" ] || return 0
-  # calib/: the interleaved processes' blocks, which `whatif_accuracy.py merge` reads
-  tar -C "$out" -cf "$FIRSTSIGHT_PACK.part" bring logs $( [ -d "$out/calib" ] && echo calib ) \
-    $( [ -f "$out/measured.json" ] && echo measured.json ) \
-    && mv "$FIRSTSIGHT_PACK.part" "$FIRSTSIGHT_PACK"
+  # calib/: the interleaved processes' blocks, which `whatif_accuracy.py merge` reads. In pieces
+  # of 15 MB (FILE.tar.00, .01, ...: `cat FILE.tar.* | tar x`), for transfers that limit a file's size.
+  tar -C "$out" -cf "$out/pack.tar" bring logs $( [ -d "$out/calib" ] && echo calib ) \
+    $( [ -f "$out/measured.json" ] && echo measured.json ) || return 0
+  rm -f "$FIRSTSIGHT_PACK".[0-9][0-9]
+  split -b 15m -d "$out/pack.tar" "$FIRSTSIGHT_PACK."
 }
 for name in $names; do
   left=$(( deadline - $(date +%s) ))

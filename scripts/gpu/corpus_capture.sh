@@ -46,7 +46,8 @@ while IFS=$'\t' read -r -a f <&3; do
   echo "== $name ($(date -u +%T), ${t}s left): ${flags[*]} $script ${args[*]}"
   s=$(date +%s)
   read -r -a extra <<< "${PROFKIT_CAPTURE_EXTRA:-}"
-  timeout "$t" python3 -m profkit capture --force "${flags[@]}" "${extra[@]}" -o "$out/traces/$name.sqlite" "$script" "${args[@]}" \
+  # SIGINT at the limit, as Ctrl-C: trials cut short, the trace and what they measured kept
+  timeout -s INT -k 30 "$t" python3 -m profkit capture --force "${flags[@]}" "${extra[@]}" -o "$out/traces/$name.sqlite" "$script" "${args[@]}" \
     < /dev/null > "$out/logs/$name.log" 2>&1 || echo "   $name failed: $(tail -3 "$out/logs/$name.log")"
   echo "   $name took $(( $(date +%s) - s ))s"
   captured+=("$name")

@@ -2,7 +2,7 @@
 # On a GPU machine, from the repository root: the first sight of single-GPU what-if programs, in
 # one call within SECONDS, one program at a time so that each finished program is whole. For
 # each NAME (default: every first-sight program of SET a or b that has no committed trace yet):
-# `profkit capture` with its trials (PROFKIT_CAPTURE_EXTRA, by default `--try auto --try-runs 1
+# `profkit capture` with its trials (PROFKIT_CAPTURE_EXTRA, by default `--try auto --try-runs 1 --try-timeout 90
 # --max-iterations 30`) and the registry's capture arguments; then the baseline and every fix
 # timed interleaved in one process; then the trace trimmed to the iterations the pages need and
 # compressed. With FIRSTSIGHT_PACK=FILE.tar, what to bring back is packed into FILE.tar.00 (.01,
@@ -28,7 +28,7 @@ deadline=$(( t0 + budget ))
 min_left=${FIRSTSIGHT_MIN_LEFT:-150}
 mkdir -p "$out/bring" "$out/logs"
 export PYTHONUNBUFFERED=1
-export PROFKIT_CAPTURE_EXTRA=${PROFKIT_CAPTURE_EXTRA:---try auto --try-runs 1 --max-iterations 30}
+export PROFKIT_CAPTURE_EXTRA=${PROFKIT_CAPTURE_EXTRA:---try auto --try-runs 1 --try-timeout 90 --max-iterations 30}
 names=$(python3 scripts/whatif_accuracy.py list --first-sight "$@") || exit 2
 [ -n "$names" ] || { echo "firstsight: nothing to capture for: $*"; exit 0; }
 echo "== programs: $names"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -17,7 +18,9 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.skipif(shutil.which("bash") is None or shutil.which("split") is None, reason="needs bash and split")
 def test_each_program_is_tried_in_turn_skipped_when_the_budget_is_spent_and_packed(tmp_path):
     env = dict(os.environ, PROFKIT_NSYS=str(tmp_path / "no-nsys"), FIRSTSIGHT_PACK=str(tmp_path / "fs.tar"),
-               FIRSTSIGHT_MIN_LEFT="25")
+               FIRSTSIGHT_MIN_LEFT="25",
+               # the script's python3 is this one (profkit and its dependencies importable)
+               PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
     names = ["recsys_embbag_train", "gnn_scatter_train"]
     r = subprocess.run(["bash", "scripts/gpu/firstsight.sh", str(tmp_path / "out"), "40", *names],
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)

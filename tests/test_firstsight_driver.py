@@ -4,6 +4,7 @@ budget leaves no room for, and packs what there is after each program."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -38,4 +39,5 @@ def test_each_program_is_tried_in_turn_skipped_when_the_budget_is_spent_and_pack
     # a budget below FIRSTSIGHT_MIN_LEFT starts nothing
     r = subprocess.run(["bash", "scripts/gpu/firstsight.sh", str(tmp_path / "out2"), "10", names[0]],
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0 and "== recsys_embbag_train: skipped (10s left)" in r.stdout
+    # (10 s, or 9 when the machine is slow to start the script)
+    assert r.returncode == 0 and re.search(r"== recsys_embbag_train: skipped \((10|9)s left\)", r.stdout)

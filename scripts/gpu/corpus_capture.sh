@@ -11,8 +11,8 @@
 # kernel summaries to OUTDIR/logs/NAME_*.csv. A capture never gets more time than is left.
 # One GPU, one process: the programs of several ranks (DDP) are left out, and named, say so
 # (scripts/gpu/firstsight_ddp.sh captures and times them on a machine with their GPUs).
-# PROFKIT_CAPTURE_EXTRA: more `profkit capture` flags for every capture (scripts/gpu/firstsight.sh:
-# `--try auto --max-iterations 30`).
+# PROFKIT_CAPTURE_EXTRA: more `profkit capture` flags for every capture (scripts/gpu/firstsight.sh
+# sets its trials' flags there).
 set -u
 out=${1:?usage: corpus_capture.sh OUTDIR SECONDS [NAME...]}; budget=${2:?usage: corpus_capture.sh OUTDIR SECONDS [NAME...]}
 shift 2
@@ -21,6 +21,7 @@ mkdir -p "$out/traces" "$out/logs"
 export PYTHONUNBUFFERED=1
 left() { echo $(( deadline - $(date +%s) )); }
 captured=()
+read -r -a extra <<< "${PROFKIT_CAPTURE_EXTRA:-}"
 
 python3 scripts/whatif_accuracy.py list --capture --fixed > "$out/programs.tsv" || { echo "cannot read the registry"; exit 1; }
 # programs of several ranks (one GPU each) are not in that list: firstsight_ddp.sh captures them
@@ -45,7 +46,6 @@ while IFS=$'\t' read -r -a f <&3; do
   t=$(left); [ "$t" -le 20 ] && { echo "== skip $name (no time left)"; continue; }
   echo "== $name ($(date -u +%T), ${t}s left): ${flags[*]} $script ${args[*]}"
   s=$(date +%s)
-  read -r -a extra <<< "${PROFKIT_CAPTURE_EXTRA:-}"
   # SIGINT at the limit, as Ctrl-C: trials cut short, the trace and what they measured kept
   timeout -s INT -k 30 "$t" python3 -m profkit capture --force "${flags[@]}" "${extra[@]}" -o "$out/traces/$name.sqlite" "$script" "${args[@]}" \
     < /dev/null > "$out/logs/$name.log" 2>&1 || echo "   $name failed: $(tail -3 "$out/logs/$name.log")"

@@ -61,6 +61,5 @@ for name in $names; do
   pack
 done
 [ -f "$out/measured.json" ] && python3 scripts/whatif_accuracy.py table "$out/measured.json"
-pack
 ls -la "$out/bring"
 echo "firstsight: done in $(( $(date +%s) - t0 ))s"

@@ -135,7 +135,7 @@ def page_rows(measured: dict, load=None, only: set[str] | None = None) -> tuple[
             mine.append(row)
             if best is None or ms > best["measured"]:
                 best = row
-        tried.attach(mine, {name: [t.as_dict() for t in p.trials()]})
+        tried.attach(mine, [t.as_dict() for t in p.trials()])
         progs.append({"program": name, "trace": trace, "calibration": cal.source,
                       "profiled_ns": cal.profiled_iteration_ns, "unprofiled_ns": cal.unprofiled_iteration_ns,
                       "predicted_ns": cal.predicted_iteration_ns, "top": top, "best": best,

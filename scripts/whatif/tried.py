@@ -77,12 +77,12 @@ SWITCH_OF: dict[tuple[str, str], str] = {
 }
 
 
-def attach(pairs: list[dict], trials_of: dict[str, list[dict]]) -> None:
-    """Give each pair whose fix a trial of its program's trace did the same way its ``tried``
-    (``TrialResult.as_dict()``), or None."""
+def attach(pairs: list[dict], trials: list[dict]) -> None:
+    """Give each pair of one program whose fix one of ``trials`` (its trace's, as
+    ``TrialResult.as_dict()``) did the same way its ``tried``, or None."""
     for r in pairs:
         switch = SWITCH_OF.get((r["program"], r["fix"]))
-        got = [t for t in trials_of.get(r["program"], []) if t["switch"] == switch] if switch else []
+        got = [t for t in trials if t["switch"] == switch] if switch else []
         r["tried"] = got[0] if got else None
 
 

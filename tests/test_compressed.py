@@ -180,3 +180,30 @@ def test_trim_tail_keeps_the_first_iterations_and_the_next_one_whole(tmp_path):
     assert [r[0] for r in con.execute("SELECT start FROM NVTX_EVENTS ORDER BY start")] == [0, 100, 200, 450]
     assert [r[0] for r in con.execute("SELECT start FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY start")] == [10, 110, 210]
     assert con.execute("SELECT value FROM PROFKIT_META WHERE key = 'trimmed_after_ns'").fetchone() == ("300",)
+
+
+def test_trim_tail_keeps_the_gpu_work_of_kept_iterations_that_ran_after_the_cut(tmp_path):
+    # A GPU-bound loop with no sync: the CPU launches each iteration's kernel long before the GPU
+    # runs it, so the kernels of the kept iterations start after the cut on the GPU's clock.
+    import sqlite3
+    import sys
+    sys.path.insert(0, str(ROOT / "scripts" / "tools"))
+    import trim_tail
+    db = tmp_path / "t.sqlite"
+    con = sqlite3.connect(db)
+    con.execute("CREATE TABLE NVTX_EVENTS (text TEXT, start INT, \"end\" INT)")
+    con.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INT, \"end\" INT, correlationId INT)")
+    con.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INT, \"end\" INT, correlationId INT)")
+    con.execute("CREATE TABLE PROFKIT_META (key TEXT, value TEXT)")
+    for i in range(5):  # ranges at 0, 10, ..., 40 on the CPU; each one's kernel runs 100 ns on the GPU
+        con.execute("INSERT INTO NVTX_EVENTS VALUES ('step', ?, ?)", (10 * i, 10 * i + 9))
+        con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, ?)", (10 * i + 1, 10 * i + 2, i))
+        con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?, ?, ?)", (100 * i + 5, 100 * i + 105, i))
+    con.commit()
+    con.close()
+    trim_tail.main(str(db), "step", 2)
+    con = sqlite3.connect(db)
+    assert [r[0] for r in con.execute("SELECT start FROM NVTX_EVENTS ORDER BY start")] == [0, 10, 20]
+    assert [r[0] for r in con.execute("SELECT correlationId FROM CUPTI_ACTIVITY_KIND_RUNTIME")] == [0, 1, 2]
+    # cut by the GPU's own clock, only the first kernel would have stayed
+    assert [r[0] for r in con.execute("SELECT correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY start")] == [0, 1, 2]

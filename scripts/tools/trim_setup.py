@@ -36,12 +36,13 @@ def main(path: str, name: str, keep_ns: float = KEEP_NS) -> None:
     delete_rows(con, '"end" IS NOT NULL AND "end" < ?', cut, "before", "trimmed_before_ns")
 
 
-def delete_rows(con: sqlite3.Connection, where: str, cut: int, side: str, key: str) -> None:
-    """Delete the rows of every activity table matching ``where`` (one parameter: ``cut``), record
-    the cut in PROFKIT_META under ``key``, vacuum and close."""
+def delete_rows(con: sqlite3.Connection, where: str, cut: int, side: str, key: str,
+                skip: tuple[str, ...] = ()) -> None:
+    """Delete the rows of every activity table but ``skip`` matching ``where`` (one parameter:
+    ``cut``), record the cut in PROFKIT_META under ``key``, vacuum and close."""
     have = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     for t in TABLES:
-        if t in have:
+        if t in have and t not in skip:
             n = con.execute(f"DELETE FROM {t} WHERE {where}", (cut,)).rowcount
             print(f"{t}: {n} rows {side} the cut deleted")
     con.execute("INSERT INTO PROFKIT_META (key, value) VALUES (?, ?)", (key, str(cut)))

@@ -1,8 +1,11 @@
 """Shrink a capture by dropping the iterations after the first KEEP of its loop, so it can live in
 a repository.
 
-Every CUDA activity and NVTX range that starts after the start of instance KEEP + 2 of the NVTX
-range NAME is deleted (instance KEEP + 1 stays whole, the partial iteration profkit leaves out);
+Every CUDA API call and NVTX range that starts after the start of instance KEEP + 2 of the NVTX
+range NAME is deleted (instance KEEP + 1 stays whole, the partial iteration profkit leaves out),
+and with them the GPU work they launched: GPU activities are cut by their launch, not by when they
+ran, since the GPU of a loop with no sync runs iterations behind the CPU (cut by its own clock, a
+GPU-bound step would lose most of the kernels of the iterations it keeps);
 NVTX marks stay, being notes about the whole run rather than work of an iteration (the aten
 recorder's cost, left when the program ends),
 the cut is recorded in PROFKIT_META (``trimmed_after_ns``), and the file is vacuumed. What is
@@ -19,6 +22,9 @@ import sys
 
 from trim_setup import delete_rows
 
+# GPU activities carry the correlation id of the API call that launched them
+LAUNCHED = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")
+
 
 def main(path: str, name: str, keep: int) -> None:
     con = sqlite3.connect(path)
@@ -26,8 +32,19 @@ def main(path: str, name: str, keep: int) -> None:
     if len(starts) < keep + 2:
         sys.exit(f"trim_tail: {path} has {len(starts)} ranges named {name!r}, not more than {keep + 1}")
     cut = starts[keep + 1]
-    # marks (instant events) have no end
-    delete_rows(con, 'start >= ? AND "end" IS NOT NULL', cut, "after", "trimmed_after_ns")
+    have = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if "CUPTI_ACTIVITY_KIND_RUNTIME" in have:
+        for t in LAUNCHED:
+            if t in have:
+                # launched after the cut (the rest, with no launch call recorded: by their own start)
+                n = con.execute(
+                    f"DELETE FROM {t} WHERE correlationId IN (SELECT correlationId FROM "
+                    "CUPTI_ACTIVITY_KIND_RUNTIME WHERE start >= ?) OR (start >= ? AND correlationId NOT IN "
+                    "(SELECT correlationId FROM CUPTI_ACTIVITY_KIND_RUNTIME))", (cut, cut)).rowcount
+                print(f"{t}: {n} rows launched after the cut deleted")
+    # marks (instant events) have no end; GPU work launched before the cut stays, whenever it ran
+    delete_rows(con, 'start >= ? AND "end" IS NOT NULL', cut, "after", "trimmed_after_ns",
+                skip=LAUNCHED if "CUPTI_ACTIVITY_KIND_RUNTIME" in have else ())
 
 
 if __name__ == "__main__":

@@ -71,6 +71,16 @@ class Profile:
                       self.full_trace.windowed(self.window.start_ns, self.window.end_ns))
         self.gpu = self.full_trace.primary_gpu()
         self.peaks, self.warnings = resolve_peaks(self.gpu, peaks_file)
+        w = self.window
+        if w.lost_launches:
+            self.warn(f"the trace ends before the GPU finished: {w.lost_launches} kernel launch(es) of the "
+                      f"last {w.lost_iterations} {w.delimiter} range(s) have no kernel in the trace (the "
+                      "program ended without waiting for the GPU, or the trace was cut by the GPU's "
+                      "clock; a GPU-bound loop with no sync runs iterations behind its CPU) - " +
+                      ("too few whole iterations are left, so the window keeps them: the GPU's time per "
+                       "iteration is undercounted; capture again with torch.cuda.synchronize() before "
+                       "the program ends, or more iterations" if w.lost_kept else
+                       "the window ends before them"))
         self.notes: list[str] = []
         self._run: Optional[RunSummary] = None
         self._findings: list = []

@@ -23,6 +23,10 @@ CORPUS = sorted(ROOT.glob("traces/corpus/*.sqlite.xz"))
 # Captures whose calibration run profkit refuses (the machine's speed changed between the runs:
 # 8.20 ms an iteration without the profiler, 7.86 ms under it).
 REFUSED_CALIBRATION = {"efficientnet_b0_b4_infer"}
+# Captures that lost the GPU work of most of their iterations: gnn_scatter_train was trimmed by the
+# GPU's clock (before trim_tail cut GPU work by its launch), and its GPU runs 14x behind its CPU;
+# profkit says the window keeps incomplete iterations, and its calibration cannot be reached.
+LOST_GPU_WORK = {"gnn_scatter_train"}
 
 
 def _load(path: str):
@@ -40,6 +44,10 @@ def test_replay_and_calibration_meet_their_targets(path):
     m = model(name)
     c = m.calibration
     assert abs(c.replay_iteration_ns / c.profiled_iteration_ns - 1) <= 0.03
+    if name in LOST_GPU_WORK:
+        prof = _load(str(path))
+        assert prof.window.lost_kept and any("the trace ends before the GPU finished" in w for w in prof.warnings)
+        return
     if name in REFUSED_CALIBRATION:
         # Its run without the profiler was slower on the CPU side than the profiled one: refused,
         # estimated instead, and said so.

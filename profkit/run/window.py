@@ -58,6 +58,12 @@ class Window:
     # Kernel-sequence windows: the periods of the iterations left out before the window (first-call
     # set-up, a warm-up regime), so `left out` can name them.
     setup_iteration_ns: list[int] = field(default_factory=list)
+    # The trace's end lost GPU work: kernel launches of the last iterations with no kernel record
+    # (the program ended without waiting for the GPU, or the trace was cut by the GPU's clock).
+    # ``lost_iterations`` of them were left out of the window, ``lost_launches`` launches in all.
+    lost_launches: int = 0
+    lost_iterations: int = 0
+    lost_kept: bool = False           # too few whole iterations: the window keeps the incomplete ones
 
     @property
     def wall_ns(self) -> int:
@@ -201,6 +207,44 @@ def loop_range_mask(names: "pd.Series | tuple[np.ndarray, np.ndarray]") -> np.nd
     names) as Trace.range_codes_of gives them."""
     # Both patterns in one pass over the distinct names (a trace holds 10^5 ranges and more).
     return ~per_name(names, lambda n: bool(COMPILE_RANGE_RE.match(n) or LIBRARY_RANGE_RE.match(n)), bool)
+
+
+LAUNCH_RE = re.compile(r"^(cudaLaunchKernel|cuLaunchKernel|cudaLaunchCooperativeKernel|cuLaunchCooperativeKernel)")
+
+
+def _whole_instances(trace, inst: pd.DataFrame, first: int) -> tuple[int, int]:
+    """How many of the instances, from the first, are whole, and how many kernel launches of
+    the others have no kernel in the trace. The trace loses the GPU work at its end when the
+    program exits without waiting for the GPU (or a tool cuts the trace by the GPU's clock): a
+    GPU-bound loop with no sync runs many iterations behind its CPU, so the last iterations on the
+    CPU side hold launches whose kernels never made it into the trace. Walks back from the last
+    instance and stops at the first whole one: a whole trace costs one small read."""
+    acts = trace.activities
+    kern = (acts["kind"] == "kernel").to_numpy() & acts["api_start"].notna().to_numpy()
+    api = acts["api_start"].to_numpy(dtype="float64")[kern]
+    corr = acts["correlationId"].to_numpy(np.int64)[kern]
+    starts, ends = inst["start"].to_numpy(np.int64), inst["end"].to_numpy(np.int64)
+    lost = 0
+    for k in range(len(inst) - 1, first - 1, -1):
+        calls = trace.api_calls_between(int(starts[k]), int(ends[k]))
+        names = calls["name"].astype(str)
+        is_launch = names.str.match(LAUNCH_RE).to_numpy(bool)
+        # Launches recorded into a CUDA graph (between a stream's begin and end of capture) run
+        # nothing and leave no kernel: not lost work.
+        begin = calls["start"][names.str.startswith("cudaStreamBeginCapture")].to_numpy(np.int64)
+        end = calls["start"][names.str.startswith("cudaStreamEndCapture")].to_numpy(np.int64)
+        if len(begin):
+            t = calls["start"].to_numpy(np.int64)
+            if len(end) < len(begin):  # still capturing when the range ended
+                end = np.append(end, np.int64(ends[k]))
+            is_launch &= ~in_intervals(t, *sorted_union(begin, end[:len(begin)]))
+        launches = calls["correlationId"].to_numpy(np.int64)[is_launch]
+        have = corr[(api >= starts[k]) & (api <= ends[k])]
+        missing = int(np.count_nonzero(~np.isin(launches, have)))
+        if missing == 0:
+            return k + 1, lost
+        lost += missing
+    return first, lost
 
 
 def _gpu_end_of(trace, t0: int, t1: int) -> int:
@@ -447,7 +491,12 @@ def find_window(trace, spec: str = "auto") -> Window:
             # After the first instance and any later set-up outlier (CUDA-graph recording in the
             # second step of a torch.compile(mode="reduce-overhead") loop).
             first = leading_setup(inst["start"].to_numpy(np.int64))
-            w = _from_instances(trace, inst, first, None, name)
+            whole, lost = _whole_instances(trace, inst, first)
+            w = _from_instances(trace, inst.iloc[:whole] if lost and whole - first > MIN_ITERATIONS else inst,
+                                first, None, name)
+            if lost:
+                w.lost_launches, w.lost_iterations = lost, len(inst) - whole
+                w.lost_kept = not whole - first > MIN_ITERATIONS
         else:
             found = kernel_period(trace)
             if found is None:

@@ -808,7 +808,7 @@ def _trial_step(sqlite: Path, step_range: Optional[str],
 
 # A calibration run slower than the profiled one by more than this (a GPU-paced step's period
 # varies by a few percent between runs) was not the program's usual speed.
-CALIBRATION_SLACK = 1.03
+CALIBRATION_SLACK = 1.03  # the step model's NOISE_SLACK (profkit.run.step.calibrate): the same band
 # The second calibration run of a program whose first ran slower than its profiled run stops
 # after this many iterations (or --max-iterations): enough past the warm-up for a median.
 SECOND_RUN_ITERATIONS = 40

@@ -191,7 +191,9 @@ def model_lines(run: dict) -> list[str]:
              + (f" {fmt_time(cal['unprofiled_iteration_ns'])}" if cal["source"] == "measured" else "")
              + f"; {cal['host_time_added_by_profiler']:+.0%} host time from tracing"
              + (", estimated: the GPU sets the pace" if cal["source"] == "measured"
-                and cal.get("host_scale_from") == "estimate" else "") + "); "
+                and cal.get("host_scale_from") == "estimate" else
+                ": the run without it took as long, within a run's noise" if cal.get("host_scale_from") == "noise"
+                else "") + "); "
              f"replay of the trace {fmt_time(rep['simulated_iteration_ns'])}"]
     parts = run.get("critical_path") or []
     total = sum(p["ns_per_iteration"] for p in parts)

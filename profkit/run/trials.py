@@ -47,6 +47,7 @@ class TrialResult:
     baseline_ns: Optional[int]      # the baseline's (median of its runs)
     warm_up_s: Optional[float]      # time its warm-up iterations took beyond steady ones (compiling;
                                     # the median over its runs)
+    not_run: Optional[str] = None   # why it never ran (the trials were interrupted before its turn)
 
     @property
     def measured(self) -> bool:
@@ -58,7 +59,8 @@ class TrialResult:
         return {"switch": self.switch, "speedup": r(self.speedup), "runs": self.runs,
                 "lo": r(self.lo), "hi": r(self.hi), "applied": bool(self.applied),
                 "error": self.error, "note": self.note,
-                "warm_up_s": None if self.warm_up_s is None else round(float(self.warm_up_s), 1)}
+                "warm_up_s": None if self.warm_up_s is None else round(float(self.warm_up_s), 1),
+                **({"not_run": self.not_run} if self.not_run else {})}
 
     def text(self) -> str:
         return trial_text(self.as_dict())
@@ -70,6 +72,8 @@ def trial_text(t: dict) -> str:
     ``not applied (no DataLoader)``."""
     if t.get("error"):
         return f"failed ({t['error']})"
+    if t.get("not_run"):
+        return f"not run ({t['not_run']})"
     if not t.get("applied"):
         return f"not applied ({t['note']})" if t.get("note") else "not applied"
     if t.get("speedup") is None:
@@ -125,10 +129,14 @@ def summarize(meta_text: Optional[str]) -> list[TrialResult]:
         if not t.get("applied"):
             # the program ran unchanged: its time is no measure of the switch
             speedup = lo = hi = None
+        # never started: no run, no error, nothing the bootstrap said about it
+        not_run = ("the trials were interrupted before it" if data.get("interrupted") and not
+                   t.get("runs") and not t.get("error") and not t.get("note") and not t.get("applied")
+                   else None)
         out.append(TrialResult(str(t.get("switch", "")), bool(t.get("applied")), str(t.get("note") or ""),
                                t.get("error") or None, len(runs), speedup, lo, hi,
                                None if it is None else int(it), None if base_ns is None else int(base_ns),
-                               statistics.median(warm) if warm else None))
+                               statistics.median(warm) if warm else None, not_run))
     return out
 
 

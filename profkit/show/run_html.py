@@ -198,6 +198,8 @@ def tried_text(t: Optional[dict]) -> str:
         return "-"
     if t.get("error"):
         return f"failed: {t['error']}"
+    if t.get("not_run"):
+        return f"not run: {t['not_run']}"
     if t.get("applied") is False:
         return "not applied" + (f": {t['note']}" if t.get("note") else "")
     if not _finite(t.get("speedup")):

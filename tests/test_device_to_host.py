@@ -49,3 +49,11 @@ def test_a_bulk_device_to_host_copy_is_priced_reduced_on_the_gpu_and_pinned_besi
     assert e.g_dur[ops] == pytest.approx(64e6 / hbm * 1e9 + pk104.RESULT_COPY_NS)
     assert not e.g_host_paced[ops].any() and (e.c_gap[consumers] < 50_000).all()
     assert (e.c_gap[syncs] == g.c_gap[syncs]).all()
+    # pinned and read one step later: the copies' calls and the syncs after them wait for nothing,
+    # the consumers' CPU time stays (it overlaps the GPU's next step instead)
+    from profkit.run.step.transform import reads_after
+    reads = reads_after(g, ops)
+    assert set(g.g_call[ops].tolist()) <= set(reads.tolist()) and set(syncs.tolist()) <= set(reads.tolist())
+    assert not np.isin(consumers, reads).any()
+    later = f.evidence["pinned_read_later_speedup"]
+    assert later >= pinned and f"read one step later" in f.action and f"{later:.2f}x" in f.action

@@ -142,7 +142,7 @@ FIX_RULES = {
     ("handwritten_attention_train", "compile"): ("PK103", "fusion_speedup"),
     ("handwritten_attention_train", "fused_adamw"): ("PK201", None),
     ("eval_metrics_host", "argmax_gpu"): ("PK104", "reduce_on_gpu_speedup"),
-    ("eval_metrics_host", "pinned"): ("PK104", "pinned_speedup"),
+    ("eval_metrics_host", "pinned"): ("PK104", "pinned_read_later_speedup"),
     ("eval_metrics_host", "metrics_gpu"): ("PK104", "reduce_on_gpu_speedup"),
     ("per_sample_loss_train", "vectorized"): ("PK107", None),
     ("per_sample_loss_train", "graph"): ("PK103", "cuda_graph_speedup"),

@@ -227,18 +227,63 @@ def reduce_before_copy(g: StepGraph, ops: np.ndarray, reduce_ns: np.ndarray, res
     ops = np.asarray(ops, dtype=np.int64)
     out.g_dur[ops] = np.asarray(reduce_ns, dtype=np.float64) + result_ns
     out.g_host_paced[ops] = False
-    calls = g.g_call[ops]
+    _, consumer = _reads_and_consumer(g, ops)
+    out.c_gap[consumer] = np.minimum(out.c_gap[consumer], consumer_ns)
+    return out
+
+
+def reads_after(g: StepGraph, ops: np.ndarray) -> np.ndarray:
+    """The calls of the device-to-host copies ``ops`` and the host's reads right after each (the
+    sync of a blocking copy, more small copies and syncs) up to its consumer: the calls that wait
+    for the GPU before the host works on the data."""
+    reads, _ = _reads_and_consumer(g, ops)
+    return np.flatnonzero(reads)
+
+
+def _reads_and_consumer(g: StepGraph, ops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(per call: the copies' calls and the reads that follow them; per call: the consumer, the
+    first call after those reads, whose CPU gap is the host's work on the copied data)."""
+    calls = g.g_call[np.asarray(ops, dtype=np.int64)]
     calls = calls[calls >= 0]
     is_copy = np.zeros(g.n_calls, dtype=bool)
     is_copy[calls] = True
-    # PyTorch's blocking copy is the copy call and a stream synchronisation: the host's work on
-    # the data starts after the second.
-    sync = _right_after(g, is_copy) & (g.c_kind == int(CallKind.SYNC))
-    anchor = is_copy & ~np.isin(np.arange(g.n_calls), g.c_pred[sync])
-    anchor |= sync
-    consumer = _right_after(g, anchor) & (g.c_tid == g.c_tid[np.maximum(g.c_pred, 0)])
-    out.c_gap[consumer] = np.minimum(out.c_gap[consumer], consumer_ns)
-    return out
+    # The host often reads a few more small results right after (PyTorch's blocking copy is the
+    # copy call and a stream synchronisation; then labels, a loss: more device-to-host copies and
+    # syncs) before it works on them: its work on the copied data is the CPU time before the
+    # first call after those reads, not before the next read.
+    reads = _host_reads(g)
+    same_thread = g.c_tid == g.c_tid[np.maximum(g.c_pred, 0)]
+    consumer = np.zeros(g.n_calls, dtype=bool)
+    seen = is_copy.copy()
+    cur = is_copy
+    for _ in range(MAX_READS_AFTER):
+        nxt = _right_after(g, cur) & same_thread
+        consumer |= nxt & ~reads
+        cur = nxt & reads & ~seen
+        seen |= cur
+        if not cur.any():
+            break
+    return seen, consumer
+
+
+# Small reads after a large device-to-host copy that its consumer is looked for past
+MAX_READS_AFTER = 8
+
+
+def _host_reads(g: StepGraph) -> np.ndarray:
+    """Per call: a synchronisation or a device-to-host copy (the host reading results), or a
+    bookkeeping call right before one (PyTorch asks cudaStreamIsCapturing before each copy)."""
+    reads = g.c_kind == int(CallKind.SYNC)
+    copy = g.c_kind == int(CallKind.COPY)
+    if copy.any() and len(g.op_names):
+        d2h = np.zeros(g.n_calls, dtype=bool)
+        ops = np.flatnonzero(g.g_call >= 0)
+        d2h[g.g_call[ops]] = _device_to_host(g)[g.g_name[ops]]
+        reads |= copy & d2h
+    has_pred = g.c_pred >= 0
+    before_read = np.zeros(g.n_calls, dtype=bool)
+    before_read[g.c_pred[has_pred & reads]] = True
+    return reads | (before_read & (g.c_kind == int(CallKind.OTHER)))
 
 
 def load_in_workers(g: StepGraph, calls: np.ndarray, workers: float, tail: bool = False) -> StepGraph:

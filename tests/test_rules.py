@@ -28,8 +28,9 @@ CASES = {
     "PK104": ("real/loader_cnn", "real/loader_cnn_workers"),
     "PK105": ("corpus/gpt2_empty_cache", "real/train_llama"),
     "PK106": ("corpus/lstm_cell_loop", "corpus/early_exit_sync"),
-    "PK204": (None, "real/train_llama"),     # no capture shows it: tests/test_pk204.py builds one
-    "PK107": (None, "corpus/bert_b1_infer"),   # no capture shows it: tests/test_pk107.py builds one
+    "PK204": ("corpus/grad_checkpoint_train", "real/train_llama"),  # every block checkpointed
+    "PK107": ("corpus/detection_postproc_infer", "corpus/bert_b1_infer"),  # a loop over the images
+    "PK108": ("corpus/kv_decode_sampling", "real/train_llama"),
     "PK201": ("real/train_llama", "real/train_llama_fused"),
     "PK202": ("real/train_llama", "real/generate_llama"),
     "PK203": ("real/train_llama", "real/sync_loop"),

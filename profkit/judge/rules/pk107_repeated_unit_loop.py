@@ -55,9 +55,10 @@ Evidence
     (BERT, GPT-2, ViT, ConvNeXt, DenseNet) and the LSTM and GRU loops; in each, some position of
     the unit launches more blocks than the H200's 132 SMs in its median copy, most keep the GPU
     busy, and the launch-bound ones (BERT at batch 1, the bf16 BERT on variable-length batches, the
-    LSTM and GRU loops) are also held back by their library share: PK107 fires on none of them. No
-    committed capture shows the pattern it is for (a per-sample loss, an EMA over the parameters):
-    its example is a hand-built trace (``tests/test_pk107.py``).
+    LSTM and GRU loops) are also held back by their library share: PK107 fires on none of them.
+    It fires on ``detection_postproc_infer`` (a detector's post-processing that loops over the
+    images of a batch: four loops of a 24-kernel unit, 14 copies each, an iteration), whose
+    per-image syncs PK101 prices first; hand-built traces (``tests/test_pk107.py``) test the price.
 Fix
     Independent repeats: one call over the batch dimension (broadcasting, ``torch.cdist``, a
     masked reduction over a matrix instead of a loop over its rows), ``torch.vmap`` of the
@@ -110,8 +111,7 @@ RULE = RuleMeta(
     summary="a Python loop repeats the same short, small-gridded kernel sequence: vectorise over it "
             "(or, for dependent steps, a CUDA graph)",
     tables=(Table.KERNEL, Table.RUNTIME),
-    example="tests/test_pk107.py (hand-built: a loop of 64 copies of a 5-kernel unit; no committed "
-            "capture shows the pattern)",
+    example="traces/corpus/detection_postproc_infer.sqlite.xz",
     quiet_on="traces/corpus/bert_b1_infer.sqlite.xz",
     params=(Param("min_repeats", 8, "copies of the unit in a row that make a loop"),
             Param("max_period", 40, "most kernels in the repeated unit"),

@@ -126,6 +126,22 @@ def test_the_mask_between_the_gemm_and_the_softmax(mask, kind):
                                  "mask": kind, "grad": False, "count": 1}]
 
 
+def test_casts_around_the_softmax_keep_the_pattern():
+    """Autocast runs the softmax in fp32: a cast before it and one back to bf16 after it (the way a
+    hand-written causal attention runs under autocast on a GPU) are steps like the mask's."""
+    q, k, v = (torch.randn(2, 3, 16, 8, dtype=torch.bfloat16) for _ in range(3))
+    keep = torch.tril(torch.ones(16, 16)).view(1, 1, 16, 16)
+
+    def attention():
+        s = (q @ k.transpose(-2, -1)) * 8 ** -0.5
+        s = s.masked_fill(keep[:, :, :16, :16] == 0, float("-inf"))
+        p = torch.nn.functional.softmax(s.float(), dim=-1).to(torch.bfloat16)
+        return torch.nn.functional.dropout(p, 0.1, training=True) @ v
+    rec = _record(attention)
+    assert rec["attention"] == [{"batch": 6, "sq": 16, "sk": 16, "d": 8, "dv": 8, "dtype": "bf16",
+                                 "mask": "causal", "grad": False, "count": 1}]
+
+
 def test_only_one_iteration_is_watched_and_a_named_step_waits_for_its_range():
     rec = OpRecord(step="train")
     for _ in range(5):

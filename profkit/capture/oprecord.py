@@ -207,6 +207,9 @@ class OpRecord:
                 return
             elif name in COPIES:
                 self._copy(name, args, kwargs, out)
+                # A cast on the device (autocast's fp32 softmax, `.to(q.dtype)` after it) is a
+                # step between the GEMM and the softmax like any other.
+                self._follow(args, out)
             elif name in SOFTMAX:
                 self._follow(args, out, to="probs")
             else:

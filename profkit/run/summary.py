@@ -212,13 +212,14 @@ def summarize(trace, window: Window, launch_floor_ns: float) -> RunSummary:
     # Anything left (rounding at the window's edges) is idle time of no known cause.
     breakdown["idle_other"] += wall - sum(breakdown.values())
 
-    by_range = _host_idle_by_range(trace, gap_a[is_host] + host_part[is_host] // 2, host_part[is_host])
+    tops = _top_ranges(trace)
+    by_range = _host_idle_by_range(tops, gap_a[is_host] + host_part[is_host] // 2, host_part[is_host])
     # Host idle after a sync drained the queue, up to the next sync or copy: the CPU refilling the
     # queue, at most. How much of it is the sync's cost and how much the CPU's own pace only the
     # step model can say (charge_refill_to_syncs), so it is kept apart here.
     last = np.maximum.accumulate(np.where(is_host, -1, np.arange(len(gap_a)))) if len(gap_a) else gap_a
     refill = is_host & (host_part > 0) & (last >= 0) & is_sync[np.maximum(last, 0)]
-    refill_by_range = _host_idle_by_range(trace, gap_a[refill] + host_part[refill] // 2, host_part[refill])
+    refill_by_range = _host_idle_by_range(tops, gap_a[refill] + host_part[refill] // 2, host_part[refill])
     sw = sync[(sync["end"] > w0) & (sync["start"] < w1)]
     sync_blocked = int((np.minimum(sw["end"], w1) - np.maximum(sw["start"], w0)).sum())
     launches = trace.launch_calls
@@ -257,25 +258,31 @@ def _cpu_wait_other(launches: pd.DataFrame, last_call_end: Optional[int], w1: in
     return blocked + tail
 
 
-def _host_idle_by_range(trace, at: np.ndarray, length: np.ndarray) -> dict[str, int]:
-    """Host-idle time by the top-level user range open on the main thread at each gap's middle."""
-    user = trace.user_ranges
-    if user.empty or len(at) == 0:
-        return {}
+def _top_ranges(trace) -> Optional[tuple]:
+    """The main threads' top-level user ranges in start order: (starts, ends, name code of each,
+    names), the codes numbered in order of appearance; None without any."""
+    if trace.user_ranges.empty:
+        return None
     mains = user_main_threads(trace)
     top = user_top_level(trace)
     top = top[top["globalTid"].isin(list(mains.values()))].sort_values("start", kind="stable")
     if top.empty:
+        return None
+    trace_code, trace_names = trace.range_codes_of(top)
+    name_code, present = pd.factorize(trace_code)
+    return (top["start"].to_numpy(np.int64), top["end"].to_numpy(np.int64), name_code,
+            trace_names[present])
+
+
+def _host_idle_by_range(tops: Optional[tuple], at: np.ndarray, length: np.ndarray) -> dict[str, int]:
+    """Host-idle time by the top-level user range (``_top_ranges``) open at each gap's middle."""
+    if tops is None or len(at) == 0:
         return {}
-    st, en = top["start"].to_numpy(np.int64), top["end"].to_numpy(np.int64)
+    st, en, name_code, names = tops
     idx = np.searchsorted(st, at, side="right") - 1
     ok = (idx >= 0)
     ok[ok] = en[idx[ok]] >= at[ok]
-    # Sum by range name through integer codes: one slot per name plus one for "outside". The
-    # trace's codes renumbered in order of appearance here, as factorising the names would.
-    trace_code, trace_names = trace.range_codes_of(top)
-    name_code, present = pd.factorize(trace_code)
-    names = trace_names[present]
+    # Sum by range name through integer codes: one slot per name plus one for "outside".
     slot = np.where(ok, name_code[np.maximum(idx, 0)], len(names))
     sums = np.bincount(slot, weights=length.astype("float64"), minlength=len(names) + 1)
     labels = [str(n) for n in names] + ["(outside any range)"]

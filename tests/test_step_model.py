@@ -178,11 +178,45 @@ def test_workers_leave_a_graph_without_loading_untouched():
 
 
 @pytest.mark.long
-def test_the_whatif_page_is_current():
+def _whatif():
     sys.path.insert(0, str(ROOT / "scripts"))
-    from whatif import page, store
-    text = page.page_text(json.loads(store.MEASURED.read_text()), load=lambda path: _load(str(path)))
-    assert page.PAGE.read_text() == text, "run: python3 scripts/whatif_accuracy.py page"
+    from whatif import page, pricing, store
+    return page, pricing, json.loads(store.MEASURED.read_text())
+
+
+def _page_programs() -> list[Path]:
+    """The programs of the committed page rows, by their trace (a path under traces/: each
+    program's check runs in the worker that loads its trace for the other sweeps)."""
+    rows = ROOT / "analyses" / "data" / "whatif" / "page_rows.json"
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from whatif.pricing import TRACES
+    return [ROOT / TRACES[p["program"]] for p in json.loads(rows.read_text())["programs"]]
+
+
+STALE = "run: python3 scripts/whatif_accuracy.py page"
+
+
+def test_the_whatif_page_renders_from_its_rows():
+    page, _, measured = _whatif()
+    assert page.PAGE.read_text() == page.page_text(measured, rows=page.read_rows()), STALE
+
+
+def test_the_whatif_rows_hold_every_priced_program():
+    # every program with a committed trace and timed fixes, in the registry's order
+    page, pricing, measured = _whatif()
+    want = [n for n, t in pricing.TRACES.items() if (ROOT / t).exists() and n in measured["runs"]
+            and n in {p["name"] for p in pricing.registry.PROGRAMS}]
+    assert [p["program"] for p in page.read_rows()[1]] == want, STALE
+
+
+@pytest.mark.parametrize("trace", _page_programs(), ids=lambda p: str(p.relative_to(ROOT / "traces")))
+def test_the_whatif_rows_are_current(trace):
+    page, pricing, measured = _whatif()
+    name = next(n for n, t in pricing.TRACES.items() if ROOT / t == trace)
+    pairs, progs = page.fresh_rows(measured, load=lambda path: _load(str(path)), only={name})
+    old_pairs, old_progs = page.read_rows()
+    assert pairs == [r for r in old_pairs if r["program"] == name], STALE
+    assert progs == [p for p in old_progs if p["program"] == name], STALE
 
 
 def test_fixes_priced_together_replay_one_graph():

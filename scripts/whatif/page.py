@@ -49,8 +49,35 @@ def resolution_text(pairs: list[dict]) -> str:
             "within ±15%. The target above counts every pair.")
 
 
-def page_text(measured: dict, load=None) -> str:
-    pairs, progs = page_rows(measured, load)
+# The rows the page is made of (pricing.page_rows), committed beside it: the tests check each
+# program's rows against a fresh pricing of its trace (in the worker that loads that trace for its
+# other tests) and the page against a rendering of these rows, instead of pricing every program
+# in one test.
+ROWS = ROOT / "analyses" / "data" / "whatif" / "page_rows.json"
+ROWS_FORMAT = "profkit-whatif-rows/1"
+
+
+def rows_json(pairs: list[dict], progs: list[dict]) -> str:
+    """The page's rows as the committed JSON (tuples become lists; floats round-trip exactly)."""
+    return json.dumps({"format": ROWS_FORMAT, "pairs": pairs, "programs": progs}, indent=1) + "\n"
+
+
+def read_rows(text: str | None = None) -> tuple[list[dict], list[dict]]:
+    """(pairs, programs) of the committed rows file (or of ``text``)."""
+    d = json.loads(ROWS.read_text() if text is None else text)
+    if d.get("format") != ROWS_FORMAT:
+        raise SystemExit(f"{ROWS}: not a {ROWS_FORMAT} file")
+    return d["pairs"], d["programs"]
+
+
+def fresh_rows(measured: dict, load=None, only: set[str] | None = None) -> tuple[list[dict], list[dict]]:
+    """page_rows, as the rows file holds them (through JSON)."""
+    return read_rows(rows_json(*page_rows(measured, load, only)))
+
+
+def page_text(measured: dict, load=None, rows: tuple[list[dict], list[dict]] | None = None) -> str:
+    """The page, from ``rows`` (``read_rows``) or from a fresh pricing of every program."""
+    pairs, progs = rows if rows is not None else fresh_rows(measured, load)
     n = len(pairs)
     within = sum(abs(r["error"]) <= BAND for r in pairs)
     med = statistics.median(abs(r["error"]) for r in pairs) if pairs else 0.0
@@ -211,15 +238,23 @@ def both_ways_text(pairs: list[dict]) -> list[str]:
 
 def cmd_page(args: argparse.Namespace) -> None:
     sys.path.insert(0, str(ROOT))
-    text = page_text(json.loads(MEASURED.read_text()))
+    measured = json.loads(MEASURED.read_text())
+    rows = rows_json(*page_rows(measured))
+    text = page_text(measured, rows=read_rows(rows))
     if args.check:
-        if not PAGE.exists() or PAGE.read_text() != text:
-            import difflib
-            old = PAGE.read_text().splitlines(keepends=True) if PAGE.exists() else []
-            sys.stdout.writelines(difflib.unified_diff(old, text.splitlines(keepends=True), str(PAGE), "regenerated"))
+        stale = False
+        for path, new in ((PAGE, text), (ROWS, rows)):
+            if not path.exists() or path.read_text() != new:
+                import difflib
+                old = path.read_text().splitlines(keepends=True) if path.exists() else []
+                sys.stdout.writelines(difflib.unified_diff(old, new.splitlines(keepends=True), str(path),
+                                                           "regenerated"))
+                stale = True
+        if stale:
             print("whatif_accuracy: analyses/whatif.md is stale: run `python3 scripts/whatif_accuracy.py page`")
             raise SystemExit(1)
         print("whatif_accuracy: analyses/whatif.md is current")
         return
+    ROWS.write_text(rows)
     PAGE.write_text(text)
-    print(f"wrote {PAGE.relative_to(ROOT)}")
+    print(f"wrote {PAGE.relative_to(ROOT)} and {ROWS.relative_to(ROOT)}")

@@ -23,17 +23,22 @@ GEMM = "sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize32x32x8_stage3_warpsize1x2
 
 def loop_trace(path: Path, *, copies: int = 64, unit: int = 5, grid=4, kernel_ns=2_000,
                launch_ns: int = 4_000, gap_ns: int = 6_000, steps: int = 8, tail_ns: int = 1_000_000,
-               names=None, back_to_back: bool = False, with_grids: bool = True) -> Path:
+               names=None, back_to_back: bool = False, with_grids: bool = True,
+               gemm_variants: int = 1) -> Path:
     """``steps`` NVTX ranges ``step``, each a Python loop launching ``copies`` copies of a unit of
     ``unit`` kernels (``launch_ns`` a launch call, ``gap_ns`` of Python before the next), then
     ``tail_ns`` of Python. Kernels start 3 us after their launch (``back_to_back``: right after the
     previous one when it is still running, so the GPU sets the pace); ``grid`` and ``kernel_ns`` a
     number, or one per position of the unit; ``grid`` may be a function of (copy, position);
-    ``names`` a list of units (one loop after the other: a forward and a backward)."""
+    ``names`` a list of units (one loop after the other: a forward and a backward);
+    ``gemm_variants``: a kernel named ``nvjet...`` gets one of that many tile suffixes by copy, as
+    cuBLAS picks another kernel for a GEMM of another size."""
     from synth import TID, make_trace
     names = names or [f"per_sample_op_{j}" for j in range(unit)]
     units = names if isinstance(names[0], list) else [names]
-    flat = sorted({n for u in units for n in u})
+    def named(n: str, c: int) -> str:
+        return f"{n}_{c % gemm_variants}" if n.startswith("nvjet") and gemm_variants > 1 else n
+    flat = sorted({named(n, c) for u in units for n in u for c in range(gemm_variants)})
     ids = {n: 10 + i for i, n in enumerate(flat)}
     strings = {i: n for n, i in ids.items()}
     strings.update({9: "cudaLaunchKernel", 3: "step"})
@@ -48,7 +53,7 @@ def loop_trace(path: Path, *, copies: int = 64, unit: int = 5, grid=4, kernel_ns
                     runtime.append((t, t + launch_ns, corr))
                     dur = kernel_ns[j] if isinstance(kernel_ns, (list, tuple)) else kernel_ns
                     start = max(t + 3_000, gpu_free + 1_000) if back_to_back else t + 3_000
-                    kernels.append((start, start + dur, corr, ids[name]))
+                    kernels.append((start, start + dur, corr, ids[named(name, c)]))
                     gpu_free = start + dur
                     g = grid(c, j) if callable(grid) else grid[j] if isinstance(grid, (list, tuple)) else grid
                     grids[corr] = (g, 1, 1, 128, 1, 1)
@@ -175,6 +180,29 @@ def test_copies_of_different_sizes_lean_to_parameters(tmp_path):
     assert f is None
 
 
+def test_partitions_of_different_sizes_are_a_loop_whatever_their_kernels_size(tmp_path):
+    """A mixture of experts' routing loop: each copy a GEMM of the expert's own token count
+    (cuBLAS picks one of three kernels), elementwise kernels of 1,000 blocks (over the SM count),
+    and 200 us of Python in each copy. The search reads the GEMMs as one name; the copies' GEMMs
+    differ, so they are partitions of a batch, not layers; vectorised, the body's Python runs
+    once: every copy's CPU time but the first's goes."""
+    unit = ["gather_kernel", "nvjet_sm90_tst_128x128_bias_TNT", "gelu_kernel", "index_add_kernel"]
+    path = loop_trace(tmp_path / "moe.sqlite", copies=16, names=unit, grid=1_000, gap_ns=50_000,
+                      gemm_variants=3, kernel_ns=[3_000, 6_000, 3_000, 3_000])
+    prof, f = pk107_of(path)
+    assert f is not None and f.evidence["gemm_sizes_differ"] and "partitions of one batch" in f.action
+    assert (f.evidence["copies"], f.evidence["unit_kernels"]) == (16, 4)
+    # By hand, the CPU sets the pace: 64 launch cycles of 54 us and 1 ms of Python after them;
+    # vectorised, 4 cycles and the 1 ms (the wider kernels run under the Python).
+    h = prof.pricing_host
+    by_hand = (64 * 54_000 + 1_000_000) * h / ((4 * 54_000 + 1_000_000) * h)
+    assert f.expected_end_to_end_speedup == pytest.approx(by_hand, rel=0.03)
+    # the same loop with one GEMM kernel throughout: layers of a stack (large kernels): quiet
+    same = loop_trace(tmp_path / "stack.sqlite", copies=16, names=unit, grid=1_000, gap_ns=50_000,
+                      kernel_ns=[3_000, 6_000, 3_000, 3_000])
+    assert pk107_of(same)[1] is None
+
+
 def test_quiet_on_a_layer_stack_of_large_kernels(tmp_path):
     # Twelve copies of a unit whose kernels launch more blocks than the GPU has SMs: a stack of
     # layers, each already filling the GPU; launch-bound or not, there is nothing to widen.
@@ -218,12 +246,13 @@ def test_quiet_on_the_committed_layer_stacks_and_loops(trace):
     # times and more; each unit launches kernels wider than the GPU or keeps it busy, and the
     # launch-bound ones are mostly GEMMs (weights: dependent) or LSTM/GRU cells (PK106's). The
     # detection post-processing loops over its images (boxes, scores, NMS per image): a loop over
-    # samples, which it names.
+    # samples, which it names; the mixture of experts loops over its experts (each given its own
+    # tokens: GEMMs of different sizes, which cuBLAS runs with different kernels), a batch's partitions.
     fired = "PK107" in {f.code for f in shared.profile(trace).findings()}
     assert fired == trace.name.startswith(LOOPS_OVER_SAMPLES)
 
 
-LOOPS_OVER_SAMPLES = ("detection_postproc_infer.",)
+LOOPS_OVER_SAMPLES = ("detection_postproc_infer.", "moe_routing_train.")
 
 
 def test_the_loops_it_leaves_are_found_and_judged_by_the_stated_criteria():

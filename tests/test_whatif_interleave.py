@@ -223,6 +223,18 @@ def test_torchvision_workloads_loop_and_interleave_on_the_cpu(tiny_torchvision, 
     mod.main()
     got = json.loads(out.read_text())["variants"]
     assert list(got) == variants.split(",") and all(v["n_used"] == 2 for v in got.values())
+    # each variant's output size, so that a fix timed doing less work shows (inference: the
+    # logits of the batch; a training step returns its loss or nothing)
+    assert all(v["output_size"] is None or v["output_size"] >= 1 for v in got.values())
+
+
+def test_output_size_counts_the_values_returned(corpus):
+    import torch
+    output_size = corpus.output_size
+    dets = [[[0.0] * 6] * 3, [], [[1.0] * 6]]          # per image: 3, 0 and 1 detections
+    assert output_size(dets) == 24
+    assert output_size((torch.zeros(2, 5), {"loss": 1.5, "ids": [1, 2]})) == 13
+    assert output_size(None) is None and output_size([None, torch.ones(3)]) == 3
 
 
 def test_interleave_harness_end_to_end_with_a_stand_in_program(tmp_path, monkeypatch, capsys):

@@ -245,12 +245,14 @@ def interleave(steps: dict[str, Callable[[], object]], fixes: dict[str, set[str]
     def enter(name: str) -> None:
         set_precision(fixes[name])
 
-    block = {}
+    block, size = {}, {}
     for name, step in steps.items():  # warm-up: compilation, cuDNN's algorithm choice, the allocator
         enter(name)
+        last = None
         for _ in range(warm):
-            step()
+            last = step()
         finish(dev)
+        size[name] = output_size(last)
         t0 = time.perf_counter_ns()
         for _ in range(3):
             step()
@@ -285,6 +287,7 @@ def interleave(steps: dict[str, Callable[[], object]], fixes: dict[str, set[str]
     out = {"how": "interleaved blocks in one process; the first round is warm-up",
            "rounds": rounds, "variants": {
                name: {"block_iterations": block[name], "block_ns": [round(t) for t in ts],
+                      "output_size": size[name],
                       "median_ns": round(statistics.median(ts[1:])), "n_used": len(ts) - 1,
                    "issue_ns": [round(t) for t in issue[name]],
                    "issue_median_ns": round(statistics.median(issue[name][1:]))}
@@ -297,5 +300,21 @@ def interleave(steps: dict[str, Callable[[], object]], fixes: dict[str, set[str]
     for name, v in out["variants"].items():
         gain = f", {base / v['median_ns']:.2f}x" if base and name != "baseline" else ""
         print(f"interleaved {name}: {v['median_ns'] / 1e6:.3f} ms an iteration ({v['n_used']} blocks of "
-              f"{v['block_iterations']}){gain}")
+              f"{v['block_iterations']}){gain}; output of {v['output_size']} values")
     return out
+
+
+def output_size(x: object) -> Optional[int]:
+    """How many values an iteration returned (tensor elements, numbers, nested in lists, tuples
+    and dicts); None for anything else. A fix whose iteration returns far fewer values than the
+    baseline's (detections, tokens) may have been timed doing less work: a confound, not a gain."""
+    if isinstance(x, torch.Tensor):
+        return int(x.numel())
+    if isinstance(x, (bool, int, float)):
+        return 1
+    if isinstance(x, dict):
+        x = list(x.values())
+    if isinstance(x, (list, tuple)):
+        sizes = [output_size(y) for y in x]
+        return sum(s for s in sizes if s is not None)
+    return None

@@ -158,16 +158,23 @@ def test_the_tracked_tree_stays_small_enough_to_travel():
     assert _tracked_bytes() < 43_500_000
 
 
-def test_trim_tail_keeps_the_first_iterations_and_the_next_one_whole(tmp_path):
+def _trim_tail_db(tmp_path, tables: dict[str, str]):
+    """An export of ``tables`` (name: columns) and PROFKIT_META in tmp_path, and trim_tail."""
     import sqlite3
     import sys
     sys.path.insert(0, str(ROOT / "scripts" / "tools"))
     import trim_tail
     db = tmp_path / "t.sqlite"
     con = sqlite3.connect(db)
-    con.execute("CREATE TABLE NVTX_EVENTS (text TEXT, start INT, \"end\" INT)")
-    con.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INT, \"end\" INT)")
-    con.execute("CREATE TABLE PROFKIT_META (key TEXT, value TEXT)")
+    for name, cols in {**tables, "PROFKIT_META": "key TEXT, value TEXT"}.items():
+        con.execute(f"CREATE TABLE {name} ({cols})")
+    return db, con, trim_tail
+
+
+def test_trim_tail_keeps_the_first_iterations_and_the_next_one_whole(tmp_path):
+    import sqlite3
+    db, con, trim_tail = _trim_tail_db(tmp_path, {"NVTX_EVENTS": 'text TEXT, start INT, "end" INT',
+                                                  "CUPTI_ACTIVITY_KIND_KERNEL": 'start INT, "end" INT'})
     for i in range(5):  # ranges at 0, 100, ..., 400, each with a kernel 10 ns in
         con.execute("INSERT INTO NVTX_EVENTS VALUES ('step', ?, ?)", (100 * i, 100 * i + 90))
         con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?, ?)", (100 * i + 10, 100 * i + 95))
@@ -186,15 +193,10 @@ def test_trim_tail_keeps_the_gpu_work_of_kept_iterations_that_ran_after_the_cut(
     # A GPU-bound loop with no sync: the CPU launches each iteration's kernel long before the GPU
     # runs it, so the kernels of the kept iterations start after the cut on the GPU's clock.
     import sqlite3
-    import sys
-    sys.path.insert(0, str(ROOT / "scripts" / "tools"))
-    import trim_tail
-    db = tmp_path / "t.sqlite"
-    con = sqlite3.connect(db)
-    con.execute("CREATE TABLE NVTX_EVENTS (text TEXT, start INT, \"end\" INT)")
-    con.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INT, \"end\" INT, correlationId INT)")
-    con.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INT, \"end\" INT, correlationId INT)")
-    con.execute("CREATE TABLE PROFKIT_META (key TEXT, value TEXT)")
+    db, con, trim_tail = _trim_tail_db(tmp_path, {
+        "NVTX_EVENTS": 'text TEXT, start INT, "end" INT',
+        "CUPTI_ACTIVITY_KIND_RUNTIME": 'start INT, "end" INT, correlationId INT',
+        "CUPTI_ACTIVITY_KIND_KERNEL": 'start INT, "end" INT, correlationId INT'})
     for i in range(5):  # ranges at 0, 10, ..., 40 on the CPU; each one's kernel runs 100 ns on the GPU
         con.execute("INSERT INTO NVTX_EVENTS VALUES ('step', ?, ?)", (10 * i, 10 * i + 9))
         con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, ?)", (10 * i + 1, 10 * i + 2, i))

@@ -56,4 +56,4 @@ def test_a_bulk_device_to_host_copy_is_priced_reduced_on_the_gpu_and_pinned_besi
     assert set(g.g_call[ops].tolist()) <= set(reads.tolist()) and set(syncs.tolist()) <= set(reads.tolist())
     assert not np.isin(consumers, reads).any()
     later = f.evidence["pinned_read_later_speedup"]
-    assert later >= pinned and f"read one step later" in f.action and f"{later:.2f}x" in f.action
+    assert later >= pinned and "read one step later" in f.action and f"{later:.2f}x" in f.action

@@ -147,6 +147,7 @@ def page_text(measured: dict, load=None, rows: tuple[list[dict], list[dict]] | N
         f"**{len(idle_promise)}**" + (" (" + ", ".join(
             f"{p['program']}: {p['top']['rule']} {p['top']['expected_end_to_end_speedup']:.2f}x, a fix not timed"
             for p in idle_promise) + ")" if idle_promise else ""),
+        *far_baselines(pairs, progs),
         "",
         resolution_text(pairs),
         *first_sight_lines(pairs, progs),
@@ -187,6 +188,31 @@ def page_text(measured: dict, load=None, rows: tuple[list[dict], list[dict]] | N
               "in which the baseline and the fix were timed one after the other; `spread`: the lowest and highest "
               "ratio among them (the host-bound programs vary most between runs of one machine).", ""]
     return "\n".join(lines) + "\n"
+
+
+# A baseline timed beside the fixes this many times faster or slower than the capture's own run
+# without the profiler is not clearly the program that was captured.
+FAR = 1.5
+
+
+def far_baselines(pairs: list[dict], progs: list[dict]) -> list[str]:
+    """The programs whose baseline, timed beside their fixes, ran over FAR times faster or slower
+    than the capture's calibration run: their pairs are counted above, and said to be suspect (a
+    cache that interleaved variants share, such as cuDNN's compiled engines, makes the baseline
+    another program)."""
+    cal = {p["program"]: p["unprofiled_ns"] for p in progs if p.get("unprofiled_ns")}
+    far = {}
+    for r in pairs:
+        c = cal.get(r["program"])
+        if c and not (1 / FAR <= r["base_ns"] / c <= FAR):
+            far.setdefault(r["program"], (r["base_ns"], c))
+    if not far:
+        return []
+    return ["- programs whose baseline timed beside the fixes lies over 1.5x from the capture's own run "
+            "without the profiler (a machine of another speed, a capture whose window lost its GPU work, or "
+            "not the captured program: a cache that interleaved variants share; their pairs are counted above "
+            "all the same): "
+            + ", ".join(f"{n} {b / 1e6:.2f} ms against {c / 1e6:.2f} ms" for n, (b, c) in far.items())]
 
 
 def first_sight_lines(pairs: list[dict], progs: list[dict]) -> list[str]:

@@ -68,3 +68,12 @@ def test_every_registered_first_sight_fix_names_its_rule_before_its_capture():
     first = [p for p in registry.PROGRAMS if p.get("first_sight")]
     assert len(first) >= 20 and len({p["family"] for p in first}) >= 12
     assert [(p["name"], f) for p in first for f in p["fixes"] if (p["name"], f) not in FIX_RULES] == []
+
+
+def test_a_baseline_far_from_the_capture_is_named():
+    progs = [{"program": "a", "unprofiled_ns": 78e6}, {"program": "b", "unprofiled_ns": 10e6}]
+    pairs = [{"program": "a", "base_ns": 9e6}, {"program": "a", "base_ns": 9.5e6},
+             {"program": "b", "base_ns": 14e6}]          # 8.7x apart; 1.4x: within the band
+    (line,) = page.far_baselines(pairs, progs)
+    assert line.endswith(": a 9.00 ms against 78.00 ms")
+    assert page.far_baselines(pairs[2:], progs) == []

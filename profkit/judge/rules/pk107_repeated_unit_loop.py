@@ -401,7 +401,8 @@ def detect(ctx: RuleContext) -> list[Finding]:
     big = max(keep, key=lambda lp: lp.ops.size)
     n_loops = len(keep) / its
     many = "one such loop" if round(n_loops) == 1 else f"{n_loops:.0f} such loops"
-    unit = f"a unit of {big.period} small kernels {big.copies} times"
+    sizes = any(lp.gemm_kernels_differ for lp in keep)
+    unit = f"a unit of {big.period}{'' if sizes else ' small'} kernels {big.copies} times"
     loops_txt = (f"the loop that repeats {unit}" if round(n_loops) == 1 else
                  f"{n_loops:.0f} loops per iteration (the largest repeats {unit})")
     what = (f"{loops_txt}, each made one unit of kernels as wide as its copies together "
@@ -417,7 +418,6 @@ def detect(ctx: RuleContext) -> list[Finding]:
         return []
     graph = _graph_price(ctx)
     same_grid = all(bool((lp.grid == lp.grid[0]).all()) for lp in keep)
-    sizes = any(lp.gemm_kernels_differ for lp in keep)
     matrix = sorted({n for lp in keep for n in lp.names if MATRIX_RE.search(n)})
     ev = {"loops_per_iteration": round(len(keep) / its, 1), "copies": big.copies,
           "unit_kernels": big.period, "unit": [_short(n) for n in big.names],
@@ -436,12 +436,14 @@ def detect(ctx: RuleContext) -> list[Finding]:
             "the copies launch different grids, as tensors of different sizes do (parameters)")
     graph_txt = (f"a CUDA graph of the step (PK103's price, {graph:.2f}x) removes their launches instead"
                  if graph is not None else "a CUDA graph of the step (PK103) removes their launches instead")
+    # (partitions multiply by weights of their own too: the GEMMs' sizes already told them apart)
     note = (f"; the unit holds {len(matrix)} library GEMM/convolution kernel(s): if they multiply by "
-            "weights of each copy's own, the copies are layers, not samples" if matrix else "")
+            "weights of each copy's own, the copies are layers, not samples" if matrix and not sizes else "")
+    independent = "samples, parameters or a batch's partitions" if sizes else "samples or parameters"
     where = "outside any NVTX range" if big.where in ("", "(no range)") else f"in {big.where}"
     action = (f"a Python loop launches the same {big.period}-kernel unit {big.copies} times in a row "
               f"({many} per iteration, {where}; {lean}{note}): if the "
-              f"{big.copies} repeats are independent (a loop over samples or parameters), vectorise over "
+              f"{big.copies} repeats are independent (a loop over {independent}), vectorise over "
               "them (one batched call over the batch dimension / torch._foreach_* / torch.vmap; "
               f"{gain:.2f}x, the number below); if each depends on the last (layers, timesteps), "
               f"{graph_txt}")

@@ -191,6 +191,8 @@ def test_partitions_of_different_sizes_are_a_loop_whatever_their_kernels_size(tm
                       gemm_variants=3, kernel_ns=[3_000, 6_000, 3_000, 3_000])
     prof, f = pk107_of(path)
     assert f is not None and f.evidence["gemm_sizes_differ"] and "partitions of one batch" in f.action
+    assert "a loop over samples, parameters or a batch's partitions" in f.action
+    assert "layers, not samples" not in f.action     # their own weights do not make them layers
     assert (f.evidence["copies"], f.evidence["unit_kernels"]) == (16, 4)
     # By hand, the CPU sets the pace: 64 launch cycles of 54 us and 1 ms of Python after them;
     # vectorised, 4 cycles and the 1 ms (the wider kernels run under the Python).

@@ -23,11 +23,13 @@ BWD = [GEMM, GEMM, "silu_mul_backward_kernel", GEMM, GEMM, "softmax_warp_backwar
 
 
 def step_trace(path: Path, *, checkpointed: bool, layers: int = 4, steps: int = 6, kernel_ns: int = 40_000,
-               one_thread: bool = False, every_ns: int = 5_000) -> Path:
+               one_thread: bool = False, every_ns: int = 5_000, reentry_ns: int = 0) -> Path:
     """``steps`` NVTX ranges ``step``: the forward of ``layers`` layers launched on the main thread,
     then the backward on autograd's thread (on the main thread with ``one_thread``), each layer's
-    backward preceded by its forward again when ``checkpointed``. GPU-bound: every kernel
-    ``kernel_ns``, launched 5 us apart, run back to back."""
+    backward preceded by its forward again when ``checkpointed``. GPU-bound by default: every
+    kernel ``kernel_ns``, launched ``every_ns`` apart (the Python between launches), run back to
+    back. ``reentry_ns``: with checkpointing, after each layer's first backward kernel, that much
+    Python and a CUDA call that launches nothing (the nested backward the checkpoint starts)."""
     from synth import TID, make_trace
     autograd_tid = TID + 1   # another thread of the same process
     names = sorted(set(FWD) | set(BWD))
@@ -56,8 +58,13 @@ def step_trace(path: Path, *, checkpointed: bool, layers: int = 4, steps: int = 
             if checkpointed:
                 for n in FWD:
                     launch(n, back)
-            for n in BWD:
+            for j, n in enumerate(BWD):
                 launch(n, back)
+                if checkpointed and reentry_ns and j == 0:
+                    t += reentry_ns
+                    corr += 1
+                    runtime.append((t, t + 4_000, corr, back))
+                    t += 5_000
         t = max(t, gpu) + 200_000
         nvtx.append((t0, t - 1, 3, TID))
     return make_trace(path, kernels=kernels, runtime=runtime, nvtx=nvtx, strings=strings)
@@ -102,6 +109,19 @@ def test_a_host_bound_step_gets_back_the_python_of_the_recomputation(tmp_path):
     # 4 x 11 of them (their launch calls and the Python before each)
     assert f.expected_end_to_end_speedup == pytest.approx((128 * 50 + 200) / (84 * 50 + 200), rel=0.02)
     assert f.evidence["recompute_cpu_ns_per_iteration_profiled"] == pytest.approx(44 * 50_000, rel=0.02)
+
+
+def test_the_nested_backward_a_checkpoint_starts_goes_too(tmp_path):
+    """400 us of Python and a call that launches nothing after each layer's first backward kernel
+    (the nested backward that a reentrant checkpoint runs on the recomputed graph): the CPU time up
+    to the next launch goes with the recomputation. By hand, per iteration: 40 launch cycles of
+    50 us in the forward, 4 x (10 recomputed + 1 + 11) in the backward, 4 x 405 us of re-entry and
+    200 us after: 8,220 us before; after, the forward's 2,000 us, 4 x (10 cycles and the 5 us of the
+    launch that follows the re-entry: its call, 1 us after the removed one) and the 200 us: 4,220 us."""
+    prof, f = pk204_of(step_trace(tmp_path / "reentry.sqlite", checkpointed=True, kernel_ns=2_000,
+                                  every_ns=50_000, reentry_ns=400_000))
+    assert f is not None
+    assert f.expected_end_to_end_speedup == pytest.approx(8_220 / 4_220, rel=0.03)
 
 
 @pytest.mark.parametrize("case", ["plain", "one_thread"])

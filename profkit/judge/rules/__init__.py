@@ -77,5 +77,6 @@ def evaluate(prof: ProfileView, run: RunSummary, codes: Optional[Collection[str]
                                if abs(g - f.expected_end_to_end_speedup) < 1e-12), None)
             if f.switch is None and mod.RULE.trials:
                 f.switch = mod.RULE.trials[0].switch
+        ctx.found[mod.RULE.code] = found
         out.extend(found)
     return sorted(out, key=lambda f: -f.expected_end_to_end_speedup)

@@ -210,6 +210,9 @@ class RuleContext:
         self.prof = prof
         self.run = run
         self.priced: list[tuple[float, Callable]] = []  # (gain, edit) of every price() call
+        # Each rule's findings once evaluated here (a rule that quotes another's price reads it
+        # instead of judging it again at the same CPU scale).
+        self.found: dict[str, list] = {}
         # The tables below do not depend on the CPU scale the rules price at: a profile judged
         # again at another scale (Profile.findings_at) makes them once, not once per judgement.
         shared = getattr(prof, "__dict__", {}).get("_rule_tables")

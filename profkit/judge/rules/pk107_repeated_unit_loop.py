@@ -480,12 +480,14 @@ def _drop_cpu(gr, calls: np.ndarray):
 def _graph_price(ctx: RuleContext):
     """PK103's price for a CUDA graph of the step (its graph alone, not its compile), the fix
     for repeats that depend on each other; None where it finds none or refuses the graph."""
-    from profkit.judge.rules import pk103_host_overhead
-    priced = list(ctx.priced)
-    try:
-        found = pk103_host_overhead.detect(ctx)
-    finally:
-        ctx.priced = priced
+    found = ctx.found.get("PK103")
+    if found is None:  # PK103 not judged in this evaluation (a subset of the rules)
+        from profkit.judge.rules import pk103_host_overhead
+        priced = list(ctx.priced)
+        try:
+            found = pk103_host_overhead.detect(ctx)
+        finally:
+            ctx.priced = priced
     for f in found:
         if "refused" not in f.evidence and "cuda_graph_speedup" in f.evidence:
             return float(f.evidence["cuda_graph_speedup"])

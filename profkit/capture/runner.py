@@ -806,9 +806,6 @@ def _trial_step(sqlite: Path, step_range: Optional[str],
     return next((r for text, _ in calib_runs if text and (r := _repeated_range(text))), None)
 
 
-# A calibration run slower than the profiled one by more than this (a GPU-paced step's period
-# varies by a few percent between runs) was not the program's usual speed.
-CALIBRATION_SLACK = 1.03  # the step model's NOISE_SLACK (profkit.run.step.calibrate): the same band
 # The second calibration run of a program whose first ran slower than its profiled run stops
 # after this many iterations (or --max-iterations): enough past the warm-up for a median.
 SECOND_RUN_ITERATIONS = 40
@@ -816,9 +813,12 @@ SECOND_RUN_ITERATIONS = 40
 
 def calibration_slower(text: str, sqlite_path: Path) -> Optional[tuple[float, float]]:
     """(calibration run's, profiled run's) median iteration in ns where the calibration run took
-    longer than the profiled run by more than CALIBRATION_SLACK, which tracing cannot cause; else
-    None (also where either has too few iterations of the profiled run's step range)."""
+    longer than the profiled run by more than the step model's NOISE_SLACK (a GPU-paced step's
+    period varies by a few percent between runs; within it the step model takes the run as the
+    profiled speed), which tracing cannot cause; else None (also where either has too few
+    iterations of the profiled run's step range)."""
     from profkit.read.trace import Trace
+    from profkit.run.step.calibrate import NOISE_SLACK
     from profkit.run.iterations import iteration_times, steady_median
     from profkit.run.window import iteration_instances
     try:
@@ -832,7 +832,7 @@ def calibration_slower(text: str, sqlite_path: Path) -> Optional[tuple[float, fl
     starts = np.sort(inst["start"].to_numpy(np.int64))
     profiled, _ = steady_median(list(np.diff(starts)))
     calibrated, _ = steady_median(iteration_times(data, name))
-    if profiled is None or calibrated is None or calibrated <= CALIBRATION_SLACK * profiled:
+    if profiled is None or calibrated is None or calibrated <= NOISE_SLACK * profiled:
         return None
     return float(calibrated), float(profiled)
 

@@ -76,7 +76,7 @@ Fix
     for an EMA). Dependent repeats: a CUDA graph of the step (``torch.cuda.graphs``,
     ``torch.compile(mode="reduce-overhead")``; PK103).
 Expected gain
-    Graph edit (``replace_ops``, ``remove_calls``, ``scale_cpu``): at each position of the unit,
+    Graph edit (``replace_ops``, ``drop_cpu``): at each position of the unit,
     the block's copies become one kernel, the first copy's, and the other copies' calls go with the
     CPU time before each, on the launching thread from the second copy's first launch to the last
     copy's last: the loop body's Python, its syncs and its launches, which a vectorised body makes
@@ -113,7 +113,7 @@ import pandas as pd
 from profkit.model import Rung
 from profkit.judge.rules.base import Finding, Param, RuleContext, RuleMeta, Table
 from profkit.judge.rules.pk106_rnn_cell_loop import CELL_RE
-from profkit.run.step.transform import remove_calls, replace_ops, scale_cpu, scale_ops
+from profkit.run.step.transform import drop_cpu, replace_ops, scale_ops
 from profkit.run.summary import GEMM_RE
 
 # Library kernels that multiply by a layer's weights or attend (GEMM, GEMV, convolution, cuDNN,
@@ -273,9 +273,10 @@ def loops(ctx: RuleContext) -> list[Loop]:
         unit = [str(x) for x in names[g.g_name[ops[0]]]]
         calls = g.g_call[ops.ravel()]
         where = pd.Series(np.asarray(g.range_names, dtype=object)[g.c_range[calls]]).mode()
+        # Only GEMM positions can differ between copies: the search read every other name as is.
         by_pos = g.g_name[ops]
-        differ = bool((by_pos != by_pos[0]).any())   # only GEMM positions can differ: the search
-        out.append(Loop(ops, unit, busy / span if span > 0 else 1.0, span,   # read the rest as is
+        differ = bool((by_pos != by_pos[0]).any())
+        out.append(Loop(ops, unit, busy / span if span > 0 else 1.0, span,
                         np.full(ops.shape, -1, dtype=np.int64),
                         any(MATRIX_RE.search(n) for n in unit), any(CELL_RE.search(n) for n in unit),
                         str(where.iloc[0]) if len(where) else "", differ))
@@ -332,19 +333,11 @@ def qualifies(lp: Loop, sm_count: int, dur: np.ndarray) -> bool:
     GEMM/convolution/attention kernels under ``max_matrix_share`` of the unit's kernel time."""
     if lp.cell or (lp.grid < 0).any():
         return False
-    if (np.median(lp.grid, axis=0) >= sm_count).any() and not gemms_differ(lp):
+    if (np.median(lp.grid, axis=0) >= sm_count).any() and not lp.gemm_kernels_differ:
         return False
     if lp.busy_share >= RULE.param("max_busy_share"):
         return False
     return matrix_share(lp, dur) < RULE.param("max_matrix_share")
-
-
-def gemms_differ(lp: Loop) -> bool:
-    """Whether the copies run GEMMs of different sizes: at some GEMM position of the unit, cuBLAS
-    launched another kernel in another copy. A layer stack's layers, a batch's samples, a decode's
-    steps multiply at one shape; the partitions of one batch (the experts of a mixture, each given
-    its own tokens) do not, and are independent of each other whatever their kernels' size."""
-    return bool(lp.gemm_kernels_differ)
 
 
 def matrix_share(lp: Loop, dur: np.ndarray) -> float:
@@ -395,7 +388,7 @@ def detect(ctx: RuleContext) -> list[Finding]:
     # The most a change of the loops can give: their kernels and launches gone outright, with the
     # other copies' CPU time. (Their span over the wider kernels' time is no bound: once the loop's
     # launches are gone, its kernels run under the Python that follows it.)
-    bound, _ = ctx.price(lambda gr: _drop_cpu(scale_ops(gr, gone, float("inf"), True), body),
+    bound, _ = ctx.price(lambda gr: drop_cpu(scale_ops(gr, gone, float("inf"), True), body),
                          "the loops' kernels and launches removed")
     removed = sum(lp.ops.size - lp.period for lp in keep)
     big = max(keep, key=lambda lp: lp.ops.size)
@@ -413,7 +406,7 @@ def detect(ctx: RuleContext) -> list[Finding]:
         what += (f"; the other copies' calls and the CPU time between them "
                  f"{float(g.c_gap[body].sum() + g.c_own[body].sum()) / its / 1e6:.2f} ms per iteration as "
                  "profiled (the loop body's Python and its syncs, run once for all copies)")
-    gain, basis = ctx.price(lambda gr: _drop_cpu(replace_ops(gr, groups, new_arr), body), what, cap=bound)
+    gain, basis = ctx.price(lambda gr: drop_cpu(replace_ops(gr, groups, new_arr), body), what, cap=bound)
     if gain < 1.02:
         return []
     graph = _graph_price(ctx)
@@ -470,11 +463,6 @@ def _other_copies_cpu(g, keep: list[Loop]) -> np.ndarray:
         span = np.arange(lo, hi + 1)
         out.append(span[g.c_tid[span] == tid])
     return np.unique(np.concatenate(out)) if out else np.empty(0, dtype=np.int64)
-
-
-def _drop_cpu(gr, calls: np.ndarray):
-    """``calls`` take no CPU time, wait for nothing and the CPU time before each goes."""
-    return scale_cpu(remove_calls(gr, calls), calls, 0.0) if len(calls) else gr
 
 
 def _graph_price(ctx: RuleContext):

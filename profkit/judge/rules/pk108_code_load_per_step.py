@@ -38,7 +38,7 @@ import numpy as np
 
 from profkit.model import Rung
 from profkit.judge.rules.base import Finding, Param, RuleContext, RuleMeta, Table
-from profkit.run.step.transform import remove_calls
+from profkit.run.step.transform import drop_cpu
 
 RULE = RuleMeta(
     code="PK108", name="code-load-per-step",
@@ -68,12 +68,8 @@ def detect(ctx: RuleContext) -> list[Finding]:
     spent = float((g.c_gap[calls] + g.c_own[calls]).sum()) / its
     if spent < RULE.param("min_share") * m.iteration_ns:
         return []
-
-    def cached(gr):
-        out = remove_calls(gr, calls)
-        out.c_gap[calls] = 0.0  # the compilation before the load goes with it
-        return out
-    gain, basis = ctx.price(cached, f"{len(calls) / its:.1f} load(s) per iteration and the "
+    # the compilation before each load goes with it
+    gain, basis = ctx.price(lambda gr: drop_cpu(gr, calls), f"{len(calls) / its:.1f} load(s) per iteration and the "
                                     f"{spent / 1e6:.1f} ms of CPU time before them gone (every "
                                     "shape compiled once)")
     return [Finding(RULE.code, RULE.name,

@@ -30,7 +30,7 @@ Fix
     layer), or ``torch.compile``'s activation-memory budget (``torch._functorch.config.
     activation_memory_budget``), which recomputes only the cheap ops.
 Expected gain
-    Graph edit (``scale_ops`` with the launches dropped, ``remove_calls`` and ``scale_cpu``): the
+    Graph edit (``scale_ops`` with the launches dropped, and ``drop_cpu``): the
     recomputed kernels take no time, and the CPU time that launched them goes: on the backward's
     thread, every call after its previous kernel launch up to the next launch after a stretch
     (the checkpoint's re-entry, the forward's Python run again and the nested backward it starts
@@ -53,7 +53,7 @@ import numpy as np
 from profkit.model import Rung
 from profkit.judge.rules.base import Finding, Param, RuleContext, RuleMeta, Scope, Table
 from profkit.run.step.graph import StepGraph
-from profkit.run.step.transform import remove_calls, scale_cpu, scale_ops
+from profkit.run.step.transform import drop_cpu, scale_ops
 
 RULE = RuleMeta(
     code="PK204", name="recomputed-forward",
@@ -115,9 +115,10 @@ def recomputed(g: StepGraph, min_run: int, min_distinct: int) -> np.ndarray:
     return out
 
 
-def recompute_cpu(g: StepGraph, ops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def recompute_cpu(g: StepGraph, ops: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
     """(the calls whose CPU time is the recomputation, the kernel launch right after each
-    stretch). On the thread that launched ``ops``: every call after the thread's previous kernel
+    stretch, the thread's usual CPU gap before a kernel launch: the median). On the thread that
+    launched ``ops``: every call after the thread's previous kernel
     launch up to the next kernel launch after each stretch: the checkpoint's re-entry (RNG state
     restored, inputs detached), the forward's Python run again, and the nested backward it starts
     on the recomputed graph (0.43 ms a layer in an HF Llama, against a fraction of a microsecond
@@ -127,13 +128,16 @@ def recompute_cpu(g: StepGraph, ops: np.ndarray) -> tuple[np.ndarray, np.ndarray
     none = np.empty(0, dtype=np.int64)
     launches = np.unique(g.g_call[ops[g.g_call[ops] >= 0]])
     if not len(launches):
-        return none, none
+        return none, none, 0.0
     recomputing = np.zeros(g.n_calls, dtype=bool)
     recomputing[launches] = True
     launching = np.zeros(g.n_calls, dtype=bool)   # kernels: a memset between two (a GEMM's workspace) is the stretch's
     launching[g.g_call[(g.g_call >= 0) & (g.g_kind == 0)]] = True
     out, resumed = [], []
-    for tid in np.unique(g.c_tid[launches]):
+    tids = np.unique(g.c_tid[launches])
+    threads = np.isin(g.c_tid, tids)
+    usual = float(np.median(g.c_gap[launching & threads])) if (launching & threads).any() else 0.0
+    for tid in tids:
         same = np.flatnonzero(g.c_tid == tid)
         start, before = None, -1
         for c in same[launching[same] | recomputing[same]]:
@@ -148,7 +152,7 @@ def recompute_cpu(g: StepGraph, ops: np.ndarray) -> tuple[np.ndarray, np.ndarray
             before = c
         if start is not None:
             out.append(same[(same > before) & (same <= last)])
-    return (np.concatenate(out) if out else none), np.asarray(resumed, dtype=np.int64)
+    return (np.concatenate(out) if out else none), np.asarray(resumed, dtype=np.int64), usual
 
 
 def detect(ctx: RuleContext) -> list[Finding]:
@@ -164,11 +168,7 @@ def detect(ctx: RuleContext) -> list[Finding]:
     if not len(ops) or busy <= 0 or again < RULE.param("min_share") * busy:
         return []
     its = max(len(g.iter_call) - 1, 1)
-    cpu, resumed = recompute_cpu(g, ops)
-    same = np.flatnonzero(np.isin(g.c_tid, np.unique(g.c_tid[cpu]))) if len(cpu) else cpu
-    kernel_calls = np.zeros(g.n_calls, dtype=bool)
-    kernel_calls[g.g_call[(g.g_call >= 0) & (g.g_kind == 0)]] = True
-    usual = float(np.median(g.c_gap[same[kernel_calls[same]]])) if kernel_calls[same].any() else 0.0
+    cpu, resumed, usual = recompute_cpu(g, ops)
     within = np.zeros(g.n_calls, dtype=bool)
     within[cpu] = True
     # the memsets and copies those calls made (a GEMM's workspace zeroed) go with them
@@ -177,7 +177,7 @@ def detect(ctx: RuleContext) -> list[Finding]:
                    + np.clip(g.c_gap[resumed] - usual, 0.0, None).sum())
 
     def edit(gr: StepGraph) -> StepGraph:
-        out = scale_cpu(remove_calls(scale_ops(gr, ops, float("inf"), True), cpu), cpu, 0.0)
+        out = drop_cpu(scale_ops(gr, ops, float("inf"), True), cpu)
         out.c_gap[resumed] = np.minimum(out.c_gap[resumed], usual)
         return out
     gain, basis = ctx.price(edit,

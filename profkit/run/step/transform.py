@@ -177,6 +177,13 @@ def add_cpu(g: StepGraph, ops: np.ndarray, ns: float) -> StepGraph:
     return out
 
 
+def drop_cpu(g: StepGraph, calls: np.ndarray) -> StepGraph:
+    """The selected calls are not made: no CPU time of their own, no wait, and all the CPU time
+    before each goes too, however long (a loop body's or a recomputation's Python, a compilation
+    before a module load), unlike remove_calls, which keeps gaps longer than a dispatch."""
+    return scale_cpu(remove_calls(g, calls), calls, 0.0) if len(calls) else g
+
+
 def scale_cpu(g: StepGraph, calls: np.ndarray, factor: float, own: bool = True) -> StepGraph:
     """The CPU time of ``calls`` (the host gap before each, and with ``own`` each one's own time)
     times ``factor``: Python that runs faster, such as a fused optimizer step's in place of

@@ -187,10 +187,8 @@ def _whatif():
 def _page_programs() -> list[Path]:
     """The programs of the committed page rows, by their trace (a path under traces/: each
     program's check runs in the worker that loads its trace for the other sweeps)."""
-    rows = ROOT / "analyses" / "data" / "whatif" / "page_rows.json"
-    sys.path.insert(0, str(ROOT / "scripts"))
-    from whatif.pricing import TRACES
-    return [ROOT / TRACES[p["program"]] for p in json.loads(rows.read_text())["programs"]]
+    page, pricing, _ = _whatif()
+    return [ROOT / pricing.TRACES[p["program"]] for p in page.read_rows()[1]]
 
 
 STALE = "run: python3 scripts/whatif_accuracy.py page"

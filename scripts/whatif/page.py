@@ -208,7 +208,7 @@ def far_baselines(pairs: list[dict], progs: list[dict]) -> list[str]:
             far.setdefault(r["program"], (r["base_ns"], c))
     if not far:
         return []
-    return ["- programs whose baseline timed beside the fixes lies over 1.5x from the capture's own run "
+    return [f"- programs whose baseline timed beside the fixes lies over {FAR:g}x from the capture's own run "
             "without the profiler (a machine of another speed, a capture whose window lost its GPU work, or "
             "not the captured program: a cache that interleaved variants share; their pairs are counted above "
             "all the same): "
@@ -268,10 +268,10 @@ def cmd_page(args: argparse.Namespace) -> None:
     rows = rows_json(*page_rows(measured))
     text = page_text(measured, rows=read_rows(rows))
     if args.check:
+        import difflib
         stale = False
         for path, new in ((PAGE, text), (ROWS, rows)):
             if not path.exists() or path.read_text() != new:
-                import difflib
                 old = path.read_text().splitlines(keepends=True) if path.exists() else []
                 sys.stdout.writelines(difflib.unified_diff(old, new.splitlines(keepends=True), str(path),
                                                            "regenerated"))

@@ -79,12 +79,16 @@ def _trace(name: str) -> Path:
     return ROOT / "traces" / f"{name}.sqlite.xz"
 
 
+def _name(trace: Path) -> str:
+    return str(trace.relative_to(ROOT / "traces")).removesuffix(".sqlite.xz")
+
+
 # Parametrized by the trace's path, so that each runs in the worker that loads that trace for its
 # other sweeps (conftest.py), not in a second one.
 @pytest.mark.parametrize("trace,code", [(_trace(fire), code) for code, (fire, _) in sorted(CASES.items())
                                         if fire is not None], ids=lambda x: getattr(x, "stem", x))
 def test_rule_fires_on_its_trace(trace, code):
-    name = str(trace.relative_to(ROOT / "traces")).removesuffix(".sqlite.xz")
+    name = _name(trace)
     assert code in codes(name), f"{code} should fire on {name}"
     assert rules.get(code).RULE.example == f"traces/{name}.sqlite.xz"
 
@@ -92,7 +96,7 @@ def test_rule_fires_on_its_trace(trace, code):
 @pytest.mark.parametrize("trace,code", [(_trace(quiet), code) for code, (_, quiet) in sorted(CASES.items())],
                          ids=lambda x: getattr(x, "stem", x))
 def test_rule_is_quiet_on_the_other(trace, code):
-    name = str(trace.relative_to(ROOT / "traces")).removesuffix(".sqlite.xz")
+    name = _name(trace)
     assert code not in codes(name), f"{code} must not fire on {name}"
 
 

@@ -1,3 +1,3 @@
-from profkit.cli import main
+from profkit.cli import entry
 
-main(prog_name="profkit")
+entry()

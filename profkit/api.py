@@ -66,6 +66,10 @@ class Profile:
         self._shapes_trace = aten_capture(shapes_from) if shapes_from is not None else None
         # The window, run summary and op table all read the NVTX ranges: read them at once.
         self.full_trace = Trace(path, attribution=attribution, ranges_now=True)
+        # What the step model reads first and the window does not (the launch calls, the
+        # synchronising and copy calls): made on the other core while the window is found.
+        self._calls_ahead = _in_thread(_ahead, lambda: self.full_trace.launch_calls,
+                                       lambda: self.full_trace.api_calls_matching(SYNC_OR_COPY_RE))
         self.window: Window = find_window(self.full_trace, window)
         self.trace = (self.full_trace if self.window.is_all else
                       self.full_trace.windowed(self.window.start_ns, self.window.end_ns))
@@ -130,13 +134,12 @@ class Profile:
 
     def _model_then(self, then: Optional[Callable[[], None]]) -> StepModel:
         """model_of, for a thread: first the calls the run summary reads last (the launch calls,
-        the synchronising and copy calls), then the model and the replay without its syncs' waits
+        the synchronising and copy calls, read ahead while the window was found), then the model and the replay without its syncs' waits
         that the summary asks next, then the critical share the rules read first (an error of
         those is raised where they are read, as before), then ``then`` (whatever model_of
         raised)."""
         try:
-            _ahead(lambda: self.full_trace.launch_calls,
-                   lambda: self.full_trace.api_calls_matching(SYNC_OR_COPY_RE))
+            self.__dict__["_calls_ahead"].result()
             model = model_of(self.full_trace, self.window, self.peaks.launch_floor_ns)
             _ahead(lambda: model.sync_cost_ns(1), lambda: self.critical)
             return model

@@ -3,12 +3,15 @@ and the integer-column reader refuses anything that is not an integer."""
 from __future__ import annotations
 
 import sqlite3
+import threading
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
+from profkit.errors import TraceError
+from profkit.read import db
 from profkit.read.db import parse_ints
 from profkit.read.nsys import TraceReader
 from profkit.read.runtime import isin_ints
@@ -132,6 +135,73 @@ def test_a_prefetched_read_is_taken_once(tmp_path):
     assert started.done() and started.result() is taken
     for col in ("start", "end", "globalTid", "correlationId", "nameId"):
         assert (getattr(taken, col) == getattr(again, col)).all()
+
+
+def _table(path, rows):
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE t (v, w)")
+    conn.executemany("INSERT INTO t (rowid, v, w) VALUES (?, ?, ?)", rows)
+    conn.commit()
+    conn.close()
+    return db.open_readonly(path)
+
+
+@pytest.mark.parametrize("rowids", [list(range(1, 41)), [1, 2, 5, 9, 10, 11, 17, 30, 31, 40]])
+def test_a_chunked_read_shared_by_two_threads_gives_the_rows_in_order(tmp_path, rowids):
+    """Two connections take the chunks between them in whatever order they come: each chunk
+    lands where its rowids put it, and the gaps are closed up."""
+    rng = np.random.default_rng(7)
+    rows = [(r, int(v), -r) for r, v in zip(rowids, rng.integers(-10**12, 10**12, len(rowids)))]
+    conn = _table(tmp_path / "t.sqlite", rows)
+    read = db.RowidChunks(str(tmp_path / "t.sqlite"), "t", {"v": "a.v", "w": "a.w"}, rowids[0], rowids[-1],
+                          chunk=3)
+    factories = []
+
+    def help_read() -> None:
+        other = db.open_readonly(tmp_path / "t.sqlite")
+        read.work(other)
+        factories.append(other.text_factory)
+        other.close()
+
+    helper = threading.Thread(target=help_read)
+    helper.start()
+    got = read.result(conn)
+    helper.join()
+    assert got["v"].tolist() == [v for _, v, _ in rows] and got["w"].tolist() == [-r for r in rowids]
+    assert conn.text_factory is db._decode and factories == [db._decode]
+    odd = db.RowidChunks(str(tmp_path / "t.sqlite"), "t", {"v": "a.v"}, rowids[0], rowids[-1],
+                         where="a.w % 2 = 0", chunk=4).result(conn)
+    assert odd["v"].tolist() == [v for r, v, _ in rows if r % 2 == 0]
+
+
+def test_a_chunked_read_names_a_column_that_is_not_integers(tmp_path):
+    conn = _table(tmp_path / "t.sqlite", [(r, r, "x" if r == 7 else r) for r in range(1, 11)])
+    read = db.RowidChunks(str(tmp_path / "t.sqlite"), "t", {"v": "a.v", "w": "a.w"}, 1, 10, chunk=3)
+    with pytest.raises(TraceError, match=r"t\.w holds 1 text where integers are expected"):
+        read.result(conn)
+
+
+def test_the_reader_helps_finish_a_prefetched_read(tmp_path):
+    """Chunks the prefetching thread has not begun are read on the reader's own connection."""
+    from profkit.read import runtime
+    path = tmp_path / "t.sqlite"
+    path.write_bytes(plain(TRACES / "micro_addnorm.sqlite.xz").read_bytes())
+    r = TraceReader(path)
+    try:
+        want = runtime.read_calls(r.conn, str(path))
+        key = runtime._identity(path)
+        table = db.resolve_table(db.list_tables(r.conn), "CUPTI_ACTIVITY_KIND_RUNTIME")
+        lo, hi = r.conn.execute(f"SELECT min(rowid), max(rowid) FROM {table}").fetchone()
+        chunks = db.RowidChunks(str(path), table, runtime.COLUMNS, lo, hi, chunk=50)
+        runtime._reading[key] = chunks  # as a prefetch that has not read a chunk yet
+        runtime.help_prefetched(path, r.conn)
+        assert chunks.taken == len(chunks.bounds) and None not in chunks.rows
+        got = chunks.result(r.conn)
+    finally:
+        runtime._reading.pop(runtime._identity(path), None)
+        r.close()
+    for col in runtime.COLUMNS:
+        assert (got[col] == getattr(want, col)).all()
 
 
 def test_no_prefetch_for_a_compressed_or_missing_trace(tmp_path):

@@ -6,6 +6,7 @@ modules are still being imported (profkit.read.runtime.prefetch).
 from __future__ import annotations
 
 import re
+import threading
 import sqlite3
 from pathlib import Path
 from typing import Optional
@@ -144,10 +145,6 @@ def int_columns(conn: sqlite3.Connection, path: str, table: str, exprs: dict[str
     (``coalesce(x, -1)``). ``rowids``: only the rows whose rowid is in [lo, hi], found through
     the table's b-tree instead of a scan of every row.
     """
-    # NULL as an empty item, so that it cannot go unseen (group_concat skips NULLs). The
-    # type of each value is checked on the text (parse_ints) rather than with typeof() in
-    # SQL, which cost a third of the query.
-    sel = ", ".join(f"group_concat(coalesce({e}, ''))" for e in exprs.values())
     # Two queries: SQLite finds a min() or a max() of the rowid in the b-tree alone, but
     # scans the whole table for both at once.
     lo = conn.execute(f'SELECT min(rowid) FROM "{table}"').fetchone()[0]
@@ -156,37 +153,33 @@ def int_columns(conn: sqlite3.Connection, path: str, table: str, exprs: dict[str
         lo, hi = max(lo, int(rowids[0])), min(hi, int(rowids[1]))
     if lo is None or lo > hi:
         return {k: np.empty(0, dtype=np.int64) for k in exprs}
+    if hi - lo + 1 <= STRIDE_SPAN:
+        return RowidChunks(path, table, exprs, lo, hi, where, chunk).result(conn)
     # The texts as bytes, not decoded into a second copy (a 1M-row table gives 100 MB of them).
     conn.text_factory = bytes
     try:
-        return _int_chunks(conn, path, table, exprs, sel, where, chunk, lo, hi, rowids is not None)
+        return _int_chunks(conn, path, table, exprs, where, chunk, lo, hi, rowids is not None)
     finally:
         conn.text_factory = _decode
 
 
-# Rowid spans up to this are read in chunks of rowid values, without counting the rows first.
+# Rowid spans up to this are read in chunks of rowid values (RowidChunks); wider ones, in chunks
+# of the rows there are.
 STRIDE_SPAN = 2 ** 27
 
 
-def _int_chunks(conn: sqlite3.Connection, path: str, table: str, exprs: dict[str, str], sel: str,
+def _int_chunks(conn: sqlite3.Connection, path: str, table: str, exprs: dict[str, str],
                 where: str, chunk: int, lo: int, hi: int, part: bool = False) -> dict[str, np.ndarray]:
-    cond = f" AND ({where})" if where else ""
+    sel, cond = _select(exprs), (f" AND ({where})" if where else "")
     first = lo
     # A damaged b-tree can make the seeks below go backwards or never end: each chunk must
     # move forward, and there cannot be more chunks than the table's rows need.
     span = hi - lo + 1
-    if span <= STRIDE_SPAN:
-        # Chunks of ``chunk`` rowid values: at most span / chunk of them, each holding the rows
-        # of its range, whatever gaps there are; no count of the rows first (which reads every
-        # page once more). The arrays are sized to the span: the pages of rows a gap leaves out
-        # are never touched, and the filled part is kept.
-        rows, dense = span, True
-    else:
-        rows = conn.execute(f'SELECT count(*) FROM "{table}" WHERE rowid BETWEEN ? AND ?', (lo, hi)).fetchone()[0] \
-            if part else conn.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0]
-        # Rowids 1..n without a gap (as exports write them): the chunks' bounds are known without
-        # seeking them, which reads every page once more.
-        dense = rows == span
+    rows = conn.execute(f'SELECT count(*) FROM "{table}" WHERE rowid BETWEEN ? AND ?', (lo, hi)).fetchone()[0] \
+        if part else conn.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0]
+    # Rowids 1..n without a gap (as exports write them): the chunks' bounds are known without
+    # seeking them, which reads every page once more.
+    dense = rows == span
     chunks_left = rows // chunk + 2
     # Each column filled chunk by chunk into one array of the rows counted (no list of chunks
     # concatenated at the end, which held every column twice at once).
@@ -220,6 +213,86 @@ def _int_chunks(conn: sqlite3.Connection, path: str, table: str, exprs: dict[str
             out.add(key, values)
         out.rows_done(n)
     return out.arrays()
+
+
+def _select(exprs: dict[str, str]) -> str:
+    # NULL as an empty item, so that it cannot go unseen (group_concat skips NULLs). The
+    # type of each value is checked on the text (parse_ints) rather than with typeof() in
+    # SQL, which cost a third of the query.
+    return ", ".join(f"group_concat(coalesce({e}, ''))" for e in exprs.values())
+
+
+class RowidChunks:
+    """An ``int_columns`` read of the rowids [lo, hi] in chunks of ``chunk`` rowid values, which
+    any number of threads can take part in, each with its own connection (``work``).
+
+    Each chunk fills the part of span-sized arrays its rowids would take: no count of the rows
+    first (which reads every page once more), and a chunk's place does not depend on which
+    thread read the chunks before it. Rows a gap in the rowids or the WHERE leaves out are
+    closed up at the end (``result``). A thread that needs the arrays while another reads
+    them takes the chunks nobody has begun instead of waiting for them."""
+
+    def __init__(self, path: str, table: str, exprs: dict[str, str], lo: int, hi: int,
+                 where: str = "", chunk: int = 250_000) -> None:
+        self.path, self.table, self.exprs, self.where, self.lo = path, table, exprs, where, lo
+        self.sql = (f'SELECT count(*), {_select(exprs)} FROM "{table}" AS a WHERE a.rowid BETWEEN ? AND ?'
+                    + (f" AND ({where})" if where else ""))
+        self.bounds = [(a, min(a + chunk - 1, hi)) for a in range(lo, hi + 1, chunk)]
+        self.arrays = {k: np.empty(hi - lo + 1, dtype=np.int64) for k in exprs}
+        self.rows: list[Optional[int]] = [None] * len(self.bounds)
+        self.taken = 0
+        self.error: Optional[BaseException] = None
+        self.bad_expr: Optional[str] = None
+        self.cond = threading.Condition()
+
+    def work(self, conn: sqlite3.Connection) -> None:
+        """Read chunks nobody has taken yet on ``conn`` until none is left (or one fails)."""
+        factory, conn.text_factory = conn.text_factory, bytes  # texts as bytes, not decoded again
+        try:
+            while True:
+                with self.cond:
+                    if self.error is not None or self.taken == len(self.bounds):
+                        return
+                    i, self.taken = self.taken, self.taken + 1
+                first, last = self.bounds[i]
+                row = conn.execute(self.sql, (first, last)).fetchone()
+                n, at = row[0], first - self.lo
+                for key, text in zip(self.exprs, row[1:]):
+                    values = parse_ints(text, n)
+                    if values is None:
+                        self.bad_expr = self.exprs[key]
+                        raise ValueError(key)
+                    self.arrays[key][at:at + n] = values
+                with self.cond:
+                    self.rows[i] = n
+                    self.cond.notify_all()
+        except BaseException as exc:
+            with self.cond:
+                self.error = self.error or exc
+                self.cond.notify_all()
+        finally:
+            conn.text_factory = factory
+
+    def result(self, conn: sqlite3.Connection) -> dict[str, np.ndarray]:
+        """The columns, once every chunk is read (those left, read here on ``conn``); a value
+        that is not an integer raises the error that names its column."""
+        self.work(conn)
+        with self.cond:
+            self.cond.wait_for(lambda: self.error is not None or None not in self.rows)
+            error = self.error
+        if error is not None:
+            if self.bad_expr is not None:
+                raise bad_column(conn, self.path, self.table, self.bad_expr, self.where)
+            raise error
+        out = self.arrays
+        if any(n != b - a + 1 for n, (a, b) in zip(self.rows, self.bounds)):
+            at = 0  # close up the rows left out, in place (each part moves towards the front)
+            for n, (a, _) in zip(self.rows, self.bounds):
+                for arr in out.values():
+                    arr[at:at + n] = arr[a - self.lo:a - self.lo + n]
+                at += n
+            out = {k: arr[:at].copy() for k, arr in out.items()}
+        return out
 
 
 class _Columns:

@@ -395,6 +395,7 @@ class TraceReader:
             arrays = [p[0].pop(c).astype(np.float64 if c == "bytes" else np.int64, copy=False) for p in parts]
             cols[c] = arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
         del parts, arrays
+        runtime.help_prefetched(self.path, self.conn)
         self.runtime = runtime_future.result()
         row, api = self._launch_columns(sources, cols["correlationId"], np.right_shift(cols["globalPid"], 24))
         if row is not None:  # a launch call repeated: the rows it matched are repeated too

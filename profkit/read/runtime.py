@@ -21,7 +21,7 @@ import threading
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -98,25 +98,36 @@ class RuntimeCalls:
         start, end = self.start, self.end
         if pid is not None:
             mine = np.right_shift(self.globalTid, 24) == pid
-            start, end = start[mine], end[mine]
+            if not mine.all():  # (one process's calls, as most traces: no copies of the columns)
+                start, end = start[mine], end[mine]
         return (int(start.min()), int(end.max())) if len(start) else None
 
 
-def read_calls(conn: sqlite3.Connection, path: str) -> Optional[RuntimeCalls]:
+def read_calls(conn: sqlite3.Connection, path: str,
+               started: Optional[Callable[[db.RowidChunks], None]] = None) -> Optional[RuntimeCalls]:
     """The whole API table of the open export ``conn`` as arrays, or None when the export has
     none, lacks a column, or holds anything but integers in one (then the reader's queries read
-    what they need)."""
+    what they need). ``started``: given the chunked read once it begins, for other threads to
+    take part in (db.RowidChunks.work)."""
     table = db.resolve_table(db.list_tables(conn), "CUPTI_ACTIVITY_KIND_RUNTIME")
     if not table or not set(COLUMNS) <= db.columns_of(conn, table):
         return None
     try:
-        return RuntimeCalls(**db.int_columns(conn, path, table, COLUMNS))
+        lo = conn.execute(f'SELECT min(rowid) FROM "{table}"').fetchone()[0]
+        hi = conn.execute(f'SELECT max(rowid) FROM "{table}"').fetchone()[0]
+        if started is None or lo is None or hi - lo + 1 > db.STRIDE_SPAN:
+            return RuntimeCalls(**db.int_columns(conn, path, table, COLUMNS))
+        chunks = db.RowidChunks(path, table, COLUMNS, lo, hi)
+        started(chunks)
+        return RuntimeCalls(**chunks.result(conn))
     except TraceError:
         return None
 
 
-# Reads started by prefetch(), by the file's identity (path, device, inode, size, mtime).
+# Reads started by prefetch(), by the file's identity (path, device, inode, size, mtime), until
+# taken; and their chunks, while they are read.
 _started: dict[tuple, Future] = {}
+_reading: dict[tuple, db.RowidChunks] = {}
 _lock = threading.Lock()
 
 
@@ -130,7 +141,8 @@ def _identity(path: str | Path) -> Optional[tuple]:
 
 def prefetch(path: str | Path) -> None:
     """Start reading the API table of the export at ``path`` in a background thread, for a
-    TraceReader of the same file to take (``take_prefetched``). Only for a plain export that no
+    TraceReader of the same file to take (``take_prefetched``) and, where it runs out of work
+    of its own first, to help finish (``help_prefetched``). Only for a plain export that no
     one is writing: a compressed one is decompressed, and a crashed writer's is recovered, by
     the reader itself, once."""
     p = Path(path)
@@ -148,18 +160,35 @@ def prefetch(path: str | Path) -> None:
         future: Future = Future()
         _started[key] = future
 
+    def reading(chunks: db.RowidChunks) -> None:
+        with _lock:
+            _reading[key] = chunks
+
     def read() -> None:
         try:
             conn = db.open_readonly(p)
             try:
-                future.set_result(read_calls(conn, str(path)))
+                calls = read_calls(conn, str(path), reading)
             finally:
                 conn.close()
+                with _lock:
+                    _reading.pop(key, None)
+            future.set_result(calls)
         except BaseException as exc:  # handed to the reader, which reads again and reports it
             future.set_exception(exc)
 
     # A daemon: a command that fails before reading the trace does not wait for it to finish.
     threading.Thread(target=read, name="profkit-prefetch", daemon=True).start()
+
+
+def help_prefetched(path: str | Path, conn: sqlite3.Connection) -> None:
+    """Read, on ``conn``, the chunks of this file's prefetched API table that its thread has
+    not begun: the caller would otherwise wait for them with a core idle."""
+    key = _identity(path)
+    with _lock:
+        chunks = _reading.get(key) if key is not None else None
+    if chunks is not None:
+        chunks.work(conn)
 
 
 def take_prefetched(path: str | Path) -> Optional[Future]:

@@ -189,6 +189,11 @@ class ProfileView(Protocol):
         """Add a warning to the profile's report (once)."""
 
 
+# The columns of RuleContext.kernels_in_stream_order.
+STREAM_ORDER_COLUMNS = ("kind", "name", "start", "end", "dur", "critical", "streamId", "deviceId",
+                        "correlationId", "globalPid", "globalTid", "api_start", "api_end")
+
+
 def _shared_table(fn):
     """A read-only table of the rules' context made once per profile and run summary (kept in
     the profile), whatever the CPU scale the rules price at."""
@@ -270,10 +275,11 @@ class RuleContext:
         """The window's kernels, each stream's in launch order (the rules that look at what runs
         next to what); shared, so read-only."""
         a = self.acts
-        # The order found on the two columns and the rows taken once (not filtered, then sorted).
+        # The order found on the two columns and the rows taken once (not filtered, then sorted),
+        # of the columns these rules read alone: a million kernels' 16 columns took 0.2 s.
         k = np.flatnonzero((a["kind"] == "kernel").to_numpy())
         order = np.lexsort((a["start"].to_numpy()[k], a["streamId"].to_numpy()[k]))
-        return a.take(k[order])
+        return a[list(STREAM_ORDER_COLUMNS)].take(k[order])
 
     @_shared_table
     def launches(self) -> pd.DataFrame:

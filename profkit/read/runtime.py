@@ -11,7 +11,9 @@ the reader's queries then keep their own answer for damaged rows (a NULL thread 
 out of the launches; a text start time is an error only where a question reads that row).
 
 The command line starts this read (``prefetch``) before it imports the analysis modules, which
-take about half a second: SQLite releases the GIL, so the two run side by side.
+take about half a second: SQLite releases the GIL, so the two run side by side. It is read in
+chunks any thread can take (db.RowidChunks): the reader, once its own tables are read, takes the
+chunks the prefetching thread has not begun (``help_prefetched``) rather than wait for them.
 """
 from __future__ import annotations
 

@@ -21,22 +21,24 @@ from profkit.judge import gpu_metrics
 from profkit.read import gpu_metrics as read_gpu_metrics
 from profkit.judge import patterns
 from profkit.judge import rules
-from profkit.judge.advisor import Frame, Suggestion, advise, advise_pair
+from profkit.judge.advisor import Frame, advise, advise_pair
+from profkit.judge.op_inputs import Kernels, Members, shape_inputs
+from profkit.judge.ranking import ranked_actions
 from profkit.read import aten_record
 from profkit.run.attribution import aten_key
-from profkit.judge.dtypes import recorded_dtype
 from profkit.judge.classify import judge, kernel_launch_stats
 from profkit.judge.trials import tried_of, trials_json
 from profkit.run.ops import OpGroups, group_ops
 from profkit.errors import ProfkitError
-from profkit.read.peaks import Peaks, resolve_peaks
+from profkit.read.peaks import resolve_peaks
 from profkit.read.nsys import match_names
-from profkit.run.summary import (MIN_ACTION_GAIN, SYNC_OR_COPY_RE, RunSummary, apply_actions,
-                                  charge_refill_to_syncs, critical_fraction, rank_actions, summarize,
+from profkit.run.summary import (SYNC_OR_COPY_RE, RunSummary, apply_actions,
+                                  charge_refill_to_syncs, critical_fraction, summarize,
                                   sync_intervals)
 from profkit.read.trace import Trace
 from profkit.run.shapes import aten_capture, op_of_signature
 from profkit.run.step.model import StepModel, model_of
+from profkit.show.fields import gpu_json, op_json, suggestion_fields
 from profkit.run.window import LIBRARY_RANGE_RE, Window, find_window
 
 SCHEMA_VERSION = 2
@@ -282,8 +284,8 @@ class Profile:
         return together(self.step_model(), self.pricing_host if host is None else host, group)
 
     @cached_property
-    def _kernels(self) -> "_Kernels":
-        return _Kernels(self.trace.activities, self.trace.ncu, self.trace.name_codes)
+    def _kernels(self) -> "Kernels":
+        return Kernels(self.trace.activities, self.trace.ncu, self.trace.name_codes)
 
     @cached_property
     def critical(self) -> np.ndarray:
@@ -382,7 +384,7 @@ class Profile:
             idx, knames, critical, dtype, causal, stats, summed, has_kernel, under_graph, record = inputs[name]
             # The op's activities as a frame only for the sources that read one (counters, GPU
             # metrics, copies): an op of a long window holds up to every activity of it.
-            member = _Members(acts, idx)
+            member = Members(acts, idx)
             rec["distinct_kernels"] = len(knames)
             rec["critical_fraction"] = critical
             precision = dtype.precision
@@ -426,7 +428,7 @@ class Profile:
                 "class": verdict.bound.value, "confidence": verdict.confidence,
                 "source": verdict.source.value, "reason": verdict.reason,
                 "pct_of_roof": verdict.pct_of_roof, "evidence": verdict.evidence,
-                "precision": precision, **_suggestion_fields(sug),
+                "precision": precision, **suggestion_fields(sug),
             })
             rows.append(rec)
             works[name] = work
@@ -470,7 +472,7 @@ class Profile:
                         float((crit[idx] * dur_all[idx]).sum() / d) if d > 0 else 0.0)
             # Element type from this op's own kernels (no trace-wide default: None = unknown).
             record = records.get(name)
-            dtype, causal = _shape_inputs(kernels, idx, knames, record)
+            dtype, causal = shape_inputs(kernels, idx, knames, record)
             stats = kernel_launch_stats(kernels.durations(idx), self.peaks.launch_floor_ns) if len(idx) else {}
             # A range of a --aten capture: the work of the aten calls nested in it, summed.
             summed = (self._aten_sum(idx, int(op["count"]), float(op["busy_ns"]), dur_all)
@@ -543,7 +545,7 @@ class Profile:
             idx = by_op.get(key, np.empty(0, dtype=np.int64))
             knames = kernels.names_in(idx)
             record = records.get(key)
-            dtype, causal = _shape_inputs(kernels, idx, knames, record)
+            dtype, causal = shape_inputs(kernels, idx, knames, record)
             rec = {"name": key, **op.to_dict(),
                    **(kernel_launch_stats(kernels.durations(idx), self.peaks.launch_floor_ns)
                       if len(idx) else {})}
@@ -583,8 +585,8 @@ class Profile:
                 continue
             sp, sc = advise_pair(prod, cons, pair.kernel, pair.count, works.get(pair.producer),
                                  works.get(pair.consumer), self.peaks, frame)
-            prod.update(_suggestion_fields(sp), _paired=True)
-            cons.update(_suggestion_fields(sc), _paired=True)
+            prod.update(suggestion_fields(sp), _paired=True)
+            cons.update(suggestion_fields(sc), _paired=True)
         for r in rows:
             r.pop("_paired", None)
 
@@ -645,132 +647,6 @@ class Profile:
         return out
 
 
-def ranked_actions(findings: list, ops: Optional[pd.DataFrame] = None,
-                   tried: Optional[dict] = None) -> list[dict]:
-    """Rule findings and op-level suggestions that pay, ranked as the run summary ranks them: by
-    expected gain on wall time, the cheaper of two within 5% first.
-
-    One action is counted once: an op row whose GPU work is mostly kernels a finding already
-    claims (the rule speaks for them, e.g. the foreach optimizer kernels under an `optimizer`
-    range), or whose action text repeats one already listed, is left out.
-
-    ``tried``: per finding code, the trial that measured its price (``profkit capture --try``,
-    profkit.run.trials.TrialResult): the action carries it as ``tried``, and is ranked by the
-    measured gain where the trial applied and timed one, by the model's price otherwise.
-    """
-    tried = tried or {}
-    actions = []
-    for f in findings:
-        if f.expected_end_to_end_speedup < MIN_ACTION_GAIN:
-            continue
-        a = f.as_action()
-        t = tried.get(f.code)
-        if t is not None:
-            d = t.as_dict()
-            a["tried"] = {k: d[k] for k in ("switch", "speedup", "runs", "lo", "hi", "applied", "error",
-                                            "note", "warm_up_s")}
-            if t.measured:
-                a["_rank_gain"] = float(t.speedup)
-        actions.append(a)
-    claimed = set().union(*(f.kernels for f in findings)) if findings else set()
-    seen = {a["action"] for a in actions}
-    if ops is not None and len(ops):
-        worth = ops[ops["worth_it"].astype(bool)]
-        for name, row in worth.iterrows():
-            kernels = ops.attrs.get("kernels_of", {}).get(name, {name})
-            if name in claimed or (kernels and len(kernels & claimed) * 2 >= len(kernels)) \
-                    or row["action"] in seen:
-                continue
-            seen.add(row["action"])
-            actions.append({"rule": f"op:{row['rung']}", "action": f"{name}: {row['action']}",
-                            "expected_end_to_end_speedup":
-                                round(float(row["expected_end_to_end_speedup"]), 3),
-                            "basis": row["basis"]})
-    # The run summary's order: op suggestions carry their rung in "rule".
-    out = rank_actions(actions, lambda a: a.get("_rank_gain", a["expected_end_to_end_speedup"]),
-                       lambda a: a.get("rung") or a["rule"].removeprefix("op:"))
-    for a in out:
-        a.pop("_rank_gain", None)
-    return out
-
-
-def _shape_inputs(kernels: "_Kernels", idx: np.ndarray, knames: list[str],
-                  record) -> tuple[ev.OpDtype, Optional[bool]]:
-    """What the shape model needs beside an op's shapes: its element type (the recorder's
-    record first, else its own kernels) and whether its attention is causal (None: unknown)."""
-    recorded = recorded_dtype(record) if record is not None else None
-    dtype = recorded or kernels.dtype(idx)
-    causal = (record.causal if record is not None and record.causal is not None
-              else ev.attention_causal(knames))
-    return dtype, causal
-
-
-class _Members:
-    """An op's activities (rows ``idx`` of ``acts``) as a frame, taken on first use."""
-
-    def __init__(self, acts: pd.DataFrame, idx: np.ndarray) -> None:
-        self.acts, self.idx, self.frame = acts, idx, None
-
-    def __call__(self) -> pd.DataFrame:
-        if self.frame is None:
-            self.frame = self.acts.take(self.idx)
-        return self.frame
-
-
-class _Kernels:
-    """The window's kernels as arrays, for the per-op questions of the op table (numpy on an
-    op's activity positions instead of a pandas frame per op: an aten table has thousands)."""
-
-    def __init__(self, acts: pd.DataFrame, ncu: pd.DataFrame,
-                 name_codes: tuple[np.ndarray, np.ndarray]) -> None:
-        self.is_kernel = (acts["kind"] == "kernel").to_numpy()
-        # every kernel's ncu rows, matched once (evidence.match_ncu), by activity position
-        self.ncu = (ev.match_ncu(acts[self.is_kernel].assign(_act=np.flatnonzero(self.is_kernel)), ncu)
-                    if not ncu.empty else None)
-        self._ncu_act = None if self.ncu is None else self.ncu["_act"].to_numpy()
-        self.dur = (acts["end"] - acts["start"]).to_numpy(dtype="float64")
-        # The trace's names coded once (Trace.name_codes; a window's view may not hold all of
-        # them), renumbered in name order, as a groupby by name sorts them.
-        codes, names = name_codes
-        names = np.asarray(names, dtype=object)
-        order = np.argsort(names.astype(str), kind="stable")
-        rank = np.empty(len(order), dtype=np.int64)
-        rank[order] = np.arange(len(order))
-        self.code = rank[codes]
-        self.names = names[order]
-
-    def names_in(self, idx: np.ndarray) -> list:
-        """The distinct names of the activities ``idx`` (kernels, copies and memsets), in the
-        order they first come (through their codes: an op can hold a million activities)."""
-        return self.names[pd.unique(self.code[idx])].tolist()
-
-    def ncu_rows(self, idx: np.ndarray) -> Optional[pd.DataFrame]:
-        """``evidence.match_ncu`` of the kernels among the activities ``idx``, in ``idx`` order."""
-        if self.ncu is None:
-            return None
-        pos = np.flatnonzero(np.isin(self._ncu_act, idx))
-        if len(pos) and np.any(np.diff(idx) < 0):  # members out of trace order: follow idx
-            sorter = np.argsort(idx, kind="stable")
-            at = sorter[np.searchsorted(idx, self._ncu_act[pos], sorter=sorter)]
-            pos = pos[np.argsort(at, kind="stable")]
-        return self.ncu.iloc[pos]
-
-    def durations(self, idx: np.ndarray) -> np.ndarray:
-        """GPU time of each kernel among the activities ``idx``."""
-        return self.dur[idx[self.is_kernel[idx]]]
-
-    def dtype(self, idx: np.ndarray) -> ev.OpDtype:
-        """The op's element type from its kernels, weighted by their GPU time."""
-        k = idx[self.is_kernel[idx]]
-        if not len(k):
-            return ev.op_dtype([])
-        # Per name code through bincount (codes are dense): no sort of the op's kernels.
-        code = self.code[k]
-        present = np.flatnonzero(np.bincount(code, minlength=len(self.names)))
-        t = np.bincount(code, weights=self.dur[k], minlength=len(self.names))[present]
-        return ev.op_dtype(self.names[present].tolist(), t.tolist())
-
-
 class _Later:
     """``fn(*args, **kwargs)`` on a thread (_in_thread) once ``start()`` is called, or when its
     result is first asked for."""
@@ -817,52 +693,6 @@ def _in_thread(fn, *args, **kwargs) -> Future:
 
     threading.Thread(target=work, name="profkit-ahead", daemon=True).start()
     return future
-
-
-def _suggestion_fields(sug: Suggestion) -> dict:
-    return {"rung": sug.rung.value, "action": sug.action,
-            "expected_op_speedup": sug.expected_op_speedup,
-            "expected_end_to_end_speedup": sug.expected_end_to_end_speedup,
-            "expected_gpu_time_speedup": sug.expected_gpu_time_speedup,
-            "basis": sug.basis, "worth_it": sug.worth_it}
-
-
-def gpu_json(name: str, peaks: Peaks) -> dict:
-    return {"name": name, "peaks": {"memory_bandwidth_bytes_per_s": peaks.memory_bandwidth,
-                                    "flops_per_s": dict(peaks.flops),
-                                    "launch_floor_ns": peaks.launch_floor_ns,
-                                    "source": peaks.source}}
-
-
-def _num(x):
-    if x is None:
-        return None
-    try:
-        f = float(x)
-    except (TypeError, ValueError):
-        return x
-    if f != f:  # NaN
-        return None
-    return int(f) if f.is_integer() and abs(f) < 2**53 else f
-
-
-def op_json(name: str, row: pd.Series, level: str) -> dict:
-    return {
-        "name": name, "level": level, "count": int(row["count"]),
-        "gpu_time_ns": _num(row["gpu_time_ns"]), "gpu_time_median_ns": _num(row["gpu_time_median_ns"]),
-        "gpu_busy_ns": _num(row["busy_ns"]), "gpu_busy_median_ns": _num(row["busy_median_ns"]),
-        "first_call_ns": _num(row["first_call_ns"]),
-        "share": _num(row["share"]), "cpu_time_ns": _num(row["cpu_time_ns"]),
-        "kernels_per_call": _num(row["kernels_per_call"]),
-        "class": row["class"], "confidence": row["confidence"],
-        "evidence": {"source": row["source"], "reason": row["reason"],
-                     **{k: _num(v) for k, v in row["evidence"].items() if k != "source"}},
-        "suggestion": {"rung": row["rung"], "action": row["action"],
-                       "expected_op_speedup": round(float(row["expected_op_speedup"]), 3),
-                       "expected_end_to_end_speedup": round(float(row["expected_end_to_end_speedup"]), 4),
-                       "expected_gpu_time_speedup": round(float(row["expected_gpu_time_speedup"]), 4),
-                       "basis": row["basis"], "worth_it": bool(row["worth_it"])},
-    }
 
 
 def load(path: str | Path, peaks: Optional[str | Path] = None, window: str = "auto",

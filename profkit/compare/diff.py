@@ -44,7 +44,8 @@ from typing import Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from profkit.api import Profile, _num
+from profkit.api import Profile
+from profkit.show.fields import num as _num
 from profkit.errors import ProfkitError
 from profkit.run.ops import LEVELS, group_ops
 from profkit.show.render import fmt_time, short_name

@@ -1,0 +1,58 @@
+"""The actions a report lists: the rules' findings and the op table's suggestions that pay, each
+counted once, ranked as the run summary ranks them."""
+from __future__ import annotations
+
+from typing import Optional
+
+import pandas as pd
+
+from profkit.run.summary import MIN_ACTION_GAIN, rank_actions
+
+
+def ranked_actions(findings: list, ops: Optional[pd.DataFrame] = None,
+                   tried: Optional[dict] = None) -> list[dict]:
+    """Rule findings and op-level suggestions that pay, ranked as the run summary ranks them: by
+    expected gain on wall time, the cheaper of two within 5% first.
+
+    One action is counted once: an op row whose GPU work is mostly kernels a finding already
+    claims (the rule speaks for them, e.g. the foreach optimizer kernels under an `optimizer`
+    range), or whose action text repeats one already listed, is left out.
+
+    ``tried``: per finding code, the trial that measured its price (``profkit capture --try``,
+    profkit.run.trials.TrialResult): the action carries it as ``tried``, and is ranked by the
+    measured gain where the trial applied and timed one, by the model's price otherwise.
+    """
+    tried = tried or {}
+    actions = []
+    for f in findings:
+        if f.expected_end_to_end_speedup < MIN_ACTION_GAIN:
+            continue
+        a = f.as_action()
+        t = tried.get(f.code)
+        if t is not None:
+            d = t.as_dict()
+            a["tried"] = {k: d[k] for k in ("switch", "speedup", "runs", "lo", "hi", "applied", "error",
+                                            "note", "warm_up_s")}
+            if t.measured:
+                a["_rank_gain"] = float(t.speedup)
+        actions.append(a)
+    claimed = set().union(*(f.kernels for f in findings)) if findings else set()
+    seen = {a["action"] for a in actions}
+    if ops is not None and len(ops):
+        worth = ops[ops["worth_it"].astype(bool)]
+        for name, row in worth.iterrows():
+            kernels = ops.attrs.get("kernels_of", {}).get(name, {name})
+            if name in claimed or (kernels and len(kernels & claimed) * 2 >= len(kernels)) \
+                    or row["action"] in seen:
+                continue
+            seen.add(row["action"])
+            actions.append({"rule": f"op:{row['rung']}", "action": f"{name}: {row['action']}",
+                            "expected_end_to_end_speedup":
+                                round(float(row["expected_end_to_end_speedup"]), 3),
+                            "basis": row["basis"]})
+    # The run summary's order: op suggestions carry their rung in "rule".
+    out = rank_actions(actions, lambda a: a.get("_rank_gain", a["expected_end_to_end_speedup"]),
+                       lambda a: a.get("rung") or a["rule"].removeprefix("op:"))
+    for a in out:
+        a.pop("_rank_gain", None)
+    return out

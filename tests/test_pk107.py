@@ -32,13 +32,21 @@ def loop_trace(path: Path, *, copies: int = 64, unit: int = 5, grid=4, kernel_ns
     number, or one per position of the unit; ``grid`` may be a function of (copy, position);
     ``names`` a list of units (one loop after the other: a forward and a backward);
     ``gemm_variants``: a kernel named ``nvjet...`` gets one of that many tile suffixes by copy, as
-    cuBLAS picks another kernel for a GEMM of another size."""
+    cuBLAS picks another kernel for a GEMM of another size; a name ``ew:FUNCTOR`` is that
+    elementwise functor's vectorised kernel, and its unrolled one in every third copy (an operand
+    not aligned to the vector width)."""
     from synth import TID, make_trace
     names = names or [f"per_sample_op_{j}" for j in range(unit)]
     units = names if isinstance(names[0], list) else [names]
     def named(n: str, c: int) -> str:
+        if n.startswith("ew:"):  # an elementwise functor: its unrolled kernel in every third copy
+            if c % 3 == 1:
+                return (f"void at::native::unrolled_elementwise_kernel<{n[3:]}, std::array<char *, "
+                        "(unsigned long)2>, TrivialOffsetCalculator<1, unsigned int>>(int, T1, T2)")
+            return (f"void at::native::vectorized_elementwise_kernel<(int)4, {n[3:]}, std::array<char *, "
+                    "(unsigned long)2>>(int, T2, T3)")
         return f"{n}_{c % gemm_variants}" if n.startswith("nvjet") and gemm_variants > 1 else n
-    flat = sorted({named(n, c) for u in units for n in u for c in range(gemm_variants)})
+    flat = sorted({named(n, c) for u in units for n in u for c in range(max(gemm_variants, 3))})
     ids = {n: 10 + i for i, n in enumerate(flat)}
     strings = {i: n for n, i in ids.items()}
     strings.update({9: "cudaLaunchKernel", 3: "step"})
@@ -203,6 +211,22 @@ def test_partitions_of_different_sizes_are_a_loop_whatever_their_kernels_size(tm
     same = loop_trace(tmp_path / "stack.sqlite", copies=16, names=unit, grid=1_000, gap_ns=50_000,
                       kernel_ns=[3_000, 6_000, 3_000, 3_000])
     assert pk107_of(same)[1] is None
+
+
+def test_an_elementwise_ops_vectorised_and_unrolled_kernels_read_as_one(tmp_path):
+    """A loop over a batch's partitions whose slices are not all aligned to the vector width: PyTorch
+    runs one elementwise op as its vectorised kernel in some copies and its unrolled one in others.
+    The copies are one unit all the same (read as two names, no two neighbouring copies would
+    match and the search would find nothing)."""
+    unit = ["gather_kernel", "ew:at::native::BUnaryFunctor<long, long, long, at::native::MulFunctor<long>>",
+            "index_add_kernel"]
+    path = loop_trace(tmp_path / "ew.sqlite", copies=16, names=unit, gap_ns=50_000)
+    prof, f = pk107_of(path)
+    assert f is not None and (f.evidence["copies"], f.evidence["unit_kernels"]) == (16, 3)
+    ids = pk107._search_ids(prof.step_model().graph)
+    names = [str(n) for n in prof.step_model().graph.op_names]
+    variants = [i for i, n in enumerate(names) if "elementwise_kernel" in n]
+    assert len(variants) == 2 and ids[variants[0]] == ids[variants[1]]
 
 
 def test_quiet_on_a_layer_stack_of_large_kernels(tmp_path):

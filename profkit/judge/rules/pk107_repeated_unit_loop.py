@@ -22,7 +22,10 @@ Evidence
     long enough for (at once on a sequence that does not repeat itself). Each block keeps its
     shortest unit; blocks never span two iterations or streams. Every GEMM kernel reads as one
     name: cuBLAS picks a kernel by the problem's size, and the copies of a loop over partitions of
-    different sizes launch different ones at the same position.
+    different sizes launch different ones at the same position. So do an elementwise op's
+    vectorised and unrolled kernels: PyTorch takes the unrolled one where an operand is not aligned
+    to the vector width (a slice that starts at an expert's token count), so the copies of one loop
+    launch either at the same position.
     A block is spoken for when all of these hold:
 
     * its kernels are small, or its copies run GEMMs of different sizes (another cuBLAS kernel
@@ -66,7 +69,7 @@ Evidence
     images of a batch: four loops of a 24-kernel unit, 14 copies each, an iteration; its
     per-image syncs PK101 prices first), and on ``moe_routing_train`` (each MoE layer's loop over
     16 experts: ``nonzero``, a gather, two GEMMs of the expert's own token count, an
-    ``index_add_``); hand-built traces (``tests/test_pk107.py``) test the price.
+    ``index_add_``; and the same loop's backward); hand-built traces (``tests/test_pk107.py``) test the price.
 Fix
     Independent repeats: for the experts of a mixture, a fixed capacity per expert and one
     batched GEMM over the stacked experts' weights (or a grouped GEMM); one call over the batch
@@ -80,9 +83,13 @@ Expected gain
     the block's copies become one kernel, the first copy's, and the other copies' calls go with the
     CPU time before each, on the launching thread from the second copy's first launch to the last
     copy's last: the loop body's Python, its syncs and its launches, which a vectorised body makes
-    once (a mixture of experts' routing loop: 1.05x with the launches and their dispatch alone,
-    1.45x with the body's Python and syncs; with PK101's syncs together 1.58x, fixed-capacity
-    routing measured 2.03x). The one kernel takes the
+    once (a mixture of experts' routing loop, at the capture's calibration: 1.05x with the launches
+    and their dispatch alone, 1.45x with the body's Python and syncs, both for the forward's loops
+    alone; 2.94x once the backward's loops were found too (their copies launch the vectorised or
+    the unrolled kernel of an elementwise op by alignment), 3.13x with PK101's syncs, where
+    fixed-capacity routing measured 2.03x: that fix pads every expert to 1.25x its share of the
+    tokens and adds its own scatter and gather, which the vectorised price does not count, so the
+    price is an upper bound for it). The one kernel takes the
     time a kernel as wide as all the copies takes: as many waves as their blocks together need at
     one resident block per SM, each wave as long as the copies' median time; never less than the
     longest copy (a kernel is not faster than its own work), never more than the copies' time summed
@@ -93,10 +100,9 @@ Expected gain
     them can give). The loops' span over the wider kernels' time is no cap: once a loop's launches
     are gone its kernels run under the Python that follows it, which before waited for the loop. The
     action names beside it PK103's price for a CUDA graph of the step (its graph alone), the fix if
-    the repeats depend on each other, and says which number is whose. No program of the what-if
-    corpus shows the pattern yet: the price is tested on hand-built traces only (issue 41's step of
-    64 small loss graphs, forward and backward, measured 6.8x vectorised and 9.8-12.2x in a CUDA
-    graph, which PK103 priced 11.2x; not captured here: no test of it).
+    the repeats depend on each other, and says which number is whose. On the what-if corpus it is
+    priced on ``detection_postproc_infer`` (batched NMS, with PK101) and ``moe_routing_train``
+    (fixed capacity, with PK101); hand-built traces test the edit itself (``tests/test_pk107.py``).
 References
     PyTorch ``torch.vmap`` and ``torch.func`` docs (per-sample computations); the
     ``torch._foreach_*`` multi-tensor ops (``torch.optim``'s foreach implementations); PyTorch
@@ -258,7 +264,7 @@ def loops(ctx: RuleContext) -> list[Loop]:
     k = k[np.lexsort((g.g_start[k], g.g_stream[k]))]
     it = np.searchsorted(g.iter_call, g.g_call[k], side="right") - 1
     seg = g.g_stream[k].astype(np.int64) * (len(g.iter_call) + 1) + it
-    rep = find_repeats(_gemms_as_one(g)[g.g_name[k]], seg, int(RULE.param("max_period")),
+    rep = find_repeats(_search_ids(g)[g.g_name[k]], seg, int(RULE.param("max_period")),
                        int(RULE.param("min_repeats")))
     if not len(rep.start):
         return []
@@ -294,13 +300,28 @@ GEMM_ANY_RE = re.compile(r"gemm|nvjet|cutlass|cublas", re.I)
 CONV_RE = re.compile(r"fprop|dgrad|wgrad|conv|implicit", re.I)
 
 
-def _gemms_as_one(g) -> np.ndarray:
-    """Per kernel-name id of the graph, the id the repeat search reads: one id for every GEMM."""
+# PyTorch runs an elementwise op as its vectorised kernel where every operand is aligned to the
+# vector width and as its unrolled one otherwise: a slice that starts at a token count that is not a
+# multiple of 4 (an expert's share of a batch) takes the other kernel of the same functor. The
+# repeat search reads both as the functor's one name.
+ELEMENTWISE_VARIANT_RE = re.compile(
+    r"^void at::native::(?:vectorized_elementwise_kernel<\(int\)\d+, |unrolled_elementwise_kernel<)(.+?), "
+    r"std::array<char \*")
+
+
+def _search_ids(g) -> np.ndarray:
+    """Per kernel-name id of the graph, the id the repeat search reads: one id for every GEMM, and
+    one for the vectorised and unrolled kernels of one elementwise functor."""
     ids = np.arange(len(g.op_names), dtype=np.int64)
     gemm = np.array([bool(GEMM_ANY_RE.search(str(n))) and not CONV_RE.search(str(n))
                      for n in g.op_names], dtype=bool)
     if gemm.any():
         ids[gemm] = int(np.flatnonzero(gemm)[0])
+    first: dict[str, int] = {}
+    for i, n in enumerate(g.op_names):
+        m = ELEMENTWISE_VARIANT_RE.match(str(n))
+        if m:
+            ids[i] = first.setdefault(m.group(1), i)
     return ids
 
 

@@ -96,7 +96,7 @@ def test_undecodable_and_blob_names_are_replaced_not_raised(tmp_path):
 @pytest.mark.parametrize("seed", [13, 14, 15, 16])
 def test_fuzz_sample_keeps_the_contract(seed):
     """240 mutations (four seeded chunks, so parallel workers share them): exit 0 or 2,
-    no traceback, at most 2 clean lines on stderr."""
+    no traceback, stderr one clean profkit message a line (fuzz.check)."""
     n, failures, codes = fuzz.run(60, seed=seed, traces=fuzz.DEFAULT_TRACES)
     assert failures == 0
     assert codes.get(2, 0) > 10 and codes.get(0, 0) > 10  # both good and refused runs happened
@@ -115,7 +115,37 @@ def test_fuzz_sample_through_a_real_process(tmp_path):
         assert p.returncode in (0, 2), (what, p.stderr)
         assert "Traceback" not in p.stderr, (what, p.stderr)
         lines = p.stderr.splitlines()
-        assert len(lines) <= 2 and not any(CONTROL_RE.search(x) for x in lines), (what, p.stderr)
+        assert len(lines) <= fuzz.MAX_STDERR_LINES and all(fuzz.MESSAGE_RE.match(x) for x in lines), \
+            (what, p.stderr)
+        assert not any(CONTROL_RE.search(x) for x in lines), (what, p.stderr)
+
+
+def test_the_contract_takes_one_clean_message_a_line():
+    """Several warnings, each a line, keep it (a trace without its API table, its NVTX table and
+    its GPU's name warns of each); a line that is not a profkit message, a second error, or a
+    message that runs over lines break it."""
+    import types
+
+    def result(err: str, code: int = 0):
+        return types.SimpleNamespace(exception=None, exit_code=code, stderr=err, stdout="")
+
+    three = ("profkit: warning: unknown GPU is not in the spec table\n"
+             "profkit: warning: the step model could not be built for this window\n"
+             "profkit: warning: no user NVTX ranges in the window: showing --by kernel\n")
+    assert fuzz.check(result(three)) is None
+    assert fuzz.check(result("profkit: error: damaged export\n", 2)) is None
+    assert fuzz.check(result("wrote out.json\nprofkit: warning: x\n")) is None
+    assert "not one profkit message" in fuzz.check(result("profkit: error: damaged\n  at line 3\n", 2))
+    assert "more than one error" in fuzz.check(result("profkit: error: a\nprofkit: error: b\n", 2))
+    assert "lines on stderr" in fuzz.check(result("profkit: warning: w\n" * 7))
+
+
+def test_a_trace_without_its_api_table_says_why_there_is_no_step_model(tmp_path):
+    path = damaged_copy(tmp_path, "DROP TABLE CUPTI_ACTIVITY_KIND_RUNTIME")
+    r = classify(str(path))
+    assert r.exit_code == 0, r.stderr
+    assert "the step model could not be built for this window (the window holds no CUDA API call of " \
+           "the program: capture with `nsys profile -t cuda` or `profkit capture`)" in r.stderr
 
 
 def test_rowids_far_apart_are_read_in_one_pass(tmp_path):

@@ -2,8 +2,10 @@
 
     python scripts/tools/fuzz.py --count 10000 --seed 1 [--trace traces/micro_addnorm.sqlite.xz ...]
 
-Every run must exit 0 or 2, print no traceback, at most 2 lines on stderr and no control
-characters there. Runs in this process through click's test runner (a subprocess per run would
+Every run must exit 0 or 2 and print no traceback; on stderr, one line per message, each a
+profkit warning or error (at most one error) or the line naming the file written, with no
+control characters, and no more than MAX_STDERR_LINES of them (a damaged trace may warn of
+several things it lacks). Runs in this process through click's test runner (a subprocess per run would
 spend most of its time importing). Prints one line per failure and a summary at the end; exits 1
 when any run failed. The CI test (tests/test_fuzz.py) runs the same checks on a few hundred.
 """
@@ -13,6 +15,7 @@ import argparse
 import datetime as _dt
 import platform
 import random
+import re
 import signal
 import sys
 import tempfile
@@ -41,6 +44,9 @@ COMMANDS = [["classify"], ["classify", "--by", "kernel", "--format", "json"],
 
 
 RUN_LIMIT_S = 60
+# What a line on stderr may be: a profkit message, or the file a command wrote.
+MESSAGE_RE = re.compile(r"profkit: (warning|error): \S|profkit: aborted$|wrote \S")
+MAX_STDERR_LINES = 6
 
 
 def _too_long(signum, frame) -> None:
@@ -59,8 +65,13 @@ def check(result) -> str | None:
     if "Traceback" in err or "Traceback" in result.stdout:
         return "traceback printed"
     lines = err.splitlines()
-    if len(lines) > 2:
+    if len(lines) > MAX_STDERR_LINES:
         return f"{len(lines)} lines on stderr"
+    odd = [line for line in lines if not MESSAGE_RE.match(line)]
+    if odd:
+        return f"a line on stderr that is not one profkit message: {odd[0][:80]!r}"
+    if sum(line.startswith("profkit: error:") for line in lines) > 1:
+        return "more than one error on stderr"
     if any(CONTROL_RE.search(line) for line in lines):
         return "control characters on stderr"
     return None

@@ -256,6 +256,11 @@ def build(trace, window: Window, launch_floor_ns: float = 1_000.0) -> StepGraph:
     order = np.lexsort((calls["end"].to_numpy(np.int64), calls["start"].to_numpy(np.int64)))
     calls = calls.iloc[order].reset_index(drop=True)
     n = len(calls)
+    if n == 0:
+        # No CPU side to replay: a trace without the CUDA API table (captured without CUDA
+        # tracing, or damaged), or a window whose calls another process made.
+        raise ValueError("the window holds no CUDA API call of the program: capture with "
+                         "`nsys profile -t cuda` or `profkit capture`")
     c_start = calls["start"].to_numpy(np.int64)
     c_end = calls["end"].to_numpy(np.int64)
     c_tid = calls["globalTid"].to_numpy(np.int64)

@@ -582,41 +582,41 @@ def _waits(trace, calls, names, codes, c_kind, c_start, c_end, g_call, g_start, 
     # Copies that block the CPU: device-to-host, and anything from or to pageable memory.
     kinds = trace.copy_kinds
     if len(kinds) and n:
+        copies = np.flatnonzero(c_kind == int(CallKind.COPY))
+        copies = copies[(ops_ptr[copies + 1] > ops_ptr[copies]) & (wait[copies] != int(Wait.DEVICE))]
         kk = kinds.drop_duplicates("correlationId").set_index("correlationId")
-        for i in np.flatnonzero(c_kind == int(CallKind.COPY)):
-            lo, hi = ops_ptr[i], ops_ptr[i + 1]
-            if hi <= lo:
-                continue
-            g = int(ops_idx[lo])
-            corr = int(calls["correlationId"].iat[i])
-            if corr not in kk.index or wait[i] == int(Wait.DEVICE):
-                continue
-            r = kk.loc[corr]
-            blocking = (int(r["copyKind"]) == D2H or int(r["srcKind"]) == PAGEABLE
-                        or int(r["dstKind"]) == PAGEABLE)
-            if blocking:
-                wait[i], arg[i] = int(Wait.OP), g
+        r = kk.reindex(calls["correlationId"].to_numpy(np.int64)[copies])  # NaN: no memcpy record
+        blocking = ((r["copyKind"] == D2H) | (r["srcKind"] == PAGEABLE) | (r["dstKind"] == PAGEABLE)).to_numpy()
+        sel = copies[blocking]
+        wait[sel], arg[sel] = int(Wait.OP), ops_idx[ops_ptr[sel]]
 
-    # Observed waits: the end of the awaited work, for the calls known to wait.
+    # Observed waits: the end of the awaited work, for the calls known to wait: the latest end on
+    # the stream (or the device's streams) among the operations launched before the call (and
+    # those carried into the window), found per stream by a running maximum in launch order.
     awaited = np.full(n, -np.inf)
-    last_end_stream = np.full(max(len(streams), 1), -np.inf)
-    carried = np.flatnonzero(g_call < 0)
-    for g in carried:
-        last_end_stream[g_stream[g]] = max(last_end_stream[g_stream[g]], g_end[g])
-    dev_of_stream = np.array([s[0] for s in streams] or [0])
-    for i in range(n):
-        w = wait[i]
-        if w == int(Wait.STREAM):
-            awaited[i] = last_end_stream[arg[i]] if arg[i] >= 0 else -np.inf
-        elif w == int(Wait.DEVICE):
-            sel = dev_of_stream == arg[i]
-            awaited[i] = last_end_stream[sel].max() if sel.any() else -np.inf
-        elif w == int(Wait.OP):
-            awaited[i] = g_end[arg[i]]
-        for g in ops_idx[ops_ptr[i]:ops_ptr[i + 1]]:
-            last_end_stream[g_stream[g]] = max(last_end_stream[g_stream[g]], g_end[g])
-        if w == int(Wait.OP):
-            awaited[i] = g_end[arg[i]]
+    op_wait = np.flatnonzero(wait == int(Wait.OP))
+    awaited[op_wait] = g_end[arg[op_wait]]
+    waiting = np.flatnonzero((wait == int(Wait.STREAM)) | (wait == int(Wait.DEVICE)))
+    if len(waiting):
+        dev_of_stream = np.array([st[0] for st in streams] or [0])
+        by_stream = np.full((max(len(streams), 1), len(waiting)), -np.inf)
+        for k in range(by_stream.shape[0]):
+            on = np.flatnonzero(g_stream == k)
+            if not len(on):
+                continue
+            on = on[np.argsort(g_call[on], kind="stable")]
+            before = np.searchsorted(g_call[on], waiting, side="left")  # launched by a call < i
+            latest = np.maximum.accumulate(g_end[on])
+            by_stream[k] = np.where(before > 0, latest[np.maximum(before - 1, 0)], -np.inf)
+        w, a = wait[waiting], arg[waiting]
+        for j in np.flatnonzero(w == int(Wait.STREAM)):
+            awaited[waiting[j]] = by_stream[a[j], j] if a[j] >= 0 else -np.inf
+        dev_rows = np.flatnonzero(w == int(Wait.DEVICE))
+        for d in np.unique(a[dev_rows]):
+            rows = dev_rows[a[dev_rows] == d]
+            streams_of_d = np.flatnonzero(dev_of_stream == d)
+            if len(streams_of_d):
+                awaited[waiting[rows]] = by_stream[np.ix_(streams_of_d, rows)].max(axis=0)
 
     # Calls of other kinds that measured far longer than usual and returned right after a GPU
     # operation ended: a full launch queue, an allocation that synchronised.

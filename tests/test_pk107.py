@@ -223,6 +223,7 @@ def test_an_elementwise_ops_vectorised_and_unrolled_kernels_read_as_one(tmp_path
     path = loop_trace(tmp_path / "ew.sqlite", copies=16, names=unit, gap_ns=50_000)
     prof, f = pk107_of(path)
     assert f is not None and (f.evidence["copies"], f.evidence["unit_kernels"]) == (16, 3)
+    assert not f.evidence["gemm_sizes_differ"]  # the two kernels of one op say nothing of sizes
     ids = pk107._search_ids(prof.step_model().graph)
     names = [str(n) for n in prof.step_model().graph.op_names]
     variants = [i for i, n in enumerate(names) if "elementwise_kernel" in n]

@@ -270,6 +270,7 @@ def loops(ctx: RuleContext) -> list[Loop]:
         return []
     b = ctx.baseline
     names = np.asarray(g.op_names, dtype=object)
+    gemm = _gemm_names(g)
     out = []
     for lo, p, c in zip(rep.start.tolist(), rep.period.tolist(), rep.count.tolist()):
         ops = k[lo:lo + p * c].reshape(c, p)
@@ -279,9 +280,10 @@ def loops(ctx: RuleContext) -> list[Loop]:
         unit = [str(x) for x in names[g.g_name[ops[0]]]]
         calls = g.g_call[ops.ravel()]
         where = pd.Series(np.asarray(g.range_names, dtype=object)[g.c_range[calls]]).mode()
-        # Only GEMM positions can differ between copies: the search read every other name as is.
+        # Another GEMM kernel at one position in another copy (the search read them as one name,
+        # and an elementwise op's two kernels too, which tell nothing of the sizes).
         by_pos = g.g_name[ops]
-        differ = bool((by_pos != by_pos[0]).any())
+        differ = bool(((by_pos != by_pos[0]) & gemm[by_pos]).any())
         out.append(Loop(ops, unit, busy / span if span > 0 else 1.0, span,
                         np.full(ops.shape, -1, dtype=np.int64),
                         any(MATRIX_RE.search(n) for n in unit), any(CELL_RE.search(n) for n in unit),
@@ -309,12 +311,17 @@ ELEMENTWISE_VARIANT_RE = re.compile(
     r"std::array<char \*")
 
 
+def _gemm_names(g) -> np.ndarray:
+    """Per kernel-name id of the graph: whether it is a GEMM kernel (not a convolution)."""
+    return np.array([bool(GEMM_ANY_RE.search(str(n))) and not CONV_RE.search(str(n))
+                     for n in g.op_names], dtype=bool)
+
+
 def _search_ids(g) -> np.ndarray:
     """Per kernel-name id of the graph, the id the repeat search reads: one id for every GEMM, and
     one for the vectorised and unrolled kernels of one elementwise functor."""
     ids = np.arange(len(g.op_names), dtype=np.int64)
-    gemm = np.array([bool(GEMM_ANY_RE.search(str(n))) and not CONV_RE.search(str(n))
-                     for n in g.op_names], dtype=bool)
+    gemm = _gemm_names(g)
     if gemm.any():
         ids[gemm] = int(np.flatnonzero(gemm)[0])
     first: dict[str, int] = {}

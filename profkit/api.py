@@ -136,12 +136,12 @@ class Profile:
 
     def _model_then(self, then: Optional[Callable[[], None]]) -> StepModel:
         """model_of, for a thread: first the calls the run summary reads last (the launch calls,
-        the synchronising and copy calls, read ahead while the window was found), then the model and the replay without its syncs' waits
-        that the summary asks next, then the critical share the rules read first (an error of
-        those is raised where they are read, as before), then ``then`` (whatever model_of
-        raised)."""
+        the synchronising and copy calls, read ahead while the window was found), then the model
+        and the replay without its syncs' waits that the summary asks next, then the critical
+        share the rules read first (an error of those is raised where they are read, as before),
+        then ``then`` (whatever model_of raised)."""
         try:
-            self.__dict__["_calls_ahead"].result()
+            self._calls_ahead.result()
             model = model_of(self.full_trace, self.window, self.peaks.launch_floor_ns)
             _ahead(lambda: model.sync_cost_ns(1), lambda: self.critical)
             return model

@@ -6,10 +6,10 @@ modules are still being imported (profkit.read.runtime.prefetch).
 from __future__ import annotations
 
 import re
-import threading
 import sqlite3
+import threading
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 from urllib.parse import quote
 
 import numpy as np
@@ -135,7 +135,8 @@ def parse_ints(text: object, n: int) -> Optional[np.ndarray]:
 
 def int_columns(conn: sqlite3.Connection, path: str, table: str, exprs: dict[str, str],
                 where: str = "", chunk: int = 250_000,
-                rowids: Optional[tuple[int, int]] = None) -> dict[str, np.ndarray]:
+                rowids: Optional[tuple[int, int]] = None,
+                started: Optional[Callable[["RowidChunks"], None]] = None) -> dict[str, np.ndarray]:
     """Integer columns of ``table`` as numpy arrays, without a Python object per value.
 
     SQLite concatenates each column into one text per chunk of rows and numpy parses it:
@@ -143,7 +144,9 @@ def int_columns(conn: sqlite3.Connection, path: str, table: str, exprs: dict[str
     integer (NULL, text, a real, a blob: a damaged export) makes :func:`bad_column` name the
     column in a :class:`TraceError`; NULLs the caller accepts must be mapped to a sentinel
     (``coalesce(x, -1)``). ``rowids``: only the rows whose rowid is in [lo, hi], found through
-    the table's b-tree instead of a scan of every row.
+    the table's b-tree instead of a scan of every row. ``started``: given the chunked read
+    (RowidChunks) once it begins, for other threads to take part in; not called where the rowids
+    span too wide a range to be read that way.
     """
     # Two queries: SQLite finds a min() or a max() of the rowid in the b-tree alone, but
     # scans the whole table for both at once.
@@ -154,7 +157,10 @@ def int_columns(conn: sqlite3.Connection, path: str, table: str, exprs: dict[str
     if lo is None or lo > hi:
         return {k: np.empty(0, dtype=np.int64) for k in exprs}
     if hi - lo + 1 <= STRIDE_SPAN:
-        return RowidChunks(path, table, exprs, lo, hi, where, chunk).result(conn)
+        chunks = RowidChunks(path, table, exprs, lo, hi, where, chunk)
+        if started is not None:
+            started(chunks)
+        return chunks.result(conn)
     # The texts as bytes, not decoded into a second copy (a 1M-row table gives 100 MB of them).
     conn.text_factory = bytes
     try:

@@ -115,13 +115,7 @@ def read_calls(conn: sqlite3.Connection, path: str,
     if not table or not set(COLUMNS) <= db.columns_of(conn, table):
         return None
     try:
-        lo = conn.execute(f'SELECT min(rowid) FROM "{table}"').fetchone()[0]
-        hi = conn.execute(f'SELECT max(rowid) FROM "{table}"').fetchone()[0]
-        if started is None or lo is None or hi - lo + 1 > db.STRIDE_SPAN:
-            return RuntimeCalls(**db.int_columns(conn, path, table, COLUMNS))
-        chunks = db.RowidChunks(path, table, COLUMNS, lo, hi)
-        started(chunks)
-        return RuntimeCalls(**chunks.result(conn))
+        return RuntimeCalls(**db.int_columns(conn, path, table, COLUMNS, started=started))
     except TraceError:
         return None
 

@@ -609,8 +609,8 @@ def _waits(trace, calls, names, codes, c_kind, c_start, c_end, g_call, g_start, 
             latest = np.maximum.accumulate(g_end[on])
             by_stream[k] = np.where(before > 0, latest[np.maximum(before - 1, 0)], -np.inf)
         w, a = wait[waiting], arg[waiting]
-        for j in np.flatnonzero(w == int(Wait.STREAM)):
-            awaited[waiting[j]] = by_stream[a[j], j] if a[j] >= 0 else -np.inf
+        on_stream = np.flatnonzero((w == int(Wait.STREAM)) & (a >= 0))  # (no stream: -inf, as set)
+        awaited[waiting[on_stream]] = by_stream[a[on_stream], on_stream]
         dev_rows = np.flatnonzero(w == int(Wait.DEVICE))
         for d in np.unique(a[dev_rows]):
             rows = dev_rows[a[dev_rows] == d]

@@ -26,6 +26,7 @@ def test_a_bulk_device_to_host_copy_is_priced_reduced_on_the_gpu_and_pinned_besi
     d2h = np.array(["Device-to-Host" in str(n) for n in g.op_names] + [False])[g.g_name]
     ops = np.flatnonzero(d2h & (g.g_call >= 0))
     assert len(ops)
+    g.g_bytes = g.g_bytes.copy()  # the trace's structure is read-only in a copy
     g.g_bytes[ops] = 64e6
     g.g_host_paced[ops] = True
     g.g_dur[ops] = 64e6 / 7.5e9 * 1e9

@@ -36,7 +36,7 @@ import numpy as np
 
 from profkit.run.iterations import range_starts
 from profkit.run.step.graph import CallKind, StepGraph, Wait
-from profkit.run.step.simulate import Schedule, simulate
+from profkit.run.step.simulate import Schedule, replay
 from profkit.run.step.transform import scale_ops
 from profkit.run.window import leading_setup
 
@@ -143,7 +143,7 @@ def calibrate(graph: StepGraph, meta_text: Optional[str] = None,
               sim: Callable[[float], Schedule] | None = None) -> tuple[Calibration, Schedule]:
     """The calibration of ``graph`` (``meta_text``: the trace's PROFKIT_META ``calibration``) and
     the replay at the calibrated CPU scale."""
-    sim = sim or (lambda h: simulate(graph, host=h))
+    sim = sim or (lambda h: replay(graph, h))
     profiled = float(np.median(graph.measured_periods))
     at1 = sim(1.0)
     prior = estimated_host(graph)
@@ -297,7 +297,7 @@ def host_from_issue(graph: StepGraph, issue_ns: float, period_ns: float,
                                                                        int(CallKind.GRAPH_LAUNCH)])
     if waits.sum() >= 0.5 * its or issue_ns <= 0:
         return None
-    cpu = simulate(scale_ops(graph, np.arange(graph.n_ops), np.inf), host=1.0).iteration_ns
+    cpu = replay(scale_ops(graph, np.arange(graph.n_ops), np.inf), 1.0).iteration_ns
     if cpu <= 0:
         return None
     h = float(np.clip(issue_ns / cpu, MIN_HOST, MAX_HOST))
@@ -324,7 +324,7 @@ def issued_in(graph: StepGraph, h: float) -> float:
     ic = graph.iter_call
     if len(ic) < 5:
         return 0.0
-    s = simulate(scale_ops(graph, np.flatnonzero(graph.g_call < 0), np.inf), host=h)
+    s = replay(scale_ops(graph, np.flatnonzero(graph.g_call < 0), np.inf), h)
     return float(s.c_end[ic[3] - 1] - s.c_end[ic[1] - 1]) / 2
 
 

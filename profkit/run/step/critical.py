@@ -154,7 +154,7 @@ def _refill_shares(g: StepGraph, s: Schedule, segs: list[tuple], host: float) ->
             refill[owner] = refill.get(owner, 0.0) + (b - a)
     if not refill:
         return {}
-    from profkit.run.step.simulate import simulate
+    from profkit.run.step.simulate import replay
     from profkit.run.step.transform import drop_waits
     # A site is the range the waiting call ran in: `.item()` is a copy and a stream sync, and
     # both go when the value stays on the GPU. Launches that waited on a full queue stay.
@@ -167,7 +167,7 @@ def _refill_shares(g: StepGraph, s: Schedule, segs: list[tuple], host: float) ->
         sel = np.flatnonzero(blocking & (range_of == site[1].rsplit(" in ", 1)[-1]))
         if not len(sel):
             continue
-        t = simulate(drop_waits(g, sel), host)
+        t = replay(drop_waits(g, sel), host)
         saved = base - float(t.end_ns - t.starts[0])
         shares[site] = float(np.clip(saved / refill[site], 0.0, 1.0))
     return shares

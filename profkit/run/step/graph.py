@@ -25,7 +25,9 @@ Work already on the GPU when the window opens (launched before it) is kept at it
 """
 from __future__ import annotations
 
+import hashlib
 import re
+import weakref
 from dataclasses import dataclass, field, replace
 from enum import IntEnum
 from typing import Optional
@@ -102,6 +104,14 @@ MIN_QUEUE_DEPTH = 64
 # after the event of the main stream that released them.
 DEP_FIT_NS = 50_000
 DEPTH_SLACK = 3            # places below the depth a held call's release may be (several streams)
+
+
+# The fields a transformation may change (profkit.run.step.transform and the rules' edits): a
+# copy of the graph copies these and shares the rest.
+EDITABLE = frozenset({"c_gap", "c_own", "c_wait", "c_wake", "c_queue", "c_ready", "g_dur", "g_qgap",
+                      "g_host_paced", "tail_ns", "tail_ready"})
+# ... and those the replay never reads (names and labels; notes added as the model is built).
+NOT_REPLAYED = frozenset({"window", "call_names", "op_names", "range_names", "notes"})
 
 
 @dataclass
@@ -186,11 +196,55 @@ class StepGraph:
         return np.concatenate([self.ops_idx[self.ops_ptr[c]:self.ops_ptr[c + 1]] for c in calls])
 
     def copy(self) -> "StepGraph":
-        """A deep copy whose arrays a transformation may change."""
-        out = StepGraph(**{k: (v.copy() if isinstance(v, np.ndarray) else
-                               (list(v) if isinstance(v, list) else v))
-                           for k, v in self.__dict__.items()})
-        return out
+        """A copy whose editable arrays (EDITABLE) a transformation may change. The others, the
+        trace's structure, are shared with this graph and made read-only in both: an edit that
+        wrote to one would change every copy, so it fails instead."""
+        self.freeze()
+        return StepGraph(**{k: (v.copy() if k in EDITABLE and isinstance(v, np.ndarray) else
+                                (list(v) if isinstance(v, list) else v))
+                            for k, v in self.__dict__.items()})
+
+    def freeze(self) -> "StepGraph":
+        """Make the trace's structure (every array but the EDITABLE ones) read-only."""
+        for k, v in self.__dict__.items():
+            if isinstance(v, np.ndarray) and k not in EDITABLE:
+                v.flags.writeable = False
+        return self
+
+    def replay_key(self, host: float) -> bytes:
+        """A digest of what a replay at ``host`` depends on: equal keys give equal replays
+        (profkit.run.step.simulate.replay). A read-only array (the structure a copy shares) is
+        digested once, however many edited copies share it."""
+        digest = hashlib.blake2b(repr(float(host)).encode(), digest_size=20)
+        for k, v in self.__dict__.items():
+            if k in NOT_REPLAYED:
+                continue
+            if isinstance(v, np.ndarray):
+                digest.update(k.encode())
+                digest.update(_frozen_digest(v) if not v.flags.writeable else _digest(v))
+            else:
+                digest.update(f"{k}={v!r};".encode())
+        return digest.digest()
+
+
+def _digest(a: np.ndarray) -> bytes:
+    d = hashlib.blake2b(f"{a.dtype.str}{a.shape}".encode(), digest_size=20)
+    d.update(np.ascontiguousarray(a).data)
+    return d.digest()
+
+
+_FROZEN: dict[int, tuple[weakref.ref, bytes]] = {}
+
+
+def _frozen_digest(a: np.ndarray) -> bytes:
+    """The digest of a read-only array, kept while the array lives (it cannot change)."""
+    hit = _FROZEN.get(id(a))
+    if hit is not None and hit[0]() is a:
+        return hit[1]
+    d = _digest(a)
+    key = id(a)
+    _FROZEN[key] = (weakref.ref(a, lambda _r, k=key: _FROZEN.pop(k, None)), d)
+    return d
 
 
 def call_kinds(names: np.ndarray) -> np.ndarray:
@@ -396,7 +450,7 @@ def build(trace, window: Window, launch_floor_ns: float = 1_000.0) -> StepGraph:
                      iter_call=iter_call, measured_periods=periods, gpu_periods=gpu_side,
                      end_ns=w1, notes=notes, c_queue=c_queue, queue_depth=depth,
                      queue_wake_ns=q_wake, tail_ns=tail_ns, tail_range=int(t_range[0]),
-                     recorded_ns=_recorder_ns(trace, pid, w0, w1))
+                     recorded_ns=_recorder_ns(trace, pid, w0, w1)).freeze()
 
 
 def _recorder_ns(trace, pid: Optional[int], w0: int, w1: int) -> float:

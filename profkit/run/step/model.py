@@ -12,7 +12,7 @@ import pandas as pd
 from profkit.run.step.calibrate import Calibration, calibrate
 from profkit.run.step.critical import CriticalPath, critical_path
 from profkit.run.step.graph import StepGraph, build
-from profkit.run.step.simulate import Schedule, simulate
+from profkit.run.step.simulate import Schedule, replay
 from profkit.run.window import Window
 
 REPLAY_TOLERANCE = 0.03   # the unmodified replay must land within 3% of the measured iteration
@@ -44,9 +44,9 @@ class StepModel:
         the calibrated scale)."""
         host = self.host if host is None else host
         if graph is not None:
-            return simulate(graph, host)
+            return replay(graph, host)
         if host not in self.replays:
-            self.replays[host] = simulate(self.graph, host)
+            self.replays[host] = replay(self.graph, host)
         return self.replays[host]
 
     def speedup(self, graph: StepGraph) -> float:
@@ -107,7 +107,7 @@ class StepModel:
         calls = sync_calls(self.graph)
         if not len(calls):
             return None
-        return simulate(drop_waits(self.graph, calls), 1.0).mean_iteration_ns
+        return replay(drop_waits(self.graph, calls), 1.0).mean_iteration_ns
 
     @property
     def replay_error(self) -> float:
@@ -130,12 +130,12 @@ def model_of(trace, window: Window, launch_floor_ns: float) -> StepModel:
     g = build(trace, window, launch_floor_ns)
     replays: dict[float, Schedule] = {}
 
-    def replay(host: float) -> Schedule:
+    def at(host: float) -> Schedule:
         if host not in replays:
-            replays[host] = simulate(g, host)
+            replays[host] = replay(g, host)
         return replays[host]
 
-    cal, sched = calibrate(g, trace.meta.get("calibration"), sim=replay)
+    cal, sched = calibrate(g, trace.meta.get("calibration"), sim=at)
     warnings = list(g.notes) + ([cal.warning] if cal.warning else [])
     err = cal.replay_iteration_ns / cal.profiled_iteration_ns - 1 if cal.profiled_iteration_ns else 0
     if abs(err) > REPLAY_TOLERANCE:

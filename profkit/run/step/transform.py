@@ -25,7 +25,7 @@ from typing import Optional
 
 import numpy as np
 
-from profkit.run.step.graph import CallKind, StepGraph, Wait
+from profkit.run.step.graph import EDITABLE, CallKind, StepGraph, Wait
 
 # Host gaps shorter than this before a removed launch are the per-op dispatch (framework code
 # between two launches) that goes with it; longer ones are the program's own Python and stay.
@@ -156,8 +156,8 @@ def blend(g: StepGraph, edited: StepGraph, alpha: float) -> StepGraph:
     if alpha <= 0:
         return g.copy()
     out = edited.copy()
-    for name, new in edited.__dict__.items():
-        old = g.__dict__.get(name)
+    for name in EDITABLE:  # the rest is the trace's structure, which no edit changes
+        new, old = edited.__dict__.get(name), g.__dict__.get(name)
         if isinstance(new, np.ndarray) and isinstance(old, np.ndarray) and new.dtype.kind == "f" \
                 and old.shape == new.shape:
             both = np.isfinite(old) & np.isfinite(new)

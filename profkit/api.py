@@ -437,7 +437,7 @@ class Profile:
             self._apply_pairs(rows, works, frame)
         df = pd.DataFrame(rows).set_index("name")
         df.attrs["level"] = by
-        df.attrs["kernels_of"] = kernels_of  # for counting an action once (ranked_actions)
+        df.attrs["kernels_of"] = SharedKernels(kernels_of)  # for counting an action once (ranked_actions)
         return df
 
     def _grouped(self, by: str, innermost: bool, top: Optional[int]) -> tuple[OpGroups, object]:
@@ -645,6 +645,16 @@ class Profile:
         out["verdict"]["expected_end_to_end_speedup"] = (actions[0]["expected_end_to_end_speedup"]
                                                          if actions else 1.0)
         return out
+
+
+class SharedKernels(dict):
+    """Each op's kernel names, kept in the op table's ``attrs``. pandas deep-copies ``attrs`` into
+    every frame and column derived from the table (a column read, each row of ``iterrows``): a
+    table of a few hundred ops spent more time copying these sets than being read. Never written
+    to after the table is made, so derived frames share them."""
+
+    def __deepcopy__(self, memo) -> "SharedKernels":
+        return self
 
 
 class _Later:

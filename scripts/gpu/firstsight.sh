@@ -11,7 +11,8 @@
 #   scripts/gpu/firstsight.sh OUTDIR SECONDS a|b|NAME...
 #
 # A program is started only when at least FIRSTSIGHT_MIN_LEFT seconds (default 150) are left;
-# its capture gets at most 60% of what is left, its timing the rest. What to bring back and
+# its capture gets at most 60% of what is left, its timing the rest; FIRSTSIGHT_CAPTURE_MAX and
+# FIRSTSIGHT_TIMING_MAX (seconds) cap each, so that one slow program leaves time for the next. What to bring back and
 # commit, in this order:
 #   OUTDIR/bring/NAME.sqlite.xz   -> traces/corpus/   (trimmed to 14 iterations of the step range)
 #   OUTDIR/measured.json          -> `whatif_accuracy.py merge OUTDIR/measured.json --folder LABEL`
@@ -46,8 +47,11 @@ for name in $names; do
   left=$(( deadline - $(date +%s) ))
   [ "$left" -ge "$min_left" ] || { echo "== $name: skipped (${left}s left)"; continue; }
   echo "== $name at $(( $(date +%s) - t0 ))s, ${left}s left"
-  scripts/gpu/corpus_capture.sh "$out" $(( left * 60 / 100 )) "$name"
+  cap=$(( left * 60 / 100 ))
+  [ -n "${FIRSTSIGHT_CAPTURE_MAX:-}" ] && [ "$FIRSTSIGHT_CAPTURE_MAX" -lt "$cap" ] && cap=$FIRSTSIGHT_CAPTURE_MAX
+  scripts/gpu/corpus_capture.sh "$out" "$cap" "$name"
   left=$(( deadline - $(date +%s) - 10 ))
+  [ -n "${FIRSTSIGHT_TIMING_MAX:-}" ] && [ "$FIRSTSIGHT_TIMING_MAX" -lt "$left" ] && left=$FIRSTSIGHT_TIMING_MAX
   if [ "$left" -gt 45 ]; then
     python3 scripts/whatif_accuracy.py interleave "$out" --programs "$name" \
       --reps 1 --rounds 9 --budget "$left" --min-left 30

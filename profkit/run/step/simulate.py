@@ -10,7 +10,6 @@ scale at which the replay runs as fast as the program without a profiler. Replay
 """
 from __future__ import annotations
 
-import math
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -56,51 +55,20 @@ def simulate(g: StepGraph, host: float = 1.0) -> Schedule:
     n, m = g.n_calls, g.n_ops
     c_start = np.zeros(n)
     c_end = np.zeros(n)
-    c_end_by = np.zeros(n, dtype=np.int8)
+    c_end_by = np.full(n, BY_OWN, dtype=np.int8)
     c_waited = np.full(n, -1, dtype=np.int64)
-    g_start = g.g_start.astype(np.float64).copy()
-    g_end = g.g_end.astype(np.float64).copy()
+    g_start = g.g_start.astype(np.float64)
+    g_end = g.g_end.astype(np.float64)
     g_by = np.full(m, BY_FIXED, dtype=np.int8)
     n_streams = max(len(g.streams), 1)
-    last_end = [-np.inf] * n_streams
-    last_op = [-1] * n_streams
-    dev_of = [s[0] for s in g.streams] or [0]
-    # Work already queued when the window opens: the first of each stream starts when it did,
-    # the others back to back after it as they ran, each at its (possibly edited) duration. A
-    # GPU-bound step's full launch queue holds several iterations of it.
-    dur0 = np.where(g.g_host_paced, g.g_dur * host, g.g_dur)
-    for op in np.flatnonzero(g.g_call < 0):  # in stream order
-        pv = int(g.g_prev[op])
-        if pv >= 0 and g.g_call[pv] < 0:
-            g_start[op] = g_end[pv] + g.g_qgap[op]
-        g_end[op] = g_start[op] + dur0[op]
-        s = int(g.g_stream[op])
-        if g_end[op] > last_end[s]:
-            last_end[s], last_op[s] = float(g_end[op]), int(op)
-
-    pred = g.c_pred.tolist()
-    gap = (g.c_gap * host).tolist()
-    own = (g.c_own * host).tolist()
-    wait = g.c_wait.tolist()
-    warg = g.c_wait_arg.tolist()
-    wake = g.c_wake.tolist()
-    ptr = g.ops_ptr.tolist()
-    idx = g.ops_idx.tolist()
-    prev = g.g_prev.tolist()
-    lat = g.g_lat.tolist()
-    qgap = g.g_qgap.tolist()
-    dep = g.g_dep.tolist()
-    dep_d = g.g_dep_delta.tolist()
-    dur = np.where(g.g_host_paced, g.g_dur * host, g.g_dur).tolist()
-    stream = g.g_stream.tolist()
-    gs = g_start.tolist()
-    ge = g_end.tolist()
-    gb = g_by.tolist()
-    cs = [0.0] * n
-    ce = [0.0] * n
+    last_end = np.full(n_streams, -np.inf)
+    last_op = np.full(n_streams, -1, dtype=np.int64)
+    dev_of = np.array([s[0] for s in g.streams] or [0], dtype=np.int64)
+    i64, f64 = np.int64, np.float64
+    dur = np.where(g.g_host_paced, g.g_dur * host, g.g_dur).astype(f64)
+    prev, qgap, stream = g.g_prev.astype(i64), g.g_qgap.astype(f64), g.g_stream.astype(i64)
     anchor = float(g.c_start[0]) if n else 0.0
-    offset = (g.c_start - (g.c_start[0] if n else 0)).astype(np.float64).tolist()
-    WS, WD = int(Wait.STREAM), int(Wait.DEVICE)
+    offset = (g.c_start - (g.c_start[0] if n else 0)).astype(f64)
     # The launch queue, per device: the operation whose end frees each entry, in queued order.
     entries = queue_entries(g.c_queue if g.c_queue is not None else np.diff(g.ops_ptr) > 0,
                             g.ops_ptr, g.ops_idx, g.g_call, g.g_start, g.g_dev)
@@ -108,61 +76,132 @@ def simulate(g: StepGraph, host: float = 1.0) -> Schedule:
     # the window opens, then one per earlier call that took one): when they are ``depth`` or more,
     # the queue is full and it waits for the entry ``depth`` places back. Which entry that is does
     # not depend on the times: found here once, not by keeping the queue in the loop.
-    depth, q_wake = int(g.queue_depth), float(g.queue_wake_ns)
-    q_ref_of = np.full(n, -1, dtype=np.int64)
+    depth = int(g.queue_depth)
+    q_ref_of = np.full(n, -1, dtype=i64)
     for d, (ops_, calls_) in entries.items():
         at = np.flatnonzero(calls_ >= 0)
         full = at[at >= depth]
         q_ref_of[calls_[full]] = ops_[full - depth]
-    q_ref_of = q_ref_of.tolist()
-    ready = None
+    ready = np.full(n, -np.inf)
     if g.c_ready is not None:
-        ready = np.where(np.isnan(g.c_ready), -np.inf, anchor + g.c_ready * host).tolist()
-    neg = -math.inf
-    c_by = [BY_OWN] * n     # what bound each call's end, and the operation that released it
-    c_wt = [-1] * n
-    # One pass over the calls in the order they ran (the CPU chain), each call's operations after
-    # it: per-call values come from lists zipped together (no indexing in the loop where it can go).
-    for i, p, gp, ow, q_ref, k0, k1, w in zip(range(n), pred, gap, own, q_ref_of, ptr, ptr[1:], wait):
-        t = (ce[p] + gp) if p >= 0 else anchor + offset[i]
-        if ready is not None and ready[i] > t:
+        ready = np.where(np.isnan(g.c_ready), -np.inf, anchor + g.c_ready * host).astype(f64)
+    queued = (np.flatnonzero(g.g_call < 0), g.g_call.astype(i64), prev, qgap, dur, stream, g_start,
+              g_end, last_end, last_op)
+    calls = (anchor, offset, g.c_pred.astype(i64), (g.c_gap * host).astype(f64),
+             (g.c_own * host).astype(f64), ready, q_ref_of, float(g.queue_wake_ns),
+             g.ops_ptr.astype(i64), g.ops_idx.astype(i64), g.c_wait.astype(i64),
+             g.c_wait_arg.astype(i64), g.c_wake.astype(f64), int(Wait.STREAM), int(Wait.DEVICE),
+             prev, g.g_lat.astype(f64), qgap, g.g_dep.astype(i64), g.g_dep_delta.astype(f64), dur,
+             stream, dev_of, g_start, g_end, g_by, last_end, last_op, c_start, c_end, c_end_by,
+             c_waited)
+    compiled = _compiled(n + m)
+    if compiled is not None:
+        compiled[0](*queued)
+        compiled[1](*calls)
+    else:
+        # Interpreted, the same functions run fastest on lists; the times come back into the arrays.
+        lists = {id(a): a.tolist() for a in (*queued, *calls) if isinstance(a, np.ndarray)}
+        _queued(*[lists.get(id(a), a) for a in queued])
+        _calls(*[lists.get(id(a), a) for a in calls])
+        for a in (g_start, g_end, g_by, c_start, c_end, c_end_by, c_waited):
+            a[:] = lists[id(a)]
+    starts, end = _starts(g, c_start, c_end, g_start, g_end, host)
+    periods = np.diff(np.append(starts, end))
+    return Schedule(c_start, c_end, c_end_by, c_waited, g_start, g_end, g_by, periods, starts, end,
+                    host)
+
+
+# The replay's sequential part, the two functions below, runs compiled by numba once a step is
+# large enough to pay for it: the same IEEE double additions and comparisons in the same order as
+# the Python they are written in, so the times are those of the interpreted loop, bit for bit
+# (tests/test_replay_compiled.py). Every price is a replay; a corpus step of 20k-120k calls took
+# 20-120 ms a replay interpreted and 1-5 ms compiled, and a classify asks for tens of them. Below
+# COMPILE_FROM calls and operations the interpreted loop is done before numba is imported (0.5 s,
+# 100 MB); once it is, every replay of the process runs compiled.
+COMPILE_FROM = 30_000
+_loops: tuple | None = None
+_loops_lock = threading.Lock()
+
+
+def _compiled(size: int) -> tuple | None:
+    """The compiled (_queued, _calls), or None where the interpreted ones are cheaper."""
+    global _loops
+    if _loops is None and size >= COMPILE_FROM:
+        with _loops_lock:
+            if _loops is None:
+                from numba import njit  # compiled once per machine: cached beside this module
+                _loops = (njit(cache=True, nogil=True)(_queued), njit(cache=True, nogil=True)(_calls))
+    return _loops
+
+
+def _queued(queued, g_call, prev, qgap, dur, stream, g_start, g_end, last_end, last_op):
+    """Work already queued when the window opens (``queued``, in stream order): the first of each
+    stream starts when it did, the others back to back after it as they ran, each at its
+    (possibly edited) duration. A GPU-bound step's full launch queue holds several iterations."""
+    for op in queued:
+        pv = prev[op]
+        if pv >= 0 and g_call[pv] < 0:
+            g_start[op] = g_end[pv] + qgap[op]
+        g_end[op] = g_start[op] + dur[op]
+        s = stream[op]
+        if g_end[op] > last_end[s]:
+            last_end[s] = g_end[op]
+            last_op[s] = op
+
+
+def _calls(anchor, offset, pred, gap, own, ready, q_ref_of, q_wake, ptr, idx, wait, warg, wake,
+           WS, WD, prev, lat, qgap, dep, dep_d, dur, stream, dev_of, gs, ge, gb, last_end,
+           last_op, cs, ce, c_by, c_wt):
+    """One pass over the calls in the order they ran (the CPU chain), each call's operations
+    after it; fills the calls' and operations' times and what bound each."""
+    neg = -np.inf
+    for i in range(len(pred)):
+        p = pred[i]
+        t = (ce[p] + gap[i]) if p >= 0 else anchor + offset[i]
+        if ready[i] > t:
             t = ready[i]
         cs[i] = t
+        q_ref = q_ref_of[i]
         q_rel = ge[q_ref] + q_wake if q_ref >= 0 else neg
         issue = t if q_rel <= t else q_rel
-        if k0 != k1:
-            for op in idx[k0:k1]:
-                s = issue + lat[op]
-                by = BY_LAUNCH
-                pv = prev[op]
-                if pv >= 0:
-                    r = ge[pv] + qgap[op]
-                    if r > s:
-                        s, by = r, BY_STREAM
-                d = dep[op]
-                if d >= 0:
-                    r = ge[d] + dep_d[op]
-                    if r > s:
-                        s, by = r, BY_DEP
-                gs[op] = s
-                e = s + dur[op]
-                ge[op] = e
-                gb[op] = by
-                st = stream[op]
-                if e > last_end[st]:
-                    last_end[st], last_op[st] = e, op
-        e = t + ow
+        for k in range(ptr[i], ptr[i + 1]):
+            op = idx[k]
+            s = issue + lat[op]
+            by = BY_LAUNCH
+            pv = prev[op]
+            if pv >= 0:
+                r = ge[pv] + qgap[op]
+                if r > s:
+                    s, by = r, BY_STREAM
+            d = dep[op]
+            if d >= 0:
+                r = ge[d] + dep_d[op]
+                if r > s:
+                    s, by = r, BY_DEP
+            gs[op] = s
+            e = s + dur[op]
+            ge[op] = e
+            gb[op] = by
+            st = stream[op]
+            if e > last_end[st]:
+                last_end[st] = e
+                last_op[st] = op
+        e = t + own[i]
         if q_rel > e:
             e = q_rel
             c_by[i] = BY_WAIT
             c_wt[i] = q_ref
+        w = wait[i]
         if w:
             if w == WS:
                 a = warg[i]
-                rel, ref = (last_end[a], last_op[a]) if a >= 0 else (neg, -1)
+                if a >= 0:
+                    rel, ref = last_end[a], last_op[a]
+                else:
+                    rel, ref = neg, -1
             elif w == WD:
                 rel, ref = neg, -1
-                for st in range(n_streams):
+                for st in range(len(last_end)):
                     if dev_of[st] == warg[i] and last_end[st] > rel:
                         rel, ref = last_end[st], last_op[st]
             else:  # WO
@@ -174,17 +213,6 @@ def simulate(g: StepGraph, host: float = 1.0) -> Schedule:
                 c_by[i] = BY_WAIT
                 c_wt[i] = ref
         ce[i] = e
-    c_end_by[:] = c_by
-    c_waited[:] = c_wt
-    c_start[:] = cs
-    c_end[:] = ce
-    g_start = np.asarray(gs)
-    g_end = np.asarray(ge)
-    g_by = np.asarray(gb, dtype=np.int8)
-    starts, end = _starts(g, c_start, c_end, g_start, g_end, host)
-    periods = np.diff(np.append(starts, end))
-    return Schedule(c_start, c_end, c_end_by, c_waited, g_start, g_end, g_by, periods, starts, end,
-                    host)
 
 
 # Replays kept by StepGraph.replay_key, least recently asked first: the calibration, the rules,

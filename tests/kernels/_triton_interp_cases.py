@@ -42,13 +42,17 @@ def check(name, outs, refs, dtype):
 
 
 # (rows, hidden, max_single): max_single forces the looping path on small rows
-# 300 rows: the prefill class (add+RMSNorm reads its row twice there)
+# 300 rows: the prefill class, where add+RMSNorm reads its row twice. The other kernels' bodies do
+# not depend on the row count (it only picks their autotuning candidates, which the interpreter
+# does not time), and the interpreter runs each of the 300 rows as a program of its own (most of
+# this file's time): only add+RMSNorm runs it.
 CASES = [(1, 64, None), (3, 1000, None), (2, 5120, None), (2, 1000, 256), (1, 12345, 4096), (300, 96, None)]
 for dtype in (torch.float32, torch.bfloat16, torch.float16):
     if str(dtype).removeprefix("torch.") not in parts:
         continue
     for rows, n, ms in CASES:
         tag = f"{dtype}-{rows}x{n}-max_single={ms}"
+        assert (tk._rows_class(rows) == 1) == (rows == 300)
         inp = make_inputs("add_rmsnorm", rows, n, dtype)
         out, h = nan_like(inp["x"]), nan_like(inp["x"])
         tk.add_rmsnorm(inp["x"], inp["residual"], inp["weight"], inp["eps"], out=out, residual_out=h,
@@ -59,6 +63,8 @@ for dtype in (torch.float32, torch.bfloat16, torch.float16):
         out = nan_like(inp["x"])
         tk.add_rmsnorm_inplace(inp["x"], res, inp["weight"], inp["eps"], out=out, max_single=ms)
         check(f"add_rmsnorm_ {tag}", (out, res), ref64("add_rmsnorm", inp), dtype)
+        if tk._rows_class(rows) == 1:
+            continue
 
         inp = make_inputs("add_layernorm", rows, n, dtype)
         out, h = nan_like(inp["x"]), nan_like(inp["x"])

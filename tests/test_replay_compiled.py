@@ -77,3 +77,16 @@ def test_the_variants_reach_the_branches_they_are_for(monkeypatch):
     held = np.flatnonzero(~np.isnan(late.c_ready))
     assert (s.c_start[held] == late.c_start[0] + late.c_ready[held]).any()
     assert (simulate(g, 1.0).g_by == SIM.BY_DEP).any()
+
+
+def test_without_numba_every_replay_runs_interpreted(monkeypatch):
+    g = shared.profile(ROOT / "traces" / "micro_memcpy.sqlite.xz").step_model().graph
+    want = simulate(g, 0.9)
+    monkeypatch.setattr(SIM, "_loops", None)
+    monkeypatch.setattr(SIM, "_no_numba", False)
+    monkeypatch.setattr(SIM, "COMPILE_FROM", 0)
+    monkeypatch.setitem(sys.modules, "numba", None)  # import numba raises ImportError
+    got = simulate(g, 0.9)
+    assert SIM._loops is None and SIM._no_numba
+    np.testing.assert_array_equal(got.g_end, want.g_end)
+    assert got.end_ns == want.end_ns

@@ -117,19 +117,25 @@ def simulate(g: StepGraph, host: float = 1.0) -> Schedule:
 # (tests/test_replay_compiled.py). Every price is a replay; a corpus step of 20k-120k calls took
 # 20-120 ms a replay interpreted and 1-5 ms compiled, and a classify asks for tens of them. Below
 # COMPILE_FROM calls and operations the interpreted loop is done before numba is imported (0.5 s,
-# 100 MB); once it is, every replay of the process runs compiled.
+# 100 MB); once it is, every replay of the process runs compiled. Without numba (an install that
+# skipped the dependencies) every replay runs interpreted: slower, the same times.
 COMPILE_FROM = 30_000
 _loops: tuple | None = None
+_no_numba = False
 _loops_lock = threading.Lock()
 
 
 def _compiled(size: int) -> tuple | None:
     """The compiled (_queued, _calls), or None where the interpreted ones are cheaper."""
-    global _loops
-    if _loops is None and size >= COMPILE_FROM:
+    global _loops, _no_numba
+    if _loops is None and size >= COMPILE_FROM and not _no_numba:
         with _loops_lock:
-            if _loops is None:
-                from numba import njit  # compiled once per machine: cached beside this module
+            if _loops is None and not _no_numba:
+                try:
+                    from numba import njit  # compiled once per machine: cached beside this module
+                except ImportError:
+                    _no_numba = True
+                    return None
                 _loops = (njit(cache=True, nogil=True)(_queued), njit(cache=True, nogil=True)(_calls))
     return _loops
 

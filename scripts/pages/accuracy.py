@@ -54,6 +54,7 @@ from profkit.run.attribution import aten_key  # noqa: E402
 from profkit.judge.dtypes import recorded_dtype  # noqa: E402
 from profkit.errors import ProfkitError  # noqa: E402
 from profkit.read.compressed import decompressed, find_traces, is_compressed, trace_stem  # noqa: E402
+from profkit.read.ncu import read_ncu_metrics  # noqa: E402
 from _page import write_or_check  # noqa: E402  (scripts/pages/)
 
 # GEMM, convolution and attention ops: their element type decides the roof they are judged on.
@@ -161,8 +162,23 @@ def remerged(path: Path, tmpdir: Path) -> tuple[Path, str]:
     return copy, res.summary()
 
 
+def has_counters(path: Path) -> bool:
+    """Whether the trace holds ncu counters, read from their table alone (most committed traces
+    have none: loading each whole to find that out was most of this page's time)."""
+    import sqlite3
+    plain = decompressed(path) if is_compressed(path) else path
+    conn = sqlite3.connect(f"file:{plain}?mode=ro", uri=True)
+    try:
+        return not read_ncu_metrics(conn).empty
+    finally:
+        conn.close()
+
+
 def measure(path: Path, label: Optional[str] = None) -> TraceAccuracy:
     res = TraceAccuracy(label or str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path))
+    if not has_counters(path):
+        res.note = "no ncu counters: skipped"
+        return res
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         prof = profkit.load(path, window="all", attribution="thread")  # counters may sit in set-up

@@ -199,8 +199,10 @@ def run(build: Callable, args: argparse.Namespace, fixes: set[str], dev: torch.d
         for fix, why in (not_interleaved or {}).items():
             if any(fix in fx for fx in args.variant_fixes.values()):
                 raise SystemExit(f"{fix} {why}: time it in runs of its own, not interleaved")
+        # --small (the CPU smoke runs of the tests): short warm-up and blocks, as _ddp.py has them
         interleave({name: build(args, fx, dev) for name, fx in args.variant_fixes.items()},
-                   args.variant_fixes, args.interleave, dev, rounds=args.rounds)
+                   args.variant_fixes, args.interleave, dev, rounds=args.rounds,
+                   **({"warm": 2, "min_block": 2, "block_s": 0.02} if getattr(args, "small", False) else {}))
         return None
     step = build(args, fixes, dev)
     outs = [step() for _ in range(args.steps)]

@@ -90,3 +90,20 @@ def test_without_numba_every_replay_runs_interpreted(monkeypatch):
     assert SIM._loops is None and SIM._no_numba
     np.testing.assert_array_equal(got.g_end, want.g_end)
     assert got.end_ns == want.end_ns
+
+
+def test_an_index_out_of_range_raises_in_both(monkeypatch):
+    """A graph whose cross-stream dependency points past its operations: IndexError from the
+    compiled loop as from the interpreted one, never a read past the array."""
+    g = shared.profile(ROOT / "traces" / "ddp2" / "rank0.sqlite.xz").step_model().graph
+    bad = g.copy()
+    dep = g.g_dep.copy()
+    dep[np.flatnonzero(dep >= 0)[0]] = g.n_ops + 10
+    bad.g_dep = dep
+    for compile_from, loops in ((10 ** 12, None), (0, SIM._loops)):
+        with monkeypatch.context() as mp:
+            mp.setattr(SIM, "COMPILE_FROM", compile_from)
+            mp.setattr(SIM, "_loops", loops)
+            with pytest.raises(IndexError):
+                simulate(bad, 1.0)
+            assert (SIM._loops is None) == (compile_from > 0)

@@ -180,6 +180,44 @@ def test_a_trial_that_runs_too_long_is_stopped(tools, fake_torch):
     assert rec["trials"][0]["error"] == "timed out after 3 s (--try-timeout)"
 
 
+def test_try_budget_starts_no_trial_once_spent(tools, fake_torch):
+    """--try-budget: the first trial runs (nothing was spent before it), then the budget is spent,
+    so the second never starts; the baseline closes the round, and no second round runs. The
+    record and classify's trial line say why the second has no time."""
+    _script(tools.work / "steps.py", STEPS)
+    r = _invoke(["--max-iterations", "8", "--try", "cudnn_benchmark,no_empty_cache",
+                 "--try-budget", "0.001", "steps.py", "100"])
+    assert r.exit_code == 0, r.stderr
+    labels = [ln.split("] ", 1)[1].split(":", 1)[0] for ln in r.stderr.splitlines()
+              if ln.startswith("profkit: [trial ")]
+    assert labels == ["--try cudnn_benchmark (round 1 of 2, no profiler)", "baseline (round 1 of 2, no profiler)"]
+    (said,) = [ln for ln in r.stderr.splitlines() if ln.startswith("profkit: --try-budget: ")]
+    assert said.startswith("profkit: --try-budget: 0.001 s spent after ")
+    assert said.endswith(" s of trials; not run: no_empty_cache; not run again: cudnn_benchmark")
+    meta = _meta(tools.work / "steps.sqlite")
+    assert "--try-budget 0.001" in meta["command"]
+    rec = json.loads(meta["trials"])
+    assert (rec["budget_s"], rec["budget_spent"]) == (0.001, True)
+    by = {t.switch: t for t in summarize(meta["trials"])}
+    assert by["cudnn_benchmark"].measured and by["cudnn_benchmark"].runs == 1
+    assert by["no_empty_cache"].text() == "not run (the --try-budget of 0.001 s was spent before it)"
+    # a budget the trials stay within changes nothing but the record
+    _script(tools.work / "quick.py", STEPS)
+    r = _invoke(["--max-iterations", "8", "--try", "cudnn_benchmark", "--try-runs", "1",
+                 "--try-budget", "600", "quick.py", "100"])
+    assert r.exit_code == 0 and "--try-budget:" not in r.stderr, r.stderr
+    rec = json.loads(_meta(tools.work / "quick.sqlite")["trials"])
+    assert (rec["budget_s"], rec["budget_spent"]) == (600, False)
+
+
+@pytest.mark.parametrize("value", ["0", "-5"])
+def test_try_budget_must_be_positive(tools, fake_torch, value):
+    _script(tools.work / "steps.py", STEPS)
+    r = _invoke(["--try", "tf32", "--try-budget", value, "steps.py", "10"])
+    assert r.exit_code == 2 and r.stderr == f"profkit: error: --try-budget must be more than 0 seconds, not {value}\n"
+    assert not tools.calls()
+
+
 # -- the bootstrap alone ----------------------------------------------------------------------
 def _bootstrap(tmp: Path, *flags: str, script: str, args=(), env=None):
     s = tmp / "s.py"

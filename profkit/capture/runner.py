@@ -391,7 +391,7 @@ def capture(script: str | Path, script_args: Sequence[str] = (), *, output: Opti
             command_line: Optional[Sequence[str]] = None, calibrate: bool = True,
             calibrate_runs: int = 1, max_iterations: Optional[int] = None,
             trials: Optional[str | Sequence[str]] = None, try_runs: int = 2,
-            try_timeout: Optional[float] = None,
+            try_timeout: Optional[float] = None, try_budget: Optional[float] = None,
             choose_trials: Optional[Callable[[Path], list[str]]] = None,
             replacements: bool = True) -> CaptureResult:
     """Profile ``script`` and leave ``STEM.sqlite`` (+ ``.nsys-rep``); see the module docstring.
@@ -410,6 +410,8 @@ def capture(script: str | Path, script_args: Sequence[str] = (), *, output: Opti
     analysis), each ``try_runs`` times, taking turns with runs of the script unchanged
     (profkit.capture.trials); the record goes into PROFKIT_META as ``trials``. ``try_timeout``:
     the most one trial run may take (default: 300 s plus ten times the calibration run).
+    ``try_budget``: no trial run starts once the trials have taken this many seconds (the run
+    under way finishes, then the baseline run that closes its round).
 
     ``replacements`` (with ``calibrate``): the first calibration run also records the shapes of
     the ops the replacement rules need (profkit.capture.oprecord), and a short process of its own
@@ -434,6 +436,8 @@ def capture(script: str | Path, script_args: Sequence[str] = (), *, output: Opti
         raise ProfkitError(f"--max-iterations must be at least {MIN_ITERATIONS}, not {max_iterations} "
                            "(the first iterations of a run are warm-up)")
     trial_list = check_trials(trials, calibrate, try_runs, choose_trials)
+    if try_budget is not None and not try_budget > 0:
+        raise ProfkitError(f"--try-budget must be more than 0 seconds, not {try_budget:g}")
     check_output(out, force, ncu)
     extra_nsys = split_extra(nsys_args, "--nsys-args")
     extra_ncu = split_extra(ncu_args, "--ncu-args")
@@ -589,7 +593,7 @@ def capture(script: str | Path, script_args: Sequence[str] = (), *, output: Opti
         if trial_list is not None and not result.interrupted:
             record = _trials(trial_list, sqlite_tmp, python, script_p, script_args, step_range,
                              calib_runs, max_iterations, try_runs, try_timeout, choose_trials,
-                             out.parent, say, result)
+                             out.parent, say, result, try_budget)
             if record is not None:
                 write_meta(sqlite_tmp, {"trials": json.dumps(record, separators=(",", ":"))})
 
@@ -747,7 +751,7 @@ def _trials(trial_list: list[str] | str, sqlite: Path, python: str, script: Path
             calib_runs: list[tuple[Optional[str], float]], max_iterations: Optional[int],
             try_runs: int, try_timeout: Optional[float],
             choose: Optional[Callable[[Path], list[str]]], workdir: Path, say: Say,
-            result: CaptureResult) -> Optional[dict]:
+            result: CaptureResult, budget_s: Optional[float] = None) -> Optional[dict]:
     """Choose (``auto``) and run the trials; the ``trials`` record, or None (with a note)."""
     from profkit.capture.trials import Plan, calibration_run, run_trials
     if trial_list == "auto":
@@ -776,7 +780,7 @@ def _trials(trial_list: list[str] | str, sqlite: Path, python: str, script: Path
     longest = max((secs for _, secs in calib_runs), default=0.0)
     plan = Plan(python, script, list(args), list(trial_list), step, try_runs, max_iterations,
                 try_timeout if try_timeout else 300.0 + 10.0 * longest, _child_env(),
-                workdir, len(calib_runs), base)
+                workdir, len(calib_runs), base, budget_s)
     record, interrupted = run_trials(plan, say)
     result.interrupted = result.interrupted or interrupted
     from profkit.run.trials import summarize

@@ -65,6 +65,7 @@ class Plan:
     workdir: Optional[Path] = None
     first_seq: int = 0
     baseline: list[Run] = field(default_factory=list)   # the calibration runs, already made
+    budget_s: Optional[float] = None   # no trial run starts once the trials have taken this long
 
 
 def bootstrap_command(plan: Plan, calib_file: Path, trial: Optional[str]) -> list[str]:
@@ -85,15 +86,24 @@ def run_trials(plan: Plan, say: Say) -> tuple[dict, bool]:
     seq = plan.first_seq
     total = plan.runs * (len(plan.trials) + 1)
     done = 0
-    interrupted = False
+    interrupted = spent = False
     label = ""
+    t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="profkit-try-", dir=plan.workdir) as tmp:
         try:
             for rnd in range(plan.runs):
                 todo = [t for t in plan.trials if _again(record_of[t])]
                 if not todo:
                     break
+                ran = False
                 for name in [*todo, None]:
+                    if name is None and spent and not ran:
+                        break   # no trial ran this round: no baseline to close it
+                    if name is not None and (spent or plan.budget_s is not None
+                                             and time.monotonic() - t0 >= plan.budget_s):
+                        spent = True   # --try-budget: the run under way finished, none starts
+                        continue
+                    ran = ran or name is not None
                     done += 1
                     label = (f"[trial {done}/{total}] " + (f"--try {name}" if name else "baseline")
                              + f" (round {rnd + 1} of {plan.runs}, no profiler)")
@@ -110,6 +120,8 @@ def run_trials(plan: Plan, say: Say) -> tuple[dict, bool]:
                         rec["error"] = run.error
                     if run.iteration_ns:
                         rec["runs"].append(run.as_dict())
+                if spent:
+                    break
         except KeyboardInterrupt:
             # Ctrl-C: the trials stop, the trace keeps what they measured
             say(f"profkit: {label or 'trials'}: interrupted; the trials stop here")
@@ -118,6 +130,16 @@ def run_trials(plan: Plan, say: Say) -> tuple[dict, bool]:
               "runs_per_trial": plan.runs, "interrupted": interrupted,
               "baseline": {"runs": [r.as_dict() for r in baseline if r.iteration_ns]},
               "trials": list(record_of.values())}
+    if plan.budget_s is not None:
+        record["budget_s"], record["budget_spent"] = plan.budget_s, spent
+        if spent:
+            left = [t for t, r in record_of.items() if _again(r)]
+            never = [t for t in left if not record_of[t]["runs"]]
+            again = [t for t in left if record_of[t]["runs"]]
+            say(f"profkit: --try-budget: {plan.budget_s:g} s spent after "
+                f"{time.monotonic() - t0:.0f} s of trials; "
+                + "; ".join([f"not run: {', '.join(never)}"] * bool(never)
+                            + [f"not run again: {', '.join(again)}"] * bool(again)))
     return record, interrupted
 
 

@@ -23,7 +23,7 @@ def _say(msg: str) -> None:
 def _command_line(output, force, nsys_args, aten, ncu, ncu_range, ncu_count, ncu_args, script,
                   script_args, gpu_metrics_hz=None, aten_source="recorder",
                   calibrate=True, calibrate_runs=1, max_iterations=None, trials=None,
-                  try_runs=2, try_timeout=None, replacements=True) -> list[str]:
+                  try_runs=2, try_timeout=None, replacements=True, try_budget=None) -> list[str]:
     argv = ["profkit", "capture"]
     if output:
         argv += ["-o", output]
@@ -35,6 +35,7 @@ def _command_line(output, force, nsys_args, aten, ncu, ncu_range, ncu_count, ncu
     if trials is not None:
         argv += [f"--try={trials}"] + (["--try-runs", str(try_runs)] if try_runs != 2 else [])
         argv += ["--try-timeout", f"{try_timeout:g}"] if try_timeout else []
+        argv += ["--try-budget", f"{try_budget:g}"] if try_budget else []
     argv += ["--nsys-args", nsys_args] if nsys_args else []
     argv += ["--aten"] if aten else []
     argv += ["--aten-source", aten_source] if aten and aten_source != "recorder" else []
@@ -136,6 +137,10 @@ def _auto_trials(trace) -> list[str]:
               help="The most one trial run may take (default: 300 s plus ten times the "
                    "calibration run); a run that takes longer is stopped and its trial recorded "
                    "as timed out.")
+@click.option("--try-budget", type=float, default=None, metavar="SECONDS",
+              help="Start no trial run once the trials have taken this long (the run under way "
+                   "finishes, then the baseline that closes its round); the trials left are "
+                   "recorded as not run. Bounds the time --try auto adds where many rules fire.")
 @click.option("--merge-ncu", "merge_csv", type=click.Path(dir_okay=False), default=None,
               metavar="RAW.csv",
               help="Do not run anything: merge an ncu raw-page CSV into the existing trace "
@@ -148,7 +153,8 @@ def capture(output: Optional[str], force: bool, nsys_args: Optional[str], aten: 
             ncu_range: Optional[str], ncu_count: Optional[int], gpu_metrics: bool,
             gpu_metrics_frequency: int, ncu_args: Optional[str], calibrate: bool,
             calibrate_runs: int, max_iterations: Optional[int], trials: Optional[str],
-            try_runs: int, try_timeout: Optional[float], replacements: bool, merge_csv: Optional[str],
+            try_runs: int, try_timeout: Optional[float], try_budget: Optional[float],
+            replacements: bool, merge_csv: Optional[str],
             script: Optional[str], script_args: tuple[str, ...]) -> None:
     """Profile SCRIPT (with its ARGS) under Nsight Systems into an SQLite trace.
 
@@ -183,12 +189,13 @@ def capture(output: Optional[str], force: bool, nsys_args: Optional[str], aten: 
                          aten_source=aten_source, say=_say, calibrate=calibrate,
                          calibrate_runs=calibrate_runs, max_iterations=max_iterations,
                          trials=trials, try_runs=try_runs, try_timeout=try_timeout,
-                         choose_trials=_auto_trials, replacements=replacements,
+                         try_budget=try_budget, choose_trials=_auto_trials,
+                         replacements=replacements,
                          command_line=_command_line(output, force, nsys_args, aten, ncu, ncu_range,
                                                     ncu_count, ncu_args, script, script_args, hz,
                                                     aten_source, calibrate, calibrate_runs,
                                                     max_iterations, trials, try_runs, try_timeout,
-                                                    replacements))
+                                                    replacements, try_budget))
     for note in result.notes:
         _say(f"profkit: {note}")
     if result.trace is None:

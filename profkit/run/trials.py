@@ -3,7 +3,7 @@
 The capture keeps its measurements in the trace's PROFKIT_META under ``trials``::
 
     {"format": "profkit-trials/1", "step_range": NAME, "max_iterations": N or null,
-     "runs_per_trial": K, "interrupted": false,
+     "runs_per_trial": K, "interrupted": false, ["budget_s": S, "budget_spent": true,]
      "baseline": {"runs": [RUN, ...]},
      "trials": [{"switch": "tf32", "applied": true, "note": "...", "error": null,
                  "runs": [RUN, ...]}, ...]}
@@ -47,7 +47,7 @@ class TrialResult:
     baseline_ns: Optional[int]      # the baseline's (median of its runs)
     warm_up_s: Optional[float]      # time its warm-up iterations took beyond steady ones (compiling;
                                     # the median over its runs)
-    not_run: Optional[str] = None   # why it never ran (the trials were interrupted before its turn)
+    not_run: Optional[str] = None   # why it never ran (interrupted, or the --try-budget spent, before its turn)
 
     @property
     def measured(self) -> bool:
@@ -130,8 +130,10 @@ def summarize(meta_text: Optional[str]) -> list[TrialResult]:
             # the program ran unchanged: its time is no measure of the switch
             speedup = lo = hi = None
         # never started: no run, no error, nothing the bootstrap said about it
-        not_run = ("the trials were interrupted before it" if data.get("interrupted") and not
-                   t.get("runs") and not t.get("error") and not t.get("note") and not t.get("applied")
+        never = not (t.get("runs") or t.get("error") or t.get("note") or t.get("applied"))
+        not_run = ("the trials were interrupted before it" if never and data.get("interrupted") else
+                   f"the --try-budget of {data.get('budget_s'):g} s was spent before it"
+                   if never and data.get("budget_spent") and isinstance(data.get("budget_s"), (int, float))
                    else None)
         out.append(TrialResult(str(t.get("switch", "")), bool(t.get("applied")), str(t.get("note") or ""),
                                t.get("error") or None, len(runs), speedup, lo, hi,

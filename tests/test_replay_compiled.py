@@ -107,3 +107,19 @@ def test_an_index_out_of_range_raises_in_both(monkeypatch):
             with pytest.raises(IndexError):
                 simulate(bad, 1.0)
             assert (SIM._loops is None) == (compile_from > 0)
+
+
+def test_without_a_writable_cache_the_loop_is_compiled_uncached(monkeypatch):
+    """numba refuses cache=True where it finds no writable place for the cache (a read-only
+    install and home): the loop is then compiled in the process, not given up."""
+    caching = pytest.importorskip("numba.core.caching")
+    if not hasattr(caching, "CacheImpl"):
+        pytest.skip("this numba keeps its cache locators elsewhere")
+    g = shared.profile(ROOT / "traces" / "micro_memcpy.sqlite.xz").step_model().graph
+    want = simulate(g, 0.9)
+    monkeypatch.setattr(caching.CacheImpl, "_locator_classes", [])
+    monkeypatch.setattr(SIM, "_loops", None)
+    monkeypatch.setattr(SIM, "COMPILE_FROM", 0)
+    got = simulate(g, 0.9)
+    assert SIM._loops is not None and type(SIM._loops[1]._cache).__name__ == "NullCache"
+    np.testing.assert_array_equal(got.g_end, want.g_end)

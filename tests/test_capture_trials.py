@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import statistics
 import sqlite3
 import subprocess
@@ -191,6 +192,11 @@ def test_try_budget_starts_no_trial_once_spent(tools, fake_torch):
     labels = [ln.split("] ", 1)[1].split(":", 1)[0] for ln in r.stderr.splitlines()
               if ln.startswith("profkit: [trial ")]
     assert labels == ["--try cudnn_benchmark (round 1 of 2, no profiler)", "baseline (round 1 of 2, no profiler)"]
+    # the cost said before the trials: up to 2 x (2 trials + the baseline) runs, at the
+    # calibration run's length, and the budget beside it
+    (cost,) = [ln for ln in r.stderr.splitlines() if ln.startswith("profkit: --try: the script runs again")]
+    assert re.search(r": up to 6 runs \(2 trials and the script unchanged, 2 rounds\), about \d+ s at the "
+                     r"calibration run's \d+\.\d s a run; --try-budget 0.001 s$", cost), cost
     (said,) = [ln for ln in r.stderr.splitlines() if ln.startswith("profkit: --try-budget: ")]
     assert said.startswith("profkit: --try-budget: 0.001 s spent after ")
     assert said.endswith(" s of trials; not run: no_empty_cache; not run again: cudnn_benchmark")

@@ -40,6 +40,7 @@ import platform
 import shlex
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -766,8 +767,16 @@ def _trials(trial_list: list[str] | str, sqlite: Path, python: str, script: Path
                                 "no trial was run (name switches with --try SWITCH,...)")
             return None
         say(f"profkit: --try auto: {', '.join(trial_list)} (from the rules that fired)")
+    # What the trials will cost, from the calibration run's length (each trial run is cut the
+    # same way, by --max-iterations or the script's own end): a budget asked for is said beside.
+    n_runs = try_runs * (len(trial_list) + 1)
+    secs = statistics.median(s for _, s in calib_runs) if calib_runs else 0.0
+    cost = (f"up to {n_runs} runs ({len(trial_list)} trial{'s' if len(trial_list) != 1 else ''} and "
+            f"the script unchanged, {try_runs} round{'s' if try_runs != 1 else ''}), about "
+            f"{n_runs * secs:.0f} s at the calibration run's {secs:.1f} s a run"
+            + (f"; --try-budget {budget_s:g} s" if budget_s is not None else ""))
     say("profkit: --try: the script runs again for each trial and between them, with its side "
-        "effects (files it writes, logs)")
+        f"effects (files it writes, logs): {cost}")
     step = _trial_step(sqlite, step_range, calib_runs)
     if step is None:
         result.notes.append("--try: the calibration run timed no repeated NVTX range, so no "

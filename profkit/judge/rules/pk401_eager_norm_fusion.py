@@ -25,7 +25,9 @@ Expected gain
     the pair's time x fused / eager passes over the activation (add+norm 5 -> 4, bias+GELU and
     softmax 4 -> 2), the second launch gone with its short dispatch. A composed RMSNorm: each
     chain becomes one kernel as long as its longest, its other launches gone. The step model
-    replays the edited graph at the calibrated CPU scale; never above the op's own gain. On HF
+    replays the edited graph at the calibrated CPU scale; never above the op's own gain: the
+    pair's kernels and the GPU's idle between them (up to one launch's latency, which the second
+    kernel's absence removes too) over the fused kernel's time. On HF
     ``generate()`` decode (a host-bound Llama, 9 chains a token) the swap measured 1.60x without
     the profiler.
 References
@@ -112,9 +114,16 @@ def detect(ctx: RuleContext) -> list[Finding]:
         both = np.concatenate([np.array(idx), np.array(idx) - 1])
         total = float(dur[both].sum())
         eager, fused = FUSED_PASSES[kern]
-        op_gain = eager / fused
-        share = float((dur[both] * crit[both]).sum() / total) if total else 0.0
+        # The pair's own gain on the GPU: its two kernels and the gap between them, up to one
+        # kernel launch's latency (what the GPU idles between back-to-back kernels, gone with the
+        # second kernel), against one kernel of fused/eager of their bytes. The bytes alone
+        # (5/4) were below what the step model rightly priced on a GPU-bound micro-benchmark
+        # (1.26x); a longer gap is the CPU's, which the step model prices, not the op.
         ix = np.asarray(idx, dtype=np.int64)
+        gap = a["start"].to_numpy(np.float64)[ix] - a["end"].to_numpy(np.float64)[ix - 1]
+        own = total + float(np.clip(gap, 0.0, ctx.prof.peaks.launch_floor_ns).sum())
+        op_gain = own / (total * fused / eager) if total else eager / fused
+        share = float((dur[both] * crit[both]).sum() / total) if total else 0.0
         pos = np.stack([ix - 1, ix], axis=1).ravel()
         g, basis = ctx.price_fusion(a[["start", "correlationId"]].iloc[pos], np.repeat(np.arange(len(idx)), 2),
                                     ((dur[ix - 1] + dur[ix]) * fused / eager).tolist(),

@@ -123,3 +123,21 @@ def test_without_a_writable_cache_the_loop_is_compiled_uncached(monkeypatch):
     got = simulate(g, 0.9)
     assert SIM._loops is not None and type(SIM._loops[1]._cache).__name__ == "NullCache"
     np.testing.assert_array_equal(got.g_end, want.g_end)
+
+
+def test_a_compiled_loop_that_cannot_load_gives_way_to_the_interpreted_one(monkeypatch):
+    """numba loads a cached compilation at the first call; one it cannot load (made for this file
+    under another module's name) raises ImportError there: the replay runs interpreted instead,
+    with the same times, and the process compiles no more."""
+    g = shared.profile(ROOT / "traces" / "micro_memcpy.sqlite.xz").step_model().graph
+    want = simulate(g, 0.9)
+
+    def broken(*_):
+        raise ModuleNotFoundError("No module named 'elsewhere'")
+    monkeypatch.setattr(SIM, "_loops", (broken, broken))
+    monkeypatch.setattr(SIM, "_no_numba", False)
+    monkeypatch.setattr(SIM, "COMPILE_FROM", 0)
+    got = simulate(g, 0.9)
+    assert SIM._loops is None and SIM._no_numba
+    np.testing.assert_array_equal(got.g_end, want.g_end)
+    np.testing.assert_array_equal(got.c_end, want.c_end)

@@ -96,8 +96,14 @@ def simulate(g: StepGraph, host: float = 1.0) -> Schedule:
              c_waited)
     compiled = _compiled(n + m)
     if compiled is not None:
-        compiled[0](*queued)
-        compiled[1](*calls)
+        try:
+            compiled[0](*queued)
+            compiled[1](*calls)
+        except ImportError:
+            # A cached compilation numba cannot load (made for this file under another module's
+            # name): compiled code is given up for the process, this replay starts again.
+            _give_up_compiling()
+            return simulate(g, host)
     else:
         # Interpreted, the same functions run fastest on lists; the times come back into the arrays.
         lists = {id(a): a.tolist() for a in (*queued, *calls) if isinstance(a, np.ndarray)}
@@ -123,6 +129,12 @@ COMPILE_FROM = 30_000
 _loops: tuple | None = None
 _no_numba = False
 _loops_lock = threading.Lock()
+
+
+def _give_up_compiling() -> None:
+    global _loops, _no_numba
+    with _loops_lock:
+        _loops, _no_numba = None, True
 
 
 def _compiled(size: int) -> tuple | None:

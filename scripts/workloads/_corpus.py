@@ -199,10 +199,8 @@ def run(build: Callable, args: argparse.Namespace, fixes: set[str], dev: torch.d
         for fix, why in (not_interleaved or {}).items():
             if any(fix in fx for fx in args.variant_fixes.values()):
                 raise SystemExit(f"{fix} {why}: time it in runs of its own, not interleaved")
-        # --small (the CPU smoke runs of the tests): short warm-up and blocks, as _ddp.py has them
         interleave({name: build(args, fx, dev) for name, fx in args.variant_fixes.items()},
-                   args.variant_fixes, args.interleave, dev, rounds=args.rounds,
-                   **({"warm": 2, "min_block": 2, "block_s": 0.02} if getattr(args, "small", False) else {}))
+                   args.variant_fixes, args.interleave, dev, rounds=args.rounds, **smoke_blocks(args))
         return None
     step = build(args, fixes, dev)
     outs = [step() for _ in range(args.steps)]
@@ -214,6 +212,12 @@ def set_precision(fixes: set[str]) -> None:
     """The ``tf32`` fix as a process-wide setting, on or off: a builder calls it first (a CUDA
     graph keeps the GEMMs chosen when it was captured), ``interleave`` before each block."""
     torch.set_float32_matmul_precision("high" if "tf32" in fixes else "highest")
+
+
+def smoke_blocks(args: argparse.Namespace) -> dict:
+    """``interleave``'s warm-up and block lengths for ``--small`` (the tests' CPU smoke runs:
+    short), else its defaults."""
+    return {"warm": 2, "min_block": 2, "block_s": 0.02} if getattr(args, "small", False) else {}
 
 
 def interleave(steps: dict[str, Callable[[], object]], fixes: dict[str, set[str]], path: Optional[str],

@@ -99,7 +99,7 @@ def _interleave(build: Callable, args: argparse.Namespace, dev: torch.device, ra
     steps = {v: build(args, fx, dev)[0] for v, fx in args.variant_fixes.items()}
     _corpus.interleave(steps, args.variant_fixes, args.interleave if rank == 0 else None, dev,
                        rounds=args.rounds, agree=agree_max(dev),
-                       **({"warm": 2, "min_block": 2, "block_s": 0.02} if args.small else {}))
+                       **_corpus.smoke_blocks(args))
 
 
 def _loop(build: Callable, args: argparse.Namespace, fixes: set[str], dev: torch.device, name: str,

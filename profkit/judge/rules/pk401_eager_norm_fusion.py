@@ -88,6 +88,7 @@ def detect(ctx: RuleContext) -> list[Finding]:
     a = ctx.kernels_in_stream_order
     names = a["name"]
     dur = a["dur"].to_numpy(np.float64)
+    start, end = a["start"].to_numpy(np.float64), a["end"].to_numpy(np.float64)
     crit = a["critical"].to_numpy(np.float64)
     stream = a["streamId"].to_numpy()
     found: dict[str, list] = {}
@@ -120,7 +121,7 @@ def detect(ctx: RuleContext) -> list[Finding]:
         # (5/4) were below what the step model rightly priced on a GPU-bound micro-benchmark
         # (1.26x); a longer gap is the CPU's, which the step model prices, not the op.
         ix = np.asarray(idx, dtype=np.int64)
-        gap = a["start"].to_numpy(np.float64)[ix] - a["end"].to_numpy(np.float64)[ix - 1]
+        gap = start[ix] - end[ix - 1]
         own = total + float(np.clip(gap, 0.0, ctx.prof.peaks.launch_floor_ns).sum())
         op_gain = own / (total * fused / eager) if total else eager / fused
         share = float((dur[both] * crit[both]).sum() / total) if total else 0.0

@@ -150,12 +150,13 @@ def _compiled(size: int) -> tuple | None:
                     return None
                 # boundscheck: an index out of range raises IndexError, as the interpreted loop
                 # does, instead of reading past an array (10% of a replay's time)
+                def both(**cache) -> tuple:
+                    jit = njit(nogil=True, boundscheck=True, **cache)
+                    return jit(_queued), jit(_calls)
                 try:
-                    jit = njit(cache=True, nogil=True, boundscheck=True)
-                    _loops = (jit(_queued), jit(_calls))
+                    _loops = both(cache=True)
                 except RuntimeError:  # nowhere writable to cache it: compiled in each process
-                    jit = njit(nogil=True, boundscheck=True)
-                    _loops = (jit(_queued), jit(_calls))
+                    _loops = both()
     return _loops
 
 

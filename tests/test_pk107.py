@@ -274,12 +274,13 @@ def test_quiet_on_the_committed_layer_stacks_and_loops(trace):
     # launch-bound ones are mostly GEMMs (weights: dependent) or LSTM/GRU cells (PK106's). The
     # detection post-processing loops over its images (boxes, scores, NMS per image): a loop over
     # samples, which it names; the mixture of experts loops over its experts (each given its own
-    # tokens: GEMMs of different sizes, which cuBLAS runs with different kernels), a batch's partitions.
+    # tokens: GEMMs of different sizes, which cuBLAS runs with different kernels), a batch's partitions;
+    # the per-sample loss runs its loss graph once per sample of the batch, forward and backward.
     fired = "PK107" in {f.code for f in shared.profile(trace).findings()}
     assert fired == trace.name.startswith(LOOPS_OVER_SAMPLES)
 
 
-LOOPS_OVER_SAMPLES = ("detection_postproc_infer.", "moe_routing_train.")
+LOOPS_OVER_SAMPLES = ("detection_postproc_infer.", "moe_routing_train.", "per_sample_loss_train.")
 
 
 def test_the_loops_it_leaves_are_found_and_judged_by_the_stated_criteria():

@@ -11,7 +11,13 @@ Evidence
     The step model's CPU time before each call that falls in a data-loading range; with no such
     range, the longest stretch of CPU time with no CUDA call in each iteration when it is at least
     ``min_gap_share`` of the iteration (a numpy augmentation in the training loop, tokenisation),
-    outside the ranges nested in the step. Pageable host-to-device copies (PK104) join the fix.
+    outside the ranges nested in the step, or inside one when the stretch prepares the
+    iteration's input: it comes before the iteration's first kernel, and host-to-device copies
+    (the batch going to the GPU) follow it before that kernel. A tokenizer run in a range
+    ``tokenize`` is loading by what it feeds, not by its name (a text-classification loop,
+    cpu_tokenize_infer: the step after the fix priced 7.2 ms, pre-tokenised batches measured
+    6.8 ms; the loop's own speed varies between runs, its baseline 25-40 ms). Pageable
+    host-to-device copies (PK104) join the fix.
 Fix
     ``DataLoader(num_workers=N, pin_memory=True, persistent_workers=True, prefetch_factor=2)``
     and ``batch.to(device, non_blocking=True)``; move heavy augmentation to the GPU.
@@ -68,21 +74,65 @@ def loading_calls(g: StepGraph) -> tuple[np.ndarray, str, bool]:
     periods = np.asarray(g.measured_periods, dtype=np.float64)
     med = float(np.median(periods))
     inner = {"(no range)"}  # between steps: outside every range (inside one, it is the step's own work)
-    out = []
+    feeds = _feeds_a_batch(g)
+    out, nested = [], set()
     for it in range(k):
         lo, hi = int(g.iter_call[it]), int(g.iter_call[it + 1])
         if hi <= lo:
             continue
         j = lo + int(np.argmax(g.c_gap[lo:hi]))
-        if g.c_gap[j] >= RULE.param("min_gap_share") * med and str(g.range_names[g.c_gap_range[j]]) in inner:
+        if g.c_gap[j] < RULE.param("min_gap_share") * med:
+            continue
+        where = str(g.range_names[g.c_gap_range[j]])
+        if where in inner:
             out.append(j)
+        elif feeds(j, hi):
+            out.append(j)
+            nested.add(where)
     if len(out) < 0.5 * k:
         return np.empty(0, dtype=np.int64), "", False
     # The loop prepares each batch after the step before it: the last iteration's comes after the
     # window's last call.
     tail = g.tail_ns >= RULE.param("min_gap_share") * med and \
         g.tail_range >= 0 and str(g.range_names[g.tail_range]) in inner
-    return np.asarray(out, dtype=np.int64), "with no CUDA call, outside the step's ranges", bool(tail)
+    how = "with no CUDA call, outside the step's ranges"
+    if nested:
+        how = (f"with no CUDA call, before the host-to-device copies that start the iteration's GPU work, "
+               f"in {', '.join(f'`{n}`' for n in sorted(nested))}")
+    return np.asarray(out, dtype=np.int64), how, bool(tail)
+
+
+def _feeds_a_batch(g: StepGraph):
+    """``feeds(j, hi)``: whether the CPU time before call ``j`` prepares the iteration's input: it
+    lies inside the iteration (its middle after the iteration's start: the host's work on the
+    step before's results, numpy over copied logits, is that step's), no kernel was launched
+    between the iteration's start and ``j``, and the calls from ``j`` on copy host data to the
+    GPU before the iteration's first kernel. Work whose product is the batch's host-to-device
+    copy is loading whatever the range around it is called (a tokenizer in ``tokenize``); CPU
+    time after the first kernel (a loss computed in Python) is the step's own."""
+    w = g.window
+    if not len(getattr(w, "iteration_ns", ()) or ()):
+        return lambda j, hi: False
+    begins = w.start_ns + np.concatenate([[0], np.cumsum(np.asarray(w.iteration_ns, dtype=np.float64)[:-1])])
+    ops = np.arange(len(g.g_call))
+    placed = g.g_call >= 0
+    kernel_call = np.zeros(g.n_calls + 1, dtype=bool)
+    kernel_call[g.g_call[placed & (g.g_kind == 0)]] = True
+    h2d = np.array(["Host-to-Device" in str(n) for n in g.op_names] + [False], dtype=bool)[g.g_name]
+    h2d_call = np.zeros(g.n_calls + 1, dtype=bool)
+    h2d_call[g.g_call[ops[placed & (g.g_kind == 1) & h2d]]] = True
+    starts = np.asarray(g.iter_call, dtype=np.int64)
+
+    def feeds(j: int, hi: int) -> bool:
+        it = int(np.searchsorted(starts, j, side="right") - 1)
+        lo = int(starts[it])
+        if it >= len(begins) or g.c_start[j] - g.c_gap[j] / 2 < begins[it] or kernel_call[lo:j].any():
+            return False
+        later = np.flatnonzero(kernel_call[j:hi])
+        first_kernel = j + int(later[0]) if len(later) else hi
+        return bool(h2d_call[j:first_kernel].any())
+
+    return feeds
 
 
 def detect(ctx: RuleContext) -> list[Finding]:

@@ -27,6 +27,13 @@ out=${1:?$usage}; budget=${2:?$usage}; shift 2
 t0=$(date +%s)
 deadline=$(( t0 + budget ))
 min_left=${FIRSTSIGHT_MIN_LEFT:-150}
+# the timing of a program's fixes needs more than this many seconds (the interleaved process builds
+# every variant, warms each up and runs its rounds); a cap at or under it would time nothing
+min_timing=45
+if [ -n "${FIRSTSIGHT_TIMING_MAX:-}" ] && [ "$FIRSTSIGHT_TIMING_MAX" -le "$min_timing" ]; then
+  echo "firstsight: FIRSTSIGHT_TIMING_MAX=$FIRSTSIGHT_TIMING_MAX leaves no time to time a program's fixes: give more than $min_timing (seconds)"
+  exit 2
+fi
 mkdir -p "$out/bring" "$out/logs"
 export PYTHONUNBUFFERED=1
 export PROFKIT_CAPTURE_EXTRA=${PROFKIT_CAPTURE_EXTRA:---try auto --try-runs 1 --try-timeout 90 --max-iterations 30}
@@ -52,11 +59,16 @@ for name in $names; do
   scripts/gpu/corpus_capture.sh "$out" "$cap" "$name"
   left=$(( deadline - $(date +%s) - 10 ))
   [ -n "${FIRSTSIGHT_TIMING_MAX:-}" ] && [ "$FIRSTSIGHT_TIMING_MAX" -lt "$left" ] && left=$FIRSTSIGHT_TIMING_MAX
-  if [ "$left" -gt 45 ]; then
+  f="$out/traces/$name.sqlite"
+  # a program with no capture cannot be scored: its fixes are not timed
+  if [ ! -f "$f" ]; then
+    echo "   $name: no capture, fixes not timed"
+  elif [ "$left" -gt "$min_timing" ]; then
     python3 scripts/whatif_accuracy.py interleave "$out" --programs "$name" \
       --reps 1 --rounds 9 --budget "$left" --min-left 30
+  else
+    echo "   $name: fixes not timed (${left}s left, more than $min_timing needed)"
   fi
-  f="$out/traces/$name.sqlite"
   if [ -f "$f" ]; then
     range=$(awk -F'\t' -v n="$name" '$1 == n {print $2}' "$out/ranges.tsv")
     python3 scripts/tools/trim_tail.py "$f" "$range" 14 || echo "   $name: not trimmed (kept whole)"

@@ -42,6 +42,9 @@ resolved to 15%; in one process the variants share the CPU's state, and a fix's 
 round by round (``merge.paired_gain``). A process also times, after each round, the host's issue
 time of an iteration of each variant (after one untimed iteration, not waited for: ``issue_ns``,
 see _corpus.interleave), the CPU's speed in that process where the GPU sets the baseline's pace.
+A program whose step is slow gives its own ``rounds`` in its entry (fewer than ``--rounds``), so
+that one process fits a call's time. A fix that fails inside the process (an error where
+torch.compile compiles, an out-of-memory) is recorded as that fix's failure; the others are timed.
 
 A program of several ranks (``ranks`` in its entry: DistributedDataParallel, one GPU a rank) is
 timed by ``interleave`` alone, and only when named in ``--programs``: its launcher starts every
@@ -280,12 +283,13 @@ def cmd_interleave(args: argparse.Namespace) -> None:
             # through the program's launcher where it runs as several ranks (rank 0 writes the timings)
             cmd = registry.launch(prog, args.python, [*prog["args"], "--interleave", str(path),
                                                       "--variants", ",".join(v for v, _, _ in vs),
-                                                      "--rounds", str(args.rounds)])
+                                                      "--rounds", str(min(args.rounds, prog.get("rounds", args.rounds)))])
             rc, wall = _run_logged(cmd, out, stem, min(own, left), env)
             try:
-                timed = json.loads(path.read_text())["variants"] if rc == 0 else None
+                got = json.loads(path.read_text()) if rc == 0 else None
+                timed, broke = (got["variants"], got.get("failed", {})) if got else (None, {})
             except (OSError, ValueError, KeyError):
-                timed = None
+                timed, broke = None, {}
             if timed is None:
                 reason = "timed out" if rc is None else f"exit status {rc}"
                 for vname, _, _ in vs:
@@ -300,6 +304,11 @@ def cmd_interleave(args: argparse.Namespace) -> None:
                     v["median_ns"].append(int(t["median_ns"]))
                     v["n_used"].append(int(t["n_used"]) * int(t["block_iterations"]))
                     v["wall_s"].append(round(wall, 1))
+                for vname, why in broke.items():
+                    # one fix failed in the process (the others timed): a failure of that rep
+                    entry["variants"][vname]["failures"].append(
+                        {"rep": rep, "rc": rc, "reason": why, "wall_s": round(wall, 1), "stderr_tail": ""})
+                    print(f"{name} rep {rep}: {vname} FAILED ({why})", flush=True)
                 base = timed["baseline"]["median_ns"]
                 print(f"{name} rep {rep} ({wall:.0f}s): " + ", ".join(
                     f"{k} {t['median_ns'] / 1e6:.3f} ms" + ("" if k == "baseline" else f" {base / t['median_ns']:.2f}x")

@@ -199,8 +199,16 @@ def run(build: Callable, args: argparse.Namespace, fixes: set[str], dev: torch.d
         for fix, why in (not_interleaved or {}).items():
             if any(fix in fx for fx in args.variant_fixes.values()):
                 raise SystemExit(f"{fix} {why}: time it in runs of its own, not interleaved")
-        interleave({name: build(args, fx, dev) for name, fx in args.variant_fixes.items()},
-                   args.variant_fixes, args.interleave, dev, rounds=args.rounds, **smoke_blocks(args))
+        steps, failed = {}, {}
+        for name, fx in args.variant_fixes.items():
+            try:
+                steps[name] = build(args, fx, dev)
+            except Exception as e:  # noqa: BLE001 (one variant's failure is a result, not the run's end)
+                if name == "baseline":
+                    raise
+                failed[name] = one_line(e)
+        interleave(steps, args.variant_fixes, args.interleave, dev, rounds=args.rounds, failed=failed,
+                   **smoke_blocks(args))
         return None
     step = build(args, fixes, dev)
     outs = [step() for _ in range(args.steps)]
@@ -222,7 +230,8 @@ def smoke_blocks(args: argparse.Namespace) -> dict:
 
 def interleave(steps: dict[str, Callable[[], object]], fixes: dict[str, set[str]], path: Optional[str],
                dev: torch.device, rounds: int = 15, warm: int = 10, block_s: float = 0.2,
-               agree: Optional[Callable[[float], float]] = None, min_block: int = 10) -> dict:
+               agree: Optional[Callable[[float], float]] = None, min_block: int = 10,
+               failed: Optional[dict[str, str]] = None) -> dict:
     """Time each variant's ``steps[name]()`` (one iteration of the program) in blocks that take
     turns, and write the timings to ``path`` as JSON: per variant the mean iteration of each
     block and their median over the rounds after the first.
@@ -247,17 +256,33 @@ def interleave(steps: dict[str, Callable[[], object]], fixes: dict[str, set[str]
     same iterations, whose collectives pair up across ranks, so ``agree`` makes each variant's
     warm-up time one value on every rank (the slowest rank's) before the block size is set, and
     only the rank given a ``path`` writes the timings. ``warm`` and ``min_block`` are smaller in the
-    CPU smoke runs of the tests."""
+    CPU smoke runs of the tests.
+
+    A variant other than the baseline that raises while it is built (``run``) or warmed up (where
+    torch.compile compiles) is left out of the rounds and written under ``failed`` with its error
+    on one line: one fix that breaks (an InductorError on varying shapes) leaves the others
+    timed. A single rank's failure is not agreed on across ranks: there, it ends the job."""
     def enter(name: str) -> None:
         set_precision(fixes[name])
 
+    failed = dict(failed or {})
+    steps = {name: step for name, step in steps.items() if name not in failed}
     block, size = {}, {}
-    for name, step in steps.items():  # warm-up: compilation, cuDNN's algorithm choice, the allocator
+    for name, step in list(steps.items()):  # warm-up: compilation, cuDNN's algorithm choice, the allocator
         enter(name)
         last = None
-        for _ in range(warm):
-            last = step()
-        finish(dev)
+        try:
+            for _ in range(warm):
+                last = step()
+            finish(dev)
+        except Exception as e:  # noqa: BLE001 (see the docstring: the other variants go on)
+            if name == "baseline" or agree is not None:
+                raise
+            failed[name] = one_line(e)
+            del steps[name], step, last
+            if dev.type == "cuda":
+                torch.cuda.empty_cache()
+            continue
         size[name] = output_size(last)
         t0 = time.perf_counter_ns()
         for _ in range(3):
@@ -297,7 +322,7 @@ def interleave(steps: dict[str, Callable[[], object]], fixes: dict[str, set[str]
                       "median_ns": round(statistics.median(ts[1:])), "n_used": len(ts) - 1,
                    "issue_ns": [round(t) for t in issue[name]],
                    "issue_median_ns": round(statistics.median(issue[name][1:]))}
-               for name, ts in times.items()}}
+               for name, ts in times.items()}, **({"failed": failed} if failed else {})}
     if path is None:
         return out
     with open(path, "w") as f:
@@ -307,7 +332,15 @@ def interleave(steps: dict[str, Callable[[], object]], fixes: dict[str, set[str]
         gain = f", {base / v['median_ns']:.2f}x" if base and name != "baseline" else ""
         print(f"interleaved {name}: {v['median_ns'] / 1e6:.3f} ms an iteration ({v['n_used']} blocks of "
               f"{v['block_iterations']}){gain}; output of {v['output_size']} values")
+    for name, why in failed.items():
+        print(f"interleaved {name}: FAILED ({why})")
     return out
+
+
+def one_line(e: BaseException) -> str:
+    """An exception as one line: its type and the first line of its message."""
+    msg = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {msg[0][:300]}" if msg else type(e).__name__
 
 
 def output_size(x: object) -> Optional[int]:

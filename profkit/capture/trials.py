@@ -99,7 +99,9 @@ def run_trials(plan: Plan, say: Say) -> tuple[dict, bool]:
                 for name in [*todo, None]:
                     if name is None and spent and not ran:
                         break   # no trial ran this round: no baseline to close it
-                    if name is not None and (spent or plan.budget_s is not None
+                    # (the first run always starts: before it, the trials have taken nothing,
+                    # whatever setting up their folder took)
+                    if name is not None and (spent or plan.budget_s is not None and done
                                              and time.monotonic() - t0 >= plan.budget_s):
                         spent = True   # --try-budget: the run under way finished, none starts
                         continue

@@ -190,6 +190,27 @@ def test_a_failing_hook_is_a_note_not_an_error(monkeypatch):
     assert rec["optimizer"] == []
 
 
+def test_the_record_keeps_2d_convolutions_as_the_program_ran_them():
+    conv = torch.nn.Conv2d(8, 8, 3, padding=1, groups=8)   # a depthwise one
+    point = torch.nn.Conv2d(8, 16, 1)
+    x = torch.randn(2, 8, 12, 12)
+
+    def it():
+        y = point(conv(x))
+        y.sum().backward()
+        with torch.no_grad():
+            point(conv(x.contiguous(memory_format=torch.channels_last)))
+        torch.nn.functional.conv1d(torch.randn(1, 2, 9), torch.randn(3, 2, 3))   # 1-D: not kept
+    rec = _record(it)
+    got = {(tuple(c["weight"]), c["channels_last"], c["grad"]): c for c in rec["conv"]}
+    assert set(got) == {((8, 1, 3, 3), False, True), ((16, 8, 1, 1), False, True),
+                        ((8, 1, 3, 3), True, False), ((16, 8, 1, 1), True, False)}
+    dw = got[((8, 1, 3, 3), False, True)]
+    assert dw == {"input": [2, 8, 12, 12], "weight": [8, 1, 3, 3], "stride": [1, 1], "padding": [1, 1],
+                  "dilation": [1, 1], "groups": 8, "dtype": "fp32", "channels_last": False, "grad": True,
+                  "tf32": torch.backends.cudnn.allow_tf32, "count": 1}
+
+
 # -- the timings, on the CPU -----------------------------------------------------------------------
 RECORD = {
     "format": "profkit-oprecord/1", "range": "step", "iteration": 3, "device": "cuda",
@@ -201,7 +222,13 @@ RECORD = {
                   "grad": False, "calls": 6}],
     "copy": [{"direction": "h2d", "bytes": 4096, "pinned": False, "non_blocking": False, "count": 3}],
     "gemm": [{"op": "mm", "batch": 1, "m": 24, "n": 40, "k": 16, "dtype": "fp32", "count": 4},
-             {"op": "mm", "batch": 1, "m": 24, "n": 40, "k": 16, "dtype": "bf16", "count": 4}]}
+             {"op": "mm", "batch": 1, "m": 24, "n": 40, "k": 16, "dtype": "bf16", "count": 4}],
+    "conv": [{"input": [2, 8, 12, 12], "weight": [8, 1, 3, 3], "stride": [1, 1], "padding": [1, 1],
+              "dilation": [1, 1], "groups": 8, "dtype": "fp32", "channels_last": False, "grad": True,
+              "tf32": True, "count": 2},
+             {"input": [2, 8, 12, 12], "weight": [8, 8, 1, 1], "stride": [1, 1], "padding": [0, 0],
+              "dilation": [1, 1], "groups": 1, "dtype": "bf16", "channels_last": True, "grad": False,
+              "tf32": True, "count": 1}]}
 
 
 @pytest.fixture(scope="module")
@@ -213,8 +240,8 @@ def test_the_timings_are_well_formed_on_the_cpu(timed_on_cpu):
     out = timed_on_cpu
     assert out["format"] == "profkit-replacements/1" and out["device"] == "cpu"
     kinds = [e["kind"] for e in out["entries"]]
-    # the bf16 GEMM is not timed: only fp32 GEMMs are PK302's
-    assert kinds == ["attention", "optimizer", "rnn", "copy", "gemm_tf32", "gemm_bf16"]
+    # the bf16 GEMM and the bf16 convolution are not timed: only fp32 ones are PK302's and PK305's
+    assert kinds == ["attention", "optimizer", "rnn", "copy", "gemm_tf32", "gemm_bf16", "conv_bf16"]
     for e in out["entries"]:
         assert set(e) >= {"kind", "key", "shape", "count", "original_ns", "replacement_ns", "backend",
                           "repetitions", "spread", "error", "seconds"}
@@ -234,11 +261,16 @@ def test_the_timings_are_well_formed_on_the_cpu(timed_on_cpu):
     assert opt["host"]["original_ns"] > 0
     assert out["entries"][2]["backend"] == "nn.LSTM"
     assert out["entries"][2]["original"] == "the cell loop"              # no CUDA graph on the CPU
+    conv = out["entries"][6]
+    assert conv["key"] == "x=2x8x12x12 w=8x1x3x3 s=1x1 g=8 fp32 grad" and conv["count"] == 2
+    assert conv["backend"] == "bf16, channels_last" and conv["original"] == "TF32, NCHW"
+    # forward and backward timed, the forward alone beside it
+    assert 0 < conv["forward"]["original_ns"] < conv["original_ns"]
 
 
 def test_the_timing_command_and_no_cuda(tmp_path):
     rec = tmp_path / "ops.json"
-    rec.write_text(json.dumps({**RECORD, "gemm": [], "copy": [], "rnn_cell": [], "optimizer": []}))
+    rec.write_text(json.dumps({**RECORD, "gemm": [], "copy": [], "rnn_cell": [], "optimizer": [], "conv": []}))
     out = tmp_path / "out.json"
     assert timing.main([str(rec), str(out), "--device", "cpu", "--reps", "1"]) == 0
     data = json.loads(out.read_text())
@@ -261,14 +293,15 @@ def test_one_failing_shape_is_that_entrys_error(monkeypatch):
 
 def test_the_budget_stops_the_timing():
     out = timing.time_record(RECORD, device="cpu", reps=1, budget_s=0.0)
-    assert out["entries"] == [] and out["notes"][0].startswith("the timing budget of 0 s was spent: 6 shape(s)")
+    assert out["entries"] == [] and out["notes"][0].startswith("the timing budget of 0 s was spent: 7 shape(s)")
 
 
 # -- reading ---------------------------------------------------------------------------------------
 def test_parsing_round_trip(timed_on_cpu):
     meta = {**timed_on_cpu, "record": RECORD, "notes": ["a note"]}
     got = parse(json.dumps(meta))
-    assert len(got.entries) == 6 and got.notes == ("a note",)
+    assert len(got.entries) == 7 and got.notes == ("a note",)
+    assert got.measured("conv_bf16")[0].forward is not None and got.recorded("conv") == RECORD["conv"]
     attn = got.measured("attention")[0]
     raw = timed_on_cpu["entries"][0]
     assert (attn.original_ns, attn.replacement_ns) == (raw["original_ns"], raw["replacement_ns"])
@@ -550,6 +583,32 @@ def test_pk302_timed_tf32_and_bf16(tmp_path, monkeypatch):
     assert timed.expected_end_to_end_speedup <= timed.expected_op_speedup == pytest.approx(3.0)
     assert timed.evidence["bf16_timed_gain"] == 5.0
     assert timed.evidence["bf16_speedup"] < est.evidence["bf16_speedup"]
+
+
+def test_pk305_timed_convolutions(tmp_path, monkeypatch):
+    """ema_timm_train (ConvNeXt-Atto, fp32 training): the estimate halves its convolutions and
+    puts cuDNN's depthwise weight gradients at their forwards' pace, 2.91x, where its own trial
+    of channels_last and bf16 measured 1.92x. Timed at the program's shapes, the convolutions'
+    ratio replaces both; timings that do not account for the trace's convolutions are not used."""
+    prof = profkit.load(ROOT / "traces" / "corpus" / "ema_timm_train.sqlite.xz")
+    est = _priced(prof, "PK305", monkeypatch, "")
+    assert est.evidence["priced_from"] == "estimate" and est.basis.startswith("estimated: no replacement")
+    assert est.expected_end_to_end_speedup == pytest.approx(2.91, abs=0.005)
+    conv = {"input": [128, 40, 56, 56], "weight": [40, 1, 7, 7], "dtype": "fp32", "grad": True}
+    # the trace's convolution kernels: 26.2 ms an iteration; timed shapes that account for it,
+    # at 1.5x in bf16 channels_last
+    meta = _meta([_entry("conv_bf16", conv, 6.5e6, 6.5e6 / 1.5, 4)])
+    timed = _priced(prof, "PK305", monkeypatch, meta)
+    assert timed.evidence["priced_from"] == "timed" and timed.evidence["conv_timed_ratio"] == 1.5
+    assert timed.basis.startswith("replacement timed at the program's shapes: bf16 channels_last vs as "
+                                  "the program ran them, 4333.3 us vs 6500.0 us; 1 shapes, 1.50x together")
+    assert "/ 1.50 (timed)" in timed.basis and "at their forwards' pace" not in timed.basis
+    assert 1.3 < timed.expected_end_to_end_speedup < est.expected_end_to_end_speedup
+    # a tenth of the trace's convolution time timed: not what the program ran, the estimate stands
+    few = _priced(prof, "PK305", monkeypatch, _meta([_entry("conv_bf16", conv, 1.0e6, 0.5e6, 4)]))
+    assert few.evidence["priced_from"] == "estimate"
+    assert few.basis.startswith("estimated: the convolutions timed at capture do not account for the trace's")
+    assert few.expected_end_to_end_speedup == est.expected_end_to_end_speedup
 
 
 # -- on a GPU --------------------------------------------------------------------------------------

@@ -20,7 +20,11 @@ kept, aggregated into unique shapes with their counts:
 * ``nn.LSTMCell`` / ``nn.GRUCell`` / ``nn.RNNCell`` calls (a global module forward hook): sizes,
   batch, element type, calls per iteration of each cell;
 * each optimizer's step (a global optimizer step pre-hook): its class, ``foreach``/``fused`` as
-  constructed, the parameters' element counts (unique sizes with counts), element type, device.
+  constructed, the parameters' element counts (unique sizes with counts), element type, device;
+* 2-D convolutions (``convolution`` of a 4-D input, forward: its backward is priced from it):
+  the input's and weight's shapes, stride, padding, dilation, groups, element type, whether the
+  input is channels_last, whether input or weight required gradients, and whether cuDNN may use
+  TF32 (``torch.backends.cudnn.allow_tf32``) as the program ran them.
 
 Which iteration: the third start of the first top-level NVTX range to start three times (the step
 range when ``--step`` names it), up to that range's next start. The calibration leaves the first
@@ -44,7 +48,10 @@ one-line note. What it writes (``profkit-oprecord/1``)::
                    "dtype": "fp32", "grad": false, "calls": 256}, ...],
      "optimizer": [{"class": "AdamW", "foreach": null, "fused": null, "dtype": "fp32",
                     "device": "cuda", "params": 147, "numel": 124439808,
-                    "sizes": [[589824, 48], ...], "options": {"amsgrad": false, ...}}, ...]}
+                    "sizes": [[589824, 48], ...], "options": {"amsgrad": false, ...}}, ...],
+     "conv": [{"input": [128, 40, 56, 56], "weight": [40, 1, 7, 7], "stride": [1, 1],
+               "padding": [3, 3], "dilation": [1, 1], "groups": 40, "dtype": "fp32",
+               "channels_last": false, "grad": true, "tf32": true, "count": 2}, ...]}
 """
 from __future__ import annotations
 
@@ -66,6 +73,7 @@ GEMMS = {"mm", "addmm", "bmm", "baddbmm"}
 SOFTMAX = {"_softmax", "softmax", "_safe_softmax"}
 MASKING = {"masked_fill", "masked_fill_", "where", "add", "add_"}
 COPIES = {"_to_copy", "copy_"}
+CONVS = {"convolution"}
 DTYPE_NAMES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp64"}
 OPTIONS = ("momentum", "nesterov", "amsgrad", "weight_decay", "maximize", "dampening")
 
@@ -92,6 +100,7 @@ class OpRecord:
         self.gemm: Counter = Counter()
         self.attention: Counter = Counter()
         self.copy: Counter = Counter()
+        self.conv: Counter = Counter()
         self.cells: dict[int, dict] = {}
         self.optimizers: dict[int, dict] = {}
         self.devices: set[str] = set()
@@ -205,6 +214,8 @@ class OpRecord:
                 self._gemm(name, args, out, backward)
             elif backward:
                 return
+            elif name in CONVS:
+                self._conv(args)
             elif name in COPIES:
                 self._copy(name, args, kwargs, out)
                 # A cast on the device (autocast's fp32 softmax, `.to(q.dtype)` after it) is a
@@ -302,6 +313,21 @@ class OpRecord:
         self._mask_cache[key] = kind
         return kind
 
+    def _conv(self, args: tuple) -> None:
+        """aten.convolution(input, weight, bias, stride, padding, dilation, transposed,
+        output_padding, groups): a 2-D, not transposed one is kept."""
+        import torch
+        x, w = args[0], args[1]
+        if x.dim() != 4 or w.dim() != 4 or bool(args[6]):
+            return
+        self.devices.add(x.device.type)
+        cl = bool(x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous())
+        grad = bool(torch.is_grad_enabled() and (x.requires_grad or w.requires_grad))
+        self.conv[(tuple(int(d) for d in x.shape), tuple(int(d) for d in w.shape),
+                   tuple(int(v) for v in args[3]), tuple(int(v) for v in args[4]),
+                   tuple(int(v) for v in args[5]), int(args[8]), dtype_name(x.dtype), cl, grad,
+                   bool(torch.backends.cudnn.allow_tf32))] += 1
+
     def _copy(self, name: str, args: tuple, kwargs: dict, out: Any) -> None:
         if name == "copy_":
             dst, src = args[0], args[1]
@@ -396,7 +422,11 @@ class OpRecord:
             "copy": [{"direction": dr, "bytes": nb, "pinned": pin, "non_blocking": nbk, "count": c}
                      for (dr, nb, pin, nbk), c in self.copy.most_common()],
             "rnn_cell": list(self.cells.values()),
-            "optimizer": list(self.optimizers.values())}
+            "optimizer": list(self.optimizers.values()),
+            "conv": [{"input": list(x), "weight": list(w), "stride": list(st), "padding": list(pad),
+                      "dilation": list(dil), "groups": gr, "dtype": dt, "channels_last": cl,
+                      "grad": grad, "tf32": tf32, "count": c}
+                     for (x, w, st, pad, dil, gr, dt, cl, grad, tf32), c in self.conv.most_common()]}
 
 
 def write(path: str | Path, record: dict) -> None:

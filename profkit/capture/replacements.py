@@ -24,7 +24,11 @@ range of the runs):
   same bytes from (into) a pinned buffer with ``non_blocking=True``, on the host clock with a
   synchronisation (a pageable copy is staged by the CPU);
 * ``gemm_tf32`` / ``gemm_bf16``: each fp32 GEMM shape in full fp32 against TF32 and against bf16
-  operands (the casts autocast would add are not timed: PK302 prices their CPU apart).
+  operands (the casts autocast would add are not timed: PK302 prices their CPU apart);
+* ``conv_bf16``: each fp32 2-D convolution shape as the program ran it (its memory format, cuDNN's
+  TF32 as it was set) against bf16 on channels_last tensors, forward and backward (input and
+  weight gradients) where the program's inputs required gradients, the forward alone kept beside
+  it (``forward``); cuDNN picks its algorithms as the program's default does (no benchmark mode).
 
 Each entry (``profkit-replacements/1``; profkit.run.replacements reads it)::
 
@@ -56,6 +60,7 @@ FORMAT = "profkit-replacements/1"
 DEFAULT_REPS = 10
 WARM_UP = 3
 MAX_PER_KIND = 6        # the heaviest shapes of each kind (count x work); the rest are listed
+MAX_CONVS = 12          # a CNN has a dozen conv shapes or more, each timed in milliseconds
 DEFAULT_BUDGET_S = 120.0
 MAX_RNN_STEPS = 4096
 MAX_OPTIMIZER_ELEMENTS = 2_000_000_000
@@ -373,6 +378,50 @@ def time_gemm(torch: Any, timer: Timer, g: dict, to: str) -> dict:
     return _fill(e, orig, repl, to)
 
 
+# -- convolutions ------------------------------------------------------------------------------
+def conv_key(c: dict) -> str:
+    g = f" g={c['groups']}" if int(c.get("groups", 1)) != 1 else ""
+    return (f"x={'x'.join(map(str, c['input']))} w={'x'.join(map(str, c['weight']))} "
+            f"s={'x'.join(map(str, c['stride']))}{g} {c['dtype']}"
+            + (" channels_last" if c.get("channels_last") else "") + (" grad" if c.get("grad") else ""))
+
+
+def time_conv(torch: Any, timer: Timer, c: dict) -> dict:
+    e = _entry("conv_bf16", conv_key(c), c, c.get("count", 1))
+    F = torch.nn.functional
+    args = {"stride": tuple(c["stride"]), "padding": tuple(c["padding"]), "dilation": tuple(c["dilation"]),
+            "groups": int(c["groups"])}
+    before = torch.backends.cudnn.allow_tf32
+    try:
+        torch.backends.cudnn.allow_tf32 = bool(c.get("tf32", True))
+        fmt = torch.channels_last if c.get("channels_last") else torch.contiguous_format
+        x = torch.randn(*c["input"], device=timer.device).contiguous(memory_format=fmt)
+        w = torch.randn(*c["weight"], device=timer.device).contiguous(memory_format=fmt)
+        x16 = x.to(torch.bfloat16).contiguous(memory_format=torch.channels_last)
+        w16 = w.to(torch.bfloat16).contiguous(memory_format=torch.channels_last)
+
+        def step(a, b, grad: bool):
+            if not grad:
+                return lambda: F.conv2d(a, b, **args)
+            a, b = a.detach().requires_grad_(), b.detach().requires_grad_()
+            out = F.conv2d(a, b, **args)
+            dy = torch.randn_like(out)
+            # the backward as training runs it: the input's and the weight's gradients
+            return lambda: torch.autograd.grad(F.conv2d(a, b, **args), (a, b), dy)
+        grad = bool(c.get("grad"))
+        orig, repl = timer(step(x, w, grad)), timer(step(x16, w16, grad))
+        if grad:
+            fo, fr = timer(step(x, w, False)), timer(step(x16, w16, False))
+            e["forward"] = {"original_ns": _stats(fo)[0], "replacement_ns": _stats(fr)[0]}
+    except Exception as exc:  # noqa: BLE001
+        e["error"] = one_line(exc)
+        return e
+    finally:
+        torch.backends.cudnn.allow_tf32 = before
+    e["original"] = ("TF32" if c.get("tf32", True) else "fp32") + (", channels_last" if c.get("channels_last") else ", NCHW")
+    return _fill(e, orig, repl, "bf16, channels_last")
+
+
 # -- the whole record --------------------------------------------------------------------------
 def _work(kind: str, r: dict) -> float:
     if kind == "attention":
@@ -381,6 +430,13 @@ def _work(kind: str, r: dict) -> float:
         return float(r.get("count", 1)) * r["batch"] * r["m"] * r["n"] * r["k"]
     if kind == "copy":
         return float(r.get("count", 1)) * r["bytes"]
+    if kind == "conv":
+        # multiply-adds plus the elements read and written: a depthwise convolution does few of
+        # the first and takes its time from the second
+        n, cin, h, wd = r["input"]
+        cout, cg, kh, kw = r["weight"]
+        s = max(int(r["stride"][0]) * int(r["stride"][1]), 1)
+        return float(r.get("count", 1)) * n * h * wd * (cout * cg * kh * kw / s + cin + cout / s)
     return float(r.get("numel", 0) or r.get("calls", 1) * r.get("hidden", 1))
 
 
@@ -402,6 +458,9 @@ def jobs(record: dict) -> list[tuple[str, dict, Callable]]:
     for g in top("gemm", [g for g in record.get("gemm") or [] if g.get("dtype") == "fp32"]):
         out.append(("gemm_tf32", g, lambda t, tm, g: time_gemm(t, tm, g, "tf32")))
         out.append(("gemm_bf16", g, lambda t, tm, g: time_gemm(t, tm, g, "bf16")))
+    convs = [c for c in record.get("conv") or [] if c.get("dtype") == "fp32"]
+    for c in sorted(convs, key=lambda r: -_work("conv", r))[:MAX_CONVS]:
+        out.append(("conv_bf16", c, time_conv))
     return out
 
 

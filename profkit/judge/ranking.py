@@ -20,7 +20,10 @@ def ranked_actions(findings: list, ops: Optional[pd.DataFrame] = None,
 
     ``tried``: per finding code, the trial that measured its price (``profkit capture --try``,
     profkit.run.trials.TrialResult): the action carries it as ``tried``, and is ranked by the
-    measured gain where the trial applied and timed one, by the model's price otherwise.
+    measured gain where the trial applied and timed one, by the model's price otherwise. An
+    action that offers a second fix no trial switches on (``untried_alternative_speedup`` in its
+    evidence: PK103's CUDA graphs by hand beside its compiled number) is ranked by the better of
+    the measured gain and that fix's price: the trial measured one of its two fixes.
     """
     tried = tried or {}
     actions = []
@@ -34,7 +37,7 @@ def ranked_actions(findings: list, ops: Optional[pd.DataFrame] = None,
             a["tried"] = {k: d[k] for k in ("switch", "speedup", "runs", "lo", "hi", "applied", "error",
                                             "note", "warm_up_s")}
             if t.measured:
-                a["_rank_gain"] = float(t.speedup)
+                a["_rank_gain"] = max(float(t.speedup), float(f.evidence.get("untried_alternative_speedup", 0.0)))
         actions.append(a)
     claimed = set().union(*(f.kernels for f in findings)) if findings else set()
     seen = {a["action"] for a in actions}

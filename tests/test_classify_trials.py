@@ -217,3 +217,15 @@ def test_a_combination_is_repriced_with_the_measured_fix(with_trials):
     i = next(i for i, ln in enumerate(lines) if ln.startswith("together"))
     assert lines[i + 1] == (f"         with the trials: {wt['expected_end_to_end_speedup']:.2f}x (PK302's edit "
                             "scaled to its measured 2.17x, PK103's edit scaled to its measured 1.15x)")
+
+
+def test_an_action_whose_trial_never_ran_says_why():
+    """item_loss_small_train was captured with --try-budget 60: the fused optimizer's trial never
+    started. Its action says so, not "not applied" (the program was never run with it)."""
+    res = classify(ROOT / "traces" / "corpus" / "item_loss_small_train.sqlite.xz", "--format", "json", "--top", "1")
+    assert res.exit_code == 0, res.stderr
+    fused = next(a for a in json.loads(res.stdout)["run"]["actions"] if a["code"] == "PK201")
+    assert fused["tried"]["not_run"] == "the --try-budget of 60 s was spent before it"
+    assert fused["tried"]["applied"] is False and fused["tried"]["speedup"] is None
+    text = " ".join(classify(ROOT / "traces" / "corpus" / "item_loss_small_train.sqlite.xz", "--top", "1").stdout.split())
+    assert "tried: not run (the --try-budget of 60 s was spent before it)" in text

@@ -34,8 +34,9 @@ def ranked_actions(findings: list, ops: Optional[pd.DataFrame] = None,
         t = tried.get(f.code)
         if t is not None:
             d = t.as_dict()
+            # (why a trial never ran goes with it: else it would read as "not applied")
             a["tried"] = {k: d[k] for k in ("switch", "speedup", "runs", "lo", "hi", "applied", "error",
-                                            "note", "warm_up_s")}
+                                            "note", "warm_up_s", "not_run") if k in d}
             if t.measured:
                 a["_rank_gain"] = max(float(t.speedup), float(f.evidence.get("untried_alternative_speedup", 0.0)))
         actions.append(a)

@@ -76,7 +76,10 @@ Fix
     dimension (broadcasting, ``torch.cdist``, a
     masked reduction over a matrix instead of a loop over its rows), ``torch.vmap`` of the
     per-sample function, ``torch._foreach_*`` over a list of tensors (``torch._foreach_lerp_``
-    for an EMA). Dependent repeats: a CUDA graph of the step (``torch.cuda.graphs``,
+    for an EMA); or ``torch.compile`` of the function that holds the loop (Dynamo unrolls it,
+    Inductor fuses the repeats' kernels: on a per-sample triplet loss, 64 anchors, it measured
+    2.02x where vectorising measured 2.23x and this rule priced 2.36x; the compiled loop itself
+    is not priced here). Dependent repeats: a CUDA graph of the step (``torch.cuda.graphs``,
     ``torch.compile(mode="reduce-overhead")``; PK103).
 Expected gain
     Graph edit (``replace_ops``, ``drop_cpu``): at each position of the unit,

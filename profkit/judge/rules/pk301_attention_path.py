@@ -357,7 +357,10 @@ def detect(ctx: RuleContext) -> list[Finding]:
     # What the fix replaces is each attention whole, its GEMMs with the glue: their share, not
     # the softmax's alone, decides (a UNet's attentions: the softmax 1% of the GPU time, the
     # attentions around it more)
-    attn_ns = float(sum(dur[lo:hi + 1].sum() for lo, hi, _ in spans)) + float(dur[glue].sum())
+    inside = glue.copy()   # each attention's kernels once (its glue lies inside its span)
+    for lo, hi, _ in spans:
+        inside[lo:hi + 1] = True
+    attn_ns = float(dur[inside].sum())
     if max(attn_ns, total) < RULE.param("min_gpu_share") * float(k["total_ns"].sum()):
         return []
     saved = float(dur[glue].sum())

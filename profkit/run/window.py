@@ -76,6 +76,11 @@ class Window:
         return self.gpu_period_ns if len(self.gpu_period_ns) == len(self.iteration_ns) else self.iteration_ns
 
     @property
+    def iteration_bounds_ns(self) -> np.ndarray:
+        """Where each iteration starts, then where the last one ends (host clock, ns)."""
+        return self.start_ns + np.concatenate([[0], np.cumsum(self.iteration_ns)])
+
+    @property
     def iteration_median_ns(self) -> Optional[int]:
         return int(np.median(self.periods_ns)) if self.iteration_ns else None
 

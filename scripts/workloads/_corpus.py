@@ -8,10 +8,15 @@ import contextlib
 import json
 import math
 import statistics
+import sys
 import time
+from pathlib import Path
 from typing import Callable, Optional
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from profkit.capture.switches import one_line  # noqa: E402  (pure Python: a failure on one line)
 
 
 def nvtx(name: str):
@@ -336,11 +341,6 @@ def interleave(steps: dict[str, Callable[[], object]], fixes: dict[str, set[str]
         print(f"interleaved {name}: FAILED ({why})")
     return out
 
-
-def one_line(e: BaseException) -> str:
-    """An exception as one line: its type and the first line of its message."""
-    msg = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {msg[0][:300]}" if msg else type(e).__name__
 
 
 def output_size(x: object) -> Optional[int]:

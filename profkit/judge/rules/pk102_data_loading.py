@@ -110,17 +110,15 @@ def _feeds_a_batch(g: StepGraph):
     GPU before the iteration's first kernel. Work whose product is the batch's host-to-device
     copy is loading whatever the range around it is called (a tokenizer in ``tokenize``); CPU
     time after the first kernel (a loss computed in Python) is the step's own."""
-    w = g.window
-    if not len(getattr(w, "iteration_ns", ()) or ()):
+    if not g.window.iteration_ns:
         return lambda j, hi: False
-    begins = w.start_ns + np.concatenate([[0], np.cumsum(np.asarray(w.iteration_ns, dtype=np.float64)[:-1])])
-    ops = np.arange(len(g.g_call))
+    begins = g.window.iteration_bounds_ns[:-1]
     placed = g.g_call >= 0
     kernel_call = np.zeros(g.n_calls + 1, dtype=bool)
     kernel_call[g.g_call[placed & (g.g_kind == 0)]] = True
     h2d = np.array(["Host-to-Device" in str(n) for n in g.op_names] + [False], dtype=bool)[g.g_name]
     h2d_call = np.zeros(g.n_calls + 1, dtype=bool)
-    h2d_call[g.g_call[ops[placed & (g.g_kind == 1) & h2d]]] = True
+    h2d_call[g.g_call[placed & (g.g_kind == 1) & h2d]] = True
     starts = np.asarray(g.iter_call, dtype=np.int64)
 
     def feeds(j: int, hi: int) -> bool:

@@ -197,12 +197,9 @@ def detect(ctx: RuleContext) -> list[Finding]:
     # in a few iterations it is the allocator trimming once.
     # (The frees are counted over the whole step: empty_cache called outside the model's ranges
     # makes the allocations inside them churn all the same.)
-    if (g.c_kind == int(CallKind.FREE)).sum() < 0.5 * its:
-        calls = calls[~np.isin(g.c_kind[calls], [int(CallKind.ALLOC), int(CallKind.FREE)])]
-    else:
-        alloc = calls[np.isin(g.c_kind[calls], [int(CallKind.ALLOC), int(CallKind.FREE)])]
-        if len(alloc) < 0.5 * its:
-            calls = np.setdiff1d(calls, alloc)
+    alloc = np.isin(g.c_kind[calls], [int(CallKind.ALLOC), int(CallKind.FREE)])
+    if (g.c_kind == int(CallKind.FREE)).sum() < 0.5 * its or alloc.sum() < 0.5 * its:
+        calls = calls[~alloc]
     blockers = graphable(g, calls)
     # One graph for the whole step: where no inner range marks the model's code, the step's own
     # NVTX range does (see step_keeps); a loop found by its kernels alone keeps the dispatch rule.

@@ -252,10 +252,6 @@ def launch_cpu_ns(g: StepGraph) -> float:
 CONV_COVERAGE = (0.5, 1.5)
 
 
-def _per_it(g: StepGraph, ops: np.ndarray) -> str:
-    return f"{float(g.g_dur[ops].sum()) / max(len(g.iter_call) - 1, 1) / 1e6:.2f} ms per iteration"
-
-
 def timed_conv_ratio(ctx: RuleContext, family_ns_per_iteration: float) -> tuple[float | None, str]:
     """(the timed convolutions' time as the program ran them over their time in bf16 on
     channels_last tensors, the words that say so), or (None, why the estimate stands)."""
@@ -353,13 +349,13 @@ def detect(ctx: RuleContext) -> list[Finding]:
     # shapes account for the trace's convolution time (coverage within CONV_COVERAGE).
     family = np.union1d(np.union1d(conv_ops, ops_named(g, cudnn_dw)), tr_ops)
     family = np.union1d(family, np.flatnonzero(dw_nchw[g.g_name] & (g.g_kind == 0)))
-    timed_conv, conv_said = timed_conv_ratio(ctx, float(g.g_dur[family].sum()) / max(len(g.iter_call) - 1, 1))
+    family_ns = float(g.g_dur[family].sum()) / max(len(g.iter_call) - 1, 1)   # per iteration
+    timed_conv, conv_said = timed_conv_ratio(ctx, family_ns)
+    not_dw = ~dw_nchw[g.g_name[bn_ops]]   # BatchNorm's kernels among those channels_last replaces
 
     def bf16(gr):
         if timed_conv is not None:
-            bn_only = bn_ops[~dw_nchw[g.g_name[bn_ops]]]
-            out = replace_ops(gr, [np.array([o]) for o in bn_only],
-                              bn_new[~dw_nchw[g.g_name[bn_ops]]]) if len(bn_only) else gr
+            out = replace_ops(gr, [np.array([o]) for o in bn_ops[not_dw]], bn_new[not_dw]) if not_dw.any() else gr
             out = scale_ops(scale_ops(out, family, timed_conv), gemm_ops, ratio)
             out = scale_ops(out, rest, 2.0)
         else:
@@ -380,7 +376,8 @@ def detect(ctx: RuleContext) -> list[Finding]:
                f"{ctx.per_iteration(bn_saved)} faster" if bn_saved > 0 else ""))
     cl_gain, cl_basis = ctx.price(channels_last, f"channels_last: {nhwc}")
     convs_said = (f"convolutions{', depthwise' if len(dw_wgrad) or dw_ns or cudnn_dw_ns else ''} and "
-                  f"their transposes {_per_it(g, family)} / {timed_conv:.2f} (timed), TF32 GEMMs / {ratio:.1f}"
+                  f"their transposes {family_ns / 1e6:.2f} ms per iteration / {timed_conv:.2f} (timed), "
+                  f"TF32 GEMMs / {ratio:.1f}"
                   if timed_conv is not None else
                   f"convolutions{' and TF32 GEMMs' if len(gemm_ops) else ''} "
                   f"{ctx.per_iteration(conv_ns + gemm_ns - fp32_ns)} / {ratio:.1f}")

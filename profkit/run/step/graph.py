@@ -271,7 +271,7 @@ def modelled(window: Window, most: int = MAX_ITERATIONS) -> Window:
     if k <= most:
         return window
     s = (k - most) // 2
-    starts = window.start_ns + np.concatenate([[0], np.cumsum(window.iteration_ns)])
+    starts = window.iteration_bounds_ns
     gpu = window.gpu_period_ns[s:s + most] if len(window.gpu_period_ns) == k else []
     return replace(window, start_ns=int(starts[s]), end_ns=int(starts[s + most]), iterations=most,
                    iteration_ns=list(window.iteration_ns[s:s + most]), gpu_period_ns=list(gpu),
@@ -292,7 +292,7 @@ def build(trace, window: Window, launch_floor_ns: float = 1_000.0) -> StepGraph:
         cut = int(np.sort(calls["start"].to_numpy(np.int64))[MAX_CALLS])
         k = len(window.iteration_ns)
         if k > 1:
-            starts = window.start_ns + np.concatenate([[0], np.cumsum(window.iteration_ns)])
+            starts = window.iteration_bounds_ns
             keep = min(max(int(np.searchsorted(starts, cut, side="right")) - 1, 1), k)
             gpu = window.gpu_period_ns[:keep] if len(window.gpu_period_ns) == k else []
             window = replace(window, iteration_ns=list(window.iteration_ns[:keep]),
@@ -760,7 +760,7 @@ def _iterations(window: Window, c_start: np.ndarray, n: int) -> tuple[np.ndarray
     periods = np.asarray(window.periods_ns, dtype=np.float64)
     if not window.iteration_ns or not n:
         return np.array([0, n], dtype=np.int64), np.array([float(window.wall_ns)]), False
-    starts = window.start_ns + np.concatenate([[0], np.cumsum(window.iteration_ns[:-1])])
+    starts = window.iteration_bounds_ns[:-1]
     first = np.searchsorted(c_start, starts, side="left")
     gpu_side = len(window.gpu_period_ns) == len(window.iteration_ns)
     return np.concatenate([first, [n]]).astype(np.int64), periods, gpu_side

@@ -211,6 +211,40 @@ def test_the_record_keeps_2d_convolutions_as_the_program_ran_them():
                   "tf32": torch.backends.cudnn.allow_tf32, "count": 1}
 
 
+
+def test_the_record_keeps_3d_convolutions_and_their_channels_last_3d():
+    conv = torch.nn.Conv3d(4, 8, (3, 3, 3), stride=(1, 2, 2), padding=1)   # a video model's stem
+    x = torch.randn(2, 4, 4, 8, 8)
+
+    def it():
+        conv(x).sum().backward()
+        with torch.no_grad():
+            conv(x.contiguous(memory_format=torch.channels_last_3d))
+    rec = _record(it)
+    got = {c["channels_last"]: c for c in rec["conv"]}
+    assert set(got) == {False, True}
+    assert got[False] == {"input": [2, 4, 4, 8, 8], "weight": [8, 4, 3, 3, 3], "stride": [1, 2, 2],
+                          "padding": [1, 1, 1], "dilation": [1, 1, 1], "groups": 1, "dtype": "fp32",
+                          "channels_last": False, "grad": True, "tf32": torch.backends.cudnn.allow_tf32,
+                          "count": 1}
+    assert got[True]["grad"] is False
+
+
+def test_a_3d_convolution_is_timed_as_conv3d_on_channels_last_3d():
+    c = {"input": [2, 4, 4, 8, 8], "weight": [8, 4, 3, 3, 3], "stride": [1, 2, 2], "padding": [1, 1, 1],
+         "dilation": [1, 1, 1], "groups": 1, "dtype": "fp32", "channels_last": False, "grad": True,
+         "tf32": True, "count": 3}
+    out = timing.time_record({**RECORD, "attention": [], "optimizer": [], "rnn_cell": [], "copy": [],
+                              "gemm": [], "conv": [c]}, device="cpu", reps=1)
+    (e,) = out["entries"]
+    assert e["error"] is None, e
+    assert e["key"] == "x=2x4x4x8x8 w=8x4x3x3x3 s=1x2x2 fp32 grad" and e["count"] == 3
+    assert e["original"] == "TF32, NCDHW" and e["backend"] == "bf16, channels_last_3d"
+    assert 0 < e["forward"]["original_ns"] < e["original_ns"]
+    # the heavier of two 3-D shapes is timed first: multiply-adds over the output's volume
+    big = {**c, "input": [2, 4, 8, 16, 16]}
+    assert timing._work("conv", big) == 8 * timing._work("conv", c)
+
 # -- the timings, on the CPU -----------------------------------------------------------------------
 RECORD = {
     "format": "profkit-oprecord/1", "range": "step", "iteration": 3, "device": "cuda",

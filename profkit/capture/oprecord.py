@@ -21,7 +21,8 @@ kept, aggregated into unique shapes with their counts:
   batch, element type, calls per iteration of each cell;
 * each optimizer's step (a global optimizer step pre-hook): its class, ``foreach``/``fused`` as
   constructed, the parameters' element counts (unique sizes with counts), element type, device;
-* 2-D convolutions (``convolution`` of a 4-D input, forward: its backward is priced from it):
+* 2-D and 3-D convolutions (``convolution`` of a 4-D or 5-D input, forward: its backward is
+  priced from it):
   the input's and weight's shapes, stride, padding, dilation, groups, element type, whether the
   input is channels_last, whether input or weight required gradients, and whether cuDNN may use
   TF32 (``torch.backends.cudnn.allow_tf32``) as the program ran them.
@@ -315,13 +316,14 @@ class OpRecord:
 
     def _conv(self, args: tuple) -> None:
         """aten.convolution(input, weight, bias, stride, padding, dilation, transposed,
-        output_padding, groups): a 2-D, not transposed one is kept."""
+        output_padding, groups): a 2-D or 3-D, not transposed one is kept."""
         import torch
         x, w = args[0], args[1]
-        if x.dim() != 4 or w.dim() != 4 or bool(args[6]):
+        if x.dim() not in (4, 5) or w.dim() != x.dim() or bool(args[6]):
             return
         self.devices.add(x.device.type)
-        cl = bool(x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous())
+        fmt = torch.channels_last if x.dim() == 4 else torch.channels_last_3d
+        cl = bool(x.is_contiguous(memory_format=fmt) and not x.is_contiguous())
         grad = bool(torch.is_grad_enabled() and (x.requires_grad or w.requires_grad))
         self.conv[(tuple(int(d) for d in x.shape), tuple(int(d) for d in w.shape),
                    tuple(int(v) for v in args[3]), tuple(int(v) for v in args[4]),

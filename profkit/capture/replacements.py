@@ -25,8 +25,8 @@ range of the runs):
   synchronisation (a pageable copy is staged by the CPU);
 * ``gemm_tf32`` / ``gemm_bf16``: each fp32 GEMM shape in full fp32 against TF32 and against bf16
   operands (the casts autocast would add are not timed: PK302 prices their CPU apart);
-* ``conv_bf16``: each fp32 2-D convolution shape as the program ran it (its memory format, cuDNN's
-  TF32 as it was set) against bf16 on channels_last tensors, forward and backward (input and
+* ``conv_bf16``: each fp32 2-D or 3-D convolution shape as the program ran it (its memory format,
+  cuDNN's TF32 as it was set) against bf16 on channels_last (channels_last_3d) tensors, forward and backward (input and
   weight gradients) where the program's inputs required gradients, the forward alone kept beside
   it (``forward``); cuDNN picks its algorithms as the program's default does (no benchmark mode).
 
@@ -51,6 +51,7 @@ import argparse
 import contextlib
 import inspect
 import json
+import math
 import statistics
 import sys
 import time
@@ -389,25 +390,27 @@ def conv_key(c: dict) -> str:
 def time_conv(torch: Any, timer: Timer, c: dict) -> dict:
     e = _entry("conv_bf16", conv_key(c), c, c.get("count", 1))
     F = torch.nn.functional
+    conv = F.conv3d if len(c["input"]) == 5 else F.conv2d
+    last = torch.channels_last_3d if len(c["input"]) == 5 else torch.channels_last
     args = {"stride": tuple(c["stride"]), "padding": tuple(c["padding"]), "dilation": tuple(c["dilation"]),
             "groups": int(c["groups"])}
     before = torch.backends.cudnn.allow_tf32
     try:
         torch.backends.cudnn.allow_tf32 = bool(c.get("tf32", True))
-        fmt = torch.channels_last if c.get("channels_last") else torch.contiguous_format
+        fmt = last if c.get("channels_last") else torch.contiguous_format
         x = torch.randn(*c["input"], device=timer.device).contiguous(memory_format=fmt)
         w = torch.randn(*c["weight"], device=timer.device).contiguous(memory_format=fmt)
-        x16 = x.to(torch.bfloat16).contiguous(memory_format=torch.channels_last)
-        w16 = w.to(torch.bfloat16).contiguous(memory_format=torch.channels_last)
+        x16 = x.to(torch.bfloat16).contiguous(memory_format=last)
+        w16 = w.to(torch.bfloat16).contiguous(memory_format=last)
 
         def step(a, b, grad: bool):
             if not grad:
-                return lambda: F.conv2d(a, b, **args)
+                return lambda: conv(a, b, **args)
             a, b = a.detach().requires_grad_(), b.detach().requires_grad_()
-            out = F.conv2d(a, b, **args)
+            out = conv(a, b, **args)
             dy = torch.randn_like(out)
             # the backward as training runs it: the input's and the weight's gradients
-            return lambda: torch.autograd.grad(F.conv2d(a, b, **args), (a, b), dy)
+            return lambda: torch.autograd.grad(conv(a, b, **args), (a, b), dy)
         grad = bool(c.get("grad"))
         orig, repl = timer(step(x, w, grad)), timer(step(x16, w16, grad))
         if grad:
@@ -418,8 +421,11 @@ def time_conv(torch: Any, timer: Timer, c: dict) -> dict:
         return e
     finally:
         torch.backends.cudnn.allow_tf32 = before
-    e["original"] = ("TF32" if c.get("tf32", True) else "fp32") + (", channels_last" if c.get("channels_last") else ", NCHW")
-    return _fill(e, orig, repl, "bf16, channels_last")
+    three_d = len(c["input"]) == 5
+    e["original"] = (("TF32" if c.get("tf32", True) else "fp32")
+                     + ((", channels_last_3d" if three_d else ", channels_last") if c.get("channels_last")
+                        else (", NCDHW" if three_d else ", NCHW")))
+    return _fill(e, orig, repl, "bf16, channels_last_3d" if three_d else "bf16, channels_last")
 
 
 # -- the whole record --------------------------------------------------------------------------
@@ -433,10 +439,11 @@ def _work(kind: str, r: dict) -> float:
     if kind == "conv":
         # multiply-adds plus the elements read and written: a depthwise convolution does few of
         # the first and takes its time from the second
-        n, cin, h, wd = r["input"]
-        cout, cg, kh, kw = r["weight"]
-        s = max(int(r["stride"][0]) * int(r["stride"][1]), 1)
-        return float(r.get("count", 1)) * n * h * wd * (cout * cg * kh * kw / s + cin + cout / s)
+        n, cin, *space = r["input"]
+        cout, cg, *window = r["weight"]
+        s = max(math.prod(int(v) for v in r["stride"]), 1)
+        return (float(r.get("count", 1)) * n * math.prod(space)
+                * (cout * cg * math.prod(window) / s + cin + cout / s))
     return float(r.get("numel", 0) or r.get("calls", 1) * r.get("hidden", 1))
 
 

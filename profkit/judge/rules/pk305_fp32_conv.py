@@ -80,9 +80,9 @@ Expected gain
     squeeze-and-excitation) 1.14x / 1.31x and 1.24x / 1.27x. Pooling's NCHW kernels
     (``max_pool_*_nchw``) are not priced.
 
-    **Timed at capture** (``profkit capture`` records the program's fp32 2-D convolutions in its
+    **Timed at capture** (``profkit capture`` records the program's fp32 2-D and 3-D convolutions in its
     calibration run and times each of the twelve heaviest shapes as the program ran them against
-    bf16 on channels_last tensors, forward and both gradients in training; PROFKIT_META
+    bf16 on channels_last (channels_last_3d) tensors, forward and both gradients in training; PROFKIT_META
     ``replacements``, ``conv_bf16``): the timed shapes' ratio together replaces the halving, the
     depthwise rules above and the transposes' removal for every convolution kernel of the trace
     (depthwise and transposes included), where the timed shapes' original time per iteration is
@@ -95,7 +95,7 @@ Expected gain
     of channels_last and bf16 measured 1.92x and bf16 alone, by hand, 1.70x. Not yet run on a GPU.
 Trial
     ``profkit capture --try channels_last+bf16`` measures the finding's price (both switches in
-    one run: the outermost module and its 4-D inputs in channels_last, its calls under bf16
+    one run: the outermost module and its 4-D inputs in channels_last, 5-D ones in channels_last_3d, its calls under bf16
     autocast); ``--try channels_last`` measures ``channels_last_speedup``, the price of the
     finding that says channels_last alone. An inference program that converts its model to bf16
     rather than autocasting it gains more than the autocast trial (no casts on the CPU).

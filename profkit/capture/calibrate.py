@@ -26,7 +26,9 @@ hook), so a script's start-up is the same as without profkit. What it writes:
 **Cutting a run short** (``max_iterations``): the clock counts the pops at depth 0 of the range
 that marks iterations (``step``; without one, of whichever top-level range reaches the count
 first, the most frequent so far) and, once the Nth such range has closed, raises
-``SystemExit(0)`` from the pop hook, after NVTX's own pop. The script ends there as if it had
+``SystemExit(0)`` from the pop hook, after NVTX's own pop and after waiting for the GPU work
+already queued (a GPU-bound loop runs iterations ahead of its GPU; the profiled trace needs their
+kernels). The script ends there as if it had
 called ``sys.exit(0)``: its ``finally`` blocks and ``atexit`` handlers run, its DataLoader
 workers are shut down, and the timings are written; a script that catches ``SystemExit`` gets it
 again at its next top-level pop. Without ``events`` (the profiled run, which needs no timings)
@@ -47,6 +49,17 @@ from types import ModuleType
 from typing import Any, Callable, Optional
 
 FORMAT = "profkit-calibration/1"
+
+
+def wait_for_gpu() -> None:
+    """Wait for the GPU work the script has queued, if it used CUDA. A GPU-bound loop runs many
+    iterations ahead of its GPU: cut before its own final sync, the process would end with those
+    iterations' kernels unrun, and the profiled trace would hold their launches without their
+    kernels (a window paced by the CPU's periods, not the GPU's)."""
+    torch = sys.modules.get("torch")
+    with contextlib.suppress(Exception):  # a broken CUDA context: nothing more to wait for
+        if torch is not None and torch.cuda.is_initialized():
+            torch.cuda.synchronize()
 
 
 class RangeClock:
@@ -102,6 +115,7 @@ class RangeClock:
         """After NVTX's own pop: end the script once the run has its iterations (the module
         docstring's "Cutting a run short")."""
         if self.cut is not None and self.depth == 0 and threading.get_ident() == self.main:
+            wait_for_gpu()
             raise SystemExit(0)
 
     def _event(self) -> Any:

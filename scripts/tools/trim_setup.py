@@ -43,6 +43,11 @@ def delete_rows(con: sqlite3.Connection, where: str, cut: int, side: str, key: s
     have = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     for t in TABLES:
         if t in have and t not in skip:
+            cols = {r[1] for r in con.execute(f"PRAGMA table_info({t})")}
+            if not {"start", "end"} <= cols:
+                # a newer export's CUDA events carry no times (correlation ids only): kept, unread
+                print(f"{t}: kept (no start and end columns)")
+                continue
             n = con.execute(f"DELETE FROM {t} WHERE {where}", (cut,)).rowcount
             print(f"{t}: {n} rows {side} the cut deleted")
     con.execute("INSERT INTO PROFKIT_META (key, value) VALUES (?, ?)", (key, str(cut)))

@@ -75,6 +75,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("measured")
     p.add_argument("--folder", required=True, help="label of the allocation: rep N becomes folder LABEL_rN")
     p.add_argument("--note", default="", help="appended to the data's 'how'")
+    p.add_argument("--gpu", default="", help="the GPU these runs (and their programs' captures) ran on, "
+                   "where it is not the data's own (its 'gpu')")
     p.set_defaults(func=merge.cmd_merge)
     p = sub.add_parser("table", help="print the speedups from a measured.json")
     p.add_argument("measured")

@@ -67,6 +67,10 @@ def cmd_merge(args: argparse.Namespace) -> None:
                     vb = blocks[rep]["variants"]
                     runs[folder]["gain"] = round(paired_gain(vb["baseline"]["block_ns"], vb[var]["block_ns"]), 4)
                 added += 1
+    if getattr(args, "gpu", "") and args.gpu != data["gpu"]:
+        # programs captured and timed on another kind of GPU: their traces say so too (TARGET_INFO_GPU)
+        for prog in programs:
+            data.setdefault("program_gpu", {})[prog] = args.gpu
     if args.note:
         data["how"] = data["how"].rstrip(". ") + ". " + args.note
     if ab:

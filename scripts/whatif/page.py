@@ -96,7 +96,7 @@ def page_text(measured: dict, load=None, rows: tuple[list[dict], list[dict]] | N
         "Each program of the corpus (`scripts/whatif_accuracy.py`, `scripts/workloads/`) was captured on an "
         "NVIDIA H200 with `profkit capture` (a calibration run without the profiler, then nsys), and each fix was "
         f"applied by hand (a flag of the program) and timed without any profiler ({measured['gpu']}, "
-        f"{measured['date']}). **Predicted** is the gain "
+        f"{measured['date']}){other_gpus(measured)}. **Predicted** is the gain "
         "profkit's rule for that fix prices through the step model (the rule's edit of the step graph, replayed "
         "at the calibrated CPU scale; a fix that does what two rules propose, such as `PK103+PK201`, by both "
         "edits replayed together) for the program as it ran where the fix was timed: in each run folder the "
@@ -213,6 +213,15 @@ def far_baselines(pairs: list[dict], progs: list[dict]) -> list[str]:
             "not the captured program: a cache that interleaved variants share; their pairs are counted above "
             "all the same): "
             + ", ".join(f"{n} {b / 1e6:.2f} ms against {c / 1e6:.2f} ms" for n, (b, c) in far.items())]
+
+
+def other_gpus(measured: dict) -> str:
+    """The programs captured and timed on another GPU than the data's own, said after it."""
+    by_gpu: dict[str, list[str]] = {}
+    for prog, gpu in sorted((measured.get("program_gpu") or {}).items()):
+        by_gpu.setdefault(gpu, []).append(prog)
+    return "".join(f"; {', '.join(progs)} captured and timed on an {gpu} instead (the same machine for "
+                   "both: their traces name it, and profkit reads its peaks)" for gpu, progs in by_gpu.items())
 
 
 def first_sight_lines(pairs: list[dict], progs: list[dict]) -> list[str]:

@@ -232,7 +232,14 @@ def fit_host(sim: Callable[[float], Schedule], target: float, prior: float,
     floor = f(MIN_HOST)
     unreachable = f(h) > target * (1 + TOLERANCE) and floor > target * (1 + TOLERANCE)
     gpu_paced = f(h) <= floor * (1 + TOLERANCE)
-    if gpu_paced and target <= f(h) * (1 + GPU_SLACK):
+    # Nearly GPU-paced (the CPU's exposed part, after a sync or at the refill, adds no more than a
+    # GPU-bound step varies between runs) and a little slower than the replay: the GPU's own
+    # variation, not a slower CPU. Fitted, the CPU would have to run up to twice as slow to add
+    # those few percent (a CLIP step timed 1% slower than its capture's run was fitted at 1.5,
+    # and its bf16 price, a CPU-bound step after the fix, fell from 2.38x to 1.80x against 2.58x
+    # measured). A faster target is fitted: there the exposed part says how fast the CPU ran.
+    nearly = f(h) <= floor * (1 + GPU_SLACK) and f(h) < target <= f(h) * (1 + GPU_SLACK)
+    if (gpu_paced or nearly) and target <= f(h) * (1 + GPU_SLACK):
         # The GPU sets the replay's pace and the run took about as long, or a little longer, as
         # much as a GPU-bound step varies between runs (clocks, another machine of the kind):
         # slowing the CPU until it becomes the pace would put that difference where it was not

@@ -31,7 +31,10 @@ Which iteration: the third start of the first top-level NVTX range to start thre
 range when ``--step`` names it), up to that range's next start. The calibration leaves the first
 three periods of a run out as warm-up (profkit.run.iterations.warm_up_count), so the slower
 recorded period is never one the model is calibrated to. Only one iteration is watched, so the
-record stays small whatever the program's length.
+record stays small whatever the program's length. A program that has run torch.compile'd code by
+then is not recorded at all (a note says so): the record's dispatch mode and module hooks would
+make its compiled frames recompile or run eagerly, and the calibration run would not time the
+program as it runs.
 
 A recorder must never break the program: the ops run first and the record is taken after, inside
 a ``try``; the first failure turns the record off for the rest of the run and is kept as a
@@ -84,6 +87,16 @@ def dtype_name(dtype: Any) -> str:
     return DTYPE_NAMES.get(s, s)
 
 
+def compiled_frames() -> int:
+    """How many frames torch.compile (Dynamo) has compiled in this process so far (0 when it was
+    never imported)."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    try:
+        return int(utils.counters["frames"].get("ok", 0)) if utils is not None else 0
+    except Exception:  # noqa: BLE001 - a torch without the counter: as if nothing was compiled
+        return 0
+
+
 class OpRecord:
     """Watches one iteration (see the module docstring); ``on_push`` is called by the calibration
     clock at every top-level NVTX push of the main thread, ``finish`` after the script."""
@@ -133,6 +146,16 @@ class OpRecord:
         torch = sys.modules.get("torch")
         if torch is None:
             self.notes.append("the script had not imported torch when the iteration began: nothing recorded")
+            self.done = True
+            return
+        if compiled_frames():
+            # Under a dispatch mode and global module hooks, Dynamo's compiled frames recompile
+            # (their guards fail) or run eagerly: an HF Llama step compiled with torch.compile
+            # ran 57 ms an iteration in the calibration run that recorded its ops, 30 ms without.
+            # The calibration must time the program as it runs; a compiled step's own kernels are
+            # Inductor's, which the replacements do not stand in for.
+            self.notes.append("the script runs torch.compile'd code: its ops are not recorded (recording them "
+                              "would make its compiled frames recompile or run eagerly in the calibration run)")
             self.done = True
             return
         try:

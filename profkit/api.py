@@ -26,8 +26,9 @@ from profkit.judge.op_inputs import Kernels, Members, shape_inputs
 from profkit.judge.ranking import ranked_actions
 from profkit.read import aten_record
 from profkit.run.attribution import aten_key
+from profkit.run.summary import GEMM_RE as LIBRARY_KERNEL_RE, NCCL_RE
 from profkit.judge.classify import judge, kernel_launch_stats
-from profkit.judge.trials import tried_of, trials_json
+from profkit.judge.trials import tried_of, trials_json, variants_measured
 from profkit.run.ops import OpGroups, group_ops
 from profkit.errors import ProfkitError
 from profkit.read.peaks import resolve_peaks
@@ -423,7 +424,9 @@ class Profile:
                            f"of {self.peaks.gpu} allows, which cannot be: check the hint in the "
                            "range name (or --peaks)")
             sug = advise(rec, verdict, work, self.peaks, knames[:20], under_graph, frame,
-                         price=self._op_pricer(idx))
+                         price=self._op_pricer(idx),
+                         library_kernels=sum(bool(LIBRARY_KERNEL_RE.match(str(k)) or NCCL_RE.match(str(k)))
+                                             for k in knames))
             rec.update({
                 "class": verdict.bound.value, "confidence": verdict.confidence,
                 "source": verdict.source.value, "reason": verdict.reason,
@@ -624,7 +627,7 @@ class Profile:
             out.update(model.as_dict())
         findings = self.findings()
         results = self.trials()
-        actions = ranked_actions(findings, ops, tried_of(findings, results))
+        actions = ranked_actions(findings, ops, tried_of(findings, results), variants_measured(findings, results))
         # Every rule that fired, paying or not: "fused=True, but it will not shorten this step"
         # is advice too (profkit rules --explain CODE gives the reasoning).
         out["findings"] = [{"code": f.code, "rule": f.rule, "action": f.action,

@@ -134,10 +134,13 @@ FUSED_PASSES = _FUSED_PASSES  # public name for the rules (profkit.judge.rules.p
 
 def advise(op: dict, verdict: Verdict, work: Optional[Work], peaks: Peaks, kernel_names: list[str],
            under_graph: bool, frame: Frame,
-           price: Optional[Callable[[float], Optional[tuple[float, str]]]] = None) -> Suggestion:
+           price: Optional[Callable[[float], Optional[tuple[float, str]]]] = None,
+           library_kernels: int = 0) -> Suggestion:
     """The next step for one op and what it would give. ``price(op_speedup)``: the step model's
     (gain on wall time, basis) of the op's kernels running that much faster (None where it cannot
-    say); without it, or where it says nothing, the Amdahl estimate on the window (gains())."""
+    say); without it, or where it says nothing, the Amdahl estimate on the window (gains()).
+    ``library_kernels``: how many of the op's distinct kernels are library ones (GEMMs,
+    convolutions, attention, NCCL), which no fusion of its other kernels shortens."""
     span = float(op["gpu_time_median_ns"])
     busy = float(op["busy_median_ns"]) or span
     kpc = float(op["kernels_per_call"])
@@ -155,7 +158,7 @@ def advise(op: dict, verdict: Verdict, work: Optional[Work], peaks: Peaks, kerne
                           "breaks, CUDA-graph capture) rather than this kernel", 1.0, 1.0,
                           "already compiled: no estimate", False, 1.0)
     rung, action, s, basis = _choose(op, verdict, work, peaks, text, kpc, span, busy, pct, under_graph,
-                                     tuple(kernel_names))
+                                     tuple(kernel_names), library_kernels)
     s = max(1.0, s)
     e2e, e2e_gpu = end_to_end(op, s, frame)
     # A launch-bound op's gain is CPU time (fewer launches), not shorter kernels: the kernel-time
@@ -183,7 +186,7 @@ def advise(op: dict, verdict: Verdict, work: Optional[Work], peaks: Peaks, kerne
     return Suggestion(rung, action, s, e2e, basis, worth, e2e_gpu)
 
 
-def _choose(op, verdict, work, peaks, text, kpc, span, busy, pct, under_graph, knames=()):
+def _choose(op, verdict, work, peaks, text, kpc, span, busy, pct, under_graph, knames=(), library=0):
     # Distinct kernels per op: a chain worth fusing has several; repeats of one kernel do not.
     chain = float(op.get("distinct_kernels", kpc))
     if verdict.bound is BoundClass.COMMUNICATION:  # overlap, bucket sizes, fewer collectives
@@ -288,6 +291,14 @@ def _choose(op, verdict, work, peaks, text, kpc, span, busy, pct, under_graph, k
         if FUSED_OPTIMIZER_RE.search(text):
             return (Rung.NONE, "Leave it: the optimizer already runs as the fused kernel "
                                "(fused=True)", 1.0, "already fused: no estimate")
+        if chain >= 2 and kpc >= 2 and library:
+            # The busy time over the distinct kernels would price a fusion of the library kernels
+            # too, which no compiler fuses: a Conformer's backward (59 kernels, its fp32 GEMMs and
+            # convolutions among them) was offered 60.85x on the op, 1.94x end to end.
+            return (Rung.NONE, f"a range of {chain:.0f} different kernels, {library} of them library "
+                               "kernels (GEMMs, convolutions, attention) that fusion does not shorten: "
+                               "break it down with --by kernel or --by aten before acting", 1.0,
+                    "library kernels among them: no fusion estimate for the range")
         if chain >= 2 and kpc >= 2:
             # Each of the `chain` distinct kernels makes a pass over the data; one fused pass remains.
             fused_t = max(floor * kpc / chain, busy / chain)

@@ -1,0 +1,56 @@
+"""A range of many kernels with library ones among them gets no fusion estimate, and an action
+whose other fix was tried ranks by that trial (speech_conformer_train, captured with --try)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import profkit
+from profkit.judge.advisor import Frame, advise
+from profkit.judge.classify import Verdict
+from profkit.model import Source
+from profkit.model import BoundClass, Rung
+
+SPEECH = Path(__file__).resolve().parents[1] / "traces" / "corpus" / "speech_conformer_train.sqlite.xz"
+
+
+@pytest.fixture(scope="module")
+def speech():
+    return profkit.load(str(SPEECH))
+
+
+def test_the_backward_of_a_conformer_gets_no_fusion_price(speech):
+    ops = speech.ops()
+    back = ops.loc["backward"]
+    # 59 distinct kernels, fp32 GEMMs and cuDNN's convolutions among them: it had been offered
+    # 60.85x on the op, 1.94x end to end (the busy time over the distinct kernels)
+    assert back["distinct_kernels"] == 59
+    assert back["rung"] == Rung.NONE.value and not bool(back["worth_it"])
+    assert back["expected_op_speedup"] == 1.0
+    assert "library kernels" in back["action"] and "break it down" in back["action"]
+
+
+def _op(kpc: float, chain: int) -> dict:
+    return {"name": "chain", "gpu_time_median_ns": 100_000.0, "busy_median_ns": 60_000.0,
+            "kernels_per_call": kpc, "distinct_kernels": chain, "kernel_median_ns": 6_000.0,
+            "share": 0.5, "count": 10, "busy_ns": 600_000.0, "critical_fraction": 1.0}
+
+
+def test_a_chain_of_elementwise_kernels_still_gets_its_fusion_bound(speech):
+    verdict = Verdict(BoundClass.MEMORY, "medium", Source.TIMELINE, "elementwise")
+    frame = Frame(gpu_time_ns=1_000_000.0, wall_ns=2_000_000.0)
+    names = ["vectorized_elementwise_kernel<add>", "reduce_kernel<sum>"] * 5
+    plain = advise(_op(10, 10), verdict, None, speech.peaks, names, False, frame)
+    assert plain.rung is Rung.TORCH_COMPILE and plain.expected_op_speedup > 1.0
+    mixed = advise(_op(10, 10), verdict, None, speech.peaks, names, False, frame, library_kernels=2)
+    assert mixed.rung is Rung.NONE and mixed.expected_op_speedup == 1.0
+
+
+def test_an_action_ranks_by_its_other_fix_measured(speech):
+    run = speech.run_json()
+    top = run["actions"][0]
+    # PK302 offers TF32 (tried 1.35x) or bf16 (tried 1.62x, by hand 1.65x): ranked by 1.62x over
+    # PK305's channels_last+bf16 (tried 1.49x)
+    assert top["code"] == "PK302" and top["tried"]["switch"] == "tf32"
+    assert run["actions"][1]["code"] == "PK305"

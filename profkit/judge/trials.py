@@ -66,6 +66,19 @@ def tried_of(findings: list[Finding], results: list["TrialResult"]) -> dict[str,
     return {f.code: by_switch[f.switch] for f in findings if f.switch in by_switch}
 
 
+def variants_measured(findings: list[Finding], results: list["TrialResult"]) -> dict[str, float]:
+    """Per finding code, the best gain its measured variant trials timed: the other fixes its
+    action offers, each with a switch of its own (PK302's bf16 beside its TF32)."""
+    by_switch = {t.switch: t for t in results if t.measured}
+    out: dict[str, float] = {}
+    for f in findings:
+        got = [float(by_switch[t.switch].speedup) for t in rules.get(f.code).RULE.trials
+               if t.switch != f.switch and t.evidence and t.switch in by_switch]
+        if got:
+            out[f.code] = max(got)
+    return out
+
+
 def trials_json(findings: list[Finding], results: list["TrialResult"],
                 actions: list[dict]) -> list[dict]:
     """``run.trials``: every trial, with the model's price of what it measured where a finding

@@ -44,7 +44,10 @@ PROGRAMS: list[dict] = [
                                   "baseline's note)",
             "graph": "unsure: saves the forward's ~200 launches; the syncs stay. Expected 1.0-1.3x. h200 first "
                      "look: 6.0 ms, 8.4x, not believed: that variant's weights sent most boxes to few "
-                     "classes (see the baseline's note)",
+                     "classes (see the baseline's note). Its interleaved timing (12.87x) is not "
+                     "reproduced by the program alone: on an H100 (2026-12-05), 8 and 28 batches "
+                     "timed whole, baseline 60 ms a batch, graph 23.5 ms (2.55x), the same 1,902 "
+                     "detections in the last batch; the pair stands as timed until it is re-timed",
         },
     },
     {

@@ -110,11 +110,14 @@ def test_try_alternates_trials_and_baselines_and_records_them(tools, fake_torch)
     assert by["workers"]["note"].startswith("could not be applied (AttributeError: ")
     assert by["expandable_segments"]["error"] == "RuntimeError: this program refuses expandable segments"
     assert all(r["seconds"] > 0 for t in rec["trials"] for r in t["runs"])
-    # the speedup: the baseline runs' median iteration over the trial runs'; the spread pairs
-    # each trial run with the baseline run made nearest to it (seq 1 with 0, seq 6 with 5)
+    # the speedup: the baseline runs' median iteration over the trial runs' (the run of the
+    # workers trial, which did not apply, is the program unchanged: a baseline run too); the
+    # spread pairs each trial run with the baseline run made nearest to it (seq 1 with 0, seq 6 with 5)
     res = {t.switch: t for t in summarize(meta["trials"])}
     bench = res["cudnn_benchmark"]
-    base = {b["seq"]: statistics.median(b["iteration_ns"][3:]) for b in rec["baseline"]["runs"]}
+    base = {b["seq"]: statistics.median(b["iteration_ns"][3:])
+            for b in rec["baseline"]["runs"] + by["workers"]["runs"]}
+    assert sorted(base) == [0, 3, 5, 8]
     mine = {r["seq"]: statistics.median(r["iteration_ns"][3:]) for r in by["cudnn_benchmark"]["runs"]}
     assert bench.runs == 2 and bench.measured
     assert bench.speedup == pytest.approx(statistics.median(base.values()) / statistics.median(mine.values()))

@@ -16,7 +16,8 @@ baseline runs' iteration times over the median of its own runs'; its spread (``l
 each of its runs with the baseline run made nearest to it (the earlier one of two as near), so a
 machine whose speed drifts between runs shows as a wide range rather than a wrong number (the
 range is widened to hold the speedup itself where a median falls outside the pairs). A trial whose
-switch did not apply has no speedup: its runs were the program unchanged.
+switch did not apply has no speedup: its runs were the program unchanged, and they count as
+baseline runs.
 """
 from __future__ import annotations
 
@@ -113,6 +114,13 @@ def summarize(meta_text: Optional[str]) -> list[TrialResult]:
         return []
     base = [(int(r.get("seq", -1)), m) for r in (data.get("baseline") or {}).get("runs", [])
             if (m := run_median(r)) is not None]
+    # A trial whose switch did not apply ran the program unchanged: a baseline run too, made among
+    # the trials (a compiled ViT step's only baseline run was its calibration run, 30.3 ms, slowed
+    # by the op record; its two unapplied compile trials ran it in 23.9 ms, and the fused AdamW
+    # trial read 1.38x against 1.07x by hand)
+    base += [(int(r.get("seq", -1)), m) for t in data.get("trials") or []
+             if not t.get("applied") and not t.get("error")
+             for r in t.get("runs", []) if not r.get("exit_code") and (m := run_median(r)) is not None]
     base_ns = statistics.median(m for _, m in base) if base else None
     out = []
     for t in data.get("trials") or []:

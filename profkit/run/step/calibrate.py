@@ -34,7 +34,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from profkit.run.iterations import range_starts
+from profkit.run.iterations import range_starts, warm_up_count
 from profkit.run.step.graph import CallKind, StepGraph, Wait
 from profkit.run.step.simulate import Schedule, replay
 from profkit.run.step.transform import scale_ops
@@ -128,6 +128,41 @@ def unprofiled_runs(meta_text: Optional[str], delimiter: Optional[str]) -> list[
     return out
 
 
+def _calibration_runs(meta_text: Optional[str]) -> list:
+    try:
+        data = json.loads(meta_text) if meta_text else {}
+    except ValueError:
+        return []
+    return data.get("runs") if isinstance(data.get("runs"), list) else [data] if data else []
+
+
+def trial_baseline_runs(trials_text: Optional[str], n_calibration: int) -> list[np.ndarray]:
+    """The steady periods (ns) of the runs ``profkit capture --try`` made of the program unchanged:
+    its baseline runs after the calibration runs (whose ``seq`` come first: the first
+    ``n_calibration`` baseline runs are the calibration runs themselves) and the runs of trials
+    whose switch did not apply. Unprofiled and timed by the same clock, they are calibration runs
+    made later: a compiled ViT step's one calibration run took 30.3 ms an iteration (its ops were
+    being recorded), its two unapplied compile trials 23.9 ms, its steps timed by hand 24.1 ms."""
+    try:
+        data = json.loads(trials_text) if trials_text else None
+    except ValueError:
+        return []
+    if not isinstance(data, dict):
+        return []
+    runs = [r for r in (data.get("baseline") or {}).get("runs", []) if int(r.get("seq", -1)) >= n_calibration]
+    runs += [r for t in data.get("trials") or [] if not t.get("applied") and not t.get("error")
+             for r in t.get("runs", [])]
+    out = []
+    for r in runs:
+        periods = [p for p in r.get("iteration_ns") or [] if p and p > 0]
+        if r.get("exit_code") or not periods:
+            continue
+        steady = np.array(periods[warm_up_count(len(periods)):], dtype=float)
+        if len(steady):
+            out.append(steady)
+    return out
+
+
 # A run without the profiler slower than the profiled run by no more than this is the profiled
 # speed within a run's noise (a GPU-paced period, a host's clock vary by a few percent between
 # runs; the capture's second calibration run uses the same band): the profiler's cost is taken as
@@ -140,14 +175,18 @@ RUN_SPREAD = 1.10
 
 
 def calibrate(graph: StepGraph, meta_text: Optional[str] = None,
-              sim: Callable[[float], Schedule] | None = None) -> tuple[Calibration, Schedule]:
-    """The calibration of ``graph`` (``meta_text``: the trace's PROFKIT_META ``calibration``) and
-    the replay at the calibrated CPU scale."""
+              sim: Callable[[float], Schedule] | None = None,
+              trials_text: Optional[str] = None) -> tuple[Calibration, Schedule]:
+    """The calibration of ``graph`` (``meta_text``: the trace's PROFKIT_META ``calibration``;
+    ``trials_text``: its ``trials``, whose runs of the program unchanged count as calibration runs
+    too: trial_baseline_runs) and the replay at the calibrated CPU scale."""
     sim = sim or (lambda h: replay(graph, h))
     profiled = float(np.median(graph.measured_periods))
     at1 = sim(1.0)
     prior = estimated_host(graph)
     runs = unprofiled_runs(meta_text, graph.window.delimiter)
+    if runs:
+        runs += trial_baseline_runs(trials_text, len(_calibration_runs(meta_text)))
     target_periods = np.concatenate(runs) if runs else None
     if target_periods is None:
         s = sim(prior) if prior != 1.0 else at1
@@ -186,7 +225,10 @@ def calibrate(graph: StepGraph, meta_text: Optional[str] = None,
         # cannot cause: the machine ran at another speed between the two runs (a busy or
         # throttled host), and the run is no measure of the program. Fall back to the estimate.
         s = cache.setdefault(prior, sim(prior))
-        why = (f"the run without the profiler took {target / 1e6:.2f} ms an iteration, longer than "
+        took = (f"the run without the profiler took {target / 1e6:.2f} ms an iteration" if len(runs) == 1 else
+                f"the {len(runs)} runs without the profiler took {medians[0] / 1e6:.2f}-{medians[-1] / 1e6:.2f} "
+                f"ms an iteration (median {target / 1e6:.2f} ms)")
+        why = (f"{took}, longer than "
                f"the profiled run's {profiled / 1e6:.2f} ms on the CPU side, which the profiler "
                "cannot cause: the machine's speed changed between the runs, or the program's own "
                "speed varies (capture again on a quiet machine, with --calibrate-runs 3)")

@@ -135,7 +135,7 @@ def model_of(trace, window: Window, launch_floor_ns: float) -> StepModel:
             replays[host] = replay(g, host)
         return replays[host]
 
-    cal, sched = calibrate(g, trace.meta.get("calibration"), sim=at)
+    cal, sched = calibrate(g, trace.meta.get("calibration"), sim=at, trials_text=trace.meta.get("trials"))
     warnings = list(g.notes) + ([cal.warning] if cal.warning else [])
     err = cal.replay_iteration_ns / cal.profiled_iteration_ns - 1 if cal.profiled_iteration_ns else 0
     if abs(err) > REPLAY_TOLERANCE:

@@ -643,11 +643,35 @@ class Profile:
         if results:
             out["trials"] = trials_json(findings, results, out["actions"])
         out["combinations"] = self.combined_actions()
+        if model is not None:
+            _verdict_without_profiler(out["verdict"], model)
         # One source of truth: the verdict's action is the first of the ranked actions.
         out["verdict"]["action"] = actions[0]["action"] if actions else None
         out["verdict"]["expected_end_to_end_speedup"] = (actions[0]["expected_end_to_end_speedup"]
                                                          if actions else 1.0)
         return out
+
+
+# The GPU's share of the unprofiled step's critical path from which the GPU sets its pace
+GPU_PACED_PATH = 0.9
+
+
+def _verdict_without_profiler(verdict: dict, model) -> None:
+    """A verdict drawn from the profiled timeline (the GPU waiting for a CPU that tracing slowed)
+    that the calibrated step model contradicts: without the profiler the GPU's work is the
+    critical path. Said beside it (``without_profiler``), the class kept: it describes the trace."""
+    if verdict.get("class") not in ("host-bound", "data-bound", "sync-bound") or \
+            model.calibration.source != "measured":
+        return
+    parts = model.critical.per_iteration()
+    total = sum(p["ns_per_iteration"] for p in parts)
+    gpu = sum(p["ns_per_iteration"] for p in parts if str(p["kind"]).startswith("gpu:"))
+    if total <= 0 or gpu / total < GPU_PACED_PATH:
+        return
+    verdict["without_profiler"] = "gpu-bound"
+    verdict["reason"] += (f"; without the profiler the GPU sets the pace ({gpu / total:.0%} of the "
+                          f"unprofiled step's critical path is GPU work): under it the host ran "
+                          f"{model.calibration.host_inflation:.0%} slower and the GPU waited for it")
 
 
 class SharedKernels(dict):

@@ -25,7 +25,12 @@ Expected gain
     Graph edit: each load call and the CPU time right before it take no time (the kernel is
     cached), replayed by the step model at the calibrated CPU scale. It describes a run whose
     shapes are all compiled; whatever the fix (fixed shapes, another backend) costs in the
-    kernels' own time is not in it.
+    kernels' own time is not in it. Where the capture was cut short (``--max-iterations``) while
+    every iteration still compiled, the action says the trace may hold only the program's first
+    pass over its shapes (evidence ``capture_cut_while_compiling``): a KV-cache sampler whose
+    cache grows by a token each step compiled a cuDNN attention per token in its 20 captured
+    steps (81 ms each), while its steps after the first batch of prompts, every shape built,
+    took 9 ms.
 References
     cuDNN developer guide, "Runtime fusion engines" (kernels compiled at plan build time); PyTorch
     ``torch.nn.attention.sdpa_kernel``; CUDA Driver API, module and library management.
@@ -72,13 +77,23 @@ def detect(ctx: RuleContext) -> list[Finding]:
     gain, basis = ctx.price(lambda gr: drop_cpu(gr, calls), f"{len(calls) / its:.1f} load(s) per iteration and the "
                                     f"{spent / 1e6:.1f} ms of CPU time before them gone (every "
                                     "shape compiled once)")
+    # A capture cut short (--max-iterations) while every iteration still compiled may hold only
+    # the program's first pass over its shapes: where they come back (a decode loop over batches
+    # of the same lengths: a KV-cache sampler's 20 captured tokens each compiled, its steady
+    # token 9 ms against 81), the loads stop once each shape is built.
+    cut = ctx.prof.full_trace.meta.get("profiled_run_cut")
+    first_pass = (f"; the capture stopped after {cut.split()[2] if len(str(cut).split()) > 2 else 'a few'} "
+                  "iterations, every one compiling: if the program's shapes come back later (batches of "
+                  "the same lengths), only its first pass pays this and its steady step is not in this "
+                  "trace: capture more iterations (--max-iterations) to see it" if cut else "")
     return [Finding(RULE.code, RULE.name,
                     f"stop compiling GPU code every step: {len(calls) / its:.1f} module load(s) per "
                     f"iteration, each after {spent / max(len(calls) / its, 1) / 1e6:.1f} ms of CPU time "
                     "(a library building a kernel for a new shape: cuDNN attention or convolution "
                     "engines, NVRTC, a recompile); keep shapes fixed (a preallocated cache with a mask, "
                     "padding to a few sizes) or use a backend that does not compile per shape "
-                    "(sdpa_kernel with flash/efficient attention)",
+                    f"(sdpa_kernel with flash/efficient attention){first_pass}",
                     Rung.LIBRARY, {"loads_per_iteration": round(len(calls) / its, 2),
-                                   "cpu_before_loads_ns_per_iteration_profiled": int(spent)},
+                                   "cpu_before_loads_ns_per_iteration_profiled": int(spent),
+                                   "capture_cut_while_compiling": bool(cut)},
                     gain, basis, gain)]

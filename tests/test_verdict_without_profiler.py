@@ -24,4 +24,3 @@ def test_a_host_bound_step_stays_host_bound():
     # item_loss_small_train: host-bound with and without the profiler (its graphs measured 3.54x)
     v = profkit.load(str(CORPUS / "item_loss_small_train.sqlite.xz")).run_json()["verdict"]
     assert v["class"] == "host-bound" and "without_profiler" not in v
-

@@ -104,26 +104,37 @@ def _warm_up_s(run: dict) -> Optional[float]:
     return sum(max(p - med, 0) for p in warm) / 1e9
 
 
-def summarize(meta_text: Optional[str]) -> list[TrialResult]:
-    """The trials of a trace's PROFKIT_META ``trials`` (empty without it, or when it is not a
-    profkit-trials/1 record), in the order they were run."""
+def parse(meta_text: Optional[str]) -> Optional[dict]:
+    """A trace's PROFKIT_META ``trials`` as a dict, or None without it, or when it is not a
+    profkit-trials/1 record."""
     if not meta_text:
-        return []
+        return None
     try:
         data = json.loads(meta_text)
     except ValueError:
+        return None
+    return data if isinstance(data, dict) and data.get("format") == FORMAT else None
+
+
+def unapplied_runs(data: dict) -> list[dict]:
+    """The runs of the trials whose switch did not apply, that ended cleanly: the program
+    unchanged, made among the trials (a compiled ViT step's only baseline run was its
+    calibration run, 30.3 ms, slowed by the op record; its two unapplied compile trials ran it in
+    23.9 ms, and its fused AdamW trial had read 1.38x against 1.07x by hand). The trials count
+    them as baseline runs, the step model as calibration runs."""
+    return [r for t in data.get("trials") or [] if not t.get("applied") and not t.get("error")
+            for r in t.get("runs", []) if not r.get("exit_code")]
+
+
+def summarize(meta_text: Optional[str]) -> list[TrialResult]:
+    """The trials of a trace's PROFKIT_META ``trials`` (empty without it, or when it is not a
+    profkit-trials/1 record), in the order they were run."""
+    data = parse(meta_text)
+    if data is None:
         return []
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
-        return []
-    base = [(int(r.get("seq", -1)), m) for r in (data.get("baseline") or {}).get("runs", [])
+    base = [(int(r.get("seq", -1)), m)
+            for r in (data.get("baseline") or {}).get("runs", []) + unapplied_runs(data)
             if (m := run_median(r)) is not None]
-    # A trial whose switch did not apply ran the program unchanged: a baseline run too, made among
-    # the trials (a compiled ViT step's only baseline run was its calibration run, 30.3 ms, slowed
-    # by the op record; its two unapplied compile trials ran it in 23.9 ms, and the fused AdamW
-    # trial read 1.38x against 1.07x by hand)
-    base += [(int(r.get("seq", -1)), m) for t in data.get("trials") or []
-             if not t.get("applied") and not t.get("error")
-             for r in t.get("runs", []) if not r.get("exit_code") and (m := run_median(r)) is not None]
     base_ns = statistics.median(m for _, m in base) if base else None
     out = []
     for t in data.get("trials") or []:

@@ -34,6 +34,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from profkit.run import trials
 from profkit.run.iterations import range_starts, warm_up_count
 from profkit.run.step.graph import CallKind, StepGraph, Wait
 from profkit.run.step.simulate import Schedule, replay
@@ -108,15 +109,10 @@ def unprofiled_runs(meta_text: Optional[str], delimiter: Optional[str]) -> list[
     Periods of the range ``delimiter`` (the one the window's iterations come from): GPU-side when
     every instance has a GPU time, else host-side; the first iterations and set-up outliers are
     left out as the window leaves them out (profkit.run.window.leading_setup)."""
-    if not meta_text or not delimiter:
+    if not delimiter:
         return []
-    try:
-        data = json.loads(meta_text)
-    except ValueError:
-        return []
-    runs = data.get("runs") if isinstance(data.get("runs"), list) else [data]
     out = []
-    for run in runs:
+    for run in calibration_runs(meta_text):
         starts = np.array(range_starts(run, delimiter), dtype=float)
         if len(starts) < 3:
             continue
@@ -128,34 +124,35 @@ def unprofiled_runs(meta_text: Optional[str], delimiter: Optional[str]) -> list[
     return out
 
 
-def _calibration_runs(meta_text: Optional[str]) -> list:
+def calibration_runs(meta_text: Optional[str]) -> list[dict]:
+    """The runs of a trace's PROFKIT_META ``calibration``: one, or the N of ``--calibrate-runs N``
+    (``{"runs": [...]}``)."""
     try:
-        data = json.loads(meta_text) if meta_text else {}
+        data = json.loads(meta_text) if meta_text else None
     except ValueError:
         return []
-    return data.get("runs") if isinstance(data.get("runs"), list) else [data] if data else []
+    if not isinstance(data, dict):
+        return []
+    return data["runs"] if isinstance(data.get("runs"), list) else [data]
 
 
 def trial_baseline_runs(trials_text: Optional[str], n_calibration: int) -> list[np.ndarray]:
     """The steady periods (ns) of the runs ``profkit capture --try`` made of the program unchanged:
     its baseline runs after the calibration runs (whose ``seq`` come first: the first
     ``n_calibration`` baseline runs are the calibration runs themselves) and the runs of trials
-    whose switch did not apply. Unprofiled and timed by the same clock, they are calibration runs
-    made later: a compiled ViT step's one calibration run took 30.3 ms an iteration (its ops were
-    being recorded), its two unapplied compile trials 23.9 ms, its steps timed by hand 24.1 ms."""
-    try:
-        data = json.loads(trials_text) if trials_text else None
-    except ValueError:
+    whose switch did not apply (profkit.run.trials.unapplied_runs). Unprofiled and timed by the
+    same clock, they are calibration runs made later: a compiled ViT step's one calibration run
+    took 30.3 ms an iteration (its ops were being recorded), its two unapplied compile trials
+    23.9 ms, its steps timed by hand 24.1 ms."""
+    data = trials.parse(trials_text)
+    if data is None:
         return []
-    if not isinstance(data, dict):
-        return []
-    runs = [r for r in (data.get("baseline") or {}).get("runs", []) if int(r.get("seq", -1)) >= n_calibration]
-    runs += [r for t in data.get("trials") or [] if not t.get("applied") and not t.get("error")
-             for r in t.get("runs", [])]
+    runs = [r for r in (data.get("baseline") or {}).get("runs", [])
+            if int(r.get("seq", -1)) >= n_calibration and not r.get("exit_code")]
     out = []
-    for r in runs:
+    for r in runs + trials.unapplied_runs(data):
         periods = [p for p in r.get("iteration_ns") or [] if p and p > 0]
-        if r.get("exit_code") or not periods:
+        if not periods:
             continue
         steady = np.array(periods[warm_up_count(len(periods)):], dtype=float)
         if len(steady):
@@ -186,7 +183,7 @@ def calibrate(graph: StepGraph, meta_text: Optional[str] = None,
     prior = estimated_host(graph)
     runs = unprofiled_runs(meta_text, graph.window.delimiter)
     if runs:
-        runs += trial_baseline_runs(trials_text, len(_calibration_runs(meta_text)))
+        runs += trial_baseline_runs(trials_text, len(calibration_runs(meta_text)))
     target_periods = np.concatenate(runs) if runs else None
     if target_periods is None:
         s = sim(prior) if prior != 1.0 else at1

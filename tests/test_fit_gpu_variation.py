@@ -6,15 +6,15 @@ from pathlib import Path
 
 import pytest
 
-import profkit
+import shared
 from profkit.run.step.calibrate import GPU_SLACK, MIN_HOST, fit_host
 
 CLIP = Path(__file__).resolve().parents[1] / "traces" / "corpus" / "contrastive_clip_train.sqlite.xz"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def clip():
-    return profkit.load(str(CLIP))
+    return shared.profile(CLIP)
 
 
 def test_a_slightly_slower_gpu_paced_run_keeps_the_cpu_scale(clip):

@@ -6,18 +6,17 @@ from pathlib import Path
 
 import pytest
 
-import profkit
+import shared
 from profkit.judge.advisor import Frame, advise
 from profkit.judge.classify import Verdict
-from profkit.model import Source
-from profkit.model import BoundClass, Rung
+from profkit.model import BoundClass, Rung, Source
 
 SPEECH = Path(__file__).resolve().parents[1] / "traces" / "corpus" / "speech_conformer_train.sqlite.xz"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def speech():
-    return profkit.load(str(SPEECH))
+    return shared.profile(SPEECH)
 
 
 def test_the_backward_of_a_conformer_gets_no_fusion_price(speech):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import profkit
+import shared
 
 CORPUS = Path(__file__).resolve().parents[1] / "traces" / "corpus"
 
@@ -13,7 +13,7 @@ def test_a_compiled_step_waited_for_the_traced_host_only():
     # compiled_step_train: under nsys the GPU idles 26% waiting for the host; without it (23.85 ms
     # an iteration, 24.1 ms timed by hand) the GPU's work is 97% of the critical path, and CUDA
     # graphs measured 1.03x
-    v = profkit.load(str(CORPUS / "compiled_step_train.sqlite.xz")).run_json()["verdict"]
+    v = shared.profile(CORPUS / "compiled_step_train.sqlite.xz").run_json()["verdict"]
     assert v["class"] == "host-bound" and v["without_profiler"] == "gpu-bound"
     assert v["reason"].endswith("without the profiler the GPU sets the pace (97% of the unprofiled step's "
                                 "critical path is GPU work): under it the host ran 36% slower and the "
@@ -22,5 +22,5 @@ def test_a_compiled_step_waited_for_the_traced_host_only():
 
 def test_a_host_bound_step_stays_host_bound():
     # item_loss_small_train: host-bound with and without the profiler (its graphs measured 3.54x)
-    v = profkit.load(str(CORPUS / "item_loss_small_train.sqlite.xz")).run_json()["verdict"]
+    v = shared.profile(CORPUS / "item_loss_small_train.sqlite.xz").run_json()["verdict"]
     assert v["class"] == "host-bound" and "without_profiler" not in v

@@ -92,7 +92,10 @@ Expected gain
     is priced as above. Evidence ``priced_from`` (``timed`` or ``estimate``) and
     ``conv_timed_ratio``. Why: a timm ConvNeXt-Atto trained in fp32 at batch 128 was priced 2.91x
     by the estimate (its depthwise weight gradients at their forwards' pace) where its own trial
-    of channels_last and bf16 measured 1.92x and bf16 alone, by hand, 1.70x. Not yet run on a GPU.
+    of channels_last and bf16 measured 1.92x and bf16 alone, by hand, 1.70x. First run on a GPU
+    (an H100, 2026-12-05) for a video R3D-18 in fp32: 11 shapes of 3-D convolutions, 2.25x together
+    (its 3-channel stem 0.85x); priced 2.50x from them, its trial 2.02x, by hand 2.01x: the
+    timed convolutions leave the rest of the bf16 step too fast in the model (unresolved).
 Trial
     ``profkit capture --try channels_last+bf16`` measures the finding's price (both switches in
     one run: the outermost module and its 4-D inputs in channels_last, 5-D ones in channels_last_3d, its calls under bf16

@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--first-sight", nargs="*", metavar="a|b|NAME",
                    help="the one-GPU first-sight programs of set a or b not captured yet, or those named: "
                         "their names on one line (scripts/gpu/firstsight.sh)")
-    p.add_argument("--ranges", action="store_true", help="with --first-sight: name<TAB>step range, a line each")
+    p.add_argument("--ranges", action="store_true", help="name<TAB>step range, a line each (with --first-sight: of those programs)")
     p.set_defaults(func=registry.cmd_list)
     p = sub.add_parser("capture-ranks", help="capture each program of several ranks, one nsys trace per "
                        "rank, calibrated (a machine with that many GPUs)")

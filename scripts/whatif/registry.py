@@ -147,6 +147,8 @@ def cmd_list(args: argparse.Namespace) -> None:
             if args.fixed:  # NAME__FIX: the program with one fix applied, to see where the time went
                 for fname, fix in prog["fixes"].items():
                     print("\t".join([f"{prog['name']}__{fname}", flags, prog["script"], *cargs, *fix["args"]]))
+        elif args.ranges:  # name<TAB>step range (the range trim_tail.py cuts at)
+            print(f"{prog['name']}\t{prog.get('step_range', '')}")
         elif args.variants:
             for vname, vargs, _ in variants(prog):
                 print("\t".join([prog["name"], vname, prog["script"], *vargs]))

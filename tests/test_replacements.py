@@ -142,6 +142,40 @@ def test_casts_around_the_softmax_keep_the_pattern():
                                  "mask": "causal", "grad": False, "count": 1}]
 
 
+def test_dropout_on_the_probabilities_is_recorded_and_timed():
+    """A training attention drops probabilities (native_dropout on a GPU); SDPA draws that dropout
+    in its own kernels, at a cost of its own: the record keeps p, and the timing passes it on."""
+    q, k, v = (torch.randn(2, 16, 8, requires_grad=True) for _ in range(3))
+
+    def attention():
+        p = torch.softmax(q @ k.transpose(-2, -1), dim=-1)
+        return torch.native_dropout(p, 0.1, True)[0] @ v
+    rec = _record(attention)
+    assert rec["attention"] == [{"batch": 2, "sq": 16, "sk": 16, "d": 8, "dv": 8, "dtype": "fp32",
+                                 "mask": "none", "grad": True, "count": 1, "dropout": 0.1}]
+    e = timing.time_attention(torch, timing.Timer(torch, torch.device("cpu"), 1), rec["attention"][0])
+    assert e["error"] is None and e["key"].endswith("grad dropout=0.1"), e
+
+
+def test_stacked_cells_are_recorded_and_timed_as_one_multi_layer_rnn():
+    """Layer 2 steps on layer 1's h: nn.LSTM(num_layers=2) runs both (cuDNN overlaps its layers);
+    an independent cell of the same sizes, fed by data, stays a layer of its own."""
+    c1, c2, c3 = torch.nn.LSTMCell(6, 8), torch.nn.LSTMCell(8, 8), torch.nn.LSTMCell(8, 8)
+
+    def step():
+        s1 = s2 = s3 = (torch.zeros(2, 8), torch.zeros(2, 8))
+        for _ in range(4):
+            s1 = c1(torch.randn(2, 6), s1)
+            s2 = c2(s1[0], s2)
+            s3 = c3(torch.randn(2, 8), s3)
+    rec = _record(step)
+    assert [c.get("fed_by") for c in rec["rnn_cell"]] == [None, 0, None]
+    assert [[c["input"] for c in s] for s in timing.stacks(rec["rnn_cell"])] == [[6, 8], [8]]
+    e = timing.time_rnn(torch, timing.Timer(torch, torch.device("cpu"), 1), timing.stacks(rec["rnn_cell"])[0])
+    assert e["error"] is None and e["key"] == "LSTMCell x2 I=6 H=8 B=2 T=4 fp32 grad", e
+    assert e["shape"]["layers"] == 2 and e["original_ns"] > 0 and e["replacement_ns"] > 0
+
+
 def test_only_one_iteration_is_watched_and_a_named_step_waits_for_its_range():
     rec = OpRecord(step="train")
     for _ in range(5):
@@ -301,7 +335,9 @@ def test_the_timings_are_well_formed_on_the_cpu(timed_on_cpu):
             lo, hi = e["spread"][side]
             assert lo <= e[side] <= hi
     attn = out["entries"][0]
-    assert attn["key"] == "b=4 sq=32 sk=32 d=16 dv=16 fp32 causal grad" and attn["backend"] == "flash"
+    # SDPA as the program would call it, no backend chosen; each backend beside it
+    assert attn["key"] == "b=4 sq=32 sk=32 d=16 dv=16 fp32 causal grad" and attn["backend"] == "default"
+    assert set(attn["backends"]) == {"default", "flash"}
     assert attn["count"] == 2 and set(attn["forward"]) == {"original_ns", "replacement_ns"}
     opt = out["entries"][1]
     assert opt["backend"] == "fused" and opt["original"] == "for-loop"   # foreach=None on the CPU
@@ -670,11 +706,30 @@ def test_the_timings_on_cuda():
     assert out["device"].startswith("cuda") and out["gpu"]
     by = {e["kind"]: e for e in out["entries"]}
     attn = by["attention"]
-    assert attn["error"] is None and attn["backend"] in ("flash", "cudnn", "efficient"), attn
+    assert attn["error"] is None and attn["backend"] == "default", attn   # SDPA as the program calls it
+    assert set(attn["backends"]) >= {"default", "flash", "cudnn", "efficient"}
     assert attn["replacement_ns"] < attn["original_ns"]          # SDPA beats the math path at 512 tokens
     assert by["copy"]["error"] is None and by["optimizer"]["original"] == "foreach"
     assert by["rnn"]["original"] == "the cell loop as a CUDA graph"
     assert all(e["error"] is None for e in out["entries"]), [e["error"] for e in out["entries"]]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+def test_the_timer_times_gpu_work_not_the_hosts_launching():
+    """A call whose host side is slower than its kernel (an SDPA call of a few microseconds, a
+    fused optimizer step over many small tensors) is timed by its GPU work: the GPU is held while
+    the runs are queued."""
+    import time as clock
+    x = torch.randn(1024, device="cuda")
+
+    def slow_host():
+        t0 = clock.perf_counter()
+        while clock.perf_counter() - t0 < 300e-6:   # 300 us of Python before one tiny kernel
+            pass
+        x.add_(1.0)
+    t = timing.Timer(torch, torch.device("cuda"), reps=5)(slow_host)
+    assert max(t) < 100_000, t          # the kernel's few microseconds, not the host's 300
 
 
 @pytest.mark.gpu

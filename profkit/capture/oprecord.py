@@ -14,11 +14,13 @@ kept, aggregated into unique shapes with their counts:
   required gradients, and the mask: ``causal`` where the mask applied between the GEMM and the
   softmax (``masked_fill``, ``where``, an added mask) is the upper triangle (read from four of its
   elements: one device-to-host read per shape, never during a CUDA-graph capture), ``masked``
-  for another mask, ``none`` without one;
+  for another mask, ``none`` without one; and the dropout applied to the probabilities in training
+  (``dropout``: its p, where ``native_dropout`` ran between the softmax and the second GEMM);
 * host<->device copies (``_to_copy``, ``copy_`` between the CPU and another device): bytes,
   direction, whether the host side is pinned, ``non_blocking``;
 * ``nn.LSTMCell`` / ``nn.GRUCell`` / ``nn.RNNCell`` calls (a global module forward hook): sizes,
-  batch, element type, calls per iteration of each cell;
+  batch, element type, calls per iteration of each cell, and ``fed_by`` (the index of the cell
+  whose output h is its input at every step: a stacked layer);
 * each optimizer's step (a global optimizer step pre-hook): its class, ``foreach``/``fused`` as
   constructed, the parameters' element counts (unique sizes with counts), element type, device;
 * 2-D and 3-D convolutions (``convolution`` of a 4-D or 5-D input, forward: its backward is
@@ -121,6 +123,7 @@ class OpRecord:
         self._mode = None
         self._handles: list = []
         self._tracked = None            # tensor -> ("score"|"probs", info)
+        self._cell_out: Any = None      # a cell's output h -> the cell's index in ``cells``
         self._mask_cache: dict = {}
         self._thread = threading.get_ident()
 
@@ -171,6 +174,7 @@ class OpRecord:
                     return out
 
             self._tracked = WeakIdKeyDictionary()
+            self._cell_out = WeakIdKeyDictionary()
             self._mode = _Mode()
             self._mode.__enter__()
             self.active = True
@@ -247,6 +251,9 @@ class OpRecord:
                 self._follow(args, out)
             elif name in SOFTMAX:
                 self._follow(args, out, to="probs")
+            elif name == "native_dropout" and len(args) > 2 and bool(args[2]):
+                # native_dropout(input, p, train): SDPA draws the same dropout inside its kernels
+                self._follow(args, out, dropout=float(args[1]))
             else:
                 self._follow(args, out, masking=name in MASKING)
         except Exception as exc:  # noqa: BLE001 - a record must never break the program
@@ -273,14 +280,15 @@ class OpRecord:
             info = first[1]
             grad = bool(info["grad"] or a.requires_grad or b.requires_grad)
             self.attention[(info["batch"], info["sq"], info["sk"], info["d"], n, info["dtype"],
-                            info["mask"], grad)] += 1
+                            info["mask"], grad, info.get("dropout", 0.0))] += 1
             return
         if len(self._tracked) < MAX_TRACKED:
             self._tracked[out] = ("score", {"batch": batch, "sq": m, "sk": n, "d": k, "dtype": dt,
                                             "mask": "none",
                                             "grad": bool(a.requires_grad or b.requires_grad)})
 
-    def _follow(self, args: tuple, out: Any, to: Optional[str] = None, masking: bool = False) -> None:
+    def _follow(self, args: tuple, out: Any, to: Optional[str] = None, masking: bool = False,
+                dropout: Optional[float] = None) -> None:
         """Carry a score GEMM's mark through the ops between it and the softmax (views, scale,
         mask, cast, dropout), and from the softmax to the second GEMM's operand."""
         import torch
@@ -299,6 +307,8 @@ class OpRecord:
             stage = to
         elif masking and stage == "score":
             info = {**info, "mask": self._mask_kind(args, info)}
+        elif dropout is not None and stage == "probs":
+            info = {**info, "dropout": dropout}
         outs = out if isinstance(out, (tuple, list)) else (out,)
         for o in outs[:1]:   # dropout's mask, a max's indices: not the scores
             if isinstance(o, torch.Tensor) and len(self._tracked) < MAX_TRACKED:
@@ -390,6 +400,17 @@ class OpRecord:
                        "grad": bool(torch.is_grad_enabled() and w.requires_grad), "calls": 0}
                 self.cells[id(module)] = rec
             rec["calls"] += 1
+            # Stacked cells (layer 2 steps on layer 1's h): one multi-layer nn.LSTM runs them,
+            # and cuDNN overlaps its layers, which two one-layer timings would not show.
+            index = list(self.cells).index(id(module))
+            src = self._cell_out.get(x) if isinstance(x, torch.Tensor) else None
+            if src is not None and src != index and rec.get("fed_by", src) == src:
+                rec["fed_by"] = src
+            elif "fed_by" in rec and src != rec["fed_by"]:
+                rec["fed_by"] = None   # fed by something else at another step: not a stack
+            h = output[0] if isinstance(output, tuple) else output
+            if isinstance(h, torch.Tensor):
+                self._cell_out[h] = index
         except Exception as exc:  # noqa: BLE001
             self._fail(exc, "failed in a cell's forward hook")
 
@@ -442,11 +463,12 @@ class OpRecord:
             "gemm": [{"op": op, "batch": b, "m": m, "n": n, "k": k, "dtype": dt, "count": c}
                      for (op, b, m, n, k, dt), c in self.gemm.most_common()],
             "attention": [{"batch": b, "sq": sq, "sk": sk, "d": d, "dv": dv, "dtype": dt,
-                           "mask": mask, "grad": grad, "count": c}
-                          for (b, sq, sk, d, dv, dt, mask, grad), c in self.attention.most_common()],
+                           "mask": mask, "grad": grad, "count": c, **({"dropout": p} if p else {})}
+                          for (b, sq, sk, d, dv, dt, mask, grad, p), c in self.attention.most_common()],
             "copy": [{"direction": dr, "bytes": nb, "pinned": pin, "non_blocking": nbk, "count": c}
                      for (dr, nb, pin, nbk), c in self.copy.most_common()],
-            "rnn_cell": list(self.cells.values()),
+            "rnn_cell": [{k: v for k, v in c.items() if not (k == "fed_by" and v is None)}
+                         for c in self.cells.values()],
             "optimizer": list(self.optimizers.values()),
             "conv": [{"input": list(x), "weight": list(w), "stride": list(st), "padding": list(pad),
                       "dilation": list(dil), "groups": gr, "dtype": dt, "channels_last": cl,

@@ -9,6 +9,7 @@ profkit's step model (``analyses/whatif.md``).
     python3 scripts/whatif_accuracy.py table OUTDIR/measured.json
     python3 scripts/whatif_accuracy.py merge OUTDIR/measured.json --folder LABEL
     python3 scripts/whatif_accuracy.py page [--check]
+    python3 scripts/whatif_accuracy.py replacements [--add DIR] [--check]
 
 One module per phase, in the order the work goes:
 
@@ -22,8 +23,10 @@ One module per phase, in the order the work goes:
 - ``roles``: what each pair is evidence of, and which rule prices its fix
 - ``pricing``: each pair priced through profkit, the page's rows
 - ``page``: ``analyses/whatif.md`` from those rows (``--check``: fail when it is stale)
+- ``replacements``: the replacement timings against captures of the fixed programs
+  (``analyses/replacement_check.md``)
 - ``cli``: the commands and their options
 
-Everything but ``page`` imports nothing beyond the standard library (no torch, no profkit), so
+Everything but ``page`` and ``replacements`` imports nothing beyond the standard library (no torch, no profkit), so
 it runs anywhere.
 """

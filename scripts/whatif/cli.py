@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from . import __doc__ as overview
-from . import firstsight, merge, page, ranks, registry, store, table, timing
+from . import firstsight, merge, page, ranks, registry, replacements, store, table, timing
 
 
 def timing_options(p: argparse.ArgumentParser, unit: str, min_left: float, reps_help: str) -> None:
@@ -70,6 +70,12 @@ def main(argv: list[str] | None = None) -> None:
                        "with the committed code, into analyses/data/whatif/first_sight.json (CPU)")
     p.add_argument("--programs", help="comma-separated first-sight programs (default: all not scored yet)")
     p.set_defaults(func=firstsight.cmd_firstsight)
+    p = sub.add_parser("replacements", help="the replacement timings against captures of the fixed programs: "
+                       "analyses/replacement_check.md (CPU)")
+    p.add_argument("--add", metavar="DIR", help="read DIR/PROGRAM.sqlite.xz and DIR/PROGRAM__FIX.sqlite.xz "
+                   "(scripts/gpu/replacement_check.sh) into the page's data")
+    p.add_argument("--check", action="store_true", help="fail when the committed page is stale")
+    p.set_defaults(func=replacements.cmd_replacements)
     p = sub.add_parser("merge", help=f"add a measured.json's reps to {store.MEASURED.relative_to(store.ROOT)} "
                        "as run folders")
     p.add_argument("measured")

@@ -7,17 +7,21 @@ program is never touched, on the op record of one iteration (:mod:`profkit.captu
 For each recorded shape it times the original and its replacement the way profkit benchmarks
 (warm-up runs, a synchronisation, then ``reps`` timed runs each between two CUDA events, or the
 host clock around a synchronised run where the host's part is the point; the median and the
-range of the runs):
+range of the runs; on CUDA the timed runs are queued behind a sleep kernel, so that the events
+time their GPU work and not the host's launching, and timed unheld too, the lower kept):
 
-* ``attention``: the math path (QK^T, the causal mask where one was recorded, an fp32 softmax, @V)
-  against ``F.scaled_dot_product_attention`` under each backend ``torch.nn.attention.sdpa_kernel``
-  offers (flash, cuDNN, memory-efficient; the fastest is the replacement), forward and backward
+* ``attention``: the math path (QK^T, the causal mask where one was recorded, an fp32 softmax,
+  the recorded dropout, @V) against ``F.scaled_dot_product_attention`` with that dropout as the
+  program would call it (no backend chosen: its time is the replacement's), and under each
+  backend ``torch.nn.attention.sdpa_kernel`` offers beside it (flash, cuDNN, memory-efficient),
+  forward and backward
   when the program's inputs required gradients (the forward alone is kept beside it). An fp32
   attention on CUDA is replaced in bf16: the fused kernels' fast path is 16-bit;
 * ``optimizer``: one step of the recorded class over parameters of the recorded sizes, as
   constructed (foreach, or the for-loop where the program had it) against ``fused=True``;
   each step's host time (its call, until it returns) is kept beside;
-* ``rnn``: the cell loop over the recorded steps against ``nn.LSTM`` / ``nn.GRU`` / ``nn.RNN`` over
+* ``rnn``: the cell loop (stacked cells together: :func:`stacks`) over the recorded steps against
+  ``nn.LSTM`` / ``nn.GRU`` / ``nn.RNN`` of as many layers over
   the whole sequence; on CUDA the loop is timed as a CUDA graph where it can be captured (its
   kernels back to back: the step model already removes the loop's host time), else as it runs;
 * ``copy`` (CUDA only): each recorded host<->device copy from (into) pageable memory against the
@@ -34,11 +38,11 @@ Each entry (``profkit-replacements/1``; profkit.run.replacements reads it)::
 
     {"kind": "attention", "key": "b=32 sq=2048 sk=2048 d=64 dv=64 bf16 causal grad",
      "shape": {...the record's fields...}, "count": 12,
-     "original_ns": 2325100, "replacement_ns": 412000, "backend": "flash",
+     "original_ns": 2325100, "replacement_ns": 412000, "backend": "default",
      "repetitions": 10, "spread": {"original_ns": [lo, hi], "replacement_ns": [lo, hi]},
      "forward": {"original_ns": ..., "replacement_ns": ...},   (attention with gradients)
      "host": {"original_ns": ..., "replacement_ns": ...},      (optimizer)
-     "backends": {"flash": 412000, "efficient": "RuntimeError: ..."}, "seconds": 0.8,
+     "backends": {"default": 412000, "flash": 398000, "efficient": "RuntimeError: ..."}, "seconds": 0.8,
      "error": null}
 
 A failure (out of memory, no such backend, no fused implementation) is that entry's one-line

@@ -8,7 +8,7 @@ it (profkit.capture.replacements)::
      "torch": "2.13.0", "repetitions": 10, "seconds": 6.2, "notes": [...],
      "record": {"format": "profkit-oprecord/1", "attention": [...], "gemm": [...], ...},
      "entries": [{"kind": "attention", "key": "...", "shape": {...}, "count": 12,
-                  "original_ns": 2325100, "replacement_ns": 412000, "backend": "flash",
+                  "original_ns": 2325100, "replacement_ns": 412000, "backend": "default",
                   "repetitions": 10, "spread": {...}, "error": null, ...}, ...]}
 
 This module reads it into typed data for the rules; a capture without it, or with another

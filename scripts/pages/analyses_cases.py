@@ -56,7 +56,11 @@ OTHER_PAGES = (("kernels_h200.md", "benchmark of the bundled kernels on the H200
                ("closing_the_loop.md", "the rules' predictions against measured before/after pairs of real "
                                        "programs (scripts/pages/make_loop_page.py)"),
                ("loader_throughput.md", "how fast DataLoader workers produce the what-if corpus's batches "
-                                        "against the main process (scripts/bench/loader_throughput.py)"))
+                                        "against the main process (scripts/bench/loader_throughput.py)"),
+               ("whatif.md", "each fix's predicted gain against the measured one, on the what-if corpus and "
+                             "at first sight (scripts/whatif_accuracy.py page)"),
+               ("replacement_check.md", "the replacement timings of `profkit capture` against the op in a "
+                                        "capture of the fixed program (scripts/whatif_accuracy.py replacements)"))
 
 
 class CaseError(Exception):

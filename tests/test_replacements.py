@@ -157,6 +157,24 @@ def test_dropout_on_the_probabilities_is_recorded_and_timed():
     assert e["error"] is None and e["key"].endswith("grad dropout=0.1"), e
 
 
+def test_the_gemms_of_fused_attention_and_encoder_layers_are_recorded():
+    """nn.MultiheadAttention and nn.TransformerEncoderLayer run as one op in inference (their fast
+    paths): their projections and feed-forward are GEMMs the dispatch never shows alone."""
+    mha = torch.nn.MultiheadAttention(64, 4, batch_first=True).eval()
+    layer = torch.nn.TransformerEncoderLayer(32, 4, dim_feedforward=80, batch_first=True).eval()
+    x, y = torch.randn(2, 10, 64), torch.randn(3, 7, 32)
+
+    def step():
+        with torch.no_grad():
+            mha(x, x, x, need_weights=False)
+            layer(y)
+    rec = _record(step)
+    got = {(g["m"], g["n"], g["k"]): g["count"] for g in rec["gemm"] if g["op"] == "addmm"}
+    assert got == {(20, 192, 64): 1, (20, 64, 64): 1,             # MHA: Q/K/V in one GEMM, the output
+                   (21, 96, 32): 1, (21, 32, 32): 1, (21, 80, 32): 1, (21, 32, 80): 1}, got   # encoder: + feed-forward
+    assert rec["attention"] == []
+
+
 def test_stacked_cells_are_recorded_and_timed_as_one_multi_layer_rnn():
     """Layer 2 steps on layer 1's h: nn.LSTM(num_layers=2) runs both (cuDNN overlaps its layers);
     an independent cell of the same sizes, fed by data, stays a layer of its own."""

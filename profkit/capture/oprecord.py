@@ -7,7 +7,9 @@ price the replacement best when it is timed at the program's own shapes
 (``bootstrap --calibrate FILE --record-ops FILE``) one iteration is watched and only these ops are
 kept, aggregated into unique shapes with their counts:
 
-* GEMMs (``mm``, ``addmm``, ``bmm``, ``baddbmm``): batch, M, N, K, element type;
+* GEMMs (``mm``, ``addmm``, ``bmm``, ``baddbmm``): batch, M, N, K, element type; and those of
+  ``nn.MultiheadAttention``'s and ``nn.TransformerEncoderLayer``'s inference fast paths, which run
+  as one op (their projections and feed-forward, from the weights' shapes);
 * attention on the math path: a batched GEMM whose output reaches a softmax (through views, a
   scale, a mask, a cast) whose output is the left operand of a second batched GEMM: batch x
   heads, the query and key lengths, the head sizes, the element type, whether the inputs
@@ -76,6 +78,9 @@ MAX_TRACKED = 4096      # tensors followed from a score GEMM towards its softmax
 MASK_LARGE_NEGATIVE = -1e4  # an added mask's value that masks a score
 
 GEMMS = {"mm", "addmm", "bmm", "baddbmm"}
+# nn.MultiheadAttention's and nn.TransformerEncoderLayer's inference fast paths: one op whose
+# projections (and feed-forward) are GEMMs the dispatch never shows on their own
+FUSED_LAYERS = {"_native_multi_head_attention", "_transformer_encoder_layer_fwd"}
 SOFTMAX = {"_softmax", "softmax", "_safe_softmax"}
 MASKING = {"masked_fill", "masked_fill_", "where", "add", "add_"}
 COPIES = {"_to_copy", "copy_"}
@@ -240,6 +245,8 @@ class OpRecord:
             backward = self._autograd_node() is not None
             if name in GEMMS:
                 self._gemm(name, args, out, backward)
+            elif name in FUSED_LAYERS:
+                self._fused_layer(name, args)
             elif backward:
                 return
             elif name in CONVS:
@@ -286,6 +293,36 @@ class OpRecord:
             self._tracked[out] = ("score", {"batch": batch, "sq": m, "sk": n, "d": k, "dtype": dt,
                                             "mask": "none",
                                             "grad": bool(a.requires_grad or b.requires_grad)})
+
+    def _fused_layer(self, name: str, args: tuple) -> None:
+        """The GEMMs of a fused attention (or encoder) layer, from its inputs' and weights' shapes:
+        the Q/K/V projection (one GEMM when query, key and value are one tensor), the output
+        projection, and an encoder layer's two feed-forward GEMMs. A ViT-B/16's attention
+        projections are a third of its GEMM time, and were missing from the record."""
+        import torch
+        q = args[0]
+        if not isinstance(q, torch.Tensor) or q.is_nested or q.dim() != 3:
+            return
+        if name == "_native_multi_head_attention":
+            k, v, w_qkv, w_out = args[1], args[2], args[5], args[7]
+        else:   # _transformer_encoder_layer_fwd(src, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight, ...)
+            k = v = q
+            w_qkv, w_out = args[3], args[5]
+        e = int(w_out.shape[0])
+        dt = dtype_name(q.dtype)
+        self.devices.add(q.device.type)
+        rows = lambda t: int(t.shape[0]) * int(t.shape[1])   # noqa: E731 - batch x sequence
+        if k is q and v is q:
+            self.gemm[("addmm", 1, rows(q), int(w_qkv.shape[0]), e, dt)] += 1
+        else:
+            for t in (q, k, v):
+                self.gemm[("addmm", 1, rows(t), e, e, dt)] += 1
+        self.gemm[("addmm", 1, rows(q), e, e, dt)] += 1
+        if name == "_transformer_encoder_layer_fwd" and len(args) > 16:
+            w1 = args[14]
+            f = int(w1.shape[0])
+            self.gemm[("addmm", 1, rows(q), f, e, dt)] += 1
+            self.gemm[("addmm", 1, rows(q), e, f, dt)] += 1
 
     def _follow(self, args: tuple, out: Any, to: Optional[str] = None, masking: bool = False,
                 dropout: Optional[float] = None) -> None:

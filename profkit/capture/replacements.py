@@ -546,7 +546,7 @@ def gemm_shapes(gemms: list[dict]) -> list[dict]:
     """The fp32 GEMM shapes to time, MAX_PER_KIND at most, heaviest first: the heaviest overall,
     with up to a third of them kept for the heaviest unaligned shapes that carry UNALIGNED_SHARE of
     the work or more. Their bf16 gain is not the aligned shapes' (a Conformer's attention GEMMs
-    over 399 frames ran on align1 kernels, 2.2 ms an iteration in bf16 where the six aligned
+    over 399 frames ran on align1 kernels, 8.3 ms an iteration in bf16, where the six aligned
     projections timed 10x faster), and the rules scale every GEMM by the timed ones' ratio."""
     ranked = sorted(gemms, key=lambda r: -_work("gemm", r))
     total = sum(_work("gemm", g) for g in ranked) or 1.0

@@ -342,9 +342,13 @@ def detect(ctx: RuleContext) -> list[Finding]:
         dw_new = g.g_dur[dw_wgrad] * (g.g_dur[dw_fwd].sum() / ratio) / max(g.g_dur[dw_wgrad].sum(), 1.0)
         dw_new = np.minimum(dw_new, g.g_dur[dw_wgrad] / ratio)
 
+    def nhwc_bn(gr, keep=None):
+        """BatchNorm's NCHW kernels at their NHWC pace (only those ``keep`` marks)."""
+        ops, new = (bn_ops, bn_new) if keep is None else (bn_ops[keep], bn_new[keep])
+        return replace_ops(gr, [np.array([o]) for o in ops], new) if len(ops) else gr
+
     def channels_last(gr):
-        out = scale_ops(gr, tr_ops, np.inf, drop_launches=True) if len(tr_ops) else gr
-        return replace_ops(out, [np.array([o]) for o in bn_ops], bn_new) if len(bn_ops) else out
+        return nhwc_bn(scale_ops(gr, tr_ops, np.inf, drop_launches=True) if len(tr_ops) else gr)
 
     # The program's convolutions timed at capture in bf16 on channels_last tensors against the
     # way it ran them (profkit.capture.replacements, conv_bf16): their ratio replaces the
@@ -354,12 +358,13 @@ def detect(ctx: RuleContext) -> list[Finding]:
     family = np.union1d(family, np.flatnonzero(dw_nchw[g.g_name] & (g.g_kind == 0)))
     family_ns = float(g.g_dur[family].sum()) / max(len(g.iter_call) - 1, 1)   # per iteration
     timed_conv, conv_said = timed_conv_ratio(ctx, family_ns)
-    not_dw = ~dw_nchw[g.g_name[bn_ops]]   # BatchNorm's kernels among those channels_last replaces
+    # BatchNorm's kernels among those channels_last replaces (the depthwise ones the timed ratio scales)
+    not_dw = ~dw_nchw[g.g_name[bn_ops]]
 
     def bf16(gr):
         if timed_conv is not None:
-            out = replace_ops(gr, [np.array([o]) for o in bn_ops[not_dw]], bn_new[not_dw]) if not_dw.any() else gr
-            out = scale_ops(scale_ops(out, family, timed_conv), gemm_ops, ratio)
+            # the transposes are in the timed family: only the BatchNorm of channels_last's edit
+            out = scale_ops(scale_ops(nhwc_bn(gr, not_dw), family, timed_conv), gemm_ops, ratio)
             out = scale_ops(out, rest, 2.0)
         else:
             out = scale_ops(scale_ops(channels_last(gr), np.union1d(mm_ops, dw_fwd), ratio), rest, 2.0)

@@ -68,6 +68,24 @@ CHECKS: tuple[tuple[str, str, str], ...] = (
     ("conv_bf16", "resnet50_fp32_infer", "bf16_channels_last"),
     ("conv_bf16", "resnet18_fp32_train", "bf16_channels_last"),
 )
+# What a row's error comes from, where it is known (the page prints it under the table)
+NOTES: dict[tuple[str, str], str] = {
+    ("rnn", "lstm_cell_loop"): "cuDNN's LSTM launches a GEMM and an elementwise kernel a step (1,026 "
+    "launches a call): timed as it runs, 7.5 ms is its launching, not its 3.8 ms of kernels. PK106 uses "
+    "that time in the loop kernels' place, which prices the fixed step as it runs (30.9 -> 8.8 ms on this "
+    "H100; the fix measured 8.2 ms on the H200).",
+    ("attention", "unet_diffusion_sample"): "11 SDPA calls of 7 us each in the program; timed, 8-12 us each.",
+    ("optimizer", "contrastive_clip_train"): "the fused step took 182 us in the program (4 launches of "
+    "34-70 us), 145 us timed alone over parameters of the same sizes; not explained.",
+    ("optimizer", "speech_conformer_train"): "as contrastive_clip_train's: the program's fused kernels "
+    "slower than timed alone; not explained.",
+    ("gemm_bf16", "speech_conformer_train"): "the attention GEMMs over 399 frames run on align1 kernels in "
+    "bf16 (8.3 ms an iteration) and were not among the six timed shapes; the timing now includes the "
+    "heaviest unaligned shapes (not yet run on a GPU).",
+    ("gemm_tf32", "vit_fp32_infer"): "the attention projections (a third of the GEMM time) run inside "
+    "nn.MultiheadAttention's fused op and were not recorded; the record now reads them (not yet run on "
+    "a GPU).",
+}
 # bf16 autocast leaves a convolution's input NCHW: the replacement (bf16 on channels_last) is not
 # that fix, so these fixes say nothing of the conv_bf16 timings
 CONV_FIXES_NOT_CHANNELS_LAST = {"bf16", "bf16_autocast"}
@@ -271,6 +289,10 @@ def page_text(data: dict) -> str:
                    if p.get("ns_per_iteration") and m.get("ns_per_iteration") else
                    f"| {r['kind']} | {r['program']} | `--fix {r['fix']}` | {m.get('gpu', '')} | - | - | - | "
                    f"{p.get('error', 'no op in the fixed capture')} |")
+    notes = [f"- {k} on {prog}: {text}" for (k, prog), text in NOTES.items()
+             if any(r["kind"] == k and r["program"] == prog for r in data["checks"])]
+    if notes:
+        out += ["", "Where a row's error comes from:", "", *notes]
     return "\n".join(out) + "\n"
 
 

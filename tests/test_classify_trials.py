@@ -97,7 +97,8 @@ def test_classify_shows_the_trials_beside_the_model(with_trials):
     actions = " ".join(" ".join(out[start:end]).split())  # as one line, whatever the terminal's width
     assert actions.startswith(
         'actions 1. fp32 GEMMs on the CUDA cores: torch.set_float32_matmul_precision("high") (TF32) or '
-        "run them in bf16 (autocast) [2.67x end to end; tried: 2.17x (2 runs, 2.16-2.20x); estimated: no "
+        "run them in bf16 (autocast) [2.67x end to end; tried: 2.17x (2 runs, 2.16-2.20x); bf16 tried: 2.48x "
+        "(2 runs, 2.48-2.50x); estimated: no "
         "replacement timed at capture; TF32 / fp32 peak = 7.4; step model: fp32 GEMMs 63.71 ms per iteration / 7.4: iteration 88.05 -> 32.98 ms "
         "without the profiler (mean over the window)] 2. torch.compile the model: Inductor fuses each "
         "run of small kernels between the GEMM/attention/convolution kernels into one (the GPU sets "

@@ -53,3 +53,12 @@ def test_an_action_ranks_by_its_other_fix_measured(speech):
     # PK305's channels_last+bf16 (tried 1.49x)
     assert top["code"] == "PK302" and top["tried"]["switch"] == "tf32"
     assert run["actions"][1]["code"] == "PK305"
+    # and says why: the other fix's trial is on its line, and in the JSON
+    assert [(v["switch"], v["speedup"], v["runs"]) for v in top["tried_variants"]] == [("bf16", 1.623, 1)]
+    assert [(v["switch"], v["speedup"]) for v in run["actions"][1]["tried_variants"]] == [("channels_last", 0.958)]
+
+
+def test_the_action_line_says_the_other_fix_tried(speech):
+    from profkit.show.render import run_lines
+    text = "\n".join(run_lines(speech.run_json()))
+    assert "tried: 1.35x (1 run); bf16 tried: 1.62x (1 run); replacement timed" in " ".join(text.split())

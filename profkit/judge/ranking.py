@@ -24,10 +24,11 @@ def ranked_actions(findings: list, ops: Optional[pd.DataFrame] = None,
     action that offers a second fix no trial switches on (``untried_alternative_speedup`` in its
     evidence: PK103's CUDA graphs by hand beside its compiled number) is ranked by the better of
     the measured gain and that fix's price: the trial measured one of its two fixes.
-    ``variants``: per finding code, the best gain measured by the trials of the other fixes its
-    action offers (PK302's bf16 beside its TF32): the action is ranked by the better of that and
-    its own trial (or, untried, its price): a Conformer's fp32 GEMMs, TF32 tried 1.35x and bf16
-    1.62x, had ranked under channels_last+bf16 tried 1.49x.
+    ``variants``: per finding code, the measured trials of the other fixes its action offers
+    (PK302's bf16 beside its TF32), best first: the action is ranked by the better of the best of
+    them and its own trial (or, untried, its price), and carries them as ``tried_variants``, so
+    that the line says why it ranks where it does: a Conformer's fp32 GEMMs, TF32 tried 1.35x and
+    bf16 1.62x, had ranked under channels_last+bf16 tried 1.49x.
     """
     tried = tried or {}
     variants = variants or {}
@@ -44,8 +45,12 @@ def ranked_actions(findings: list, ops: Optional[pd.DataFrame] = None,
                                             "note", "warm_up_s", "not_run") if k in d}
             if t.measured:
                 a["_rank_gain"] = max(float(t.speedup), float(f.evidence.get("untried_alternative_speedup", 0.0)))
-        if f.code in variants:
-            a["_rank_gain"] = max(a.get("_rank_gain", float(f.expected_end_to_end_speedup)), variants[f.code])
+        if variants.get(f.code):
+            best = float(variants[f.code][0].speedup)
+            a["_rank_gain"] = max(a.get("_rank_gain", float(f.expected_end_to_end_speedup)), best)
+            a["tried_variants"] = [{k: d[k] for k in ("switch", "speedup", "runs", "lo", "hi", "applied",
+                                                     "error", "note", "warm_up_s") if k in d}
+                                   for d in (t.as_dict() for t in variants[f.code])]
         actions.append(a)
     claimed = set().union(*(f.kernels for f in findings)) if findings else set()
     seen = {a["action"] for a in actions}

@@ -66,16 +66,16 @@ def tried_of(findings: list[Finding], results: list["TrialResult"]) -> dict[str,
     return {f.code: by_switch[f.switch] for f in findings if f.switch in by_switch}
 
 
-def variants_measured(findings: list[Finding], results: list["TrialResult"]) -> dict[str, float]:
-    """Per finding code, the best gain its measured variant trials timed: the other fixes its
-    action offers, each with a switch of its own (PK302's bf16 beside its TF32)."""
+def variants_measured(findings: list[Finding], results: list["TrialResult"]) -> dict[str, list["TrialResult"]]:
+    """Per finding code, the measured trials of the other fixes its action offers, each with a
+    switch of its own (PK302's bf16 beside its TF32), best first."""
     by_switch = {t.switch: t for t in results if t.measured}
-    out: dict[str, float] = {}
+    out: dict[str, list] = {}
     for f in findings:
-        got = [float(by_switch[t.switch].speedup) for t in rules.get(f.code).RULE.trials
+        got = [by_switch[t.switch] for t in rules.get(f.code).RULE.trials
                if t.switch != f.switch and t.evidence and t.switch in by_switch]
         if got:
-            out[f.code] = max(got)
+            out[f.code] = sorted(got, key=lambda t: -float(t.speedup))
     return out
 
 

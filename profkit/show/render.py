@@ -121,6 +121,8 @@ def run_lines(run: dict) -> list[str]:
     lines.append(f"verdict  {v['class']}: {v['reason']}")
     for i, a in enumerate(run["actions"], 1):
         tried = f"tried: {trial_text(a['tried'])}; " if a.get("tried") else ""
+        # the other fixes the action offers, as their trials measured them (what it is ranked by)
+        tried += "".join(f"{v['switch']} tried: {trial_text(v)}; " for v in a.get("tried_variants") or [])
         if a.get("range"):
             tried = range_text(a["range"]) + "; " + tried
         lines.append(f"{'actions' if i == 1 else '':8} {i}. {a['action']} "

@@ -62,3 +62,9 @@ def test_the_action_line_says_the_other_fix_tried(speech):
     from profkit.show.render import run_lines
     text = "\n".join(run_lines(speech.run_json()))
     assert "tried: 1.35x (1 run); bf16 tried: 1.62x (1 run); replacement timed" in " ".join(text.split())
+
+
+def test_the_report_shows_the_other_fix_tried(speech):
+    from profkit.show.run_html import actions_table
+    html = actions_table(speech.run_json())
+    assert '<div class="sub">switch: tf32</div><div class="sub">bf16: 1.62× (1 run, 1.62–1.62×)</div>' in html

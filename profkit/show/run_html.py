@@ -211,9 +211,12 @@ def tried_text(t: Optional[dict]) -> str:
     return f"{t['speedup']:.2f}×" + (f" ({', '.join(spread)})" if spread else "")
 
 
-def _tried_cell(t: Optional[dict]) -> str:
+def _tried_cell(t: Optional[dict], variants: Optional[list] = None) -> str:
     sub = f'<div class="sub">switch: {_t(t["switch"])}</div>' if t and t.get("switch") else ""
-    return f'<td class="tried">{_t(tried_text(t))}{sub}</td>'
+    # the other fixes the action offers, as their trials measured them (what it is ranked by)
+    more = "".join(f'<div class="sub">{_t(v.get("switch") or "")}: {_t(tried_text(v))}</div>'
+                   for v in variants or [])
+    return f'<td class="tried">{_t(tried_text(t)) if t or not variants else ""}{sub}{more}</td>'
 
 
 def _range_note(a: dict) -> str:
@@ -236,7 +239,7 @@ def actions_table(run: dict) -> str:
                     f'<td class="rule">{_t(rule)}</td>'
                     f'<td class="num">{float(a["expected_end_to_end_speedup"]):.2f}×{_range_note(a)}</td>'
                     f'<td class="num">{f"{it[0]:.2f} → {it[1]:.2f} ms" if it else "-"}</td>'
-                    f"{_tried_cell(a.get('tried'))}</tr>\n")
+                    f"{_tried_cell(a.get('tried'), a.get('tried_variants'))}</tr>\n")
     return ('<div class="wrap"><table id="run-actions">\n<caption class="meta">Ranked by expected gain on the '
             "wall time; each gain is the action's alone (they do not multiply). The step model's "
             "iteration: its mean over the window before and after the fix, as the basis prices it ('-': "

@@ -185,6 +185,9 @@ def predicted(baseline: Path, kind: str) -> dict:
 
 
 def cmd_add(folder: Path) -> int:
+    if not folder.is_dir():
+        raise SystemExit(f"whatif_accuracy: {folder} is not a folder: give the bring/ folder of "
+                         "scripts/gpu/replacement_check.sh")
     data = json.loads(DATA.read_text()) if DATA.exists() else {"format": "profkit-replacement-check/1", "checks": []}
     done = {(c["kind"], c["program"], c["fix"]): i for i, c in enumerate(data["checks"])}
     added = 0

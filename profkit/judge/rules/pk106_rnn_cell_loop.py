@@ -119,9 +119,9 @@ PLAIN_SHARE = 0.9  # the loop's first and last steps may sit next to other work
 
 
 def kernel_ratio(ctx: RuleContext) -> tuple[float | None, str]:
-    """(how many times faster the library layer's kernels ran than the cell loop's, timed at the
-    program's shapes with the loop as a CUDA graph; the words that say where the price comes
-    from), or (None, the estimate's words)."""
+    """(how many times faster the library layer ran, as it runs, than the cell loop's kernels,
+    timed at the program's shapes with the loop as a CUDA graph; the words that say where the
+    price comes from), or (None, the estimate's words)."""
     entries = ctx.replacements.measured("rnn")
     graphed = [e for e in entries if "CUDA graph" in e.original]
     if not graphed:
@@ -163,8 +163,8 @@ def detect(ctx: RuleContext) -> list[Finding]:
     else:
         loop_ops = g.launched_by(calls)
         gain, basis = ctx.price(lambda gr: scale_ops(cuda_graph(gr, calls, whole_step=True), loop_ops, ratio),
-                                what + f", its kernels {ratio:.2f}x faster (the library layer's kernels "
-                                "against the cells', timed)")
+                                what + f", its kernels {ratio:.2f}x faster (the library layer as it runs, "
+                                "its own launches included, against the cells' kernels, timed)")
     basis = f"{said}; {basis}"
     if gain < 1.02:
         return []

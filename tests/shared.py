@@ -35,6 +35,14 @@ def _key(path, peaks) -> tuple[str, Optional[str]]:
     return str(Path(path).resolve()), (None if peaks is None else str(Path(peaks).resolve()))
 
 
+CORPUS = Path(__file__).resolve().parents[1] / "traces" / "corpus"
+
+
+def corpus(name: str) -> Profile:
+    """``profile`` of the what-if corpus's committed trace ``traces/corpus/NAME.sqlite.xz``."""
+    return profile(CORPUS / f"{name}.sqlite.xz")
+
+
 def profile(path, peaks=None, window: str = "auto", attribution: str = "process",
             gains: str = "wall") -> Profile:
     """``profkit.load(path, ...)`` after ``run()``: a copy of the one loaded in this process."""

@@ -2,14 +2,11 @@
 work on it, priced reduced on the GPU and pinned beside it (profkit.run.step.transform.reduce_before_copy)."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 import shared
 
-ROOT = Path(__file__).resolve().parents[1]
 
 def test_a_bulk_device_to_host_copy_is_priced_reduced_on_the_gpu_and_pinned_beside_it():
     """No committed capture copies a whole tensor to pageable memory: sync_loop's 4-byte `.item()`
@@ -20,7 +17,7 @@ def test_a_bulk_device_to_host_copy_is_priced_reduced_on_the_gpu_and_pinned_besi
     from profkit.judge.rules import pk104_pageable_copy as pk104
     from profkit.judge.rules.base import RuleContext
     from profkit.run.step.graph import CallKind
-    prof = shared.profile(ROOT / "traces" / "corpus" / "sync_loop.sqlite.xz")
+    prof = shared.corpus("sync_loop")
     m = prof.step_model()
     g = m.graph.copy()
     d2h = np.array(["Device-to-Host" in str(n) for n in g.op_names] + [False])[g.g_name]

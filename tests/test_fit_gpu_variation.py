@@ -2,19 +2,15 @@
 slower CPU (profkit.run.step.calibrate.fit_host)."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 import shared
 from profkit.run.step.calibrate import GPU_SLACK, MIN_HOST, fit_host
 
-CLIP = Path(__file__).resolve().parents[1] / "traces" / "corpus" / "contrastive_clip_train.sqlite.xz"
-
 
 @pytest.fixture
 def clip():
-    return shared.profile(CLIP)
+    return shared.corpus("contrastive_clip_train")
 
 
 def test_a_slightly_slower_gpu_paced_run_keeps_the_cpu_scale(clip):

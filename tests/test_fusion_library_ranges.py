@@ -2,8 +2,6 @@
 whose other fix was tried ranks by that trial (speech_conformer_train, captured with --try)."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 import shared
@@ -11,12 +9,10 @@ from profkit.judge.advisor import Frame, advise
 from profkit.judge.classify import Verdict
 from profkit.model import BoundClass, Rung, Source
 
-SPEECH = Path(__file__).resolve().parents[1] / "traces" / "corpus" / "speech_conformer_train.sqlite.xz"
-
 
 @pytest.fixture
 def speech():
-    return shared.profile(SPEECH)
+    return shared.corpus("speech_conformer_train")
 
 
 def test_the_backward_of_a_conformer_gets_no_fusion_price(speech):

@@ -41,7 +41,7 @@ def _highest_share(trace, by: str, innermost: bool) -> float:
 def _lowest_roof_ratio() -> float:
     """The measured roofs over the datasheet's, the lowest of them (memory and every precision)."""
     from profkit.read.peaks import resolve_peaks
-    gpu = shared.profile(ROOT / "traces" / "corpus" / "sync_loop.sqlite.xz").gpu
+    gpu = shared.corpus("sync_loop").gpu
     spec, _ = resolve_peaks(gpu, None)
     meas, _ = resolve_peaks(gpu, MEASURED)
     return min([meas.memory_bandwidth / spec.memory_bandwidth]

@@ -2,15 +2,11 @@
 not deep-copied into each: pandas copies attrs into every column read and every row."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import shared
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_derived_frames_share_the_kernel_names():
-    df = shared.profile(ROOT / "traces" / "corpus" / "t5_finetune.sqlite.xz").ops(by="kernel")
+    df = shared.corpus("t5_finetune").ops(by="kernel")
     kernels_of = df.attrs["kernels_of"]
     assert kernels_of and all(isinstance(v, set) for v in kernels_of.values())
     assert df["class"].attrs["kernels_of"] is kernels_of

@@ -288,7 +288,7 @@ def test_the_loops_it_leaves_are_found_and_judged_by_the_stated_criteria():
     # kernel of 384 blocks; the LSTM loop: 512 cell steps of 5 kernels, cells and 192 blocks.
     from profkit.judge.rules.base import RuleContext
     for name, copies, period in (("bert_b1_infer", 12, 13), ("lstm_cell_loop", 512, 5)):
-        prof = shared.profile(ROOT / "traces" / "corpus" / f"{name}.sqlite.xz")
+        prof = shared.corpus(name)
         ctx = RuleContext(prof, prof.run())
         found = pk107.loops(ctx)
         assert found and {(lp.copies, lp.period) for lp in found} == {(copies, period)}

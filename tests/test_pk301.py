@@ -3,12 +3,8 @@ casts around an fp32 softmax, dropout, a copy), a log-softmax that is a loss and
 and the shapes read from an op record's batched GEMMs when its attention list is empty."""
 from __future__ import annotations
 
-from pathlib import Path
-
 from profkit.judge.rules import pk301_attention_path as pk301
 import shared
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_the_warp_softmax_of_a_loss_is_a_log_softmax():
@@ -34,7 +30,7 @@ def test_a_nanogpt_attention_is_priced_as_flash_from_the_record_gemms():
     """handwritten_attention_train (12 layers, 2k tokens, bf16 autocast): eight kernels between
     each attention's GEMMs; its op record (taken before casts were followed to the softmax) holds
     no attention, only GEMMs. Measured by hand without a profiler: SDPA 2.12x."""
-    p = shared.profile(ROOT / "traces" / "corpus" / "handwritten_attention_train.sqlite.xz")
+    p = shared.corpus("handwritten_attention_train")
     f = next(f for f in p.findings() if f.code == "PK301")
     ev = f.evidence
     assert ev["priced_from"] == "flash_estimate" and "batched GEMMs" in ev["shapes_from"]

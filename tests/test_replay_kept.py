@@ -4,7 +4,6 @@ what is shared cannot be written."""
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,13 +12,12 @@ import shared
 from profkit.run.step.simulate import replay, simulate
 from profkit.run.step.transform import scale_ops
 
-ROOT = Path(__file__).resolve().parents[1]
 SIM = sys.modules["profkit.run.step.simulate"]
 
 
 @pytest.fixture
 def graph():
-    return shared.profile(ROOT / "traces" / "corpus" / "sync_loop.sqlite.xz").step_model().graph
+    return shared.corpus("sync_loop").step_model().graph
 
 
 def test_the_same_edit_is_replayed_once_and_a_different_one_again(graph, monkeypatch):

@@ -356,10 +356,9 @@ def time_rnn(torch: Any, timer: Timer, c: "dict | list[dict]") -> dict:
     grad = bool(c.get("grad"))
     bias = bool(c.get("bias", True))
     cells = [getattr(nn, str(c["cell"]))(int(x["input"]), h_size, bias=bias).to(timer.device, dt) for x in layers]
-    cell = cells[0]
     layer = getattr(nn, layer_name)(i_size, h_size, num_layers=n, bias=bias).to(timer.device, dt)
-    # A record without gradients is inference: cuDNN's training forward keeps a reserve for the
-    # backward and ran a 2-layer LSTM in 7.6 ms where the program's eval() one took 3.8 ms.
+    # A record without gradients is inference: the layer in eval mode, as such a program runs it
+    # (cuDNN's training forward also keeps a reserve for the backward).
     layer.train(grad)
     x = torch.randn(steps, bsz, i_size, device=timer.device, dtype=dt)
     lstm = c["cell"] == "LSTMCell"

@@ -39,18 +39,14 @@ def ranked_actions(findings: list, ops: Optional[pd.DataFrame] = None,
         a = f.as_action()
         t = tried.get(f.code)
         if t is not None:
-            d = t.as_dict()
-            # (why a trial never ran goes with it: else it would read as "not applied")
-            a["tried"] = {k: d[k] for k in ("switch", "speedup", "runs", "lo", "hi", "applied", "error",
-                                            "note", "warm_up_s", "not_run") if k in d}
+            # (as_dict keeps why a trial never ran: else it would read as "not applied")
+            a["tried"] = t.as_dict()
             if t.measured:
                 a["_rank_gain"] = max(float(t.speedup), float(f.evidence.get("untried_alternative_speedup", 0.0)))
         if variants.get(f.code):
             best = float(variants[f.code][0].speedup)
             a["_rank_gain"] = max(a.get("_rank_gain", float(f.expected_end_to_end_speedup)), best)
-            a["tried_variants"] = [{k: d[k] for k in ("switch", "speedup", "runs", "lo", "hi", "applied",
-                                                     "error", "note", "warm_up_s") if k in d}
-                                   for d in (t.as_dict() for t in variants[f.code])]
+            a["tried_variants"] = [v.as_dict() for v in variants[f.code]]
         actions.append(a)
     claimed = set().union(*(f.kernels for f in findings)) if findings else set()
     seen = {a["action"] for a in actions}

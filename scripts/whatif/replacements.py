@@ -102,7 +102,7 @@ def _classes() -> dict[str, "re.Pattern"]:
             "layout": re.compile(r"nchwToNhwc|nhwcToNchw|nhwcAddPadding|nchwAddPadding", re.I)}
 
 
-def op_mask(kind: str, names, kinds, dtype_of=None):
+def op_mask(kind: str, names, kinds):
     """Which activities are ``kind``'s op: a boolean per (name, activity kind)."""
     import numpy as np
     c = _classes()
@@ -149,9 +149,13 @@ def _precision(kind: str, names, side: str) -> "list[bool]":
 
 def per_iteration(path: Path, kind: str, side: str = "fixed") -> dict:
     """The op's GPU time per iteration of the trace's window (and how it was read)."""
-    import numpy as np
     import profkit
-    p = profkit.load(path)
+    return _op_time(profkit.load(path), kind, side)
+
+
+def _op_time(p, kind: str, side: str) -> dict:
+    """``per_iteration`` of a loaded Profile."""
+    import numpy as np
     a = p.trace.activities
     mask = op_mask(kind, a["name"], a["kind"])
     if kind in ("gemm_tf32", "gemm_bf16", "conv_bf16"):
@@ -166,7 +170,8 @@ def predicted(baseline: Path, kind: str) -> dict:
     """The op's time after the fix, per iteration, as the rule's graph edit prices it."""
     import profkit
     from profkit.run.replacements import parse
-    r = parse(profkit.load(baseline).full_trace.meta.get("replacements"))
+    prof = profkit.load(baseline)
+    r = parse(prof.full_trace.meta.get("replacements"))
     timed = r.measured(kind)
     if not timed:
         return {"error": f"no {kind} replacement timed in {baseline.name}"}
@@ -175,7 +180,7 @@ def predicted(baseline: Path, kind: str) -> dict:
            "replacement_ns": round(sum(e.replacement_ns * e.count for e in timed))}
     if kind in ("gemm_tf32", "gemm_bf16", "conv_bf16"):
         # the timed shapes' ratio applied to every fp32 kernel of the class (PK302, PK305)
-        base = per_iteration(baseline, kind, side="baseline")
+        base = _op_time(prof, kind, "baseline")
         ratio = out["original_ns"] / out["replacement_ns"]
         out.update(baseline_op_ns=base["ns_per_iteration"], ratio=round(ratio, 4),
                    ns_per_iteration=round(base["ns_per_iteration"] / ratio))

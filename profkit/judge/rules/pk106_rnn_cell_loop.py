@@ -44,7 +44,7 @@ Expected gain
     needs gradients, which the timing does not capture in a graph) does not say what the kernels
     gain: the floor stays, and says why. The library layer is timed as it runs, its launching
     included: cuDNN's LSTM launches a GEMM and an elementwise kernel a step, and a 2-layer one over
-    256 steps timed 7.5 ms where its kernels took 3.8 ms in the program with the fix (H100,
+    256 steps timed 7.5 ms where its kernels took 3.8 ms in the program with the fix (H100, 2026-12-05,
     analyses/replacement_check.md). The ratio is then the layer's time, not its kernels' alone,
     and the edit, which removes the loop's host time, keeps the layer's own launching in the
     kernels' place: that H100 capture priced 30.9 -> 8.8 ms an iteration; the fix measured 8.2 ms

@@ -27,7 +27,7 @@ Expected gain
       divided by the measured ratio. The action says "replacement timed at the program's shapes:
       X us vs Y us" (the fused step, then the program's). The steps are timed queued behind a
       held GPU, so the times are the kernels', not the host's launching; against the fused
-      kernels in the programs with ``fused=True`` (H100, analyses/replacement_check.md): within
+      kernels in the programs with ``fused=True`` (H100, 2026-12-05, analyses/replacement_check.md): within
       6% on three optimizers of 66-125M parameters, 20-28% faster than the program's on two of
       11-14M;
     * **estimated** (no timing: a trace from plain nsys, no GPU at capture): divided by the passes

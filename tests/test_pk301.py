@@ -35,4 +35,5 @@ def test_a_nanogpt_attention_is_priced_as_flash_from_the_record_gemms():
     ev = f.evidence
     assert ev["priced_from"] == "flash_estimate" and "batched GEMMs" in ev["shapes_from"]
     assert ev["attentions"] == 318                       # 12 forward and 12 backward an iteration
-    assert round(f.expected_end_to_end_speedup, 2) == 1.74
+    # (1.74x before the driver query in front of each removed launch went with its dispatch)
+    assert round(f.expected_end_to_end_speedup, 2) == 1.90

@@ -30,7 +30,8 @@ def test_training_step_chains_found_and_bounded_by_its_cpu_share():
     # a training step: the forward's norms only, and most of the step is GPU work
     f = _pk401("traces/real/train_llama.sqlite.xz")
     assert (f.evidence["chains"], f.evidence["with_add"]) == (55, 44)
-    assert 1.0 < f.expected_end_to_end_speedup < 1.05
+    # the chains' launches and the dispatch before each go; the GEMMs and the backward stay
+    assert round(f.expected_end_to_end_speedup, 3) == 1.054
 
 
 def test_quiet_once_the_norms_are_fused():

@@ -348,7 +348,9 @@ def detect(ctx: RuleContext) -> list[Finding]:
         return replace_ops(gr, [np.array([o]) for o in ops], new) if len(ops) else gr
 
     def channels_last(gr):
-        return nhwc_bn(scale_ops(gr, tr_ops, np.inf, drop_launches=True) if len(tr_ops) else gr)
+        # cuDNN launches the transposes inside the convolution's call, which stays with its dispatch
+        return nhwc_bn(scale_ops(gr, tr_ops, np.inf, drop_launches=True, own_dispatch=False)
+                       if len(tr_ops) else gr)
 
     # The program's convolutions timed at capture in bf16 on channels_last tensors against the
     # way it ran them (profkit.capture.replacements, conv_bf16): their ratio replaces the

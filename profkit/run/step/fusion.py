@@ -45,24 +45,25 @@ LIBRARY_RE = re.compile(
 # The optimizer step and code around it that torch.compile(model) does not compile.
 OUTSIDE_MODEL_RE = re.compile(r"optim|adam|sgd|zero_grad|clip_grad|lr_sched|scheduler|\bema\b|"
                               r"ema_update|log\b|metric", re.I)
-def candidates(g: StepGraph) -> np.ndarray:
+def candidates(g: StepGraph, anywhere: bool = False) -> np.ndarray:
     """Per operation: whether torch.compile of the model could fuse it (see the module docstring):
     a kernel of the window, not a library's, Inductor's or the optimizer's, launched outside the
-    optimizer's and the data loader's ranges."""
+    optimizer's and the data loader's ranges (``anywhere``: in any range, for torch.compile of
+    the code around a kernel wherever it runs)."""
     names = np.array([bool(LIBRARY_RE.search(str(n))) for n in g.op_names] + [True], dtype=bool)
     lib = names[np.where(g.g_name >= 0, g.g_name, len(g.op_names))]
     rng = np.array([bool(OUTSIDE_MODEL_RE.search(str(r)) or DATA_RE.search(str(r))) for r in g.range_names]
                    + [False], dtype=bool)
     call = np.maximum(g.g_call, 0)
-    outside = rng[np.where(g.g_call >= 0, g.c_range[call], len(g.range_names))]
+    outside = rng[np.where(g.g_call >= 0, g.c_range[call], len(g.range_names))] & (not anywhere)
     return (g.g_kind == 0) & (g.g_call >= 0) & ~lib & ~outside
 
 
-def fusible_runs(g: StepGraph) -> list[np.ndarray]:
+def fusible_runs(g: StepGraph, anywhere: bool = False) -> list[np.ndarray]:
     """The runs of two or more candidate operations that one compiled graph would fuse, each in
     stream order: consecutive on their stream, in one iteration, under one range, with no blocking
-    call launched between them."""
-    cand = candidates(g)
+    call launched between them (``anywhere``: see candidates)."""
+    cand = candidates(g, anywhere)
     ops = np.flatnonzero(g.g_kind == 0)
     if not len(ops):
         return []
@@ -98,7 +99,7 @@ def fused_ns(g: StepGraph, run: np.ndarray) -> float:
     return float(g.g_dur[run].max())
 
 
-def inductor_fusion(g: StepGraph) -> tuple[list[np.ndarray], np.ndarray]:
+def inductor_fusion(g: StepGraph, anywhere: bool = False) -> tuple[list[np.ndarray], np.ndarray]:
     """The fusible runs of the step and the time of each as one kernel (for ``replace_ops``)."""
-    runs = fusible_runs(g)
+    runs = fusible_runs(g, anywhere)
     return runs, np.array([fused_ns(g, r) for r in runs], dtype=np.float64)

@@ -95,9 +95,10 @@ Expected gain
       1.72x (measured 1.81x), a small model with ``.item()`` each step 1.08x -> 1.30x (1.45x), a
       diffusion UNet sampler 1.15x -> 1.70x (1.72x), hand-written attention 1.87x -> 2.29x
       (2.10x), BERT at batch 1 1.03x -> 1.14x (1.48x), a CLIP step 1.12x -> 1.12x (1.10x); but
-      a detection post-processor with a thousand syncs a step 1.16x -> 1.63x (1.29x: each of
-      its graph breaks costs Dynamo's guards, which the edit does not add), and a MoE step
-      whose routing changes its shapes every step 1.12x -> 1.62x (0.77x: it recompiles).
+      a detection post-processor with a thousand syncs a step 1.16x -> 1.63x (1.29x, not
+      explained: Dynamo's cost per graph break, timed on a CPU with 50 breaks a call, was
+      within that timing's noise), and a MoE step whose routing changes its shapes every step
+      1.12x -> 1.62x (0.77x: data-dependent shapes, which the edit does not see).
     * A cudaMalloc where the step frees nothing is the caching allocator growing, however often
       it recurs (a sampler that keeps each step's latents: one every other step): under capture
       PyTorch serves the step's tensors from the graph's own pool, and the call refuses no graph

@@ -67,3 +67,18 @@ def test_compiling_some_chains_never_beats_compiling_the_model():
         f103 = next(f for f in p.findings() if f.code == "PK103")
         f402 = next(f for f in p.findings() if f.code == "PK402")
         assert f402.expected_end_to_end_speedup <= f103.evidence["fusion_speedup"] + 1e-3, name
+
+
+def test_a_batch_norms_statistics_end_a_fused_run():
+    # ResNet-50 training with PyTorch's own batch norm: the statistics and what uses them are
+    # two passes over the tensor, never one kernel
+    from profkit.run.step.fusion import BN_STATS_RE, fusible_runs
+    g = _graph("resnet50_train")
+    names = np.array([str(n) for n in g.op_names] + [""], dtype=object)
+    runs = fusible_runs(g)
+    stats_inside = [r for r in runs if any(BN_STATS_RE.search(names[g.g_name[o]]) for o in r[:-1])]
+    assert runs and not stats_inside
+    assert any(BN_STATS_RE.search(names[g.g_name[r[-1]]]) for r in runs)
+    p = shared.corpus("resnet50_train")
+    f103 = next(f for f in p.findings() if f.code == "PK103")
+    assert (f103.evidence["fusion_speedup"], f103.evidence["compile_speedup"]) == (1.282, 1.31)

@@ -30,6 +30,7 @@ CASES = {
     "PK105": ("corpus/gpt2_empty_cache", "real/train_llama"),
     "PK106": ("corpus/lstm_cell_loop", "corpus/early_exit_sync"),
     "PK204": ("corpus/grad_checkpoint_train", "real/train_llama"),  # every block checkpointed
+    "PK205": ("corpus/grad_accum_fp16_train", "real/train_llama"),  # 8 micro-batches a step
     "PK107": ("corpus/detection_postproc_infer", "corpus/bert_b1_infer"),  # a loop over the images
     "PK108": ("corpus/kv_decode_sampling", "real/train_llama"),
     "PK201": ("real/train_llama", "real/train_llama_fused"),

@@ -1,0 +1,204 @@
+"""PK205 accumulation-micro-batches: a step accumulates gradients over many small micro-batches.
+
+What
+    Each step runs the same forward and backward k times on k micro-batches, then the
+    optimizer once: gradient accumulation (``loss.backward()`` per micro-batch, HF Trainer's
+    ``gradient_accumulation_steps``), usually chosen so that one micro-batch's activations fit.
+Why
+    Every micro-batch pays the CPU's launches and Python again (and any per-micro-batch sync: a
+    logged ``loss.item()``), and its kernels are as small as the micro-batch: a GEMM or a norm
+    whose grid fills a fraction of the GPU's SMs takes about as long for twice the rows. Where the
+    activations of a larger micro-batch fit, half as many micro-batches of twice the size give
+    the same effective batch (the same gradient) with half the launches and fuller kernels.
+Evidence
+    The step graph's kernels of each modelled iteration in launch order: their GEMM, convolution
+    and attention kernels repeat one sequence ``k`` >= 2 times in a row, covering at least 90%
+    of the iteration's such kernels (the optimizer's tail has none), and each copy is a forward
+    and its backward: launched from the step's thread and then from autograd's, the launches
+    switching threads twice a copy. A stack of layers or a loop over timesteps also repeats a
+    GEMM sequence, but on one thread (an inference loop), or only in the forward (a training
+    step's layers: their backward follows all of them): neither is a micro-batch. Every modelled
+    iteration must show the same ``k``. A step whose backward runs on its own thread
+    (``set_multithreading_enabled(False)``) gives no split and no finding.
+Fix
+    Fewer, larger micro-batches for the same effective batch: ``k/2`` micro-batches of twice the
+    size (HF ``per_device_train_batch_size`` x2, ``gradient_accumulation_steps`` /2), if the
+    activations fit: check ``torch.cuda.max_memory_allocated()`` against the GPU's memory first,
+    and combine with activation checkpointing or bf16 to make room.
+Expected gain
+    Graph edit: the copies are paired (1st with 2nd, 3rd with 4th, ...); in each pair the second
+    copy's calls go with all the CPU time before each (``drop_cpu``: its launches, Python and
+    syncs), and its operations are matched to the first copy's by name in launch order
+    (``difflib``): a matched kernel becomes one kernel of both copies' work, the first copy's,
+    taking as many waves as their blocks together need at one resident block per SM, each wave
+    as long as one of the first copy's (its time over its own waves), never less than the longer
+    of the two nor more than both together (the wave model of PK107); a copy or memset takes both
+    times (twice the bytes). A kernel of the second copy with no match (the gradient
+    accumulation's adds, which the first micro-batch of a step does not launch) goes. One block
+    per SM is the conservative choice (more waves, less gain), and a larger GEMM may also pick a
+    faster kernel: the price is a floor for the GPU's part. The step model replays the edit at the
+    calibrated CPU scale. GPT-2 with 8 fp16 micro-batches a step (grad_accum_fp16_train, an
+    H100): 4 micro-batches of twice the size measured 1.29x without a profiler; priced 1.13x
+    (the step 13% longer than measured), the GPU's part 3% shorter where the measurement implies
+    more: the larger GEMMs ran faster than their waves at one block per SM say. Written after
+    that program's first sight had found no rule for it: no test of it.
+References
+    PyTorch "gradient accumulation" recipes; HF Trainer ``gradient_accumulation_steps``.
+"""
+from __future__ import annotations
+
+import difflib
+import re
+
+import numpy as np
+import pandas as pd
+
+from profkit.model import Rung
+from profkit.judge.rules.base import Finding, Param, RuleContext, RuleMeta, Scope, Table
+from profkit.run.step.graph import StepGraph
+from profkit.run.step.transform import drop_cpu
+
+RULE = RuleMeta(
+    code="PK205", name="accumulation-micro-batches",
+    summary="gradient accumulation over many small micro-batches: fewer, larger ones where the "
+            "activations fit",
+    tables=(Table.KERNEL, Table.RUNTIME), example="traces/corpus/grad_accum_fp16_train.sqlite.xz",
+    quiet_on="traces/real/train_llama.sqlite.xz",
+    params=(Param("probe", 8.0, "matrix kernels at the head of the sequence looked for again"),
+            Param("min_cover", 0.9, "share of the iteration's matrix kernels the copies cover")))
+
+# GEMM, convolution and attention kernels: what a forward and backward repeat per micro-batch.
+MATRIX_RE = re.compile(r"gemm|gemv|cublas|cutlass|nvjet|sm\d+_xmma|conv|cudnn|wgrad|dgrad|"
+                       r"implicit_convolve|winograd|flash|fmha|attention", re.I)
+
+
+def micro_batches(g: StepGraph, probe: int, min_cover: float) -> list[list[np.ndarray]]:
+    """Per modelled iteration, the operations of each micro-batch copy (in launch order), or an
+    empty list where the iteration shows none (see the module's Evidence). A copy starts at its
+    first matrix kernel; the last ends as many kernels later as the one before it took."""
+    matrix = np.array([bool(MATRIX_RE.search(str(n))) for n in g.op_names] + [False], dtype=bool)
+    kernel = (g.g_kind == 0) & (g.g_call >= 0)
+    out: list[list[np.ndarray]] = []
+    for i in range(len(g.iter_call) - 1):
+        lo, hi = g.iter_call[i], g.iter_call[i + 1]
+        ops = np.flatnonzero(kernel & (g.g_call >= lo) & (g.g_call < hi))
+        ops = ops[np.argsort(g.g_call[ops], kind="stable")]
+        pos = np.flatnonzero(matrix[g.g_name[ops]])
+        seq = g.g_name[ops[pos]]
+        n = len(seq)
+        copies: list[np.ndarray] = []
+        for p in range(probe, n // 2 + 1) if n >= 2 * probe else ():
+            if not (seq[p:p + probe] == seq[:probe]).all():
+                continue
+            k = n // p
+            if k < 2 or k * p < min_cover * n or not (seq[:k * p].reshape(k, p) == seq[:p]).all():
+                continue
+            tids = g.c_tid[g.g_call[ops]]
+            starts = pos[np.arange(k) * p]
+            ends = np.r_[starts[1:], min(starts[-1] + (starts[-1] - starts[-2]), len(ops))]
+            # each copy a forward and its backward: two threads, two switches a copy
+            both = all(len(np.unique(tids[a:b])) >= 2 for a, b in zip(starts, ends))
+            if both and int((np.diff(tids[starts[0]:ends[-1]]) != 0).sum()) <= 2 * k:
+                # every call of the copy, any thread: from its first kernel's launch to the next's
+                calls = g.g_call[ops[np.r_[starts, min(ends[-1], len(ops) - 1)]]]
+                calls[-1] = calls[-1] if ends[-1] < len(ops) else hi
+                copies = [np.arange(calls[j], calls[j + 1]) for j in range(k)]
+            break
+        out.append(copies)
+    return out
+
+
+def _grids(ctx: RuleContext, g: StepGraph) -> np.ndarray:
+    """Blocks launched per graph operation (-1 where the export has no launch dimensions)."""
+    grid = np.full(g.n_ops, -1, dtype=np.int64)
+    ops = np.flatnonzero((g.g_kind == 0) & (g.g_call >= 0))
+    if not len(ops):
+        return grid
+    shapes = ctx.prof.full_trace.kernel_shapes(int(g.g_start[ops].min()), int(g.g_start[ops].max()))
+    if shapes.empty:
+        return grid
+    shapes = shapes.drop_duplicates(["start", "correlationId"])
+    idx = pd.MultiIndex.from_arrays([shapes["start"].to_numpy(np.int64),
+                                     shapes["correlationId"].to_numpy(np.int64)])
+    at = idx.get_indexer(pd.MultiIndex.from_arrays([g.g_start[ops].astype(np.int64),
+                                                    g.g_corr[ops].astype(np.int64)]))
+    grid[ops] = np.where(at >= 0, shapes["grid"].to_numpy(np.int64)[np.maximum(at, 0)], -1)
+    return grid
+
+
+def merged_ns(ta: float, tb: float, ca: int, cb: int, slots: int) -> float:
+    """One kernel doing the work of two: as many waves as their blocks together need at
+    ``slots`` resident blocks, each as long as one of the first's; never less than the longer,
+    never more than both (the sum where the grids are unknown)."""
+    if ca <= 0 or cb <= 0 or slots <= 0:
+        return ta + tb
+    waves = np.ceil((ca + cb) / slots) / np.ceil(ca / slots)
+    return float(np.clip(ta * waves, max(ta, tb), ta + tb))
+
+
+def pair_edit(g: StepGraph, copies: list[list[np.ndarray]], grid: np.ndarray, slots: int):
+    """(the edit, the second copies' calls, the merged operations' time before and after) for
+    pairing each iteration's copies (see the module's Expected gain)."""
+    merged: dict[int, float] = {}
+    gone_calls: list[np.ndarray] = []
+    before = after = 0.0
+    for its in copies:
+        for a, b in zip(its[0::2], its[1::2]):
+            in_a, in_b = np.isin(g.g_call, a), np.isin(g.g_call, b)
+            oa = np.flatnonzero(in_a)[np.argsort(g.g_start[in_a], kind="stable")]
+            ob = np.flatnonzero(in_b)[np.argsort(g.g_start[in_b], kind="stable")]
+            sm = difflib.SequenceMatcher(None, g.g_name[oa].tolist(), g.g_name[ob].tolist(), autojunk=False)
+            for blk in sm.get_matching_blocks():
+                for x, y in zip(oa[blk.a:blk.a + blk.size], ob[blk.b:blk.b + blk.size]):
+                    ta, tb = float(g.g_dur[x]), float(g.g_dur[y])
+                    t = merged_ns(ta, tb, int(grid[x]), int(grid[y]), slots) if g.g_kind[x] == 0 else ta + tb
+                    before += ta + tb
+                    after += t
+                    merged[int(x)] = t
+            gone_calls.append(b)
+    calls = np.concatenate(gone_calls) if gone_calls else np.empty(0, dtype=np.int64)
+    b_ops = np.flatnonzero(np.isin(g.g_call, calls))
+    keys = np.fromiter(merged.keys(), dtype=np.int64, count=len(merged))
+    vals = np.fromiter(merged.values(), dtype=np.float64, count=len(merged))
+
+    def edit(gr: StepGraph) -> StepGraph:
+        out = gr.copy()
+        out.g_dur[keys] = vals
+        out.g_dur[b_ops] = 0.0
+        out.g_qgap[b_ops] = 0.0
+        return drop_cpu(out, calls)
+    return edit, calls, before, after
+
+
+def detect(ctx: RuleContext) -> list[Finding]:
+    m = ctx.model
+    if m is None or ctx.iterations == 0:
+        return []
+    g = m.graph
+    found = micro_batches(g, int(RULE.param("probe")), float(RULE.param("min_cover")))
+    ks = {len(c) for c in found}
+    if not found or len(ks) != 1 or min(ks) < 2:
+        return []   # no iteration, or not every modelled iteration, accumulates the same way
+    k = ks.pop()
+    gpu = ctx.prof.full_trace.primary_gpu()
+    sm = int(gpu.sm_count or 0) if gpu is not None else 0
+    grid = _grids(ctx, g)
+    edit, calls, before, after = pair_edit(g, found, grid, sm)
+    its = len(found)
+    gain, basis = ctx.price(edit, f"{k} micro-batches a step -> {k - k // 2}: in each pair the second's "
+                                  f"{len(calls) / its / (k // 2):.0f} calls gone with their CPU time, its "
+                                  f"operations merged into the first's ({before / its / 1e6:.2f} -> "
+                                  f"{after / its / 1e6:.2f} ms of GPU work a step: waves at one block per SM)")
+    per_copy = float(np.mean([len(np.flatnonzero(np.isin(g.g_call, c[0]) & (g.g_kind == 0))) for c in found]))
+    memory = (f"the GPU's {gpu.total_memory / 2**30:.0f} GiB" if gpu is not None and gpu.total_memory
+              else "the GPU's memory")
+    return [Finding(RULE.code, RULE.name,
+                    f"each step accumulates gradients over {k} micro-batches ({per_copy:.0f} kernels "
+                    f"each, launched again for every one): use {k - k // 2} micro-batches of twice the "
+                    "size for the same effective batch, if the activations fit (check "
+                    f"torch.cuda.max_memory_allocated() against {memory})", Rung.NONE,
+                    {"micro_batches": k, "kernels_per_micro_batch": round(per_copy, 1),
+                     "merged_gpu_ns_per_step": int(after / its), "paired_gpu_ns_per_step": int(before / its)},
+                    gain, f"{basis}; a floor for the GPU's part (a larger GEMM may also pick a faster "
+                          "kernel); it assumes the activations of the larger micro-batch fit", gain,
+                    scope=Scope.PROGRAM)]

@@ -1,0 +1,50 @@
+"""PK205: gradient accumulation over micro-batches, told from layer stacks and loops."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import shared
+from profkit.judge.rules.pk205_accumulation_micro_batches import merged_ns, micro_batches
+
+
+def _finding(p):
+    return next((f for f in p.findings() if f.code == "PK205"), None)
+
+
+def test_gpt2_with_eight_fp16_micro_batches():
+    # fewer, larger micro-batches (4 of 8) measured 1.29x without a profiler (H100)
+    p = shared.corpus("grad_accum_fp16_train")
+    f = _finding(p)
+    assert f.evidence["micro_batches"] == 8 and f.evidence["kernels_per_micro_batch"] == 1083.0
+    assert round(f.expected_end_to_end_speedup, 3) == 1.13
+    # the merged kernels never take longer than the pair did, nor less than the bigger one alone
+    assert f.evidence["merged_gpu_ns_per_step"] < f.evidence["paired_gpu_ns_per_step"]
+    assert "8 micro-batches" in f.action and "use 4 micro-batches of twice the size" in f.action
+    assert "assumes the activations of the larger micro-batch fit" in f.basis
+
+
+def test_each_copy_is_a_forward_and_its_backward():
+    g = shared.corpus("grad_accum_fp16_train").step_model().graph
+    found = micro_batches(g, 8, 0.9)
+    assert [len(c) for c in found] == [8] * len(found)
+    for copies in found:
+        # contiguous, disjoint stretches of calls, each on two threads (the step's and autograd's)
+        assert all(a[-1] + 1 == b[0] for a, b in zip(copies[:-1], copies[1:]))
+        assert all(len(np.unique(g.c_tid[c])) >= 2 for c in copies)
+
+
+@pytest.mark.parametrize("name", ["bert_b1_infer", "kv_decode_sampling", "lstm_cell_loop",
+                                  "grad_checkpoint_train", "per_sample_loss_train"])
+def test_layers_timesteps_and_decode_steps_are_not_micro_batches(name):
+    # their GEMM sequences repeat (12 layers, 256 cells, 12 decode layers) on one thread,
+    # or in the forward alone
+    assert _finding(shared.corpus(name)) is None
+
+
+def test_merged_kernels_follow_the_waves():
+    # 100 blocks each on 132 SMs: one wave for both together is the longer kernel's time
+    assert merged_ns(10.0, 9.0, 100, 100, 264) == 10.0
+    assert merged_ns(10.0, 10.0, 100, 100, 132) == 20.0      # two waves: no gain
+    assert merged_ns(10.0, 10.0, 1000, 1000, 132) == pytest.approx(10.0 * 16 / 8)
+    assert merged_ns(10.0, 12.0, -1, 100, 132) == 22.0      # no grid: both times

@@ -101,18 +101,22 @@ def scale_ops(g: StepGraph, ops: np.ndarray, factor: float, drop_launches: bool 
 # Host-only calls a launch makes right before it (cuKernelGetName before cudaLaunchKernel,
 # cuKernelGetFunction before cuLaunchKernel) that are looked for before a removed launch
 MAX_LEAD_CALLS = 2
+# Calls that put work on the GPU: a driver query or cudaStreamIsCapturing (before each copy) may
+# come right before them
+ISSUING = [int(CallKind.LAUNCH), int(CallKind.GRAPH_LAUNCH), int(CallKind.COPY), int(CallKind.MEMSET)]
 
 
 def with_lead_calls(g: StepGraph, calls: np.ndarray) -> np.ndarray:
-    """``calls`` and, before each launch among them, the host-only calls (kind OTHER) its thread
-    made right before it: in the captures of PyTorch 2.13, each kernel launch is preceded by a
-    driver query (cuKernelGetName, cuKernelGetFunction), and the dispatch that made the launch is
-    the CPU time before that query (a median 24-26 us in item_loss_small_train; the launch's own
-    gap is 0.3 us). A launch that goes takes them and that dispatch with it."""
+    """``calls`` and, before each launch, copy or memset among them, the host-only calls (kind
+    OTHER) its thread made right before it: in the captures of PyTorch 2.13, each kernel launch is
+    preceded by a driver query (cuKernelGetName, cuKernelGetFunction) and each copy by
+    cudaStreamIsCapturing, and the dispatch that made the call is the CPU time before that query
+    (a median 24-26 us before a launch in item_loss_small_train; the launch's own gap is 0.3 us).
+    A call that goes takes them and that dispatch with it."""
     calls = np.asarray(calls, dtype=np.int64)
     sel = np.zeros(g.n_calls, dtype=bool)
     sel[calls] = True
-    cur = calls[np.isin(g.c_kind[calls], [int(CallKind.LAUNCH), int(CallKind.GRAPH_LAUNCH)])]
+    cur = calls[np.isin(g.c_kind[calls], ISSUING)]
     for _ in range(MAX_LEAD_CALLS):
         pred = g.c_pred[cur]
         ok = pred >= 0

@@ -47,4 +47,15 @@ def test_merged_kernels_follow_the_waves():
     assert merged_ns(10.0, 9.0, 100, 100, 264) == 10.0
     assert merged_ns(10.0, 10.0, 100, 100, 132) == 20.0      # two waves: no gain
     assert merged_ns(10.0, 10.0, 1000, 1000, 132) == pytest.approx(10.0 * 16 / 8)
+    assert merged_ns(0.0, 0.0, 100, 100, 132) == 0.0      # fused away by another fix first
     assert merged_ns(10.0, 12.0, -1, 100, 132) == 22.0      # no grid: both times
+
+
+def test_the_pairing_composes_with_a_fusion_before_it():
+    # the merge takes the durations of the graph it is given: after PK402's fusion, the fused
+    # kernels stay fused (merging the original times back made the three fixes 1.19x together)
+    combos = shared.corpus("grad_accum_fp16_train").run_json()["combinations"]
+    with_205 = [c for c in combos if "PK205" in c["codes"]]
+    assert with_205 and all(not c["overlap"] for c in with_205)
+    best = next(c for c in combos if c["codes"] == ["PK402", "PK205", "PK103"])
+    assert best["expected_end_to_end_speedup"] == 1.901

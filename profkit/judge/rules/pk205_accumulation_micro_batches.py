@@ -126,22 +126,25 @@ def _grids(ctx: RuleContext, g: StepGraph) -> np.ndarray:
     return grid
 
 
-def merged_ns(ta: float, tb: float, ca: int, cb: int, slots: int) -> float:
+def merged_ns(ta, tb, ca, cb, slots: int):
     """One kernel doing the work of two: as many waves as their blocks together need at
     ``slots`` resident blocks, each as long as one of the first's; never less than the longer,
-    never more than both (the sum where the grids are unknown)."""
-    if ca <= 0 or cb <= 0 or slots <= 0:
-        return ta + tb
-    waves = np.ceil((ca + cb) / slots) / np.ceil(ca / slots)
-    return float(np.clip(ta * waves, max(ta, tb), ta + tb))
+    never more than both (the sum where the grids are unknown). Element-wise over arrays."""
+    ta, tb = np.asarray(ta, dtype=np.float64), np.asarray(tb, dtype=np.float64)
+    ca, cb = np.asarray(ca, dtype=np.int64), np.asarray(cb, dtype=np.int64)
+    known = (ca > 0) & (cb > 0) & (slots > 0)
+    s = max(int(slots), 1)
+    waves = np.ceil((np.maximum(ca, 1) + np.maximum(cb, 1)) / s) / np.ceil(np.maximum(ca, 1) / s)
+    return np.where(known, np.clip(ta * waves, np.maximum(ta, tb), ta + tb), ta + tb)
 
 
 def pair_edit(g: StepGraph, copies: list[list[np.ndarray]], grid: np.ndarray, slots: int):
     """(the edit, the second copies' calls, the merged operations' time before and after) for
-    pairing each iteration's copies (see the module's Expected gain)."""
-    merged: dict[int, float] = {}
+    pairing each iteration's copies (see the module's Expected gain). The edit merges the times
+    of the graph it is given, so that it composes with other fixes' edits (a fusion first)."""
+    xs: list[np.ndarray] = []
+    ys: list[np.ndarray] = []
     gone_calls: list[np.ndarray] = []
-    before = after = 0.0
     for its in copies:
         for a, b in zip(its[0::2], its[1::2]):
             in_a, in_b = np.isin(g.g_call, a), np.isin(g.g_call, b)
@@ -149,25 +152,27 @@ def pair_edit(g: StepGraph, copies: list[list[np.ndarray]], grid: np.ndarray, sl
             ob = np.flatnonzero(in_b)[np.argsort(g.g_start[in_b], kind="stable")]
             sm = difflib.SequenceMatcher(None, g.g_name[oa].tolist(), g.g_name[ob].tolist(), autojunk=False)
             for blk in sm.get_matching_blocks():
-                for x, y in zip(oa[blk.a:blk.a + blk.size], ob[blk.b:blk.b + blk.size]):
-                    ta, tb = float(g.g_dur[x]), float(g.g_dur[y])
-                    t = merged_ns(ta, tb, int(grid[x]), int(grid[y]), slots) if g.g_kind[x] == 0 else ta + tb
-                    before += ta + tb
-                    after += t
-                    merged[int(x)] = t
+                xs.append(oa[blk.a:blk.a + blk.size])
+                ys.append(ob[blk.b:blk.b + blk.size])
             gone_calls.append(b)
+    x = np.concatenate(xs) if xs else np.empty(0, dtype=np.int64)
+    y = np.concatenate(ys) if ys else np.empty(0, dtype=np.int64)
     calls = np.concatenate(gone_calls) if gone_calls else np.empty(0, dtype=np.int64)
     b_ops = np.flatnonzero(np.isin(g.g_call, calls))
-    keys = np.fromiter(merged.keys(), dtype=np.int64, count=len(merged))
-    vals = np.fromiter(merged.values(), dtype=np.float64, count=len(merged))
+    # copies and memsets move twice the bytes: both times (no grid, no waves)
+    cx = np.where(g.g_kind[x] == 0, grid[x], -1)
+
+    def merged(gr: StepGraph) -> np.ndarray:
+        return merged_ns(gr.g_dur[x], gr.g_dur[y], cx, grid[y], slots)
 
     def edit(gr: StepGraph) -> StepGraph:
         out = gr.copy()
-        out.g_dur[keys] = vals
+        out.g_dur[x] = merged(gr)
         out.g_dur[b_ops] = 0.0
         out.g_qgap[b_ops] = 0.0
         return drop_cpu(out, calls)
-    return edit, calls, before, after
+    before = float(g.g_dur[x].sum() + g.g_dur[y].sum())
+    return edit, calls, before, float(merged(g).sum())
 
 
 def detect(ctx: RuleContext) -> list[Finding]:

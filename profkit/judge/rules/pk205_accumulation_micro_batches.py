@@ -55,6 +55,7 @@ import pandas as pd
 
 from profkit.model import Rung
 from profkit.judge.rules.base import Finding, Param, RuleContext, RuleMeta, Scope, Table
+from profkit.judge.rules.pk204_recomputed_forward import MATRIX_RE as PK204_MATRIX_RE
 from profkit.run.step.graph import StepGraph
 from profkit.run.step.transform import drop_cpu
 
@@ -68,8 +69,7 @@ RULE = RuleMeta(
             Param("min_cover", 0.9, "share of the iteration's matrix kernels the copies cover")))
 
 # GEMM, convolution and attention kernels: what a forward and backward repeat per micro-batch.
-MATRIX_RE = re.compile(r"gemm|gemv|cublas|cutlass|nvjet|sm\d+_xmma|conv|cudnn|wgrad|dgrad|"
-                       r"implicit_convolve|winograd|flash|fmha|attention", re.I)
+MATRIX_RE = re.compile(PK204_MATRIX_RE.pattern + r"|flash|fmha|attention", re.I)
 
 
 def micro_batches(g: StepGraph, probe: int, min_cover: float) -> list[list[np.ndarray]]:

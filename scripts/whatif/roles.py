@@ -148,7 +148,7 @@ FIX_RULES = {
     ("per_sample_loss_train", "vectorized"): ("PK107", None),
     ("per_sample_loss_train", "graph"): ("PK103", "cuda_graph_speedup"),
     ("per_sample_loss_train", "compile"): ("PK103", "fusion_speedup"),
-    ("grad_accum_fp16_train", "bf16"): (None, None), ("grad_accum_fp16_train", "bigger_micro"): ("PK205", None),
+    ("grad_accum_fp16_train", "bf16"): (None, None), ("grad_accum_fp16_train", "bigger_micro"): ("PK205", "to_2_speedup"),
     ("grad_accum_fp16_train", "no_item"): ("PK101", None), ("grad_accum_fp16_train", "fused_adamw"): ("PK201", None),
     ("grad_checkpoint_train", "no_checkpointing"): ("PK204", None), ("grad_checkpoint_train", "fused_adamw"): ("PK201", None),
     ("cpu_tokenize_infer", "encode_batch"): (None, None), ("cpu_tokenize_infer", "workers"): ("PK102", None),

@@ -26,22 +26,24 @@ Fix
     activations fit: check ``torch.cuda.max_memory_allocated()`` against the GPU's memory first,
     and combine with activation checkpointing or bf16 to make room.
 Expected gain
-    Graph edit: the copies are paired (1st with 2nd, 3rd with 4th, ...); in each pair the second
-    copy's calls go with all the CPU time before each (``drop_cpu``: its launches, Python and
-    syncs), and its operations are matched to the first copy's by name in launch order
-    (``difflib``): a matched kernel becomes one kernel of both copies' work, the first copy's,
-    taking as many waves as their blocks together need at one resident block per SM, each wave
-    as long as one of the first copy's (its time over its own waves), never less than the longer
-    of the two nor more than both together (the wave model of PK107); a copy or memset takes both
-    times (twice the bytes). A kernel of the second copy with no match (the gradient
-    accumulation's adds, which the first micro-batch of a step does not launch) goes. One block
-    per SM is the conservative choice (more waves, less gain), and a larger GEMM may also pick a
-    faster kernel: the price is a floor for the GPU's part. The step model replays the edit at the
-    calibrated CPU scale. GPT-2 with 8 fp16 micro-batches a step (grad_accum_fp16_train, an
-    H100): 4 micro-batches of twice the size measured 1.29x without a profiler; priced 1.13x
-    (the step 13% longer than measured), the GPU's part 3% shorter where the measurement implies
-    more: the larger GEMMs ran faster than their waves at one block per SM say. Written after
-    that program's first sight had found no rule for it: no test of it.
+    Graph edit: the copies are merged in groups of ``f`` (halving, ``f`` = 2, is the number; each
+    power of two that divides ``k``, and one micro-batch for the step, are said beside it); in
+    each group the other copies' calls go with all the CPU time before each (``drop_cpu``: their
+    launches, Python and syncs), and their operations are matched to the first copy's by name in
+    launch order (``difflib``): a matched kernel becomes one kernel of the group's work, the
+    first copy's, taking as many waves as their blocks together need at one resident block per
+    SM, each wave as long as one of the first copy's (its time over its own waves), never less
+    than the longest of them nor more than all together (the wave model of PK107); a copy or
+    memset takes all their times (their bytes). A kernel of another copy with no match (the
+    gradient accumulation's adds, which the first micro-batch of a step does not launch) goes.
+    The edit merges the durations of the graph it is given, so it composes with another fix
+    before it (a fusion). One block per SM is the conservative choice (more waves, less gain),
+    and a larger GEMM may also pick a faster kernel: the price is a floor for the GPU's part. The
+    step model replays the edit at the calibrated CPU scale. GPT-2 with 8 fp16 micro-batches a
+    step (grad_accum_fp16_train, an H100): 2 micro-batches of four times the size measured 1.29x
+    without a profiler, priced 1.19x (``to_2_speedup``; the step 9% longer than measured);
+    halving is priced 1.13x (not timed). Written after that program's first sight had found no
+    rule for it: no test of it.
 References
     PyTorch "gradient accumulation" recipes; HF Trainer ``gradient_accumulation_steps``.
 """
@@ -126,44 +128,60 @@ def _grids(ctx: RuleContext, g: StepGraph) -> np.ndarray:
     return grid
 
 
-def merged_ns(ta, tb, ca, cb, slots: int):
-    """One kernel doing the work of two: as many waves as their blocks together need at
-    ``slots`` resident blocks, each as long as one of the first's; never less than the longer,
-    never more than both (the sum where the grids are unknown). Element-wise over arrays."""
+def merged_ns(ta, tb, ca, cb, slots: int, tmax=None):
+    """One kernel doing the work of several: ``ta``/``ca`` the first's time and blocks, ``tb``/``cb``
+    the others' times and blocks summed (``tmax`` the longest of all, ``ta``/``tb``'s by default):
+    as many waves as all the blocks together need at ``slots`` resident blocks, each as long as
+    one of the first's; never less than the longest, never more than all together (their sum
+    where a grid is unknown). Element-wise over arrays."""
     ta, tb = np.asarray(ta, dtype=np.float64), np.asarray(tb, dtype=np.float64)
     ca, cb = np.asarray(ca, dtype=np.int64), np.asarray(cb, dtype=np.int64)
+    tmax = np.maximum(ta, tb) if tmax is None else np.asarray(tmax, dtype=np.float64)
     known = (ca > 0) & (cb > 0) & (slots > 0)
     s = max(int(slots), 1)
     waves = np.ceil((np.maximum(ca, 1) + np.maximum(cb, 1)) / s) / np.ceil(np.maximum(ca, 1) / s)
-    return np.where(known, np.clip(ta * waves, np.maximum(ta, tb), ta + tb), ta + tb)
+    return np.where(known, np.clip(ta * waves, tmax, ta + tb), ta + tb)
 
 
-def pair_edit(g: StepGraph, copies: list[list[np.ndarray]], grid: np.ndarray, slots: int):
-    """(the edit, the second copies' calls, the merged operations' time before and after) for
-    pairing each iteration's copies (see the module's Expected gain). The edit merges the times
-    of the graph it is given, so that it composes with other fixes' edits (a fusion first)."""
+def merge_edit(g: StepGraph, copies: list[list[np.ndarray]], grid: np.ndarray, slots: int, m: int):
+    """(the edit, the calls that go, the merged operations' time before and after) for merging
+    each iteration's copies by ``m`` (see the module's Expected gain): in each group the first
+    copy stays, the others' operations are matched to its own by name in launch order. The edit
+    merges the times of the graph it is given, so that it composes with other fixes' edits (a
+    fusion first)."""
     xs: list[np.ndarray] = []
     ys: list[np.ndarray] = []
-    gone_calls: list[np.ndarray] = []
+    gone: list[np.ndarray] = []
     for its in copies:
-        for a, b in zip(its[0::2], its[1::2]):
-            in_a, in_b = np.isin(g.g_call, a), np.isin(g.g_call, b)
+        for first in range(0, len(its) - m + 1, m):
+            in_a = np.isin(g.g_call, its[first])
             oa = np.flatnonzero(in_a)[np.argsort(g.g_start[in_a], kind="stable")]
-            ob = np.flatnonzero(in_b)[np.argsort(g.g_start[in_b], kind="stable")]
-            sm = difflib.SequenceMatcher(None, g.g_name[oa].tolist(), g.g_name[ob].tolist(), autojunk=False)
-            for blk in sm.get_matching_blocks():
-                xs.append(oa[blk.a:blk.a + blk.size])
-                ys.append(ob[blk.b:blk.b + blk.size])
-            gone_calls.append(b)
-    x = np.concatenate(xs) if xs else np.empty(0, dtype=np.int64)
+            for b in its[first + 1:first + m]:
+                in_b = np.isin(g.g_call, b)
+                ob = np.flatnonzero(in_b)[np.argsort(g.g_start[in_b], kind="stable")]
+                sm = difflib.SequenceMatcher(None, g.g_name[oa].tolist(), g.g_name[ob].tolist(),
+                                             autojunk=False)
+                for blk in sm.get_matching_blocks():
+                    xs.append(oa[blk.a:blk.a + blk.size])
+                    ys.append(ob[blk.b:blk.b + blk.size])
+                gone.append(b)
+    x_of_y = np.concatenate(xs) if xs else np.empty(0, dtype=np.int64)
     y = np.concatenate(ys) if ys else np.empty(0, dtype=np.int64)
-    calls = np.concatenate(gone_calls) if gone_calls else np.empty(0, dtype=np.int64)
+    x, at = np.unique(x_of_y, return_inverse=True)
+    calls = np.concatenate(gone) if gone else np.empty(0, dtype=np.int64)
     b_ops = np.flatnonzero(np.isin(g.g_call, calls))
-    # copies and memsets move twice the bytes: both times (no grid, no waves)
-    cx = np.where(g.g_kind[x] == 0, grid[x], -1)
+    # copies and memsets move the bytes of all: their times summed (no grid, no waves)
+    kernel = g.g_kind[x] == 0
+    cb = np.where(grid[y] > 0, grid[y], 0)
+    blocks = np.bincount(at, weights=cb, minlength=len(x)).astype(np.int64)
+    unknown = np.bincount(at, weights=(grid[y] <= 0), minlength=len(x)) > 0
+    cx = np.where(kernel & ~unknown, grid[x], -1)
 
     def merged(gr: StepGraph) -> np.ndarray:
-        return merged_ns(gr.g_dur[x], gr.g_dur[y], cx, grid[y], slots)
+        tb = np.bincount(at, weights=gr.g_dur[y], minlength=len(x))
+        tmax = gr.g_dur[x].astype(np.float64).copy()
+        np.maximum.at(tmax, at, gr.g_dur[y])
+        return merged_ns(gr.g_dur[x], tb, cx, blocks, slots, tmax)
 
     def edit(gr: StepGraph) -> StepGraph:
         out = gr.copy()
@@ -188,22 +206,36 @@ def detect(ctx: RuleContext) -> list[Finding]:
     gpu = ctx.prof.full_trace.primary_gpu()
     sm = int(gpu.sm_count or 0) if gpu is not None else 0
     grid = _grids(ctx, g)
-    edit, calls, before, after = pair_edit(g, found, grid, sm)
     its = len(found)
-    gain, basis = ctx.price(edit, f"{k} micro-batches a step -> {k - k // 2}: in each pair the second's "
-                                  f"{len(calls) / its / (k // 2):.0f} calls gone with their CPU time, its "
-                                  f"operations merged into the first's ({before / its / 1e6:.2f} -> "
-                                  f"{after / its / 1e6:.2f} ms of GPU work a step: waves at one block per SM)")
+    # k/f micro-batches of f times the size: halving (the smallest change, the likeliest to fit)
+    # is the number; each power of two that divides k, and one micro-batch, said beside it
+    ev: dict = {"micro_batches": k}
+    prices = []
+    alternatives = {}
+    for f in sorted({2, k} | {d for d in (4, 8, 16, 32, 64) if d < k and k % d == 0}):
+        n = -(-k // f)
+        edit, calls, before, after = merge_edit(g, found, grid, sm, f)
+        gain, basis = ctx.price(edit, f"{k} micro-batches a step -> {n}: in each group of {f} the "
+                                      f"others' {len(calls) / its / n:.0f} calls gone with their CPU "
+                                      f"time, their operations merged into the first's ({before / its / 1e6:.2f}"
+                                      f" -> {after / its / 1e6:.2f} ms of GPU work a step: waves at one block "
+                                      "per SM)")
+        ev[f"to_{n}_speedup"] = round(gain, 3)
+        prices.append((f, gain, basis, before, after, edit))
+        alternatives[f"to_{n}_speedup"] = edit
+    _, gain, basis, before, after, edit = prices[0]
+    ev.update(merged_gpu_ns_per_step=int(after / its), paired_gpu_ns_per_step=int(before / its))
     per_copy = float(np.mean([len(np.flatnonzero(np.isin(g.g_call, c[0]) & (g.g_kind == 0))) for c in found]))
+    ev["kernels_per_micro_batch"] = round(per_copy, 1)
+    others = "; ".join(f"{-(-k // f)} of {f} times the size: {gf:.2f}x" for f, gf, *_ in prices[1:])
     memory = (f"the GPU's {gpu.total_memory / 2**30:.0f} GiB" if gpu is not None and gpu.total_memory
               else "the GPU's memory")
     return [Finding(RULE.code, RULE.name,
                     f"each step accumulates gradients over {k} micro-batches ({per_copy:.0f} kernels "
-                    f"each, launched again for every one): use {k - k // 2} micro-batches of twice the "
-                    "size for the same effective batch, if the activations fit (check "
-                    f"torch.cuda.max_memory_allocated() against {memory})", Rung.NONE,
-                    {"micro_batches": k, "kernels_per_micro_batch": round(per_copy, 1),
-                     "merged_gpu_ns_per_step": int(after / its), "paired_gpu_ns_per_step": int(before / its)},
-                    gain, f"{basis}; a floor for the GPU's part (a larger GEMM may also pick a faster "
-                          "kernel); it assumes the activations of the larger micro-batch fit", gain,
-                    scope=Scope.PROGRAM)]
+                    f"each, launched again for every one): use {-(-k // 2)} micro-batches of twice the "
+                    f"size for the same effective batch (the number below{'; ' + others if others else ''}), "
+                    "if the activations fit (check torch.cuda.max_memory_allocated() against "
+                    f"{memory})", Rung.NONE, ev, gain,
+                    f"{basis}; a floor for the GPU's part (a larger GEMM may also pick a faster "
+                    "kernel); it assumes the activations of the larger micro-batch fit", gain,
+                    scope=Scope.PROGRAM, edit=edit, alternatives=alternatives)]

@@ -41,7 +41,7 @@ from __future__ import annotations
 import argparse
 
 from . import (programs_first, programs_firstsight_a, programs_firstsight_b, programs_firstsight_c,
-               programs_models)
+               programs_firstsight_d, programs_models)
 
 PROGRAMS: list[dict] = [
     *programs_first.PROGRAMS,
@@ -51,8 +51,10 @@ PROGRAMS: list[dict] = [
     *programs_firstsight_a.PROGRAMS,
     *programs_firstsight_b.PROGRAMS,
     *programs_firstsight_c.PROGRAMS,
+    *programs_firstsight_d.PROGRAMS,
 ]
-for _p in (*programs_firstsight_a.PROGRAMS, *programs_firstsight_b.PROGRAMS, *programs_firstsight_c.PROGRAMS):
+for _p in (*programs_firstsight_a.PROGRAMS, *programs_firstsight_b.PROGRAMS, *programs_firstsight_c.PROGRAMS,
+           *programs_firstsight_d.PROGRAMS):
     _p["first_sight"] = True
 
 # How a program of several ranks is started: its launcher's command line before the script
@@ -106,9 +108,10 @@ def select(names: str | None) -> list[dict]:
 
 
 def first_sight(which: list[str], root) -> list[dict]:
-    """The one-GPU first-sight programs ``which`` names: ``a`` or ``b`` (that file's programs
-    with no committed trace yet) or program names (whatever is committed)."""
-    sets = {"a": programs_firstsight_a.PROGRAMS, "b": programs_firstsight_b.PROGRAMS}
+    """The one-GPU first-sight programs ``which`` names: ``a``, ``b`` or ``d`` (that file's
+    programs with no committed trace yet) or program names (whatever is committed)."""
+    sets = {"a": programs_firstsight_a.PROGRAMS, "b": programs_firstsight_b.PROGRAMS,
+            "d": programs_firstsight_d.PROGRAMS}
     out: list[dict] = []
     for w in which:
         if w in sets:

@@ -150,6 +150,10 @@ FIX_RULES = {
     ("per_sample_loss_train", "compile"): ("PK103", "fusion_speedup"),
     ("grad_accum_fp16_train", "bf16"): (None, None), ("grad_accum_fp16_train", "bigger_micro"): ("PK205", "to_2_speedup"),
     ("grad_accum_fp16_train", "no_item"): ("PK101", None), ("grad_accum_fp16_train", "fused_adamw"): ("PK201", None),
+    # written before its capture, to judge PK205 (built on grad_accum_fp16_train) at first sight
+    ("accum_resnet_train", "bigger_micro"): ("PK205", "to_2_speedup"),
+    ("accum_resnet_train", "one_batch"): ("PK205", "to_1_speedup"),
+    ("accum_resnet_train", "compile"): ("PK103", "fusion_speedup"),
     ("grad_checkpoint_train", "no_checkpointing"): ("PK204", None), ("grad_checkpoint_train", "fused_adamw"): ("PK201", None),
     ("cpu_tokenize_infer", "encode_batch"): (None, None), ("cpu_tokenize_infer", "workers"): ("PK102", None),
     ("cpu_tokenize_infer", "pretokenized"): ("PK102", None),

@@ -1,0 +1,63 @@
+"""The first-sight what-if programs of set D (scripts/whatif/programs_firstsight_d.py) on the
+CPU: each program's own loop and one --interleave run on its --small model, and the registry's
+entries checked against the programs they name."""
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKLOADS = ROOT / "scripts" / "workloads"
+sys.path.insert(0, str(WORKLOADS))
+sys.path.insert(0, str(WORKLOADS.parent))
+from whatif.programs_firstsight_d import PROGRAMS  # noqa: E402
+
+# (script, the variants interleaved)
+CASES = [("w_accum_resnet_train", "baseline,bigger_micro,one_batch")]
+
+
+@pytest.mark.parametrize("script,variants", CASES, ids=[c[0] for c in CASES])
+def test_program_loops_and_interleaves_on_the_cpu(monkeypatch, tmp_path, capsys, script, variants):
+    torch = pytest.importorskip("torch")
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        mod = importlib.import_module(script)
+        base = ["prog", "--device", "cpu", "--small"]
+        monkeypatch.setattr(sys, "argv", [*base, "--steps", "2"])
+        mod.main()
+        assert f"{script}: 2 " in capsys.readouterr().out
+        out = tmp_path / "ab.json"
+        monkeypatch.setattr(sys, "argv", [*base, "--steps", "2", "--interleave", str(out), "--variants",
+                                          variants, "--rounds", "3"])
+        mod.main()
+        got = json.loads(out.read_text())["variants"]
+        assert list(got) == variants.split(",") and all(v["n_used"] == 2 for v in got.values())
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_the_same_images_a_step_in_every_variant():
+    # fewer micro-batches of more images: the effective batch is the same, as the fix must keep it
+    pytest.importorskip("torch")
+    mod = importlib.import_module("w_accum_resnet_train")
+    src = (WORKLOADS / "w_accum_resnet_train.py").read_text()
+    assert "micro = effective // accum" in src and mod.EFFECTIVE == 128
+
+
+def test_registry_names_each_program_and_only_its_fixes():
+    assert sorted(Path(p["script"]).stem for p in PROGRAMS) == sorted(c[0] for c in CASES)
+    for prog in PROGRAMS:
+        src = (ROOT / prog["script"]).read_text()
+        for name, fix in prog["fixes"].items():
+            assert fix["args"] == ["--fix", name] and f'"{name}"' in src, (prog["name"], name)
+            assert fix.get("compiles", False) == ("compile" in name)
+        assert set(prog["expect"]) == {"baseline", *prog["fixes"]}
+        assert f'nvtx("{prog["step_range"]}")' in src
+        assert prog["capture_args"][:1] == ["--steps"] and 30 <= int(prog["capture_args"][1]) <= 60
+    import whatif.registry as registry
+    assert all(registry.select(p["name"])[0].get("first_sight") is True for p in PROGRAMS)

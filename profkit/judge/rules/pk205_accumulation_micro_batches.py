@@ -228,12 +228,14 @@ def detect(ctx: RuleContext) -> list[Finding]:
     per_copy = float(np.mean([len(np.flatnonzero(np.isin(g.g_call, c[0]) & (g.g_kind == 0))) for c in found]))
     ev["kernels_per_micro_batch"] = round(per_copy, 1)
     others = "; ".join(f"{-(-k // f)} of {f} times the size: {gf:.2f}x" for f, gf, *_ in prices[1:])
+    half = (f"{-(-k // 2)} micro-batches of twice the size" if k > 2
+            else "one batch of twice the size (no accumulation)")
     memory = (f"the GPU's {gpu.total_memory / 2**30:.0f} GiB" if gpu is not None and gpu.total_memory
               else "the GPU's memory")
     return [Finding(RULE.code, RULE.name,
                     f"each step accumulates gradients over {k} micro-batches ({per_copy:.0f} kernels "
-                    f"each, launched again for every one): use {-(-k // 2)} micro-batches of twice the "
-                    f"size for the same effective batch (the number below{'; ' + others if others else ''}), "
+                    f"each, launched again for every one): use {half} for the same effective batch "
+                    f"(the number below{'; ' + others if others else ''}), "
                     "if the activations fit (check torch.cuda.max_memory_allocated() against "
                     f"{memory})", Rung.NONE, ev, gain,
                     f"{basis}; a floor for the GPU's part (a larger GEMM may also pick a faster "

@@ -17,10 +17,10 @@ def test_gpt2_with_eight_fp16_micro_batches():
     p = shared.corpus("grad_accum_fp16_train")
     f = _finding(p)
     assert f.evidence["micro_batches"] == 8 and f.evidence["kernels_per_micro_batch"] == 1083.0
-    assert round(f.expected_end_to_end_speedup, 3) == f.evidence["to_4_speedup"] == 1.13
-    assert (f.evidence["to_2_speedup"], f.evidence["to_1_speedup"]) == (1.192, 1.24)
+    assert round(f.expected_end_to_end_speedup, 3) == f.evidence["to_4_speedup"] == 1.129
+    assert (f.evidence["to_2_speedup"], f.evidence["to_1_speedup"]) == (1.19, 1.233)
     assert sorted(f.alternatives) == ["to_1_speedup", "to_2_speedup", "to_4_speedup"]
-    assert "2 of 4 times the size: 1.19x; 1 of 8 times the size: 1.24x" in f.action
+    assert "2 of 4 times the size: 1.19x; 1 of 8 times the size: 1.23x" in f.action
     # the merged kernels never take longer than the pair did, nor less than the bigger one alone
     assert f.evidence["merged_gpu_ns_per_step"] < f.evidence["paired_gpu_ns_per_step"]
     assert "8 micro-batches" in f.action and "use 4 micro-batches of twice the size" in f.action
@@ -62,3 +62,16 @@ def test_the_pairing_composes_with_a_fusion_before_it():
     assert with_205 and all(not c["overlap"] for c in with_205)
     best = next(c for c in combos if c["codes"] == ["PK402", "PK205", "PK103"])
     assert best["expected_end_to_end_speedup"] == 1.901
+
+
+def test_copies_are_aligned_stretch_by_stretch():
+    from profkit.judge.rules.pk205_accumulation_micro_batches import align
+    # names: 9 a GEMM; the second copy adds its gradients (7) after two of its stretches
+    a = np.array([1, 2, 9, 3, 4, 9, 5])
+    b = np.array([1, 2, 9, 3, 7, 4, 9, 5, 7])
+    ia, ib = align(a, b, a == 9, b == 9)
+    assert a[ia].tolist() == b[ib].tolist() == [1, 2, 9, 3, 4, 9, 5]
+    assert sorted(set(range(len(b))) - set(ib.tolist())) == [4, 8]   # the adds: no match, they go
+    # cut differently (another GEMM sequence): compared whole
+    ia, ib = align(a, b[::-1], a == 9, b[::-1] == 9)
+    assert len(ia) == len(ib) > 0

@@ -143,6 +143,30 @@ def merged_ns(ta, tb, ca, cb, slots: int, tmax=None):
     return np.where(known, np.clip(ta * waves, tmax, ta + tb), ta + tb)
 
 
+def align(a: np.ndarray, b: np.ndarray, cut_a: np.ndarray, cut_b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The positions of ``a`` and ``b`` (operation names in launch order) matched to each other:
+    the matrix kernels (``cut_*``), the same sequence in both copies, one to one, and the stretches
+    between them by ``difflib`` (a stretch that is the same in both, one to one): two copies of
+    thousands of operations compared stretch by stretch, not whole."""
+    ca, cb = np.flatnonzero(cut_a), np.flatnonzero(cut_b)
+    if len(ca) != len(cb) or not (a[ca] == b[cb]).all():
+        ca = cb = np.empty(0, dtype=np.int64)   # not cut the same way: compared whole
+    ia: list[np.ndarray] = []
+    ib: list[np.ndarray] = []
+    for (a0, a1), (b0, b1) in zip(zip(np.r_[0, ca], np.r_[ca, len(a)]), zip(np.r_[0, cb], np.r_[cb, len(b)])):
+        sa, sb = a[a0:a1], b[b0:b1]
+        if len(sa) == len(sb) and (sa == sb).all():
+            ia.append(np.arange(a0, a1))
+            ib.append(np.arange(b0, b1))
+            continue
+        sm = difflib.SequenceMatcher(None, sa.tolist(), sb.tolist(), autojunk=False)
+        for blk in sm.get_matching_blocks():
+            ia.append(np.arange(a0 + blk.a, a0 + blk.a + blk.size))
+            ib.append(np.arange(b0 + blk.b, b0 + blk.b + blk.size))
+    none = np.empty(0, dtype=np.int64)
+    return (np.concatenate(ia) if ia else none), (np.concatenate(ib) if ib else none)
+
+
 def merge_edit(g: StepGraph, copies: list[list[np.ndarray]], grid: np.ndarray, slots: int, m: int):
     """(the edit, the calls that go, the merged operations' time before and after) for merging
     each iteration's copies by ``m`` (see the module's Expected gain): in each group the first
@@ -152,6 +176,7 @@ def merge_edit(g: StepGraph, copies: list[list[np.ndarray]], grid: np.ndarray, s
     xs: list[np.ndarray] = []
     ys: list[np.ndarray] = []
     gone: list[np.ndarray] = []
+    matrix = np.array([bool(MATRIX_RE.search(str(n))) for n in g.op_names] + [False], dtype=bool)
     for its in copies:
         for first in range(0, len(its) - m + 1, m):
             in_a = np.isin(g.g_call, its[first])
@@ -159,11 +184,10 @@ def merge_edit(g: StepGraph, copies: list[list[np.ndarray]], grid: np.ndarray, s
             for b in its[first + 1:first + m]:
                 in_b = np.isin(g.g_call, b)
                 ob = np.flatnonzero(in_b)[np.argsort(g.g_start[in_b], kind="stable")]
-                sm = difflib.SequenceMatcher(None, g.g_name[oa].tolist(), g.g_name[ob].tolist(),
-                                             autojunk=False)
-                for blk in sm.get_matching_blocks():
-                    xs.append(oa[blk.a:blk.a + blk.size])
-                    ys.append(ob[blk.b:blk.b + blk.size])
+                ia, ib = align(g.g_name[oa], g.g_name[ob], matrix[g.g_name[oa]] & (g.g_kind[oa] == 0),
+                               matrix[g.g_name[ob]] & (g.g_kind[ob] == 0))
+                xs.append(oa[ia])
+                ys.append(ob[ib])
                 gone.append(b)
     x_of_y = np.concatenate(xs) if xs else np.empty(0, dtype=np.int64)
     y = np.concatenate(ys) if ys else np.empty(0, dtype=np.int64)

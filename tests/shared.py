@@ -73,3 +73,21 @@ def declared(script: Path, name: str) -> tuple[str, ...]:
         if any(isinstance(t, ast.Name) and t.id == name for t in targets):
             return tuple(ast.literal_eval(node.value))
     raise AssertionError(f"{script.name} has no {name}")
+
+
+def loop_and_interleave(mod, script: str, variants: str, monkeypatch, tmp_path: Path, capsys) -> None:
+    """A corpus program (an imported workload module) on the CPU, on its ``--small`` model: its
+    own loop for 2 steps, then ``--interleave`` of ``variants`` for 3 rounds, each variant's
+    timings kept (2 used a variant)."""
+    import json
+    import sys
+    base = ["prog", "--device", "cpu", "--small"]
+    monkeypatch.setattr(sys, "argv", [*base, "--steps", "2"])
+    mod.main()
+    assert f"{script}: 2 " in capsys.readouterr().out
+    out = tmp_path / "ab.json"
+    monkeypatch.setattr(sys, "argv", [*base, "--steps", "2", "--interleave", str(out), "--variants", variants,
+                                      "--rounds", "3"])
+    mod.main()
+    got = json.loads(out.read_text())["variants"]
+    assert list(got) == variants.split(",") and all(v["n_used"] == 2 for v in got.values())

@@ -6,12 +6,12 @@ from __future__ import annotations
 import ast
 import importlib
 import importlib.util
-import json
 import re
 import sys
 from pathlib import Path
 
 import pytest
+import shared
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKLOADS = ROOT / "scripts" / "workloads"
@@ -51,17 +51,7 @@ def test_program_loops_and_interleaves_on_the_cpu(one_thread, monkeypatch, tmp_p
             pytest.skip(f"{script} needs {lib}, which is not installed")
     if script == "w_tuned_gpt_train":  # its model is always compiled: Inductor on the CPU takes minutes
         monkeypatch.setattr(one_thread, "compile", lambda model, **_: model)
-    mod = importlib.import_module(script)
-    base = ["prog", "--device", "cpu", "--small"]
-    monkeypatch.setattr(sys, "argv", [*base, "--steps", "2"])
-    mod.main()
-    assert f"{script}: 2 " in capsys.readouterr().out
-    out = tmp_path / "ab.json"
-    monkeypatch.setattr(sys, "argv", [*base, "--steps", "2", "--interleave", str(out), "--variants", variants,
-                                      "--rounds", "3"])
-    mod.main()
-    got = json.loads(out.read_text())["variants"]
-    assert list(got) == variants.split(",") and all(v["n_used"] == 2 for v in got.values())
+    shared.loop_and_interleave(importlib.import_module(script), script, variants, monkeypatch, tmp_path, capsys)
 
 
 def _module_constant(path: Path, name: str) -> tuple:

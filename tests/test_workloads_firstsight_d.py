@@ -4,11 +4,11 @@ entries checked against the programs they name."""
 from __future__ import annotations
 
 import importlib
-import json
 import sys
 from pathlib import Path
 
 import pytest
+import shared
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKLOADS = ROOT / "scripts" / "workloads"
@@ -26,17 +26,7 @@ def test_program_loops_and_interleaves_on_the_cpu(monkeypatch, tmp_path, capsys,
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        mod = importlib.import_module(script)
-        base = ["prog", "--device", "cpu", "--small"]
-        monkeypatch.setattr(sys, "argv", [*base, "--steps", "2"])
-        mod.main()
-        assert f"{script}: 2 " in capsys.readouterr().out
-        out = tmp_path / "ab.json"
-        monkeypatch.setattr(sys, "argv", [*base, "--steps", "2", "--interleave", str(out), "--variants",
-                                          variants, "--rounds", "3"])
-        mod.main()
-        got = json.loads(out.read_text())["variants"]
-        assert list(got) == variants.split(",") and all(v["n_used"] == 2 for v in got.values())
+        shared.loop_and_interleave(importlib.import_module(script), script, variants, monkeypatch, tmp_path, capsys)
     finally:
         torch.set_num_threads(before)
 

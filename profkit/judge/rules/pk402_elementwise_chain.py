@@ -19,8 +19,10 @@ Expected gain
     around a chain fuses the run Inductor sees there (reductions and norms beside the
     elementwise kernels, in any range: the chain may be in code outside the model), each run one
     kernel as long as its longest, never less, the other launches gone with the driver query
-    and the dispatch before each. It is never more than PK103's default-mode price of the same
-    program, which fuses every run. Before the two shared the edit, this rule fused only the
+    and the dispatch before each. On every committed trace that both price, it is at most PK103's
+    default-mode price, which fuses every run of the model's ranges; it can be more only where
+    the chains lie outside the model (an optimizer's or an EMA's code), which compiling the model
+    does not reach. Before the two shared the edit, this rule fused only the
     elementwise kernels of each chain and kept their dispatch: GPT-2 fp16 with gradient
     accumulation (grad_accum_fp16_train) was priced 1.16x here and 1.51x by PK103 for one
     ``torch.compile``, whose default mode measured 1.81x on the program (``--try compile``); now

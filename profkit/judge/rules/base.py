@@ -354,6 +354,25 @@ class RuleContext:
         hit = np.append([str(c) in wanted for c in name.cat.categories], False)
         return a[hit[name.cat.codes.to_numpy()]]
 
+    def launch_grids(self, ops: np.ndarray) -> np.ndarray:
+        """Blocks launched by each of the step graph's operations ``ops`` (gridX x gridY x gridZ of
+        the trace's kernel table, read for the stretch they start in); -1 where the export has no
+        launch dimensions, or the operation is no kernel of that table."""
+        ops = np.asarray(ops, dtype=np.int64)
+        out = np.full(len(ops), -1, dtype=np.int64)
+        if self.model is None or not len(ops):
+            return out
+        g = self.model.graph
+        shapes = self.prof.full_trace.kernel_shapes(int(g.g_start[ops].min()), int(g.g_start[ops].max()))
+        if shapes.empty:
+            return out
+        shapes = shapes.drop_duplicates(["start", "correlationId"])  # one row a kernel, as exports write
+        idx = pd.MultiIndex.from_arrays([shapes["start"].to_numpy(np.int64),
+                                         shapes["correlationId"].to_numpy(np.int64)])
+        at = idx.get_indexer(pd.MultiIndex.from_arrays([g.g_start[ops].astype(np.int64),
+                                                        g.g_corr[ops].astype(np.int64)]))
+        return np.where(at >= 0, shapes["grid"].to_numpy(np.int64)[np.maximum(at, 0)], -1)
+
     def graph_ops(self, rows: pd.DataFrame, aligned: bool = False) -> np.ndarray:
         """The step graph's operations for rows of the window's activities (``acts``); with
         ``aligned``, one entry per row (-1 where the graph does not hold it)."""

@@ -337,24 +337,13 @@ def _search_ids(g) -> np.ndarray:
 
 def _read_grids(ctx: RuleContext, found: list[Loop]) -> None:
     """Each loop's launch grids (blocks per kernel), read from the trace's kernel table for the
-    stretch the loops run in; -1 where the export has no launch dimensions."""
+    stretch the loops run in (one read for all of them); -1 where the export has no launch
+    dimensions."""
     if not found:
         return
-    g = ctx.model.graph
-    allops = np.concatenate([lp.ops.ravel() for lp in found])
-    t0, t1 = int(g.g_start[allops].min()), int(g.g_start[allops].max())
-    shapes = ctx.prof.full_trace.kernel_shapes(t0, t1)
-    if shapes.empty:
-        return
-    shapes = shapes.drop_duplicates(["start", "correlationId"])  # one row a kernel, as exports write
-    idx = pd.MultiIndex.from_arrays([shapes["start"].to_numpy(np.int64),
-                                     shapes["correlationId"].to_numpy(np.int64)])
-    grid = shapes["grid"].to_numpy(np.int64)
-    for lp in found:
-        o = lp.ops.ravel()
-        at = idx.get_indexer(pd.MultiIndex.from_arrays([g.g_start[o].astype(np.int64),
-                                                        g.g_corr[o].astype(np.int64)]))
-        lp.grid[...] = np.where(at >= 0, grid[np.maximum(at, 0)], -1).reshape(lp.ops.shape)
+    grids = ctx.launch_grids(np.concatenate([lp.ops.ravel() for lp in found]))
+    for lp, part in zip(found, np.split(grids, np.cumsum([lp.ops.size for lp in found])[:-1])):
+        lp.grid[...] = part.reshape(lp.ops.shape)
 
 
 def qualifies(lp: Loop, sm_count: int, dur: np.ndarray) -> bool:

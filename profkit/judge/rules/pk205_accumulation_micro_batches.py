@@ -51,13 +51,13 @@ from __future__ import annotations
 
 import difflib
 import re
+from typing import Optional
 
 import numpy as np
-import pandas as pd
 
-from profkit.model import Rung
 from profkit.judge.rules.base import Finding, Param, RuleContext, RuleMeta, Scope, Table
 from profkit.judge.rules.pk204_recomputed_forward import MATRIX_RE as PK204_MATRIX_RE
+from profkit.model import Rung
 from profkit.run.step.graph import StepGraph
 from profkit.run.step.transform import drop_cpu
 
@@ -74,11 +74,18 @@ RULE = RuleMeta(
 MATRIX_RE = re.compile(PK204_MATRIX_RE.pattern + r"|flash|fmha|attention", re.I)
 
 
-def micro_batches(g: StepGraph, probe: int, min_cover: float) -> list[list[np.ndarray]]:
-    """Per modelled iteration, the operations of each micro-batch copy (in launch order), or an
-    empty list where the iteration shows none (see the module's Evidence). A copy starts at its
-    first matrix kernel; the last ends as many kernels later as the one before it took."""
-    matrix = np.array([bool(MATRIX_RE.search(str(n))) for n in g.op_names] + [False], dtype=bool)
+def matrix_names(g: StepGraph) -> np.ndarray:
+    """Per kernel name of the graph (and one more, False, for a name id of -1): a matrix kernel."""
+    return np.array([bool(MATRIX_RE.search(str(n))) for n in g.op_names] + [False], dtype=bool)
+
+
+def micro_batches(g: StepGraph, probe: int, min_cover: float,
+                  matrix: Optional[np.ndarray] = None) -> list[list[np.ndarray]]:
+    """Per modelled iteration, the calls of each micro-batch copy (in launch order), or an empty
+    list where the iteration shows none (see the module's Evidence). A copy starts at its first
+    matrix kernel; the last ends as many kernels later as the one before it took. ``matrix``:
+    matrix_names(g), where the caller has it."""
+    matrix = matrix_names(g) if matrix is None else matrix
     kernel = (g.g_kind == 0) & (g.g_call >= 0)
     out: list[list[np.ndarray]] = []
     for i in range(len(g.iter_call) - 1):
@@ -108,24 +115,6 @@ def micro_batches(g: StepGraph, probe: int, min_cover: float) -> list[list[np.nd
             break
         out.append(copies)
     return out
-
-
-def _grids(ctx: RuleContext, g: StepGraph) -> np.ndarray:
-    """Blocks launched per graph operation (-1 where the export has no launch dimensions)."""
-    grid = np.full(g.n_ops, -1, dtype=np.int64)
-    ops = np.flatnonzero((g.g_kind == 0) & (g.g_call >= 0))
-    if not len(ops):
-        return grid
-    shapes = ctx.prof.full_trace.kernel_shapes(int(g.g_start[ops].min()), int(g.g_start[ops].max()))
-    if shapes.empty:
-        return grid
-    shapes = shapes.drop_duplicates(["start", "correlationId"])
-    idx = pd.MultiIndex.from_arrays([shapes["start"].to_numpy(np.int64),
-                                     shapes["correlationId"].to_numpy(np.int64)])
-    at = idx.get_indexer(pd.MultiIndex.from_arrays([g.g_start[ops].astype(np.int64),
-                                                    g.g_corr[ops].astype(np.int64)]))
-    grid[ops] = np.where(at >= 0, shapes["grid"].to_numpy(np.int64)[np.maximum(at, 0)], -1)
-    return grid
 
 
 def merged_ns(ta, tb, ca, cb, slots: int, tmax=None):
@@ -167,33 +156,49 @@ def align(a: np.ndarray, b: np.ndarray, cut_a: np.ndarray, cut_b: np.ndarray) ->
     return (np.concatenate(ia) if ia else none), (np.concatenate(ib) if ib else none)
 
 
-def merge_edit(g: StepGraph, copies: list[list[np.ndarray]], grid: np.ndarray, slots: int, m: int):
+def copy_ops(g: StepGraph, copies: list[list[np.ndarray]]) -> list[list[np.ndarray]]:
+    """Per iteration and copy, the operations its calls launched, in the order they started."""
+    out = []
+    for its in copies:
+        row = []
+        for calls in its:   # a copy's calls are one stretch: calls[0] .. calls[-1]
+            ops = np.flatnonzero((g.g_call >= calls[0]) & (g.g_call <= calls[-1]))
+            row.append(ops[np.argsort(g.g_start[ops], kind="stable")])
+        out.append(row)
+    return out
+
+
+def merge_edit(g: StepGraph, copies: list[list[np.ndarray]], ops: list[list[np.ndarray]], grid: np.ndarray,
+               slots: int, m: int, matrix: np.ndarray, aligned: dict):
     """(the edit, the calls that go, the merged operations' time before and after) for merging
     each iteration's copies by ``m`` (see the module's Expected gain): in each group the first
-    copy stays, the others' operations are matched to its own by name in launch order. The edit
-    merges the times of the graph it is given, so that it composes with other fixes' edits (a
-    fusion first)."""
+    copy stays, the others' operations (``ops``: copy_ops) are matched to its own by name in
+    launch order (``aligned``: the matches already made, by iteration and copies, which the
+    merges by other ``m`` share). The edit merges the times of the graph it is given, so that it
+    composes with other fixes' edits (a fusion first)."""
     xs: list[np.ndarray] = []
     ys: list[np.ndarray] = []
     gone: list[np.ndarray] = []
-    matrix = np.array([bool(MATRIX_RE.search(str(n))) for n in g.op_names] + [False], dtype=bool)
-    for its in copies:
+    gone_ops: list[np.ndarray] = []
+    for i, its in enumerate(copies):
         for first in range(0, len(its) - m + 1, m):
-            in_a = np.isin(g.g_call, its[first])
-            oa = np.flatnonzero(in_a)[np.argsort(g.g_start[in_a], kind="stable")]
-            for b in its[first + 1:first + m]:
-                in_b = np.isin(g.g_call, b)
-                ob = np.flatnonzero(in_b)[np.argsort(g.g_start[in_b], kind="stable")]
-                ia, ib = align(g.g_name[oa], g.g_name[ob], matrix[g.g_name[oa]] & (g.g_kind[oa] == 0),
-                               matrix[g.g_name[ob]] & (g.g_kind[ob] == 0))
+            oa = ops[i][first]
+            for j in range(first + 1, first + m):
+                ob = ops[i][j]
+                if (i, first, j) not in aligned:
+                    aligned[i, first, j] = align(g.g_name[oa], g.g_name[ob],
+                                                 matrix[g.g_name[oa]] & (g.g_kind[oa] == 0),
+                                                 matrix[g.g_name[ob]] & (g.g_kind[ob] == 0))
+                ia, ib = aligned[i, first, j]
                 xs.append(oa[ia])
                 ys.append(ob[ib])
-                gone.append(b)
+                gone.append(its[j])
+                gone_ops.append(ob)
     x_of_y = np.concatenate(xs) if xs else np.empty(0, dtype=np.int64)
     y = np.concatenate(ys) if ys else np.empty(0, dtype=np.int64)
     x, at = np.unique(x_of_y, return_inverse=True)
     calls = np.concatenate(gone) if gone else np.empty(0, dtype=np.int64)
-    b_ops = np.flatnonzero(np.isin(g.g_call, calls))
+    b_ops = np.concatenate(gone_ops) if gone_ops else np.empty(0, dtype=np.int64)
     # copies and memsets move the bytes of all: their times summed (no grid, no waves)
     kernel = g.g_kind[x] == 0
     cb = np.where(grid[y] > 0, grid[y], 0)
@@ -222,23 +227,27 @@ def detect(ctx: RuleContext) -> list[Finding]:
     if m is None or ctx.iterations == 0:
         return []
     g = m.graph
-    found = micro_batches(g, int(RULE.param("probe")), float(RULE.param("min_cover")))
+    matrix = matrix_names(g)
+    found = micro_batches(g, int(RULE.param("probe")), float(RULE.param("min_cover")), matrix)
     ks = {len(c) for c in found}
     if not found or len(ks) != 1 or min(ks) < 2:
         return []   # no iteration, or not every modelled iteration, accumulates the same way
     k = ks.pop()
     gpu = ctx.prof.full_trace.primary_gpu()
     sm = int(gpu.sm_count or 0) if gpu is not None else 0
-    grid = _grids(ctx, g)
+    grid = np.full(g.n_ops, -1, dtype=np.int64)   # blocks per kernel, -1 where unknown
+    kernels = np.flatnonzero((g.g_kind == 0) & (g.g_call >= 0))
+    grid[kernels] = ctx.launch_grids(kernels)
     its = len(found)
     # k/f micro-batches of f times the size: halving (the smallest change, the likeliest to fit)
     # is the number; each power of two that divides k, and one micro-batch, said beside it
     ev: dict = {"micro_batches": k}
     prices = []
     alternatives = {}
+    ops, aligned = copy_ops(g, found), {}
     for f in sorted({2, k} | {d for d in (4, 8, 16, 32, 64) if d < k and k % d == 0}):
         n = -(-k // f)
-        edit, calls, before, after = merge_edit(g, found, grid, sm, f)
+        edit, calls, before, after = merge_edit(g, found, ops, grid, sm, f, matrix, aligned)
         gain, basis = ctx.price(edit, f"{k} micro-batches a step -> {n}: in each group of {f} the "
                                       f"others' {len(calls) / its / n:.0f} calls gone with their CPU "
                                       f"time, their operations merged into the first's ({before / its / 1e6:.2f}"
@@ -249,7 +258,7 @@ def detect(ctx: RuleContext) -> list[Finding]:
         alternatives[f"to_{n}_speedup"] = edit
     _, gain, basis, before, after, edit = prices[0]
     ev.update(merged_gpu_ns_per_step=int(after / its), paired_gpu_ns_per_step=int(before / its))
-    per_copy = float(np.mean([len(np.flatnonzero(np.isin(g.g_call, c[0]) & (g.g_kind == 0))) for c in found]))
+    per_copy = float(np.mean([(g.g_kind[o[0]] == 0).sum() for o in ops]))
     ev["kernels_per_micro_batch"] = round(per_copy, 1)
     others = "; ".join(f"{-(-k // f)} of {f} times the size: {gf:.2f}x" for f, gf, *_ in prices[1:])
     half = (f"{-(-k // 2)} micro-batches of twice the size" if k > 2

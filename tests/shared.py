@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import copy
 import functools
+import re
 from pathlib import Path
 from typing import Optional
 
@@ -91,3 +92,33 @@ def loop_and_interleave(mod, script: str, variants: str, monkeypatch, tmp_path: 
     mod.main()
     got = json.loads(out.read_text())["variants"]
     assert list(got) == variants.split(",") and all(v["n_used"] == 2 for v in got.values())
+
+
+def check_first_sight_entry(prog: dict, root: Path) -> None:
+    """A first-sight registry entry against the program it names: its fixes the program's own
+    (2 to 4, each ``--fix NAME``), what is expected of each, the iteration range the program
+    opens, a capture of 30-60 iterations, the compiling variants marked, and no variant listed
+    for interleaving that the program refuses to interleave."""
+    path = root / prog["script"]
+    src = path.read_text()
+    fixes = set(declared(path, "FIXES"))
+    assert set(declared(path, "CUDA_ONLY")) <= fixes, prog["name"]
+    assert 2 <= len(prog["fixes"]) <= 4 and set(prog["fixes"]) <= fixes, prog["name"]
+    for name, fix in prog["fixes"].items():
+        assert fix["args"] == ["--fix", name] and fix["pays"] in (True, False, None), (prog["name"], name)
+    assert set(prog["expect"]) == {"baseline", *prog["fixes"]}, prog["name"]
+    # the program's iteration range is the one named (_corpus.train_step opens "train_step"),
+    # and a capture runs 30-60 iterations
+    opens = f'nvtx("{prog["step_range"]}")' in src
+    assert opens or (prog["step_range"] == "train_step" and "train_step(" in src), prog["name"]
+    assert prog["capture_args"][:1] == ["--steps"] and 30 <= int(prog["capture_args"][1]) <= 60
+    # compiling variants are marked so (the harness gives them longer): a program compiled
+    # in every variant at the program's level, else the fixes that compile
+    always = "torch.compile(model" in src and "compile" not in fixes
+    assert prog.get("compiles", False) == always, prog["name"]
+    for name, fix in prog["fixes"].items():
+        assert fix.get("compiles", always) == (always or "compile" in name), (prog["name"], name)
+    # a fix the program refuses to interleave is never listed for it
+    refused = set(re.findall(r'not_interleaved=\{"(\w+)"', src))
+    listed = fixes if prog["interleave"] == "all" else set(prog["interleave"])
+    assert not refused & listed and listed <= set(prog["fixes"]), prog["name"]

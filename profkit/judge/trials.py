@@ -6,8 +6,9 @@ profkit.judge.rules.base.TrialOf): the switch that measures the finding's own pr
 unless the finding names another (``Finding.switch``: PK103's torch.compile of a GPU-paced step,
 PK305's channels_last alone), and the others measure variants the rule priced in its evidence
 (PK302's ``bf16_speedup``). ``--try auto`` runs, for every rule that fired, best price first, the
-trials its metadata lists; and ``cudnn_benchmark`` where convolutions take CONV_SHARE of the
-window's kernel time or more, which no rule prices.
+trials its metadata lists but those its finding refuses (evidence ``trials_refused``); and
+``cudnn_benchmark`` where convolutions take CONV_SHARE of the window's kernel time or more, which
+no rule prices.
 """
 from __future__ import annotations
 
@@ -33,7 +34,10 @@ def auto_trials(findings: list[Finding], prof: "ProfileView", run: "RunSummary")
     for f in sorted(findings, key=lambda f: -f.expected_end_to_end_speedup):
         meta = rules.get(f.code).RULE
         out += [f.switch] if f.switch else []
-        out += [t.switch for t in meta.trials]
+        # a switch the finding says cannot run the program (PK103's reduce-overhead on a step
+        # that accumulates gradients) would spend a run on a known failure
+        refused = set(f.evidence.get("trials_refused", ()))
+        out += [t.switch for t in meta.trials if t.switch not in refused]
     if conv_share(RuleContext(prof, run)) >= CONV_SHARE:
         out.append(Switch.CUDNN_BENCHMARK.value)
     return list(dict.fromkeys(out))

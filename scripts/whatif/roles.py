@@ -154,6 +154,7 @@ FIX_RULES = {
     ("accum_resnet_train", "bigger_micro"): ("PK205", "to_2_speedup"),
     ("accum_resnet_train", "one_batch"): ("PK205", "to_1_speedup"),
     ("accum_resnet_train", "compile"): ("PK103", "fusion_speedup"),
+    ("accum_resnet_train", "graph"): ("PK103", "cuda_graph_speedup"),
     ("grad_checkpoint_train", "no_checkpointing"): ("PK204", None), ("grad_checkpoint_train", "fused_adamw"): ("PK201", None),
     ("cpu_tokenize_infer", "encode_batch"): (None, None), ("cpu_tokenize_infer", "workers"): ("PK102", None),
     ("cpu_tokenize_infer", "pretokenized"): ("PK102", None),

@@ -15,12 +15,18 @@ SMs, four times a step. BatchNorm's statistics are per micro-batch either way (a
 micro-batch changes them, as it would on any GPU).
 
     python w_accum_resnet_train.py [--steps 20] [--fix bigger_micro | --fix one_batch]
-                                   [--fix compile]
+                                   [--fix compile | --fix graph]
 
 Fixes:
   bigger_micro  2 micro-batches of 64 images instead of 4 of 32: the same 128 images a step.
   one_batch     1 batch of 128 images, no accumulation.
   compile       ``torch.compile(model)`` (default mode), the 4 micro-batches kept.
+  graph         the whole step (4 micro-batches and the optimizer) captured by hand in one CUDA graph
+                (``torch.cuda.graph``, static input buffers filled by the graph's own RNG) and
+                replayed. ``torch.compile(model, mode="reduce-overhead")`` is not an option here:
+                its CUDA graph trees hand the backward's gradient buffers to ``.grad`` and overwrite
+                them in the next micro-batch's backward ("accessing tensor output of CUDAGraphs that
+                has been overwritten by a subsequent run", PyTorch issue 169545).
 """
 from __future__ import annotations
 
@@ -32,8 +38,8 @@ import torch.nn.functional as F
 
 from _corpus import nvtx, program_args, run  # noqa: E402 (the workloads' shared helpers)
 
-FIXES = ("bigger_micro", "one_batch", "compile")
-CUDA_ONLY: tuple[str, ...] = ()
+FIXES = ("bigger_micro", "one_batch", "compile", "graph")
+CUDA_ONLY: tuple[str, ...] = ("graph",)
 EFFECTIVE = 128  # images per optimizer step, whatever the micro-batches
 
 
@@ -85,28 +91,50 @@ def build(args, fixes: set[str], dev: torch.device) -> Callable[[], float]:
                           fused=dev.type == "cuda")
     net = torch.compile(model) if "compile" in fixes else model
 
-    def step() -> torch.Tensor:
+    def body() -> torch.Tensor:
         total = torch.zeros((), device=dev)
-        with nvtx("train_step"):
-            for _ in range(accum):
-                x = torch.randn(micro, 3, size, size, device=dev).contiguous(memory_format=torch.channels_last)
-                y = torch.randint(0, classes, (micro,), device=dev)
-                with nvtx("forward"), torch.autocast(dev.type, dtype=torch.bfloat16):
-                    loss = F.cross_entropy(net(x), y) / accum
-                with nvtx("backward"):
-                    loss.backward()
-                total += loss.detach()
-            with nvtx("optimizer"):
-                opt.step()
+        for _ in range(accum):
+            x = torch.randn(micro, 3, size, size, device=dev).contiguous(memory_format=torch.channels_last)
+            y = torch.randint(0, classes, (micro,), device=dev)
+            with nvtx("forward"), torch.autocast(dev.type, dtype=torch.bfloat16):
+                loss = F.cross_entropy(net(x), y) / accum
+            with nvtx("backward"):
+                loss.backward()
+            total += loss.detach()
+        with nvtx("optimizer"):
+            opt.step()
+            if "graph" not in fixes:  # a captured step's first backward writes the grads afresh
                 opt.zero_grad(set_to_none=True)
         return total
+
+    if "graph" in fixes:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm-up off the default stream, as capture requires
+            for _ in range(3):
+                opt.zero_grad(set_to_none=True)
+                body()
+        torch.cuda.current_stream().wait_stream(side)
+        opt.zero_grad(set_to_none=True)  # the captured backward allocates the grads in the graph's pool
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            s_total = body()
+
+        def step() -> torch.Tensor:
+            with nvtx("train_step"):
+                graph.replay()
+            return s_total
+    else:
+        def step() -> torch.Tensor:
+            with nvtx("train_step"):
+                return body()
     return step
 
 
 def main() -> None:
     args, fixes, dev = program_args(__doc__, FIXES, CUDA_ONLY, steps=20,
                                     steps_help="optimizer steps (the first ones are warm-up)",
-                                    alternatives=[("bigger_micro", "one_batch")])
+                                    alternatives=[("bigger_micro", "one_batch"), ("compile", "graph")])
     ran = run(build, args, fixes, dev)
     if ran:
         print(f"w_accum_resnet_train: {args.steps} steps, fixes {sorted(fixes) or 'none'}, "

@@ -76,7 +76,10 @@ def evaluate(prof: ProfileView, run: RunSummary, codes: Optional[Collection[str]
             if f.edit is None:
                 f.edit = next((e for g, e in reversed(ctx.priced)
                                if abs(g - f.expected_end_to_end_speedup) < 1e-12), None)
-            if f.switch is None and mod.RULE.trials:
+            # the rule's first trial measures the finding's own price, unless the finding says
+            # that switch cannot run the program (then no switch measures it)
+            if (f.switch is None and mod.RULE.trials
+                    and mod.RULE.trials[0].switch not in f.evidence.get("trials_refused", ())):
                 f.switch = mod.RULE.trials[0].switch
         ctx.found[mod.RULE.code] = found
         out.extend(found)

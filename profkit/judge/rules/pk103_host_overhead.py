@@ -99,6 +99,17 @@ Expected gain
       explained: Dynamo's cost per graph break, timed on a CPU with 50 breaks a call, was
       within that timing's noise), and a MoE step whose routing changes its shapes every step
       1.12x -> 1.62x (0.77x: data-dependent shapes, which the edit does not see).
+    * A step that accumulates gradients over several micro-batches (PK205's evidence: the same
+      forward and backward k times before one optimizer step) is not offered
+      ``torch.compile(mode="reduce-overhead")``: its CUDA graph trees hand each backward's gradient
+      buffers to ``.grad`` and overwrite them in the next micro-batch's backward ("accessing tensor
+      output of CUDAGraphs that has been overwritten by a subsequent run", PyTorch issue 169545;
+      the trial failed so on both accumulating programs of the corpus, GPT-2 fp16 with 8
+      micro-batches and a ResNet-50-shaped CNN with 4). The number is the whole step graphed by
+      hand (``torch.cuda.graph``, the accumulation inside the graph), the default mode's fusion
+      said beside it, and ``--try auto`` skips the reduce-overhead trial (evidence
+      ``trials_refused``). The compiled graphs' prices are kept as ``compile_refused_speedup``
+      and ``compile_pieces_refused_speedup``.
     * A cudaMalloc where the step frees nothing is the caching allocator growing, however often
       it recurs (a sampler that keeps each step's latents: one every other step): under capture
       PyTorch serves the step's tensors from the graph's own pool, and the call refuses no graph
@@ -129,6 +140,7 @@ import numpy as np
 
 from profkit.model import Rung
 from profkit.judge.rules.base import Finding, Param, RuleContext, RuleMeta, Table, TrialOf, matches
+from profkit.judge.rules.pk205_accumulation_micro_batches import RULE as PK205, micro_batches
 from profkit.run.step.graph import CallKind, StepGraph
 from profkit.run.step.fusion import inductor_fusion
 from profkit.run.step.transform import cuda_graph, graphable, replace_ops
@@ -247,8 +259,26 @@ def detect(ctx: RuleContext) -> list[Finding]:
         ev["fused_runs_per_iteration"] = round(len(groups) / its, 1)
         if comp_gain > graph_gain:
             gain, basis = comp_gain, comp_basis
+    # Gradient accumulation: reduce-overhead's CUDA graph trees hand each backward's gradient
+    # buffers to .grad and overwrite them in the next micro-batch's backward (PyTorch issue
+    # 169545), so it cannot run the step: the graph by hand is the number.
+    accumulates = accumulation(g)
+    if accumulates:
+        ev["micro_batches"] = accumulates
+        ev["trials_refused"] = ["compile_graphs"]
+        if "compile_speedup" in ev:
+            ev["compile_refused_speedup"] = ev.pop("compile_speedup")
+        gain, basis = graph_gain, graph_basis
+    no_trees = (f"torch.compile(mode=\"reduce-overhead\") cannot run a step that accumulates gradients "
+                f"over {accumulates} backwards (its CUDA graph trees overwrite the gradients each backward "
+                "hands to .grad: PyTorch issue 169545)")
     # Two fixes in one action: each priced, the number in brackets said to be whose.
-    if "compile_speedup" in ev and basis is not graph_basis:
+    if accumulates:
+        which = (f"torch.cuda.graph of the whole step by hand {graph_gain:.2f}x, the gradients accumulated "
+                 f"inside the graph; {no_trees}"
+                 + (f"; torch.compile's default mode, fusion alone: {ev['fusion_speedup']:.2f}x"
+                    if "fusion_speedup" in ev else ""))
+    elif "compile_speedup" in ev and basis is not graph_basis:
         which = (f"torch.compile(mode=\"reduce-overhead\") {ev['compile_speedup']:.2f}x (fuses, then "
                  f"captures; the number below), torch.cuda.graphs by hand {graph_gain:.2f}x (every kernel kept)")
     elif "compile_speedup" in ev:
@@ -308,12 +338,16 @@ def detect(ctx: RuleContext) -> list[Finding]:
                 f"the pieces between the {len(block) / its:.0f} blocking calls per iteration compiled "
                 f"({fused}) and replayed as CUDA graphs (the Python after each blocking call and gaps "
                 "over 1 ms stay)")
-            ev["compile_pieces_speedup"] = round(fused_gain, 3)
             # The number stays the graphs' alone, the smaller change; the compiled pieces' price
             # is said beside it. On the corpus, ranking by it put a compile nobody timed above the
             # removal of the sync (vit_grad_norms, gpt2_empty_cache, sync_loop).
-            which += (f" (the number below), torch.compile(mode=\"reduce-overhead\") {fused_gain:.2f}x "
-                      "(fuses, then captures the pieces)")
+            if accumulates:
+                ev["compile_pieces_refused_speedup"] = round(fused_gain, 3)
+                which += f" (the number below; {no_trees})"
+            else:
+                ev["compile_pieces_speedup"] = round(fused_gain, 3)
+                which += (f" (the number below), torch.compile(mode=\"reduce-overhead\") {fused_gain:.2f}x "
+                          "(fuses, then captures the pieces)")
         if price >= 1.02 and len(graphed) >= 0.5 * its:
             return [Finding(RULE.code, RULE.name, action, Rung.TORCH_COMPILE, ev, price,
                             f"{price_basis}; the step holds {'; '.join(blockers)}", max(gain, price))]
@@ -359,6 +393,14 @@ def detect(ctx: RuleContext) -> list[Finding]:
         # dependent kernels (each launch's latency, the tiny kernels' ramp) go, not the CPU's time
         action = action.replace("cut the CPU cost per kernel", "cut the GPU's gaps between its kernels")
     return [Finding(RULE.code, RULE.name, action, Rung.TORCH_COMPILE, ev, gain, basis, gain)]
+
+
+def accumulation(g: StepGraph) -> int:
+    """Micro-batches a step accumulates gradients over (PK205's evidence: one forward and backward
+    repeated on every modelled iteration), 0 where it does not."""
+    found = micro_batches(g, int(PK205.param("probe")), float(PK205.param("min_cover")))
+    ks = {len(c) for c in found}
+    return ks.pop() if len(ks) == 1 and min(ks) >= 2 else 0
 
 
 LONG_GAP_NS = 1_000_000.0  # CPU time between captured pieces longer than this is the program's own

@@ -6,6 +6,7 @@ PK302), each on a temporary copy of a committed trace with a ``replacements`` me
 (the committed traces are never written). The GPU tests skip without CUDA."""
 from __future__ import annotations
 
+import collections
 import json
 import lzma
 import shutil
@@ -110,7 +111,9 @@ def test_bootstrap_records_one_iteration_of_a_cpu_program(tmp_path):
                                 "dtype": "fp32", "grad": True, "calls": 5}]
     assert rec["copy"] == [{"direction": "h2d", "bytes": 2 * 16 * 32 * 4, "pinned": False,
                             "non_blocking": False, "count": 1}]
-    gemms = {(g["op"], g["batch"], g["m"], g["n"], g["k"]): g["count"] for g in rec["gemm"]}
+    gemms = collections.Counter()
+    for g in rec["gemm"]:   # one shape in several layouts (the backward's transposed views)
+        gemms[(g["op"], g["batch"], g["m"], g["n"], g["k"])] += g["count"]
     assert gemms[("bmm", 8, 16, 16, 8)] == 2 and gemms[("bmm", 8, 16, 8, 16)] >= 1   # forward and backward
     assert gemms[("addmm", 1, 3, 80, 12)] == 5           # the cell's input projection, each step
     # small and cheap: a few KB, a few microseconds of bookkeeping an op
@@ -787,3 +790,26 @@ def test_the_record_on_cuda_reads_the_causal_mask_and_the_copies():
 def test_no_committed_trace_was_written():
     out = subprocess.run(["git", "status", "--porcelain", "traces"], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode != 0 or out.stdout.strip() == ""
+
+
+def test_the_gemms_keep_their_operands_layout():
+    """nn.Linear multiplies by its weight's transposed view (NT); a plain x @ y is NN; the timing
+    builds the operands in the recorded layout (TF32 on Hopper runs them at different speeds)."""
+    lin = torch.nn.Linear(24, 40)
+    x, y = torch.randn(16, 24), torch.randn(24, 40)
+
+    def step():
+        lin(x)
+        x @ y
+        x.t().contiguous().t() @ y   # a transposed view on the left
+    rec = _record(step)
+    lay = {(g["op"], g["m"], g["n"], g["k"], g["layout"]) for g in rec["gemm"]}
+    assert ("addmm", 16, 40, 24, "NT") in lay and ("mm", 16, 40, 24, "NN") in lay, lay
+    assert ("mm", 16, 40, 24, "TN") in lay, lay
+    a, b = timing.gemm_operands(torch, {"op": "addmm", "batch": 1, "m": 16, "n": 40, "k": 24,
+                                        "layout": "NT"}, torch.device("cpu"))
+    assert a.shape == (16, 24) and a.is_contiguous() and b.shape == (24, 40) and b.stride() == (1, 24)
+    a, b = timing.gemm_operands(torch, {"op": "bmm", "batch": 3, "m": 16, "n": 40, "k": 24}, torch.device("cpu"))
+    assert a.is_contiguous() and b.is_contiguous() and b.shape == (3, 24, 40)   # no layout: NN
+    assert timing.gemm_key({"op": "addmm", "batch": 1, "m": 16, "n": 40, "k": 24, "dtype": "fp32",
+                            "layout": "NT"}) == "addmm b=1 m=16 n=40 k=24 fp32 NT"

@@ -7,7 +7,10 @@ price the replacement best when it is timed at the program's own shapes
 (``bootstrap --calibrate FILE --record-ops FILE``) one iteration is watched and only these ops are
 kept, aggregated into unique shapes with their counts:
 
-* GEMMs (``mm``, ``addmm``, ``bmm``, ``baddbmm``): batch, M, N, K, element type; and those of
+* GEMMs (``mm``, ``addmm``, ``bmm``, ``baddbmm``): batch, M, N, K, element type, and the
+  operands' layout (``layout``: ``N`` for a row-major operand, ``T`` for a transposed view, the
+  left operand's letter first: ``nn.Linear`` is ``NT``; on Hopper, TF32 runs the layouts at
+  different speeds, a ViT-B/16's ``NT`` projections timed as ``NN`` 1.2-1.7x too slow); and those of
   ``nn.MultiheadAttention``'s and ``nn.TransformerEncoderLayer``'s inference fast paths, which run
   as one op (their projections and feed-forward, from the weights' shapes);
 * attention on the math path: a batched GEMM whose output reaches a softmax (through views, a
@@ -47,7 +50,7 @@ one-line note. What it writes (``profkit-oprecord/1``)::
     {"format": "profkit-oprecord/1", "range": "train_step", "iteration": 3, "device": "cuda",
      "ops_seen": 1234, "cost_ns": 2100000, "notes": [],
      "gemm": [{"op": "bmm", "batch": 32, "m": 2048, "n": 2048, "k": 64, "dtype": "bf16",
-               "count": 12}, ...],
+               "layout": "NT", "count": 12}, ...],
      "attention": [{"batch": 32, "sq": 2048, "sk": 2048, "d": 64, "dv": 64, "dtype": "bf16",
                     "mask": "causal", "grad": true, "count": 12}, ...],
      "copy": [{"direction": "h2d", "bytes": 8388608, "pinned": false, "non_blocking": false,
@@ -78,6 +81,14 @@ MAX_TRACKED = 4096      # tensors followed from a score GEMM towards its softmax
 MASK_LARGE_NEGATIVE = -1e4  # an added mask's value that masks a score
 
 GEMMS = {"mm", "addmm", "bmm", "baddbmm"}
+
+
+def layout(t: Any) -> str:
+    """``T`` for a GEMM operand that is a transposed view (its last two dimensions' strides
+    swapped: ``weight.t()``), ``N`` otherwise."""
+    if t.dim() < 2 or t.shape[-1] == 1 or t.shape[-2] == 1:
+        return "N"
+    return "T" if t.stride(-2) == 1 and t.stride(-1) != 1 else "N"
 # nn.MultiheadAttention's and nn.TransformerEncoderLayer's inference fast paths: one op whose
 # projections (and feed-forward) are GEMMs the dispatch never shows on their own
 FUSED_LAYERS = {"_native_multi_head_attention", "_transformer_encoder_layer_fwd"}
@@ -279,7 +290,7 @@ class OpRecord:
         m, k, n = int(a.shape[-2]), int(a.shape[-1]), int(b.shape[-1])
         dt = dtype_name(a.dtype)
         self.devices.add(a.device.type)
-        self.gemm[(name, batch, m, n, k, dt)] += 1
+        self.gemm[(name, batch, m, n, k, dt, layout(a) + layout(b))] += 1
         if a.dim() != 3 or backward:
             return
         first = self._tracked.get(a)
@@ -313,16 +324,16 @@ class OpRecord:
         self.devices.add(q.device.type)
         rows = lambda t: int(t.shape[0]) * int(t.shape[1])   # noqa: E731 - batch x sequence
         if k is q and v is q:
-            self.gemm[("addmm", 1, rows(q), int(w_qkv.shape[0]), e, dt)] += 1
+            self.gemm[("addmm", 1, rows(q), int(w_qkv.shape[0]), e, dt, "NT")] += 1
         else:
             for t in (q, k, v):
-                self.gemm[("addmm", 1, rows(t), e, e, dt)] += 1
-        self.gemm[("addmm", 1, rows(q), e, e, dt)] += 1
+                self.gemm[("addmm", 1, rows(t), e, e, dt, "NT")] += 1
+        self.gemm[("addmm", 1, rows(q), e, e, dt, "NT")] += 1
         if name == "_transformer_encoder_layer_fwd" and len(args) > 16:
             w1 = args[14]
             f = int(w1.shape[0])
-            self.gemm[("addmm", 1, rows(q), f, e, dt)] += 1
-            self.gemm[("addmm", 1, rows(q), e, f, dt)] += 1
+            self.gemm[("addmm", 1, rows(q), f, e, dt, "NT")] += 1
+            self.gemm[("addmm", 1, rows(q), e, f, dt, "NT")] += 1
 
     def _follow(self, args: tuple, out: Any, to: Optional[str] = None, masking: bool = False,
                 dropout: Optional[float] = None) -> None:
@@ -497,8 +508,8 @@ class OpRecord:
             "format": FORMAT, "range": self.range, "iteration": RECORD_AT if self.range else None,
             "device": next((d for d in dev if d != "cpu"), dev[0] if dev else None),
             "ops_seen": int(self.ops_seen), "cost_ns": int(self.cost_ns), "notes": self.notes,
-            "gemm": [{"op": op, "batch": b, "m": m, "n": n, "k": k, "dtype": dt, "count": c}
-                     for (op, b, m, n, k, dt), c in self.gemm.most_common()],
+            "gemm": [{"op": op, "batch": b, "m": m, "n": n, "k": k, "dtype": dt, "layout": lay, "count": c}
+                     for (op, b, m, n, k, dt, lay), c in self.gemm.most_common()],
             "attention": [{"batch": b, "sq": sq, "sk": sk, "d": d, "dv": dv, "dtype": dt,
                            "mask": mask, "grad": grad, "count": c, **({"dropout": p} if p else {})}
                           for (b, sq, sk, d, dv, dt, mask, grad, p), c in self.attention.most_common()],

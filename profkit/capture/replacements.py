@@ -28,7 +28,9 @@ time their GPU work and not the host's launching, and timed unheld too, the lowe
   same bytes from (into) a pinned buffer with ``non_blocking=True``, on the host clock with a
   synchronisation (a pageable copy is staged by the CPU);
 * ``gemm_tf32`` / ``gemm_bf16``: each fp32 GEMM shape in full fp32 against TF32 and against bf16
-  operands (the casts autocast would add are not timed: PK302 prices their CPU apart);
+  operands, in the operands' recorded layout (``nn.Linear``'s transposed weight: Hopper's TF32
+  kernels run it faster than two row-major operands); the casts autocast would add are not
+  timed (PK302 prices their CPU apart);
 * ``conv_bf16``: each fp32 2-D or 3-D convolution shape as the program ran it (its memory format,
   cuDNN's TF32 as it was set) against bf16 on channels_last (channels_last_3d) tensors, forward and backward (input and
   weight gradients) where the program's inputs required gradients, the forward alone kept beside
@@ -440,18 +442,30 @@ def time_copy(torch: Any, timer: Timer, c: dict) -> dict:
 
 # -- GEMMs -------------------------------------------------------------------------------------
 def gemm_key(g: dict) -> str:
-    return f"{g['op']} b={g['batch']} m={g['m']} n={g['n']} k={g['k']} {g['dtype']}"
+    lay = g.get("layout", "NN")
+    return f"{g['op']} b={g['batch']} m={g['m']} n={g['n']} k={g['k']} {g['dtype']}" + (f" {lay}" if lay != "NN" else "")
+
+
+def gemm_operands(torch: Any, g: dict, device: Any) -> tuple[Any, Any]:
+    """Random fp32 operands of a recorded GEMM in its layout (a record without one: ``NN``): a
+    ``T`` operand is the transposed view of a row-major tensor, as ``nn.Linear``'s weight is."""
+    b, m, n, k = (int(g[x]) for x in ("batch", "m", "n", "k"))
+    lay = g.get("layout", "NN")
+    batched = g["op"] in ("bmm", "baddbmm")
+
+    def make(rows: int, cols: int, transposed: bool) -> Any:
+        lead = (b,) if batched else ()
+        if transposed:
+            return torch.randn(*lead, cols, rows, device=device).transpose(-1, -2)
+        return torch.randn(*lead, rows, cols, device=device)
+    return make(m, k, lay[0] == "T"), make(k, n, lay[1] == "T")
 
 
 def time_gemm(torch: Any, timer: Timer, g: dict, to: str) -> dict:
     e = _entry(f"gemm_{to}", gemm_key(g), g, g.get("count", 1))
-    b, m, n, k = (int(g[x]) for x in ("batch", "m", "n", "k"))
-    shape_a = (b, m, k) if g["op"] in ("bmm", "baddbmm") else (m, k)
-    shape_b = (b, k, n) if g["op"] in ("bmm", "baddbmm") else (k, n)
     before = torch.get_float32_matmul_precision()
     try:
-        x = torch.randn(*shape_a, device=timer.device)
-        y = torch.randn(*shape_b, device=timer.device)
+        x, y = gemm_operands(torch, g, timer.device)
         torch.set_float32_matmul_precision("highest")
         orig = timer(lambda: x @ y)
         if to == "tf32":

@@ -34,6 +34,6 @@ def test_a_nanogpt_attention_is_priced_as_flash_from_the_record_gemms():
     f = next(f for f in p.findings() if f.code == "PK301")
     ev = f.evidence
     assert ev["priced_from"] == "flash_estimate" and "batched GEMMs" in ev["shapes_from"]
-    assert ev["attentions"] == 318                       # 12 forward and 12 backward an iteration
+    assert ev["attentions"] == 216                       # 12 forward and 12 backward an iteration, 9 iterations
     # (1.74x before the driver query in front of each removed launch went with its dispatch)
-    assert round(f.expected_end_to_end_speedup, 2) == 1.90
+    assert round(f.expected_end_to_end_speedup, 2) == 1.94   # 1.90x on the 15-iteration window

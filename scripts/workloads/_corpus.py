@@ -136,6 +136,26 @@ def capture(fn: Callable[[torch.Tensor], torch.Tensor], static: torch.Tensor) ->
     return graph, out
 
 
+def capture_training(body: Callable[[], torch.Tensor], opt: torch.optim.Optimizer) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
+    """A whole training step ``body()`` (forward, backward, optimizer) captured in a CUDA graph
+    after three warm-up steps on a side stream (as capture requires): the graph and ``body``'s
+    output buffer. The gradients are set to None before capture, so the captured backward
+    allocates them in the graph's pool and writes them afresh each replay: ``body`` must not zero
+    them itself."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            opt.zero_grad(set_to_none=True)
+            body()
+    torch.cuda.current_stream().wait_stream(side)
+    opt.zero_grad(set_to_none=True)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = body()
+    return graph, out
+
+
 def graphed(fn: Callable[[torch.Tensor], torch.Tensor], static: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
     """``fn`` captured (``capture``) on ``static``. Returns ``run(x)``: ``x`` copied into ``static``,
     the graph replayed, its output buffer returned."""

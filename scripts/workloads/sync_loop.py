@@ -17,7 +17,7 @@ from typing import Callable
 
 import torch
 
-from _corpus import check_interleave, interleave, interleave_args  # noqa: E402 (the workloads' shared helpers)
+from _corpus import capture_training, check_interleave, interleave, interleave_args  # noqa: E402 (the workloads' shared helpers)
 
 
 def bookkeeping(history: list, value) -> None:
@@ -49,17 +49,7 @@ def build(no_sync: bool, graph: bool) -> Callable[[bool], None]:
         return loss.detach()
 
     if graph:
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):  # warm-up off the default stream, as capture requires
-            for _ in range(3):
-                opt.zero_grad(set_to_none=True)
-                train_step()
-        torch.cuda.current_stream().wait_stream(side)
-        opt.zero_grad(set_to_none=True)  # the captured backward allocates the grads in the graph's pool
-        cuda_graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(cuda_graph):
-            static_loss = train_step()
+        cuda_graph, static_loss = capture_training(train_step, opt)
     history: list = []
     nvtx = torch.cuda.nvtx
 

@@ -36,7 +36,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from _corpus import nvtx, program_args, run  # noqa: E402 (the workloads' shared helpers)
+from _corpus import capture_training, nvtx, program_args, run  # noqa: E402 (the workloads' shared helpers)
 
 FIXES = ("bigger_micro", "one_batch", "compile", "graph")
 CUDA_ONLY: tuple[str, ...] = ("graph",)
@@ -108,17 +108,7 @@ def build(args, fixes: set[str], dev: torch.device) -> Callable[[], float]:
         return total
 
     if "graph" in fixes:
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):  # warm-up off the default stream, as capture requires
-            for _ in range(3):
-                opt.zero_grad(set_to_none=True)
-                body()
-        torch.cuda.current_stream().wait_stream(side)
-        opt.zero_grad(set_to_none=True)  # the captured backward allocates the grads in the graph's pool
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            s_total = body()
+        graph, s_total = capture_training(body, opt)
 
         def step() -> torch.Tensor:
             with nvtx("train_step"):

@@ -107,3 +107,63 @@ def test_cuda_graph_trees_are_not_offered_to_an_accumulating_step():
     # a step with one backward keeps reduce-overhead's price
     g = next(f for f in shared.corpus("resnet50_train").findings() if f.code == "PK103")
     assert "micro_batches" not in g.evidence and "compile_speedup" in g.evidence
+
+
+# -- a hand-built accumulating step ------------------------------------------------------------
+EW = "void at::native::vectorized_elementwise_kernel<4, at::native::AddFunctor<float>>"
+
+
+def _gemm(tile: int) -> str:
+    return f"sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize{tile}x128x64_warpgroupsize1x1x1_execute_kernel"
+
+
+# three layers, each a GEMM of its own shape (its own kernel) and a run of three elementwise kernels
+FWD = [k for t in (64, 128, 256) for k in (_gemm(t), EW, EW, EW)]
+BWD = [k for t in (256, 128, 64) for k in (EW, EW, EW, _gemm(t), _gemm(t))]
+
+
+def accumulating_trace(path, micro: int = 4, steps: int = 6, kernel_ns: int = 40_000, every_ns: int = 5_000):
+    """``steps`` NVTX ranges ``step``, each ``micro`` forwards (main thread) and backwards (autograd's
+    thread) then an optimizer kernel: GPU-bound (every kernel ``kernel_ns``, launched ``every_ns``
+    apart), runs of three elementwise kernels that torch.compile would fuse."""
+    from synth import TID, make_trace
+    names = sorted(set(FWD) | set(BWD) | {"multi_tensor_apply_kernel"})
+    ids = {n: 10 + i for i, n in enumerate(names)}
+    strings = {i: n for n, i in ids.items()}
+    strings.update({9: "cudaLaunchKernel", 3: "step"})
+    kernels, runtime, nvtx = [], [], []
+    corr, t, gpu = 0, 0, 0
+
+    def launch(name: str, tid: int) -> None:
+        nonlocal corr, t, gpu
+        corr += 1
+        runtime.append((t, t + 4_000, corr, tid))
+        start = max(t + 3_000, gpu + 500)
+        kernels.append((start, start + kernel_ns, corr, ids[name]))
+        gpu = start + kernel_ns
+        t += every_ns
+
+    for _ in range(steps):
+        t0 = t
+        for _m in range(micro):
+            for n in FWD:
+                launch(n, TID)
+            for n in BWD:
+                launch(n, TID + 1)
+        launch("multi_tensor_apply_kernel", TID)
+        t = max(t, gpu) + 100_000
+        nvtx.append((t0, t - 1, 3, TID))
+    return make_trace(path, kernels=kernels, runtime=runtime, nvtx=nvtx, strings=strings)
+
+
+def test_a_gpu_paced_accumulating_step_is_offered_the_default_mode(tmp_path):
+    # the graph takes nothing off a GPU-paced step, the fusion does; reduce-overhead cannot run it
+    import profkit
+    prof = profkit.load(accumulating_trace(tmp_path / "accum.sqlite"))
+    found = {f.code: f for f in prof.findings()}
+    assert found["PK205"].evidence["micro_batches"] == 4
+    f = found["PK103"]
+    assert f.evidence["micro_batches"] == 4 and f.switch == "compile"
+    assert round(f.expected_end_to_end_speedup, 3) == f.evidence["fusion_speedup"] > 1.02 > f.evidence["cuda_graph_speedup"]
+    assert f.action.startswith("torch.compile the model (default mode)")
+    assert "cannot run a step that accumulates gradients over 4 backwards" in f.action

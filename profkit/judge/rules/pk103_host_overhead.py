@@ -253,8 +253,8 @@ def detect(ctx: RuleContext) -> list[Finding]:
         ev["compile_speedup"] = round(comp_gain, 3)
         # torch.compile's default mode: the fusion alone, each fused-away kernel's launch and
         # the dispatch before it gone, no CUDA graph (the other launches stay)
-        fuse_gain, _ = ctx.price(lambda gr: replace_ops(gr, groups, np.asarray(new)),
-                                 f"torch.compile (default mode): {fused}")
+        fuse_gain, fuse_basis = ctx.price(lambda gr: replace_ops(gr, groups, np.asarray(new)),
+                                          f"torch.compile (default mode): {fused}")
         ev["fusion_speedup"] = round(fuse_gain, 3)
         ev["fused_runs_per_iteration"] = round(len(groups) / its, 1)
         if comp_gain > graph_gain:
@@ -371,6 +371,13 @@ def detect(ctx: RuleContext) -> list[Finding]:
         # measured the compiled one (profkit.judge.ranking)
         ev["untried_alternative_speedup"] = round(graph_gain, 3)
     if not host_paced:
+        if accumulates and ev.get("fusion_speedup", 1.0) > max(graph_gain, 1.02):
+            # GPU-paced and accumulating: the fusion pays most, and only the default mode runs
+            action = ("torch.compile the model (default mode): Inductor fuses each run of small kernels "
+                      "between the GEMM/attention/convolution kernels into one (the GPU sets this step's "
+                      f"pace; {no_trees})")
+            return [Finding(RULE.code, RULE.name, action, Rung.TORCH_COMPILE, ev, fuse_gain, fuse_basis,
+                            fuse_gain, switch="compile")]
         if gain < 1.02:
             return []
         if graph_gain < 1.02:

@@ -140,7 +140,7 @@ import numpy as np
 
 from profkit.model import Rung
 from profkit.judge.rules.base import Finding, Param, RuleContext, RuleMeta, Table, TrialOf, matches
-from profkit.judge.rules.pk205_accumulation_micro_batches import RULE as PK205, micro_batches
+from profkit.judge.rules.pk205_accumulation_micro_batches import RULE as PK205, accumulation, micro_batches
 from profkit.run.step.graph import CallKind, StepGraph
 from profkit.run.step.fusion import inductor_fusion
 from profkit.run.step.transform import cuda_graph, graphable, replace_ops
@@ -262,7 +262,7 @@ def detect(ctx: RuleContext) -> list[Finding]:
     # Gradient accumulation: reduce-overhead's CUDA graph trees hand each backward's gradient
     # buffers to .grad and overwrite them in the next micro-batch's backward (PyTorch issue
     # 169545), so it cannot run the step: the graph by hand is the number.
-    accumulates = accumulation(g)
+    accumulates = accumulation(micro_batches(g, int(PK205.param("probe")), float(PK205.param("min_cover"))))
     if accumulates:
         ev["micro_batches"] = accumulates
         ev["trials_refused"] = ["compile_graphs"]
@@ -400,14 +400,6 @@ def detect(ctx: RuleContext) -> list[Finding]:
         # dependent kernels (each launch's latency, the tiny kernels' ramp) go, not the CPU's time
         action = action.replace("cut the CPU cost per kernel", "cut the GPU's gaps between its kernels")
     return [Finding(RULE.code, RULE.name, action, Rung.TORCH_COMPILE, ev, gain, basis, gain)]
-
-
-def accumulation(g: StepGraph) -> int:
-    """Micro-batches a step accumulates gradients over (PK205's evidence: one forward and backward
-    repeated on every modelled iteration), 0 where it does not."""
-    found = micro_batches(g, int(PK205.param("probe")), float(PK205.param("min_cover")))
-    ks = {len(c) for c in found}
-    return ks.pop() if len(ks) == 1 and min(ks) >= 2 else 0
 
 
 LONG_GAP_NS = 1_000_000.0  # CPU time between captured pieces longer than this is the program's own

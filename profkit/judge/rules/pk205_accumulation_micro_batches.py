@@ -120,6 +120,13 @@ def micro_batches(g: StepGraph, probe: int, min_cover: float,
     return out
 
 
+def accumulation(found: list[list[np.ndarray]]) -> int:
+    """The micro-batches every modelled iteration of ``found`` (micro_batches) accumulates over,
+    0 where the iterations do not all show the same number of two or more."""
+    ks = {len(c) for c in found}
+    return ks.pop() if len(ks) == 1 and min(ks) >= 2 else 0
+
+
 def merged_ns(ta, tb, ca, cb, slots: int, tmax=None):
     """One kernel doing the work of several: ``ta``/``ca`` the first's time and blocks, ``tb``/``cb``
     the others' times and blocks summed (``tmax`` the longest of all, ``ta``/``tb``'s by default):
@@ -232,10 +239,9 @@ def detect(ctx: RuleContext) -> list[Finding]:
     g = m.graph
     matrix = matrix_names(g)
     found = micro_batches(g, int(RULE.param("probe")), float(RULE.param("min_cover")), matrix)
-    ks = {len(c) for c in found}
-    if not found or len(ks) != 1 or min(ks) < 2:
+    k = accumulation(found)
+    if not k:
         return []   # no iteration, or not every modelled iteration, accumulates the same way
-    k = ks.pop()
     gpu = ctx.prof.full_trace.primary_gpu()
     sm = int(gpu.sm_count or 0) if gpu is not None else 0
     grid = np.full(g.n_ops, -1, dtype=np.int64)   # blocks per kernel, -1 where unknown

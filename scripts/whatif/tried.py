@@ -74,6 +74,7 @@ SWITCH_OF: dict[tuple[str, str], str] = {
     ("ema_timm_train", "bf16"): "bf16",
     ("contrastive_clip_train", "bf16"): "bf16",
     ("contrastive_clip_train", "fused_adamw"): _FUSED,
+    ("accum_resnet_train", "compile"): "compile",
 }
 
 

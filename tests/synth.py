@@ -100,3 +100,28 @@ def plain(path) -> Path:
     cache: read it, or copy it before changing it, never write to it."""
     from profkit.read.compressed import decompressed, is_compressed
     return decompressed(path) if is_compressed(path) else Path(path)
+
+
+class Launches:
+    """A hand-built program's kernel launches: each ``launch(name, tid)`` is a 4 us launch call on
+    thread ``tid``, its kernel ``kernel_ns`` long, started 3 us after the call or 0.5 us after the
+    GPU's previous kernel ends; calls ``every_ns`` apart (the Python between launches). Kernel name
+    ids come from ``names`` (from 10 on); ``strings`` holds them beside cudaLaunchKernel (9) and the
+    NVTX text ``range_text`` (3), for make_trace."""
+
+    def __init__(self, names: Iterable[str], kernel_ns: int, every_ns: int, range_text: str = "step") -> None:
+        self.ids = {n: 10 + i for i, n in enumerate(sorted(set(names)))}
+        self.strings = {i: n for n, i in self.ids.items()}
+        self.strings.update({9: "cudaLaunchKernel", 3: range_text})
+        self.kernel_ns, self.every_ns = kernel_ns, every_ns
+        self.kernels: list[tuple] = []
+        self.runtime: list[tuple] = []
+        self.corr = self.t = self.gpu = 0
+
+    def launch(self, name: str, tid: int) -> None:
+        self.corr += 1
+        self.runtime.append((self.t, self.t + 4_000, self.corr, tid))
+        start = max(self.t + 3_000, self.gpu + 500)
+        self.kernels.append((start, start + self.kernel_ns, self.corr, self.ids[name]))
+        self.gpu = start + self.kernel_ns
+        self.t += self.every_ns

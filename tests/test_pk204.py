@@ -30,44 +30,30 @@ def step_trace(path: Path, *, checkpointed: bool, layers: int = 4, steps: int = 
     kernel ``kernel_ns``, launched ``every_ns`` apart (the Python between launches), run back to
     back. ``reentry_ns``: with checkpointing, after each layer's first backward kernel, that much
     Python and a CUDA call that launches nothing (the nested backward the checkpoint starts)."""
-    from synth import TID, make_trace
+    from synth import TID, Launches, make_trace
     autograd_tid = TID + 1   # another thread of the same process
-    names = sorted(set(FWD) | set(BWD))
-    ids = {n: 10 + i for i, n in enumerate(names)}
-    strings = {i: n for n, i in ids.items()}
-    strings.update({9: "cudaLaunchKernel", 3: "step"})
-    kernels, runtime, nvtx = [], [], []
-    corr, t, gpu = 0, 0, 0
-
-    def launch(name: str, tid: int) -> None:
-        nonlocal corr, t, gpu
-        corr += 1
-        runtime.append((t, t + 4_000, corr, tid))
-        start = max(t + 3_000, gpu + 500)
-        kernels.append((start, start + kernel_ns, corr, ids[name]))
-        gpu = start + kernel_ns
-        t += every_ns
-
+    run = Launches(FWD + BWD, kernel_ns, every_ns)
+    nvtx = []
     for _ in range(steps):
-        t0 = t
+        t0 = run.t
         for _layer in range(layers):
             for n in FWD:
-                launch(n, TID)
+                run.launch(n, TID)
         back = TID if one_thread else autograd_tid
         for _layer in range(layers):
             if checkpointed:
                 for n in FWD:
-                    launch(n, back)
+                    run.launch(n, back)
             for j, n in enumerate(BWD):
-                launch(n, back)
+                run.launch(n, back)
                 if checkpointed and reentry_ns and j == 0:
-                    t += reentry_ns
-                    corr += 1
-                    runtime.append((t, t + 4_000, corr, back))
-                    t += 5_000
-        t = max(t, gpu) + 200_000
-        nvtx.append((t0, t - 1, 3, TID))
-    return make_trace(path, kernels=kernels, runtime=runtime, nvtx=nvtx, strings=strings)
+                    run.t += reentry_ns
+                    run.corr += 1
+                    run.runtime.append((run.t, run.t + 4_000, run.corr, back))
+                    run.t += 5_000
+        run.t = max(run.t, run.gpu) + 200_000
+        nvtx.append((t0, run.t - 1, 3, TID))
+    return make_trace(path, kernels=run.kernels, runtime=run.runtime, nvtx=nvtx, strings=run.strings)
 
 
 def pk204_of(path: Path):

@@ -126,34 +126,20 @@ def accumulating_trace(path, micro: int = 4, steps: int = 6, kernel_ns: int = 40
     """``steps`` NVTX ranges ``step``, each ``micro`` forwards (main thread) and backwards (autograd's
     thread) then an optimizer kernel: GPU-bound (every kernel ``kernel_ns``, launched ``every_ns``
     apart), runs of three elementwise kernels that torch.compile would fuse."""
-    from synth import TID, make_trace
-    names = sorted(set(FWD) | set(BWD) | {"multi_tensor_apply_kernel"})
-    ids = {n: 10 + i for i, n in enumerate(names)}
-    strings = {i: n for n, i in ids.items()}
-    strings.update({9: "cudaLaunchKernel", 3: "step"})
-    kernels, runtime, nvtx = [], [], []
-    corr, t, gpu = 0, 0, 0
-
-    def launch(name: str, tid: int) -> None:
-        nonlocal corr, t, gpu
-        corr += 1
-        runtime.append((t, t + 4_000, corr, tid))
-        start = max(t + 3_000, gpu + 500)
-        kernels.append((start, start + kernel_ns, corr, ids[name]))
-        gpu = start + kernel_ns
-        t += every_ns
-
+    from synth import TID, Launches, make_trace
+    run = Launches(FWD + BWD + ["multi_tensor_apply_kernel"], kernel_ns, every_ns)
+    nvtx = []
     for _ in range(steps):
-        t0 = t
+        t0 = run.t
         for _m in range(micro):
             for n in FWD:
-                launch(n, TID)
+                run.launch(n, TID)
             for n in BWD:
-                launch(n, TID + 1)
-        launch("multi_tensor_apply_kernel", TID)
-        t = max(t, gpu) + 100_000
-        nvtx.append((t0, t - 1, 3, TID))
-    return make_trace(path, kernels=kernels, runtime=runtime, nvtx=nvtx, strings=strings)
+                run.launch(n, TID + 1)
+        run.launch("multi_tensor_apply_kernel", TID)
+        run.t = max(run.t, run.gpu) + 100_000
+        nvtx.append((t0, run.t - 1, 3, TID))
+    return make_trace(path, kernels=run.kernels, runtime=run.runtime, nvtx=nvtx, strings=run.strings)
 
 
 def test_a_gpu_paced_accumulating_step_is_offered_the_default_mode(tmp_path):

@@ -16,8 +16,10 @@ called later takes over, and the trial names each in turn. What each switch does
   tensor arguments at each call.
 * ``compile``: its calls go to ``torch.compile(module)``; ``compile_graphs`` to
   ``torch.compile(module, mode="reduce-overhead")`` (CUDA graphs through cudagraph trees; a
-  program that keeps a step's outputs across steps can then fail with "overwritten by a
-  subsequent run": the trial records it as its error). A module that is already compiled
+  program that keeps a step's outputs across steps, or accumulates gradients over several
+  backwards before the optimizer step, can then fail with "overwritten by a subsequent run": the
+  trial records it as its error, and ``--try auto`` does not pick it where PK103 sees the
+  accumulation). A module that is already compiled
   (``OptimizedModule``, or ``module.compile()``) is left as it is: "already compiled".
   Compilation happens in the first calls: the iterations the trial leaves out as warm-up.
 

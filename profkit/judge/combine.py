@@ -87,7 +87,8 @@ def scaled_edit(edit, alpha: float):
 def fit_scale(model, host: float, finding: Finding, measured: float) -> Optional[float]:
     """The scale of ``finding``'s edit at which the model's replay of it alone gives the
     ``measured`` gain: bisection on [0, MAX_SCALE] (the replay's gain grows with the scale). None
-    where the finding has no edit or the replay fails."""
+    where the finding has no edit, the replay fails, or MAX_SCALE of the edit gains less than
+    measured."""
     if model is None or finding.edit is None:
         return None
     base = model.simulate(host=host).mean_iteration_ns
@@ -107,8 +108,10 @@ def fit_scale(model, host: float, finding: Finding, measured: float) -> Optional
     if top < measured:  # the trial gained more than the model's whole edit: scale it up
         lo, hi = 1.0, MAX_SCALE
         top = gain(hi)
-        if top is None or top <= measured:
-            return hi
+        if top is None or top < measured:
+            # twice the model's change still gains less than measured: the edit is not what the
+            # fix did to the program, and no scale of it stands for the measurement
+            return None
     for _ in range(SCALE_STEPS):
         mid = 0.5 * (lo + hi)
         g = gain(mid)
@@ -143,7 +146,9 @@ def with_trials(model, host: float, findings: list[Finding], combos: list[dict],
         group = [replace(by_code[code], edit=scaled_edit(by_code[code].edit, hit[code]))
                  if code in hit else by_code[code] for code in c["codes"]]
         gain = _replay(model, host, base, group)
-        if gain is None:
+        if gain is None or gain < max(float(tried[code].speedup) for code in hit):
+            # (a combination priced under a fix of it that was measured alone is a model that
+            # does not compose these edits: the model's own price stays, unscaled)
             out.append(c)
             continue
         out.append({**c, "with_trials": {

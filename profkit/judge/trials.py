@@ -65,19 +65,30 @@ def model_price(finding: Finding, trial: str) -> Optional[float]:
 
 
 def tried_of(findings: list[Finding], results: list["TrialResult"]) -> dict[str, "TrialResult"]:
-    """Per finding code, the trial that measured its price (its ``switch``'s)."""
+    """Per finding code, the trial that measured its price (its ``switch``'s); where two findings
+    name one switch (PK103's default-mode compile of a GPU-paced step, PK402's compile of the
+    chains), the trial speaks for the better-priced one alone: one measurement, one action."""
     by_switch = {t.switch: t for t in results}
-    return {f.code: by_switch[f.switch] for f in findings if f.switch in by_switch}
+    out: dict[str, "TrialResult"] = {}
+    for f in sorted(findings, key=lambda f: -f.expected_end_to_end_speedup):
+        if f.switch in by_switch and f.switch not in {t.switch for t in out.values()}:
+            out[f.code] = by_switch[f.switch]
+    return out
 
 
 def variants_measured(findings: list[Finding], results: list["TrialResult"]) -> dict[str, list["TrialResult"]]:
     """Per finding code, the measured trials of the other fixes its action offers, each with a
-    switch of its own (PK302's bf16 beside its TF32), best first."""
-    by_switch = {t.switch: t for t in results if t.measured}
+    switch of its own (PK302's bf16 beside its TF32), best first. A trial that measures another
+    finding's own price (PK402's compile, beside PK103's default-mode variant) speaks for that one."""
+    owned = {f.switch for f in findings if f.switch}
+    by_switch = {t.switch: t for t in results if t.measured and t.switch not in owned}
     out: dict[str, list] = {}
     for f in findings:
+        # only the variants this finding priced (its evidence holds their key): a variant the
+        # rule prices on other programs is not a fix this action offers
         got = [by_switch[t.switch] for t in rules.get(f.code).RULE.trials
-               if t.switch != f.switch and t.evidence and t.switch in by_switch]
+               if t.switch != f.switch and t.evidence and t.switch in by_switch
+               and isinstance(f.evidence.get(t.evidence), (int, float))]
         if got:
             out[f.code] = sorted(got, key=lambda t: -float(t.speedup))
     return out

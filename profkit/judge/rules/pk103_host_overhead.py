@@ -292,8 +292,9 @@ def detect(ctx: RuleContext) -> list[Finding]:
     else:
         which = (f"torch.cuda.graphs or torch.compile(mode=\"reduce-overhead\") {graph_gain:.2f}x"
                  + (": the step is compiled already, only the launches go" if compiled else ""))
-    # a training step (it accumulates gradients) is no HF generate() loop
-    static = "" if accumulates else "; for HF generate(), cache_implementation=\"static\""
+    # a training step (its backward's kernels) is no HF generate() loop
+    trains = accumulates or backward_kernels(ctx) > 0
+    static = "" if trains else "; for HF generate(), cache_implementation=\"static\""
     action = (f"cut the CPU cost per kernel: capture the step in a CUDA graph ({which}{static}), "
               "or give each launch more work (larger batches)")
     if len(graphed) >= 0.5 * its:
@@ -350,7 +351,9 @@ def detect(ctx: RuleContext) -> list[Finding]:
             # removal of the sync (vit_grad_norms, gpt2_empty_cache, sync_loop).
             if accumulates:
                 ev["compile_pieces_refused_speedup"] = round(fused_gain, 3)
-                which += f" (the number below; {no_trees})"
+                which += (f" (the number below; {no_trees}; torch.compile's default mode, fusion "
+                          f"alone: {ev['fusion_speedup']:.2f}x)" if "fusion_speedup" in ev
+                          else f" (the number below; {no_trees})")
             else:
                 ev["compile_pieces_speedup"] = round(fused_gain, 3)
                 which += (f" (the number below), torch.compile(mode=\"reduce-overhead\") {fused_gain:.2f}x "
@@ -361,8 +364,8 @@ def detect(ctx: RuleContext) -> list[Finding]:
         if price >= 1.02:
             return [Finding(RULE.code, RULE.name,
                             f"capture the pieces of the step between its blocking calls in CUDA graphs "
-                            f"({which}; torch.compile breaks its graph at the blocking calls; for HF "
-                            f"generate(), cache_implementation=\"static\"): the whole step cannot be one "
+                            f"({which}; torch.compile breaks its graph at the blocking calls{static}): "
+                            f"the whole step cannot be one "
                             f"graph as it stands, it holds {'; '.join(blockers)}",
                             Rung.TORCH_COMPILE, ev, price,
                             f"{price_basis}; the whole step as one graph after removing them: "
@@ -410,6 +413,16 @@ def detect(ctx: RuleContext) -> list[Finding]:
 
 
 LONG_GAP_NS = 1_000_000.0  # CPU time between captured pieces longer than this is the program's own
+
+# Kernels only a backward pass launches: autograd's elementwise and norm backwards, cuDNN's data
+# and weight gradients, flash attention's backward
+BACKWARD_RE = re.compile(r"backward|_bwd|wgrad|dgrad", re.I)
+
+
+def backward_kernels(ctx: RuleContext) -> int:
+    """How many of the window's distinct kernels only a backward pass launches (a training step)."""
+    k = ctx.kernels
+    return int(matches(k.index.to_series(), BACKWARD_RE).sum()) if len(k) else 0
 
 
 def step_keeps(g: StepGraph, calls: np.ndarray) -> np.ndarray:

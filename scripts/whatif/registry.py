@@ -41,7 +41,7 @@ from __future__ import annotations
 import argparse
 
 from . import (programs_first, programs_firstsight_a, programs_firstsight_b, programs_firstsight_c,
-               programs_firstsight_d, programs_models)
+               programs_firstsight_d, programs_firstsight_e, programs_models)
 
 PROGRAMS: list[dict] = [
     *programs_first.PROGRAMS,
@@ -52,9 +52,10 @@ PROGRAMS: list[dict] = [
     *programs_firstsight_b.PROGRAMS,
     *programs_firstsight_c.PROGRAMS,
     *programs_firstsight_d.PROGRAMS,
+    *programs_firstsight_e.PROGRAMS,
 ]
 for _p in (*programs_firstsight_a.PROGRAMS, *programs_firstsight_b.PROGRAMS, *programs_firstsight_c.PROGRAMS,
-           *programs_firstsight_d.PROGRAMS):
+           *programs_firstsight_d.PROGRAMS, *programs_firstsight_e.PROGRAMS):
     _p["first_sight"] = True
 
 # How a program of several ranks is started: its launcher's command line before the script
@@ -108,10 +109,10 @@ def select(names: str | None) -> list[dict]:
 
 
 def first_sight(which: list[str], root) -> list[dict]:
-    """The one-GPU first-sight programs ``which`` names: ``a``, ``b`` or ``d`` (that file's
+    """The one-GPU first-sight programs ``which`` names: ``a``, ``b``, ``d`` or ``e`` (that file's
     programs with no committed trace yet) or program names (whatever is committed)."""
     sets = {"a": programs_firstsight_a.PROGRAMS, "b": programs_firstsight_b.PROGRAMS,
-            "d": programs_firstsight_d.PROGRAMS}
+            "d": programs_firstsight_d.PROGRAMS, "e": programs_firstsight_e.PROGRAMS}
     out: list[dict] = []
     for w in which:
         if w in sets:

@@ -155,6 +155,13 @@ FIX_RULES = {
     ("accum_resnet_train", "one_batch"): ("PK205", "to_1_speedup"),
     ("accum_resnet_train", "compile"): ("PK103", "fusion_speedup"),
     ("accum_resnet_train", "graph"): ("PK103", "cuda_graph_speedup"),
+    # written before their captures (set e): the environment stepped on the host is the consumer
+    # of each step's device-to-host copy of the actions, which PK104 prices moved to the GPU
+    ("rl_rollout_train", "gpu_env"): ("PK104", "reduce_on_gpu_speedup"),
+    ("rl_rollout_train", "more_envs"): (None, None), ("rl_rollout_train", "fused_adam"): ("PK201", None),
+    ("padded_encoder_infer", "pad_to_longest"): (None, None),
+    ("padded_encoder_infer", "sort_by_length"): (None, None),
+    ("padded_encoder_infer", "bf16"): ("PK302", "bf16_speedup"), ("padded_encoder_infer", "tf32"): ("PK302", None),
     ("grad_checkpoint_train", "no_checkpointing"): ("PK204", None), ("grad_checkpoint_train", "fused_adamw"): ("PK201", None),
     ("cpu_tokenize_infer", "encode_batch"): (None, None), ("cpu_tokenize_infer", "workers"): ("PK102", None),
     ("cpu_tokenize_infer", "pretokenized"): ("PK102", None),

@@ -184,7 +184,10 @@ def page_text(measured: dict, load=None, rows: tuple[list[dict], list[dict]] | N
     lines += ["", f"The top action is the measured best fix, or within 5% of it, on **{ok_top} of {len(progs)}** "
               "programs (where no fix measured 1.05x: the top action promised under 1.10x; a timed fix that does what "
               "the top action's rule and another propose, such as `PK104+PK305`, counts as the top action's: profkit "
-              "prices its top actions together on the `together` line). `runs`: the run folders "
+              "prices its top actions together on the `together` line). The measured fixes are those timed by hand "
+              "and profkit's own trials in the capture (`--try`, marked `(tried)`: the program run unprofiled with "
+              "one switch, beside its baseline), and the top action's own fix counts as measured by either. "
+              "`runs`: the run folders "
               "in which the baseline and the fix were timed one after the other; `spread`: the lowest and highest "
               "ratio among them (the host-bound programs vary most between runs of one machine).", ""]
     return "\n".join(lines) + "\n"

@@ -7,6 +7,7 @@ time that dispatched the op lies before that query, not before the launch.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import shared
 from profkit.run.step.graph import CallKind
@@ -82,3 +83,25 @@ def test_a_batch_norms_statistics_end_a_fused_run():
     p = shared.corpus("resnet50_train")
     f103 = next(f for f in p.findings() if f.code == "PK103")
     assert (f103.evidence["fusion_speedup"], f103.evidence["compile_speedup"]) == (1.282, 1.31)
+
+
+def test_the_fused_runs_leave_as_many_kernels_as_inductor_launched():
+    """The fusion edit's groups against what Inductor made of the same program: a ResNet-50's
+    inference (torchvision, bf16 channels_last, batch 128; compiled with freezing, BatchNorm
+    folded) and a Llama training step, each captured eager and compiled. The kernels an iteration keeps after the edit (each fused run one kernel) are within
+    10% of the compiled capture's own count (triton_* and library kernels together)."""
+    from profkit.run.step.fusion import inductor_fusion
+
+    def per_iteration(name: str) -> tuple[float, float]:
+        g = shared.profile(shared.CORPUS.parent / "real" / f"{name}.sqlite.xz").step_model().graph
+        its = len(g.iter_call)
+        kernels = int(((g.g_kind == 0) & (g.g_call >= 0)).sum())
+        runs, _ = inductor_fusion(g)
+        return kernels / its, (kernels - sum(len(r) - 1 for r in runs)) / its
+
+    for eager, compiled, before, after, inductor in (("cnn_infer", "cnn_infer_compiled", 260.3, 100.6, 97.8),
+                                                      ("train_llama", "train_llama_compiled", 364.8, 135.7, 125.5)):
+        n, fused = per_iteration(eager)
+        assert (round(n, 1), round(fused, 1)) == (before, after)
+        assert per_iteration(compiled)[0] == pytest.approx(inductor, abs=0.05)
+        assert abs(fused / inductor - 1) < 0.10, (eager, fused, inductor)

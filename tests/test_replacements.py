@@ -211,6 +211,40 @@ def test_stacked_cells_are_recorded_and_timed_as_one_multi_layer_rnn():
     assert e["shape"]["layers"] == 2 and e["original_ns"] > 0 and e["replacement_ns"] > 0
 
 
+def test_the_record_names_the_lines_that_make_the_host_wait(monkeypatch):
+    """The ops that wait for the GPU, each at the program's line and the torch API it went
+    through (on the CPU, its tensors standing in for a device's)."""
+    import sys
+    import profkit.capture.syncsites as syncsites
+    from torch.distributions import Categorical
+    monkeypatch.setattr(syncsites, "on_device", lambda t: isinstance(t, torch.Tensor))
+    at = {}
+
+    def body():
+        x = torch.randn(64, 5)
+        for _ in range(3):
+            at["item"] = sys._getframe().f_lineno; x.sum().item()  # noqa: E702
+        at["dist"] = sys._getframe().f_lineno; Categorical(logits=x).sample()  # noqa: E702
+        at["mask"] = sys._getframe().f_lineno; x[x > 0]  # noqa: E702
+        at["cpu"] = sys._getframe().f_lineno; x.to("meta")  # noqa: E702  (not a copy to the host)
+
+    rec = _record(body)
+    here = "tests/test_replacements.py" if not __file__.startswith("/") else None
+    by = {(s["op"], s["line"]): s for s in rec["sync"]}
+    item = by[("item", at["item"])]
+    assert item["count"] == 3 and item["function"] == "body" and item["via"] is None
+    assert item["file"].endswith("test_replacements.py") and (here is None or item["file"] == here)
+    # Categorical's argument validation reads its check back: the program's line, torch's API
+    dist = [s for s in rec["sync"] if s["line"] == at["dist"]]
+    assert dist and all(s["op"] == "item" for s in dist)
+    assert all(s["via"].startswith("torch/distributions/") for s in dist), dist
+    assert by[("boolean index", at["mask"])]["count"] == 1
+    assert not [s for s in rec["sync"] if s["line"] == at["cpu"]]
+    # without a device the CPU's values never wait: nothing recorded
+    monkeypatch.undo()
+    assert _record(body)["sync"] == []
+
+
 def test_only_one_iteration_is_watched_and_a_named_step_waits_for_its_range():
     rec = OpRecord(step="train")
     for _ in range(5):
@@ -785,6 +819,24 @@ def test_the_record_on_cuda_reads_the_causal_mask_and_the_copies():
     assert rec["device"] == "cuda" and rec["attention"][0]["mask"] == "causal"
     assert {(c["direction"], c["pinned"], c["non_blocking"]) for c in rec["copy"]} == \
         {("h2d", False, False), ("h2d", True, True)}
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+def test_the_record_on_cuda_names_the_lines_that_wait():
+    import sys
+    at = {}
+
+    def step():
+        x = torch.randn(256, device="cuda")
+        at["item"] = sys._getframe().f_lineno; x.sum().item()  # noqa: E702
+        at["cpu"] = sys._getframe().f_lineno; x.cpu()  # noqa: E702
+        at["mask"] = sys._getframe().f_lineno; x[x > 0]  # noqa: E702
+        buf = torch.empty(256, pin_memory=True)
+        buf.copy_(x, non_blocking=True)   # no wait: not a site
+    rec = _record(step)
+    got = {(s["op"], s["line"], s["count"]) for s in rec["sync"]}
+    assert got == {("item", at["item"], 1), ("copy to host", at["cpu"], 1), ("boolean index", at["mask"], 1)}
 
 
 def test_no_committed_trace_was_written():

@@ -544,3 +544,36 @@ def test_an_action_of_two_fixes_is_ranked_by_the_one_its_trial_did_not_measure_t
     first, second = p.run_json(p.ops(by="range"))["actions"][:2]
     assert first["code"] == "PK103" and first["tried"]["speedup"] == pytest.approx(1.28, abs=0.005)
     assert second["code"] == "PK107"
+
+
+def test_sync_advice_names_the_program_lines_of_the_op_record(tmp_path):
+    """With the capture's op record of the waits (profkit.capture.syncsites), PK101 names the
+    program's lines, most first, beside the ranges; without it, the ranges alone."""
+    import lzma
+    import shutil
+    import sqlite3
+
+    import profkit
+    src = ROOT / "traces" / "corpus" / "early_exit_sync.sqlite.xz"
+    path = tmp_path / "early_exit_sync.sqlite"
+    with lzma.open(src) as a, open(path, "wb") as b:
+        shutil.copyfileobj(a, b)
+    sync = [{"op": "item", "file": "early_exit.py", "line": 41, "function": "forward",
+             "via": None, "count": 2},
+            {"op": "item", "file": "rl.py", "line": 12, "function": "act",
+             "via": "torch/distributions/categorical.py:__init__", "count": 1}]
+    con = sqlite3.connect(path)
+    with con:
+        con.execute("INSERT INTO PROFKIT_META (key, value) VALUES ('replacements', ?)",
+                    (json.dumps({"format": "profkit-replacements/1", "entries": [],
+                                 "record": {"format": "profkit-oprecord/1", "sync": sync}}),))
+    con.close()
+    f = next(f for f in profkit.load(path).findings() if f.code == "PK101")
+    assert f.evidence["program_lines"] == sync
+    assert f.action.endswith("; where the program waits (the op record of one iteration): early_exit.py:41 in "
+                             "forward() (.item()/bool() of a GPU value, 2 an iteration); rl.py:12 in act() "
+                             "(.item()/bool() of a GPU value inside torch/distributions/categorical.py:__init__, "
+                             "1 an iteration)")
+    plain = finding("corpus/early_exit_sync", "PK101")
+    assert "program_lines" not in plain.evidence and "where the program waits" not in plain.action
+    assert f.expected_end_to_end_speedup == plain.expected_end_to_end_speedup

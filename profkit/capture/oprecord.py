@@ -28,6 +28,9 @@ kept, aggregated into unique shapes with their counts:
   whose output h is its input at every step: a stacked layer);
 * each optimizer's step (a global optimizer step pre-hook): its class, ``foreach``/``fused`` as
   constructed, the parameters' element counts (unique sizes with counts), element type, device;
+* the ops that make the host wait for the GPU (``.item()``, ``bool()`` of a device tensor, a
+  boolean mask's ``nonzero``, a blocking copy to the host), each with the program's line that
+  ran it and the torch API it went through (:mod:`profkit.capture.syncsites`);
 * 2-D and 3-D convolutions (``convolution`` of a 4-D or 5-D input, forward: its backward is
   priced from it):
   the input's and weight's shapes, stride, padding, dilation, groups, element type, whether the
@@ -62,7 +65,9 @@ one-line note. What it writes (``profkit-oprecord/1``)::
                     "sizes": [[589824, 48], ...], "options": {"amsgrad": false, ...}}, ...],
      "conv": [{"input": [128, 40, 56, 56], "weight": [40, 1, 7, 7], "stride": [1, 1],
                "padding": [3, 3], "dilation": [1, 1], "groups": 40, "dtype": "fp32",
-               "channels_last": false, "grad": true, "tf32": true, "count": 2}, ...]}
+               "channels_last": false, "grad": true, "tf32": true, "count": 2}, ...],
+     "sync": [{"op": "item", "file": "train.py", "line": 88, "function": "rollout",
+               "via": "torch/distributions/distribution.py:__init__", "count": 128}, ...]}
 """
 from __future__ import annotations
 
@@ -74,6 +79,8 @@ import time
 from collections import Counter
 from pathlib import Path
 from typing import Any, Optional
+
+from profkit.capture.syncsites import SyncSites, waits
 
 FORMAT = "profkit-oprecord/1"
 RECORD_AT = 3           # the start (1-based) of the repeated range whose period is recorded
@@ -142,6 +149,7 @@ class OpRecord:
         self._cell_out: Any = None      # a cell's output h -> the cell's index in ``cells``
         self._mask_cache: dict = {}
         self._thread = threading.get_ident()
+        self.syncs: Optional[SyncSites] = None
 
     # -- when to watch ------------------------------------------------------------------------
     def on_push(self, name: Any) -> None:
@@ -189,6 +197,7 @@ class OpRecord:
                     owner.see(func, args, kwargs, out)
                     return out
 
+            self.syncs = SyncSites()
             self._tracked = WeakIdKeyDictionary()
             self._cell_out = WeakIdKeyDictionary()
             self._mode = _Mode()
@@ -254,6 +263,9 @@ class OpRecord:
             # Backward ops read the forward's saved tensors (the probabilities, transposed):
             # the attention is the forward's pattern, its backward is priced from it.
             backward = self._autograd_node() is not None
+            wait = None if backward else waits(name, args, kwargs)
+            if wait is not None:
+                self.syncs.note(wait)
             if name in GEMMS:
                 self._gemm(name, args, out, backward)
             elif name in FUSED_LAYERS:
@@ -428,6 +440,8 @@ class OpRecord:
             pinned = bool(host.is_pinned())
         nbytes = int(src.numel()) * int(src.element_size())
         self.copy[("h2d" if s == "cpu" else "d2h", nbytes, pinned, non_blocking)] += 1
+        if d == "cpu" and s != "meta" and not (pinned and non_blocking):
+            self.syncs.note("copy to host")   # the host waits for the copy, and the work before it
 
     def _module_hook(self, module: Any, inputs: tuple, output: Any) -> None:
         if threading.get_ident() != self._thread or self.broken:
@@ -521,7 +535,8 @@ class OpRecord:
             "conv": [{"input": list(x), "weight": list(w), "stride": list(st), "padding": list(pad),
                       "dilation": list(dil), "groups": gr, "dtype": dt, "channels_last": cl,
                       "grad": grad, "tf32": tf32, "count": c}
-                     for (x, w, st, pad, dil, gr, dt, cl, grad, tf32), c in self.conv.most_common()]}
+                     for (x, w, st, pad, dil, gr, dt, cl, grad, tf32), c in self.conv.most_common()],
+            "sync": self.syncs.as_list() if self.syncs is not None else []}
 
 
 def write(path: str | Path, record: dict) -> None:

@@ -69,7 +69,7 @@ class Replacements:
         return [e for e in self.entries if e.kind == kind and e.measured]
 
     def recorded(self, kind: str) -> list[dict]:
-        """The op record's items of ``kind`` (attention, gemm, copy, rnn_cell, optimizer)."""
+        """The op record's items of ``kind`` (attention, gemm, copy, rnn_cell, optimizer, conv, sync)."""
         items = self.record.get(kind) if isinstance(self.record, dict) else None
         return [x for x in items if isinstance(x, dict)] if isinstance(items, list) else []
 

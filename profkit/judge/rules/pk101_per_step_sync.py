@@ -10,7 +10,11 @@ Why
     GPU's, the CPU sets the pace with or without it, and removing the sync gains nothing.
 Evidence
     The step model's calls that wait for the GPU in a synchronising call or a device-to-host
-    copy, grouped by the range they run in (the site), with their count per iteration.
+    copy, grouped by the range they run in (the site), with their count per iteration. Where the
+    capture holds the op record (``profkit capture`` on a GPU), the program's lines that made the
+    host wait in one iteration of the calibration run, with the torch API each went through
+    (``program_lines``: ``torch/distributions/categorical.py:__init__`` for a distribution's
+    argument validation, which reads a check back for every distribution made).
 Fix
     Keep values on the GPU and read them every N steps (accumulate the loss in a tensor; take a
     data-dependent branch on the GPU with ``torch.where``); use ``non_blocking=True`` copies
@@ -67,6 +71,27 @@ def sites(g: StepGraph, calls: np.ndarray) -> dict[str, int]:
     return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
+# what each kind of recorded wait is in the program's terms (profkit.capture.syncsites)
+WAIT_TEXT = {"item": ".item()/bool() of a GPU value", "copy to host": "a blocking copy to the host",
+             "boolean index": "a boolean-mask index (nonzero)", "nonzero": "nonzero",
+             "masked_select": "masked_select", "unique": "unique", "repeat_interleave": "repeat_interleave"}
+
+
+def program_lines(ctx: RuleContext, limit: int = 3) -> tuple[str, list[dict]]:
+    """The program's lines that made the host wait in the capture's op record (one iteration of
+    its calibration run; profkit.capture.syncsites), most first, as text and as evidence; empty
+    for a trace without the record."""
+    rec = sorted(ctx.replacements.recorded("sync"), key=lambda s: -int(s.get("count", 0)))
+    if not rec:
+        return "", []
+    parts = [f"{s.get('file')}:{s.get('line')} in {s.get('function')}() "
+             f"({WAIT_TEXT.get(str(s.get('op')), s.get('op'))}"
+             + (f" inside {s['via']}" if s.get("via") else "") + f", {s.get('count')} an iteration)"
+             for s in rec[:limit]]
+    more = f" and {len(rec) - limit} more" if len(rec) > limit else ""
+    return f"; where the program waits (the op record of one iteration): {'; '.join(parts)}{more}", rec[:10]
+
+
 def detect(ctx: RuleContext) -> list[Finding]:
     m = ctx.model
     if m is None:
@@ -87,16 +112,19 @@ def detect(ctx: RuleContext) -> list[Finding]:
                              "kernel an iteration" if loops else ""))
     ev = {"syncs_per_iteration": round(len(calls) / its, 1),
           "sites": {w: round(n / its, 1) for w, n in list(where.items())[:5]}}
+    lines, ev_lines = program_lines(ctx)
+    if ev_lines:
+        ev["program_lines"] = ev_lines
     if gain >= 1.02:
         return [Finding(RULE.code, RULE.name,
                         f"remove the per-step synchronisation in {names}: keep the values on the GPU "
                         "and read them every N steps (or branch on the GPU with torch.where)"
                         + (f"; the values read one by one in {', '.join(loops[:2])}: compute them "
                            "together (torch._foreach_norm, torch.stack) and read them once"
-                           if loops else ""),
+                           if loops else "") + lines,
                         Rung.LIBRARY, ev, gain, basis, gain)]
     # CPU-paced: the sync is not what the step waits on. The expectation is no gain.
     return [Finding(RULE.code, RULE.name,
                     f"leave the per-step sync in {names} for now: without it the CPU's own work "
-                    "still sets the pace; cut the CPU work per step first", Rung.NONE, ev, 1.0,
+                    "still sets the pace; cut the CPU work per step first" + lines, Rung.NONE, ev, 1.0,
                     f"CPU-paced: {basis}", max(gain, 1.0))]

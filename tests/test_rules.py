@@ -577,3 +577,18 @@ def test_sync_advice_names_the_program_lines_of_the_op_record(tmp_path):
     plain = finding("corpus/early_exit_sync", "PK101")
     assert "program_lines" not in plain.evidence and "where the program waits" not in plain.action
     assert f.expected_end_to_end_speedup == plain.expected_end_to_end_speedup
+
+
+def test_sync_removal_keeps_the_work_between_reads_that_is_not_the_values():
+    """PPO on a numpy environment (rl_rollout_train): Categorical's argument validation reads a
+    check back twice an environment step, between the policy's GEMMs, the observations copied in
+    every step. Removing the reads leaves the rollout and the update as they are (once priced
+    1.80x, the loops' bodies removed whole); the syncs of the blocking host-to-device copies are
+    PK104's. A per-parameter norm loop (vit_grad_norms) is still computed in one kernel."""
+    f = finding("corpus/rl_rollout_train", "PK101")
+    assert f.evidence["host_to_device_copy_syncs_left_out"] == 192.0
+    assert f.evidence["syncs_per_iteration"] == 320.0
+    assert "computed in one kernel" not in f.basis and f.expected_end_to_end_speedup < 1.05
+    assert "not counted: the syncs of 192 blocking host-to-device copies an iteration, PK104's" in f.action
+    v = finding("corpus/vit_grad_norms", "PK101")
+    assert "the values read in a loop in grad_norms computed in one kernel" in v.basis

@@ -31,7 +31,15 @@ Expected gain
     memset of its reduction buffer, its launch and the Python between them) is replaced by the
     one call (measured: 152 per-parameter ``.item()`` calls of a ViT step cost about 56 us each
     without a profiler, although each waited only about 6 us; with ``torch._foreach_norm`` the
-    step ran 27.9 ms, GPU-bound, priced 28.8 ms from the baseline's capture). The step model replays the edited graph at the
+    step ran 27.9 ms, GPU-bound, priced 28.8 ms from the baseline's capture). A loop is such a
+    loop only where it computes the values alone: no GEMM, convolution or attention kernel between
+    its first read and its last (``values_loop``), and no copy from the host in its range
+    (``host_fed_sites``: the host's data enters each pass). A PPO rollout whose ``Categorical``
+    validated its logits and samples every environment step (160 reads an iteration, between the
+    policy's GEMMs, the observations copied in each step) was priced 1.80x by removing the
+    rollout and the update whole; their reads removed alone, 1.02x. The sync that ends a blocking
+    host-to-device copy (``.to(device)`` from pageable memory) is the copy's, not a read: PK104's
+    (``value_reads``). The step model replays the edited graph at the
     calibrated CPU scale; the gain is the iteration before over after. Not modelled: other
     Python around a removed ``.item()`` (a branch, a logging call), which goes too when the fix
     removes it, so a sync that guards much CPU work gains more than priced.
@@ -45,7 +53,8 @@ import numpy as np
 
 from profkit.model import Rung
 from profkit.judge.rules.base import Finding, Param, RuleContext, RuleMeta, Table
-from profkit.run.step.graph import StepGraph
+from profkit.run.step.graph import CallKind, StepGraph
+from profkit.run.summary import GEMM_RE
 from profkit.run.step.transform import remove_syncs, sync_calls
 
 RULE = RuleMeta(
@@ -92,18 +101,77 @@ def program_lines(ctx: RuleContext, limit: int = 3) -> tuple[str, list[dict]]:
     return f"; where the program waits (the op record of one iteration): {'; '.join(parts)}{more}", rec[:10]
 
 
+def value_reads(g: StepGraph, calls: np.ndarray) -> tuple[np.ndarray, int]:
+    """Among the sync ``calls``, those the fix removes, and how many blocking host-to-device
+    copies' syncs it leaves out: ``.to(device)`` from pageable memory is a copy and a stream
+    sync, and that sync is the copy's (its fix is pinned memory and ``non_blocking``, PK104), not
+    a value the program reads back."""
+    op_of = np.full(len(g.c_kind), -1)
+    launched = g.g_call >= 0
+    op_of[g.g_call[launched]] = np.flatnonzero(launched)
+    h2d = np.array(["Host-to-Device" in str(n) for n in g.op_names] + [False], dtype=bool)
+    keep = np.ones(len(calls), dtype=bool)
+    copies = set()
+    for i, c in enumerate(calls):
+        # the copy right before a sync on its thread
+        p = int(g.c_pred[c]) if g.c_kind[c] == int(CallKind.SYNC) else -1
+        o = int(op_of[p]) if p >= 0 and g.c_kind[p] == int(CallKind.COPY) else -1
+        if o >= 0 and h2d[g.g_name[o] if g.g_name[o] >= 0 else len(g.op_names)]:
+            keep[i] = False
+            copies.add(o)
+    return calls[keep], len(copies)
+
+
+def values_loop(g: StepGraph, reads: np.ndarray) -> bool:
+    """Whether the loop that makes one site's reads only computes the values it reads: no
+    library kernel (a GEMM, a convolution, attention) is launched between its first read and its
+    last in any iteration. A per-parameter norm loop computes values; a loop of minibatches or
+    environment steps that validates a distribution in each does the model's work between its
+    reads, which keeping the values on the GPU does not remove."""
+    if len(reads) < 2:
+        return False
+    lib = np.array([bool(GEMM_RE.match(str(n))) for n in g.op_names] + [False], dtype=bool)
+    launched = np.flatnonzero(g.g_call >= 0)
+    names = np.where(g.g_name[launched] >= 0, g.g_name[launched], len(g.op_names))
+    lib_calls = np.sort(g.g_call[launched[lib[names]]])
+    it = np.searchsorted(g.iter_call, reads, side="right")
+    for k in np.unique(it):
+        mine = reads[it == k]
+        lo, hi = np.searchsorted(lib_calls, [mine.min(), mine.max()])
+        if hi > lo:
+            return False
+    return True
+
+
+def host_fed_sites(g: StepGraph) -> set[str]:
+    """The ranges in which the host copies data to the GPU: a loop there carries the host's work
+    from one pass to the next (an environment's observations), so its values cannot be computed
+    together ahead of it."""
+    copies = np.flatnonzero(g.c_kind == int(CallKind.COPY))
+    if not len(copies):
+        return set()
+    h2d = np.array(["Host-to-Device" in str(n) for n in g.op_names] + [False], dtype=bool)
+    launched = g.g_call >= 0
+    ops = np.flatnonzero(launched & np.isin(g.g_call, copies))
+    names = np.where(g.g_name[ops] >= 0, g.g_name[ops], len(g.op_names))
+    fed = g.g_call[ops[h2d[names]]]
+    return set(np.asarray(g.range_names, dtype=object)[g.c_range[fed]].tolist())
+
+
 def detect(ctx: RuleContext) -> list[Finding]:
     m = ctx.model
     if m is None:
         return []
     g = m.graph
-    calls = sync_calls(g)
+    calls, n_h2d = value_reads(g, sync_calls(g))
     its = max(len(g.iter_call) - 1, 1)
     if len(calls) < RULE.param("min_per_iteration") * its:
         return []
     where = sites(g, calls)
     names = ", ".join(f"{w} ({n / its:.0f} per iteration)" for w, n in list(where.items())[:3])
-    loops = [w for w, n in where.items() if n / its >= RULE.param("loop_reads")]
+    fed = host_fed_sites(g)
+    loops = [w for w, n in where.items() if n / its >= RULE.param("loop_reads") and w not in fed
+             and values_loop(g, calls[site_of(g, calls) == w])]
     batch = calls[np.isin(site_of(g, calls), loops)] if loops else None
     gain, basis = ctx.price(lambda gr: remove_syncs(gr, calls, batch),
                             f"the {len(calls) / its:.0f} syncs per iteration and the device-to-host "
@@ -115,6 +183,10 @@ def detect(ctx: RuleContext) -> list[Finding]:
     lines, ev_lines = program_lines(ctx)
     if ev_lines:
         ev["program_lines"] = ev_lines
+    if n_h2d:
+        ev["host_to_device_copy_syncs_left_out"] = round(n_h2d / its, 1)
+        lines += (f" (not counted: the syncs of {n_h2d / its:.0f} blocking host-to-device copies an "
+                  "iteration, PK104's)")
     if gain >= 1.02:
         return [Finding(RULE.code, RULE.name,
                         f"remove the per-step synchronisation in {names}: keep the values on the GPU "

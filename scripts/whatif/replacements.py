@@ -83,8 +83,9 @@ NOTES: dict[tuple[str, str], str] = {
     "bf16 (8.3 ms an iteration) and were not among the six timed shapes; the timing now includes the "
     "heaviest unaligned shapes (not yet run on a GPU).",
     ("gemm_tf32", "vit_fp32_infer"): "the attention projections (a third of the GEMM time) run inside "
-    "nn.MultiheadAttention's fused op and were not recorded; the record now reads them (not yet run on "
-    "a GPU).",
+    "nn.MultiheadAttention's fused op: recorded since; then +31.5% on an H100 (2026-12-05), the GEMMs "
+    "timed on row-major operands (NN) where nn.Linear's are NT, 1.2-1.7x slower in TF32; timed in the "
+    "record's layout, +2.4% on the H200 (2026-12-06).",
 }
 # bf16 autocast leaves a convolution's input NCHW: the replacement (bf16 on channels_last) is not
 # that fix, so these fixes say nothing of the conv_bf16 timings

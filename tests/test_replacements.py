@@ -224,7 +224,7 @@ def test_the_record_names_the_lines_that_make_the_host_wait(monkeypatch):
         x = torch.randn(64, 5)
         for _ in range(3):
             at["item"] = sys._getframe().f_lineno; x.sum().item()  # noqa: E702
-        at["dist"] = sys._getframe().f_lineno; Categorical(logits=x).sample()  # noqa: E702
+        at["dist"] = sys._getframe().f_lineno; Categorical(logits=x, validate_args=True).sample()  # noqa: E702
         at["mask"] = sys._getframe().f_lineno; x[x > 0]  # noqa: E702
         at["cpu"] = sys._getframe().f_lineno; x.to("meta")  # noqa: E702  (not a copy to the host)
 

@@ -37,7 +37,7 @@ Expected gain
     (``host_fed_sites``: the host's data enters each pass). A PPO rollout whose ``Categorical``
     validated its logits and samples every environment step (160 reads an iteration, between the
     policy's GEMMs, the observations copied in each step) was priced 1.80x by removing the
-    rollout and the update whole; their reads removed alone, 1.02x. The sync that ends a blocking
+    rollout and the update whole; their reads removed alone, 1.03x. The sync that ends a blocking
     host-to-device copy (``.to(device)`` from pageable memory) is the copy's, not a read: PK104's
     (``value_reads``). The step model replays the edited graph at the
     calibrated CPU scale; the gain is the iteration before over after. Not modelled: other

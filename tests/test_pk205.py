@@ -153,3 +153,16 @@ def test_a_gpu_paced_accumulating_step_is_offered_the_default_mode(tmp_path):
     assert round(f.expected_end_to_end_speedup, 3) == f.evidence["fusion_speedup"] > 1.02 > f.evidence["cuda_graph_speedup"]
     assert f.action.startswith("torch.compile the model (default mode)")
     assert "cannot run a step that accumulates gradients over 4 backwards" in f.action
+
+
+def test_the_compile_price_on_batch_norm_training_says_it_is_not_reliable():
+    """A CNN training step with native batch norm (its statistics' kernels in the window): the
+    compile numbers are said to be unreliable there, with what was measured; a transformer's and
+    an fp32 cuDNN CNN's are not."""
+    import shared
+    f = next(f for f in shared.corpus("accum_resnet_train").findings() if f.code == "PK103")
+    assert f.evidence["bn_training"] is True
+    assert f.action.endswith("measure it (profkit capture --try compile) before relying on it")
+    for name in ("gpt2_fp32_train", "resnet18_fp32_train"):
+        g = next(f for f in shared.corpus(name).findings() if f.code == "PK103")
+        assert "bn_training" not in g.evidence and "batch norm" not in g.action

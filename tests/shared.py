@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Optional
 
 import pandas as pd
+import pytest
 
 import profkit
 from profkit.api import Profile
@@ -74,6 +75,17 @@ def declared(script: Path, name: str) -> tuple[str, ...]:
         if any(isinstance(t, ast.Name) and t.id == name for t in targets):
             return tuple(ast.literal_eval(node.value))
     raise AssertionError(f"{script.name} has no {name}")
+
+
+@pytest.fixture()
+def one_thread():
+    """One intra-op thread: the corpus programs' tiny CPU models only lose time to more on a
+    shared machine. Import it into a test module to use it (``from shared import one_thread``)."""
+    torch = pytest.importorskip("torch")
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield torch
+    torch.set_num_threads(before)
 
 
 def loop_and_interleave(mod, script: str, variants: str, monkeypatch, tmp_path: Path, capsys) -> None:

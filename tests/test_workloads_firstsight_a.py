@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import shared
+from shared import one_thread  # noqa: F401 (a fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKLOADS = ROOT / "scripts" / "workloads"
@@ -30,16 +31,6 @@ CASES = [
     ("w_cpu_tokenize_infer", ("tokenizers", "transformers"), "baseline,encode_batch"),
     ("w_tuned_gpt_train", ("transformers",), "baseline,tf32"),
 ]
-
-
-@pytest.fixture()
-def one_thread():
-    """One intra-op thread: these tiny models only lose time to more on a shared machine."""
-    torch = pytest.importorskip("torch")
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield torch
-    torch.set_num_threads(before)
 
 
 @pytest.mark.parametrize("script,needs,variants", CASES, ids=[c[0] for c in CASES])

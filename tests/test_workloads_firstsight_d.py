@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import shared
+from shared import one_thread  # noqa: F401 (a fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKLOADS = ROOT / "scripts" / "workloads"
@@ -21,14 +22,8 @@ CASES = [("w_accum_resnet_train", "baseline,bigger_micro,one_batch")]
 
 
 @pytest.mark.parametrize("script,variants", CASES, ids=[c[0] for c in CASES])
-def test_program_loops_and_interleaves_on_the_cpu(monkeypatch, tmp_path, capsys, script, variants):
-    torch = pytest.importorskip("torch")
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        shared.loop_and_interleave(importlib.import_module(script), script, variants, monkeypatch, tmp_path, capsys)
-    finally:
-        torch.set_num_threads(before)
+def test_program_loops_and_interleaves_on_the_cpu(one_thread, monkeypatch, tmp_path, capsys, script, variants):
+    shared.loop_and_interleave(importlib.import_module(script), script, variants, monkeypatch, tmp_path, capsys)
 
 
 def test_the_same_images_a_step_in_every_variant():

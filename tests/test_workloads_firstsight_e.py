@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import shared
+from shared import one_thread  # noqa: F401 (a fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKLOADS = ROOT / "scripts" / "workloads"
@@ -24,14 +25,8 @@ CASES = [("w_rl_rollout_train", "baseline,gpu_env,more_envs,fused_adam"),
 
 
 @pytest.mark.parametrize("script,variants", CASES, ids=[c[0] for c in CASES])
-def test_program_loops_and_interleaves_on_the_cpu(monkeypatch, tmp_path, capsys, script, variants):
-    torch = pytest.importorskip("torch")
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        shared.loop_and_interleave(importlib.import_module(script), script, variants, monkeypatch, tmp_path, capsys)
-    finally:
-        torch.set_num_threads(before)
+def test_program_loops_and_interleaves_on_the_cpu(one_thread, monkeypatch, tmp_path, capsys, script, variants):
+    shared.loop_and_interleave(importlib.import_module(script), script, variants, monkeypatch, tmp_path, capsys)
 
 
 def test_more_envs_keeps_the_samples_of_an_iteration_and_gpu_env_the_dynamics():

@@ -70,9 +70,11 @@ def tried_of(findings: list[Finding], results: list["TrialResult"]) -> dict[str,
     chains), the trial speaks for the better-priced one alone: one measurement, one action."""
     by_switch = {t.switch: t for t in results}
     out: dict[str, "TrialResult"] = {}
+    taken: set[str] = set()
     for f in sorted(findings, key=lambda f: -f.expected_end_to_end_speedup):
-        if f.switch in by_switch and f.switch not in {t.switch for t in out.values()}:
+        if f.switch in by_switch and f.switch not in taken:
             out[f.code] = by_switch[f.switch]
+            taken.add(f.switch)
     return out
 
 

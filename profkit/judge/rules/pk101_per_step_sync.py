@@ -101,39 +101,35 @@ def program_lines(ctx: RuleContext, limit: int = 3) -> tuple[str, list[dict]]:
     return f"; where the program waits (the op record of one iteration): {'; '.join(parts)}{more}", rec[:10]
 
 
-def value_reads(g: StepGraph, calls: np.ndarray) -> tuple[np.ndarray, int]:
-    """Among the sync ``calls``, those the fix removes, and how many blocking host-to-device
-    copies' syncs it leaves out: ``.to(device)`` from pageable memory is a copy and a stream
-    sync, and that sync is the copy's (its fix is pinned memory and ``non_blocking``, PK104), not
-    a value the program reads back."""
-    op_of = np.full(len(g.c_kind), -1)
-    launched = g.g_call >= 0
-    op_of[g.g_call[launched]] = np.flatnonzero(launched)
+def host_to_device_calls(g: StepGraph) -> np.ndarray:
+    """Per call: whether it launched a host-to-device copy."""
+    copies = np.flatnonzero((g.c_kind == int(CallKind.COPY)) & (np.diff(g.ops_ptr) > 0))
     h2d = np.array(["Host-to-Device" in str(n) for n in g.op_names] + [False], dtype=bool)
-    keep = np.ones(len(calls), dtype=bool)
-    copies = set()
-    for i, c in enumerate(calls):
-        # the copy right before a sync on its thread
-        p = int(g.c_pred[c]) if g.c_kind[c] == int(CallKind.SYNC) else -1
-        o = int(op_of[p]) if p >= 0 and g.c_kind[p] == int(CallKind.COPY) else -1
-        if o >= 0 and h2d[g.g_name[o] if g.g_name[o] >= 0 else len(g.op_names)]:
-            keep[i] = False
-            copies.add(o)
-    return calls[keep], len(copies)
+    first = g.ops_idx[g.ops_ptr[copies]]
+    out = np.zeros(g.n_calls, dtype=bool)
+    out[copies[h2d[np.where(g.g_name[first] >= 0, g.g_name[first], len(g.op_names))]]] = True
+    return out
 
 
-def values_loop(g: StepGraph, reads: np.ndarray) -> bool:
+def value_reads(g: StepGraph, calls: np.ndarray, h2d: np.ndarray) -> tuple[np.ndarray, int]:
+    """Among the sync ``calls``, those the fix removes, and how many blocking host-to-device
+    copies' syncs it leaves out (``h2d``: host_to_device_calls): ``.to(device)`` from pageable
+    memory is a copy and a stream sync, and that sync is the copy's (its fix is pinned memory and
+    ``non_blocking``, PK104), not a value the program reads back."""
+    pred = g.c_pred[calls]
+    ends_copy = (g.c_kind[calls] == int(CallKind.SYNC)) & (pred >= 0) & h2d[np.maximum(pred, 0)]
+    return calls[~ends_copy], len(np.unique(pred[ends_copy]))
+
+
+def values_loop(g: StepGraph, reads: np.ndarray, lib_calls: np.ndarray) -> bool:
     """Whether the loop that makes one site's reads only computes the values it reads: no
-    library kernel (a GEMM, a convolution, attention) is launched between its first read and its
-    last in any iteration. A per-parameter norm loop computes values; a loop of minibatches or
-    environment steps that validates a distribution in each does the model's work between its
-    reads, which keeping the values on the GPU does not remove."""
+    library kernel (a GEMM, a convolution, attention; ``lib_calls``: library_calls) is launched
+    between its first read and its last in any iteration. A per-parameter norm loop computes
+    values; a loop of minibatches or environment steps that validates a distribution in each
+    does the model's work between its reads, which keeping the values on the GPU does not
+    remove."""
     if len(reads) < 2:
         return False
-    lib = np.array([bool(GEMM_RE.match(str(n))) for n in g.op_names] + [False], dtype=bool)
-    launched = np.flatnonzero(g.g_call >= 0)
-    names = np.where(g.g_name[launched] >= 0, g.g_name[launched], len(g.op_names))
-    lib_calls = np.sort(g.g_call[launched[lib[names]]])
     it = np.searchsorted(g.iter_call, reads, side="right")
     for k in np.unique(it):
         mine = reads[it == k]
@@ -143,19 +139,19 @@ def values_loop(g: StepGraph, reads: np.ndarray) -> bool:
     return True
 
 
-def host_fed_sites(g: StepGraph) -> set[str]:
-    """The ranges in which the host copies data to the GPU: a loop there carries the host's work
-    from one pass to the next (an environment's observations), so its values cannot be computed
-    together ahead of it."""
-    copies = np.flatnonzero(g.c_kind == int(CallKind.COPY))
-    if not len(copies):
-        return set()
-    h2d = np.array(["Host-to-Device" in str(n) for n in g.op_names] + [False], dtype=bool)
-    launched = g.g_call >= 0
-    ops = np.flatnonzero(launched & np.isin(g.g_call, copies))
-    names = np.where(g.g_name[ops] >= 0, g.g_name[ops], len(g.op_names))
-    fed = g.g_call[ops[h2d[names]]]
-    return set(np.asarray(g.range_names, dtype=object)[g.c_range[fed]].tolist())
+def library_calls(g: StepGraph) -> np.ndarray:
+    """The calls that launched a library kernel (GEMM_RE), in order."""
+    lib = np.array([bool(GEMM_RE.match(str(n))) for n in g.op_names] + [False], dtype=bool)
+    launched = np.flatnonzero(g.g_call >= 0)
+    names = np.where(g.g_name[launched] >= 0, g.g_name[launched], len(g.op_names))
+    return np.sort(g.g_call[launched[lib[names]]])
+
+
+def host_fed_sites(g: StepGraph, h2d: np.ndarray) -> set[str]:
+    """The ranges in which the host copies data to the GPU (``h2d``: host_to_device_calls): a
+    loop there carries the host's work from one pass to the next (an environment's
+    observations), so its values cannot be computed together ahead of it."""
+    return set(np.asarray(g.range_names, dtype=object)[g.c_range[h2d]].tolist())
 
 
 def detect(ctx: RuleContext) -> list[Finding]:
@@ -163,15 +159,17 @@ def detect(ctx: RuleContext) -> list[Finding]:
     if m is None:
         return []
     g = m.graph
-    calls, n_h2d = value_reads(g, sync_calls(g))
+    h2d = host_to_device_calls(g)
+    calls, n_h2d = value_reads(g, sync_calls(g), h2d)
     its = max(len(g.iter_call) - 1, 1)
     if len(calls) < RULE.param("min_per_iteration") * its:
         return []
     where = sites(g, calls)
     names = ", ".join(f"{w} ({n / its:.0f} per iteration)" for w, n in list(where.items())[:3])
-    fed = host_fed_sites(g)
-    loops = [w for w, n in where.items() if n / its >= RULE.param("loop_reads") and w not in fed
-             and values_loop(g, calls[site_of(g, calls) == w])]
+    fed = host_fed_sites(g, h2d)
+    many = [w for w, n in where.items() if n / its >= RULE.param("loop_reads") and w not in fed]
+    lib_calls = library_calls(g) if many else np.empty(0, np.int64)
+    loops = [w for w in many if values_loop(g, calls[site_of(g, calls) == w], lib_calls)]
     batch = calls[np.isin(site_of(g, calls), loops)] if loops else None
     gain, basis = ctx.price(lambda gr: remove_syncs(gr, calls, batch),
                             f"the {len(calls) / its:.0f} syncs per iteration and the device-to-host "

@@ -17,10 +17,10 @@ def test_gpt2_with_eight_fp16_micro_batches():
     p = shared.corpus("grad_accum_fp16_train")
     f = _finding(p)
     assert f.evidence["micro_batches"] == 8 and f.evidence["kernels_per_micro_batch"] == 1083.0
-    assert round(f.expected_end_to_end_speedup, 3) == f.evidence["to_4_speedup"] == 1.129
-    assert (f.evidence["to_2_speedup"], f.evidence["to_1_speedup"]) == (1.19, 1.233)
+    assert round(f.expected_end_to_end_speedup, 3) == f.evidence["to_4_speedup"] == 1.132
+    assert (f.evidence["to_2_speedup"], f.evidence["to_1_speedup"]) == (1.193, 1.238)
     assert sorted(f.alternatives) == ["to_1_speedup", "to_2_speedup", "to_4_speedup"]
-    assert "2 of 4 times the size: 1.19x; 1 of 8 times the size: 1.23x" in f.action
+    assert "2 of 4 times the size: 1.19x; 1 of 8 times the size: 1.24x" in f.action
     # the merged kernels never take longer than the pair did, nor less than the bigger one alone
     assert f.evidence["merged_gpu_ns_per_step"] < f.evidence["paired_gpu_ns_per_step"]
     assert "8 micro-batches" in f.action and "use 4 micro-batches of twice the size" in f.action
@@ -61,7 +61,7 @@ def test_the_pairing_composes_with_a_fusion_before_it():
     with_205 = [c for c in combos if "PK205" in c["codes"]]
     assert with_205 and all(not c["overlap"] for c in with_205)
     best = next(c for c in combos if c["codes"] == ["PK402", "PK205", "PK103"])
-    assert best["expected_end_to_end_speedup"] == 1.901
+    assert best["expected_end_to_end_speedup"] == 1.907
 
 
 def test_copies_are_aligned_stretch_by_stretch():
@@ -81,10 +81,11 @@ def test_a_resnet_with_four_bf16_micro_batches_at_first_sight():
     # Scored before any change it led to (analyses/data/whatif/first_sight.json, H100): 2
     # micro-batches of 64 measured 1.98x, priced 2.04x; one batch of 128 measured 3.89x, priced
     # 4.00x. A host-bound step: the merge's gain is the others' CPU time, their GPU work nearly the
-    # same (a floor: waves at one block per SM).
+    # same (a floor: waves at one block per SM). The committed trace keeps 3 of the scored 6
+    # iterations: 2.05x and 4.07x on it.
     f = _finding(shared.corpus("accum_resnet_train"))
     assert f.evidence["micro_batches"] == 4 and f.evidence["kernels_per_micro_batch"] == 856.0
-    assert (f.evidence["to_2_speedup"], f.evidence["to_1_speedup"]) == (2.038, 4.13)
+    assert (f.evidence["to_2_speedup"], f.evidence["to_1_speedup"]) == (2.051, 4.073)
     assert f.evidence["merged_gpu_ns_per_step"] < f.evidence["paired_gpu_ns_per_step"]
 
 
@@ -101,8 +102,8 @@ def test_cuda_graph_trees_are_not_offered_to_an_accumulating_step():
         assert f"cannot run a step that accumulates gradients over {k} backwards" in f.action
         assert "compile_graphs" not in auto_trials(p.findings(), p, p.run())
     f = next(f for f in shared.corpus("accum_resnet_train").findings() if f.code == "PK103")
-    # the number is the whole step graphed by hand (not timed at first sight)
-    assert (round(f.expected_end_to_end_speedup, 3), f.evidence["cuda_graph_speedup"]) == (3.647, 3.647)
+    # the number is the whole step graphed by hand (not timed at first sight; measured 3.70x since)
+    assert (round(f.expected_end_to_end_speedup, 3), f.evidence["cuda_graph_speedup"]) == (3.628, 3.628)
     assert f.switch is None   # no switch captures a graph by hand
     # a step with one backward keeps reduce-overhead's price
     g = next(f for f in shared.corpus("resnet50_train").findings() if f.code == "PK103")

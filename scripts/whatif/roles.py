@@ -162,6 +162,16 @@ FIX_RULES = {
     ("padded_encoder_infer", "pad_to_longest"): (None, None),
     ("padded_encoder_infer", "sort_by_length"): (None, None),
     ("padded_encoder_infer", "bf16"): ("PK302", "bf16_speedup"), ("padded_encoder_infer", "tf32"): ("PK302", None),
+    # written before their captures (set f): a teacher's backward no rule sees; LoRA's frozen fp32
+    # weights recast by autocast (PK202); a loader's per-row fetch, whose workers PK102 prices
+    ("distill_teacher_train", "teacher_no_grad"): (None, None),
+    ("distill_teacher_train", "fused_adamw"): ("PK201", None),
+    ("distill_teacher_train", "compile"): ("PK103", "fusion_speedup"),
+    ("lora_finetune_train", "bf16_base"): ("PK202", None),
+    ("lora_finetune_train", "compile"): ("PK103", "fusion_speedup"),
+    ("lora_finetune_train", "fused_adamw"): ("PK201", None),
+    ("tabular_mlp_train", "batched_fetch"): (None, None), ("tabular_mlp_train", "gpu_resident"): (None, None),
+    ("tabular_mlp_train", "workers"): ("PK102", None),
     ("grad_checkpoint_train", "no_checkpointing"): ("PK204", None), ("grad_checkpoint_train", "fused_adamw"): ("PK201", None),
     ("cpu_tokenize_infer", "encode_batch"): (None, None), ("cpu_tokenize_infer", "workers"): ("PK102", None),
     ("cpu_tokenize_infer", "pretokenized"): ("PK102", None),

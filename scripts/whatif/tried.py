@@ -75,6 +75,9 @@ SWITCH_OF: dict[tuple[str, str], str] = {
     ("contrastive_clip_train", "bf16"): "bf16",
     ("contrastive_clip_train", "fused_adamw"): _FUSED,
     ("accum_resnet_train", "compile"): "compile",
+    ("distill_teacher_train", "fused_adamw"): _FUSED,
+    ("lora_finetune_train", "compile"): "compile",
+    ("lora_finetune_train", "fused_adamw"): _FUSED,
 }
 
 

@@ -50,6 +50,7 @@ class Switch(str, Enum):
     COMPILE = "compile"                      # torch.compile of the outermost module
     COMPILE_GRAPHS = "compile_graphs"        # the same, mode="reduce-overhead" (CUDA graphs)
     EXPANDABLE_SEGMENTS = "expandable_segments"  # PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+    FREEZE_UNSTEPPED = "freeze_unstepped"    # parameters no optimizer steps stop requiring gradients
 
 
 def parse_trial(text: str) -> tuple[Switch, ...]:

@@ -156,6 +156,37 @@ def test_workers_without_a_dataloader(trial):
     assert trial("workers").record() == {"switch": "workers", "applied": False, "note": "no DataLoader"}
 
 
+def test_freeze_unstepped_freezes_what_no_optimizer_steps_at_the_second_step(trial):
+    t = trial("freeze_unstepped")
+    teacher, student = Tiny(), Tiny()
+    opt = torch.optim.SGD(student.parameters(), lr=0.1)
+    x = torch.randn(8, 16)
+    for i in range(3):
+        loss = (student(x) - teacher(x)).pow(2).mean()
+        loss.backward()
+        # the teacher's backward ran in the first two steps; after the second step it stops
+        assert (teacher.a.weight.grad is not None) == (i < 2), i
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    assert not any(p.requires_grad for p in teacher.parameters())
+    assert all(p.requires_grad for p in student.parameters())
+    assert t.record() == {"switch": "freeze_unstepped", "applied": True,
+                          "note": "froze 4 tensors of Tiny (289 params), which no optimizer steps"}
+
+
+def test_freeze_unstepped_leaves_a_program_whose_gradients_are_all_stepped(trial):
+    t = trial("freeze_unstepped")
+    m = Tiny()
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    for _ in range(3):
+        m(torch.randn(4, 16)).sum().backward()
+        opt.step()
+    assert all(p.requires_grad for p in m.parameters())
+    assert t.record() == {"switch": "freeze_unstepped", "applied": False,
+                          "note": "every parameter holding a gradient is stepped by an optimizer"}
+    assert trial("freeze_unstepped").record()["note"] == "no optimizer stepped"
+
+
 # -- the allocator -------------------------------------------------------------------------------
 def test_no_empty_cache_is_a_counted_no_op(trial):
     orig = torch.cuda.empty_cache

@@ -31,6 +31,8 @@ kept, aggregated into unique shapes with their counts:
 * the ops that make the host wait for the GPU (``.item()``, ``bool()`` of a device tensor, a
   boolean mask's ``nonzero``, a blocking copy to the host), each with the program's line that
   ran it and the torch API it went through (:mod:`profkit.capture.syncsites`);
+* at the iteration's first optimizer step, the parameters that hold gradients no optimizer
+  steps, per root module (:mod:`profkit.capture.unstepped`: a teacher never frozen);
 * 2-D and 3-D convolutions (``convolution`` of a 4-D or 5-D input, forward: its backward is
   priced from it):
   the input's and weight's shapes, stride, padding, dilation, groups, element type, whether the
@@ -67,7 +69,8 @@ one-line note. What it writes (``profkit-oprecord/1``)::
                "padding": [3, 3], "dilation": [1, 1], "groups": 40, "dtype": "fp32",
                "channels_last": false, "grad": true, "tf32": true, "count": 2}, ...],
      "sync": [{"op": "item", "file": "train.py", "line": 88, "function": "rollout",
-               "via": "torch/distributions/distribution.py:__init__", "count": 128}, ...]}
+               "via": "torch/distributions/distribution.py:__init__", "count": 128}, ...],
+     "unstepped": [{"module": "Encoder", "tensors": 201, "elements": 109484547}]}
 """
 from __future__ import annotations
 
@@ -80,6 +83,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Optional
 
+from profkit.capture import unstepped
 from profkit.capture.syncsites import SyncSites, waits
 
 FORMAT = "profkit-oprecord/1"
@@ -142,6 +146,7 @@ class OpRecord:
         self.conv: Counter = Counter()
         self.cells: dict[int, dict] = {}
         self.optimizers: dict[int, dict] = {}
+        self.unstepped: Optional[list[dict]] = None
         self.devices: set[str] = set()
         self._mode = None
         self._handles: list = []
@@ -480,6 +485,9 @@ class OpRecord:
         if id(opt) in self.optimizers or self.broken:
             return
         try:
+            if self.unstepped is None:   # at the iteration's first step, every gradient computed
+                import torch
+                self.unstepped = unstepped.summary(unstepped.find(torch))
             sizes: Counter = Counter()
             dtypes: Counter = Counter()
             device = ""
@@ -536,7 +544,8 @@ class OpRecord:
                       "dilation": list(dil), "groups": gr, "dtype": dt, "channels_last": cl,
                       "grad": grad, "tf32": tf32, "count": c}
                      for (x, w, st, pad, dil, gr, dt, cl, grad, tf32), c in self.conv.most_common()],
-            "sync": self.syncs.as_list() if self.syncs is not None else []}
+            "sync": self.syncs.as_list() if self.syncs is not None else [],
+            "unstepped": self.unstepped or []}
 
 
 def write(path: str | Path, record: dict) -> None:

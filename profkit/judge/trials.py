@@ -7,8 +7,9 @@ unless the finding names another (``Finding.switch``: PK103's torch.compile of a
 PK305's channels_last alone), and the others measure variants the rule priced in its evidence
 (PK302's ``bf16_speedup``). ``--try auto`` runs, for every rule that fired, best price first, the
 trials its metadata lists but those its finding refuses (evidence ``trials_refused``); and
-``cudnn_benchmark`` where convolutions take CONV_SHARE of the window's kernel time or more, which
-no rule prices.
+``cudnn_benchmark`` where convolutions take CONV_SHARE of the window's kernel time or more, and
+``freeze_unstepped`` where the capture's op record found parameters holding gradients that no
+optimizer steps (profkit.capture.unstepped), which no rule prices.
 """
 from __future__ import annotations
 
@@ -38,8 +39,11 @@ def auto_trials(findings: list[Finding], prof: "ProfileView", run: "RunSummary")
         # that accumulates gradients) would spend a run on a known failure
         refused = set(f.evidence.get("trials_refused", ()))
         out += [t.switch for t in meta.trials if t.switch not in refused]
-    if conv_share(RuleContext(prof, run)) >= CONV_SHARE:
+    ctx = RuleContext(prof, run)
+    if conv_share(ctx) >= CONV_SHARE:
         out.append(Switch.CUDNN_BENCHMARK.value)
+    if ctx.replacements.recorded("unstepped"):
+        out.append(Switch.FREEZE_UNSTEPPED.value)
     return list(dict.fromkeys(out))
 
 

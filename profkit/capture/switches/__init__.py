@@ -10,7 +10,8 @@ switch is):
 * :mod:`.outermost`: ``bf16`` (autocast), ``channels_last``, ``compile`` and ``compile_graphs``
   (``torch.compile`` of the outermost module, default and ``mode="reduce-overhead"``), all
   applied to the outermost module, found at run time;
-* :mod:`.optim`: ``fused_optim`` (``fused=True`` for Adam, AdamW, SGD, Adagrad);
+* :mod:`.optim`: ``fused_optim`` (``fused=True`` for Adam, AdamW, SGD, Adagrad),
+  ``freeze_unstepped`` (parameters whose gradients no optimizer steps stop requiring them);
 * :mod:`.data`: ``workers`` (DataLoader worker processes, pinned memory);
 * :mod:`.memory`: ``no_empty_cache``, ``expandable_segments``.
 

@@ -1,5 +1,5 @@
 """``fused_optim``: ``fused=True`` for the torch.optim optimizers that have it (Adam, AdamW, SGD,
-Adagrad), whatever the program passed.
+Adagrad), whatever the program passed; ``freeze_unstepped`` (FreezeUnstepped, below).
 
 The constructors are wrapped when the script imports torch. An explicit ``foreach`` is dropped
 (``fused=True`` with ``foreach=True`` raises); ``params`` given as a generator is made a list
@@ -122,4 +122,51 @@ def _counting_init(orig: Any, state: dict) -> Any:
     return __init__
 
 
-HANDLERS = {Switch.FUSED_OPTIM: FusedOptim()}
+class FreezeUnstepped(Handler):
+    """``freeze_unstepped``: at the second step of any optimizer (every optimizer of the program has
+    stepped once, every backward has run), the parameters that hold gradients no optimizer steps
+    (profkit.capture.unstepped.find) are set ``requires_grad_(False)`` and their ``.grad`` dropped,
+    once: from the next forward on, no autograd history is kept for them and the backward stops
+    where only they needed it (a teacher never frozen: its whole backward). A program that reads
+    such gradients itself (a hand-written update of those weights) then fails, and the trial says
+    so: the fix is not for it."""
+    switch = Switch.FREEZE_UNSTEPPED
+
+    def install(self, torch: Any, trial: Any, report: Report) -> None:
+        st = trial.shared.setdefault("unstepped", {"steps": Counter(), "frozen": [], "done": False})
+        from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+        def hook(opt, args, kwargs):
+            if st["done"]:
+                return
+            st["steps"][id(opt)] += 1
+            if st["steps"][id(opt)] < 2:
+                return
+            st["done"] = True
+            from profkit.capture import unstepped
+            found = unstepped.find(torch)
+            with torch.no_grad():
+                for r in found:
+                    for p in r["params"]:
+                        p.requires_grad_(False)
+                        p.grad = None
+            st["frozen"] = unstepped.summary(found)
+        handle = register_optimizer_step_pre_hook(hook)
+        trial.on_restore(handle.remove)
+
+    def finish(self, torch: Any, trial: Any, report: Report) -> None:
+        from profkit.capture.switches.base import count_params
+        st = trial.shared.get("unstepped")
+        if st is None or not st["steps"]:
+            report.note("no optimizer stepped", applied=False)
+        elif not st["done"]:
+            report.note("no optimizer stepped twice", applied=False)
+        elif not st["frozen"]:
+            report.note("every parameter holding a gradient is stepped by an optimizer", applied=False)
+        else:
+            report.note("froze " + ", ".join(f"{r['tensors']} tensors of {r['module']} ({count_params(r['elements'])} "
+                                             "params)" for r in st["frozen"]) + ", which no optimizer steps",
+                        applied=True)
+
+
+HANDLERS = {Switch.FUSED_OPTIM: FusedOptim(), Switch.FREEZE_UNSTEPPED: FreezeUnstepped()}

@@ -70,6 +70,27 @@ def _record(fn, pushes: int = 3) -> dict:
     return rec.finish()
 
 
+def test_the_record_names_the_parameters_no_optimizer_steps():
+    """A distillation step whose teacher was never frozen: at the optimizer's step the teacher's
+    parameters hold gradients no optimizer steps; the student's are stepped."""
+    teacher = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    student = torch.nn.Linear(8, 4)
+    opt = torch.optim.AdamW(student.parameters(), lr=1e-3)
+    x = torch.randn(16, 8)
+
+    def step():
+        loss = torch.nn.functional.mse_loss(student(x), teacher(x))
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    assert _record(step)["unstepped"] == [{"module": "Sequential", "tensors": 4, "elements": 8 * 32 + 32 + 32 * 4 + 4}]
+    with torch.no_grad():                      # the fix: nothing of the teacher's is left to report
+        for p in teacher.parameters():
+            p.grad = None
+    teacher.requires_grad_(False)
+    assert _record(step)["unstepped"] == []
+
+
 def _attention(mask: str):
     q = torch.randn(6, 32, 16)
     k = torch.randn(6, 32, 16)
@@ -190,6 +211,49 @@ def test_the_heaviest_unaligned_gemms_are_timed_beside_the_aligned_ones():
     assert len(shapes) == timing.MAX_PER_KIND and odd[0] in shapes and odd[1] not in shapes
     assert shapes[:4] == sorted(aligned, key=lambda g: -g["n"])[:4]     # heaviest first
     assert timing.gemm_shapes(aligned)[:6] == sorted(aligned, key=lambda g: -g["n"])[:6]
+
+
+def test_unaligned_gemms_each_small_but_many_are_timed_together():
+    """A Conformer's six attention GEMM shapes over 399 frames hold 2% of the FLOPs each (12%
+    together): the heaviest two are timed, while unaligned shapes under 0.5% each are not."""
+    aligned = [{"op": "mm", "batch": 1, "m": 25536, "n": 1024, "k": 256 + 64 * i, "dtype": "fp32", "count": 16}
+               for i in range(8)]
+    attn = [{"op": "bmm", "batch": 256, "m": 399, "n": 399 - i, "k": 64, "dtype": "fp32", "count": 8}
+            for i in range(6)]
+    total = sum(timing._work("gemm", g) for g in aligned + attn)
+    assert all(timing._work("gemm", g) < timing.UNALIGNED_SHARE * total for g in attn)
+    shapes = timing.gemm_shapes(aligned + attn)
+    assert [g for g in shapes if g in attn] == attn[:2] and len(shapes) == timing.MAX_PER_KIND
+    crumbs = [{"op": "mm", "batch": 1, "m": 3, "n": 5 + i, "k": 7, "dtype": "fp32", "count": 1} for i in range(6)]
+    assert not [g for g in timing.gemm_shapes(aligned + crumbs) if g in crumbs]
+
+
+def _gemm_entry(shape: dict, fp32_ns: float, bf16_ns: float):
+    from profkit.run.replacements import Replacement
+    return Replacement("gemm_bf16", timing.gemm_key(shape), shape, int(shape["count"]), fp32_ns, bf16_ns,
+                       "bf16", 10, None)
+
+
+def test_the_gemm_gain_weighs_aligned_and_unaligned_shapes_by_their_flops():
+    """Aligned shapes timed 10x faster in bf16 and unaligned ones slower than fp32 (0.7x): each
+    group stands for its share of the recorded FLOPs (88% and 12%), at its own fp32 time per
+    FLOP; one ratio over the timed shapes would weigh the unaligned group by the two shapes timed."""
+    big = {"op": "mm", "batch": 1, "m": 4096, "n": 4096, "k": 1024, "dtype": "fp32", "count": 4}
+    odd = {"op": "bmm", "batch": 64, "m": 399, "n": 399, "k": 64, "dtype": "fp32", "count": 8}
+    f_big, f_odd = 4096 * 4096 * 1024, 64 * 399 * 399 * 64
+    # the record: the big shape and five more like it; the odd one and nine more like it
+    record = {"gemm": [dict(big)] * 6 + [dict(odd)] * 10}
+    entries = (_gemm_entry(big, 1000.0, 100.0), _gemm_entry(odd, 300.0, 300.0 / 0.7))
+    r = Replacements(entries=entries, record=record)
+    per_big, per_odd = 1000.0 / f_big, 300.0 / f_odd          # fp32 ns per multiply-add
+    w_big, w_odd = 6 * 4 * f_big, 10 * 8 * f_odd
+    want = (w_big * per_big + w_odd * per_odd) / (w_big * per_big / 10 + w_odd * per_odd / 0.7)
+    assert r.gemm_gain("gemm_bf16") == pytest.approx(want, rel=1e-9)
+    plain = (4 * 1000.0 + 8 * 300.0) / (4 * 100.0 + 8 * 300.0 / 0.7)
+    assert want < plain
+    # one group timed: the plain ratio of the timed shapes; nothing timed: None
+    assert Replacements(entries=entries[:1], record=record).gemm_gain("gemm_bf16") == pytest.approx(10.0)
+    assert Replacements(record=record).gemm_gain("gemm_bf16") is None
 
 
 def test_stacked_cells_are_recorded_and_timed_as_one_multi_layer_rnn():

@@ -71,7 +71,8 @@ SLEEP_MARGIN_NS = 200_000        # the GPU's hold beyond twice the runs' launchi
 SLEEP_MAX_NS = 2_000_000_000     # a slow-launching call is held at most 2 s
 MAX_PER_KIND = 6        # the heaviest shapes of each kind (count x work); the rest are listed
 ALIGN_16BIT = 8         # elements: a 16-bit GEMM's M, N and K multiples of it run on aligned kernels
-UNALIGNED_SHARE = 0.03  # an unaligned GEMM shape with this share of the GEMMs' work is timed
+UNALIGNED_SHARE = 0.03  # unaligned GEMM shapes with this share of the GEMMs' work together are timed,
+UNALIGNED_MIN = 0.005   # each of them holding at least this share
 MAX_CONVS = 12          # a CNN has a dozen conv shapes or more, each timed in milliseconds
 DEFAULT_BUDGET_S = 120.0
 MAX_RNN_STEPS = 4096
@@ -557,14 +558,18 @@ def unaligned(g: dict) -> bool:
 
 def gemm_shapes(gemms: list[dict]) -> list[dict]:
     """The fp32 GEMM shapes to time, MAX_PER_KIND at most, heaviest first: the heaviest overall,
-    with up to a third of them kept for the heaviest unaligned shapes that carry UNALIGNED_SHARE of
-    the work or more. Their bf16 gain is not the aligned shapes' (a Conformer's attention GEMMs
-    over 399 frames ran on align1 kernels, 8.3 ms an iteration in bf16, where the six aligned
-    projections timed 10x faster), and the rules scale every GEMM by the timed ones' ratio."""
+    with up to a third of them kept for the heaviest unaligned shapes where those carry
+    UNALIGNED_SHARE of the work or more together (each UNALIGNED_MIN or more). Their bf16 gain is
+    not the aligned shapes' (a Conformer's attention GEMMs over 399 frames, six shapes of 2% of the
+    FLOPs each, ran on align1 kernels, 8.3 ms an iteration in bf16, where the aligned projections
+    timed 10x faster), and the rules scale each group by its own timed ratio
+    (profkit.run.replacements.Replacements.gemm_gain)."""
     ranked = sorted(gemms, key=lambda r: -_work("gemm", r))
     total = sum(_work("gemm", g) for g in ranked) or 1.0
-    odd = [g for g in ranked if unaligned(g) and _work("gemm", g) >= UNALIGNED_SHARE * total]
-    odd = odd[:MAX_PER_KIND // 3]
+    odd_all = [g for g in ranked if unaligned(g)]
+    odd = []
+    if sum(_work("gemm", g) for g in odd_all) >= UNALIGNED_SHARE * total:
+        odd = [g for g in odd_all if _work("gemm", g) >= UNALIGNED_MIN * total][:MAX_PER_KIND // 3]
     rest = [g for g in ranked if not any(g is o for o in odd)][:MAX_PER_KIND - len(odd)]
     keep = {id(g) for g in rest + odd}
     return [g for g in ranked if id(g) in keep]

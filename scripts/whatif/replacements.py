@@ -80,8 +80,10 @@ NOTES: dict[tuple[str, str], str] = {
     ("optimizer", "speech_conformer_train"): "as contrastive_clip_train's: the program's fused kernels "
     "slower than timed alone; not explained.",
     ("gemm_bf16", "speech_conformer_train"): "the attention GEMMs over 399 frames run on align1 kernels in "
-    "bf16 (8.3 ms an iteration) and were not among the six timed shapes; the timing now includes the "
-    "heaviest unaligned shapes (not yet run on a GPU).",
+    "bf16 (8.3 ms an iteration) and were not among the six timed shapes: recaptured on an H100 "
+    "(2026-12-06), still none was timed, its six unaligned shapes holding 2.0% of the FLOPs each, under "
+    "the 3% a shape then needed. The timing now takes them by their share together (12%), and PK302 "
+    "weighs the aligned and unaligned GEMMs each by its FLOPs at its own timed gain; not yet run on a GPU.",
     ("gemm_tf32", "vit_fp32_infer"): "the attention projections (a third of the GEMM time) run inside "
     "nn.MultiheadAttention's fused op: recorded since; then +31.5% on an H100 (2026-12-05), the GEMMs "
     "timed on row-major operands (NN) where nn.Linear's are NT, 1.2-1.7x slower in TF32; timed in the "
@@ -182,7 +184,7 @@ def predicted(baseline: Path, kind: str) -> dict:
     if kind in ("gemm_tf32", "gemm_bf16", "conv_bf16"):
         # the timed shapes' ratio applied to every fp32 kernel of the class (PK302, PK305)
         base = _op_time(prof, kind, "baseline")
-        ratio = out["original_ns"] / out["replacement_ns"]
+        ratio = (r.gemm_gain(kind) if kind != "conv_bf16" else None) or out["original_ns"] / out["replacement_ns"]
         out.update(baseline_op_ns=base["ns_per_iteration"], ratio=round(ratio, 4),
                    ns_per_iteration=round(base["ns_per_iteration"] / ratio))
     else:

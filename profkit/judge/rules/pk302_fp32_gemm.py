@@ -115,12 +115,12 @@ def unaligned(ctx: RuleContext, rows, multiple: int):
 
 def timed_gain(ctx: RuleContext, kind: str) -> tuple[float | None, str]:
     """(the fp32 GEMMs' gain timed at the program's shapes for ``kind`` (gemm_tf32, gemm_bf16):
-    the timed shapes' fp32 time over the replacement's, each weighted by its calls; the words
-    that say so), or (None, the estimate's words)."""
-    timed = ctx.replacements.measured(kind)
-    if not timed:
+    Replacements.gemm_gain, the aligned and unaligned shapes each by its share of the FLOPs; the
+    words that say so), or (None, the estimate's words)."""
+    ratio = ctx.replacements.gemm_gain(kind)
+    if ratio is None:
         return None, ESTIMATED
-    ratio = sum(e.original_ns * e.count for e in timed) / sum(e.replacement_ns * e.count for e in timed)
+    timed = ctx.replacements.measured(kind)
     name = "TF32" if kind == "gemm_tf32" else "bf16"
     return max(ratio, 1.0), timed_text(timed, f"{name} vs fp32 GEMMs, ")
 

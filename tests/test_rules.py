@@ -535,12 +535,12 @@ def test_an_action_of_two_fixes_is_ranked_by_the_one_its_trial_did_not_measure_t
     """per_sample_loss_train computes its loss per sample in a Python loop outside the model.
     PK103 offers torch.compile(mode="reduce-overhead") (its number) and CUDA graphs by hand; the
     capture's trial compiled the outermost module, the loop left out: 1.28x. Graphs by hand,
-    which no switch tries, keep their price (3.28x at the capture's calibration; the whole step
-    graphed by hand measured 4.79x), so the action stays above vectorising the loop (2.36x,
-    measured 2.23x)."""
+    which no switch tries, keep their price (3.18x at the capture's calibration, on the trace's 3
+    iterations; the whole step graphed by hand measured 4.79x), so the action stays above
+    vectorising the loop (2.34x, measured 2.23x)."""
     p = prof("corpus/per_sample_loss_train")
     f = finding("corpus/per_sample_loss_train", "PK103")
-    assert f.evidence["untried_alternative_speedup"] == pytest.approx(3.28, abs=0.005)
+    assert f.evidence["untried_alternative_speedup"] == pytest.approx(3.18, abs=0.005)
     first, second = p.run_json(p.ops(by="range"))["actions"][:2]
     assert first["code"] == "PK103" and first["tried"]["speedup"] == pytest.approx(1.28, abs=0.005)
     assert second["code"] == "PK107"

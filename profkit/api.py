@@ -251,6 +251,15 @@ class Profile:
             self.__dict__["_trials"] = summarize(self.full_trace.meta.get("trials"))
         return list(self.__dict__["_trials"])
 
+    def replacements(self):
+        """What ``profkit capture`` recorded and timed at the program's shapes (the trace's
+        PROFKIT_META ``replacements``: the op record and the replacement timings;
+        profkit.run.replacements.Replacements); empty for a trace without."""
+        if "_replacements" not in self.__dict__:
+            from profkit.run.replacements import parse
+            self.__dict__["_replacements"] = parse(self.full_trace.meta.get("replacements"))
+        return self.__dict__["_replacements"]
+
     def combined_actions(self) -> list[dict]:
         """The top findings priced together by the step model (profkit.judge.combine): every pair
         and the triple of the three best, each replayed as one edited graph; best first. On a
@@ -642,6 +651,9 @@ class Profile:
                               "estimate": model.calibration.source == "estimated"}
         if results:
             out["trials"] = trials_json(findings, results, out["actions"])
+        unstepped = self.replacements().recorded("unstepped")
+        if unstepped:
+            out["unstepped"] = unstepped
         out["combinations"] = self.combined_actions()
         if model is not None:
             _verdict_without_profiler(out["verdict"], model)

@@ -929,3 +929,24 @@ def test_the_gemms_keep_their_operands_layout():
     assert a.is_contiguous() and b.is_contiguous() and b.shape == (3, 24, 40)   # no layout: NN
     assert timing.gemm_key({"op": "addmm", "batch": 1, "m": 16, "n": 40, "k": 24, "dtype": "fp32",
                             "layout": "NT"}) == "addmm b=1 m=16 n=40 k=24 fp32 NT"
+
+
+def test_try_auto_runs_freeze_unstepped_where_the_record_found_such_parameters(tmp_path):
+    """`--try auto` adds the freeze_unstepped trial where the capture's op record found parameters
+    holding gradients no optimizer steps (no rule prices that fix: its trial is the measurement),
+    and not where the record found none."""
+    from profkit.judge.trials import auto_trials
+    teacher = [{"module": "Encoder", "tensors": 201, "elements": 109_482_240}]
+    with_teacher = profkit.load(_copy_with(tmp_path, "traces/corpus/early_exit_sync.sqlite.xz",
+                                           _meta([], {"unstepped": teacher})))
+    assert "freeze_unstepped" in auto_trials(with_teacher.findings(), with_teacher, with_teacher.run())
+    from profkit.show.render import run_lines
+    run = with_teacher.run_json()
+    assert run["unstepped"] == teacher
+    assert ("noticed  109.5M parameters of Encoder (201 tensors) get gradients that no optimizer steps: "
+            "if they are meant to be frozen") in "\n".join(run_lines(run))
+    (tmp_path / "none").mkdir()
+    plain = profkit.load(_copy_with(tmp_path / "none", "traces/corpus/early_exit_sync.sqlite.xz",
+                                    _meta([], {"unstepped": []})))
+    assert "freeze_unstepped" not in auto_trials(plain.findings(), plain, plain.run())
+    assert "unstepped" not in plain.run_json()

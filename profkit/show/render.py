@@ -144,6 +144,12 @@ def run_lines(run: dict) -> list[str]:
         model = (f"; the model's price {t['model']:.2f}x ({t['code']})" if t.get("model") is not None
                  else "; not priced by the model")
         lines.append(f"{'tried' if i == 0 else '':8} {t['switch']}: {trial_text(t)}{model}")
+    for i, u in enumerate(run.get("unstepped") or []):
+        lines.append(f"{'noticed' if i == 0 else '':8} {u['elements'] / 1e6:.1f}M parameters of {u['module']} "
+                     f"({u['tensors']} tensors) get gradients that no optimizer steps: if they are meant "
+                     "to be frozen, requires_grad_(False) (or torch.no_grad() around their forward) removes "
+                     "their backward (not priced by the model; profkit capture --try freeze_unstepped "
+                     "measures it)")
     fired = run.get("findings") or []
     if fired:
         lines.append("rules    " + ", ".join(f"{f['code']} {f['rule']} {f['expected_end_to_end_speedup']:.2f}x"

@@ -51,6 +51,7 @@ class Switch(str, Enum):
     COMPILE_GRAPHS = "compile_graphs"        # the same, mode="reduce-overhead" (CUDA graphs)
     EXPANDABLE_SEGMENTS = "expandable_segments"  # PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
     FREEZE_UNSTEPPED = "freeze_unstepped"    # parameters no optimizer steps stop requiring gradients
+    BATCHED_FETCH = "batched_fetch"          # a TensorDataset's DataLoader reads a batch in one call
 
 
 def parse_trial(text: str) -> tuple[Switch, ...]:

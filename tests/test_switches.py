@@ -343,3 +343,29 @@ def test_gpu_channels_last_bf16_conv(trial):
     y = net(torch.randn(2, 3, 16, 16, device="cuda"))
     assert y.dtype == torch.bfloat16 and y.is_contiguous(memory_format=torch.channels_last)
     assert t.record()["applied"]
+
+
+def test_batched_fetch_reads_a_tensor_datasets_batches_in_one_call(trial):
+    from torch.utils.data import DataLoader, TensorDataset
+    x = torch.arange(40, dtype=torch.float32)[:, None].repeat(1, 3)
+    y = torch.arange(40)
+    plain = [b for b in DataLoader(TensorDataset(x, y), batch_size=8, shuffle=True,
+                                   generator=torch.Generator().manual_seed(3), drop_last=True)]
+    t = trial("batched_fetch")
+    calls = []
+    ds = TensorDataset(x, y)
+    orig = TensorDataset.__getitem__
+    TensorDataset.__getitem__ = lambda self, i: calls.append(i) or orig(self, i)
+    try:
+        got = [b for b in DataLoader(ds, batch_size=8, shuffle=True, generator=torch.Generator().manual_seed(3),
+                                     drop_last=True)]
+        DataLoader(ds, batch_size=8, collate_fn=lambda b: b)     # its own collate: left
+    finally:
+        TensorDataset.__getitem__ = orig
+    # the same rows in the same order, read with one call a batch
+    assert len(calls) == 5 and all(len(i) == 8 for i in calls)
+    assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(plain, got))
+    assert t.record() == {"switch": "batched_fetch", "applied": True,
+                          "note": "DataLoader x1: each batch read in one call (a BatchSampler as its sampler), "
+                                  "DataLoader left as it was (a collate_fn of its own)"}
+    assert trial("batched_fetch").record()["note"] == "no DataLoader"

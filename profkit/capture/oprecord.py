@@ -33,6 +33,9 @@ kept, aggregated into unique shapes with their counts:
   ran it and the torch API it went through (:mod:`profkit.capture.syncsites`);
 * at the iteration's first optimizer step, the parameters that hold gradients no optimizer
   steps, per root module (:mod:`profkit.capture.unstepped`: a teacher never frozen);
+* the DataLoader's fetches from a map-style dataset (:mod:`profkit.capture.loaders`): whether
+  it reads a batch one row at a time, each fetch's time, and a TensorDataset's same rows read
+  with one gather;
 * 2-D and 3-D convolutions (``convolution`` of a 4-D or 5-D input, forward: its backward is
   priced from it):
   the input's and weight's shapes, stride, padding, dilation, groups, element type, whether the
@@ -70,7 +73,9 @@ one-line note. What it writes (``profkit-oprecord/1``)::
                "channels_last": false, "grad": true, "tf32": true, "count": 2}, ...],
      "sync": [{"op": "item", "file": "train.py", "line": 88, "function": "rollout",
                "via": "torch/distributions/distribution.py:__init__", "count": 128}, ...],
-     "unstepped": [{"module": "Encoder", "tensors": 201, "elements": 109484547}]}
+     "unstepped": [{"module": "Encoder", "tensors": 201, "elements": 109484547}],
+     "loader": [{"dataset": "TensorDataset", "rows": 4096, "per_row": true, "fetches": 1,
+                 "fetch_ns": 41300000, "row_ns": 15200000, "batched_ns": 210000}]}
 """
 from __future__ import annotations
 
@@ -83,7 +88,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Optional
 
-from profkit.capture import unstepped
+from profkit.capture import loaders, unstepped
 from profkit.capture.syncsites import SyncSites, waits
 
 FORMAT = "profkit-oprecord/1"
@@ -147,6 +152,7 @@ class OpRecord:
         self.cells: dict[int, dict] = {}
         self.optimizers: dict[int, dict] = {}
         self.unstepped: Optional[list[dict]] = None
+        self.fetches: list[dict] = []
         self.devices: set[str] = set()
         self._mode = None
         self._handles: list = []
@@ -212,6 +218,9 @@ class OpRecord:
             import torch.optim.optimizer as optim_module
             self._handles = [nn_module.register_module_forward_hook(self._safe(self._module_hook)),
                              optim_module.register_optimizer_step_pre_hook(self._safe(self._optimizer_hook))]
+            undo = loaders.watch(torch, self._safe(self._fetch))
+            if undo is not None:
+                self._handles.append(_Undo(undo))
         except Exception as exc:  # noqa: BLE001 - a record must never break the program
             self._fail(exc, "could not start")
             self.stop()
@@ -481,6 +490,10 @@ class OpRecord:
         except Exception as exc:  # noqa: BLE001
             self._fail(exc, "failed in a cell's forward hook")
 
+    def _fetch(self, entry: dict) -> None:
+        if self.active and not self.broken and threading.get_ident() == self._thread:
+            self.fetches.append(entry)
+
     def _optimizer_hook(self, opt: Any, args: tuple, kwargs: dict) -> None:
         if id(opt) in self.optimizers or self.broken:
             return
@@ -545,7 +558,15 @@ class OpRecord:
                       "grad": grad, "tf32": tf32, "count": c}
                      for (x, w, st, pad, dil, gr, dt, cl, grad, tf32), c in self.conv.most_common()],
             "sync": self.syncs.as_list() if self.syncs is not None else [],
-            "unstepped": self.unstepped or []}
+            "unstepped": self.unstepped or [],
+            "loader": loaders.summary(self.fetches)}
+
+
+class _Undo:
+    """A patch's undo as a hook handle (``remove()``), kept with the record's hooks."""
+
+    def __init__(self, undo: Any) -> None:
+        self.remove = undo
 
 
 def write(path: str | Path, record: dict) -> None:

@@ -12,7 +12,8 @@ switch is):
   applied to the outermost module, found at run time;
 * :mod:`.optim`: ``fused_optim`` (``fused=True`` for Adam, AdamW, SGD, Adagrad),
   ``freeze_unstepped`` (parameters whose gradients no optimizer steps stop requiring them);
-* :mod:`.data`: ``workers`` (DataLoader worker processes, pinned memory);
+* :mod:`.data`: ``workers`` (DataLoader worker processes, pinned memory), ``batched_fetch`` (a
+  TensorDataset's batches read in one call);
 * :mod:`.memory`: ``no_empty_cache``, ``expandable_segments``.
 
 A trial is one switch or several joined by ``+`` (``channels_last+bf16``), applied together.

@@ -1,4 +1,5 @@
-"""``workers``: DataLoader batches made by worker processes, into pinned memory.
+"""``workers``: DataLoader batches made by worker processes, into pinned memory; ``batched_fetch``
+(BatchedFetch, below): a TensorDataset's batches read in one call instead of row by row.
 
 ``torch.utils.data.DataLoader``'s constructor is wrapped when the script imports torch. Where the
 program passed no ``num_workers`` or 0 (the default: batches made on the main thread), it gets
@@ -104,4 +105,75 @@ class Workers(Handler):
         report.note(", ".join(parts) if parts else "no DataLoader", applied=bool(changed))
 
 
-HANDLERS = {Switch.WORKERS: Workers()}
+class BatchedFetch(Handler):
+    """``batched_fetch``: a DataLoader over a ``TensorDataset`` that reads each batch one row at a
+    time (automatic batching: ``[dataset[i] for i in indices]``, then ``default_collate``) is
+    made to read it in one call: its sampler wrapped in a ``BatchSampler`` of the same batch size
+    and ``drop_last`` (a ``RandomSampler`` with the program's generator where it passed
+    ``shuffle=True``), ``batch_size=None``, so that ``dataset[indices]`` gathers the rows of every
+    tensor at once. The batches hold the same rows in the same order as a tuple of tensors.
+    DataLoaders with a ``batch_sampler``, a ``collate_fn``, another dataset class, or no batch
+    size are left as they were."""
+    switch = Switch.BATCHED_FETCH
+
+    def install(self, torch: Any, trial: Any, report: Report) -> None:
+        state = trial.shared.setdefault("batched", {"changed": 0, "kept": []})
+        cls = torch.utils.data.DataLoader
+        orig = cls.__init__
+        sig = inspect.signature(orig)
+        data = torch.utils.data
+
+        def __init__(self, *args, **kwargs):  # noqa: N807
+            if getattr(self, "_profkit_batched_seen", False):
+                return orig(self, *args, **kwargs)
+            object.__setattr__(self, "_profkit_batched_seen", True)
+            try:
+                bound = sig.bind(self, *args, **kwargs)
+            except TypeError:
+                return orig(self, *args, **kwargs)
+            given = dict(bound.arguments)
+            given.pop("self", None)
+            ds = given.get("dataset")
+            why = _why_not_batched(data, given)
+            if why:
+                state["kept"].append(why)
+                return orig(self, *args, **kwargs)
+            batch, drop = int(given.get("batch_size", 1)), bool(given.get("drop_last", False))
+            sampler = given.pop("sampler", None)
+            if sampler is None:
+                sampler = (data.RandomSampler(ds, generator=given.get("generator"))
+                           if given.pop("shuffle", False) else data.SequentialSampler(ds))
+            given.pop("shuffle", None)
+            given.update(sampler=data.BatchSampler(sampler, batch, drop), batch_size=None, drop_last=False)
+            state["changed"] += 1
+            return orig(self, **given)
+        __init__.__wrapped__ = orig  # type: ignore[attr-defined]
+        trial.patch(cls, "__init__", __init__)
+
+    def finish(self, torch: Any, trial: Any, report: Report) -> None:
+        st = trial.shared.get("batched")
+        if st is None or not (st["changed"] or st["kept"]):
+            report.note("no DataLoader", applied=False)
+            return
+        parts = [f"DataLoader x{st['changed']}: each batch read in one call (a BatchSampler as its sampler)"] \
+            if st["changed"] else []
+        parts += [f"DataLoader left as it was ({why})" for why in dict.fromkeys(st["kept"])]
+        report.note(", ".join(parts), applied=bool(st["changed"]))
+
+
+def _why_not_batched(data: Any, given: dict) -> str:
+    """Why a DataLoader's batches cannot be read in one call by this switch ('' if they can)."""
+    ds = given.get("dataset")
+    td = data.TensorDataset
+    if not isinstance(ds, td) or type(ds).__getitem__ is not td.__getitem__:
+        return f"a {type(ds).__name__}, not a TensorDataset"
+    if given.get("batch_sampler") is not None:
+        return "a batch_sampler of its own"
+    if given.get("collate_fn") is not None:
+        return "a collate_fn of its own"
+    if given.get("batch_size", 1) is None:
+        return "batch_size=None: it reads what its sampler gives"
+    return ""
+
+
+HANDLERS = {Switch.WORKERS: Workers(), Switch.BATCHED_FETCH: BatchedFetch()}

@@ -46,12 +46,8 @@ class Workers(Handler):
         pin = bool(torch.cuda.is_available())
 
         def __init__(self, *args, **kwargs):  # noqa: N807
-            if getattr(self, "_profkit_loader_seen", False):
-                return orig(self, *args, **kwargs)
-            object.__setattr__(self, "_profkit_loader_seen", True)
-            try:
-                bound = sig.bind(self, *args, **kwargs)
-            except TypeError:
+            bound = _first_bind(self, "_profkit_loader_seen", sig, args, kwargs)
+            if bound is None:
                 return orig(self, *args, **kwargs)
             first = (tuple(bound.args), dict(bound.kwargs))
             given = bound.arguments
@@ -124,12 +120,8 @@ class BatchedFetch(Handler):
         data = torch.utils.data
 
         def __init__(self, *args, **kwargs):  # noqa: N807
-            if getattr(self, "_profkit_batched_seen", False):
-                return orig(self, *args, **kwargs)
-            object.__setattr__(self, "_profkit_batched_seen", True)
-            try:
-                bound = sig.bind(self, *args, **kwargs)
-            except TypeError:
+            bound = _first_bind(self, "_profkit_batched_seen", sig, args, kwargs)
+            if bound is None:
                 return orig(self, *args, **kwargs)
             given = dict(bound.arguments)
             given.pop("self", None)
@@ -159,6 +151,19 @@ class BatchedFetch(Handler):
             if st["changed"] else []
         parts += [f"DataLoader left as it was ({why})" for why in dict.fromkeys(st["kept"])]
         report.note(", ".join(parts), applied=bool(st["changed"]))
+
+
+def _first_bind(obj: Any, flag: str, sig: inspect.Signature, args: tuple, kwargs: dict) -> Any:
+    """The constructor call's arguments bound to its signature, the first time ``obj`` is
+    constructed (a subclass's constructor calling its parent's goes straight through: None), or
+    None where they do not bind (the constructor then says what is wrong with the call)."""
+    if getattr(obj, flag, False):
+        return None
+    object.__setattr__(obj, flag, True)
+    try:
+        return sig.bind(obj, *args, **kwargs)
+    except TypeError:
+        return None
 
 
 def _why_not_batched(data: Any, given: dict) -> str:

@@ -1010,3 +1010,30 @@ def test_pk102_prices_reading_a_batch_in_one_call_from_the_timed_fetch(tmp_path,
     plain = profkit.load(_copy_with(tmp_path / "none", "traces/corpus/tabular_mlp_train.sqlite.xz", _meta([], {})))
     h = _priced(plain, "PK102")
     assert h.evidence["trials_refused"] == ["batched_fetch"] and "batched_fetch_speedup" not in h.evidence
+
+
+def test_the_record_is_the_same_under_inference_mode():
+    """Under torch.inference_mode() the dispatch shows linear, matmul and conv2d themselves
+    (autograd does not lower them): the record keeps the GEMMs, convolutions and math-path
+    attention they run, as under torch.no_grad()."""
+    lin, head = torch.nn.Linear(64, 128), torch.nn.Linear(128, 32, bias=False)
+    conv = torch.nn.Conv2d(3, 8, 3, padding="same")
+    x, img = torch.randn(4, 16, 64), torch.randn(2, 3, 16, 16)
+    q, k = torch.randn(2, 4, 16, 8), torch.randn(2, 4, 16, 8)
+
+    def step():
+        head(lin(x).relu())
+        conv(img)
+        torch.softmax(q @ k.transpose(-2, -1), -1) @ k
+
+    def record(ctx):
+        def run():
+            with ctx():
+                step()
+        rec = _record(run)
+        return {key: rec[key] for key in ("gemm", "conv", "attention")}
+    under_no_grad, under_inference = record(torch.no_grad), record(torch.inference_mode)
+    assert under_inference == under_no_grad
+    assert [(g["op"], g["m"], g["n"], g["k"], g["layout"]) for g in under_inference["gemm"][:2]] == \
+        [("addmm", 64, 128, 64, "NT"), ("mm", 64, 32, 128, "NT")]
+    assert under_inference["conv"][0]["padding"] == [1, 1] and len(under_inference["attention"]) == 1

@@ -81,6 +81,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import sys
 import threading
 import time
@@ -112,6 +113,9 @@ SOFTMAX = {"_softmax", "softmax", "_safe_softmax"}
 MASKING = {"masked_fill", "masked_fill_", "where", "add", "add_"}
 COPIES = {"_to_copy", "copy_"}
 CONVS = {"convolution"}
+# What the dispatch shows instead of the ops above where autograd does not lower it (inference mode)
+COMPOSITE_GEMMS = {"linear", "matmul"}
+COMPOSITE_CONVS = {"conv1d", "conv2d", "conv3d"}
 DTYPE_NAMES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp64"}
 OPTIONS = ("momentum", "nesterov", "amsgrad", "weight_decay", "maximize", "dampening")
 
@@ -282,6 +286,10 @@ class OpRecord:
                 self.syncs.note(wait)
             if name in GEMMS:
                 self._gemm(name, args, out, backward)
+            elif name in COMPOSITE_GEMMS:
+                self._composite_gemm(name, args, kwargs, out)
+            elif name in COMPOSITE_CONVS:
+                self._conv(_as_convolution(args, kwargs))
             elif name in FUSED_LAYERS:
                 self._fused_layer(name, args)
             elif backward:
@@ -312,12 +320,12 @@ class OpRecord:
 
     def _gemm(self, name: str, args: tuple, out: Any, backward: bool = False) -> None:
         a, b = (args[1], args[2]) if name in ("addmm", "baddbmm") else (args[0], args[1])
-        batch = int(a.shape[0]) if a.dim() == 3 else 1
+        batch = math.prod(int(d) for d in a.shape[:-2]) if a.dim() >= 3 else 1
         m, k, n = int(a.shape[-2]), int(a.shape[-1]), int(b.shape[-1])
         dt = dtype_name(a.dtype)
         self.devices.add(a.device.type)
         self.gemm[(name, batch, m, n, k, dt, layout(a) + layout(b))] += 1
-        if a.dim() != 3 or backward:
+        if a.dim() < 3 or backward:
             return
         first = self._tracked.get(a)
         if first is not None and first[0] == "probs":
@@ -330,6 +338,27 @@ class OpRecord:
             self._tracked[out] = ("score", {"batch": batch, "sq": m, "sk": n, "d": k, "dtype": dt,
                                             "mask": "none",
                                             "grad": bool(a.requires_grad or b.requires_grad)})
+
+    def _composite_gemm(self, name: str, args: tuple, kwargs: dict, out: Any) -> None:
+        """``linear`` and ``matmul`` as the dispatch shows them where autograd does not lower
+        them (under ``torch.inference_mode()`` the Python dispatch mode sees ``aten.linear``,
+        not the ``addmm`` it becomes: a BERT encoder's forward under inference mode left no GEMM
+        in the record, and its fp32 GEMMs were priced from the peaks). Kept as the GEMM they run:
+        ``linear`` as ``addmm`` (``mm`` without a bias) over the input's rows against the
+        transposed weight; ``matmul`` of two matrices as ``mm``, of batches as ``bmm``."""
+        a, b = args[0], args[1]
+        if name == "linear":
+            bias = args[2] if len(args) > 2 else kwargs.get("bias")
+            if a.dim() < 1 or b.dim() != 2:
+                return
+            rows = math.prod(int(d) for d in a.shape[:-1]) if a.dim() > 1 else 1
+            self.devices.add(a.device.type)
+            self.gemm[("addmm" if bias is not None else "mm", 1, rows, int(b.shape[0]), int(b.shape[1]),
+                       dtype_name(a.dtype), "NT")] += 1
+            return
+        if a.dim() < 2 or b.dim() < 2:
+            return      # a vector product: no GEMM of the kind the replacements time
+        self._gemm("bmm" if a.dim() >= 3 or b.dim() >= 3 else "mm", (a, b), out)
 
     def _fused_layer(self, name: str, args: tuple) -> None:
         """The GEMMs of a fused attention (or encoder) layer, from its inputs' and weights' shapes:
@@ -560,6 +589,27 @@ class OpRecord:
             "sync": self.syncs.as_list() if self.syncs is not None else [],
             "unstepped": self.unstepped or [],
             "loader": loaders.summary(self.fetches)}
+
+
+def _as_convolution(args: tuple, kwargs: dict) -> tuple:
+    """``conv{1,2,3}d(input, weight, bias, stride, padding, dilation, groups)`` as
+    ``convolution``'s arguments (stride, padding and dilation one per spatial dimension;
+    ``padding="same"`` as the symmetric padding it takes for an odd kernel, "valid" as none)."""
+    names = ("input", "weight", "bias", "stride", "padding", "dilation", "groups")
+    defaults = {"bias": None, "stride": 1, "padding": 0, "dilation": 1, "groups": 1}
+    got = {**defaults, **dict(zip(names, args)), **kwargs}
+    x, w = got["input"], got["weight"]
+    dims = max(w.dim() - 2, 1)
+
+    def per_dim(v: Any) -> list[int]:
+        v = list(v) if isinstance(v, (list, tuple)) else [v] * dims
+        return [int(e) for e in (v * dims if len(v) == 1 else v)]
+    dil = per_dim(got["dilation"])
+    pad = got["padding"]
+    if isinstance(pad, str):
+        pad = [0] * dims if pad == "valid" else [d * (int(k) - 1) // 2 for d, k in zip(dil, w.shape[2:])]
+    return (x, w, got["bias"], per_dim(got["stride"]), per_dim(pad), dil, False, [0] * dims,
+            int(got["groups"]))
 
 
 class _Undo:

@@ -1042,3 +1042,38 @@ def test_the_record_is_the_same_under_inference_mode():
     assert [(g["op"], g["m"], g["n"], g["k"], g["layout"]) for g in under_inference["gemm"][:2]] == \
         [("addmm", 64, 128, 64, "NT"), ("mm", 64, 32, 128, "NT")]
     assert under_inference["conv"][0]["padding"] == [1, 1] and len(under_inference["attention"]) == 1
+
+
+def test_the_record_keeps_fused_attention_calls():
+    """F.scaled_dot_product_attention as its backend's op (or itself, under inference mode):
+    batch x heads, lengths, head sizes, dtype, mask, gradients."""
+    import contextlib
+    import torch.nn.functional as F
+    q = torch.randn(2, 4, 32, 16, requires_grad=True)
+    k, v = torch.randn(2, 4, 32, 16), torch.randn(2, 4, 32, 16)
+    pad = torch.zeros(2, 1, 1, 32)
+
+    def sdpa(ctx, **kw):
+        def run():
+            with ctx():
+                F.scaled_dot_product_attention(q, k, v, **kw)
+        return _record(run)["sdpa"]
+    shape = {"batch": 8, "sq": 32, "sk": 32, "d": 16, "dv": 16, "dtype": "fp32", "count": 1}
+    assert sdpa(contextlib.nullcontext, is_causal=True) == [{**shape, "mask": "causal", "grad": True}]
+    for ctx in (torch.no_grad, torch.inference_mode):
+        assert sdpa(ctx, attn_mask=pad) == [{**shape, "mask": "masked", "grad": False}], ctx
+
+
+def test_pk302_prices_fp32_fused_attention_in_bf16_from_its_shapes(tmp_path):
+    """padded_encoder_infer: a BERT-base encoder over 32 texts padded to 512 tokens, fp32, 10.5 ms
+    an iteration in fmha_cutlassF_f32. bf16 measured 6.83x (its trial 7.07x). Without shapes PK302
+    takes half the attention's time off: 4.84x; with the program's SDPA shapes (12 calls of
+    B*H 384 x 512 x 512 x 64, an additive padding mask) flash attention's FLOPs in bf16: 6.73x."""
+    plain = profkit.load(ROOT / "traces" / "corpus" / "padded_encoder_infer.sqlite.xz")
+    assert _priced(plain, "PK302").evidence["bf16_speedup"] == 4.836
+    sdpa = [{"batch": 32 * 12, "sq": 512, "sk": 512, "d": 64, "dv": 64, "dtype": "fp32", "mask": "masked",
+             "grad": False, "count": 12}]
+    shaped = profkit.load(_copy_with(tmp_path, "traces/corpus/padded_encoder_infer.sqlite.xz",
+                                     _meta([], {"sdpa": sdpa})))
+    ev = _priced(shaped, "PK302").evidence
+    assert (ev["bf16_speedup"], ev["bf16_attention_gain"]) == (6.733, 8.86)

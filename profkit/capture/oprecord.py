@@ -31,6 +31,9 @@ kept, aggregated into unique shapes with their counts:
 * the ops that make the host wait for the GPU (``.item()``, ``bool()`` of a device tensor, a
   boolean mask's ``nonzero``, a blocking copy to the host), each with the program's line that
   ran it and the torch API it went through (:mod:`profkit.capture.syncsites`);
+* fused attention (``F.scaled_dot_product_attention``, its backend's op): batch x heads, the
+  query and key lengths, the head sizes, the element type, the mask, whether its inputs
+  required gradients, the dropout (``sdpa``);
 * at the iteration's first optimizer step, the parameters that hold gradients no optimizer
   steps, per root module (:mod:`profkit.capture.unstepped`: a teacher never frozen);
 * the DataLoader's fetches from a map-style dataset (:mod:`profkit.capture.loaders`): whether
@@ -113,6 +116,11 @@ SOFTMAX = {"_softmax", "softmax", "_safe_softmax"}
 MASKING = {"masked_fill", "masked_fill_", "where", "add", "add_"}
 COPIES = {"_to_copy", "copy_"}
 CONVS = {"convolution"}
+# F.scaled_dot_product_attention as the dispatch shows it: the backend's op, or the composite
+# itself under inference mode; (the attention mask's position, dropout's, is_causal's) in its args
+SDPA_OPS = {"scaled_dot_product_attention": (3, 4, 5), "_scaled_dot_product_efficient_attention": (3, 5, 6),
+            "_scaled_dot_product_flash_attention": (None, 3, 4), "_scaled_dot_product_cudnn_attention": (3, 5, 6),
+            "_scaled_dot_product_flash_attention_for_cpu": (None, 3, 4)}
 # What the dispatch shows instead of the ops above where autograd does not lower it (inference mode)
 COMPOSITE_GEMMS = {"linear", "matmul"}
 COMPOSITE_CONVS = {"conv1d", "conv2d", "conv3d"}
@@ -153,6 +161,7 @@ class OpRecord:
         self.attention: Counter = Counter()
         self.copy: Counter = Counter()
         self.conv: Counter = Counter()
+        self.sdpa: Counter = Counter()
         self.cells: dict[int, dict] = {}
         self.optimizers: dict[int, dict] = {}
         self.unstepped: Optional[list[dict]] = None
@@ -290,6 +299,8 @@ class OpRecord:
                 self._composite_gemm(name, args, kwargs, out)
             elif name in COMPOSITE_CONVS:
                 self._conv(_as_convolution(args, kwargs))
+            elif name in SDPA_OPS and not backward:
+                self._sdpa(name, args, kwargs)
             elif name in FUSED_LAYERS:
                 self._fused_layer(name, args)
             elif backward:
@@ -338,6 +349,31 @@ class OpRecord:
             self._tracked[out] = ("score", {"batch": batch, "sq": m, "sk": n, "d": k, "dtype": dt,
                                             "mask": "none",
                                             "grad": bool(a.requires_grad or b.requires_grad)})
+
+    def _sdpa(self, name: str, args: tuple, kwargs: dict) -> None:
+        """A fused attention call (SDPA's backend op): batch x heads, the query and key lengths,
+        the head sizes, the element type, the mask (``causal``, ``masked`` for an attention mask,
+        ``none``), whether its inputs required gradients. PK302 prices an fp32 one in bf16 from
+        them (flash attention's FLOPs and bytes)."""
+        import torch
+        q, k, v = args[0], args[1], args[2]
+        if q.dim() < 3:
+            return
+        at_mask, at_drop, at_causal = SDPA_OPS[name]
+
+        def arg(i, keys, default=None):
+            if i is not None and len(args) > i:
+                return args[i]
+            return next((kwargs[key] for key in keys if key in kwargs), default)
+        mask = arg(at_mask, ("attn_mask", "attn_bias"))
+        causal = bool(arg(at_causal, ("is_causal",), False))
+        drop = float(arg(at_drop, ("dropout_p",), 0.0) or 0.0)
+        batch = math.prod(int(d) for d in q.shape[:-2])
+        grad = bool(torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))
+        self.devices.add(q.device.type)
+        self.sdpa[(batch, int(q.shape[-2]), int(k.shape[-2]), int(q.shape[-1]), int(v.shape[-1]),
+                   dtype_name(q.dtype), "causal" if causal else "masked" if mask is not None else "none",
+                   grad, round(drop, 4))] += 1
 
     def _composite_gemm(self, name: str, args: tuple, kwargs: dict, out: Any) -> None:
         """``linear`` and ``matmul`` as the dispatch shows them where autograd does not lower
@@ -587,6 +623,9 @@ class OpRecord:
                       "grad": grad, "tf32": tf32, "count": c}
                      for (x, w, st, pad, dil, gr, dt, cl, grad, tf32), c in self.conv.most_common()],
             "sync": self.syncs.as_list() if self.syncs is not None else [],
+            "sdpa": [{"batch": b, "sq": sq, "sk": sk, "d": d, "dv": dv, "dtype": dt, "mask": mask, "grad": grad,
+                      "count": c, **({"dropout": p} if p else {})}
+                     for (b, sq, sk, d, dv, dt, mask, grad, p), c in self.sdpa.most_common()],
             "unstepped": self.unstepped or [],
             "loader": loaders.summary(self.fetches)}
 

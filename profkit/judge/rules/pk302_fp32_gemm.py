@@ -31,7 +31,10 @@ Expected gain
     is priced with the GEMMs at ``bf16_share`` of the bf16 roof, the casts of their operands
     that autocast adds counted with them (their sizes need shapes the trace does not hold:
     measured GEMMs and casts together, bf16 against fp32, 8.0x for ViT-B/16 and 10.6x for
-    BERT-base, against 10.3x priced), fp32 fused attention at half its time, and the CPU that
+    BERT-base, against 10.3x priced), fp32 fused attention at half its time (with the op record's
+    SDPA shapes, at flash attention's FLOPs and bytes in bf16 as PK301 prices them: a BERT-base
+    encoder over 512 tokens, padded_encoder_infer, measured 6.83x in bf16 where half the
+    attention's time priced 4.84x; its shapes give 6.7x), and the CPU that
     autocast adds: the casts of each GEMM's operands, ``cast_cpu_us`` a GEMM kernel added to its
     launch (measured without a profiler on the H200: BERT-base inference 194 more launches an
     iteration for 74 GEMMs, GPT-2 training 342 for 155, about 16 us each): a GPU-bound fp32 step
@@ -101,6 +104,31 @@ def bf16_gemm_gain(peaks: dict) -> float:
     when it has no fp32 one)."""
     fp32 = peaks.get("fp32", peaks["tf32"])
     return max(1.0, peaks["tf32"] / fp32, RULE.param("bf16_share") * peaks["bf16"] / fp32)
+
+
+# fp32 fused attention in bf16 without its shapes: half its time (its bytes halve)
+ATTENTION_BF16_GAIN = 2.0
+
+
+def attention_bf16_gain(ctx: RuleContext, fp32_ns: float) -> float:
+    """How many times faster the fp32 fused attention (``fmha_cutlassF_f32``: its GEMMs on the
+    CUDA cores) runs in bf16: from the op record's SDPA shapes (profkit.capture.oprecord ``sdpa``),
+    its per-iteration time ``fp32_ns`` over flash attention's FLOPs at the share of the bf16 roof
+    flash reached in a measured capture and its bytes at the memory bandwidth (PK301's estimate),
+    never below the bytes' gain; without the shapes, ATTENTION_BF16_GAIN. A BERT-base encoder over
+    512 tokens spends 10.5 ms an iteration in it: half its time would leave 5.2 ms, its FLOPs in
+    bf16 take 1.2."""
+    shapes = [s for s in ctx.replacements.recorded("sdpa") if s.get("dtype") == "fp32"]
+    if not shapes or fp32_ns <= 0:
+        return ATTENTION_BF16_GAIN
+    from profkit.judge.rules.pk301_attention_path import FLASH_ROOF_SHARE, _flash_ns
+    est = 0.0
+    for s in shapes:
+        n = int(s.get("count", 1))
+        est += n * _flash_ns(ctx, s, False, "bf16", FLASH_ROOF_SHARE)
+        if s.get("grad"):
+            est += n * _flash_ns(ctx, s, True, "bf16", FLASH_ROOF_SHARE)
+    return max(fp32_ns / est, ATTENTION_BF16_GAIN) if est > 0 else ATTENTION_BF16_GAIN
 
 
 def unaligned(ctx: RuleContext, rows, multiple: int):
@@ -178,10 +206,14 @@ def detect(ctx: RuleContext) -> list[Finding]:
             ev["bf16_timed_gain"] = round(bf_timed, 3)
         attn_ops = ctx.graph_ops(ctx.acts_named(attn))
         cast_ns = cast_cpu_ns(ctx)
+        attn_ns = float(k.loc[attn, "total_ns"].sum()) / max(ctx.iterations, 1) if attn else 0.0
+        attn_gain = attention_bf16_gain(ctx, attn_ns)
+        if attn and attn_gain != ATTENTION_BF16_GAIN:
+            ev["bf16_attention_gain"] = round(attn_gain, 2)
 
         def bf16(gr):
             gr = scale_ops(scale_ops(gr, bf_even, bf_gain), bf_odd, odd_bf)
-            return add_cpu(scale_ops(gr, attn_ops, 2.0), ops_all, cast_ns)
+            return add_cpu(scale_ops(gr, attn_ops, attn_gain), ops_all, cast_ns)
         bf, _ = ctx.price(bf16, "", cap=bf_gain, slower=True)
         ev["bf16_speedup"] = round(bf, 3)
         if bf > g * 1.05:

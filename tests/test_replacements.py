@@ -1077,3 +1077,20 @@ def test_pk302_prices_fp32_fused_attention_in_bf16_from_its_shapes(tmp_path):
                                      _meta([], {"sdpa": sdpa})))
     ev = _priced(shaped, "PK302").evidence
     assert (ev["bf16_speedup"], ev["bf16_attention_gain"]) == (6.733, 8.86)
+
+
+def test_a_loader_with_its_own_collate_is_noted_not_timed_again():
+    """The record times a TensorDataset's rows again only with torch's default_collate: a
+    program's own collate_fn (it may count or draw) is never run a second time."""
+    from torch.utils.data import DataLoader, TensorDataset
+    calls = []
+
+    def mine(rows):
+        calls.append(len(rows))
+        return torch.stack([r[0] for r in rows])
+    loader = iter(DataLoader(TensorDataset(torch.randn(64, 4)), batch_size=8, collate_fn=mine))
+    got = []
+    rec = _record(lambda: got.append(next(loader)))
+    assert got[0].shape == (8, 4) and calls == [8]
+    (entry,) = rec["loader"]
+    assert (entry["per_row"], entry["row_ns"], entry["batched_ns"]) == (True, None, None)

@@ -7,8 +7,10 @@ of 4,096-row batches took 28 ms a step that way on the host, 2.7 ms read a batch
 (a BatchSampler as the sampler, ``batch_size=None``; H100 machine, 2026-12-06). A trace shows the
 loading's CPU time, not how it is spent; this shows it. Where the dataset is a
 ``TensorDataset`` (its ``__getitem__`` indexes every tensor, so a tensor of indices reads them
-all at once), the same rows are also read with one gather per tensor, after the program's own
-fetch (the program's first, whatever happens here), and that time is kept beside the fetch's.
+all at once) collated by torch's ``default_collate``, the same rows are also read with one gather
+per tensor, after the program's own fetch (the program's first, whatever happens here), and that
+time is kept beside the fetch's. A program's own ``collate_fn`` is never run again (it may count
+or draw): such a fetch is noted, not timed.
 
 Only the main process's fetches are seen (with workers, the fetch runs in them). Each fetch is
 timed as it runs, its collate included (``fetch_ns``, under the record's dispatch mode, which
@@ -22,8 +24,9 @@ from typing import Any, Optional
 
 
 def watch(torch: Any, note: Any) -> Optional[Any]:
-    """Wrap ``_MapDatasetFetcher.fetch`` so that each fetch is passed to ``note(entry)``; returns
-    the function that undoes it (None where torch has no such fetcher)."""
+    """Wrap ``_MapDatasetFetcher.fetch`` so that each fetch, after it returned, is passed to
+    ``note(fetcher, indices, ns)`` (which must not raise: the op record's hooks are guarded);
+    returns the function that undoes it (None where torch has no such fetcher)."""
     try:
         from torch.utils.data._utils import fetch as fetch_mod
     except ImportError:
@@ -36,8 +39,7 @@ def watch(torch: Any, note: Any) -> Optional[Any]:
     def fetch(self, possibly_batched_index):
         t0 = time.perf_counter_ns()
         out = orig(self, possibly_batched_index)
-        ns = time.perf_counter_ns() - t0
-        note(entry(torch, self, possibly_batched_index, ns))
+        note(self, possibly_batched_index, time.perf_counter_ns() - t0)
         return out
     cls.fetch = fetch
     return lambda: setattr(cls, "fetch", orig)
@@ -50,7 +52,8 @@ def entry(torch: Any, fetcher: Any, index: Any, ns: int) -> dict:
     rows = len(index) if fetcher.auto_collation else 1
     out = {"dataset": type(ds).__name__, "rows": rows, "per_row": per_row, "fetch_ns": int(ns),
            "row_ns": None, "batched_ns": None}
-    if per_row and rows > 1 and _gathers(torch, ds):
+    # Only torch's own collate is run again: a program's collate_fn may count or draw
+    if per_row and rows > 1 and _gathers(torch, ds) and fetcher.collate_fn is _default_collate(torch):
         # Both timed again outside the record's dispatch mode, which the fetch ran under (a few
         # microseconds more per indexing op, thousands of them a batch); a TensorDataset's rows
         # are read without side effects.
@@ -64,6 +67,11 @@ def entry(torch: Any, fetcher: Any, index: Any, ns: int) -> dict:
             t2 = time.perf_counter_ns()
         out["row_ns"], out["batched_ns"] = int(t1 - t0), int(t2 - t1)
     return out
+
+
+def _default_collate(torch: Any) -> Any:
+    from torch.utils.data._utils.collate import default_collate
+    return default_collate
 
 
 def _gathers(torch: Any, ds: Any) -> bool:

@@ -555,9 +555,10 @@ class OpRecord:
         except Exception as exc:  # noqa: BLE001
             self._fail(exc, "failed in a cell's forward hook")
 
-    def _fetch(self, entry: dict) -> None:
+    def _fetch(self, fetcher: Any, index: Any, ns: int) -> None:
         if self.active and not self.broken and threading.get_ident() == self._thread:
-            self.fetches.append(entry)
+            import torch
+            self.fetches.append(loaders.entry(torch, fetcher, index, ns))
 
     def _optimizer_hook(self, opt: Any, args: tuple, kwargs: dict) -> None:
         if id(opt) in self.optimizers or self.broken:

@@ -144,12 +144,17 @@ class FreezeUnstepped(Handler):
                 return
             st["done"] = True
             from profkit.capture import unstepped
-            found = unstepped.find(torch)
-            with torch.no_grad():
-                for r in found:
-                    for p in r["params"]:
-                        p.requires_grad_(False)
-                        p.grad = None
+            try:
+                found = unstepped.find(torch)
+                with torch.no_grad():
+                    for r in found:
+                        for p in r["params"]:
+                            p.requires_grad_(False)
+                            p.grad = None
+            except Exception as exc:  # noqa: BLE001 - the program goes on as it was
+                from profkit.capture.switches import one_line
+                st["error"] = one_line(exc, 160)
+                return
             st["frozen"] = unstepped.summary(found)
         handle = register_optimizer_step_pre_hook(hook)
         trial.on_restore(handle.remove)
@@ -161,6 +166,8 @@ class FreezeUnstepped(Handler):
             report.note("no optimizer stepped", applied=False)
         elif not st["done"]:
             report.note("no optimizer stepped twice", applied=False)
+        elif st.get("error"):
+            report.note(f"could not look for them ({st['error']})", applied=False)
         elif not st["frozen"]:
             report.note("every parameter holding a gradient is stepped by an optimizer", applied=False)
         else:

@@ -37,6 +37,11 @@ CONFIDENCE = {Source.NCU: "high", Source.GPU_METRICS: "medium", Source.SHAPES: "
               Source.COPY: "high", Source.TIMELINE: "low"}
 
 
+# Elements a tensor-core GEMM wants each of M, K, N to be a multiple of (16-byte operand loads),
+# by the precision it runs in: the capture's timings, the run model and the rules share it.
+GEMM_ALIGN = {"bf16": 8, "fp16": 8, "fp8": 16, "fp32": 4, "tf32": 4}
+
+
 class Switch(str, Enum):
     """A fix that ``profkit capture --try`` applies to the user's program without editing it
     (profkit.capture.switches), to time it beside the unchanged program."""

@@ -53,7 +53,7 @@ def entry(torch: Any, fetcher: Any, index: Any, ns: int) -> dict:
     out = {"dataset": type(ds).__name__, "rows": rows, "per_row": per_row, "fetch_ns": int(ns),
            "row_ns": None, "batched_ns": None}
     # Only torch's own collate is run again: a program's collate_fn may count or draw
-    if per_row and rows > 1 and _gathers(torch, ds) and fetcher.collate_fn is _default_collate(torch):
+    if per_row and rows > 1 and tensor_rows(torch, ds) and fetcher.collate_fn is _default_collate():
         # Both timed again outside the record's dispatch mode, which the fetch ran under (a few
         # microseconds more per indexing op, thousands of them a batch); a TensorDataset's rows
         # are read without side effects.
@@ -69,13 +69,14 @@ def entry(torch: Any, fetcher: Any, index: Any, ns: int) -> dict:
     return out
 
 
-def _default_collate(torch: Any) -> Any:
+def _default_collate() -> Any:
     from torch.utils.data._utils.collate import default_collate
     return default_collate
 
 
-def _gathers(torch: Any, ds: Any) -> bool:
-    """A TensorDataset whose rows are read by its own __getitem__ (not a subclass's)."""
+def tensor_rows(torch: Any, ds: Any) -> bool:
+    """A TensorDataset whose rows are read by its own __getitem__ (not a subclass's): indexed by
+    a tensor of indices, it reads a whole batch in one call (the batched_fetch switch's test too)."""
     td = torch.utils.data.TensorDataset
     return isinstance(ds, td) and type(ds).__getitem__ is td.__getitem__
 

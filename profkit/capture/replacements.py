@@ -63,6 +63,8 @@ import sys
 import time
 from typing import Any, Callable, Optional
 
+from profkit.model import GEMM_ALIGN
+
 FORMAT = "profkit-replacements/1"
 DEFAULT_REPS = 10
 WARM_UP = 3
@@ -70,7 +72,7 @@ SLEEP_PROBE_CYCLES = 2_000_000   # to learn the sleep kernel's cycles per ns (ab
 SLEEP_MARGIN_NS = 200_000        # the GPU's hold beyond twice the runs' launching time
 SLEEP_MAX_NS = 2_000_000_000     # a slow-launching call is held at most 2 s
 MAX_PER_KIND = 6        # the heaviest shapes of each kind (count x work); the rest are listed
-ALIGN_16BIT = 8         # elements: a 16-bit GEMM's M, N and K multiples of it run on aligned kernels
+ALIGN_16BIT = GEMM_ALIGN["bf16"]  # a 16-bit GEMM's M, N and K multiples of it run on aligned kernels
 UNALIGNED_SHARE = 0.03  # unaligned GEMM shapes with this share of the GEMMs' work together are timed,
 UNALIGNED_MIN = 0.005   # each of them holding at least this share
 MAX_CONVS = 12          # a CNN has a dozen conv shapes or more, each timed in milliseconds

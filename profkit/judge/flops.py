@@ -32,6 +32,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable, Optional, Sequence
 
+from profkit.model import GEMM_ALIGN  # noqa: F401 (the alignment table, as the rules import it from here)
 from profkit.read.aten_record import balanced, flatten_sizes, literal_sizes
 
 Shape = list[int]
@@ -574,8 +575,6 @@ def cost_cat(sizes: Sequence[Shape], eb: int) -> Optional[OpCost]:
 
 # --- GEMM dimensions of an op key ----------------------------------------------------------------
 _GEMM_KEY_RE = re.compile(r"^aten::(mm|addmm|bmm) (\[.*\])$")
-# Elements a tensor-core GEMM wants each of M, K, N to be a multiple of (16-byte operand loads).
-GEMM_ALIGN = {"bf16": 8, "fp16": 8, "fp8": 16, "fp32": 4, "tf32": 4}
 
 
 def gemm_mkn(op_key: str) -> Optional[tuple[int, int, int]]:

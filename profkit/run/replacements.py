@@ -20,6 +20,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Optional
 
+from profkit.model import GEMM_ALIGN
+
 FORMAT = "profkit-replacements/1"
 RECORD_FORMAT = "profkit-oprecord/1"
 
@@ -106,7 +108,7 @@ class Replacements:
 
 
 # A GEMM's M, N and K in multiples of these run on the aligned tensor-core kernels (16 bytes)
-ALIGN = {"gemm_tf32": 4, "gemm_bf16": 8}
+ALIGN = {"gemm_tf32": GEMM_ALIGN["tf32"], "gemm_bf16": GEMM_ALIGN["bf16"]}
 
 
 def _unaligned(shape: dict, align: int) -> bool:

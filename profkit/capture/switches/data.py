@@ -126,7 +126,7 @@ class BatchedFetch(Handler):
             given = dict(bound.arguments)
             given.pop("self", None)
             ds = given.get("dataset")
-            why = _why_not_batched(data, given)
+            why = _why_not_batched(torch, given)
             if why:
                 state["kept"].append(why)
                 return orig(self, *args, **kwargs)
@@ -166,11 +166,11 @@ def _first_bind(obj: Any, flag: str, sig: inspect.Signature, args: tuple, kwargs
         return None
 
 
-def _why_not_batched(data: Any, given: dict) -> str:
+def _why_not_batched(torch: Any, given: dict) -> str:
     """Why a DataLoader's batches cannot be read in one call by this switch ('' if they can)."""
+    from profkit.capture.loaders import tensor_rows
     ds = given.get("dataset")
-    td = data.TensorDataset
-    if not isinstance(ds, td) or type(ds).__getitem__ is not td.__getitem__:
+    if not tensor_rows(torch, ds):
         return f"a {type(ds).__name__}, not a TensorDataset"
     if given.get("batch_sampler") is not None:
         return "a batch_sampler of its own"

@@ -182,6 +182,9 @@ class ProfileView(Protocol):
     def step_model(self) -> Optional[StepModel]:
         """The window's step model; None when it cannot be modelled."""
 
+    def replacements(self) -> Replacements:
+        """The capture's op record and replacement timings (PROFKIT_META ``replacements``)."""
+
     def ops(self, by: str = "range", innermost: bool = False, top: Optional[int] = None) -> pd.DataFrame:
         """The op table at level ``by``, with each op's class, evidence and precision."""
 
@@ -248,12 +251,12 @@ class RuleContext:
         a["critical"] = self.prof.critical
         return a
 
-    @_shared_table
+    @property
     def replacements(self) -> Replacements:
         """What ``profkit capture`` timed at the program's shapes (PROFKIT_META ``replacements``,
-        profkit.run.replacements): the op record and the replacements' times; empty without."""
-        from profkit.run.replacements import parse
-        return parse(self.prof.full_trace.meta.get("replacements"))
+        profkit.run.replacements): the op record and the replacements' times; empty without.
+        Parsed once, by the profile."""
+        return self.prof.replacements()
 
     @_shared_table
     def kernels(self) -> pd.DataFrame:

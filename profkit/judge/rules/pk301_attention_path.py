@@ -216,7 +216,7 @@ def _assign(times: np.ndarray, shapes: list[dict]) -> list[dict]:
 FLASH_ROOF_SHARE = 0.2645
 
 
-def _flash_ns(ctx: RuleContext, s: dict, backward: bool, precision: str, share: float = 1.0) -> float:
+def flash_ns(ctx: RuleContext, s: dict, backward: bool, precision: str, share: float = 1.0) -> float:
     """The time flash attention takes for one call at shape ``s``: its FLOPs at ``share`` of the
     peaks' 16-bit tensor-core roof or its bytes at the memory bandwidth, whichever is longer
     (``share`` 1: the shortest it can take, the bound)."""
@@ -272,11 +272,11 @@ def _priced_by_shape(ctx: RuleContext, a: pd.DataFrame, spans: list):
     bound_ns = np.empty(len(spans))
     used = []
     for i, ((lo, hi, bwd), s) in enumerate(zip(spans, chosen)):
-        bound_ns[i] = _flash_ns(ctx, s, bwd, precision)
+        bound_ns[i] = flash_ns(ctx, s, bwd, precision)
         got = _timed_ratio(timed, s, bwd)
         # untimed: at the share of the roof flash reached where it was measured (never slower
         # than the math path's own kernels); timed: the measured ratio, never below the bound
-        new_ns[i] = (min(_flash_ns(ctx, s, bwd, precision, FLASH_ROOF_SHARE), span_ns[i]) if got is None
+        new_ns[i] = (min(flash_ns(ctx, s, bwd, precision, FLASH_ROOF_SHARE), span_ns[i]) if got is None
                      else max(span_ns[i] / max(got[0], 1e-9), bound_ns[i]))
         if got is not None:
             used.append(got[1])

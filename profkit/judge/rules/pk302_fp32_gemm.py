@@ -121,13 +121,13 @@ def attention_bf16_gain(ctx: RuleContext, fp32_ns: float) -> float:
     shapes = [s for s in ctx.replacements.recorded("sdpa") if s.get("dtype") == "fp32"]
     if not shapes or fp32_ns <= 0:
         return ATTENTION_BF16_GAIN
-    from profkit.judge.rules.pk301_attention_path import FLASH_ROOF_SHARE, _flash_ns
+    from profkit.judge.rules.pk301_attention_path import FLASH_ROOF_SHARE, flash_ns
     est = 0.0
     for s in shapes:
         n = int(s.get("count", 1))
-        est += n * _flash_ns(ctx, s, False, "bf16", FLASH_ROOF_SHARE)
+        est += n * flash_ns(ctx, s, False, "bf16", FLASH_ROOF_SHARE)
         if s.get("grad"):
-            est += n * _flash_ns(ctx, s, True, "bf16", FLASH_ROOF_SHARE)
+            est += n * flash_ns(ctx, s, True, "bf16", FLASH_ROOF_SHARE)
     return max(fp32_ns / est, ATTENTION_BF16_GAIN) if est > 0 else ATTENTION_BF16_GAIN
 
 

@@ -172,9 +172,8 @@ def _op_time(p, kind: str, side: str) -> dict:
 def predicted(baseline: Path, kind: str) -> dict:
     """The op's time after the fix, per iteration, as the rule's graph edit prices it."""
     import profkit
-    from profkit.run.replacements import parse
     prof = profkit.load(baseline)
-    r = parse(prof.full_trace.meta.get("replacements"))
+    r = prof.replacements()
     timed = r.measured(kind)
     if not timed:
         return {"error": f"no {kind} replacement timed in {baseline.name}"}

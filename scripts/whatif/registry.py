@@ -41,7 +41,8 @@ from __future__ import annotations
 import argparse
 
 from . import (programs_first, programs_firstsight_a, programs_firstsight_b, programs_firstsight_c,
-               programs_firstsight_d, programs_firstsight_e, programs_firstsight_f, programs_models)
+               programs_firstsight_d, programs_firstsight_e, programs_firstsight_f,
+               programs_firstsight_g, programs_models)
 
 PROGRAMS: list[dict] = [
     *programs_first.PROGRAMS,
@@ -54,9 +55,11 @@ PROGRAMS: list[dict] = [
     *programs_firstsight_d.PROGRAMS,
     *programs_firstsight_e.PROGRAMS,
     *programs_firstsight_f.PROGRAMS,
+    *programs_firstsight_g.PROGRAMS,
 ]
 for _p in (*programs_firstsight_a.PROGRAMS, *programs_firstsight_b.PROGRAMS, *programs_firstsight_c.PROGRAMS,
-           *programs_firstsight_d.PROGRAMS, *programs_firstsight_e.PROGRAMS, *programs_firstsight_f.PROGRAMS):
+           *programs_firstsight_d.PROGRAMS, *programs_firstsight_e.PROGRAMS, *programs_firstsight_f.PROGRAMS,
+           *programs_firstsight_g.PROGRAMS):
     _p["first_sight"] = True
 
 # How a program of several ranks is started: its launcher's command line before the script
@@ -110,11 +113,11 @@ def select(names: str | None) -> list[dict]:
 
 
 def first_sight(which: list[str], root) -> list[dict]:
-    """The one-GPU first-sight programs ``which`` names: ``a``, ``b``, ``d``, ``e`` or ``f`` (that file's
+    """The one-GPU first-sight programs ``which`` names: ``a``, ``b``, ``d``, ``e``, ``f`` or ``g`` (that file's
     programs with no committed trace yet) or program names (whatever is committed)."""
     sets = {"a": programs_firstsight_a.PROGRAMS, "b": programs_firstsight_b.PROGRAMS,
             "d": programs_firstsight_d.PROGRAMS, "e": programs_firstsight_e.PROGRAMS,
-            "f": programs_firstsight_f.PROGRAMS}
+            "f": programs_firstsight_f.PROGRAMS, "g": programs_firstsight_g.PROGRAMS}
     out: list[dict] = []
     for w in which:
         if w in sets:

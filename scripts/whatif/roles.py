@@ -179,6 +179,15 @@ FIX_RULES = {
     # (PK102 prices batched_fetch where the record timed the fetch: this capture's has no timing)
     ("tabular_mlp_train", "batched_fetch"): (None, None), ("tabular_mlp_train", "gpu_resident"): (None, None),
     ("tabular_mlp_train", "workers"): ("PK102", None),
+    # written before their captures (set g): the backward's NaN checks are waits PK101 removes (the
+    # stacks anomaly mode takes, no rule sees); a request loop vectorised is PK107's, its per-request
+    # read PK101's, torch.compile's fusion on a host-paced step PK402's; a table moved to the GPU no rule's
+    ("anomaly_debug_train", "anomaly_off"): (None, None), ("anomaly_debug_train", "check_nan_off"): ("PK101", None),
+    ("anomaly_debug_train", "fused_adamw"): ("PK201", None),
+    ("request_loop_infer", "batched"): ("PK107", None), ("request_loop_infer", "no_item"): ("PK101", None),
+    ("request_loop_infer", "compile"): ("PK402", None),
+    ("cpu_embedding_train", "gpu_table"): (None, None), ("cpu_embedding_train", "fused_adam"): ("PK201", None),
+    ("cpu_embedding_train", "compile"): ("PK402", None),
     ("grad_checkpoint_train", "no_checkpointing"): ("PK204", None), ("grad_checkpoint_train", "fused_adamw"): ("PK201", None),
     ("cpu_tokenize_infer", "encode_batch"): (None, None), ("cpu_tokenize_infer", "workers"): ("PK102", None),
     ("cpu_tokenize_infer", "pretokenized"): ("PK102", None),

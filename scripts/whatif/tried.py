@@ -78,6 +78,9 @@ SWITCH_OF: dict[tuple[str, str], str] = {
     ("distill_teacher_train", "fused_adamw"): _FUSED,
     ("lora_finetune_train", "compile"): "compile",
     ("lora_finetune_train", "fused_adamw"): _FUSED,
+    ("anomaly_debug_train", "fused_adamw"): _FUSED,
+    ("request_loop_infer", "compile"): "compile",
+    ("cpu_embedding_train", "fused_adam"): _FUSED,
 }
 
 

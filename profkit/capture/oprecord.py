@@ -39,6 +39,10 @@ kept, aggregated into unique shapes with their counts:
 * the DataLoader's fetches from a map-style dataset (:mod:`profkit.capture.loaders`): whether
   it reads a batch one row at a time, each fetch's time, and a TensorDataset's same rows read
   with one gather;
+* the ops that compute on host tensors (``host_ops``: every tensor they take and return in
+  CPU memory, an output of ``HOST_OP_MIN_BYTES`` or more: an embedding table looked up and
+  updated on the CPU, a metric over host arrays), per op: calls, the time the op itself took
+  (timed around it, the record's own work left out) and its output's bytes;
 * 2-D and 3-D convolutions (``convolution`` of a 4-D or 5-D input, forward: its backward is
   priced from it):
   the input's and weight's shapes, stride, padding, dilation, groups, element type, whether the
@@ -78,7 +82,8 @@ one-line note. What it writes (``profkit-oprecord/1``)::
                "via": "torch/distributions/distribution.py:__init__", "count": 128}, ...],
      "unstepped": [{"module": "Encoder", "tensors": 201, "elements": 109484547}],
      "loader": [{"dataset": "TensorDataset", "rows": 4096, "per_row": true, "fetches": 1,
-                 "fetch_ns": 41300000, "row_ns": 15200000, "batched_ns": 210000}]}
+                 "fetch_ns": 41300000, "row_ns": 15200000, "batched_ns": 210000}],
+     "host_ops": [{"op": "_sparse_coalesce", "count": 2, "ns": 21400000, "bytes": 61865984}, ...]}
 """
 from __future__ import annotations
 
@@ -99,6 +104,9 @@ FORMAT = "profkit-oprecord/1"
 RECORD_AT = 3           # the start (1-based) of the repeated range whose period is recorded
 MAX_TRACKED = 4096      # tensors followed from a score GEMM towards its softmax, at most
 MASK_LARGE_NEGATIVE = -1e4  # an added mask's value that masks a score
+# An op on host tensors with an output this large is work a GPU could take (an index, a scalar's
+# bookkeeping or a shape computation is not)
+HOST_OP_MIN_BYTES = 4096
 
 GEMMS = {"mm", "addmm", "bmm", "baddbmm"}
 
@@ -166,6 +174,7 @@ class OpRecord:
         self.optimizers: dict[int, dict] = {}
         self.unstepped: Optional[list[dict]] = None
         self.fetches: list[dict] = []
+        self.host_ops: dict[str, list[int]] = {}   # op -> [calls, ns, output bytes]
         self.devices: set[str] = set()
         self._mode = None
         self._handles: list = []
@@ -217,8 +226,9 @@ class OpRecord:
             class _Mode(TorchDispatchMode):
                 def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                     kwargs = kwargs or {}
+                    t0 = time.perf_counter_ns()
                     out = func(*args, **kwargs)   # the program's op first, whatever happens here
-                    owner.see(func, args, kwargs, out)
+                    owner.see(func, args, kwargs, out, time.perf_counter_ns() - t0)
                     return out
 
             self.syncs = SyncSites()
@@ -280,13 +290,14 @@ class OpRecord:
         return safe
 
     # -- what is kept -------------------------------------------------------------------------
-    def see(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
+    def see(self, func: Any, args: tuple, kwargs: dict, out: Any, ns: int = 0) -> None:
         if not self.active or self.broken:
             return
         t0 = time.perf_counter_ns()
         try:
             self.ops_seen += 1
             name = func.__name__.split(".")[0]
+            self._host(name, args, out, ns)
             # Backward ops read the forward's saved tensors (the probabilities, transposed):
             # the attention is the forward's pattern, its backward is priced from it.
             backward = self._autograd_node() is not None
@@ -323,6 +334,21 @@ class OpRecord:
             self._fail(exc, f"failed at {getattr(func, '__name__', func)}")
         finally:
             self.cost_ns += time.perf_counter_ns() - t0
+
+    def _host(self, name: str, args: tuple, out: Any, ns: int) -> None:
+        """An op whose tensors all live in host memory, with an output worth a GPU's work."""
+        outs = [t for t in (out if isinstance(out, (tuple, list)) else (out,)) if _is_tensor(t)]
+        nbytes = sum(t.numel() * t.element_size() for t in outs if t.layout == _strided())
+        nbytes += sum(_sparse_bytes(t) for t in outs if t.layout != _strided())
+        if nbytes < HOST_OP_MIN_BYTES:
+            return
+        ins = [t for a in args for t in (a if isinstance(a, (tuple, list)) else (a,)) if _is_tensor(t)]
+        if any(t.device.type != "cpu" for t in (*ins, *outs)):
+            return
+        row = self.host_ops.setdefault(name, [0, 0, 0])
+        row[0] += 1
+        row[1] += int(ns)
+        row[2] += int(nbytes)
 
     @staticmethod
     def _autograd_node() -> Any:
@@ -628,7 +654,26 @@ class OpRecord:
                       "count": c, **({"dropout": p} if p else {})}
                      for (b, sq, sk, d, dv, dt, mask, grad, p), c in self.sdpa.most_common()],
             "unstepped": self.unstepped or [],
-            "loader": loaders.summary(self.fetches)}
+            "loader": loaders.summary(self.fetches),
+            "host_ops": [{"op": op, "count": c, "ns": ns, "bytes": nb}
+                         for op, (c, ns, nb) in sorted(self.host_ops.items(), key=lambda kv: -kv[1][1])]}
+
+
+def _is_tensor(x: Any) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+def _strided() -> Any:
+    return sys.modules["torch"].strided
+
+
+def _sparse_bytes(t: Any) -> int:
+    """A sparse COO tensor's stored bytes (its indices and values); other layouts count none."""
+    torch = sys.modules["torch"]
+    if t.layout != torch.sparse_coo:
+        return 0
+    return t._values().numel() * t.element_size() + t._indices().numel() * 8
 
 
 def _as_convolution(args: tuple, kwargs: dict) -> tuple:

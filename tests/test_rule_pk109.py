@@ -1,0 +1,85 @@
+"""PK109 host-tensor-compute: the op record's ops on host tensors (an embedding table looked up
+and updated on the CPU) priced through the step model on cpu_embedding_train's capture, and the
+record itself: which ops it keeps."""
+from __future__ import annotations
+
+import json
+import lzma
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+import profkit
+from profkit.judge.rules import pk109_host_tensor_compute as pk109
+
+torch = pytest.importorskip("torch")
+from test_replacements import _record  # noqa: E402 (the watched-iteration helper)
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACE = ROOT / "traces" / "corpus" / "cpu_embedding_train.sqlite.xz"
+
+
+def _with_host_ops(tmp_path: Path, host_ops: list[dict]) -> Path:
+    """cpu_embedding_train's capture whose op record holds ``host_ops`` (its other entries kept)."""
+    dst = tmp_path / "cpu_embedding_train.sqlite"
+    with lzma.open(TRACE) as src, open(dst, "wb") as out:
+        shutil.copyfileobj(src, out)
+    con = sqlite3.connect(dst)
+    with con:
+        meta = json.loads(con.execute("SELECT value FROM PROFKIT_META WHERE key = 'replacements'").fetchone()[0])
+        meta["record"]["host_ops"] = host_ops
+        con.execute("UPDATE PROFKIT_META SET value = ? WHERE key = 'replacements'", (json.dumps(meta),))
+    con.close()
+    return dst
+
+
+OPS = [{"op": "add_", "count": 6, "ns": 40_000_000, "bytes": 100_000_000},
+       {"op": "_coalesce", "count": 1, "ns": 30_000_000, "bytes": 40_000_000},
+       {"op": "_embedding_bag", "count": 1, "ns": 5_000_000, "bytes": 2_000_000}]
+
+
+def test_pk109_prices_moving_the_host_ops_to_the_gpu_through_the_step_model(tmp_path):
+    """cpu_embedding_train (a 1M-row table on the CPU, SparseAdam there; 114.6 ms an iteration
+    without the profiler, the GPU idle 99%). With 75 ms of host ops an iteration in its record,
+    the main thread's CPU time between calls loses those 75 ms less 8 launches at the trace's
+    median launch cost and the ops' bytes at the memory bandwidth: 2.56x."""
+    (f,) = [f for f in profkit.load(_with_host_ops(tmp_path, OPS)).findings() if f.code == "PK109"]
+    assert f.expected_end_to_end_speedup == pytest.approx(2.556, abs=1e-3)
+    assert f.evidence["host_ops_ns_per_iteration"] == 75_000_000 and f.evidence["host_ops"] == 8
+    assert f.action.startswith("the step computes on tensors in host memory: 75.00 ms an iteration in 8 ops "
+                               "(add_ 40.00 ms, _coalesce 30.00 ms, _embedding_bag 5.00 ms)")
+    assert "8 launches at 10.6 us" in f.basis and "118.59 -> 43.76 ms" in f.basis
+
+
+def test_pk109_is_quiet_without_a_record_or_under_its_share(tmp_path):
+    # the committed capture predates the record's host ops: nothing to price
+    assert "PK109" not in [f.code for f in profkit.load(TRACE).findings()]
+    small = [{"op": "add_", "count": 2, "ns": int(0.05 * 114e6), "bytes": 1_000_000}]
+    assert "PK109" not in [f.code for f in profkit.load(_with_host_ops(tmp_path, small)).findings()]
+    assert pk109.RULE.param("min_share") == 0.10
+
+
+def test_the_record_keeps_ops_on_host_tensors_with_an_output_worth_a_kernel():
+    """A sparse table's lookup, backward and SparseAdam step on the CPU are kept, each op with its
+    calls, time and output bytes; a scalar's bookkeeping (under 4 KB) and an op on another
+    device's tensors are not."""
+    emb = torch.nn.EmbeddingBag(10_000, 64, mode="sum", sparse=True)
+    opt = torch.optim.SparseAdam(list(emb.parameters()))
+    ids, offsets = torch.randint(0, 10_000, (4096,)), torch.arange(0, 4096, 16)
+
+    def step():
+        emb(ids, offsets).sum().backward()
+        opt.step()
+        opt.zero_grad()
+    recorded = _record(step)["host_ops"]
+    host = {o["op"]: o for o in recorded}
+    assert {"_embedding_bag", "_embedding_bag_backward", "_coalesce"} <= set(host)
+    # the pooled vectors and the op's own index outputs (offset2bag, bag sizes)
+    assert host["_embedding_bag"]["bytes"] >= 256 * 64 * 4 and host["_embedding_bag"]["count"] == 1
+    assert all(o["ns"] > 0 and o["bytes"] >= 4096 for o in recorded)
+    assert [o["ns"] for o in recorded] == sorted((o["ns"] for o in recorded), reverse=True)
+    # 32 bytes of bookkeeping, and a large op on another device's tensors: neither kept
+    elsewhere = torch.ones(1 << 16, device="meta")
+    assert _record(lambda: (torch.ones(8) * 2, elsewhere * 2))["host_ops"] == []

@@ -654,6 +654,9 @@ class Profile:
         unstepped = self.replacements().recorded("unstepped")
         if unstepped:
             out["unstepped"] = unstepped
+        anomaly = self.replacements().recorded("anomaly")
+        if anomaly:
+            out["anomaly"] = anomaly[0]
         out["combinations"] = self.combined_actions()
         if model is not None:
             _verdict_without_profiler(out["verdict"], model)

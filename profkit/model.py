@@ -57,6 +57,7 @@ class Switch(str, Enum):
     EXPANDABLE_SEGMENTS = "expandable_segments"  # PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
     FREEZE_UNSTEPPED = "freeze_unstepped"    # parameters no optimizer steps stop requiring gradients
     BATCHED_FETCH = "batched_fetch"          # a TensorDataset's DataLoader reads a batch in one call
+    NO_ANOMALY = "no_anomaly"                # autograd's anomaly detection never turned on
 
 
 def parse_trial(text: str) -> tuple[Switch, ...]:

@@ -957,6 +957,36 @@ def test_try_auto_runs_freeze_unstepped_where_the_record_found_such_parameters(t
     assert "unstepped" not in plain.run_json()
 
 
+def test_the_record_notes_anomaly_detection_and_try_auto_measures_it_off(tmp_path):
+    """A step run under torch.autograd.detect_anomaly(): the record counts the ops seen under it
+    and whether it checks for NaNs; classify says so on a `noticed` line and `--try auto` adds the
+    no_anomaly trial (no rule prices the mode: its trial is the measurement)."""
+    import warnings
+    lin = torch.nn.Linear(8, 8)
+    x = torch.randn(4, 8)
+
+    def step(check_nan: bool):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with torch.autograd.detect_anomaly(check_nan=check_nan):
+                lin(x).sum().backward()
+    on, off = _record(lambda: step(True))["anomaly"], _record(lambda: step(False))["anomaly"]
+    assert on[0]["ops"] > 0 and on[0]["check_nan"] is True and off[0]["check_nan"] is False
+    assert _record(lambda: lin(x).sum().backward())["anomaly"] == []
+    from profkit.judge.trials import auto_trials
+    from profkit.show.render import run_lines
+    p = profkit.load(_copy_with(tmp_path, "traces/corpus/early_exit_sync.sqlite.xz",
+                                _meta([], {"anomaly": [{"ops": 1893, "check_nan": True}]})))
+    assert "no_anomaly" in auto_trials(p.findings(), p, p.run())
+    assert ("noticed  autograd anomaly detection is on (1893 ops of the recorded iteration ran under it): a "
+            "debugging mode that keeps a Python stack per autograd node and reads each backward node's "
+            "gradients back") in "\n".join(run_lines(p.run_json()))
+    (tmp_path / "none").mkdir()
+    plain = profkit.load(_copy_with(tmp_path / "none", "traces/corpus/early_exit_sync.sqlite.xz", _meta([], {})))
+    assert "no_anomaly" not in auto_trials(plain.findings(), plain, plain.run())
+    assert "anomaly" not in plain.run_json()
+
+
 def test_the_record_times_a_row_by_row_fetch_and_the_same_rows_in_one_gather():
     """A DataLoader over a TensorDataset reads each batch a row at a time: the record keeps the
     fetch and times the same rows again row by row and as one gather; a dataset that reads a

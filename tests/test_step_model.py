@@ -106,7 +106,7 @@ def test_a_library_range_does_not_mark_the_model_code():
     p = _load(str(ROOT / "traces" / "corpus" / "generate_llama.sqlite.xz"))
     g = p.step_model().graph
     where = {g.range_names[i] for i in np.unique(g.c_range)}
-    assert where == {"decode_step", "(no range)"}
+    assert "decode_step" in where and where <= {"decode_step", "(no range)"}
     f = next(f for f in p.findings() if f.code == "PK103")
     assert f.evidence["launches_per_iteration"] > 200
     # measured without a profiler: static cache 2.70x, with CUDA graphs 2.73x

@@ -187,6 +187,24 @@ def test_freeze_unstepped_leaves_a_program_whose_gradients_are_all_stepped(trial
     assert trial("freeze_unstepped").record()["note"] == "no optimizer stepped"
 
 
+# -- debugging modes -----------------------------------------------------------------------------
+def test_no_anomaly_keeps_anomaly_detection_off_whichever_way_it_is_asked_for(trial):
+    t = trial("no_anomaly")
+    x = torch.randn(4, 3, requires_grad=True)
+    with torch.autograd.detect_anomaly():
+        assert not torch.is_anomaly_enabled()
+        x.exp().sum().backward()
+    torch.autograd.set_detect_anomaly(True)
+    assert not torch.is_anomaly_enabled()
+    assert t.record() == {"switch": "no_anomaly", "applied": True, "note": "autograd anomaly detection left off x2"}
+    t.restore()
+    with torch.autograd.detect_anomaly():   # the program as it was once the trial is undone
+        assert torch.is_anomaly_enabled()
+    assert not torch.is_anomaly_enabled()
+    assert trial("no_anomaly").record() == {"switch": "no_anomaly", "applied": False,
+                                            "note": "autograd anomaly detection was never turned on"}
+
+
 # -- the allocator -------------------------------------------------------------------------------
 def test_no_empty_cache_is_a_counted_no_op(trial):
     orig = torch.cuda.empty_cache

@@ -43,6 +43,9 @@ kept, aggregated into unique shapes with their counts:
   CPU memory, an output of ``HOST_OP_MIN_BYTES`` or more: an embedding table looked up and
   updated on the CPU, a metric over host arrays), per op: calls, the time the op itself took
   (timed around it, the record's own work left out) and its output's bytes;
+* whether autograd's anomaly detection is on (``anomaly``: the ops seen while it was, and whether
+  it checks the backward's gradients for NaN): a debugging mode that keeps a Python stack per
+  autograd node and reads every backward node's gradients back to the host;
 * 2-D and 3-D convolutions (``convolution`` of a 4-D or 5-D input, forward: its backward is
   priced from it):
   the input's and weight's shapes, stride, padding, dilation, groups, element type, whether the
@@ -83,7 +86,8 @@ one-line note. What it writes (``profkit-oprecord/1``)::
      "unstepped": [{"module": "Encoder", "tensors": 201, "elements": 109484547}],
      "loader": [{"dataset": "TensorDataset", "rows": 4096, "per_row": true, "fetches": 1,
                  "fetch_ns": 41300000, "row_ns": 15200000, "batched_ns": 210000}],
-     "host_ops": [{"op": "_sparse_coalesce", "count": 2, "ns": 21400000, "bytes": 61865984}, ...]}
+     "host_ops": [{"op": "_sparse_coalesce", "count": 2, "ns": 21400000, "bytes": 61865984}, ...],
+     "anomaly": [{"ops": 1893, "check_nan": true}]}
 """
 from __future__ import annotations
 
@@ -175,6 +179,8 @@ class OpRecord:
         self.unstepped: Optional[list[dict]] = None
         self.fetches: list[dict] = []
         self.host_ops: dict[str, list[int]] = {}   # op -> [calls, ns, output bytes]
+        self.anomaly_ops = 0
+        self.anomaly_check_nan = False
         self.devices: set[str] = set()
         self._mode = None
         self._handles: list = []
@@ -298,6 +304,10 @@ class OpRecord:
             self.ops_seen += 1
             name = func.__name__.split(".")[0]
             self._host(name, args, out, ns)
+            torch = sys.modules["torch"]
+            if torch.is_anomaly_enabled():
+                self.anomaly_ops += 1
+                self.anomaly_check_nan = self.anomaly_check_nan or torch.is_anomaly_check_nan_enabled()
             # Backward ops read the forward's saved tensors (the probabilities, transposed):
             # the attention is the forward's pattern, its backward is priced from it.
             backward = self._autograd_node() is not None
@@ -656,7 +666,9 @@ class OpRecord:
             "unstepped": self.unstepped or [],
             "loader": loaders.summary(self.fetches),
             "host_ops": [{"op": op, "count": c, "ns": ns, "bytes": nb}
-                         for op, (c, ns, nb) in sorted(self.host_ops.items(), key=lambda kv: -kv[1][1])]}
+                         for op, (c, ns, nb) in sorted(self.host_ops.items(), key=lambda kv: -kv[1][1])],
+            "anomaly": ([{"ops": int(self.anomaly_ops), "check_nan": bool(self.anomaly_check_nan)}]
+                        if self.anomaly_ops else [])}
 
 
 def _is_tensor(x: Any) -> bool:

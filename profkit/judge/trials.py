@@ -9,7 +9,8 @@ PK305's channels_last alone), and the others measure variants the rule priced in
 trials its metadata lists but those its finding refuses (evidence ``trials_refused``); and
 ``cudnn_benchmark`` where convolutions take CONV_SHARE of the window's kernel time or more, and
 ``freeze_unstepped`` where the capture's op record found parameters holding gradients that no
-optimizer steps (profkit.capture.unstepped), which no rule prices.
+optimizer steps (profkit.capture.unstepped), and ``no_anomaly`` where it ran under autograd's
+anomaly detection: neither priced by a rule.
 """
 from __future__ import annotations
 
@@ -44,6 +45,8 @@ def auto_trials(findings: list[Finding], prof: "ProfileView", run: "RunSummary")
         out.append(Switch.CUDNN_BENCHMARK.value)
     if ctx.replacements.recorded("unstepped"):
         out.append(Switch.FREEZE_UNSTEPPED.value)
+    if ctx.replacements.recorded("anomaly"):
+        out.append(Switch.NO_ANOMALY.value)
     return list(dict.fromkeys(out))
 
 

@@ -144,7 +144,17 @@ def run_lines(run: dict) -> list[str]:
         model = (f"; the model's price {t['model']:.2f}x ({t['code']})" if t.get("model") is not None
                  else "; not priced by the model")
         lines.append(f"{'tried' if i == 0 else '':8} {t['switch']}: {trial_text(t)}{model}")
-    for i, u in enumerate(run.get("unstepped") or []):
+    noticed = 0
+    anomaly = run.get("anomaly")
+    if anomaly:
+        checks = ("and reads each backward node's gradients back to the host to look for NaNs (a wait for "
+                  "the GPU each)" if anomaly.get("check_nan") else "(its NaN checks off)")
+        lines.append(f"{'noticed':8} autograd anomaly detection is on ({anomaly['ops']} ops of the recorded "
+                     f"iteration ran under it): a debugging mode that keeps a Python stack per autograd node "
+                     f"{checks}; take out torch.autograd.detect_anomaly / set_detect_anomaly(True) (not "
+                     "priced by the model; profkit capture --try no_anomaly measures it)")
+        noticed += 1
+    for i, u in enumerate(run.get("unstepped") or [], start=noticed):
         lines.append(f"{'noticed' if i == 0 else '':8} {u['elements'] / 1e6:.1f}M parameters of {u['module']} "
                      f"({u['tensors']} tensors) get gradients that no optimizer steps: if they are meant "
                      "to be frozen, requires_grad_(False) (or torch.no_grad() around their forward) removes "

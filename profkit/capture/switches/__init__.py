@@ -14,7 +14,8 @@ switch is):
   ``freeze_unstepped`` (parameters whose gradients no optimizer steps stop requiring them);
 * :mod:`.data`: ``workers`` (DataLoader worker processes, pinned memory), ``batched_fetch`` (a
   TensorDataset's batches read in one call);
-* :mod:`.memory`: ``no_empty_cache``, ``expandable_segments``.
+* :mod:`.memory`: ``no_empty_cache``, ``expandable_segments``;
+* :mod:`.debug`: ``no_anomaly`` (autograd's anomaly detection, a debugging mode, left off).
 
 A trial is one switch or several joined by ``+`` (``channels_last+bf16``), applied together.
 """
@@ -34,8 +35,8 @@ COMPILE_BACKEND_ENV = "PROFKIT_TRY_COMPILE_BACKEND"
 
 def handler(switch: Switch) -> Handler:
     """The patch of ``switch``."""
-    from profkit.capture.switches import backends, data, memory, optim, outermost
-    for family in (backends, data, memory, optim, outermost):
+    from profkit.capture.switches import backends, data, debug, memory, optim, outermost
+    for family in (backends, data, debug, memory, optim, outermost):
         if switch in family.HANDLERS:
             return family.HANDLERS[switch]
     raise KeyError(switch)

@@ -35,6 +35,7 @@ CASES = {
     "PK108": ("corpus/kv_decode_sampling", "real/train_llama"),
     # no committed capture's record holds host ops yet: tests/test_rule_pk109.py writes one
     "PK109": (None, "real/train_llama"),
+    "PK110": ("corpus/request_loop_infer", "corpus/detection_postproc_infer"),  # requests one at a time
     "PK201": ("real/train_llama", "real/train_llama_fused"),
     "PK202": ("real/train_llama", "real/generate_llama"),
     "PK203": ("real/train_llama", "real/sync_loop"),

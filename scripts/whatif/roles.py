@@ -53,6 +53,7 @@ NO_TEST = {
     ("padded_encoder_infer", "bf16"): "led to PK302's bf16 attention from the op record's SDPA shapes",
     ("tabular_mlp_train", "batched_fetch"): "led to PK102's timed row-by-row fetch",
     ("cpu_embedding_train", "gpu_table"): "led to PK109's host-tensor ops from the op record (this capture's record has none)",
+    ("request_loop_infer", "batched"): "led to PK110 (requests run one at a time, each fed from the host and read back)",
 }
 
 
@@ -186,7 +187,8 @@ FIX_RULES = {
     # read PK101's, torch.compile's fusion on a host-paced step PK402's; a table moved to the GPU no rule's
     ("anomaly_debug_train", "anomaly_off"): (None, None), ("anomaly_debug_train", "check_nan_off"): ("PK101", None),
     ("anomaly_debug_train", "fused_adamw"): ("PK201", None),
-    ("request_loop_infer", "batched"): ("PK107", None), ("request_loop_infer", "no_item"): ("PK101", None),
+    # batched: PK110's, the rule its first-sight miss led to (a correction after first sight)
+    ("request_loop_infer", "batched"): ("PK110", None), ("request_loop_infer", "no_item"): ("PK101", None),
     ("request_loop_infer", "compile"): ("PK402", None),
     # gpu_table: PK109's, the rule its first-sight miss led to (a correction after first sight)
     ("cpu_embedding_train", "gpu_table"): ("PK109", None), ("cpu_embedding_train", "fused_adam"): ("PK201", None),

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import lzma
 import statistics
 import sys
+from pathlib import Path
 
 from . import tried
 from .pricing import page_rows
@@ -53,7 +55,7 @@ def resolution_text(pairs: list[dict]) -> str:
 # program's rows against a fresh pricing of its trace (in the worker that loads that trace for its
 # other tests) and the page against a rendering of these rows, instead of pricing every program
 # in one test.
-ROWS = ROOT / "analyses" / "data" / "whatif" / "page_rows.json"
+ROWS = ROOT / "analyses" / "data" / "whatif" / "page_rows.json.xz"   # xz: a tenth of the JSON's size
 ROWS_FORMAT = "profkit-whatif-rows/1"
 
 
@@ -62,9 +64,14 @@ def rows_json(pairs: list[dict], progs: list[dict]) -> str:
     return json.dumps({"format": ROWS_FORMAT, "pairs": pairs, "programs": progs}, indent=1) + "\n"
 
 
+def _read(path: Path) -> str:
+    """A page file's text (the rows file is xz-compressed)."""
+    return lzma.decompress(path.read_bytes()).decode() if path.suffix == ".xz" else path.read_text()
+
+
 def read_rows(text: str | None = None) -> tuple[list[dict], list[dict]]:
     """(pairs, programs) of the committed rows file (or of ``text``)."""
-    d = json.loads(ROWS.read_text() if text is None else text)
+    d = json.loads(_read(ROWS) if text is None else text)
     if d.get("format") != ROWS_FORMAT:
         raise SystemExit(f"{ROWS}: not a {ROWS_FORMAT} file")
     return d["pairs"], d["programs"]
@@ -283,8 +290,8 @@ def cmd_page(args: argparse.Namespace) -> None:
         import difflib
         stale = False
         for path, new in ((PAGE, text), (ROWS, rows)):
-            if not path.exists() or path.read_text() != new:
-                old = path.read_text().splitlines(keepends=True) if path.exists() else []
+            if not path.exists() or _read(path) != new:
+                old = _read(path).splitlines(keepends=True) if path.exists() else []
                 sys.stdout.writelines(difflib.unified_diff(old, new.splitlines(keepends=True), str(path),
                                                            "regenerated"))
                 stale = True
@@ -293,6 +300,6 @@ def cmd_page(args: argparse.Namespace) -> None:
             raise SystemExit(1)
         print("whatif_accuracy: analyses/whatif.md is current")
         return
-    ROWS.write_text(rows)
+    ROWS.write_bytes(lzma.compress(rows.encode(), preset=9))
     PAGE.write_text(text)
     print(f"wrote {PAGE.relative_to(ROOT)} and {ROWS.relative_to(ROOT)}")

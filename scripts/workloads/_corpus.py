@@ -88,6 +88,22 @@ def train_step(forward: Callable[[], torch.Tensor], opt: torch.optim.Optimizer,
     return loss
 
 
+class Optimizers:
+    """Several optimizers stepped as one (an embedding table's sparse one beside the dense
+    layers'), for ``train_step``."""
+
+    def __init__(self, *opts: torch.optim.Optimizer) -> None:
+        self.opts = opts
+
+    def step(self) -> None:
+        for o in self.opts:
+            o.step()
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for o in self.opts:
+            o.zero_grad(set_to_none=set_to_none)
+
+
 class LossLog:
     """A fine-tuning loop's loss log, run after each step (``train_step``'s ``after``): in an
     NVTX range ``log``, ``loss.item()`` every step, which waits for the step's GPU work, or with

@@ -31,25 +31,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from _corpus import program_args, run, train_step  # noqa: E402 (the workloads' shared helpers)
+from _corpus import Optimizers, program_args, run, train_step  # noqa: E402 (the workloads' shared helpers)
 
 FIXES = ("gpu_table", "fused_adam", "compile")
 CUDA_ONLY: tuple[str, ...] = ()
-
-
-class Optimizers:
-    """Two optimizers stepped as one (the table's and the MLP's)."""
-
-    def __init__(self, *opts: torch.optim.Optimizer) -> None:
-        self.opts = opts
-
-    def step(self) -> None:
-        for o in self.opts:
-            o.step()
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        for o in self.opts:
-            o.zero_grad(set_to_none=set_to_none)
 
 
 def head(sizes: list[int]) -> nn.Sequential:

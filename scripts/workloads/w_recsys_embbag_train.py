@@ -34,7 +34,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from _corpus import bf16_autocast, program_args, run, train_step  # noqa: E402 (the workloads' shared helpers)
+from _corpus import Optimizers, bf16_autocast, program_args, run, train_step  # noqa: E402 (the workloads' shared helpers)
 
 FIXES = ("fused_adam", "sparse", "bf16")
 CUDA_ONLY: tuple[str, ...] = ()
@@ -69,21 +69,6 @@ class DLRM(nn.Module):
         inter = torch.bmm(feats, feats.transpose(1, 2))        # all pairwise dot products
         flat = inter[:, self.li, self.lj]                      # the 36 below the diagonal
         return self.top(torch.cat([x, flat], dim=1)).squeeze(1)
-
-
-class Optimizers:
-    """Two optimizers stepped as one (sparse tables and dense MLPs)."""
-
-    def __init__(self, *opts: torch.optim.Optimizer) -> None:
-        self.opts = opts
-
-    def step(self) -> None:
-        for o in self.opts:
-            o.step()
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        for o in self.opts:
-            o.zero_grad(set_to_none=set_to_none)
 
 
 def make_batch(rows: list[int], batch: int, dense_in: int, max_bag: int, dev: torch.device,

@@ -28,7 +28,8 @@ Expected gain
     side of the host: each moved op becomes one launch at the trace's own median launch cost (a
     call's own time and the dispatch gap before it), and its kernel's time, its output's bytes
     written and read once at the GPU's peak memory bandwidth, stays on the path (the GPU idles
-    while the host works, so the moved work runs where the host's was). The copies that
+    while the host works, so the moved work runs where the host's was; a sparse update of a large
+    tensor in place counts the tensor's whole size, which leans the price low). The copies that
     carried the host tensors' results to the GPU and back are not removed (PK104 prices copies):
     the price leans low for a table whose pooled vectors cross each step.
 References

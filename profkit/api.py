@@ -657,6 +657,11 @@ class Profile:
         anomaly = self.replacements().recorded("anomaly")
         if anomaly:
             out["anomaly"] = anomaly[0]
+        rec = self.replacements().record
+        # a record made before it looked for host-tensor ops has no such key
+        unexplained = _unexplained_host(out, isinstance(rec, dict) and "host_ops" in rec)
+        if unexplained:
+            out["unexplained"] = unexplained
         out["combinations"] = self.combined_actions()
         if model is not None:
             _verdict_without_profiler(out["verdict"], model)
@@ -757,3 +762,26 @@ def load(path: str | Path, peaks: Optional[str | Path] = None, window: str = "au
     """
     return Profile(path, peaks_file=peaks, window=window, attribution=attribution, gains=gains,
                    shapes_from=shapes_from)
+
+
+# The host's own time between CUDA calls, as a share of the modelled iteration's path, at and
+# above which a run with no priced action says what it cannot explain
+UNEXPLAINED_HOST_SHARE = 0.5
+
+
+def _unexplained_host(run: dict, looked: bool) -> Optional[dict]:
+    """Where no action pays and the CPU time between CUDA calls is most of the iteration's path:
+    its share and the ranges it runs in, and whether the capture's op record looked for
+    host-tensor work (PK109) and found none. None otherwise."""
+    # without a loop the host's time is the script's set-up, as the verdict says
+    if not run.get("iterations") or any(a.get("expected_end_to_end_speedup", 1.0) >= 1.02
+                                        for a in run.get("actions") or []):
+        return None
+    parts = run.get("critical_path") or []
+    total = sum(p["ns_per_iteration"] for p in parts)
+    cpu = [p for p in parts if p["kind"] == "cpu:python"]
+    host = sum(p["ns_per_iteration"] for p in cpu)
+    if total <= 0 or host < UNEXPLAINED_HOST_SHARE * total:
+        return None
+    return {"share": round(host / total, 3), "ns_per_iteration": int(host),
+            "where": list(dict.fromkeys(p["where"] for p in cpu))[:3], "host_ops_looked_for": looked}

@@ -83,3 +83,21 @@ def test_the_record_keeps_ops_on_host_tensors_with_an_output_worth_a_kernel():
     # 32 bytes of bookkeeping, and a large op on another device's tensors: neither kept
     elsewhere = torch.ones(1 << 16, device="meta")
     assert _record(lambda: (torch.ones(8) * 2, elsewhere * 2))["host_ops"] == []
+
+
+def test_a_host_paced_run_with_no_action_says_what_it_cannot_explain(tmp_path):
+    """cpu_embedding_train's committed capture predates the record's host ops: no rule prices
+    anything, and classify says the host's own work is 98% of the iteration, where, and that a
+    capture by this version would record it; with a record that looked and found none, it says
+    that instead. A run with a priced action says nothing of the kind."""
+    from profkit.show.render import run_lines
+    run = profkit.load(TRACE).run_json()
+    u = run["unexplained"]
+    assert (u["share"], u["host_ops_looked_for"], u["where"][0]) == (0.98, False, "optimizer")
+    line = next(x for x in run_lines(run) if x.startswith("actions  none priced"))
+    assert line.startswith("actions  none priced: the host's own work between CUDA calls is 98% of the "
+                           "iteration (112.35 ms, in optimizer")
+    assert "a capture by this version of profkit capture records the ops" in line
+    looked = profkit.load(_with_host_ops(tmp_path, [])).run_json()["unexplained"]
+    assert looked["host_ops_looked_for"] is True
+    assert "unexplained" not in profkit.load(ROOT / "traces" / "corpus" / "tabular_mlp_train.sqlite.xz").run_json()

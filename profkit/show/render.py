@@ -119,6 +119,14 @@ def run_lines(run: dict) -> list[str]:
     lines += model_lines(run)
     v = run["verdict"]
     lines.append(f"verdict  {v['class']}: {v['reason']}")
+    u = run.get("unexplained")
+    if u:
+        record = ("the capture's op record found no ops on host tensors (PK109) either" if u["host_ops_looked_for"]
+                  else "a capture by this version of profkit capture records the ops that compute on host "
+                       "tensors, which PK109 prices")
+        lines.append(f"actions  none priced: the host's own work between CUDA calls is {u['share']:.0%} of the "
+                     f"iteration ({fmt_time(u['ns_per_iteration'])}, in {', '.join(u['where'])}) and no rule "
+                     f"sees what it does; {record}; profile the CPU side (py-spy, nsys --sample=cpu) to see it")
     for i, a in enumerate(run["actions"], 1):
         tried = f"tried: {trial_text(a['tried'])}; " if a.get("tried") else ""
         # the other fixes the action offers, as their trials measured them (what it is ranked by)

@@ -654,7 +654,7 @@ class Profile:
         unstepped = self.replacements().recorded("unstepped")
         if unstepped:
             out["unstepped"] = unstepped
-        anomaly = self.replacements().recorded("anomaly")
+        anomaly = [a for a in self.replacements().recorded("anomaly") if isinstance(a.get("ops"), int)]
         if anomaly:
             out["anomaly"] = anomaly[0]
         rec = self.replacements().record

@@ -101,3 +101,9 @@ def test_a_host_paced_run_with_no_action_says_what_it_cannot_explain(tmp_path):
     looked = profkit.load(_with_host_ops(tmp_path, [])).run_json()["unexplained"]
     assert looked["host_ops_looked_for"] is True
     assert "unexplained" not in profkit.load(ROOT / "traces" / "corpus" / "tabular_mlp_train.sqlite.xz").run_json()
+
+
+def test_a_malformed_record_entry_is_left_out_not_a_crash(tmp_path):
+    bad = [{"op": "add_", "count": "many", "ns": 40_000_000, "bytes": 1}, {"ns": 1}, *OPS]
+    (f,) = [f for f in profkit.load(_with_host_ops(tmp_path, bad)).findings() if f.code == "PK109"]
+    assert f.evidence["host_ops"] == 8

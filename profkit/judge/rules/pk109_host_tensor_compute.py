@@ -60,7 +60,10 @@ FALLBACK_BYTES_PER_S = 3.35e12
 
 def detect(ctx: RuleContext) -> list[Finding]:
     m = ctx.model
-    ops = ctx.replacements.recorded("host_ops")
+    # entries as the record writes them (another tool's or a hand-edited record may not)
+    ops = [o for o in ctx.replacements.recorded("host_ops")
+           if all(isinstance(o.get(k), (int, float)) and o[k] >= 0 for k in ("count", "ns", "bytes"))
+           and isinstance(o.get("op"), str)]
     if m is None or not ops:
         return []
     host_ns = float(sum(o["ns"] for o in ops))

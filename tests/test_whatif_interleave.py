@@ -145,6 +145,27 @@ def test_interleave_times_variants_in_turns_and_writes_their_blocks(corpus, tmp_
     assert len(v["baseline"]["issue_ns"]) == 3
     assert 1.5e6 < v["baseline"]["issue_median_ns"] < 20e6 and v["tf32"]["issue_median_ns"] < v["baseline"]["issue_median_ns"]
     assert torch.get_float32_matmul_precision() == "highest"  # tf32 left off afterwards
+    # what the collector took per iteration beside each block (nothing here: the steps sleep), and
+    # the objects the process held
+    assert v["baseline"]["gc_median_ns"] >= 0 and out["live_objects"] > 1000
+    import gc
+    assert not any(getattr(cb, "__self__", None).__class__.__name__ == "GcClock" for cb in gc.callbacks)
+
+
+def test_the_collectors_time_is_counted_beside_each_block(corpus):
+    """A step that makes cyclic garbage gets the collector's passes counted against it."""
+    import gc
+    clock = corpus.GcClock()
+    try:
+        before = clock.ns
+        for _ in range(3):
+            a = []
+            a.append(a)
+            gc.collect()
+        assert clock.ns > before
+    finally:
+        clock.stop()
+    assert clock._on not in gc.callbacks
 
 
 def test_a_variant_that_fails_leaves_the_others_timed(corpus, tmp_path):

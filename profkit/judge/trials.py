@@ -9,8 +9,9 @@ PK305's channels_last alone), and the others measure variants the rule priced in
 trials its metadata lists but those its finding refuses (evidence ``trials_refused``); and
 ``cudnn_benchmark`` where convolutions take CONV_SHARE of the window's kernel time or more, and
 ``freeze_unstepped`` where the capture's op record found parameters holding gradients that no
-optimizer steps (profkit.capture.unstepped), and ``no_anomaly`` where it ran under autograd's
-anomaly detection: neither priced by a rule.
+optimizer steps (profkit.capture.unstepped; PK206 prices it where the record also holds the
+optimizers' parameters), and ``no_anomaly`` where it ran under autograd's anomaly detection,
+which no rule prices.
 """
 from __future__ import annotations
 

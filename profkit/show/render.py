@@ -162,7 +162,9 @@ def run_lines(run: dict) -> list[str]:
                      f"{checks}; take out torch.autograd.detect_anomaly / set_detect_anomaly(True) (not "
                      "priced by the model; profkit capture --try no_anomaly measures it)")
         noticed += 1
-    for i, u in enumerate(run.get("unstepped") or [], start=noticed):
+    # where PK206 priced their backward, its action says it
+    priced = any(f.get("code") == "PK206" for f in run.get("findings") or [])
+    for i, u in enumerate([] if priced else run.get("unstepped") or [], start=noticed):
         lines.append(f"{'noticed' if i == 0 else '':8} {u['elements'] / 1e6:.1f}M parameters of {u['module']} "
                      f"({u['tensors']} tensors) get gradients that no optimizer steps: if they are meant "
                      "to be frozen, requires_grad_(False) (or torch.no_grad() around their forward) removes "

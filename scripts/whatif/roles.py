@@ -54,6 +54,7 @@ NO_TEST = {
     ("tabular_mlp_train", "batched_fetch"): "led to PK102's timed row-by-row fetch",
     ("cpu_embedding_train", "gpu_table"): "led to PK109's host-tensor ops from the op record (this capture's record has none)",
     ("request_loop_infer", "batched"): "led to PK110 (requests run one at a time, each fed from the host and read back)",
+    ("distill_teacher_train", "teacher_no_grad"): "led to the op record's unstepped parameters and PK206",
 }
 
 
@@ -168,7 +169,8 @@ FIX_RULES = {
     ("padded_encoder_infer", "bf16"): ("PK302", "bf16_speedup"), ("padded_encoder_infer", "tf32"): ("PK302", None),
     # written before their captures (set f): a teacher's backward no rule sees; LoRA's frozen fp32
     # weights recast by autocast (PK202); a loader's per-row fetch, whose workers PK102 prices
-    ("distill_teacher_train", "teacher_no_grad"): (None, None),
+    # teacher_no_grad: PK206's, the rule its first-sight miss led to (a correction after first sight)
+    ("distill_teacher_train", "teacher_no_grad"): ("PK206", None),
     ("distill_teacher_train", "fused_adamw"): ("PK201", None),
     ("distill_teacher_train", "compile"): ("PK103", "fusion_speedup"),
     ("lora_finetune_train", "bf16_base"): ("PK202", None),

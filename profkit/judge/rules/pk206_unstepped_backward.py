@@ -19,7 +19,6 @@ Evidence
 Fix
     ``teacher.requires_grad_(False)`` (or ``torch.no_grad()`` / ``torch.inference_mode()`` around
     the teacher's forward); for layers meant to stay fixed while others train, freeze them.
-    ``profkit capture --try freeze_unstepped`` measures it on the program.
 Expected gain
     Graph edit, replayed at the calibrated CPU scale: the backward's kernels and its thread's CPU
     time shrink by the unstepped parameters' share of all the parameters with gradients
@@ -29,6 +28,10 @@ Expected gain
     layers though their backward is a scatter (both models have one in a distillation); a frozen
     model fed other inputs than the trained one (another resolution) would break the proportion.
     The forward's autograd bookkeeping for the frozen model is not priced.
+Trial
+    ``profkit capture --try freeze_unstepped`` measures the finding's price: at the second step of
+    any optimizer, the parameters holding gradients that no optimizer steps are set
+    ``requires_grad_(False)`` and their ``.grad`` dropped (``--try auto`` runs it).
 References
     PyTorch autograd mechanics, "Excluding subgraphs from backward" (``requires_grad``,
     ``torch.no_grad``); Hinton et al., "Distilling the Knowledge in a Neural Network" (the

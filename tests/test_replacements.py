@@ -1047,6 +1047,35 @@ def test_pk102_prices_reading_a_batch_in_one_call_from_the_timed_fetch(tmp_path,
     assert h.evidence["trials_refused"] == ["batched_fetch"] and "batched_fetch_speedup" not in h.evidence
 
 
+def test_pk102_prices_the_table_kept_on_the_gpu_where_the_record_has_its_size(tmp_path):
+    """With the table's size in the record (tabular_mlp_train's 1M x 65 fp32: 0.26 GB of an H100's
+    85 GB), PK102 says the table kept on the GPU with its price (the loading and the pageable
+    copies gone) beside the workers and the batched fetch; a table over a quarter of the GPU's
+    memory is not offered."""
+    def fetch(size):
+        return _meta([], {"loader": [{"dataset": "TensorDataset", "rows": 4096, "per_row": True, "fetches": 1,
+                                      "fetch_ns": 40_000_000, "row_ns": 10_000_000, "batched_ns": 300_000,
+                                      "table_bytes": size}]})
+    f = _priced(profkit.load(_copy_with(tmp_path, "traces/corpus/tabular_mlp_train.sqlite.xz",
+                                        fetch(260_000_000))), "PK102")
+    ev = f.evidence
+    assert ev["gpu_resident_speedup"] == 5.255 and ev["table_bytes"] == 260_000_000
+    assert ev["gpu_resident_speedup"] > ev["batched_fetch_speedup"]
+    assert "(a TensorDataset is; 2.23x), or keep the table on the GPU and gather each batch there (5.25x: the " \
+           "table, 0.26 GB," in f.action
+    (tmp_path / "big").mkdir()
+    g = _priced(profkit.load(_copy_with(tmp_path / "big", "traces/corpus/tabular_mlp_train.sqlite.xz",
+                                        fetch(30_000_000_000))), "PK102")
+    assert "gpu_resident_speedup" not in g.evidence
+
+
+def test_the_record_keeps_a_tensor_datasets_size():
+    from torch.utils.data import DataLoader, TensorDataset
+    rows = iter(DataLoader(TensorDataset(torch.randn(256, 8), torch.randn(256, 1)), batch_size=32))
+    (entry,) = _record(lambda: next(rows))["loader"]
+    assert entry["table_bytes"] == 256 * 9 * 4
+
+
 def test_the_record_is_the_same_under_inference_mode():
     """Under torch.inference_mode() the dispatch shows linear, matmul and conv2d themselves
     (autograd does not lower them): the record keeps the GEMMs, convolutions and math-path

@@ -55,6 +55,9 @@ def entry(torch: Any, fetcher: Any, index: Any, ns: int) -> dict:
     rows = len(index) if fetcher.auto_collation else 1
     out = {"dataset": type(ds).__name__, "rows": rows, "per_row": per_row, "fetch_ns": int(ns),
            "row_ns": None, "batched_ns": None}
+    if tensor_rows(torch, ds):
+        # the whole table's size: whether it could live on the GPU instead
+        out["table_bytes"] = int(sum(t.numel() * t.element_size() for t in ds.tensors))
     # Only torch's own collate is run again: a program's collate_fn may count or draw
     if per_row and rows > 1 and tensor_rows(torch, ds) and fetcher.collate_fn is _default_collate():
         # Both timed again outside the record's dispatch mode, which the fetch ran under (a few
@@ -103,5 +106,7 @@ def summary(entries: list[dict]) -> list[dict]:
         out.append({"dataset": name, "rows": rows, "per_row": per_row, "fetches": len(es),
                     "fetch_ns": int(statistics.median(e["fetch_ns"] for e in es)),
                     "row_ns": int(statistics.median(e["row_ns"] for e in timed)) if timed else None,
-                    "batched_ns": int(statistics.median(e["batched_ns"] for e in timed)) if timed else None})
+                    "batched_ns": int(statistics.median(e["batched_ns"] for e in timed)) if timed else None,
+                    **({"table_bytes": max(e["table_bytes"] for e in es if "table_bytes" in e)}
+                       if any("table_bytes" in e for e in es) else {})})
     return out

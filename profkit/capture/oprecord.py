@@ -38,7 +38,7 @@ kept, aggregated into unique shapes with their counts:
   steps, per root module (:mod:`profkit.capture.unstepped`: a teacher never frozen);
 * the DataLoader's fetches from a map-style dataset (:mod:`profkit.capture.loaders`): whether
   it reads a batch one row at a time, each fetch's time, and a TensorDataset's same rows read
-  with one gather;
+  with one gather and its whole size (``table_bytes``);
 * the ops that compute on host tensors (``host_ops``: every tensor they take and return in
   CPU memory, an output of ``HOST_OP_MIN_BYTES`` or more: an embedding table looked up and
   updated on the CPU, a metric over host arrays), per op: calls, the time the op itself took
@@ -85,7 +85,7 @@ one-line note. What it writes (``profkit-oprecord/1``)::
                "via": "torch/distributions/distribution.py:__init__", "count": 128}, ...],
      "unstepped": [{"module": "Encoder", "tensors": 201, "elements": 109484547}],
      "loader": [{"dataset": "TensorDataset", "rows": 4096, "per_row": true, "fetches": 1,
-                 "fetch_ns": 41300000, "row_ns": 15200000, "batched_ns": 210000}],
+                 "fetch_ns": 41300000, "row_ns": 15200000, "batched_ns": 210000, "table_bytes": 260000000}],
      "host_ops": [{"op": "_sparse_coalesce", "count": 2, "ns": 21400000, "bytes": 61865984}, ...],
      "anomaly": [{"ops": 1893, "check_nan": true}]}
 """

@@ -43,7 +43,10 @@ Expected gain
     4,096-row batches (tabular_mlp_train, H100, 2026-12-06) measured 10.3x read a batch at a time
     and 3.6x with 4 workers, where this rule, without the fetch timing, offered only the workers
     (priced 4.90x for 8). A fetch that is not a TensorDataset's is not timed: the rule cannot say
-    what one call would take.
+    what one call would take. Where the record also holds the table's size and it takes a quarter
+    of the GPU's memory or less, the table kept on the GPU is priced beside them
+    (``gpu_resident_speedup``): the loading's CPU time and the pageable copies gone. It is said,
+    not led with: no switch can move a program's table.
 Trial
     ``profkit capture --try workers`` measures the workers' price: every DataLoader of the
     program given ``min(8, CPUs)`` workers where it had none, pinned memory, persistent workers
@@ -63,7 +66,7 @@ import numpy as np
 from profkit.model import Rung
 from profkit.judge.rules.base import Finding, Param, RuleContext, RuleMeta, Table, TrialOf, matches
 from profkit.run.step.graph import StepGraph
-from profkit.run.step.transform import load_in_workers, pin_copies, scale_cpu
+from profkit.run.step.transform import load_in_workers, pin_copies, scale_cpu, scale_ops
 from profkit.run.summary import DATA_RE
 
 RULE = RuleMeta(
@@ -205,20 +208,51 @@ def detect(ctx: RuleContext) -> list[Finding]:
     b_gain, b_basis = batched
     ev.update(batched_fetch_speedup=round(b_gain, 3), workers_speedup=round(gain, 3),
               fetch_rows=fetch["rows"], fetch_row_ns=fetch["row_ns"], fetch_batched_ns=fetch["batched_ns"])
-    read = (f"the DataLoader reads each batch of {fetch['rows']} rows one at a time, then collates them "
-            f"({fetch['text']}): give it a BatchSampler as its sampler and batch_size=None, with a dataset "
-            "indexed by a batch of indices (a TensorDataset is), or keep the table on the GPU and gather "
-            "each batch there")
+    resident = _resident(ctx, fetch, calls, tail, pageable, load_ns)
+    if resident is not None:
+        ev["gpu_resident_speedup"] = round(resident[0], 3)
+        ev["table_bytes"] = fetch["table_bytes"]
+    kept = (f" ({resident[0]:.2f}x: the table, {fetch['table_bytes'] / 1e9:.2f} GB, fits the GPU's memory "
+            "many times over)" if resident is not None else "")
+    def read(price: str) -> str:
+        return (f"the DataLoader reads each batch of {fetch['rows']} rows one at a time, then collates them "
+                f"({fetch['text']}): give it a BatchSampler as its sampler and batch_size=None, with a dataset "
+                f"indexed by a batch of indices (a TensorDataset is; {price}), or keep the table on the GPU "
+                f"and gather each batch there{kept}")
     if b_gain >= gain:
-        f = Finding(RULE.code, RULE.name, f"{read} ({b_gain:.2f}x, the number below); else {workers_action} "
+        f = Finding(RULE.code, RULE.name, f"{read(f'{b_gain:.2f}x, the number below')}; else {workers_action} "
                     f"({gain:.2f}x)", Rung.LIBRARY, ev, b_gain, f"{TIMED_FETCH}; {b_basis}", b_gain)
         f.switch = "batched_fetch"
         return [f]
     return [Finding(RULE.code, RULE.name, f"prepare batches off the critical path{where}: {workers_action} "
-                    f"(the number below); {read} ({b_gain:.2f}x)", Rung.LIBRARY, ev, gain, basis, gain)]
+                    f"(the number below); {read(f'{b_gain:.2f}x')}", Rung.LIBRARY, ev, gain, basis, gain)]
 
 
 TIMED_FETCH = "timed at capture: the program's own rows read row by row and in one call"
+
+
+# A table this share of the GPU's memory or less can stay there beside the model
+RESIDENT_SHARE = 0.25
+
+
+def _resident(ctx: RuleContext, fetch: dict, calls: np.ndarray, tail: bool, pageable: np.ndarray,
+              load_ns: float) -> tuple[float, str] | None:
+    """The price of the table kept on the GPU, each batch gathered there: the loading's CPU time
+    and the pageable copies gone (the gather's few launches are not added); None where the record
+    has no table size or the table would take more than RESIDENT_SHARE of the GPU's memory."""
+    size, mem = fetch.get("table_bytes"), getattr(ctx.prof.full_trace.primary_gpu(), "total_memory", None)
+    if not size or not mem or size > RESIDENT_SHARE * mem:
+        return None
+    g = ctx.model.graph
+
+    def edit(gr: StepGraph) -> StepGraph:
+        out = scale_cpu(gr, calls, 0.0, own=False)
+        if tail:
+            out.tail_ns = 0.0
+        return scale_ops(out, pageable, float("inf"), drop_launches=True) if len(pageable) else out
+    its = max(len(g.iter_call) - 1, 1)
+    return ctx.price(edit, f"the table on the GPU ({size / 1e9:.2f} GB): loading {load_ns / 1e6:.2f} ms per "
+                           f"iteration and {len(pageable) / its:.0f} pageable copies per iteration gone")
 
 
 def row_fetches(ctx: RuleContext) -> dict | None:
@@ -235,5 +269,6 @@ def row_fetches(ctx: RuleContext) -> dict | None:
         return None
     return {"fetches": int(sum(x["fetches"] for x in rows)), "rows": int(r["rows"]), "saved_ns": float(saved),
             "row_ns": int(r["row_ns"]), "batched_ns": int(r["batched_ns"]),
+            "table_bytes": int(r["table_bytes"]) if isinstance(r.get("table_bytes"), int) else None,
             "text": f"{r['row_ns'] / 1e6:.2f} ms a batch row by row, {r['batched_ns'] / 1e6:.2f} ms in one call, "
                     f"timed at capture"}

@@ -42,6 +42,24 @@ CONFIDENCE = {Source.NCU: "high", Source.GPU_METRICS: "medium", Source.SHAPES: "
 GEMM_ALIGN = {"bf16": 8, "fp16": 8, "fp8": 16, "fp32": 4, "tf32": 4}
 
 
+def gemm_multiply_adds(shape: dict) -> float:
+    """A recorded GEMM shape's multiply-adds per call (batch x M x N x K); 0 for a shape that
+    lacks them."""
+    try:
+        return float(int(shape.get("batch", 1)) * int(shape["m"]) * int(shape["n"]) * int(shape["k"]))
+    except (KeyError, TypeError, ValueError):
+        return 0.0
+
+
+def gemm_unaligned(shape: dict, align: int) -> bool:
+    """Whether a recorded GEMM shape's M, N or K is not a multiple of ``align`` elements (off the
+    aligned tensor-core kernels); False for a shape that lacks them."""
+    try:
+        return any(int(shape[d]) % align for d in ("m", "n", "k"))
+    except (KeyError, TypeError, ValueError):
+        return False
+
+
 class Switch(str, Enum):
     """A fix that ``profkit capture --try`` applies to the user's program without editing it
     (profkit.capture.switches), to time it beside the unchanged program."""

@@ -63,7 +63,7 @@ import sys
 import time
 from typing import Any, Callable, Optional
 
-from profkit.model import GEMM_ALIGN
+from profkit.model import GEMM_ALIGN, gemm_multiply_adds, gemm_unaligned
 
 FORMAT = "profkit-replacements/1"
 DEFAULT_REPS = 10
@@ -539,7 +539,7 @@ def _work(kind: str, r: dict) -> float:
     if kind == "attention":
         return float(r.get("count", 1)) * r["batch"] * r["sq"] * r["sk"] * (r["d"] + r["dv"])
     if kind == "gemm":
-        return float(r.get("count", 1)) * r["batch"] * r["m"] * r["n"] * r["k"]
+        return float(r.get("count", 1)) * gemm_multiply_adds(r)
     if kind == "copy":
         return float(r.get("count", 1)) * r["bytes"]
     if kind == "conv":
@@ -553,11 +553,6 @@ def _work(kind: str, r: dict) -> float:
     return float(r.get("numel", 0) or r.get("calls", 1) * r.get("hidden", 1))
 
 
-def unaligned(g: dict) -> bool:
-    """A GEMM with M, N or K not a multiple of 8: in 16-bit it runs on cuBLAS's unaligned kernels."""
-    return any(int(g[d]) % ALIGN_16BIT for d in ("m", "n", "k"))
-
-
 def gemm_shapes(gemms: list[dict]) -> list[dict]:
     """The fp32 GEMM shapes to time, MAX_PER_KIND at most, heaviest first: the heaviest overall,
     with up to a third of them kept for the heaviest unaligned shapes where those carry
@@ -568,7 +563,8 @@ def gemm_shapes(gemms: list[dict]) -> list[dict]:
     (profkit.run.replacements.Replacements.gemm_gain)."""
     ranked = sorted(gemms, key=lambda r: -_work("gemm", r))
     total = sum(_work("gemm", g) for g in ranked) or 1.0
-    odd_all = [g for g in ranked if unaligned(g)]
+    # M, N or K not a multiple of 8: in 16-bit such a GEMM runs on cuBLAS's unaligned kernels
+    odd_all = [g for g in ranked if gemm_unaligned(g, ALIGN_16BIT)]
     odd = []
     if sum(_work("gemm", g) for g in odd_all) >= UNALIGNED_SHARE * total:
         odd = [g for g in odd_all if _work("gemm", g) >= UNALIGNED_MIN * total][:MAX_PER_KIND // 3]

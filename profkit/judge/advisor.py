@@ -19,8 +19,8 @@ from profkit.judge import comm
 from profkit.judge import patterns
 from profkit.judge.classify import GEMM_RE, Verdict, gemm_shape_hint
 from profkit.judge.evidence import Work
-from profkit.judge.flops import GEMM_ALIGN, gemm_mkn
-from profkit.model import BoundClass, Rung
+from profkit.judge.flops import gemm_mkn
+from profkit.model import GEMM_ALIGN, BoundClass, Rung
 from profkit.read.peaks import Peaks
 
 NEAR_ROOF = 0.70          # at or above this share of its roof, a new kernel would not pay

@@ -32,7 +32,6 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable, Optional, Sequence
 
-from profkit.model import GEMM_ALIGN  # noqa: F401 (the alignment table, as the rules import it from here)
 from profkit.read.aten_record import balanced, flatten_sizes, literal_sizes
 
 Shape = list[int]

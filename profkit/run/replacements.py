@@ -20,7 +20,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Optional
 
-from profkit.model import GEMM_ALIGN
+from profkit.model import GEMM_ALIGN, gemm_multiply_adds, gemm_unaligned
 
 FORMAT = "profkit-replacements/1"
 RECORD_FORMAT = "profkit-oprecord/1"
@@ -84,15 +84,15 @@ class Replacements:
             return None
         plain = sum(e.original_ns * e.count for e in timed) / sum(e.replacement_ns * e.count for e in timed)
         align = ALIGN.get(kind, 8)
-        groups = {odd: [e for e in timed if _unaligned(e.shape, align) is odd] for odd in (False, True)}
-        work = {odd: sum(_flops(g) * float(g.get("count", 1)) for g in self.recorded("gemm")
-                         if g.get("dtype") == "fp32" and _unaligned(g, align) is odd) for odd in (False, True)}
+        groups = {odd: [e for e in timed if gemm_unaligned(e.shape, align) is odd] for odd in (False, True)}
+        work = {odd: sum(gemm_multiply_adds(g) * float(g.get("count", 1)) for g in self.recorded("gemm")
+                         if g.get("dtype") == "fp32" and gemm_unaligned(g, align) is odd) for odd in (False, True)}
         if not all(groups.values()) or not all(work.values()):
             return plain
         before = after = 0.0
         for odd, group in groups.items():
             fp32_ns = sum(e.original_ns * e.count for e in group)
-            per_flop = fp32_ns / max(sum(_flops(e.shape) * e.count for e in group), 1.0)
+            per_flop = fp32_ns / max(sum(gemm_multiply_adds(e.shape) * e.count for e in group), 1.0)
             gain = fp32_ns / sum(e.replacement_ns * e.count for e in group)
             before += work[odd] * per_flop
             after += work[odd] * per_flop / gain
@@ -109,21 +109,6 @@ class Replacements:
 
 # A GEMM's M, N and K in multiples of these run on the aligned tensor-core kernels (16 bytes)
 ALIGN = {"gemm_tf32": GEMM_ALIGN["tf32"], "gemm_bf16": GEMM_ALIGN["bf16"]}
-
-
-def _unaligned(shape: dict, align: int) -> bool:
-    try:
-        return any(int(shape[d]) % align for d in ("m", "n", "k"))
-    except (KeyError, TypeError, ValueError):
-        return False
-
-
-def _flops(shape: dict) -> float:
-    """A GEMM shape's multiply-adds per call."""
-    try:
-        return float(int(shape.get("batch", 1)) * int(shape["m"]) * int(shape["n"]) * int(shape["k"]))
-    except (KeyError, TypeError, ValueError):
-        return 0.0
 
 
 def _pair(d: object) -> Optional[tuple[float, float]]:

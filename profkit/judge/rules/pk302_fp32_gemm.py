@@ -66,10 +66,10 @@ import re
 import numpy as np
 
 from profkit.judge.dtypes import kernel_dtype
-from profkit.judge.flops import GEMM_ALIGN, gemm_mkn
+from profkit.judge.flops import gemm_mkn
 from profkit.judge.patterns import FLASH_RE
 from profkit.run.step.transform import add_cpu, scale_ops
-from profkit.model import Rung
+from profkit.model import GEMM_ALIGN, Rung
 from profkit.judge.rules.base import (ESTIMATED, GEMM_KERNEL_RE, Finding, Param, RuleContext, RuleMeta, Scope,
                                       Table, TrialOf, matches, timed_text)
 

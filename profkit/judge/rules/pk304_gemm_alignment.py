@@ -28,8 +28,8 @@ import re
 
 import numpy as np
 
-from profkit.judge.flops import GEMM_ALIGN, gemm_mkn
-from profkit.model import Rung
+from profkit.judge.flops import gemm_mkn
+from profkit.model import GEMM_ALIGN, Rung
 from profkit.judge.rules.base import Finding, Param, RuleContext, RuleMeta, Scope, Table, matches
 
 RULE = RuleMeta(

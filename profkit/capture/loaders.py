@@ -55,11 +55,12 @@ def entry(torch: Any, fetcher: Any, index: Any, ns: int) -> dict:
     rows = len(index) if fetcher.auto_collation else 1
     out = {"dataset": type(ds).__name__, "rows": rows, "per_row": per_row, "fetch_ns": int(ns),
            "row_ns": None, "batched_ns": None}
-    if tensor_rows(torch, ds):
+    table = tensor_rows(torch, ds)
+    if table:
         # the whole table's size: whether it could live on the GPU instead
         out["table_bytes"] = int(sum(t.numel() * t.element_size() for t in ds.tensors))
     # Only torch's own collate is run again: a program's collate_fn may count or draw
-    if per_row and rows > 1 and tensor_rows(torch, ds) and fetcher.collate_fn is _default_collate():
+    if per_row and rows > 1 and table and fetcher.collate_fn is _default_collate():
         # Both timed again outside the record's dispatch mode, which the fetch ran under (a few
         # microseconds more per indexing op, thousands of them a batch); a TensorDataset's rows
         # are read without side effects.

@@ -303,8 +303,8 @@ class OpRecord:
         try:
             self.ops_seen += 1
             name = func.__name__.split(".")[0]
-            self._host(name, args, out, ns)
             torch = sys.modules["torch"]
+            self._host(torch, name, args, out, ns)
             if torch.is_anomaly_enabled():
                 self.anomaly_ops += 1
                 self.anomaly_check_nan = self.anomaly_check_nan or torch.is_anomaly_check_nan_enabled()
@@ -345,14 +345,13 @@ class OpRecord:
         finally:
             self.cost_ns += time.perf_counter_ns() - t0
 
-    def _host(self, name: str, args: tuple, out: Any, ns: int) -> None:
+    def _host(self, torch: Any, name: str, args: tuple, out: Any, ns: int) -> None:
         """An op whose tensors all live in host memory, with an output worth a GPU's work."""
-        outs = [t for t in (out if isinstance(out, (tuple, list)) else (out,)) if _is_tensor(t)]
-        nbytes = sum(t.numel() * t.element_size() for t in outs if t.layout == _strided())
-        nbytes += sum(_sparse_bytes(t) for t in outs if t.layout != _strided())
+        outs = [t for t in (out if isinstance(out, (tuple, list)) else (out,)) if isinstance(t, torch.Tensor)]
+        nbytes = sum(_stored_bytes(torch, t) for t in outs)
         if nbytes < HOST_OP_MIN_BYTES:
             return
-        ins = [t for a in args for t in (a if isinstance(a, (tuple, list)) else (a,)) if _is_tensor(t)]
+        ins = [t for a in args for t in (a if isinstance(a, (tuple, list)) else (a,)) if isinstance(t, torch.Tensor)]
         if any(t.device.type != "cpu" for t in (*ins, *outs)):
             return
         row = self.host_ops.setdefault(name, [0, 0, 0])
@@ -671,21 +670,14 @@ class OpRecord:
                         if self.anomaly_ops else [])}
 
 
-def _is_tensor(x: Any) -> bool:
-    torch = sys.modules.get("torch")
-    return torch is not None and isinstance(x, torch.Tensor)
-
-
-def _strided() -> Any:
-    return sys.modules["torch"].strided
-
-
-def _sparse_bytes(t: Any) -> int:
-    """A sparse COO tensor's stored bytes (its indices and values); other layouts count none."""
-    torch = sys.modules["torch"]
-    if t.layout != torch.sparse_coo:
-        return 0
-    return t._values().numel() * t.element_size() + t._indices().numel() * 8
+def _stored_bytes(torch: Any, t: Any) -> int:
+    """A tensor's stored bytes: a dense one's elements, a sparse COO one's indices and values;
+    other layouts count none."""
+    if t.layout == torch.strided:
+        return t.numel() * t.element_size()
+    if t.layout == torch.sparse_coo:
+        return t._values().numel() * t.element_size() + t._indices().numel() * 8
+    return 0
 
 
 def _as_convolution(args: tuple, kwargs: dict) -> tuple:

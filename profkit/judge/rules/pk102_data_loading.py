@@ -214,6 +214,7 @@ def detect(ctx: RuleContext) -> list[Finding]:
         ev["table_bytes"] = fetch["table_bytes"]
     kept = (f" ({resident[0]:.2f}x: the table, {fetch['table_bytes'] / 1e9:.2f} GB, fits the GPU's memory "
             "many times over)" if resident is not None else "")
+
     def read(price: str) -> str:
         return (f"the DataLoader reads each batch of {fetch['rows']} rows one at a time, then collates them "
                 f"({fetch['text']}): give it a BatchSampler as its sampler and batch_size=None, with a dataset "

@@ -114,12 +114,12 @@ def find(ctx: RuleContext) -> list[Requests]:
         kk = kk[g.c_tid[g.g_call[kk]] == main]
         kk = kk[np.argsort(g.g_call[kk], kind="stable")]
         kc = g.g_call[kk]
-        segs = []
+        segs = []      # per segment: the call that reads its result back, its kernels or None
         lo = c0 - 1
         for hi in cuts.tolist():
             sel = kk[(kc > lo) & (kc <= hi)]
             fed = len(sel) and bool(((h2d > lo) & (h2d < g.g_call[sel[0]])).any())
-            segs.append((lo, hi, sel if fed and len(sel) >= RULE.param("min_kernels") else None))
+            segs.append((hi, sel if fed and len(sel) >= RULE.param("min_kernels") else None))
             lo = hi
         found = _loop(g, ctx, segs, ids)
         if found is not None:
@@ -130,46 +130,48 @@ def find(ctx: RuleContext) -> list[Requests]:
 def _loop(g, ctx: RuleContext, segs: list, ids: np.ndarray):
     """The longest run of segments that match the iteration's median one, as Requests; None
     where it holds fewer than ``min_requests``."""
-    good = [s for s in segs if s[2] is not None]
-    if len(good) < RULE.param("min_requests"):
+    counts = [Counter(ids[g.g_name[sel]].tolist()) if sel is not None else None for _, sel in segs]
+    sizes = sorted(sum(c.values()) for c in counts if c is not None)
+    if len(sizes) < RULE.param("min_requests"):
         return None
-    counts = [Counter(ids[g.g_name[s[2]]].tolist()) for s in good]
-    ref = counts[int(np.argsort([len(s[2]) for s in good])[len(good) // 2])]
-    member = {id(s[2]) for s, c in zip(good, counts) if _overlap(c, ref) >= RULE.param("min_overlap")}
-    best, run = [], []
-    for s in segs:
-        if s[2] is not None and id(s[2]) in member:
-            run.append(s)
-            best = max(best, run, key=len)
-        else:
-            run = []
-    if len(best) < RULE.param("min_requests"):
+    ref = next(c for c in counts if c is not None and sum(c.values()) == sizes[len(sizes) // 2])
+    match = [c is not None and _overlap(c, ref) >= RULE.param("min_overlap") for c in counts]
+    best, start = (0, 0), None
+    for i, ok in enumerate([*match, False]):
+        if ok and start is None:
+            start = i
+        elif not ok and start is not None:
+            if i - start > best[0]:      # the first of the longest runs
+                best = (i - start, start)
+            start = None
+    n, first = best
+    if n < RULE.param("min_requests"):
         return None
+    run = segs[first:first + n]
     # the j-th occurrence of a kernel name in one request stands for the j-th in every other
     keyed = []
-    for _, _, sel in best:
+    for _, sel in run:
         seen: Counter = Counter()
         keys = {}
-        for op in sel.tolist():
-            k = (int(ids[g.g_name[op]]), seen[int(ids[g.g_name[op]])])
-            seen[k[0]] += 1
-            keys[k] = op
+        for op, name in zip(sel.tolist(), ids[g.g_name[sel]].tolist()):
+            keys[(name, seen[name])] = op
+            seen[name] += 1
         keyed.append(keys)
     common = [k for k in keyed[0] if all(k in ks for ks in keyed[1:])]
     if not common:
         return None
     ops = np.array([[ks[k] for k in common] for ks in keyed], dtype=np.int64)
-    members = np.concatenate([s[2] for s in best])
-    extras = np.setdiff1d(np.concatenate([s[2] for s in best[1:]]), ops.ravel())
+    members = np.concatenate([sel for _, sel in run])
+    extras = np.setdiff1d(np.concatenate([sel for _, sel in run[1:]]), ops.ravel())
     b = ctx.baseline
     span = float(b.g_end[members].max() - b.g_start[members].min())
     busy = float((b.g_end[members] - b.g_start[members]).sum())
     if span <= 0 or busy / span >= RULE.param("max_busy_share"):
         return None
-    main = g.c_tid[best[0][1]]
-    calls = np.arange(best[0][1] + 1, best[-1][1] + 1)
-    calls = calls[g.c_tid[calls] == main]
-    return Requests(ops, extras, calls, busy / span, float(np.mean([len(s[2]) for s in best])))
+    # from the first request's read-back to the last one's, on the thread that makes them
+    calls = np.arange(run[0][0] + 1, run[-1][0] + 1)
+    calls = calls[g.c_tid[calls] == g.c_tid[run[0][0]]]
+    return Requests(ops, extras, calls, busy / span, float(np.mean([len(sel) for _, sel in run])))
 
 
 def detect(ctx: RuleContext) -> list[Finding]:

@@ -106,6 +106,19 @@ def loop_and_interleave(mod, script: str, variants: str, monkeypatch, tmp_path: 
     assert list(got) == variants.split(",") and all(v["n_used"] == 2 for v in got.values())
 
 
+def check_first_sight_set(programs: list[dict], scripts: list[str], letter: str, root: Path) -> None:
+    """A first-sight set's registry entries (scripts/whatif/programs_firstsight_LETTER.py): one
+    per script of ``scripts``, each checked against its program (check_first_sight_entry) and
+    naming only that program's fixes, registered as first sight, and listed by ``letter``."""
+    import whatif.registry as registry
+    assert sorted(Path(p["script"]).stem for p in programs) == sorted(scripts)
+    for prog in programs:
+        check_first_sight_entry(prog, root)
+        assert set(prog["fixes"]) == set(declared(root / prog["script"], "FIXES"))
+    assert all(registry.select(p["name"])[0].get("first_sight") is True for p in programs)
+    assert [p["name"] for p in registry.first_sight([letter], root / "no-such-root")] == [p["name"] for p in programs]
+
+
 def check_first_sight_entry(prog: dict, root: Path) -> None:
     """A first-sight registry entry against the program it names: its fixes the program's own
     (2 to 4, each ``--fix NAME``), what is expected of each, the iteration range the program

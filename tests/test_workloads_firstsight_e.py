@@ -65,11 +65,6 @@ def test_every_padding_variant_sees_the_same_texts():
 
 
 def test_registry_names_each_program_and_only_its_fixes():
-    assert sorted(Path(p["script"]).stem for p in PROGRAMS) == sorted(c[0] for c in CASES)
+    shared.check_first_sight_set(PROGRAMS, [c[0] for c in CASES], "e", ROOT)
     for prog in PROGRAMS:
-        shared.check_first_sight_entry(prog, ROOT)
         assert f'nvtx("{prog["step_range"]}")' in (ROOT / prog["script"]).read_text()   # opened by name
-        assert set(prog["fixes"]) == set(shared.declared(ROOT / prog["script"], "FIXES"))
-    import whatif.registry as registry
-    assert all(registry.select(p["name"])[0].get("first_sight") is True for p in PROGRAMS)
-    assert [p["name"] for p in registry.first_sight(["e"], ROOT / "no-such-root")] == [p["name"] for p in PROGRAMS]

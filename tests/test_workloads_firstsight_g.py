@@ -84,10 +84,4 @@ def test_table_on_either_device_makes_the_same_step(one_thread):
 
 
 def test_registry_names_each_program_and_only_its_fixes():
-    assert sorted(Path(p["script"]).stem for p in PROGRAMS) == sorted(c[0] for c in CASES)
-    for prog in PROGRAMS:
-        shared.check_first_sight_entry(prog, ROOT)
-        assert set(prog["fixes"]) == set(shared.declared(ROOT / prog["script"], "FIXES"))
-    import whatif.registry as registry
-    assert all(registry.select(p["name"])[0].get("first_sight") is True for p in PROGRAMS)
-    assert [p["name"] for p in registry.first_sight(["g"], ROOT / "no-such-root")] == [p["name"] for p in PROGRAMS]
+    shared.check_first_sight_set(PROGRAMS, [c[0] for c in CASES], "g", ROOT)

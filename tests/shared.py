@@ -107,9 +107,10 @@ def loop_and_interleave(mod, script: str, variants: str, monkeypatch, tmp_path: 
 
 
 def check_first_sight_set(programs: list[dict], scripts: list[str], letter: str, root: Path) -> None:
-    """A first-sight set's registry entries (scripts/whatif/programs_firstsight_LETTER.py): one
-    per script of ``scripts``, each checked against its program (check_first_sight_entry) and
-    naming only that program's fixes, registered as first sight, and listed by ``letter``."""
+    """A first-sight set's registry entries (``PROGRAMS`` of one ``whatif.programs_firstsight_*``
+    module): one per script of ``scripts``, each checked against its program
+    (check_first_sight_entry) and naming only that program's fixes, registered as first sight,
+    and listed by ``letter``."""
     import whatif.registry as registry
     assert sorted(Path(p["script"]).stem for p in programs) == sorted(scripts)
     for prog in programs:

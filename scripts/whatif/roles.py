@@ -195,6 +195,15 @@ FIX_RULES = {
     # gpu_table: PK109's, the rule its first-sight miss led to (a correction after first sight)
     ("cpu_embedding_train", "gpu_table"): ("PK109", None), ("cpu_embedding_train", "fused_adam"): ("PK201", None),
     ("cpu_embedding_train", "compile"): ("PK402", None),
+    # written before their captures (set h): an ensemble's loop over its members and a per-image
+    # augmentation loop are repeated units PK107 vectorises, their optimizers PK201's, fusion PK402's,
+    # channels_last PK305's; SDPA's masked kernels against its causal flash ones no rule's
+    ("ensemble_loop_train", "vmapped"): ("PK107", None), ("ensemble_loop_train", "one_backward"): (None, None),
+    ("ensemble_loop_train", "fused_adamw"): ("PK201", None),
+    ("masked_sdpa_train", "is_causal"): (None, None), ("masked_sdpa_train", "compile"): ("PK402", None),
+    ("masked_sdpa_train", "fused_adamw"): ("PK201", None),
+    ("gpu_augment_loop_train", "batched_augment"): ("PK107", None), ("gpu_augment_loop_train", "compile"): ("PK402", None),
+    ("gpu_augment_loop_train", "channels_last"): ("PK305", None),
     ("grad_checkpoint_train", "no_checkpointing"): ("PK204", None), ("grad_checkpoint_train", "fused_adamw"): ("PK201", None),
     ("cpu_tokenize_infer", "encode_batch"): (None, None), ("cpu_tokenize_infer", "workers"): ("PK102", None),
     ("cpu_tokenize_infer", "pretokenized"): ("PK102", None),

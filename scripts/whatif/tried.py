@@ -81,6 +81,11 @@ SWITCH_OF: dict[tuple[str, str], str] = {
     ("anomaly_debug_train", "fused_adamw"): _FUSED,
     ("request_loop_infer", "compile"): "compile",
     ("cpu_embedding_train", "fused_adam"): _FUSED,
+    ("ensemble_loop_train", "fused_adamw"): _FUSED,
+    ("masked_sdpa_train", "compile"): "compile",
+    ("masked_sdpa_train", "fused_adamw"): _FUSED,
+    ("gpu_augment_loop_train", "compile"): "compile",
+    ("gpu_augment_loop_train", "channels_last"): "channels_last",
 }
 
 

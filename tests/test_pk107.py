@@ -12,6 +12,7 @@ import pytest
 
 import profkit
 from profkit.judge.rules import pk107_repeated_unit_loop as pk107
+from profkit.judge.rules.base import RuleContext
 from profkit.judge.rules.pk107_repeated_unit_loop import find_repeats
 from profkit.read.compressed import find_traces
 import shared
@@ -183,8 +184,10 @@ def test_copies_of_different_sizes_lean_to_parameters(tmp_path):
     assert f is not None and f.evidence["max_grid"] == 1_000
     blocks = sum(grid(c, 0) for c in range(64))
     assert f.evidence["vectorised_kernel_ns_per_iteration"] == 5 * math.ceil(blocks / SMS) * 2_000
-    # Where the median copy is large, the loop is not one of small kernels.
-    _, f = pk107_of(loop_trace(tmp_path / "half.sqlite", grid=lambda c, j: 1_000 if c % 2 else 4))
+    # Where the median copy is large and the unit multiplies by weights (a GEMM among its
+    # kernels), the loop is not one of small kernels: a layer's.
+    layer = [GEMM, *(f"per_sample_op_{j}" for j in range(1, 5))]
+    _, f = pk107_of(loop_trace(tmp_path / "half.sqlite", names=layer, grid=lambda c, j: 1_000 if c % 2 else 4))
     assert f is None
 
 
@@ -231,10 +234,77 @@ def test_an_elementwise_ops_vectorised_and_unrolled_kernels_read_as_one(tmp_path
 
 
 def test_quiet_on_a_layer_stack_of_large_kernels(tmp_path):
-    # Twelve copies of a unit whose kernels launch more blocks than the GPU has SMs: a stack of
-    # layers, each already filling the GPU; launch-bound or not, there is nothing to widen.
-    _, f = pk107_of(loop_trace(tmp_path / "layers.sqlite", copies=12, grid=1_000))
+    # Twelve copies of a unit with a GEMM whose kernels launch more blocks than the GPU has SMs: a
+    # stack of layers, each already filling the GPU; launch-bound or not, there is nothing to widen.
+    layer = [GEMM, *(f"per_sample_op_{j}" for j in range(1, 5))]
+    _, f = pk107_of(loop_trace(tmp_path / "layers.sqlite", copies=12, grid=1_000, names=layer))
     assert f is None
+
+
+def test_a_launch_bound_loop_of_wide_data_kernels_is_priced_for_its_launches_alone(tmp_path):
+    # The same loop with no library kernel in its unit (an augmentation per image: slices, resizes,
+    # normalisations of 1,000 blocks each) is work over data, not a layer: spoken for, its kernels
+    # priced at their own time (their waves add up to it), its launches and Python gone.
+    prof, f = pk107_of(loop_trace(tmp_path / "wide.sqlite", copies=12, grid=1_000))
+    assert f is not None and f.evidence["max_grid"] == 1_000
+    assert f.evidence["vectorised_kernel_ns_per_iteration"] == f.evidence["kernel_ns_per_iteration"] == 12 * 5 * 2_000
+    # 60 launch cycles of 10 us and 1 ms of Python, by hand; vectorised 5 cycles (the kernels,
+    # 12 x 2 us each, run under the Python after them)
+    h = prof.pricing_host
+    assert f.expected_end_to_end_speedup == pytest.approx((60 * 10_000 + 1_000_000) * h / ((5 * 10_000 + 1_000_000) * h),
+                                                          rel=0.05)
+
+
+def test_a_loop_whose_copies_launch_an_optional_kernel_is_found_with_it(tmp_path):
+    """A loop over images that flips some of them: half the copies, in no regular pattern, launch
+    one more kernel. The plain search finds no 8 copies in a row alike; set aside, the flip is an
+    optional kernel of the unit, priced as one kernel over the copies that launch it."""
+    from synth import TID, make_trace
+    base = [f"aug_op_{j}" for j in range(5)]
+    strings = {9: "cudaLaunchKernel", 3: "step", **{10 + j: n for j, n in enumerate([*base, "flip_kernel"])}}
+    kernels, runtime, nvtx, grids = [], [], [], {}
+    corr, t = 0, 0
+    flips = [c in (1, 2, 4, 7, 8, 9, 13, 14, 16, 19, 22, 23, 24, 25, 28, 30) for c in range(32)]  # no period
+    for _ in range(6):
+        t0 = t
+        for c in range(32):
+            for name in base[:2] + (["flip_kernel"] if flips[c] else []) + base[2:]:
+                corr += 1
+                runtime.append((t, t + 4_000, corr))
+                kernels.append((t + 3_000, t + 5_000, corr, 10 + [*base, "flip_kernel"].index(name)))
+                grids[corr] = (4, 1, 1, 128, 1, 1)
+                t += 10_000
+        t += 1_000_000
+        nvtx.append((t0, t - 1, 3, TID))
+    path = make_trace(tmp_path / "flip.sqlite", kernels=kernels, runtime=runtime, nvtx=nvtx, strings=strings,
+                      grids=grids)
+    prof, f = pk107_of(path)
+    assert f is not None and (f.evidence["copies"], f.evidence["unit_kernels"]) == (32, 5)
+    # each iteration: 176 launches, 5 + 1 left
+    assert f.evidence["launches_removed_per_iteration"] == pytest.approx(32 * 5 + 16 - 6, abs=0.5)
+    found = pk107.loops(RuleContext(prof, prof.run()))
+    # one loop an iteration, each with its 16 flips; the plain search alone found no 8 copies in a row
+    assert found and all(len(lp.extras) == 1 and len(lp.extras[0]) == 16 for lp in found)
+
+
+def test_models_trained_one_after_another_are_a_loop_whatever_their_gemms(tmp_path):
+    """An ensemble trained member by member: each copy of the unit is a forward and backward of
+    GEMMs of 512 blocks (most of its kernel time) and its own optimizer's foreach update. GEMMs
+    that most of the time and that wide would be a layer; an optimizer's update in every copy
+    says the copies are models of their own: spoken for, named as such."""
+    step = ("void at::native::multi_tensor_apply_kernel<at::native::TensorListMetadata<4>, "
+            "at::native::<unnamed>::PointwiseOpScalarFunctor<float, (int)4, (int)3, (int)3>, "
+            "std::multiplies<float>, float>(T1, T2, T3, T4)")
+    unit = [GEMM, "relu_kernel", GEMM, "relu_backward_kernel", GEMM, step]
+    path = loop_trace(tmp_path / "ensemble.sqlite", copies=8, names=unit, grid=512, gap_ns=30_000,
+                      kernel_ns=[8_000, 1_000, 8_000, 1_000, 8_000, 2_000])
+    _, f = pk107_of(path)
+    assert f is not None and f.evidence["steps_optimizer"]
+    assert "trains 8 models one after another" in f.action and "torch.func.stack_module_state" in f.action
+    # without the optimizer's update the same unit is a stack of weighted layers: quiet
+    layers = loop_trace(tmp_path / "stack.sqlite", copies=8, names=unit[:5], grid=512, gap_ns=30_000,
+                        kernel_ns=[8_000, 1_000, 8_000, 1_000, 8_000])
+    assert pk107_of(layers)[1] is None
 
 
 def test_quiet_when_the_gpu_sets_the_pace(tmp_path):
@@ -278,13 +348,15 @@ def test_quiet_on_the_committed_layer_stacks_and_loops(trace):
     # the per-sample loss runs its loss graph once per sample of the batch, forward and backward.
     # PPO's advantage estimate (GAE) is a Python loop over the rollout's 64 timesteps, each a unit
     # of 8 one-block kernels: it fires, and says that timesteps that depend on the last call for a
-    # graph, not for vectorising (1.03x).
+    # graph, not for vectorising (1.03x). An ensemble trains its eight MLPs one after another, each
+    # copy ending in its own optimizer's update; an augmentation loop over images launches a flip
+    # and a resize in some copies only (a unit with optional kernels), all of them data work.
     fired = "PK107" in {f.code for f in shared.profile(trace).findings()}
     assert fired == trace.name.startswith(LOOPS_OVER_SAMPLES)
 
 
 LOOPS_OVER_SAMPLES = ("detection_postproc_infer.", "moe_routing_train.", "per_sample_loss_train.",
-                      "rl_rollout_train.")
+                      "rl_rollout_train.", "ensemble_loop_train.", "gpu_augment_loop_train.")
 
 
 def test_the_loops_it_leaves_are_found_and_judged_by_the_stated_criteria():

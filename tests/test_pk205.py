@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 import shared
-from profkit.judge.rules.pk205_accumulation_micro_batches import merged_ns, micro_batches
+from profkit.judge.rules.pk205_accumulation_micro_batches import (accumulated, copy_ops, merged_ns, micro_batches,
+                                                             stepped_per_copy)
 
 
 def _finding(p):
@@ -43,6 +44,22 @@ def test_layers_timesteps_and_decode_steps_are_not_micro_batches(name):
     # their GEMM sequences repeat (12 layers, 256 cells, 12 decode layers) on one thread,
     # or in the forward alone
     assert _finding(shared.corpus(name)) is None
+
+
+def test_models_each_stepped_after_their_backward_are_not_micro_batches():
+    # An ensemble trains its eight MLPs one after another: eight forwards and backwards a step, as
+    # accumulation runs, but each followed by its own optimizer's update: not accumulation (PK107
+    # names the loop), and PK103 does not say the step accumulates gradients
+    p = shared.corpus("ensemble_loop_train")
+    g = p.step_model().graph
+    found, k = accumulated(g, 8, 0.9)
+    assert [len(c) for c in found] == [8] * len(found) and k == 0
+    assert stepped_per_copy(g, copy_ops(g, found))
+    codes = {f.code: f for f in p.findings()}
+    assert "PK205" not in codes and "PK107" in codes and "accumulates gradients" not in codes["PK103"].action
+    # where the optimizer runs once, after the last copy, it is accumulation
+    g = shared.corpus("grad_accum_fp16_train").step_model().graph
+    assert accumulated(g, 8, 0.9)[1] == 8
 
 
 def test_merged_kernels_follow_the_waves():

@@ -152,7 +152,7 @@ import numpy as np
 
 from profkit.model import Rung
 from profkit.judge.rules.base import Finding, Param, RuleContext, RuleMeta, Table, TrialOf, matches
-from profkit.judge.rules.pk205_accumulation_micro_batches import RULE as PK205, accumulation, micro_batches
+from profkit.judge.rules.pk205_accumulation_micro_batches import RULE as PK205, accumulated
 from profkit.run.step.graph import CallKind, StepGraph
 from profkit.run.step.fusion import BN_STATS_RE, inductor_fusion
 from profkit.run.step.transform import cuda_graph, graphable, replace_ops
@@ -294,7 +294,7 @@ def _detect(ctx: RuleContext) -> list[Finding]:
     # Gradient accumulation: reduce-overhead's CUDA graph trees hand each backward's gradient
     # buffers to .grad and overwrite them in the next micro-batch's backward (PyTorch issue
     # 169545), so it cannot run the step: the graph by hand is the number.
-    accumulates = accumulation(micro_batches(g, int(PK205.param("probe")), float(PK205.param("min_cover"))))
+    accumulates = accumulated(g, int(PK205.param("probe")), float(PK205.param("min_cover")))[1]
     if accumulates:
         ev["micro_batches"] = accumulates
         ev["trials_refused"] = ["compile_graphs"]

@@ -20,7 +20,12 @@ Evidence
     of such positions long enough for ``min_repeats`` copies are compared with themselves shifted
     by each period in turn, shortest first, and the search stops at the first period no stretch is
     long enough for (at once on a sequence that does not repeat itself). Each block keeps its
-    shortest unit; blocks never span two iterations or streams. Every GEMM kernel reads as one
+    shortest unit; blocks never span two iterations or streams. A loop body with a branch launches
+    a kernel in some copies only (a flip for half the images, a resize skipped where the size is
+    already right), and no 8 copies in a row are alike: among what the search left, the names
+    seen most often are set aside one by one, each kept aside where the search on the rest then
+    covers more (``find_gapped``); a block so found holds each name set aside at most once a
+    copy, priced as one more kernel of the vectorised unit. Every GEMM kernel reads as one
     name: cuBLAS picks a kernel by the problem's size, and the copies of a loop over partitions of
     different sizes launch different ones at the same position. So do an elementwise op's
     vectorised and unrolled kernels: PyTorch takes the unrolled one where an operand is not aligned
@@ -28,6 +33,10 @@ Evidence
     launch either at the same position.
     A block is spoken for when all of these hold:
 
+    * each copy ends in an optimizer's update (a foreach or fused Adam/AdamW/SGD kernel): models
+      of their own trained one after another, an ensemble's members, whatever their kernels'
+      size or GEMM share (a layer never steps an optimizer); the action says so and names the
+      stacked model (``torch.func.stack_module_state`` and ``torch.vmap``). Otherwise:
     * its kernels are small, or its copies run GEMMs of different sizes (another cuBLAS kernel
       at one position in another copy: a layer stack, a batch's samples, a decode's steps multiply
       at one shape each; the partitions of one batch, the experts of a mixture each given its own
@@ -37,10 +46,16 @@ Evidence
       (``TARGET_INFO_GPU``). The median, not every copy: a loop over a model's parameters runs
       a few large tensors among many small ones, and those few, already filling the GPU, are
       priced at no gain (their waves add up to their own time). Copies of one shape (samples,
-      layers) have one grid, so for them every kernel must be small. An export without launch
+      layers) have one grid, so for them every kernel must be small. A unit with no library
+      matrix or multi-tensor kernel at all (work over data: slices, resizes, normalisations of
+      one image) is not a layer whatever its kernels' width: the waves price its wide kernels at
+      their own time, and only its launches and Python go. An export without launch
       dimensions or SM count gets no finding: a small kernel cannot be told from a large one;
     * in the replay of the step at the calibrated CPU scale, the block's kernels run less than
-      ``max_busy_share`` of its span (first kernel's start to last kernel's end): launch-bound;
+      ``max_busy_share`` of its span (first kernel's start to last kernel's end), or the host
+      takes longer to issue the copies (first launch to last) than their kernels run: launch-bound
+      (a loop whose kernels queue behind the last step's GPU work runs them back to back, late,
+      yet its pace is the host's);
     * library GEMM, GEMV, convolution and attention kernels carry less than ``max_matrix_share``
       of the unit's kernel time, and no LSTM/GRU cell kernel is in it (a loop over timesteps:
       PK106's, or PK103's where PK106 finds the recurrence is not plain).
@@ -69,7 +84,13 @@ Evidence
     images of a batch: four loops of a 24-kernel unit, 14 copies each, an iteration; its
     per-image syncs PK101 prices first), and on ``moe_routing_train`` (each MoE layer's loop over
     16 experts: ``nonzero``, a gather, two GEMMs of the expert's own token count, an
-    ``index_add_``; and the same loop's backward); hand-built traces (``tests/test_pk107.py``) test the price.
+    ``index_add_``; and the same loop's backward); since set h, on ``ensemble_loop_train`` (eight
+    MLPs trained one after another, each copy ending in its own AdamW's update: 3.83x at the
+    capture, the members stacked under ``torch.vmap`` measured 4.79x) and on
+    ``gpu_augment_loop_train`` (a per-image augmentation loop whose flips and resizes make copies
+    differ: 1.20x at the capture, measured 1.79x at a slower timed baseline; both written after
+    those programs' first sight had found no loop); hand-built traces (``tests/test_pk107.py``)
+    test the price.
 Fix
     Independent repeats: for the experts of a mixture, a fixed capacity per expert and one
     batched GEMM over the stacked experts' weights (or a grouped GEMM); one call over the batch
@@ -114,7 +135,7 @@ References
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -122,12 +143,15 @@ import pandas as pd
 from profkit.model import Rung
 from profkit.judge.rules.base import Finding, Param, RuleContext, RuleMeta, Table
 from profkit.judge.rules.pk106_rnn_cell_loop import CELL_RE
+from profkit.judge.rules.pk201_unfused_optimizer import optimizer_step_kernel
 from profkit.run.step.transform import drop_cpu, replace_ops, scale_ops
 from profkit.run.summary import GEMM_RE
 
 # Library kernels that multiply by a layer's weights or attend (GEMM, GEMV, convolution, cuDNN,
 # attention): the work of a layer or a timestep.
 MATRIX_RE = re.compile(GEMM_RE.pattern[2:] + r"|gemv|dot_kernel", re.I)
+# A foreach kernel: one launch over a list of tensors, a loop already vectorised.
+MULTI_TENSOR_RE = re.compile(r"multi_tensor_apply", re.I)
 
 RULE = RuleMeta(
     code="PK107", name="repeated-unit-loop",
@@ -230,6 +254,52 @@ def _zones(mask: np.ndarray, shortest: int) -> tuple[np.ndarray, np.ndarray]:
     return s[keep], e[keep]
 
 
+def find_gapped(codes, seg, claimed, max_period: int = 40, min_repeats: int = 8,
+                tries: int = 8) -> list[tuple[np.ndarray, list[np.ndarray]]]:
+    """Blocks that repeat one unit except for optional names: a loop whose body launches a kernel
+    in some copies only (a flip for half the images, a resize skipped where the size is already
+    right). Among the positions ``claimed`` leaves (find_repeats' blocks), the ``tries`` names seen
+    most often (``min_repeats`` / 2 times or more) are set aside one by one, each kept aside where
+    find_repeats on the rest of each stretch then covers more positions; a block holds each name
+    set aside at most once a copy. Returns, per block, its positions (copies x period) and each
+    optional name's positions inside it."""
+    codes = np.asarray(codes, dtype=np.int64)
+    seg = np.asarray(seg, dtype=np.int64)
+    free = np.flatnonzero(~np.asarray(claimed, dtype=bool))
+    if len(free) < 2 * min_repeats:
+        return []
+    # stretches of free positions in one segment: a claimed position or a new segment cuts one;
+    # the names set aside are left out without cutting them
+    run = np.cumsum(np.r_[True, (np.diff(free) != 1) | (seg[free][1:] != seg[free][:-1])])
+    names, counts = np.unique(codes[free], return_counts=True)
+    order = np.argsort(-counts, kind="stable")
+    aside: list[int] = []
+    best: list[tuple[np.ndarray, list[np.ndarray]]] = []
+    for name in names[order][counts[order] >= max(min_repeats // 2, 2)][:tries].tolist():
+        got = _blocks_without(codes, free, run, [*aside, name], max_period, min_repeats)
+        if sum(pos.size for pos, _ in got) > sum(pos.size for pos, _ in best):
+            aside, best = [*aside, name], got
+    return best
+
+
+def _blocks_without(codes, free, run, aside: list[int], max_period: int, min_repeats: int):
+    """find_repeats on the ``free`` positions without the names ``aside``; each block with the
+    positions of each name set aside inside it, kept where no name is there more than once a copy
+    (and at least one is there: else find_repeats had found it)."""
+    rest = ~np.isin(codes[free], aside)
+    sub = free[rest]
+    rep = find_repeats(codes[sub], run[rest], max_period, min_repeats)
+    out = []
+    for lo, p, c in zip(rep.start.tolist(), rep.period.tolist(), rep.count.tolist()):
+        pos = sub[lo:lo + p * c]
+        within = free[(free > pos[0]) & (free < pos[-1])]
+        inside = [within[codes[within] == n] for n in aside]
+        inside = [x for x in inside if len(x)]
+        if inside and all(len(x) <= c for x in inside):
+            out.append((pos.reshape(c, p), inside))
+    return out
+
+
 @dataclass
 class Loop:
     """One block of repeated units in the step graph: ``ops`` holds the graph's operations, one
@@ -244,6 +314,16 @@ class Loop:
     cell: bool                 # an LSTM/GRU cell kernel in the unit (PK106's)
     where: str                 # the range its launches ran in
     gemm_kernels_differ: bool = False  # another GEMM kernel at one position in another copy
+    steps_optimizer: bool = False      # an optimizer's update in the unit: each copy a model of its own
+    multi_tensor: bool = False         # a multi-tensor (foreach) kernel in the unit: already vectorised
+    extras: list = field(default_factory=list)       # per optional kernel some copies launch
+    # (find_gapped): its operations; and their grids, -1 where unread
+    extra_grids: list = field(default_factory=list)
+    host_paced: bool = False  # the host takes longer to issue the copies than their kernels run
+
+    @property
+    def extra(self) -> np.ndarray:
+        return np.concatenate(self.extras) if self.extras else np.empty(0, dtype=np.int64)
 
     @property
     def copies(self) -> int:
@@ -267,20 +347,39 @@ def loops(ctx: RuleContext) -> list[Loop]:
     k = k[np.lexsort((g.g_start[k], g.g_stream[k]))]
     it = np.searchsorted(g.iter_call, g.g_call[k], side="right") - 1
     seg = g.g_stream[k].astype(np.int64) * (len(g.iter_call) + 1) + it
-    rep = find_repeats(_search_ids(g)[g.g_name[k]], seg, int(RULE.param("max_period")),
-                       int(RULE.param("min_repeats")))
-    if not len(rep.start):
+    ids = _search_ids(g)[g.g_name[k]]
+    period, least = int(RULE.param("max_period")), int(RULE.param("min_repeats"))
+    rep = find_repeats(ids, seg, period, least)
+    claimed = np.zeros(len(k), dtype=bool)
+    blocks = []
+    for lo, p, c in zip(rep.start.tolist(), rep.period.tolist(), rep.count.tolist()):
+        claimed[lo:lo + p * c] = True
+        blocks.append((np.arange(lo, lo + p * c).reshape(c, p), []))
+    blocks += find_gapped(ids, seg, claimed, period, least)
+    if not blocks:
         return []
     b = ctx.baseline
     names = np.asarray(g.op_names, dtype=object)
     gemm = _gemm_names(g)
     out = []
-    for lo, p, c in zip(rep.start.tolist(), rep.period.tolist(), rep.count.tolist()):
-        ops = k[lo:lo + p * c].reshape(c, p)
+    for pos, extra_pos in blocks:
+        ops, extras = k[pos], [k[x] for x in extra_pos]
+        extra = np.concatenate(extras) if extras else np.empty(0, dtype=np.int64)
         s, e = b.g_start[ops], b.g_end[ops]
         span = float(e.max() - s.min())
-        busy = float((e - s).sum())
+        busy = float((e - s).sum() + (b.g_end[extra] - b.g_start[extra]).sum())
+        # the host's own time to issue the copies, first launch to last on the launching thread
+        # (the Python before each call and the call itself, at the priced CPU scale; not its
+        # waits for the GPU, which a sync inside the loop would count as the host's)
+        launched = g.g_call[np.r_[ops.ravel(), extra]]
+        launched = launched[launched >= 0]
+        issue = 0.0
+        if len(launched):
+            calls = np.arange(launched.min(), launched.max() + 1)
+            calls = calls[g.c_tid[calls] == g.c_tid[launched.min()]]
+            issue = float(g.c_gap[calls[1:]].sum() + g.c_own[calls].sum()) * ctx.host
         unit = [str(x) for x in names[g.g_name[ops[0]]]]
+        extra_names = [str(names[g.g_name[x[0]]]) for x in extras]
         calls = g.g_call[ops.ravel()]
         where = pd.Series(np.asarray(g.range_names, dtype=object)[g.c_range[calls]]).mode()
         # Another GEMM kernel at one position in another copy (the search read them as one name,
@@ -289,11 +388,15 @@ def loops(ctx: RuleContext) -> list[Loop]:
         differ = bool(((by_pos != by_pos[0]) & gemm[by_pos]).any())
         out.append(Loop(ops, unit, busy / span if span > 0 else 1.0, span,
                         np.full(ops.shape, -1, dtype=np.int64),
-                        any(MATRIX_RE.search(n) for n in unit), any(CELL_RE.search(n) for n in unit),
-                        str(where.iloc[0]) if len(where) else "", differ))
+                        any(MATRIX_RE.search(n) for n in unit + extra_names),
+                        any(CELL_RE.search(n) for n in unit + extra_names),
+                        str(where.iloc[0]) if len(where) else "", differ,
+                        any(optimizer_step_kernel(n) for n in unit),
+                        any(MULTI_TENSOR_RE.search(n) for n in unit + extra_names),
+                        extras, [np.full(len(x), -1, dtype=np.int64) for x in extras], issue > busy))
     # Launch dimensions are read only for the loops that wait for the CPU: the others are not
     # spoken for whatever their size.
-    _read_grids(ctx, [lp for lp in out if lp.busy_share < RULE.param("max_busy_share")])
+    _read_grids(ctx, [lp for lp in out if lp.busy_share < RULE.param("max_busy_share") or lp.host_paced])
     return out
 
 
@@ -341,21 +444,28 @@ def _read_grids(ctx: RuleContext, found: list[Loop]) -> None:
     dimensions."""
     if not found:
         return
-    grids = ctx.launch_grids(np.concatenate([lp.ops.ravel() for lp in found]))
-    for lp, part in zip(found, np.split(grids, np.cumsum([lp.ops.size for lp in found])[:-1])):
-        lp.grid[...] = part.reshape(lp.ops.shape)
+    grids = ctx.launch_grids(np.concatenate([np.r_[lp.ops.ravel(), lp.extra] for lp in found]))
+    for lp, part in zip(found, np.split(grids, np.cumsum([lp.ops.size + len(lp.extra) for lp in found])[:-1])):
+        lp.grid[...] = part[:lp.ops.size].reshape(lp.ops.shape)
+        lp.extra_grids = np.split(part[lp.ops.size:], np.cumsum([len(x) for x in lp.extras])[:-1])
 
 
 def qualifies(lp: Loop, sm_count: int, dur: np.ndarray) -> bool:
-    """Whether PK107 speaks for a loop (see the module docstring): its kernels small (at each
-    position of the unit, the median copy launches fewer blocks than the GPU has SMs; every grid
-    read), the loop launch-bound in the replay, not an LSTM/GRU cell loop (PK106's), and library
-    GEMM/convolution/attention kernels under ``max_matrix_share`` of the unit's kernel time."""
-    if lp.cell or (lp.grid < 0).any():
+    """Whether PK107 speaks for a loop (see the module docstring): every grid read, the loop
+    launch-bound in the replay, not an LSTM/GRU cell loop (PK106's); then a unit whose copies each
+    step an optimizer (models of their own) is spoken for; any other, its kernels small (at each
+    position of the unit, the median copy launches fewer blocks than the GPU has SMs) unless the
+    unit holds no library matrix or multi-tensor kernel (work over data, not a layer), and
+    library GEMM/convolution/attention kernels under ``max_matrix_share`` of its kernel time."""
+    if lp.cell or (lp.grid < 0).any() or any((x < 0).any() for x in lp.extra_grids):
         return False
-    if (np.median(lp.grid, axis=0) >= sm_count).any() and not lp.gemm_kernels_differ:
+    if lp.busy_share >= RULE.param("max_busy_share") and not lp.host_paced:
         return False
-    if lp.busy_share >= RULE.param("max_busy_share"):
+    if lp.steps_optimizer:
+        return True
+    data_only = not lp.matrix and not lp.multi_tensor
+    wide = (np.median(lp.grid, axis=0) >= sm_count).any() or any(np.median(x) >= sm_count for x in lp.extra_grids)
+    if wide and not (lp.gemm_kernels_differ or data_only):
         return False
     return matrix_share(lp, dur) < RULE.param("max_matrix_share")
 
@@ -380,6 +490,17 @@ def vectorised_ns(lp: Loop, dur: np.ndarray, sm_count: int, blocks_per_sm: int =
     return np.clip(waves * np.median(d, axis=0), d.max(axis=0), d.sum(axis=0))
 
 
+def extra_ns(lp: Loop, dur: np.ndarray, sm_count: int, blocks_per_sm: int = 1) -> float:
+    """Each optional kernel's copies (find_gapped) as one kernel, by vectorised_ns' waves (the
+    vectorised unit launches it once, over the copies that need it): their times summed."""
+    total = 0.0
+    for ops, grid in zip(lp.extras, lp.extra_grids):
+        d = dur[ops].astype(np.float64)
+        waves = np.ceil(grid.sum() / float(sm_count * blocks_per_sm))
+        total += float(np.clip(waves * np.median(d), d.max(), d.sum()))
+    return total
+
+
 def detect(ctx: RuleContext) -> list[Finding]:
     found = loops(ctx)
     if not found:
@@ -397,20 +518,23 @@ def detect(ctx: RuleContext) -> list[Finding]:
     before = after = span = 0.0
     for lp in keep:
         ns = vectorised_ns(lp, dur, int(sm))
-        groups.extend(lp.ops[:, j] for j in range(lp.period))
+        # the optional kernels' copies go with the unit's first position: one kernel each after it
+        ns[0] += extra_ns(lp, dur, int(sm))
+        groups.append(np.r_[lp.ops[:, 0], lp.extra])
+        groups.extend(lp.ops[:, j] for j in range(1, lp.period))
         new.extend(ns.tolist())
-        before += float(dur[lp.ops].sum())
+        before += float(dur[lp.ops].sum() + dur[lp.extra].sum())
         after += float(ns.sum())
         span += lp.span_ns
     new_arr = np.asarray(new, dtype=np.float64)
-    gone = np.concatenate([lp.ops.ravel() for lp in keep])
+    gone = np.concatenate([np.r_[lp.ops.ravel(), lp.extra] for lp in keep])
     body = _other_copies_cpu(g, keep)
     # The most a change of the loops can give: their kernels and launches gone outright, with the
     # other copies' CPU time. (Their span over the wider kernels' time is no bound: once the loop's
     # launches are gone, its kernels run under the Python that follows it.)
     bound, _ = ctx.price(lambda gr: drop_cpu(scale_ops(gr, gone, float("inf"), True), body),
                          "the loops' kernels and launches removed")
-    removed = sum(lp.ops.size - lp.period for lp in keep)
+    removed = sum(lp.ops.size - lp.period + len(lp.extra) - len(lp.extras) for lp in keep)
     big = max(keep, key=lambda lp: lp.ops.size)
     n_loops = len(keep) / its
     many = "one such loop" if round(n_loops) == 1 else f"{n_loops:.0f} such loops"
@@ -460,6 +584,13 @@ def detect(ctx: RuleContext) -> list[Finding]:
               "them (one batched call over the batch dimension / torch._foreach_* / torch.vmap; "
               f"{gain:.2f}x, the number below); if each depends on the last (layers, timesteps), "
               f"{graph_txt}")
+    if any(lp.steps_optimizer for lp in keep):
+        ev["steps_optimizer"] = True
+        action = (f"a Python loop trains {big.copies} models one after another, each copy the same "
+                  f"{big.period}-kernel unit ending in its own optimizer's update ({many} per iteration, "
+                  f"{where}; models of their own, as an ensemble's members are): stack them and train them as "
+                  "one (torch.func.stack_module_state, torch.vmap over torch.func.functional_call, one "
+                  f"optimizer over the stacked parameters; {gain:.2f}x, the number below); {graph_txt}")
     members = frozenset(n for lp in keep for n in lp.names)
     return [Finding(RULE.code, RULE.name, action, Rung.LIBRARY, ev, gain,
                     f"{removed / its:.0f} launches per iteration removed, kernels as wide as their copies; "

@@ -80,6 +80,12 @@ FUSED_RE = re.compile(r"Fused(Adam|AdamW|Sgd|SGD)\w*Functor|fused_adam|FusedOpti
 NOT_OPTIMIZER_RE = re.compile(r"LpNorm|Zero|Fill|Norm", re.I)  # grad clipping, zeroing
 
 
+def optimizer_step_kernel(name: str) -> bool:
+    """A kernel of an optimizer's update of its parameters: a foreach (multi-tensor) or fused
+    Adam/AdamW/SGD kernel, not a norm or a zeroing (gradient clipping, ``zero_grad``)."""
+    return bool((FOREACH_RE.search(name) or FUSED_RE.search(name)) and not NOT_OPTIMIZER_RE.search(name))
+
+
 def passes(name: str) -> int:
     """Passes over parameter-sized lists made by one foreach kernel (reads + writes)."""
     m = FOREACH_RE.search(name)

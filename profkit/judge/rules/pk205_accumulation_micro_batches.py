@@ -17,7 +17,9 @@ Evidence
     and its backward: launched from the step's thread and then from autograd's, the launches
     switching threads twice a copy. A stack of layers or a loop over timesteps also repeats a
     GEMM sequence, but on one thread (an inference loop), or only in the forward (a training
-    step's layers: their backward follows all of them): neither is a micro-batch. Every modelled
+    step's layers: their backward follows all of them): neither is a micro-batch; nor are copies
+    that each launch an optimizer's update before the next one starts (models of their own trained
+    one after another: an ensemble's members, PK107's loop). Every modelled
     iteration must show the same ``k``. A step whose backward runs on its own thread
     (``set_multithreading_enabled(False)``) gives no split and no finding.
 Fix
@@ -60,6 +62,7 @@ import numpy as np
 
 from profkit.judge.rules.base import Finding, Param, RuleContext, RuleMeta, Scope, Table
 from profkit.judge.rules.pk204_recomputed_forward import MATRIX_RE as PK204_MATRIX_RE
+from profkit.judge.rules.pk201_unfused_optimizer import optimizer_step_kernel
 from profkit.model import Rung
 from profkit.run.step.graph import StepGraph
 from profkit.run.step.transform import drop_cpu
@@ -125,6 +128,25 @@ def accumulation(found: list[list[np.ndarray]]) -> int:
     0 where the iterations do not all show the same number of two or more."""
     ks = {len(c) for c in found}
     return ks.pop() if len(ks) == 1 and min(ks) >= 2 else 0
+
+
+def accumulated(g: StepGraph, probe: int, min_cover: float,
+                matrix: Optional[np.ndarray] = None) -> tuple[list[list[np.ndarray]], int]:
+    """The micro-batch copies of each modelled iteration (micro_batches) and the number every
+    iteration accumulates over (accumulation), 0 where an optimizer steps after each copy
+    (stepped_per_copy: models of their own trained in a loop, not accumulation)."""
+    found = micro_batches(g, probe, min_cover, matrix)
+    k = accumulation(found)
+    return found, 0 if k and stepped_per_copy(g, copy_ops(g, found)) else k
+
+
+def stepped_per_copy(g: StepGraph, ops: list[list[np.ndarray]]) -> bool:
+    """Whether, in some modelled iteration, every copy but the last launches an optimizer's update
+    (``ops``: copy_ops): each copy's gradients stepped before the next copy's backward, as when
+    separate models (an ensemble's members) are trained one after another in a loop. Accumulation
+    steps once, after the last copy."""
+    step = np.array([optimizer_step_kernel(str(n)) for n in g.op_names] + [False], dtype=bool)
+    return any(len(row) >= 2 and all(step[g.g_name[o]].any() for o in row[:-1]) for row in ops)
 
 
 def merged_ns(ta, tb, ca, cb, slots: int, tmax=None):
@@ -238,10 +260,10 @@ def detect(ctx: RuleContext) -> list[Finding]:
         return []
     g = m.graph
     matrix = matrix_names(g)
-    found = micro_batches(g, int(RULE.param("probe")), float(RULE.param("min_cover")), matrix)
-    k = accumulation(found)
+    found, k = accumulated(g, int(RULE.param("probe")), float(RULE.param("min_cover")), matrix)
     if not k:
         return []   # no iteration, or not every modelled iteration, accumulates the same way
+    ops = copy_ops(g, found)
     gpu = ctx.prof.full_trace.primary_gpu()
     sm = int(gpu.sm_count or 0) if gpu is not None else 0
     grid = np.full(g.n_ops, -1, dtype=np.int64)   # blocks per kernel, -1 where unknown
@@ -253,7 +275,7 @@ def detect(ctx: RuleContext) -> list[Finding]:
     ev: dict = {"micro_batches": k}
     prices = []
     alternatives = {}
-    ops, aligned = copy_ops(g, found), {}
+    aligned: dict = {}
     for f in sorted({2, k} | {d for d in (4, 8, 16, 32, 64) if d < k and k % d == 0}):
         n = -(-k // f)
         edit, calls, before, after = merge_edit(g, found, ops, grid, sm, f, matrix, aligned)

@@ -55,6 +55,8 @@ NO_TEST = {
     ("cpu_embedding_train", "gpu_table"): "led to PK109's host-tensor ops from the op record (this capture's record has none)",
     ("request_loop_infer", "batched"): "led to PK110 (requests run one at a time, each fed from the host and read back)",
     ("distill_teacher_train", "teacher_no_grad"): "led to the op record's unstepped parameters and PK206",
+    ("ensemble_loop_train", "vmapped"): "led to PK107's models trained one after another (an optimizer in each copy)",
+    ("gpu_augment_loop_train", "batched_augment"): "led to PK107's optional kernels and units of data work",
 }
 
 

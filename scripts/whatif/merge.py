@@ -63,6 +63,9 @@ def cmd_merge(args: argparse.Namespace) -> None:
                     # the host's issue time of one iteration (_corpus.interleave): the CPU's speed
                     # in this process, which a GPU-paced baseline's period does not show
                     runs[folder]["issue_ns"] = blocks[rep]["variants"][var]["issue_median_ns"]
+                if ab and blocks[rep]["variants"][var].get("gc_median_ns"):
+                    # the garbage collector's time an iteration in this process (store.gc_biased)
+                    runs[folder]["gc_ns"] = blocks[rep]["variants"][var]["gc_median_ns"]
                 if ab and var != "baseline":
                     vb = blocks[rep]["variants"]
                     runs[folder]["gain"] = round(paired_gain(vb["baseline"]["block_ns"], vb[var]["block_ns"]), 4)

@@ -43,16 +43,33 @@ def interleaved_blocks() -> dict:
     return json.loads(lzma.decompress(INTERLEAVED.read_bytes())) if INTERLEAVED.exists() else {}
 
 
+# An interleaved process holds every variant's objects, and each full pass of Python's garbage
+# collector walks all of them: a variant that collects for this share of its iteration or more was
+# slowed by the others' objects (tabular_mlp_train's row-by-row loader: 41.0 ms an iteration, 19.3
+# ms of it collecting, beside its fixes; 16.1-16.8 ms alone in its own process).
+GC_BIASED_SHARE = 0.25
+
+
+def gc_biased(entry: dict) -> bool:
+    """Whether a run folder's timing of one variant spent GC_BIASED_SHARE of its iteration or more
+    in the garbage collector (``gc_ns``, kept for interleaved processes since allocation 48)."""
+    return entry.get("gc_ns", 0) >= GC_BIASED_SHARE * entry["median_ns"]
+
+
 def shared_folders(base: dict, runs: dict, interleaved: bool | None = None) -> list[str]:
     """The run folders that timed both the baseline and the fix: the interleaved ones alone where
     there are any (the variants shared one process, so the machine's drift between processes,
-    up to 1.9x on host-bound programs, is not in them), else the separate runs. ``interleaved``
-    True / False picks one kind."""
+    up to 1.9x on host-bound programs, is not in them), else the separate runs; an interleaved
+    folder where either side was slowed by the other variants' objects (``gc_biased``) is left out
+    where separate runs timed the pair. ``interleaved`` True / False picks one kind."""
     both = [f for f in runs if f in base]
     ab = [f for f in both if f.startswith(AB_PREFIX)]
+    separate = [f for f in both if not f.startswith(AB_PREFIX)]
+    if separate and interleaved is not True:
+        ab = [f for f in ab if not (gc_biased(base[f]) or gc_biased(runs[f]))]
     if interleaved is None:
-        return ab or both
-    return ab if interleaved else [f for f in both if not f.startswith(AB_PREFIX)]
+        return ab or separate
+    return ab if interleaved else separate
 
 
 def measured_speedups(measured: dict, interleaved: bool | None = None

@@ -375,9 +375,8 @@ def loops(ctx: RuleContext) -> list[Loop]:
         launched = launched[launched >= 0]
         issue = 0.0
         if len(launched):
-            calls = np.arange(launched.min(), launched.max() + 1)
-            calls = calls[g.c_tid[calls] == g.c_tid[launched.min()]]
-            issue = float(g.c_gap[calls[1:]].sum() + g.c_own[calls].sum()) * ctx.host
+            own = _thread_calls(g, int(launched.min()), int(launched.max()))
+            issue = float(g.c_gap[own[1:]].sum() + g.c_own[own].sum()) * ctx.host
         unit = [str(x) for x in names[g.g_name[ops[0]]]]
         extra_names = [str(names[g.g_name[x[0]]]) for x in extras]
         calls = g.g_call[ops.ravel()]
@@ -396,7 +395,7 @@ def loops(ctx: RuleContext) -> list[Loop]:
                         extras, [np.full(len(x), -1, dtype=np.int64) for x in extras], issue > busy))
     # Launch dimensions are read only for the loops that wait for the CPU: the others are not
     # spoken for whatever their size.
-    _read_grids(ctx, [lp for lp in out if lp.busy_share < RULE.param("max_busy_share") or lp.host_paced])
+    _read_grids(ctx, [lp for lp in out if launch_bound(lp)])
     return out
 
 
@@ -459,7 +458,7 @@ def qualifies(lp: Loop, sm_count: int, dur: np.ndarray) -> bool:
     library GEMM/convolution/attention kernels under ``max_matrix_share`` of its kernel time."""
     if lp.cell or (lp.grid < 0).any() or any((x < 0).any() for x in lp.extra_grids):
         return False
-    if lp.busy_share >= RULE.param("max_busy_share") and not lp.host_paced:
+    if not launch_bound(lp):
         return False
     if lp.steps_optimizer:
         return True
@@ -468,6 +467,12 @@ def qualifies(lp: Loop, sm_count: int, dur: np.ndarray) -> bool:
     if wide and not (lp.gemm_kernels_differ or data_only):
         return False
     return matrix_share(lp, dur) < RULE.param("max_matrix_share")
+
+
+def launch_bound(lp: Loop) -> bool:
+    """The loop waits for the CPU: its kernels run under ``max_busy_share`` of its span in the
+    replay, or the host takes longer to issue the copies than their kernels run."""
+    return lp.busy_share < RULE.param("max_busy_share") or lp.host_paced
 
 
 def matrix_share(lp: Loop, dur: np.ndarray) -> float:
@@ -479,26 +484,27 @@ def matrix_share(lp: Loop, dur: np.ndarray) -> float:
     return float(d[:, mat].sum()) / total if total > 0 else 0.0
 
 
-def vectorised_ns(lp: Loop, dur: np.ndarray, sm_count: int, blocks_per_sm: int = 1) -> np.ndarray:
-    """Per position of the unit, the time of the one kernel that does the work of all its copies:
-    as many waves as the copies' blocks together need (``blocks_per_sm`` resident on each SM),
-    each as long as the copy's median time; never less than the longest copy (a kernel is not
-    faster than its own work) and never more than the copies' time summed (not slower than
-    before)."""
-    d = dur[lp.ops].astype(np.float64)
-    waves = np.ceil(lp.grid.sum(axis=0) / float(sm_count * blocks_per_sm))
+def merged_ns(d: np.ndarray, blocks: np.ndarray, sm_count: int, blocks_per_sm: int = 1) -> np.ndarray:
+    """Per column of ``d`` (kernel times, one row a copy) and ``blocks`` (their grids), the time of
+    the one kernel that does the work of all its copies: as many waves as the copies' blocks
+    together need (``blocks_per_sm`` resident on each SM), each as long as the copy's median time;
+    never less than the longest copy (a kernel is not faster than its own work) and never more
+    than the copies' time summed (not slower than before)."""
+    d = np.asarray(d, dtype=np.float64)
+    waves = np.ceil(np.asarray(blocks).sum(axis=0) / float(sm_count * blocks_per_sm))
     return np.clip(waves * np.median(d, axis=0), d.max(axis=0), d.sum(axis=0))
 
 
+def vectorised_ns(lp: Loop, dur: np.ndarray, sm_count: int, blocks_per_sm: int = 1) -> np.ndarray:
+    """Per position of the unit, its copies as one kernel (merged_ns)."""
+    return merged_ns(dur[lp.ops], lp.grid, sm_count, blocks_per_sm)
+
+
 def extra_ns(lp: Loop, dur: np.ndarray, sm_count: int, blocks_per_sm: int = 1) -> float:
-    """Each optional kernel's copies (find_gapped) as one kernel, by vectorised_ns' waves (the
-    vectorised unit launches it once, over the copies that need it): their times summed."""
-    total = 0.0
-    for ops, grid in zip(lp.extras, lp.extra_grids):
-        d = dur[ops].astype(np.float64)
-        waves = np.ceil(grid.sum() / float(sm_count * blocks_per_sm))
-        total += float(np.clip(waves * np.median(d), d.max(), d.sum()))
-    return total
+    """Each optional kernel's copies (find_gapped) as one kernel (merged_ns: the vectorised unit
+    launches it once, over the copies that need it), their times summed."""
+    return float(sum(merged_ns(dur[ops][:, None], grid[:, None], sm_count, blocks_per_sm)[0]
+                     for ops, grid in zip(lp.extras, lp.extra_grids)))
 
 
 def detect(ctx: RuleContext) -> list[Finding]:
@@ -578,12 +584,6 @@ def detect(ctx: RuleContext) -> list[Finding]:
             "weights of each copy's own, the copies are layers, not samples" if matrix and not sizes else "")
     independent = "samples, parameters or a batch's partitions" if sizes else "samples or parameters"
     where = "outside any NVTX range" if big.where in ("", "(no range)") else f"in {big.where}"
-    action = (f"a Python loop launches the same {big.period}-kernel unit {big.copies} times in a row "
-              f"({many} per iteration, {where}; {lean}{note}): if the "
-              f"{big.copies} repeats are independent (a loop over {independent}), vectorise over "
-              "them (one batched call over the batch dimension / torch._foreach_* / torch.vmap; "
-              f"{gain:.2f}x, the number below); if each depends on the last (layers, timesteps), "
-              f"{graph_txt}")
     if any(lp.steps_optimizer for lp in keep):
         ev["steps_optimizer"] = True
         action = (f"a Python loop trains {big.copies} models one after another, each copy the same "
@@ -591,6 +591,13 @@ def detect(ctx: RuleContext) -> list[Finding]:
                   f"{where}; models of their own, as an ensemble's members are): stack them and train them as "
                   "one (torch.func.stack_module_state, torch.vmap over torch.func.functional_call, one "
                   f"optimizer over the stacked parameters; {gain:.2f}x, the number below); {graph_txt}")
+    else:
+        action = (f"a Python loop launches the same {big.period}-kernel unit {big.copies} times in a row "
+                  f"({many} per iteration, {where}; {lean}{note}): if the "
+                  f"{big.copies} repeats are independent (a loop over {independent}), vectorise over "
+                  "them (one batched call over the batch dimension / torch._foreach_* / torch.vmap; "
+                  f"{gain:.2f}x, the number below); if each depends on the last (layers, timesteps), "
+                  f"{graph_txt}")
     members = frozenset(n for lp in keep for n in lp.names)
     return [Finding(RULE.code, RULE.name, action, Rung.LIBRARY, ev, gain,
                     f"{removed / its:.0f} launches per iteration removed, kernels as wide as their copies; "
@@ -609,11 +616,14 @@ def _other_copies_cpu(g, keep: list[Loop]) -> np.ndarray:
         first, last = g.g_call[lp.ops[1]], g.g_call[lp.ops[-1]]
         if (first < 0).any() or (last < 0).any():
             continue
-        lo, hi = int(first.min()), int(last.max())
-        tid = g.c_tid[lo]
-        span = np.arange(lo, hi + 1)
-        out.append(span[g.c_tid[span] == tid])
+        out.append(_thread_calls(g, int(first.min()), int(last.max())))
     return np.unique(np.concatenate(out)) if out else np.empty(0, dtype=np.int64)
+
+
+def _thread_calls(g, lo: int, hi: int) -> np.ndarray:
+    """The calls from ``lo`` to ``hi`` made on the thread that made call ``lo``."""
+    calls = np.arange(lo, hi + 1)
+    return calls[g.c_tid[calls] == g.c_tid[lo]]
 
 
 def _graph_price(ctx: RuleContext):

@@ -189,8 +189,7 @@ def detect(ctx: RuleContext) -> list[Finding]:
     groups, new, drop, body = [], [], [], []
     before = after = 0.0
     for r, part in zip(found, np.split(grids, np.cumsum([r.ops.size for r in found])[:-1])):
-        lp = pk107.Loop(r.ops, [], r.busy_share, 0.0, part.reshape(r.ops.shape), True, False, "", True)
-        ns = pk107.vectorised_ns(lp, dur, int(sm))
+        ns = pk107.merged_ns(dur[r.ops], part.reshape(r.ops.shape), int(sm))
         groups.extend(r.ops[:, j] for j in range(r.ops.shape[1]))
         new.extend(ns.tolist())
         before += float(dur[r.ops].sum() + dur[r.extras].sum())

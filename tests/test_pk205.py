@@ -52,14 +52,14 @@ def test_models_each_stepped_after_their_backward_are_not_micro_batches():
     # names the loop), and PK103 does not say the step accumulates gradients
     p = shared.corpus("ensemble_loop_train")
     g = p.step_model().graph
-    found, k = accumulated(g, 8, 0.9)
+    found, ops, k = accumulated(g, 8, 0.9)
     assert [len(c) for c in found] == [8] * len(found) and k == 0
-    assert stepped_per_copy(g, copy_ops(g, found))
+    assert stepped_per_copy(g, ops) and stepped_per_copy(g, copy_ops(g, found))
     codes = {f.code: f for f in p.findings()}
     assert "PK205" not in codes and "PK107" in codes and "accumulates gradients" not in codes["PK103"].action
     # where the optimizer runs once, after the last copy, it is accumulation
     g = shared.corpus("grad_accum_fp16_train").step_model().graph
-    assert accumulated(g, 8, 0.9)[1] == 8
+    assert accumulated(g, 8, 0.9)[2] == 8
 
 
 def test_merged_kernels_follow_the_waves():

@@ -294,7 +294,7 @@ def _detect(ctx: RuleContext) -> list[Finding]:
     # Gradient accumulation: reduce-overhead's CUDA graph trees hand each backward's gradient
     # buffers to .grad and overwrite them in the next micro-batch's backward (PyTorch issue
     # 169545), so it cannot run the step: the graph by hand is the number.
-    accumulates = accumulated(g, int(PK205.param("probe")), float(PK205.param("min_cover")))[1]
+    accumulates = accumulated(g, int(PK205.param("probe")), float(PK205.param("min_cover")))[2]
     if accumulates:
         ev["micro_batches"] = accumulates
         ev["trials_refused"] = ["compile_graphs"]

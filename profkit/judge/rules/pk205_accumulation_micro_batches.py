@@ -130,14 +130,16 @@ def accumulation(found: list[list[np.ndarray]]) -> int:
     return ks.pop() if len(ks) == 1 and min(ks) >= 2 else 0
 
 
-def accumulated(g: StepGraph, probe: int, min_cover: float,
-                matrix: Optional[np.ndarray] = None) -> tuple[list[list[np.ndarray]], int]:
-    """The micro-batch copies of each modelled iteration (micro_batches) and the number every
-    iteration accumulates over (accumulation), 0 where an optimizer steps after each copy
-    (stepped_per_copy: models of their own trained in a loop, not accumulation)."""
+def accumulated(g: StepGraph, probe: int, min_cover: float, matrix: Optional[np.ndarray] = None
+                ) -> tuple[list[list[np.ndarray]], list[list[np.ndarray]], int]:
+    """The micro-batch copies of each modelled iteration (micro_batches), their operations
+    (copy_ops; empty where there is no accumulation) and the number every iteration accumulates
+    over (accumulation), 0 where an optimizer steps after each copy (stepped_per_copy: models of
+    their own trained in a loop, not accumulation)."""
     found = micro_batches(g, probe, min_cover, matrix)
     k = accumulation(found)
-    return found, 0 if k and stepped_per_copy(g, copy_ops(g, found)) else k
+    ops = copy_ops(g, found) if k else []
+    return found, ops, 0 if k and stepped_per_copy(g, ops) else k
 
 
 def stepped_per_copy(g: StepGraph, ops: list[list[np.ndarray]]) -> bool:
@@ -260,10 +262,9 @@ def detect(ctx: RuleContext) -> list[Finding]:
         return []
     g = m.graph
     matrix = matrix_names(g)
-    found, k = accumulated(g, int(RULE.param("probe")), float(RULE.param("min_cover")), matrix)
+    found, ops, k = accumulated(g, int(RULE.param("probe")), float(RULE.param("min_cover")), matrix)
     if not k:
         return []   # no iteration, or not every modelled iteration, accumulates the same way
-    ops = copy_ops(g, found)
     gpu = ctx.prof.full_trace.primary_gpu()
     sm = int(gpu.sm_count or 0) if gpu is not None else 0
     grid = np.full(g.n_ops, -1, dtype=np.int64)   # blocks per kernel, -1 where unknown

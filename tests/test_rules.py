@@ -33,8 +33,7 @@ CASES = {
     "PK205": ("corpus/grad_accum_fp16_train", "real/train_llama"),  # 8 micro-batches a step
     "PK107": ("corpus/detection_postproc_infer", "corpus/bert_b1_infer"),  # a loop over the images
     "PK108": ("corpus/kv_decode_sampling", "real/train_llama"),
-    # no committed capture's record holds host ops yet: tests/test_rule_pk109.py writes one
-    "PK109": (None, "real/train_llama"),
+    "PK109": ("corpus/cpu_embedding_train", "real/train_llama"),  # a 1M-row table updated on the CPU
     "PK110": ("corpus/request_loop_infer", "corpus/detection_postproc_infer"),  # requests one at a time
     "PK201": ("real/train_llama", "real/train_llama_fused"),
     "PK202": ("real/train_llama", "real/generate_llama"),

@@ -53,6 +53,26 @@ class Handler:
         pass
 
 
+class CallCounter(Handler):
+    """A switch that stands in for a call of the program and counts the calls it took, kept in
+    the trial's shared state under ``key``; its finish says how many (``done`` xN: applied) or
+    that none came (``never``: not applied)."""
+    key: str
+    done: str
+    never: str
+
+    def calls(self, trial: Any) -> list[int]:
+        """The count, one mutable cell the patched call adds to."""
+        return trial.shared.setdefault(self.key, [0])
+
+    def finish(self, torch: Any, trial: Any, report: Report) -> None:
+        n = trial.shared.get(self.key, [0])[0]
+        if n:
+            report.note(f"{self.done} x{n}", applied=True)
+        else:
+            report.note(self.never, applied=False)
+
+
 def count_params(n: int) -> str:
     """12,345,678 -> '12.3M'."""
     for unit, scale in (("B", 1e9), ("M", 1e6), ("K", 1e3)):

@@ -11,15 +11,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from profkit.capture.switches.base import Handler, Report
+from profkit.capture.switches.base import CallCounter, Report
 from profkit.model import Switch
 
 
-class NoAnomaly(Handler):
+class NoAnomaly(CallCounter):
     switch = Switch.NO_ANOMALY
+    key, done, never = ("anomaly_calls", "autograd anomaly detection left off",
+                        "autograd anomaly detection was never turned on")
 
     def install(self, torch: Any, trial: Any, report: Report) -> None:
-        calls = trial.shared.setdefault("anomaly_calls", [0])
+        calls = self.calls(trial)
         original = torch.set_anomaly_enabled
 
         def set_anomaly_enabled(enabled: bool, check_nan: bool = True) -> None:
@@ -31,13 +33,6 @@ class NoAnomaly(Handler):
         if torch.is_anomaly_enabled():   # turned on before the switch was installed
             original(False, True)
             calls[0] += 1
-
-    def finish(self, torch: Any, trial: Any, report: Report) -> None:
-        n = trial.shared.get("anomaly_calls", [0])[0]
-        if n:
-            report.note(f"autograd anomaly detection left off x{n}", applied=True)
-        else:
-            report.note("autograd anomaly detection was never turned on", applied=False)
 
 
 HANDLERS = {Switch.NO_ANOMALY: NoAnomaly()}

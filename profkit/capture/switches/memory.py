@@ -15,17 +15,19 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from profkit.capture.switches.base import Handler, Report
+from profkit.capture.switches.base import CallCounter, Handler, Report
 from profkit.model import Switch
 
 ALLOC_CONF = "PYTORCH_CUDA_ALLOC_CONF"
 
 
-class NoEmptyCache(Handler):
+class NoEmptyCache(CallCounter):
     switch = Switch.NO_EMPTY_CACHE
+    key, done, never = ("empty_cache_calls", "torch.cuda.empty_cache() skipped",
+                        "torch.cuda.empty_cache() was never called")
 
     def install(self, torch: Any, trial: Any, report: Report) -> None:
-        calls = trial.shared.setdefault("empty_cache_calls", [0])
+        calls = self.calls(trial)
 
         def empty_cache() -> None:
             calls[0] += 1
@@ -34,13 +36,6 @@ class NoEmptyCache(Handler):
         memory = getattr(torch.cuda, "memory", None)
         if memory is not None and hasattr(memory, "empty_cache"):
             trial.patch(memory, "empty_cache", empty_cache)
-
-    def finish(self, torch: Any, trial: Any, report: Report) -> None:
-        n = trial.shared.get("empty_cache_calls", [0])[0]
-        if n:
-            report.note(f"torch.cuda.empty_cache() skipped x{n}", applied=True)
-        else:
-            report.note("torch.cuda.empty_cache() was never called", applied=False)
 
 
 class ExpandableSegments(Handler):

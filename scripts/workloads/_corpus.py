@@ -89,6 +89,25 @@ def train_step(forward: Callable[[], torch.Tensor], opt: torch.optim.Optimizer,
     return loss
 
 
+def lm_train_step(model: torch.nn.Module, fixes: set[str], vocab: int, batch: int, seq: int,
+                  dev: torch.device) -> Callable[[], torch.Tensor]:
+    """A GPT training step as the corpus's language-model programs run it: AdamW (lr 6e-4, weight
+    decay 0.1; ``fused=True`` with the ``fused_adamw`` fix, else PyTorch's default), the model
+    under ``torch.compile`` with the ``compile`` fix, bf16 autocast, fresh random tokens each step
+    (``batch`` x ``seq`` inputs and their next tokens as targets; ``model(x, y)`` returns the loss).
+    Returns the step (``train_step``: its loss)."""
+    opt = torch.optim.AdamW(model.parameters(), lr=6e-4, weight_decay=0.1,
+                            fused=True if "fused_adamw" in fixes else None)
+    fwd = torch.compile(model) if "compile" in fixes else model
+    amp = bf16_autocast(dev)
+
+    def step() -> torch.Tensor:
+        data = torch.randint(0, vocab, (batch, seq + 1), device=dev)
+        x, y = data[:, :-1].contiguous(), data[:, 1:].contiguous()
+        return train_step(lambda: fwd(x, y), opt, amp)
+    return step
+
+
 class Optimizers:
     """Several optimizers stepped as one (an embedding table's sparse one beside the dense
     layers'), for ``train_step``."""

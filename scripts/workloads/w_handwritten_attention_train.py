@@ -33,7 +33,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from _corpus import bf16_autocast, program_args, run, train_step  # noqa: E402 (the workloads' shared helpers)
+from _corpus import lm_train_step, program_args, run  # noqa: E402 (the workloads' shared helpers)
 
 FIXES = ("sdpa", "compile", "fused_adamw")
 CUDA_ONLY: tuple[str, ...] = ()
@@ -111,16 +111,7 @@ def build(args, fixes: set[str], dev: torch.device) -> Callable[[], torch.Tensor
     if args.small:
         vocab, d, heads, layers, batch, seq = 256, 64, 4, 2, 2, 64
     model = GPT(vocab, d, heads, layers, seq, 0.1, "sdpa" in fixes).to(dev).train()
-    opt = torch.optim.AdamW(model.parameters(), lr=6e-4, weight_decay=0.1,
-                            fused=True if "fused_adamw" in fixes else None)
-    fwd = torch.compile(model) if "compile" in fixes else model
-    amp = bf16_autocast(dev)
-
-    def step() -> torch.Tensor:
-        data = torch.randint(0, vocab, (batch, seq + 1), device=dev)
-        x, y = data[:, :-1].contiguous(), data[:, 1:].contiguous()
-        return train_step(lambda: fwd(x, y), opt, amp)
-    return step
+    return lm_train_step(model, fixes, vocab, batch, seq, dev)
 
 
 def main() -> None:

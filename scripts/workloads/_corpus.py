@@ -414,8 +414,10 @@ class GcClock:
     every variant, those passes walk the other variants' models and loaders too: on the 2-core
     development machine tabular_mlp_train's row-by-row loader took 22.5 ms a batch alone and
     40.9 ms with 2M more objects alive in the process (13.2 ms with them frozen out of the passes,
-    ``gc.freeze``). What each block spent collecting is kept beside its time, so that such a
-    program's timings can be read with it."""
+    ``gc.freeze``); on an H100 (2026-12-06) its baseline took 41.0 ms an iteration beside its
+    fixes, 19.3 ms of it collecting, and 16.1-16.8 ms in a process of its own. What each block
+    spent collecting is kept beside its time (``gc_median_ns``), and the corpus page leaves such a
+    block out where separate runs timed the pair (scripts/whatif/store.py, ``gc_biased``)."""
 
     def __init__(self) -> None:
         self.ns = 0

@@ -82,7 +82,7 @@ def test_a_batch_norms_statistics_end_a_fused_run():
     assert any(BN_STATS_RE.search(names[g.g_name[r[-1]]]) for r in runs)
     p = shared.corpus("resnet50_train")
     f103 = next(f for f in p.findings() if f.code == "PK103")
-    assert (f103.evidence["fusion_speedup"], f103.evidence["compile_speedup"]) == (1.279, 1.336)
+    assert (f103.evidence["fusion_speedup"], f103.evidence["compile_speedup"]) == (1.279, 1.355)
 
 
 def test_the_fused_runs_leave_as_many_kernels_as_inductor_launched():

@@ -206,6 +206,16 @@ FIX_RULES = {
     ("masked_sdpa_train", "fused_adamw"): ("PK201", None),
     ("gpu_augment_loop_train", "batched_augment"): ("PK107", None), ("gpu_augment_loop_train", "compile"): ("PK402", None),
     ("gpu_augment_loop_train", "channels_last"): ("PK305", None),
+    # written before their captures (set i): a whole step graphed is PK103's, a fused optimizer
+    # PK201's, TF32 PK302's; a hand-written optimizer's waits PK101's, its loop vectorised PK107's,
+    # a library optimizer in its place PK201's; a host accumulation moved to the GPU no rule's
+    # (PK101 removes a copy's wait, not the numpy after it), a window batch PK107's, bf16 PK305's
+    ("pinn_burgers_train", "graph"): ("PK103", "cuda_graph_speedup"), ("pinn_burgers_train", "fused_adam"): ("PK201", None),
+    ("pinn_burgers_train", "tf32"): ("PK302", None),
+    ("lamb_python_optim_train", "no_sync"): ("PK101", None), ("lamb_python_optim_train", "foreach"): ("PK107", None),
+    ("lamb_python_optim_train", "fused_adamw"): ("PK201", None),
+    ("sliding_window_infer", "gpu_accumulate"): (None, None), ("sliding_window_infer", "batched"): ("PK107", None),
+    ("sliding_window_infer", "bf16"): ("PK305", None),
     ("grad_checkpoint_train", "no_checkpointing"): ("PK204", None), ("grad_checkpoint_train", "fused_adamw"): ("PK201", None),
     ("cpu_tokenize_infer", "encode_batch"): (None, None), ("cpu_tokenize_infer", "workers"): ("PK102", None),
     ("cpu_tokenize_infer", "pretokenized"): ("PK102", None),

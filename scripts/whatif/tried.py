@@ -86,6 +86,9 @@ SWITCH_OF: dict[tuple[str, str], str] = {
     ("masked_sdpa_train", "fused_adamw"): _FUSED,
     ("gpu_augment_loop_train", "compile"): "compile",
     ("gpu_augment_loop_train", "channels_last"): "channels_last",
+    ("pinn_burgers_train", "fused_adam"): _FUSED,
+    ("pinn_burgers_train", "tf32"): "tf32",
+    ("sliding_window_infer", "bf16"): "bf16",
 }
 
 

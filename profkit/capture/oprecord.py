@@ -387,8 +387,8 @@ class OpRecord:
 
     def _sdpa(self, name: str, args: tuple, kwargs: dict) -> None:
         """A fused attention call (SDPA's backend op): batch x heads, the query and key lengths,
-        the head sizes, the element type, the mask (``causal``, ``masked`` for an attention mask,
-        ``none``), whether its inputs required gradients. PK302 prices an fp32 one in bf16 from
+        the head sizes, the element type, the mask (``causal``, ``causal_mask`` for a mask tensor
+        that says exactly that, ``masked`` for another attention mask, ``none``), whether its inputs required gradients. PK302 prices an fp32 one in bf16 from
         them (flash attention's FLOPs and bytes)."""
         import torch
         q, k, v = args[0], args[1], args[2]
@@ -406,9 +406,34 @@ class OpRecord:
         batch = math.prod(int(d) for d in q.shape[:-2])
         grad = bool(torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))
         self.devices.add(q.device.type)
+        kind = "causal" if causal else "none" if mask is None else self._sdpa_mask_kind(mask, q.shape[-2], k.shape[-2])
         self.sdpa[(batch, int(q.shape[-2]), int(k.shape[-2]), int(q.shape[-1]), int(v.shape[-1]),
-                   dtype_name(q.dtype), "causal" if causal else "masked" if mask is not None else "none",
-                   grad, round(drop, 4))] += 1
+                   dtype_name(q.dtype), kind, grad, round(drop, 4))] += 1
+
+    def _sdpa_mask_kind(self, mask: Any, sq: int, sk: int) -> str:
+        """``causal_mask`` when SDPA's mask tensor says exactly what ``is_causal=True`` does (every
+        slice the lower triangle kept: True or 0 below and on the diagonal, False or a large
+        negative above), else ``masked``. A mask tensor keeps SDPA off its flash kernels, which
+        skip the hidden half; ``is_causal`` would not. One comparison on the device per mask
+        (keyed by its storage, shape and strides: a buffer sliced afresh each call is one mask),
+        never during a CUDA graph's capture."""
+        import torch
+        if not isinstance(mask, torch.Tensor) or sq != sk or sq < 2 or mask.dim() < 2 \
+                or tuple(mask.shape[-2:]) != (sq, sk):
+            return "masked"
+        key = ("sdpa", mask.data_ptr(), tuple(mask.shape), tuple(mask.stride()), str(mask.dtype))
+        if key in self._mask_cache:
+            return self._mask_cache[key]
+        kind = "masked"
+        with contextlib.suppress(Exception):
+            if not (torch.cuda.is_available() and torch.cuda.is_initialized()
+                    and torch.cuda.is_current_stream_capturing()):
+                keep = torch.ones(sq, sk, dtype=torch.bool, device=mask.device).tril()
+                kept = mask if mask.dtype == torch.bool else mask > MASK_LARGE_NEGATIVE
+                if bool((kept.reshape(-1, sq, sk) == keep).all()):
+                    kind = "causal_mask"
+        self._mask_cache[key] = kind
+        return kind
 
     def _composite_gemm(self, name: str, args: tuple, kwargs: dict, out: Any) -> None:
         """``linear`` and ``matmul`` as the dispatch shows them where autograd does not lower

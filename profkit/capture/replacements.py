@@ -17,9 +17,16 @@ time their GPU work and not the host's launching, and timed unheld too, the lowe
   forward and backward
   when the program's inputs required gradients (the forward alone is kept beside it). An fp32
   attention on CUDA is replaced in bf16: the fused kernels' fast path is 16-bit;
+* ``attention_causal_mask``: an SDPA call given its causal mask as a tensor (the op record's
+  ``causal_mask``) against the same call with ``is_causal=True`` instead, both with no backend
+  chosen, forward and backward as above: a mask tensor keeps SDPA off the kernels that skip the
+  hidden half;
 * ``optimizer``: one step of the recorded class over parameters of the recorded sizes, as
   constructed (foreach, or the for-loop where the program had it) against ``fused=True``;
   each step's host time (its call, until it returns) is kept beside;
+* ``optimizer_fused_floor``: for a recorded optimizer torch.optim does not have (the program's
+  own), ``AdamW(fused=True)`` over the same parameter sizes: what one fused pass costs (the
+  program's step is not timed here: its time is the trace's);
 * ``rnn``: the cell loop (stacked cells together: :func:`stacks`) over the recorded steps against
   ``nn.LSTM`` / ``nn.GRU`` / ``nn.RNN`` of as many layers over
   the whole sequence; on CUDA the loop is timed as a CUDA graph where it can be captured (its
@@ -270,6 +277,37 @@ def time_attention(torch: Any, timer: Timer, a: dict) -> dict:
     return e
 
 
+def time_causal_mask(torch: Any, timer: Timer, a: dict) -> dict:
+    """SDPA given its causal mask as a tensor (``attn_mask``: off the flash kernels, every block of
+    the score matrix computed) against ``is_causal=True`` (the hidden half skipped), both as the
+    program calls them (no backend chosen), in the program's dtype, with its dropout."""
+    import torch.nn.functional as F
+    e = _entry("attention_causal_mask", attention_key(a), a, a.get("count", 1))
+    dev = timer.device
+    dt = getattr(torch, DTYPES.get(a["dtype"], "float32"))
+    b, sq, sk, d, dv = (int(a[k]) for k in ("batch", "sq", "sk", "d", "dv"))
+    grad = bool(a.get("grad"))
+    p_drop = float(a.get("dropout") or 0.0) if grad else 0.0
+    q = torch.randn(1, b, sq, d, device=dev, dtype=dt, requires_grad=grad)
+    k = torch.randn(1, b, sk, d, device=dev, dtype=dt, requires_grad=grad)
+    v = torch.randn(1, b, sk, dv, device=dev, dtype=dt, requires_grad=grad)
+    keep = torch.ones(sq, sk, dtype=torch.bool, device=dev).tril()
+
+    def run(kw: dict, backward: bool):
+        def go():
+            o = F.scaled_dot_product_attention(q, k, v, dropout_p=p_drop, **kw)
+            if backward:
+                torch.autograd.grad(o, (q, k, v), torch.ones_like(o))
+        return go
+    masked, causal = {"attn_mask": keep}, {"is_causal": True}
+    _fill(e, timer(run(masked, grad)), timer(run(causal, grad)), "is_causal=True")
+    e["original"] = "attn_mask (a causal mask tensor)"
+    if grad:
+        e["forward"] = {"original_ns": _stats(timer(run(masked, False)))[0],
+                        "replacement_ns": _stats(timer(run(causal, False)))[0]}
+    return e
+
+
 # -- the optimizer -----------------------------------------------------------------------------
 def optimizer_key(o: dict) -> str:
     return f"{o['class']} {o['params']} params {o['numel']} elements {o.get('dtype', '')}".strip()
@@ -278,12 +316,11 @@ def optimizer_key(o: dict) -> str:
 def time_optimizer(torch: Any, timer: Timer, o: dict) -> dict:
     e = _entry("optimizer", optimizer_key(o), o, 1)
     cls = getattr(torch.optim, str(o["class"]), None)
-    if cls is None:
-        e["error"] = f"torch.optim has no {o['class']}"
-        return e
     if int(o.get("numel", 0)) > MAX_OPTIMIZER_ELEMENTS:
         e["error"] = f"{o['numel']} elements: more than this timing allocates"
         return e
+    if cls is None:
+        return _fused_floor(torch, timer, o)
     dt = getattr(torch, DTYPES.get(o.get("dtype") or "fp32", "float32"))
     accepted = set(inspect.signature(cls.__init__).parameters)
     options = {k: v for k, v in (o.get("options") or {}).items() if k in accepted}
@@ -309,6 +346,31 @@ def time_optimizer(torch: Any, timer: Timer, o: dict) -> dict:
     _fill(e, orig, repl, "fused")
     e["original"] = "foreach" if foreach else "for-loop"
     e["host"] = {"original_ns": orig_host, "replacement_ns": repl_host}
+    return e
+
+
+def _fused_floor(torch: Any, timer: Timer, o: dict) -> dict:
+    """An optimizer torch.optim does not have (the program's own LAMB, LARS, Lion): its step
+    cannot be timed outside the program, but what a fused step over the same parameters costs
+    can: ``AdamW(fused=True)`` at the recorded sizes (the original's time is the trace's)."""
+    e = _entry("optimizer_fused_floor", optimizer_key(o), o, 1)
+    dt = getattr(torch, DTYPES.get(o.get("dtype") or "fp32", "float32"))
+    params = []
+    for n, c in o.get("sizes") or []:
+        for _ in range(int(c)):
+            p = torch.randn(int(n), device=timer.device, dtype=dt).requires_grad_(True)
+            p.grad = torch.randn_like(p) * 1e-3
+            params.append(p)
+    try:
+        fused = torch.optim.AdamW(params, lr=1e-4, fused=True)
+        repl, host = timer(fused.step), timer.host_ns(fused.step)
+    except Exception as exc:  # noqa: BLE001 - no fused kernel for this device or dtype, out of memory
+        e["error"] = one_line(exc)
+        return e
+    r, r_spread = _stats(repl)
+    e.update({"replacement_ns": r, "backend": "AdamW(fused=True)", "repetitions": len(repl),
+              "spread": {"replacement_ns": r_spread}, "host": {"replacement_ns": host}})
+    e["original"] = f"{o['class']} (not torch.optim's: its time is the trace's)"
     return e
 
 
@@ -581,6 +643,9 @@ def jobs(record: dict) -> list[tuple[str, dict, Callable]]:
         return sorted(items, key=lambda r: -_work(kind, r))[:MAX_PER_KIND]
     for a in top("attention", record.get("attention") or []):
         out.append(("attention", a, time_attention))
+    causal_masks = [a for a in record.get("sdpa") or [] if a.get("mask") == "causal_mask"]
+    for a in top("attention", causal_masks):
+        out.append(("attention_causal_mask", a, time_causal_mask))
     for o in record.get("optimizer") or []:
         if not o.get("fused"):
             out.append(("optimizer", o, time_optimizer))
@@ -644,6 +709,8 @@ def entry_text(e: dict) -> str:
     head = f"replacement {e['kind']} {e['key']}"
     if e.get("error"):
         return f"{head}: not timed ({e['error']}; {e['seconds']:.1f} s)"
+    if not e.get("original_ns"):
+        return f"{head}: {e['replacement_ns'] / 1e3:.1f} us ({e['backend']}) ({e['seconds']:.1f} s)"
     return (f"{head}: {e['replacement_ns'] / 1e3:.1f} us ({e['backend']}) vs "
             f"{e['original_ns'] / 1e3:.1f} us, {e['original_ns'] / max(e['replacement_ns'], 1):.2f}x "
             f"({e['seconds']:.1f} s)")

@@ -29,7 +29,8 @@ RECORD_FORMAT = "profkit-oprecord/1"
 @dataclass(frozen=True)
 class Replacement:
     """One replacement timed at one of the program's shapes."""
-    kind: str                        # attention, optimizer, rnn, copy, gemm_tf32, gemm_bf16
+    kind: str                        # attention, attention_causal_mask, optimizer, optimizer_fused_floor,
+                                     # rnn, copy, gemm_tf32, gemm_bf16, conv_bf16
     key: str
     shape: dict
     count: int                       # calls per iteration of the recorded op

@@ -10,7 +10,8 @@ Why
 Evidence
     Kernel names: a (non-log) softmax kernel beside GEMMs, and no kernel matching flash / fmha /
     cuDNN SDPA / efficient_attention in the window. When a fused attention kernel is present the
-    rule stays quiet (already flash: leave it), unless that kernel runs in fp32 (then: bf16).
+    rule stays quiet (already flash: leave it), unless that kernel runs in fp32 (then: bf16) or
+    its calls got their causal mask as a tensor (then: is_causal).
     Each attention is the GEMM before a softmax, the kernels between (scale, mask, softmax, casts,
     dropout: up to twelve, eight in a nanoGPT block under autocast) and the GEMM after it; in the
     backward (``softmax_backward``) the two GEMMs on each side. A log-softmax, or a loss kernel
@@ -53,6 +54,15 @@ Expected gain
       the GEMM work stays, said as such: a floor.
 
     fp32 fused attention: its kernels at half their time (half the bytes per element in bf16).
+
+    A causal mask given to SDPA as a tensor (``attn_mask`` exactly the lower triangle, told
+    apart by the op record: ``causal_mask``): fused kernels run, but the ones that take a mask
+    compute the whole score matrix; ``is_causal=True`` lets them skip the hidden half. The fused
+    attention kernels are scaled by the masked calls' share of the attention work at the ratio
+    timed at capture (``attention_causal_mask``: the call with the tensor and with is_causal at
+    the program's shapes), else at 2x (half the FLOPs). Found on a GPT-2 step at 2k tokens whose
+    SDPA got its mask sliced from a buffer (masked_sdpa_train: is_causal measured 1.15x
+    end to end, no rule had priced it).
     On HF eager attention (a host-bound Llama step) SDPA measured 1.11x, from 38 fewer launches a
     step.
 References
@@ -67,7 +77,7 @@ import numpy as np
 import pandas as pd
 
 from profkit.judge.dtypes import kernel_dtype
-from profkit.judge.flops import flash_attention_work, gemm_mkn
+from profkit.judge.flops import FLASH_BACKWARD_FLOPS, flash_attention_work, gemm_mkn
 from profkit.read.aten_record import literal_sizes
 from profkit.model import Rung
 from profkit.judge.patterns import FLASH_RE
@@ -343,11 +353,58 @@ def _merge(shapes: list[dict]) -> list[dict]:
     return list(out.values())
 
 
+# A causal mask given as a tensor, without a timing: the kernels that skip the hidden half do
+# half the work (flash attention's FLOPs under is_causal, flops.flash_attention_work)
+CAUSAL_MASK_GAIN = 2.0
+
+
+def _causal_mask(ctx: RuleContext, names) -> list[Finding]:
+    """Fused attention given its causal mask as a tensor (the op record's ``causal_mask``: SDPA's
+    ``attn_mask`` exactly the lower triangle): the kernels that take a mask compute every block
+    of the score matrix, the half the mask hides too; ``is_causal=True`` says the same and lets
+    them skip it. Priced by scaling the fused attention kernels: the calls with such a mask, by
+    their share of the attention work, at the timed ratio (``attention_causal_mask``: the same
+    call with the mask tensor and with is_causal, at the program's shapes) or at
+    CAUSAL_MASK_GAIN."""
+    shapes = ctx.replacements.recorded("sdpa")
+    masked = [s for s in shapes if s.get("mask") == "causal_mask"]
+    fused = list(names[matches(names, FLASH_RE)])
+    if not masked or not fused:
+        return []
+
+    def work(s: dict) -> float:
+        flops = flash_attention_work(int(s["batch"]), int(s["sq"]), int(s["sk"]), int(s["d"]), int(s["dv"]),
+                                     s.get("mask") == "causal", False)[0]
+        return flops * max(int(s.get("count", 1)), 1) * (1 + FLASH_BACKWARD_FLOPS * bool(s.get("grad")))
+    share = sum(map(work, masked)) / max(sum(map(work, shapes)), 1.0)
+    timed = ctx.replacements.measured("attention_causal_mask")
+    if timed:
+        gain = (sum(e.original_ns * e.count for e in timed) / sum(e.replacement_ns * e.count for e in timed))
+        said = timed_text(timed, "is_causal=True vs the mask tensor, ")
+    else:
+        gain, said = CAUSAL_MASK_GAIN, f"{ESTIMATED}: the hidden half skipped (half the FLOPs)"
+    if gain <= 1.0:
+        return []
+    op_gain = 1.0 / (1.0 - share + share / gain)
+    total = float(ctx.kernels.loc[fused, "total_ns"].sum())
+    calls = sum(int(s.get("count", 1)) for s in masked)
+    g, basis = ctx.price_ops(ctx.acts_named(fused), op_gain,
+                             f"fused attention {ctx.per_iteration(total)} / {op_gain:.2f}", cap=op_gain)
+    ev = {"fused_attention_ns": int(total), "causal_mask_calls": calls, "causal_mask_share": round(share, 3),
+          "causal_mask_gain": round(gain, 3), "priced_from": "timed" if timed else "estimate"}
+    return [Finding(RULE.code, RULE.name,
+                    f"scaled_dot_product_attention gets its causal mask as a tensor ({calls} calls an "
+                    "iteration): pass is_causal=True instead of attn_mask, so that its kernels skip the "
+                    "hidden half of the scores", Rung.LIBRARY, ev, g, f"{said}; {basis}", g, op_gain,
+                    Scope.OPS, frozenset(fused))]
+
+
 def detect(ctx: RuleContext) -> list[Finding]:
     k = ctx.kernels
     names = k.index.to_series()
     if matches(names, FLASH_RE).any():
-        return _fp32_flash(ctx, names)  # already fused: only its precision can be wrong
+        # already fused: only its precision or a causal mask given as a tensor can be wrong
+        return _fp32_flash(ctx, names) + _causal_mask(ctx, names)
     if not matches(names, GEMM_RE).any():
         return []
     soft = k[(matches(names, SOFTMAX_RE) & ~matches(names, LOG_RE)

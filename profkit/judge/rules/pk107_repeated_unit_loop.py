@@ -463,7 +463,8 @@ def qualifies(lp: Loop, sm_count: int, dur: np.ndarray) -> bool:
     if lp.steps_optimizer:
         return True
     data_only = not lp.matrix and not lp.multi_tensor
-    wide = (np.median(lp.grid, axis=0) >= sm_count).any() or any(np.median(x) >= sm_count for x in lp.extra_grids)
+    wide = (np.median(lp.grid, axis=0) >= sm_count).any() or any(len(x) and np.median(x) >= sm_count
+                                                                for x in lp.extra_grids)
     if wide and not (lp.gemm_kernels_differ or data_only):
         return False
     return matrix_share(lp, dur) < RULE.param("max_matrix_share")

@@ -30,11 +30,12 @@ Expected gain
     value and its last on that thread and in that range (each item's kernel-name look-up, the
     memset of its reduction buffer, its launch and the Python between them) is replaced by the
     one call; the action prices both fixes, the values kept on the GPU with the loop as it is
-    (``kept_on_gpu_speedup``) and computed together (``read_together_speedup``, its number): a
-    hand-written LAMB reading each parameter's trust ratio back (459 reads a step among ten
-    elementwise passes per parameter) measured 0.98x with the ratio kept on the GPU, priced
-    1.12x, where its loop vectorised measured 2.01x, priced 2.22x for the reads computed
-    together (measured: 152 per-parameter ``.item()`` calls of a ViT step cost about 56 us each
+    (``kept_on_gpu_speedup``: ``keep_values``, each copy left as a call that no longer waits, for
+    the GPU op that now consumes the value) and computed together (``read_together_speedup``, its
+    number): a hand-written LAMB reading each parameter's trust ratio back (459 reads a step among
+    ten elementwise passes per parameter) measured 0.98x with the ratio kept on the GPU (priced
+    1.12x with its copies removed as well), where its loop vectorised measured 2.01x, priced
+    2.22x for the reads computed together (measured: 152 per-parameter ``.item()`` calls of a ViT step cost about 56 us each
     without a profiler, although each waited only about 6 us; with ``torch._foreach_norm`` the
     step ran 27.9 ms, GPU-bound, priced 28.8 ms from the baseline's capture). A loop is such a
     loop only where it computes the values alone: no GEMM, convolution or attention kernel between
@@ -60,7 +61,7 @@ from profkit.model import Rung
 from profkit.judge.rules.base import Finding, Param, RuleContext, RuleMeta, Table
 from profkit.run.step.graph import CallKind, StepGraph
 from profkit.run.summary import GEMM_RE
-from profkit.run.step.transform import remove_syncs, sync_calls
+from profkit.run.step.transform import keep_values, remove_syncs, sync_calls
 
 RULE = RuleMeta(
     code="PK101", name="per-step-sync",
@@ -187,7 +188,7 @@ def detect(ctx: RuleContext) -> list[Finding]:
         # Two fixes, each priced: the values kept on the GPU (torch.where) leave the loop as it
         # is, its launches and its Python; computing them together removes the loop's body.
         def kept_edit(gr):
-            return remove_syncs(gr, calls, None)
+            return keep_values(gr, calls)
         kept, _ = ctx.price(kept_edit, gone + ", the loop kept")
         ev["kept_on_gpu_speedup"], ev["read_together_speedup"] = round(kept, 3), round(gain, 3)
         alternatives = {"kept_on_gpu_speedup": kept_edit}

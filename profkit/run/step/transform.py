@@ -421,6 +421,23 @@ def ops_named(g: StepGraph, names) -> np.ndarray:
     return np.flatnonzero(hit[g.g_name] & (g.g_call >= 0)) if len(hit) else np.empty(0, np.int64)
 
 
+def keep_values(g: StepGraph, calls: np.ndarray) -> StepGraph:
+    """The values the selected sync calls waited for stay on the GPU and what used them on the
+    host becomes GPU work (``torch.where`` on a comparison, a multiply by the ratio): each sync
+    goes (its CPU time, its wait, the dispatch before it); each device-to-host copy that fetched
+    a value stays as a call that no longer waits, its small GPU operation standing for the kernel
+    that now consumes the value. Removing the copies too (remove_syncs) priced a hand-written
+    LAMB's trust ratios kept on the GPU at 1.14x; it measured 0.98x (torch.where and a multiply
+    a parameter, issued where the reads had been)."""
+    sel = np.zeros(g.n_calls, dtype=bool)
+    sel[np.asarray(calls, dtype=np.int64)] = True
+    is_copy = g.c_kind == int(CallKind.COPY)
+    after_copy = sel & (g.c_kind == int(CallKind.SYNC)) & _right_after(g, is_copy)
+    copies = (sel & is_copy)
+    copies[g.c_pred[after_copy]] = True
+    return drop_waits(remove_calls(g, np.flatnonzero(sel & ~copies)), np.flatnonzero(copies))
+
+
 def remove_syncs(g: StepGraph, calls: np.ndarray, batch: Optional[np.ndarray] = None) -> StepGraph:
     """The values the selected sync calls waited for stay on the GPU: each call goes (its CPU
     time, its wait, the dispatch before it), and so does the device-to-host copy that fetched

@@ -9,7 +9,8 @@ kind's prediction is held against the op's time in a capture of the program with
   op after the fix, per iteration, the way the rule's graph edit uses it: for a replacement of a
   whole op (attention, optimizer step, RNN, copy) the timed replacement's time times its calls an
   iteration; for GEMMs and convolutions the baseline's fp32 kernels of that class over the timed
-  shapes' ratio (PK302, PK305 scale all of them by it);
+  shapes' ratio (PK302, PK305 scale all of them by it), and so for a causal mask given as a tensor
+  (the baseline's fused attention kernels over the timed ratio of is_causal, as PK301 scales them);
 * the fixed capture (``scripts/gpu/replacement_check.sh``: the program with ``--fix``, same GPU,
   no profiler-side extras) gives the time of the kernels of that class per iteration of its step
   range.
@@ -43,6 +44,7 @@ MIN_OP_NS = 50_000      # an op under 50 us an iteration on both sides is not ju
 CHECKS: tuple[tuple[str, str, str], ...] = (
     ("attention", "handwritten_attention_train", "sdpa"),
     ("attention", "unet_diffusion_sample", "sdpa"),
+    ("attention_causal_mask", "masked_sdpa_train", "is_causal"),
     ("optimizer", "compiled_step_train", "fused_adamw"),
     ("optimizer", "contrastive_clip_train", "fused_adamw"),
     ("optimizer", "speech_conformer_train", "fused_adamw"),
@@ -117,7 +119,7 @@ def op_mask(kind: str, names, kinds):
         return np.array([bool(rx.search(str(n))) for n in names])
     if kind == "copy":
         return np.array([k == "memcpy" for k in kinds])
-    if kind == "attention":
+    if kind in ("attention", "attention_causal_mask"):
         return is_kernel & m(c["flash"])
     if kind == "optimizer":
         return is_kernel & m(c["fused"])
@@ -180,10 +182,11 @@ def predicted(baseline: Path, kind: str) -> dict:
     out = {"entries": len(timed), "replacement_gpu": r.gpu,
            "original_ns": round(sum(e.original_ns * e.count for e in timed)),
            "replacement_ns": round(sum(e.replacement_ns * e.count for e in timed))}
-    if kind in ("gemm_tf32", "gemm_bf16", "conv_bf16"):
-        # the timed shapes' ratio applied to every fp32 kernel of the class (PK302, PK305)
+    if kind in ("gemm_tf32", "gemm_bf16", "conv_bf16", "attention_causal_mask"):
+        # the timed shapes' ratio applied to every kernel of the class (PK302, PK305; PK301 the
+        # program's fused attention kernels for is_causal)
         base = _op_time(prof, kind, "baseline")
-        ratio = (r.gemm_gain(kind) if kind != "conv_bf16" else None) or out["original_ns"] / out["replacement_ns"]
+        ratio = (r.gemm_gain(kind) if kind.startswith("gemm") else None) or out["original_ns"] / out["replacement_ns"]
         out.update(baseline_op_ns=base["ns_per_iteration"], ratio=round(ratio, 4),
                    ns_per_iteration=round(base["ns_per_iteration"] / ratio))
     else:

@@ -97,9 +97,9 @@ def test_classify_shows_the_trials_beside_the_model(with_trials):
     actions = " ".join(" ".join(out[start:end]).split())  # as one line, whatever the terminal's width
     assert actions.startswith(
         'actions 1. fp32 GEMMs on the CUDA cores: torch.set_float32_matmul_precision("high") (TF32) or '
-        "run them in bf16 (autocast) [2.67x end to end; tried: 2.17x (2 runs, 2.16-2.20x); bf16 tried: 2.48x "
+        "run them in bf16 (autocast) [2.56x end to end; tried: 2.17x (2 runs, 2.16-2.20x); bf16 tried: 2.48x "
         "(2 runs, 2.48-2.50x); estimated: no "
-        "replacement timed at capture; TF32 / fp32 peak = 7.4; step model: fp32 GEMMs 63.71 ms per iteration / 7.4: iteration 88.05 -> 32.98 ms "
+        "replacement timed at capture; TF32 / fp32 peak = 7.4; step model: fp32 GEMMs 63.71 ms per iteration / 7.4: iteration 88.11 -> 34.37 ms "
         "without the profiler (mean over the window)] 2. torch.compile the model: Inductor fuses each "
         "run of small kernels between the GEMM/attention/convolution kernels into one (the GPU sets "
         "this step's pace) [1.12x end to end; tried: 1.15x (2 runs, 1.14-1.15x); step model:")
@@ -108,7 +108,7 @@ def test_classify_shows_the_trials_beside_the_model(with_trials):
     lines = run_lines(run_)
     tried = next(i for i, ln in enumerate(lines) if ln.startswith("tried"))
     expected = [
-        "tried    bf16: 2.48x (2 runs, 2.48-2.50x); the model's price 2.29x (PK302)",
+        "tried    bf16: 2.48x (2 runs, 2.48-2.50x); the model's price 2.22x (PK302)",
         "         compile_graphs: failed (RuntimeError: Error: accessing tensor output of CUDAGraphs "
         "that has been overwritten by a subsequent run.); the model's price 1.12x (PK103)",
         "         fused_optim: 1.02x (2 runs, 1.01-1.03x); the model's price 1.02x (PK201)",
@@ -132,8 +132,8 @@ def test_classify_json_fields(with_trials):
         "note": "torch.compile (default mode) of module GPT2LMHeadModel (124.4M params)"}
     assert "tried" not in a3
     assert [(t["switch"], t["action"], t["code"], t["model"]) for t in run_["trials"]] == [
-        ("tf32", 1, "PK302", 2.67), ("bf16", None, "PK302", 2.291), ("compile_graphs", None, "PK103", 1.122),
-        ("compile", 2, "PK103", 1.122), ("fused_optim", None, "PK201", 1.022), ("workers", None, None, None)]
+        ("tf32", 1, "PK302", 2.563), ("bf16", None, "PK302", 2.216), ("compile_graphs", None, "PK103", 1.123),
+        ("compile", 2, "PK103", 1.123), ("fused_optim", None, "PK201", 1.022), ("workers", None, None, None)]
     # a trial that did not apply timed the program unchanged: no speedup
     assert run_["trials"][5]["speedup"] is None and run_["trials"][5]["runs"] == 1
     keys = {"switch", "speedup", "runs", "lo", "hi", "applied", "error", "note"}
@@ -154,7 +154,7 @@ def test_the_ranking_follows_a_measured_gain(with_trials, tmp_path):
     con.close()
     run_ = json.loads(classify(path, "--format", "json", "--top", "1").stdout)["run"]
     assert [a["code"] for a in run_["actions"]] == ["PK103", "PK302", "PK301"]
-    assert run_["actions"][0]["expected_end_to_end_speedup"] == 1.122
+    assert run_["actions"][0]["expected_end_to_end_speedup"] == 1.123
     assert run_["verdict"]["action"] == run_["actions"][0]["action"]
 
 
@@ -203,9 +203,9 @@ def test_a_combination_is_repriced_with_the_measured_fix(with_trials):
     run_ = prof.run_json()
     combo = run_["combinations"][0]
     # PK402's compile of the chains is PK103's fusion edit on fewer runs: it adds nothing to it
-    assert combo["codes"] == ["PK302", "PK103"] and combo["expected_end_to_end_speedup"] == 3.763
+    assert combo["codes"] == ["PK302", "PK103"] and combo["expected_end_to_end_speedup"] == 3.764
     assert run_["combinations"][1]["codes"] == ["PK302", "PK103", "PK402"]
-    assert run_["combinations"][1]["expected_end_to_end_speedup"] == 3.763
+    assert run_["combinations"][1]["expected_end_to_end_speedup"] == 3.764
     wt = combo["with_trials"]
     # PK103's fusion edit gains less, not more, when pushed past the model's own change (1.12x
     # at 1, 1.09x at twice it): no scale of it reaches the measured 1.15x, and it stays unscaled

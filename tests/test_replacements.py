@@ -1197,34 +1197,30 @@ def test_the_one_call_gather_is_timed_at_its_fastest_of_several_calls(monkeypatc
 
 def test_pk301_prices_a_causal_mask_given_as_a_tensor(monkeypatch, tmp_path):
     """masked_sdpa_train: GPT-2 at 2k tokens whose SDPA gets its causal mask sliced from a buffer
-    (cuDNN's fused kernels, 8.2 ms an iteration). Its capture's record predates the record
-    telling a causal mask tensor apart ("masked"): PK301 stays quiet there. The record as it is
-    written now ("causal_mask") gets is_causal priced at half the fused kernels' time without a
-    timing, and at the timed ratio with one; another mask, or none, is not this rule's."""
+    (cuDNN's fused kernels, 8.1 ms an iteration). Its capture's record tells the mask apart
+    (causal_mask) and timed the call with the mask tensor and with is_causal at its shape (742 us
+    against 325 us, an H100): PK301 prices is_causal at that ratio, 1.13x (measured 1.15x; the
+    fixed program's attention kernels took 3.36 ms an iteration, priced 3.55). Without the
+    timing, half the fused kernels' time; another mask, or none, is not this rule's."""
     trace = "traces/corpus/masked_sdpa_train.sqlite.xz"
     prof = profkit.load(ROOT / trace)
     (entry,) = prof.replacements().recorded("sdpa")
-    assert entry["mask"] == "masked" and _priced(prof, "PK301") is None
+    assert entry["mask"] == "causal_mask" and entry["count"] == 12
+    f = _priced(prof, "PK301")
+    assert "is_causal=True" in f.action and f.evidence["priced_from"] == "timed"
+    assert (f.evidence["causal_mask_share"], round(f.expected_op_speedup, 2)) == (1.0, 2.29)
+    assert "324.7 us vs 742.4 us" in f.basis and round(f.expected_end_to_end_speedup, 2) == 1.13
     with lzma.open(ROOT / trace) as src, open(tmp_path / "t.sqlite", "wb") as out:
         shutil.copyfileobj(src, out)
     con = sqlite3.connect(tmp_path / "t.sqlite")
     meta = json.loads(con.execute("SELECT value FROM PROFKIT_META WHERE key = 'replacements'").fetchone()[0])
     con.close()
-    meta["record"]["sdpa"] = [{**entry, "mask": "causal_mask"}]
-    f = _priced(prof, "PK301", monkeypatch, json.dumps(meta))
-    assert "is_causal=True" in f.action and f.evidence["priced_from"] == "estimate"
-    assert (f.evidence["causal_mask_share"], f.expected_op_speedup) == (1.0, 2.0)
-    assert 1.1 < f.expected_end_to_end_speedup < 1.25
-    timed = {"kind": "attention_causal_mask", "key": "k", "shape": entry, "count": 12,
-             "original_ns": 680_000, "replacement_ns": 425_000, "backend": "is_causal=True", "repetitions": 9}
-    meta["entries"] = [*meta.get("entries", []), timed]
-    f2 = _priced(prof, "PK301", monkeypatch, json.dumps(meta))
-    assert f2.evidence["priced_from"] == "timed" and f2.expected_op_speedup == pytest.approx(1.6)
-    assert "425.0 us vs 680.0 us" in f2.basis
-    assert 1.0 < f2.expected_end_to_end_speedup < f.expected_end_to_end_speedup
+    meta["entries"] = [e for e in meta["entries"] if e["kind"] != "attention_causal_mask"]
+    est = _priced(prof, "PK301", monkeypatch, json.dumps(meta))
+    assert est.evidence["priced_from"] == "estimate" and est.expected_op_speedup == 2.0
+    assert 1.0 < est.expected_end_to_end_speedup < f.expected_end_to_end_speedup
     meta["record"]["sdpa"] = [{**entry, "mask": "masked"}]
     assert _priced(prof, "PK301", monkeypatch, json.dumps(meta)) is None
-
 
 
 def test_a_hand_written_optimizer_gets_a_fused_steps_time_at_its_sizes():

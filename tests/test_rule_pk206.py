@@ -34,14 +34,15 @@ def _with_record(tmp_path: Path, **keys) -> Path:
 
 def test_pk206_prices_the_teachers_backward_by_its_share_of_the_parameters():
     """109.2M unstepped parameters beside the student's 66.7M in AdamW: 62% of the backward (its
-    kernels on autograd's thread, 19.7 ms an iteration) goes: 1.47x. Measured: the teacher under
+    kernels on autograd's thread, 19.7 ms an iteration) goes: 1.48x (1.47x before the capture was cut
+    to 3 iterations). Measured: the teacher under
     no_grad 1.83x by hand, freeze_unstepped 1.91x as profkit's trial (the price leans low: the
     teacher's forward bookkeeping is not priced)."""
     p = shared.corpus("distill_teacher_train")
     f = next(f for f in p.findings() if f.code == "PK206")
     assert (f.evidence["unstepped_elements"], f.evidence["stepped_elements"], f.evidence["share"]) == \
         (109_189_635, 66_662_403, 0.621)
-    assert round(f.expected_end_to_end_speedup, 2) == 1.47
+    assert round(f.expected_end_to_end_speedup, 2) == 1.48
     assert f.switch == "freeze_unstepped"
     run = p.run_json()
     assert run["actions"][0]["code"] == "PK206"          # ranked by its trial's 1.91x

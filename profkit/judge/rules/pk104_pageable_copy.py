@@ -38,6 +38,13 @@ Expected gain
       between the copy's return and the next CUDA call of its thread (the consumer: numpy,
       scikit-learn, Python over the values) drops to the trace's median dispatch gap. The call
       still waits for the result;
+    * device-to-host, reduced on the GPU and read once (the price where an iteration makes
+      several such copies: the windows of one volume, the batches of one evaluation): the same,
+      and the results kept on the GPU and read together at the iteration's end, so the earlier
+      copies' calls and the reads after them wait for nothing. A sliding-window segmentation that
+      copied 8 windows' logits a volume to numpy accumulators: 3.94x read after each copy, 4.09x
+      read once, measured 7.42x with the volume on the GPU (its windows also cut there, not
+      copied in from the host: the host-to-device side, which this edit keeps);
     * device-to-host into a pinned buffer (said beside it): the copy at the pinned bandwidth, its
       wait and its consumer kept;
     * device-to-host into pinned buffers, read one step later (said beside it): the copy at the
@@ -159,10 +166,25 @@ def _device_to_host(ctx: RuleContext, m, ops: np.ndarray) -> list[Finding]:
         f"{len(ops) / its:.0f} device-to-host copies per iteration ({nbytes.sum() / its / 1e6:.0f} MB) "
         f"reduced on the GPU ({hbm / 1e12:.1f} TB/s) and only the result copied, the host's work on "
         "the copied data after each gone")
+    # Several copies an iteration (windows of one volume, batches of one evaluation): their
+    # results kept on the GPU and read together at the iteration's end; the earlier copies' calls
+    # and the reads after them then wait for nothing, and the host's launches overlap the GPU's work.
+    calls = g.g_call[ops]
+    it = np.searchsorted(g.iter_call, calls, side="right") - 1
+    reads = reads_after(g, ops)
+    once = None
+    if len(np.unique(it)) < len(it):
+        last = {k: int(calls[it == k].max()) for k in np.unique(it)}
+        r_it = np.searchsorted(g.iter_call, reads, side="right") - 1
+        early = reads[reads < np.array([last.get(k, -1) for k in r_it], dtype=np.int64)]
+        once, once_basis = ctx.price(
+            lambda gr: drop_waits(reduce_before_copy(gr, ops, nbytes / hbm * 1e9, RESULT_COPY_NS, dispatch), early),
+            f"{len(ops) / its:.0f} device-to-host copies per iteration ({nbytes.sum() / its / 1e6:.0f} MB) "
+            f"reduced on the GPU ({hbm / 1e12:.1f} TB/s), the host's work on the copied data gone, the "
+            "results kept on the GPU and read once at the iteration's end")
     bw = timed_bandwidth(ctx, "d2h")[0] or pinned_bandwidth(g)
     pinned, _ = ctx.price(lambda gr: pin_copies(gr, ops, nbytes, bw, non_blocking=False),
                           "the same copies into a pinned buffer, the host's work on them kept")
-    reads = reads_after(g, ops)
     later, _ = ctx.price(lambda gr: drop_waits(pin_copies(gr, ops, nbytes, bw), reads),
                          "the same copies into pinned buffers, read one step later: the host's work "
                          "on them overlaps the GPU's")
@@ -172,12 +194,19 @@ def _device_to_host(ctx: RuleContext, m, ops: np.ndarray) -> list[Finding]:
           "pinned_read_later_speedup": round(later, 3)}
     if max(reduced, pinned, later) < 1.0 + 1e-9:
         return []
+    result = f"copy only the result ({reduced:.2f}x, the number below)"
+    price = reduced
+    if once is not None and once > reduced:
+        ev["reduce_on_gpu_read_once_speedup"] = round(once, 3)
+        result = (f"keep the iteration's results there and copy them once at its end ({once:.2f}x, the "
+                  f"number below; read after each copy: {reduced:.2f}x)")
+        price, basis = once, once_basis
     return [Finding(RULE.code, RULE.name,
                     f"keep the reduction on the GPU: {len(ops) / its:.0f} device-to-host copies per iteration "
                     f"({nbytes.sum() / its / 1e6:.0f} MB) go to pageable memory and the host works on them "
-                    f"after each; compute what the host takes from them (argmax, top-k, metric counts) on "
-                    f"the GPU and copy only the result ({reduced:.2f}x, the number below); where the host "
+                    f"after each; compute what the host takes from them (argmax, top-k, metric counts, an "
+                    f"accumulation) on the GPU and {result}; where the host "
                     f"needs the whole tensor, a pinned buffer for the copy: {pinned:.2f}x, and read one step "
                     f"later (non_blocking=True and an event; the host's work then overlaps the next "
                     f"step's GPU work): {later:.2f}x",
-                    Rung.LIBRARY, ev, reduced, basis, reduced)]
+                    Rung.LIBRARY, ev, price, basis, price)]

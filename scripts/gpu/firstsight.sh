@@ -8,7 +8,7 @@
 # compressed. With FIRSTSIGHT_PACK=FILE.tar, what to bring back is packed into FILE.tar.00 (.01,
 # ... past 15 MB) after each program (a call cut short still returns the programs it finished).
 #
-#   scripts/gpu/firstsight.sh OUTDIR SECONDS a|b|d|e|f|g|h|i|NAME...
+#   scripts/gpu/firstsight.sh OUTDIR SECONDS a|b|d|e|f|g|h|i|j|NAME...
 #
 # A program is started only when at least FIRSTSIGHT_MIN_LEFT seconds (default 150) are left;
 # its capture gets at most 60% of what is left, its timing the rest; FIRSTSIGHT_CAPTURE_MAX and
@@ -21,7 +21,7 @@
 # then, before any change, on a clean tree: `whatif_accuracy.py firstsight --programs NAMES` and
 # commit its record; only then `whatif_accuracy.py page`.
 set -u
-usage="usage: firstsight.sh OUTDIR SECONDS a|b|d|e|f|g|h|i|NAME..."
+usage="usage: firstsight.sh OUTDIR SECONDS a|b|d|e|f|g|h|i|j|NAME..."
 out=${1:?$usage}; budget=${2:?$usage}; shift 2
 [ $# -ge 1 ] || { echo "$usage"; exit 2; }
 t0=$(date +%s)

@@ -43,7 +43,7 @@ import argparse
 from . import (programs_first, programs_firstsight_a, programs_firstsight_b, programs_firstsight_c,
                programs_firstsight_d, programs_firstsight_e, programs_firstsight_f,
                programs_firstsight_g, programs_firstsight_h, programs_firstsight_i,
-               programs_models)
+               programs_firstsight_j, programs_models)
 
 PROGRAMS: list[dict] = [
     *programs_first.PROGRAMS,
@@ -59,11 +59,12 @@ PROGRAMS: list[dict] = [
     *programs_firstsight_g.PROGRAMS,
     *programs_firstsight_h.PROGRAMS,
     *programs_firstsight_i.PROGRAMS,
+    *programs_firstsight_j.PROGRAMS,
 ]
 for _p in (*programs_firstsight_a.PROGRAMS, *programs_firstsight_b.PROGRAMS, *programs_firstsight_c.PROGRAMS,
            *programs_firstsight_d.PROGRAMS, *programs_firstsight_e.PROGRAMS, *programs_firstsight_f.PROGRAMS,
            *programs_firstsight_g.PROGRAMS, *programs_firstsight_h.PROGRAMS,
-           *programs_firstsight_i.PROGRAMS):
+           *programs_firstsight_i.PROGRAMS, *programs_firstsight_j.PROGRAMS):
     _p["first_sight"] = True
 
 # How a program of several ranks is started: its launcher's command line before the script
@@ -122,7 +123,8 @@ def first_sight(which: list[str], root) -> list[dict]:
     sets = {"a": programs_firstsight_a.PROGRAMS, "b": programs_firstsight_b.PROGRAMS,
             "d": programs_firstsight_d.PROGRAMS, "e": programs_firstsight_e.PROGRAMS,
             "f": programs_firstsight_f.PROGRAMS, "g": programs_firstsight_g.PROGRAMS,
-            "h": programs_firstsight_h.PROGRAMS, "i": programs_firstsight_i.PROGRAMS}
+            "h": programs_firstsight_h.PROGRAMS, "i": programs_firstsight_i.PROGRAMS,
+            "j": programs_firstsight_j.PROGRAMS}
     out: list[dict] = []
     for w in which:
         if w in sets:

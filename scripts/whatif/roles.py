@@ -226,6 +226,18 @@ FIX_RULES = {
     # first-sight record keeps the score as registered)
     ("sliding_window_infer", "gpu_accumulate"): ("PK104", None), ("sliding_window_infer", "batched"): ("PK107", None),
     ("sliding_window_infer", "bf16"): ("PK305", None),
+    # written before their captures (set j): similarities ranked on the host are PK104's device-to-
+    # host consumer (its pinned variant too), a bf16 GEMM PK302's; a rollout graphed is PK103's,
+    # an encoder of cells put on cuDNN PK106's, bf16 autocast PK302's; a schedule looked up on the
+    # host and a logged loss are PK101's waits, bf16 and channels_last convolutions PK305's (its
+    # bf16 price is with channels_last: the nearest to bf16 alone)
+    ("knn_retrieval_infer", "gpu_topk"): ("PK104", None),
+    ("knn_retrieval_infer", "pinned"): ("PK104", "pinned_speedup"), ("knn_retrieval_infer", "bf16"): ("PK302", "bf16_speedup"),
+    ("gru_rollout_infer", "graph"): ("PK103", "cuda_graph_speedup"), ("gru_rollout_infer", "cudnn_encoder"): ("PK106", None),
+    ("gru_rollout_infer", "bf16"): ("PK302", "bf16_speedup"),
+    ("ddpm_cpu_schedule_train", "gpu_schedule"): ("PK101", None),
+    ("ddpm_cpu_schedule_train", "bf16"): ("PK305", "bf16_channels_last_speedup"),
+    ("ddpm_cpu_schedule_train", "channels_last"): ("PK305", "channels_last_speedup"),
     ("grad_checkpoint_train", "no_checkpointing"): ("PK204", None), ("grad_checkpoint_train", "fused_adamw"): ("PK201", None),
     ("cpu_tokenize_infer", "encode_batch"): (None, None), ("cpu_tokenize_infer", "workers"): ("PK102", None),
     ("cpu_tokenize_infer", "pretokenized"): ("PK102", None),

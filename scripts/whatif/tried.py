@@ -89,6 +89,9 @@ SWITCH_OF: dict[tuple[str, str], str] = {
     ("pinn_burgers_train", "fused_adam"): _FUSED,
     ("pinn_burgers_train", "tf32"): "tf32",
     ("sliding_window_infer", "bf16"): "bf16",
+    ("gru_rollout_infer", "bf16"): "bf16",
+    ("ddpm_cpu_schedule_train", "bf16"): "bf16",
+    ("ddpm_cpu_schedule_train", "channels_last"): "channels_last",
 }
 
 

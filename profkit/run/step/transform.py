@@ -269,8 +269,12 @@ def reduce_before_copy(g: StepGraph, ops: np.ndarray, reduce_ns: np.ndarray, res
     ops = np.asarray(ops, dtype=np.int64)
     out.g_dur[ops] = np.asarray(reduce_ns, dtype=np.float64) + result_ns
     out.g_host_paced[ops] = False
-    _, consumer = _reads_and_consumer(g, ops)
+    seen, consumer = _reads_and_consumer(g, ops)
     out.c_gap[consumer] = np.minimum(out.c_gap[consumer], consumer_ns)
+    if g.n_calls and seen[g.n_calls - 1]:
+        # the window's last call reads a copy: the host's work on it runs to the window's end
+        # (a window cut right after it), the tail its consumer
+        out.tail_ns = min(out.tail_ns, consumer_ns)
     return out
 
 

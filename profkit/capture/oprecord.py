@@ -99,7 +99,7 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from profkit.capture import loaders, unstepped
 from profkit.capture.syncsites import SyncSites, waits
@@ -421,19 +421,27 @@ class OpRecord:
         if not isinstance(mask, torch.Tensor) or sq != sk or sq < 2 or mask.dim() < 2 \
                 or tuple(mask.shape[-2:]) != (sq, sk):
             return "masked"
+
+        def exactly_causal() -> bool:
+            keep = torch.ones(sq, sk, dtype=torch.bool, device=mask.device).tril()
+            kept = mask if mask.dtype == torch.bool else mask > MASK_LARGE_NEGATIVE
+            return bool((kept.reshape(-1, sq, sk) == keep).all())
         key = ("sdpa", mask.data_ptr(), tuple(mask.shape), tuple(mask.stride()), str(mask.dtype))
-        if key in self._mask_cache:
-            return self._mask_cache[key]
-        kind = "masked"
-        with contextlib.suppress(Exception):
-            if not (torch.cuda.is_available() and torch.cuda.is_initialized()
-                    and torch.cuda.is_current_stream_capturing()):
-                keep = torch.ones(sq, sk, dtype=torch.bool, device=mask.device).tril()
-                kept = mask if mask.dtype == torch.bool else mask > MASK_LARGE_NEGATIVE
-                if bool((kept.reshape(-1, sq, sk) == keep).all()):
-                    kind = "causal_mask"
-        self._mask_cache[key] = kind
-        return kind
+        return self._read_mask(key, exactly_causal, "causal_mask")
+
+    def _read_mask(self, key: tuple, causal: Callable[[], bool], kind: str) -> str:
+        """``kind`` where ``causal()`` (which reads the mask on its device) says the mask hides
+        exactly the upper triangle, else ``masked``: once per ``key``, never during a CUDA graph's
+        capture (a read there would break it), and ``masked`` where the read fails."""
+        import torch
+        if key not in self._mask_cache:
+            found = "masked"
+            with contextlib.suppress(Exception):
+                if not (torch.cuda.is_available() and torch.cuda.is_initialized()
+                        and torch.cuda.is_current_stream_capturing()) and causal():
+                    found = kind
+            self._mask_cache[key] = found
+        return self._mask_cache[key]
 
     def _composite_gemm(self, name: str, args: tuple, kwargs: dict, out: Any) -> None:
         """``linear`` and ``matmul`` as the dispatch shows them where autograd does not lower
@@ -526,25 +534,17 @@ class OpRecord:
                      and tuple(x.shape[-2:]) == (sq, sk)), None)
         if mask is None:
             return "masked"
-        key = (id(mask), sq, sk)
-        if key in self._mask_cache:
-            return self._mask_cache[key]
-        kind = "masked"
-        with contextlib.suppress(Exception):
-            if not (torch.cuda.is_available() and torch.cuda.is_initialized()
-                    and torch.cuda.is_current_stream_capturing()):
-                m2 = mask.reshape(-1, sq, sk)[0]
-                vals = torch.stack([m2[0, 1], m2[1, 0], m2[sq - 2, sk - 1], m2[sq - 1, sk - 2]])
-                if vals.dtype == torch.bool:
-                    hidden = vals.tolist()
-                    if args and args[0] is mask:       # where(keep, scores, -inf): True keeps
-                        hidden = [not v for v in hidden]
-                else:                                  # an added mask: a large negative hides
-                    hidden = [v < MASK_LARGE_NEGATIVE for v in vals.float().tolist()]
-                if hidden == [True, False, True, False]:
-                    kind = "causal"
-        self._mask_cache[key] = kind
-        return kind
+        def corners_causal() -> bool:
+            m2 = mask.reshape(-1, sq, sk)[0]
+            vals = torch.stack([m2[0, 1], m2[1, 0], m2[sq - 2, sk - 1], m2[sq - 1, sk - 2]])
+            if vals.dtype == torch.bool:
+                hidden = vals.tolist()
+                if args and args[0] is mask:       # where(keep, scores, -inf): True keeps
+                    hidden = [not v for v in hidden]
+            else:                                  # an added mask: a large negative hides
+                hidden = [v < MASK_LARGE_NEGATIVE for v in vals.float().tolist()]
+            return hidden == [True, False, True, False]
+        return self._read_mask((id(mask), sq, sk), corners_causal, "causal")
 
     def _conv(self, args: tuple) -> None:
         """aten.convolution(input, weight, bias, stride, padding, dilation, transposed,

@@ -628,3 +628,15 @@ def test_pk104_takes_the_windows_tail_when_the_last_call_reads_a_copy():
     assert edited.tail_ns == 5e3
     f = [f for f in p.findings() if f.code == "PK104" and "reduction" in f.action][0]
     assert round(f.expected_end_to_end_speedup, 2) == 6.22
+
+
+def test_pk302_charges_no_cast_to_a_recurrent_loops_gemms():
+    """gru_rollout_infer: 144 GRU cell steps an iteration, their projections and the decoder's
+    head 336 GEMMs (476 GEMM kernels with their split-K parts). Autocast casts each weight once
+    for its region and the cells' state is bf16:
+    bf16 is priced about even (0.98x; measured 1.02x by hand, 0.91x as profkit's trial), where a
+    cast a GEMM had priced it 0.32x. A layer stack (GPT-2) keeps its cast a GEMM."""
+    f = finding("corpus/gru_rollout_infer", "PK302")
+    assert f.evidence["bf16_recurrent_gemms_uncast"] == 476.0
+    assert round(f.evidence["bf16_speedup"], 2) == 0.98
+    assert "bf16_recurrent_gemms_uncast" not in finding("corpus/gpt2_fp32_train", "PK302").evidence

@@ -535,7 +535,7 @@ def detect(ctx: RuleContext) -> list[Finding]:
         span += lp.span_ns
     new_arr = np.asarray(new, dtype=np.float64)
     gone = np.concatenate([np.r_[lp.ops.ravel(), lp.extra] for lp in keep])
-    body = _other_copies_cpu(g, keep)
+    body = other_copies_cpu(g, keep)
     # The most a change of the loops can give: their kernels and launches gone outright, with the
     # other copies' CPU time. (Their span over the wider kernels' time is no bound: once the loop's
     # launches are gone, its kernels run under the Python that follows it.)
@@ -605,7 +605,7 @@ def detect(ctx: RuleContext) -> list[Finding]:
                     f"{basis}", max(bound, gain), kernels=members)]
 
 
-def _other_copies_cpu(g, keep: list[Loop]) -> np.ndarray:
+def other_copies_cpu(g, keep: list[Loop]) -> np.ndarray:
     """The calls of each loop's copies after the first, on the thread that launched them: from the
     second copy's first launch to the last copy's last, every call (the syncs and copies the body
     makes too) with the CPU time before it. Vectorised, the body runs once: its Python, its syncs

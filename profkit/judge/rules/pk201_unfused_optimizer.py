@@ -170,8 +170,9 @@ def _foreach_python(ctx: RuleContext, kept, gone) -> tuple[np.ndarray, str, np.n
 # torch.optim's optimizers: a recorded class outside them is the program's own (or a library's)
 TORCH_OPTIMIZERS = frozenset({"SGD", "Adam", "AdamW", "Adagrad", "Adadelta", "Adamax", "ASGD", "LBFGS", "NAdam",
                               "RAdam", "RMSprop", "Rprop", "SparseAdam", "Adafactor"})
-# A fused Adam-like step's passes over fp32 parameter-sized tensors: read p, g, m, v; write p, m, v
+# A fused Adam-like step's passes over parameter-sized tensors: read p, g, m, v; write p, m, v
 FUSED_PASSES = 7
+ELEMENT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp64": 8}
 # the op record's parameters a loop's copies must cover to be that optimizer's step
 HAND_WRITTEN_COVER = 0.9
 
@@ -205,12 +206,14 @@ def _hand_written(ctx: RuleContext) -> list[Finding]:
             said = (f"the fused AdamW step over the same {n} parameters timed at capture: "
                     f"{fused_ns / 1e3:.1f} us")
         else:
-            fused_ns = FUSED_PASSES * 4.0 * float(o.get("numel") or 0) / ctx.prof.peaks.memory_bandwidth * 1e9
-            said = f"{ESTIMATED}: {FUSED_PASSES} passes over {int(o.get('numel') or 0) / 1e6:.0f}M fp32 elements"
+            size = ELEMENT_BYTES.get(str(o.get("dtype")), 4)
+            fused_ns = FUSED_PASSES * size * float(o.get("numel") or 0) / ctx.prof.peaks.memory_bandwidth * 1e9
+            said = (f"{ESTIMATED}: {FUSED_PASSES} passes over {int(o.get('numel') or 0) / 1e6:.0f}M "
+                    f"{o.get('dtype') or 'fp32'} elements")
         per_loop = len(mine) / its
         groups = [np.r_[lp.ops.ravel(), lp.extra] for lp in mine]
         new = np.full(len(groups), fused_ns / max(per_loop, 1.0))
-        body = pk107._other_copies_cpu(g, mine)
+        body = pk107.other_copies_cpu(g, mine)
         loop_ns = float(sum(g.g_dur[lp.ops].sum() + g.g_dur[lp.extra].sum() for lp in mine)) / its
         gain, basis = ctx.price(lambda gr: drop_cpu(replace_ops(gr, groups, new), body),
                                 f"the loop over {mine[0].copies} parameters ({loop_ns / 1e3:.0f} us of kernels "

@@ -164,8 +164,10 @@ def _device_to_host(ctx: RuleContext, m, ops: np.ndarray) -> list[Finding]:
     launches = g.c_kind == int(CallKind.LAUNCH)
     short = launches & (g.c_gap < DISPATCH_GAP_NS)
     dispatch = float(np.median(g.c_gap[short])) if short.any() else 0.0
+    def reduce(gr):
+        return reduce_before_copy(gr, ops, nbytes / hbm * 1e9, RESULT_COPY_NS, dispatch)
     reduced, basis = ctx.price(
-        lambda gr: reduce_before_copy(gr, ops, nbytes / hbm * 1e9, RESULT_COPY_NS, dispatch),
+        reduce,
         f"{len(ops) / its:.0f} device-to-host copies per iteration ({nbytes.sum() / its / 1e6:.0f} MB) "
         f"reduced on the GPU ({hbm / 1e12:.1f} TB/s) and only the result copied, the host's work on "
         "the copied data after each gone")
@@ -181,7 +183,7 @@ def _device_to_host(ctx: RuleContext, m, ops: np.ndarray) -> list[Finding]:
         r_it = np.searchsorted(g.iter_call, reads, side="right") - 1
         early = reads[reads < np.array([last.get(k, -1) for k in r_it], dtype=np.int64)]
         once, once_basis = ctx.price(
-            lambda gr: drop_waits(reduce_before_copy(gr, ops, nbytes / hbm * 1e9, RESULT_COPY_NS, dispatch), early),
+            lambda gr: drop_waits(reduce(gr), early),
             f"{len(ops) / its:.0f} device-to-host copies per iteration ({nbytes.sum() / its / 1e6:.0f} MB) "
             f"reduced on the GPU ({hbm / 1e12:.1f} TB/s), the host's work on the copied data gone, the "
             "results kept on the GPU and read once at the iteration's end")

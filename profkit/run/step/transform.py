@@ -433,13 +433,20 @@ def keep_values(g: StepGraph, calls: np.ndarray) -> StepGraph:
     that now consumes the value. Removing the copies too (remove_syncs) priced a hand-written
     LAMB's trust ratios kept on the GPU at 1.14x; it measured 0.98x (torch.where and a multiply
     a parameter, issued where the reads had been)."""
+    sel, copies = _fetches(g, calls)
+    return drop_waits(remove_calls(g, np.flatnonzero(sel & ~copies)), np.flatnonzero(copies))
+
+
+def _fetches(g: StepGraph, calls: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(per call: one of the selected sync calls; per call: a device-to-host copy that fetched a
+    value they waited for: a selected copy, or the copy right before a selected stream sync)."""
     sel = np.zeros(g.n_calls, dtype=bool)
     sel[np.asarray(calls, dtype=np.int64)] = True
     is_copy = g.c_kind == int(CallKind.COPY)
     after_copy = sel & (g.c_kind == int(CallKind.SYNC)) & _right_after(g, is_copy)
-    copies = (sel & is_copy)
+    copies = sel & is_copy
     copies[g.c_pred[after_copy]] = True
-    return drop_waits(remove_calls(g, np.flatnonzero(sel & ~copies)), np.flatnonzero(copies))
+    return sel, copies
 
 
 def remove_syncs(g: StepGraph, calls: np.ndarray, batch: Optional[np.ndarray] = None) -> StepGraph:
@@ -454,12 +461,7 @@ def remove_syncs(g: StepGraph, calls: np.ndarray, batch: Optional[np.ndarray] = 
     its iteration in one kernel (their time summed), and every other call of the loop's body
     (between its first value and its last, on its thread and in its range) goes with its
     dispatch, its memsets' GPU work too."""
-    sel = np.zeros(g.n_calls, dtype=bool)
-    sel[np.asarray(calls, dtype=np.int64)] = True
-    is_copy = g.c_kind == int(CallKind.COPY)
-    after_copy = sel & (g.c_kind == int(CallKind.SYNC)) & _right_after(g, is_copy)
-    copies = sel & is_copy
-    copies[g.c_pred[after_copy]] = True
+    sel, copies = _fetches(g, calls)
     out = g
     if batch is not None and len(batch):
         out = _batch_producers(g, copies, np.asarray(batch, dtype=np.int64))

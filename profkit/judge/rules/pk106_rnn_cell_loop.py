@@ -107,18 +107,25 @@ def loop_calls(g: StepGraph, cell_ops: np.ndarray) -> np.ndarray:
     return np.concatenate(out) if out else np.empty(0, np.int64)
 
 
+def _steps(g: StepGraph, cell_ops: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The cell kernels in order and, per pair of consecutive ones: whether they are a step of one
+    stream with work between them, and whether that work is GEMMs alone (the next cell's input
+    and hidden projections)."""
+    names = np.asarray(g.op_names, dtype=object)
+    gemm = np.array([bool(GEMM_KERNEL_RE.search(str(n))) for n in names], dtype=bool)[g.g_name]
+    ops = np.sort(cell_ops)  # the graph's operations are in stream order, then start
+    a, b = ops[:-1], ops[1:]
+    step = (g.g_stream[a] == g.g_stream[b]) & (b - a > 1)
+    plain = step & np.array([bool(gemm[x + 1:y].all()) for x, y in zip(a, b)], dtype=bool)
+    return ops, step, plain
+
+
 def plain_recurrence(g: StepGraph, cell_ops: np.ndarray) -> bool:
     """Whether the loop is a plain recurrence over a sequence: between two consecutive cell
     kernels of a stream only GEMMs run (the next cell's input and hidden projections), in at
     least PLAIN_SHARE of the steps."""
-    names = np.asarray(g.op_names, dtype=object)
-    gemm = np.array([bool(GEMM_KERNEL_RE.search(str(n))) for n in names], dtype=bool)[g.g_name]
-    ops = np.sort(cell_ops)  # the graph's operations are in stream order, then start
-    pairs = [(a, b) for a, b in zip(ops[:-1], ops[1:]) if g.g_stream[a] == g.g_stream[b] and b - a > 1]
-    if not pairs:
-        return False
-    plain = sum(bool(gemm[a + 1:b].all()) for a, b in pairs)
-    return plain >= PLAIN_SHARE * len(pairs)
+    _, step, plain = _steps(g, cell_ops)
+    return bool(step.any()) and plain.sum() >= PLAIN_SHARE * step.sum()
 
 
 PLAIN_SHARE = 0.9  # the loop's first and last steps may sit next to other work
@@ -129,18 +136,16 @@ def plain_runs(g: StepGraph, cell_ops: np.ndarray, shortest: int) -> list[np.nda
     the next, ``shortest`` cells or more: each a plain recurrence over a sequence, where others
     of the same loop are not (a sequence-to-sequence model's encoder steps over its input, then
     a decoder whose steps project each output and feed it back)."""
+    ops, _, plain = _steps(g, cell_ops)
+    runs = np.split(ops, np.flatnonzero(~plain) + 1)
+    return [r for r in runs if len(r) >= shortest]
+
+
+def cell_kernels(g: StepGraph) -> np.ndarray:
+    """The graph's LSTM/GRU cell kernels that a call in the window launched."""
     names = np.asarray(g.op_names, dtype=object)
-    gemm = np.array([bool(GEMM_KERNEL_RE.search(str(n))) for n in names], dtype=bool)[g.g_name]
-    ops = np.sort(cell_ops)
-    runs, cur = [], [int(ops[0])]
-    for a, b in zip(ops[:-1], ops[1:]):
-        if g.g_stream[a] == g.g_stream[b] and b - a > 1 and bool(gemm[a + 1:b].all()):
-            cur.append(int(b))
-        else:
-            runs.append(cur)
-            cur = [int(b)]
-    runs.append(cur)
-    return [np.asarray(r, dtype=np.int64) for r in runs if len(r) >= shortest]
+    cell = np.array([bool(CELL_RE.search(str(n))) for n in names] + [False], dtype=bool)
+    return np.flatnonzero(cell[np.where(g.g_name >= 0, g.g_name, len(names))] & (g.g_call >= 0))
 
 
 def kernel_ratio(ctx: RuleContext, steps: int | None = None) -> tuple[float | None, str]:
@@ -169,8 +174,7 @@ def detect(ctx: RuleContext) -> list[Finding]:
         return []
     g = m.graph
     names = np.asarray(g.op_names, dtype=object)
-    cell = np.array([bool(CELL_RE.search(str(n))) for n in names], dtype=bool)
-    cell_ops = np.flatnonzero(cell[g.g_name] & (g.g_call >= 0)) if len(cell) else np.empty(0, np.int64)
+    cell_ops = cell_kernels(g)
     its = max(len(g.iter_call) - 1, 1)
     if len(cell_ops) < RULE.param("min_per_iteration") * its:
         return []

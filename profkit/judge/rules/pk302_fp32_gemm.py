@@ -107,10 +107,8 @@ def recurrent_gemms(g) -> np.ndarray:
     """The graph's operations launched inside a recurrent cell loop (PK106's cell kernels: from
     each iteration's first cell kernel's launch to its last, on that thread): the cells'
     projections and what runs between their steps."""
-    from profkit.judge.rules.pk106_rnn_cell_loop import CELL_RE, loop_calls
-    names = np.asarray(g.op_names, dtype=object)
-    cell = np.array([bool(CELL_RE.search(str(n))) for n in names] + [False], dtype=bool)
-    cell_ops = np.flatnonzero(cell[np.where(g.g_name >= 0, g.g_name, len(names))] & (g.g_call >= 0))
+    from profkit.judge.rules.pk106_rnn_cell_loop import cell_kernels, loop_calls
+    cell_ops = cell_kernels(g)
     if len(cell_ops) < 2:
         return np.empty(0, np.int64)
     return g.launched_by(loop_calls(g, cell_ops))

@@ -321,15 +321,9 @@ def time_optimizer(torch: Any, timer: Timer, o: dict) -> dict:
         return e
     if cls is None:
         return _fused_floor(torch, timer, o)
-    dt = getattr(torch, DTYPES.get(o.get("dtype") or "fp32", "float32"))
     accepted = set(inspect.signature(cls.__init__).parameters)
     options = {k: v for k, v in (o.get("options") or {}).items() if k in accepted}
-    params = []
-    for n, c in o.get("sizes") or []:
-        for _ in range(int(c)):
-            p = torch.zeros(int(n), device=timer.device, dtype=dt, requires_grad=True)
-            p.grad = torch.full_like(p, 1e-3)
-            params.append(p)
+    params = _parameters(torch, o, timer.device)
     foreach = bool(o.get("foreach")) or (o.get("foreach") is None and not o.get("fused") and timer.cuda)
 
     def step_of(opt):
@@ -349,20 +343,25 @@ def time_optimizer(torch: Any, timer: Timer, o: dict) -> dict:
     return e
 
 
+def _parameters(torch: Any, o: dict, device: Any) -> list:
+    """Parameters of the recorded optimizer's sizes and dtype, each with a gradient."""
+    dt = getattr(torch, DTYPES.get(o.get("dtype") or "fp32", "float32"))
+    params = []
+    for n, c in o.get("sizes") or []:
+        for _ in range(int(c)):
+            p = torch.zeros(int(n), device=device, dtype=dt, requires_grad=True)
+            p.grad = torch.full_like(p, 1e-3)
+            params.append(p)
+    return params
+
+
 def _fused_floor(torch: Any, timer: Timer, o: dict) -> dict:
     """An optimizer torch.optim does not have (the program's own LAMB, LARS, Lion): its step
     cannot be timed outside the program, but what a fused step over the same parameters costs
     can: ``AdamW(fused=True)`` at the recorded sizes (the original's time is the trace's)."""
     e = _entry("optimizer_fused_floor", optimizer_key(o), o, 1)
-    dt = getattr(torch, DTYPES.get(o.get("dtype") or "fp32", "float32"))
-    params = []
-    for n, c in o.get("sizes") or []:
-        for _ in range(int(c)):
-            p = torch.randn(int(n), device=timer.device, dtype=dt).requires_grad_(True)
-            p.grad = torch.randn_like(p) * 1e-3
-            params.append(p)
     try:
-        fused = torch.optim.AdamW(params, lr=1e-4, fused=True)
+        fused = torch.optim.AdamW(_parameters(torch, o, timer.device), lr=1e-4, fused=True)
         repl, host = timer(fused.step), timer.host_ns(fused.step)
     except Exception as exc:  # noqa: BLE001 - no fused kernel for this device or dtype, out of memory
         e["error"] = one_line(exc)

@@ -1148,11 +1148,7 @@ def test_pk302_prices_fp32_fused_attention_in_bf16_from_its_shapes(tmp_path):
          "grad": False, "count": 12}]
     ev = _priced(shaped, "PK302").evidence
     assert (ev["bf16_speedup"], ev["bf16_attention_gain"]) == (6.746, 8.99)
-    with lzma.open(ROOT / trace) as src, open(tmp_path / "t.sqlite", "wb") as out:
-        shutil.copyfileobj(src, out)
-    con = sqlite3.connect(tmp_path / "t.sqlite")
-    meta = json.loads(con.execute("SELECT value FROM PROFKIT_META WHERE key = 'replacements'").fetchone()[0])
-    con.close()
+    meta = json.loads(shaped.trace.meta["replacements"])
     del meta["record"]["sdpa"]
     (tmp_path / "plain").mkdir()
     plain = profkit.load(_copy_with(tmp_path / "plain", trace, json.dumps(meta)))
@@ -1195,7 +1191,7 @@ def test_the_one_call_gather_is_timed_at_its_fastest_of_several_calls(monkeypatc
     assert (got["row_ns"], got["batched_ns"], got["fetch_ns"]) == (5_000, 200, 123)
 
 
-def test_pk301_prices_a_causal_mask_given_as_a_tensor(monkeypatch, tmp_path):
+def test_pk301_prices_a_causal_mask_given_as_a_tensor(monkeypatch):
     """masked_sdpa_train: GPT-2 at 2k tokens whose SDPA gets its causal mask sliced from a buffer
     (cuDNN's fused kernels, 8.1 ms an iteration). Its capture's record tells the mask apart
     (causal_mask) and timed the call with the mask tensor and with is_causal at its shape (742 us
@@ -1210,11 +1206,7 @@ def test_pk301_prices_a_causal_mask_given_as_a_tensor(monkeypatch, tmp_path):
     assert "is_causal=True" in f.action and f.evidence["priced_from"] == "timed"
     assert (f.evidence["causal_mask_share"], round(f.expected_op_speedup, 2)) == (1.0, 2.29)
     assert "324.7 us vs 742.4 us" in f.basis and round(f.expected_end_to_end_speedup, 2) == 1.13
-    with lzma.open(ROOT / trace) as src, open(tmp_path / "t.sqlite", "wb") as out:
-        shutil.copyfileobj(src, out)
-    con = sqlite3.connect(tmp_path / "t.sqlite")
-    meta = json.loads(con.execute("SELECT value FROM PROFKIT_META WHERE key = 'replacements'").fetchone()[0])
-    con.close()
+    meta = json.loads(prof.trace.meta["replacements"])
     meta["entries"] = [e for e in meta["entries"] if e["kind"] != "attention_causal_mask"]
     est = _priced(prof, "PK301", monkeypatch, json.dumps(meta))
     assert est.evidence["priced_from"] == "estimate" and est.expected_op_speedup == 2.0
@@ -1239,7 +1231,7 @@ def test_a_hand_written_optimizer_gets_a_fused_steps_time_at_its_sizes():
     assert r.kind == "optimizer_fused_floor" and not r.measured and r.replacement_ns == e["replacement_ns"]
 
 
-def test_pk201_prices_a_hand_written_optimizers_loop_as_one_fused_pass(monkeypatch, tmp_path):
+def test_pk201_prices_a_hand_written_optimizers_loop_as_one_fused_pass(monkeypatch):
     """lamb_python_optim_train: BERT-base trained with LAMB written as a Python loop over its 153
     parameters (16 kernels each, 6.7 ms of kernels and ~30 ms of host time an iteration). The
     op record names the class (Lamb: not torch.optim's), PK107 finds the loop of 153 copies: PK201
@@ -1253,11 +1245,7 @@ def test_pk201_prices_a_hand_written_optimizers_loop_as_one_fused_pass(monkeypat
     assert (f.evidence["optimizer_class"], f.evidence["params"], f.evidence["loop_copies"]) == ("Lamb", 153, 153)
     assert (f.evidence["priced_from"], f.evidence["fused_step_ns"]) == ("estimate", 912636)
     assert round(f.expected_end_to_end_speedup, 3) == 2.335 and "FusedLAMB" in f.action
-    with lzma.open(ROOT / trace) as src, open(tmp_path / "t.sqlite", "wb") as out:
-        shutil.copyfileobj(src, out)
-    con = sqlite3.connect(tmp_path / "t.sqlite")
-    meta = json.loads(con.execute("SELECT value FROM PROFKIT_META WHERE key = 'replacements'").fetchone()[0])
-    con.close()
+    meta = json.loads(prof.trace.meta["replacements"])
     (rec,) = meta["record"]["optimizer"]
     meta["entries"] = [{"kind": "optimizer_fused_floor", "key": "k", "shape": rec, "count": 1, "original_ns": None,
                         "replacement_ns": 2_000_000, "backend": "AdamW(fused=True)", "repetitions": 9}]

@@ -240,6 +240,19 @@ FIX_RULES = {
     ("ddpm_cpu_schedule_train", "gpu_schedule"): ("PK101", None),
     ("ddpm_cpu_schedule_train", "bf16"): ("PK305", "bf16_channels_last_speedup"),
     ("ddpm_cpu_schedule_train", "channels_last"): ("PK305", "channels_last_speedup"),
+    # written before their captures (set k): TF32 and bf16 GEMMs are PK302's, a fused optimizer
+    # PK201's, masks built on the GPU no rule's (small pageable copies); the distributions' checks
+    # are PK101's waits, the step graphed once they are gone PK103's whole-step graph; bf16 and
+    # channels_last convolutions PK305's (its bf16 price is with channels_last: the nearest to
+    # bf16 alone), a logged estimate PK101's
+    ("seq2seq_transformer_train", "tf32"): ("PK302", None), ("seq2seq_transformer_train", "bf16"): ("PK302", "bf16_speedup"),
+    ("seq2seq_transformer_train", "gpu_masks"): (None, None), ("seq2seq_transformer_train", "fused_adam"): ("PK201", None),
+    ("vae_distributions_train", "no_validate"): ("PK101", None),
+    ("vae_distributions_train", "no_validate_graph"): ("PK103", "cuda_graph_speedup"),
+    ("vae_distributions_train", "fused_adam"): ("PK201", None),
+    ("wgan_gp_train", "bf16"): ("PK305", "bf16_channels_last_speedup"),
+    ("wgan_gp_train", "channels_last"): ("PK305", "channels_last_speedup"),
+    ("wgan_gp_train", "no_item"): ("PK101", None), ("wgan_gp_train", "fused_adam"): ("PK201", None),
     ("grad_checkpoint_train", "no_checkpointing"): ("PK204", None), ("grad_checkpoint_train", "fused_adamw"): ("PK201", None),
     ("cpu_tokenize_infer", "encode_batch"): (None, None), ("cpu_tokenize_infer", "workers"): ("PK102", None),
     ("cpu_tokenize_infer", "pretokenized"): ("PK102", None),

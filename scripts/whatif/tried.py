@@ -92,6 +92,10 @@ SWITCH_OF: dict[tuple[str, str], str] = {
     ("gru_rollout_infer", "bf16"): "bf16",
     ("ddpm_cpu_schedule_train", "bf16"): "bf16",
     ("ddpm_cpu_schedule_train", "channels_last"): "channels_last",
+    ("seq2seq_transformer_train", "tf32"): "tf32",
+    ("seq2seq_transformer_train", "bf16"): "bf16",
+    ("seq2seq_transformer_train", "fused_adam"): _FUSED,
+    ("vae_distributions_train", "fused_adam"): _FUSED,
 }
 
 

@@ -250,12 +250,34 @@ def test_bf16_autocasts_the_outermost_module_not_the_loss(trial):
 
 
 def test_the_larger_module_called_later_takes_over(trial):
-    t = trial("bf16")
+    t = trial("compile", compile_backend="eager")
     small, big = torch.nn.Linear(2, 2).to(DEV), Tiny(32).to(DEV)
-    assert small(torch.randn(1, 2, device=DEV)).dtype == torch.bfloat16
-    assert big(torch.randn(1, 32, device=DEV)).dtype == torch.bfloat16
-    assert small(torch.randn(1, 2, device=DEV)).dtype == torch.float32   # no longer the outermost
-    assert t.record()["note"] == "autocast bf16 around module Linear (6 params), then module Tiny (1.1K params)"
+    small(torch.randn(1, 2, device=DEV))
+    big(torch.randn(1, 32, device=DEV))
+    p = t.shared["outermost"]
+    assert p.best() is big and small in p.compiled and big in p.compiled
+    assert t.record()["note"] == ("torch.compile (backend eager) of module Linear (6 params), then module Tiny "
+                                  "(1.1K params)")
+    torch._dynamo.reset()
+
+
+def test_bf16_and_channels_last_reach_every_module_the_program_calls(trial):
+    """A GAN's step: the generator's images go into the critic, each called from the program.
+    Autocast around the larger alone handed bf16 images to the critic's fp32 weights (a
+    convolution refuses them); both run under autocast, and both are converted to channels_last."""
+    t = trial("channels_last+bf16")
+    gen = torch.nn.Sequential(torch.nn.ConvTranspose2d(8, 8, 4, 2, 1), torch.nn.Conv2d(8, 3, 3, padding=1)).to(DEV)
+    crit = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 4, 2, 1), torch.nn.Flatten()).to(DEV)
+    fake = gen(torch.randn(2, 8, 4, 4, device=DEV))
+    score = crit(fake)
+    assert fake.dtype == score.dtype == torch.bfloat16
+    assert crit[0].weight.is_contiguous(memory_format=torch.channels_last)
+    assert gen[1].weight.is_contiguous(memory_format=torch.channels_last)
+    note = t.record()["note"]
+    assert ("autocast bf16 around module Sequential (1.3K params) and the program's other module "
+            "Sequential (196 params)") in note, note
+    assert "module Sequential (1.3K params) and the program's other module Sequential (196 params) to " \
+           "channels_last (3 weights and buffers, 1 input tensors converted)" in note, note
 
 
 def test_bf16_with_no_module(trial):
@@ -387,3 +409,33 @@ def test_batched_fetch_reads_a_tensor_datasets_batches_in_one_call(trial):
                           "note": "DataLoader x1: each batch read in one call (a BatchSampler as its sampler), "
                                   "DataLoader left as it was (a collate_fn of its own)"}
     assert trial("batched_fetch").record()["note"] == "no DataLoader"
+
+
+def test_compile_says_which_modules_it_left_out(trial):
+    """A VAE's encoder and decoder, each called from the program: the compile reaches the larger
+    alone (the first called, of two the same size), and the record says the other stayed eager,
+    so that its gain reads as part of the fix."""
+    torch._dynamo.reset()
+    t = trial("compile", compile_backend="eager")
+    enc, dec = Tiny(8).to(DEV), torch.nn.Linear(1, 8).to(DEV)
+    for _ in range(2):
+        dec(enc(torch.randn(2, 8, device=DEV)))
+    rec = t.record()
+    assert rec["note"] == ("torch.compile (backend eager) of module Tiny (81 params); the program's other "
+                           "module Linear (16 params), not compiled")
+    assert rec["left_out"] == "the program's other module Linear (16 params), not compiled"
+    assert dec not in t.shared["outermost"].compiled
+    torch._dynamo.reset()
+
+
+def test_the_modules_left_out_are_said_after_the_program_dropped_them(trial):
+    # the record is made at the run's end, when the script's modules may be gone
+    import gc
+    torch._dynamo.reset()
+    t = trial("compile", compile_backend="eager")
+    enc, dec = Tiny(8).to(DEV), torch.nn.Linear(1, 8).to(DEV)
+    dec(enc(torch.randn(2, 8, device=DEV)))
+    del enc, dec
+    gc.collect()
+    assert t.record()["left_out"] == "the program's other module Linear (16 params), not compiled"
+    torch._dynamo.reset()

@@ -118,6 +118,8 @@ def run_trials(plan: Plan, say: Say) -> tuple[dict, bool]:
                     if run.trial is not None:
                         rec["applied"] = bool(run.trial.get("applied"))
                         rec["note"] = str(run.trial.get("note") or "")
+                        if run.trial.get("left_out"):
+                            rec["left_out"] = str(run.trial["left_out"])
                     if run.error:
                         rec["error"] = run.error
                     if run.iteration_ns:

@@ -132,7 +132,9 @@ def with_trials(model, host: float, findings: list[Finding], combos: list[dict],
     by_code = {f.code: f for f in findings}
     scales: dict[str, Optional[float]] = {}
     for code, t in tried.items():
-        if t.measured and code in by_code:
+        # (a trial that left part of the program as it was measured part of the fix: it
+        # teaches the edit of the whole nothing)
+        if t.measured and code in by_code and not t.left_out:
             scales[code] = fit_scale(model, host, by_code[code], float(t.speedup))
     if not any(v is not None for v in scales.values()):
         return combos

@@ -23,7 +23,10 @@ def ranked_actions(findings: list, ops: Optional[pd.DataFrame] = None,
     measured gain where the trial applied and timed one, by the model's price otherwise. An
     action that offers a second fix no trial switches on (``untried_alternative_speedup`` in its
     evidence: PK103's CUDA graphs by hand beside its compiled number) is ranked by the better of
-    the measured gain and that fix's price: the trial measured one of its two fixes.
+    the measured gain and that fix's price: the trial measured one of its two fixes. A trial that
+    left part of the program as it was (``left_out``: a compile of one of the several modules the
+    program calls) measured part of the fix: the action is ranked by the better of it and its
+    price.
     ``variants``: per finding code, the measured trials of the other fixes its action offers
     (PK302's bf16 beside its TF32), best first: the action is ranked by the better of the best of
     them and its own trial (or, untried, its price), and carries them as ``tried_variants``, so
@@ -41,8 +44,13 @@ def ranked_actions(findings: list, ops: Optional[pd.DataFrame] = None,
         if t is not None:
             # (as_dict keeps why a trial never ran: else it would read as "not applied")
             a["tried"] = t.as_dict()
+            if "switch_speedup" in f.evidence:
+                # the trial ran another fix than the number's: its own price said beside it
+                a["tried"]["model"] = float(f.evidence["switch_speedup"])
             if t.measured:
-                a["_rank_gain"] = max(float(t.speedup), float(f.evidence.get("untried_alternative_speedup", 0.0)))
+                a["_rank_gain"] = max(float(t.speedup), float(f.evidence.get("untried_alternative_speedup", 0.0)),
+                                      # a trial that reached part of the program measured part of the fix
+                                      float(f.expected_end_to_end_speedup) if t.left_out else 0.0)
         if variants.get(f.code):
             best = float(variants[f.code][0].speedup)
             a["_rank_gain"] = max(a.get("_rank_gain", float(f.expected_end_to_end_speedup)), best)

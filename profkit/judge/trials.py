@@ -63,9 +63,11 @@ def conv_share(ctx: RuleContext) -> float:
 
 def model_price(finding: Finding, trial: str) -> Optional[float]:
     """The model's price of what ``trial`` measures, from ``finding``: its own gain where the
-    trial is its switch, else the variant of its evidence the rule names for the trial."""
+    trial is its switch (or, where its number is a fix no switch tries, the price of what its
+    switch does: evidence ``switch_speedup``), else the variant of its evidence the rule names
+    for the trial."""
     if finding.switch == trial:
-        return float(finding.expected_end_to_end_speedup)
+        return float(finding.evidence.get("switch_speedup", finding.expected_end_to_end_speedup))
     for t in rules.get(finding.code).RULE.trials:
         if t.switch == trial and t.evidence and isinstance(finding.evidence.get(t.evidence), (int, float)):
             return float(finding.evidence[t.evidence])

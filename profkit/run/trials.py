@@ -49,6 +49,7 @@ class TrialResult:
     warm_up_s: Optional[float]      # time its warm-up iterations took beyond steady ones (compiling;
                                     # the median over its runs)
     not_run: Optional[str] = None   # why it never ran (interrupted, or the --try-budget spent, before its turn)
+    left_out: str = ""              # what of the program the switch did not reach (part of the fix measured)
 
     @property
     def measured(self) -> bool:
@@ -61,7 +62,8 @@ class TrialResult:
                 "lo": r(self.lo), "hi": r(self.hi), "applied": bool(self.applied),
                 "error": self.error, "note": self.note,
                 "warm_up_s": None if self.warm_up_s is None else round(float(self.warm_up_s), 1),
-                **({"not_run": self.not_run} if self.not_run else {})}
+                **({"not_run": self.not_run} if self.not_run else {}),
+                **({"left_out": self.left_out} if self.left_out else {})}
 
     def text(self) -> str:
         return trial_text(self.as_dict())
@@ -160,7 +162,8 @@ def summarize(meta_text: Optional[str]) -> list[TrialResult]:
         out.append(TrialResult(str(t.get("switch", "")), bool(t.get("applied")), str(t.get("note") or ""),
                                t.get("error") or None, len(runs), speedup, lo, hi,
                                None if it is None else int(it), None if base_ns is None else int(base_ns),
-                               statistics.median(warm) if warm else None, not_run))
+                               statistics.median(warm) if warm else None, not_run,
+                               str(t.get("left_out") or "")))
     return out
 
 

@@ -62,6 +62,9 @@ NO_TEST = {
     ("masked_sdpa_train", "is_causal"): "led to the op record's causal mask tensors and PK301's is_causal",
     ("gru_rollout_infer", "cudnn_encoder"): "led to PK106's plain stretches of a loop whose other steps are not a recurrence",
     ("gru_rollout_infer", "bf16"): "led to PK302's bf16 charging no cast to a recurrent loop's GEMMs",
+    ("vae_distributions_train", "no_validate_graph"): "led to the compile trials saying which of the program's "
+                                                      "modules they left out, which then rank nothing below "
+                                                      "the model's price",
 }
 
 
@@ -248,7 +251,10 @@ FIX_RULES = {
     ("seq2seq_transformer_train", "tf32"): ("PK302", None), ("seq2seq_transformer_train", "bf16"): ("PK302", "bf16_speedup"),
     ("seq2seq_transformer_train", "gpu_masks"): (None, None), ("seq2seq_transformer_train", "fused_adam"): ("PK201", None),
     ("vae_distributions_train", "no_validate"): ("PK101", None),
-    ("vae_distributions_train", "no_validate_graph"): ("PK103", "cuda_graph_speedup"),
+    # no_validate_graph removes the checks' waits and graphs the whole step: PK101's and PK103's
+    # edits replayed at once (a correction after first sight: registered as PK103's whole-step
+    # graph, which the harness reads as refused while the waits stand)
+    ("vae_distributions_train", "no_validate_graph"): ("PK101+PK103", None),
     ("vae_distributions_train", "fused_adam"): ("PK201", None),
     ("wgan_gp_train", "bf16"): ("PK305", "bf16_channels_last_speedup"),
     ("wgan_gp_train", "channels_last"): ("PK305", "channels_last_speedup"),

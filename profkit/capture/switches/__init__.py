@@ -92,7 +92,8 @@ class Trial:
             self.reports[s].note(f"could not be applied ({one_line(exc)})", applied=False)
 
     def record(self) -> dict:
-        """{"switch", "applied", "note"}: whether every switch applied, and what each touched."""
+        """{"switch", "applied", "note"} (and "left_out" where a switch left part of the program
+        as it was): whether every switch applied, and what each touched."""
         if self.torch is None and sys.modules.get("torch") is not None:
             self.torch = sys.modules["torch"]
         for s, h in self.handlers.items():
@@ -103,7 +104,9 @@ class Trial:
         reps = list(self.reports.values())
         note = (reps[0].text if len(reps) == 1 else
                 "; ".join(f"{r.switch.value}: {r.text}" for r in reps if r.text))
-        return {"switch": self.name, "applied": all(r.applied for r in reps), "note": note}
+        out = {"switch": self.name, "applied": all(r.applied for r in reps), "note": note}
+        left = [x for r in reps for x in r.left_out]
+        return {**out, "left_out": "; ".join(left)} if left else out
 
 
 def one_line(exc: BaseException, limit: int = 300) -> str:

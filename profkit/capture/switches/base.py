@@ -27,6 +27,9 @@ class Report:
     switch: Switch
     applied: bool = False
     notes: list[str] = field(default_factory=list)
+    # what the switch did not reach that the program ran (the other modules a compile left
+    # eager): the trial measured part of the fix, which ranks nothing below the model's price
+    left_out: list[str] = field(default_factory=list)
 
     def note(self, text: str, applied: Optional[bool] = None) -> None:
         if text and text not in self.notes:

@@ -10,16 +10,20 @@ called later takes over, and the trial names each in turn. What each switch does
 
 * ``bf16``: its calls run under ``torch.autocast(device_type, dtype=torch.bfloat16)``, on the
   device of its parameters; the loss computed outside it gets bf16 outputs, as a program that
-  autocasts only the forward does.
+  autocasts only the forward does. So do the calls of every other module with parameters that
+  the program's own code calls: a GAN's generator and critic, a VAE's encoder and decoder, one
+  feeding the other (autocast around one alone hands bf16 tensors to the other's fp32 weights,
+  which a convolution or a matmul refuses: two such trials failed before).
 * ``channels_last``: its 4-D weights and buffers are converted once to
   ``torch.channels_last`` (5-D: ``torch.channels_last_3d``), and its 4-D (5-D) floating-point
-  tensor arguments at each call.
+  tensor arguments at each call; the other modules the program calls too, as for ``bf16``.
 * ``compile``: its calls go to ``torch.compile(module)``; ``compile_graphs`` to
   ``torch.compile(module, mode="reduce-overhead")`` (CUDA graphs through cudagraph trees; a
   program that keeps a step's outputs across steps, or accumulates gradients over several
   backwards before the optimizer step, can then fail with "overwritten by a subsequent run": the
   trial records it as its error, and ``--try auto`` does not pick it where PK103 sees the
-  accumulation). A module that is already compiled
+  accumulation). The program's other modules with parameters stay eager: the trial says so
+  (``left_out``: it measured part of the fix). A module that is already compiled
   (``OptimizedModule``, or ``module.compile()``) is left as it is: "already compiled".
   Compilation happens in the first calls: the iterations the trial leaves out as warm-up.
 
@@ -56,6 +60,10 @@ class Outermost:
         self.converted = 0
         self.inputs_converted = 0
         self.calls = 0
+        self.prepared: "weakref.WeakSet[Any]" = weakref.WeakSet()   # weights converted
+        self.others: "weakref.WeakKeyDictionary[Any, str]" = weakref.WeakKeyDictionary()
+        self.other_names: list[tuple[int, str]] = []   # (id, text) of each, in the order met
+        self.best_ids: list[int] = []                  # the outermost modules' ids, in turn
         self.cuda = bool(torch.cuda.is_available())
 
     def install(self, trial: Any) -> None:
@@ -94,24 +102,13 @@ class Outermost:
         if n > self.best_n:
             self.best, self.best_n = weakref.ref(mod), n
             self.chosen.append(f"module {type(mod).__name__} ({count_params(n)} params)")
+            self.best_ids.append(id(mod))
             self._prepare(mod)
         return self.best is not None and self.best() is mod
 
     def _prepare(self, mod: Any) -> None:
         torch = self.torch
-        if self.memory_format:
-            fmt = {4: torch.channels_last, 5: torch.channels_last_3d}
-            done = []
-
-            def convert(t):
-                f = fmt.get(t.dim())
-                if f is None:
-                    return t
-                done.append(t.dim())
-                return t.contiguous(memory_format=f)
-            with torch.no_grad():
-                mod._apply(convert)
-            self.converted += len(done)
+        self._prepare_format(mod)
         if self.compile is not None:
             from torch._dynamo.eval_frame import OptimizedModule
             if isinstance(mod, OptimizedModule) or getattr(mod, "_compiled_call_impl", None) is not None:
@@ -124,15 +121,50 @@ class Outermost:
                 opts["mode"] = self.compile
             self.compiled[mod] = torch.compile(mod, **opts)
 
+    def _prepare_format(self, mod: Any) -> None:
+        """channels_last: ``mod``'s 4-D (5-D) weights and buffers converted, once."""
+        torch = self.torch
+        if not self.memory_format or mod in self.prepared:
+            return
+        self.prepared.add(mod)
+        fmt = {4: torch.channels_last, 5: torch.channels_last_3d}
+        done = []
+
+        def convert(t):
+            f = fmt.get(t.dim())
+            if f is None:
+                return t
+            done.append(t.dim())
+            return t.contiguous(memory_format=f)
+        with torch.no_grad():
+            mod._apply(convert)
+        self.converted += len(done)
+
     # -- the call --------------------------------------------------------------------------
     def outer_call(self, orig: Any, mod: Any, args: tuple, kwargs: dict) -> Any:
-        if not self.is_outermost(mod):
-            return orig(mod, *args, **kwargs)
-        self.calls += 1
+        outer = self.is_outermost(mod)
+        if not outer:
+            # bf16 and channels_last also apply to the program's other modules with parameters
+            if not self._count(mod):
+                return orig(mod, *args, **kwargs)
+            if mod not in self.others:
+                # (a part of the outermost module, called on its own, is the outermost's: as is)
+                best = self.best() if self.best is not None else None
+                inside = best is not None and any(m is mod for m in best.modules())
+                self.others[mod] = "" if inside else f"{type(mod).__name__} ({count_params(self._count(mod))} params)"
+                if self.others[mod]:
+                    # (said at the run's end, when the program's modules may be gone)
+                    self.other_names.append((id(mod), self.others[mod]))
+                if self.memory_format and not inside:
+                    self._prepare_format(mod)
+            if not self.others[mod] or not (self.autocast or self.memory_format):
+                return orig(mod, *args, **kwargs)   # (a compile reaches the outermost alone)
+        else:
+            self.calls += 1
         if self.memory_format:
             args = tuple(self._format(a) for a in args)
             kwargs = {k: self._format(v) for k, v in kwargs.items()}
-        compiled = self.compiled.get(mod)
+        compiled = self.compiled.get(mod) if outer else None
         call = (lambda: compiled(*args, **kwargs)) if compiled is not None else \
             (lambda: orig(mod, *args, **kwargs))
         if not self.autocast:
@@ -151,8 +183,17 @@ class Outermost:
         return x
 
     # -- what it did -----------------------------------------------------------------------
+    def other_modules(self) -> list[str]:
+        """The modules with parameters the program called itself, other than the outermost."""
+        last = self.best_ids[-1] if self.best_ids else None
+        return [text for i, text in self.other_names if i != last]
+
     def module_text(self) -> str:
-        return ", then ".join(self.chosen)
+        text = ", then ".join(self.chosen)
+        others = self.other_modules()
+        if (self.autocast or self.memory_format) and others:
+            text += f" and the program's other module{'s' if len(others) > 1 else ''} {', '.join(others)}"
+        return text
 
     def none_text(self) -> str:
         where = "on CUDA " if self.cuda else ""
@@ -220,6 +261,11 @@ class Compile(Handler):
         how = (f"backend {p.backend}" if p.backend else
                "default mode" if self.mode == "default" else f"mode {self.mode}")
         report.note(f"torch.compile ({how}) of {p.module_text()}", applied=True)
+        others = p.other_modules()
+        if others:
+            left = f"the program's other module{'s' if len(others) > 1 else ''} {', '.join(others)}, not compiled"
+            report.note(left)
+            report.left_out.append(left)
 
 
 HANDLERS = {Switch.BF16: Bf16(), Switch.CHANNELS_LAST: ChannelsLast(),

@@ -57,6 +57,8 @@ OTHER_PAGES = (("kernels_h200.md", "benchmark of the bundled kernels on the H200
                                        "programs (scripts/pages/make_loop_page.py)"),
                ("loader_throughput.md", "how fast DataLoader workers produce the what-if corpus's batches "
                                         "against the main process (scripts/bench/loader_throughput.py)"),
+               ("process_spread.md", "how far a host-bound program's step time moves between its runs, "
+                                     "free or pinned to four cores (scripts/bench/process_spread.sh)"),
                ("whatif.md", "each fix's predicted gain against the measured one, on the what-if corpus and "
                              "at first sight (scripts/whatif_accuracy.py page)"),
                ("replacement_check.md", "the replacement timings of `profkit capture` against the op in a "

@@ -133,10 +133,11 @@ def check_first_sight_entry(prog: dict, root: Path) -> None:
     for name, fix in prog["fixes"].items():
         assert fix["args"] == ["--fix", name] and fix["pays"] in (True, False, None), (prog["name"], name)
     assert set(prog["expect"]) == {"baseline", *prog["fixes"]}, prog["name"]
-    # the program's iteration range is the one named (_corpus.train_step opens "train_step"),
-    # and a capture runs 30-60 iterations
+    # the program's iteration range is the one named (_corpus.train_step and body_step open
+    # "train_step"), and a capture runs 30-60 iterations
     opens = f'nvtx("{prog["step_range"]}")' in src
-    assert opens or (prog["step_range"] == "train_step" and "train_step(" in src), prog["name"]
+    assert opens or (prog["step_range"] == "train_step" and ("train_step(" in src or "body_step(" in src)), \
+        prog["name"]
     assert prog["capture_args"][:1] == ["--steps"] and 30 <= int(prog["capture_args"][1]) <= 60
     # compiling variants are marked so (the harness gives them longer): a program compiled
     # in every variant at the program's level, else the fixes that compile

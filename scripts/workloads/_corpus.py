@@ -192,6 +192,28 @@ def capture_training(body: Callable[[], torch.Tensor], opt: torch.optim.Optimize
     return graph, out
 
 
+def body_step(body: Callable[[], torch.Tensor], opt: torch.optim.Optimizer, graph: bool) -> Callable[[], torch.Tensor]:
+    """One iteration of a training ``body()`` (forward, backward and the optimizer's step, each
+    in its NVTX range; returns the loss) in an NVTX range ``train_step``: with ``graph`` captured
+    once (``capture_training``) and replayed, its output buffer returned; else run, the
+    gradients then set to None."""
+    if graph:
+        g, out = capture_training(body, opt)
+
+        def replay() -> torch.Tensor:
+            with nvtx("train_step"):
+                g.replay()
+            return out
+        return replay
+
+    def step() -> torch.Tensor:
+        with nvtx("train_step"):
+            loss = body()
+            opt.zero_grad(set_to_none=True)
+        return loss
+    return step
+
+
 def graphed(fn: Callable[[torch.Tensor], torch.Tensor], static: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
     """``fn`` captured (``capture``) on ``static``. Returns ``run(x)``: ``x`` copied into ``static``,
     the graph replayed, its output buffer returned."""

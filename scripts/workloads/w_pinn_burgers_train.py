@@ -28,7 +28,7 @@ from typing import Callable
 import torch
 import torch.nn as nn
 
-from _corpus import capture_training, nvtx, program_args, run  # noqa: E402 (the workloads' shared helpers)
+from _corpus import body_step, nvtx, program_args, run  # noqa: E402 (the workloads' shared helpers)
 
 FIXES = ("graph", "fused_adam", "tf32")
 CUDA_ONLY = ("graph",)
@@ -89,21 +89,7 @@ def build(args, fixes: set[str], dev: torch.device) -> Callable[[], torch.Tensor
             opt.step()
         return loss.detach()
 
-    if graph:
-        g, out = capture_training(body, opt)
-
-        def replay() -> torch.Tensor:
-            with nvtx("train_step"):
-                g.replay()
-            return out
-        return replay
-
-    def step() -> torch.Tensor:
-        with nvtx("train_step"):
-            loss = body()
-            opt.zero_grad(set_to_none=True)
-        return loss
-    return step
+    return body_step(body, opt, graph)
 
 
 def main() -> None:

@@ -29,7 +29,7 @@ import torch
 import torch.nn as nn
 from torch.distributions import Bernoulli, Normal, kl_divergence
 
-from _corpus import capture_training, nvtx, program_args, run  # noqa: E402 (the workloads' shared helpers)
+from _corpus import body_step, nvtx, program_args, run  # noqa: E402 (the workloads' shared helpers)
 
 FIXES = ("no_validate", "no_validate_graph", "fused_adam")
 CUDA_ONLY = ("no_validate_graph",)
@@ -78,21 +78,7 @@ def build(args, fixes: set[str], dev: torch.device) -> Callable[[], torch.Tensor
             opt.step()
         return loss.detach()
 
-    if graph:
-        g, out = capture_training(body, opt)
-
-        def replay() -> torch.Tensor:
-            with nvtx("train_step"):
-                g.replay()
-            return out
-        return replay
-
-    def step() -> torch.Tensor:
-        with nvtx("train_step"):
-            loss = body()
-            opt.zero_grad(set_to_none=True)
-        return loss
-    return step
+    return body_step(body, opt, graph)
 
 
 def main() -> None:

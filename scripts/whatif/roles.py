@@ -259,6 +259,16 @@ FIX_RULES = {
     ("wgan_gp_train", "bf16"): ("PK305", "bf16_channels_last_speedup"),
     ("wgan_gp_train", "channels_last"): ("PK305", "channels_last_speedup"),
     ("wgan_gp_train", "no_item"): ("PK101", None), ("wgan_gp_train", "fused_adam"): ("PK201", None),
+    # written before their captures (set l): beams selected on the GPU remove PK101's waits (its
+    # loop of reads: the candidates walked in Python), torch.compile of a host-paced step is
+    # PK402's; TF32 and bf16 GEMMs PK302's, the attention's explicit path PK301's, a fused
+    # optimizer PK201's; weights kept in bf16 no rule's (a dequantization no rule names),
+    # torch.compile's fusion of the dequantization PK402's, a CUDA graph PK103's
+    ("beam_search_decode", "gpu_beams"): ("PK101", None), ("beam_search_decode", "compile"): ("PK402", None),
+    ("mae_pretrain_train", "tf32"): ("PK302", None), ("mae_pretrain_train", "bf16"): ("PK302", "bf16_speedup"),
+    ("mae_pretrain_train", "sdpa"): ("PK301", None), ("mae_pretrain_train", "fused_adamw"): ("PK201", None),
+    ("int8_dequant_infer", "bf16_weights"): (None, None), ("int8_dequant_infer", "compile"): ("PK402", None),
+    ("int8_dequant_infer", "graph"): ("PK103", "cuda_graph_speedup"),
     ("grad_checkpoint_train", "no_checkpointing"): ("PK204", None), ("grad_checkpoint_train", "fused_adamw"): ("PK201", None),
     ("cpu_tokenize_infer", "encode_batch"): (None, None), ("cpu_tokenize_infer", "workers"): ("PK102", None),
     ("cpu_tokenize_infer", "pretokenized"): ("PK102", None),

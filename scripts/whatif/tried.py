@@ -96,6 +96,11 @@ SWITCH_OF: dict[tuple[str, str], str] = {
     ("seq2seq_transformer_train", "bf16"): "bf16",
     ("seq2seq_transformer_train", "fused_adam"): _FUSED,
     ("vae_distributions_train", "fused_adam"): _FUSED,
+    ("beam_search_decode", "compile"): "compile",
+    ("mae_pretrain_train", "tf32"): "tf32",
+    ("mae_pretrain_train", "bf16"): "bf16",
+    ("mae_pretrain_train", "fused_adamw"): _FUSED,
+    ("int8_dequant_infer", "compile"): "compile",
 }
 
 

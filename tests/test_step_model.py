@@ -454,7 +454,7 @@ def test_bf16_prices_cudnns_depthwise_weight_gradients_at_their_forwards_pace():
     f = _pk305("convnext_tiny_fp32_train")
     its = len(model("convnext_tiny_fp32_train").graph.iter_call) - 1
     assert f.evidence["depthwise_wgrad_ns"] / its == pytest.approx(66e6, rel=0.05)
-    assert f.evidence["bf16_channels_last_speedup"] == pytest.approx(3.68, abs=0.01)
+    assert f.evidence["bf16_channels_last_speedup"] == pytest.approx(3.69, abs=0.01)
     assert "depthwise weight gradients" in f.basis
     # a grouped convolution that is not depthwise (ResNeXt's 32 groups) has no depthwise forward
     # to take the pace of: left as it is

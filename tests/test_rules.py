@@ -459,13 +459,13 @@ def test_a_shape_varying_loop_that_allocates_is_not_graphed():
 
 def test_bf16_is_warned_against_where_autocast_casts_make_the_step_slower():
     # t5_finetune (corpus): fp32 T5-small fine-tuning, partly host-bound. Autocast adds the casts
-    # of each GEMM's operands on the CPU, about what the faster GEMMs save: the model prices bf16
-    # about even and PK302 leads with TF32 and says so (measured 0.78-0.98x, TF32 1.13x); priced
-    # below 0.98x it says not bf16 (0.92x at a cast's 37 us).
+    # of each GEMM's operands on the CPU, more than the faster GEMMs save: the model prices bf16
+    # below 1 and PK302 leads with TF32 and says not bf16 (measured 0.78-0.98x, TF32 1.13x; bf16
+    # priced 0.96x at a cast's 30 us, 0.92x at 37, 0.99x at 25).
     f = next(x for x in shared.profile(ROOT / "traces/corpus/t5_finetune.sqlite.xz").findings()
              if x.code == "PK302")
-    assert 0.95 < f.evidence["bf16_speedup"] < 1.0 and f.expected_end_to_end_speedup > 1.05
-    assert "(TF32); bf16 autocast about even here" in f.action
+    assert 0.8 < f.evidence["bf16_speedup"] < 0.98 and f.expected_end_to_end_speedup > 1.05
+    assert "not bf16 autocast here" in f.action
     # Where bf16 pays (GPU-bound DistilBERT), it is named with its gain, not warned against.
     g = next(x for x in shared.profile(ROOT / "traces/corpus/distilbert_finetune.sqlite.xz").findings()
              if x.code == "PK302")

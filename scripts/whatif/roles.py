@@ -63,7 +63,7 @@ NO_TEST = {
     ("gru_rollout_infer", "cudnn_encoder"): "led to PK106's plain stretches of a loop whose other steps are not a recurrence",
     ("gru_rollout_infer", "bf16"): "led to PK302's bf16 charging no cast to a recurrent loop's GEMMs",
     ("wgan_gp_train", "bf16"): "led to autocast's cast cost per kernel re-fitted on the corpus's bf16 pairs "
-                               "(PK302's cast_cpu_us, 37 to 25 us)",
+                               "(PK302's cast_cpu_us, 37 to 30 us)",
     ("vae_distributions_train", "no_validate_graph"): "led to the compile trials saying which of the program's "
                                                       "modules they left out, which then rank nothing below "
                                                       "the model's price",

@@ -41,9 +41,11 @@ Expected gain
     can become host-bound in bf16 (both did, at 11.6 and 42 ms). The figure was 37 us, from
     GPT-2's launches alone; on the corpus's bf16 pairs of 19 programs (PK302's and PK305's,
     timed by hand) it priced bf16 low on 13, by 7% in the median and by 10-17% on GPT-2 training
-    itself, a Transformer translator, a diffusion UNet and a WGAN; at 25 us the median is 2% low
-    and the median miss 5% (7.5% before); the larger misses left are priced high: ResNeXt-50 and
-    DenseNet-121 training and BERT inference, by 11-12%.
+    itself, a Transformer translator, a diffusion UNet and a WGAN. At 30 us the median is 5% low
+    and the median miss 6.6% (7.3% before); 25 us centred them (2% low, the median miss 5%) but
+    priced T5-small's bf16, measured 0.98x, at 1.11x: a promise a fix that measured under 1.05x
+    must not get. The larger misses left are priced high: ResNeXt-50 and DenseNet-121 training
+    and BERT inference, by 10-12%.
     A kernel's cast is an average: autocast casts a weight once per region and a forward op's
     operands, not its backward kernels, so a step with more backward kernels per forward op
     (a double backward) is charged more than it pays. In the evidence as
@@ -95,7 +97,7 @@ RULE = RuleMeta(
     params=(Param("min_gpu_share", 0.02, "fp32 GEMMs' share of the window's GPU time"),
             Param("bf16_share", 0.70, "share of the bf16 roof the GEMMs reach with the casts autocast "
                                       "adds to them counted in"),
-            Param("cast_cpu_us", 25.0, "CPU time (without a profiler) autocast adds a GEMM kernel: "
+            Param("cast_cpu_us", 30.0, "CPU time (without a profiler) autocast adds a GEMM kernel: "
                                        "the dispatch and launch of its operands' casts (fitted on the "
                                        "corpus's bf16 pairs)"),
             Param("unaligned_tf32_gain", 2.4, "what TF32 makes of an fp32 GEMM whose M, K or N is not "
@@ -255,11 +257,6 @@ def detect(ctx: RuleContext) -> list[Finding]:
             # paces, or one it would pace in bf16, runs slower.
             action = ("fp32 GEMMs on the CUDA cores: torch.set_float32_matmul_precision(\"high\") "
                       f"(TF32); not bf16 autocast here: its casts add more CPU time than the GEMMs "
-                      f"save [bf16: {bf:.2f}x end to end]")
-        elif bf < 1.02 < g:
-            # about even: the casts cost the CPU what the faster GEMMs save
-            action = ("fp32 GEMMs on the CUDA cores: torch.set_float32_matmul_precision(\"high\") "
-                      f"(TF32); bf16 autocast about even here: its casts add on the CPU what the GEMMs "
                       f"save [bf16: {bf:.2f}x end to end]")
     ev["priced_from"] = "estimate" if tf32_timed is None else "timed"
     ratio_text = (f"TF32 / fp32 peak = {op_gain:.1f}" if tf32_timed is None else

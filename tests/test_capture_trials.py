@@ -305,6 +305,22 @@ def test_try_in_the_bootstrap_records_the_trial(tmp_path):
         "switch": "tf32", "applied": False, "note": "the script never imported torch"}
     res = _bootstrap(tmp_path, "--try", "tf33", script="pass\n")
     assert res.returncode == 2 and res.stderr.startswith("profkit: error: --try: unknown switch 'tf33'")
+    # a compile of one of the program's two modules says which it left eager, in the record
+    # that the trials' record keeps (left_out): the trial measured part of the fix
+    two = """
+        import torch, nvtx
+        enc, dec = torch.nn.Linear(8, 8), torch.nn.Linear(8, 2)
+        for i in range(8):
+            with nvtx.annotate("step"):
+                dec(enc(torch.randn(4, 8)))
+    """
+    res = _bootstrap(tmp_path, "--try", "compile", "--calibrate", str(tmp_path / "t.json"), script=two,
+                     env={"PROFKIT_TRY_COMPILE_BACKEND": "eager"})
+    assert res.returncode == 0, res.stderr
+    trial = json.loads((tmp_path / "t.json").read_text())["trial"]
+    assert trial["left_out"] == "the program's other module Linear (18 params), not compiled"
+    assert trial["note"] == ("torch.compile (backend eager) of module Linear (72 params); "
+                             "the program's other module Linear (18 params), not compiled")
 
 
 def test_ctrl_c_in_a_trial_keeps_the_trace(tools, fake_torch):

@@ -278,7 +278,7 @@ def test_the_checks_of_a_library_and_a_trial_of_another_fix():
         "torch.distributions.Distribution.set_default_validate_args(False)) once the model is debugged: the "
         "per-step synchronisations in forward (12 per iteration) are its checks")
     trials = {t["switch"]: t for t in run_["trials"]}
-    assert (trials["compile_graphs"]["code"], trials["compile_graphs"]["model"]) == ("PK103", 3.899)
+    assert (trials["compile_graphs"]["code"], trials["compile_graphs"]["model"]) == ("PK103", 3.808)
     assert trials["compile_graphs"]["speedup"] == 0.772
     assert (trials["bf16"]["speedup"], trials["bf16"]["model"]) == (0.805, 0.841)
     assert trials["bf16"]["note"] == "autocast bf16 around module Sequential (1.9M params)"
@@ -304,9 +304,9 @@ def test_a_trial_that_left_part_of_the_program_out_ranks_nothing_below_its_price
     run_ = json.loads(classify(path, "--format", "json").stdout)["run"]
     a1 = run_["actions"][0]
     assert a1["code"] == "PK103" and a1["tried"]["speedup"] == 0.772 and a1["tried"]["left_out"] == left
-    assert a1["tried"]["model"] == 3.899 and a1["expected_end_to_end_speedup"] > 3
+    assert a1["tried"]["model"] == 3.808 and a1["expected_end_to_end_speedup"] > 3
     scaled = [c["with_trials"]["scaled"] for c in run_["combinations"] if "with_trials" in c]
     assert all("PK103" not in s and "PK402" not in s for s in scaled)
     text = " ".join(classify(path).stdout.split())
     assert ("tried: torch.compile (mode reduce-overhead) of module Sequential (1.9M params); " + left
-            + " 0.77x (2 runs, 0.76-0.85x; 6 s of warm-up), priced 3.90x;") in text
+            + " 0.77x (2 runs, 0.76-0.85x; 6 s of warm-up), priced 3.81x;") in text

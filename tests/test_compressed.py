@@ -165,7 +165,7 @@ def test_the_tracked_tree_stays_small_enough_to_travel():
     # all the same: grad_checkpoint_train's third price 2.9%, gpt2_fp32_train's TF32 price 4%, and
     # generate_qwen2's graph price 5.7%, which took its static-cache pair from +17% to +8%, across
     # the page's 15% line). Set j's three (6, 6 and 14 iterations) fit by cutting ten more to 3-9
-    # iterations, each within 2%. Set k's three (4, 6 and 4 iterations) fit by cutting nine more
+    # iterations, each within 2%. Set k's three (4 iterations each) fit by cutting nine more
     # to 5-12 iterations, each within 2%. Past 45 MB, traces must be trimmed harder or leave the tree.
     assert _tracked_bytes() < 45_000_000
 

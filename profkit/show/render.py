@@ -128,10 +128,11 @@ def run_lines(run: dict) -> list[str]:
                      f"iteration ({fmt_time(u['ns_per_iteration'])}, in {', '.join(u['where'])}) and no rule "
                      f"sees what it does; {record}; profile the CPU side (py-spy, nsys --sample=cpu) to see it")
     for i, a in enumerate(run["actions"], 1):
-        tried = f"tried: {trial_text(a['tried'])}; " if a.get("tried") else ""
-        if a.get("tried", {}).get("model") is not None:  # a trial of another of its fixes
-            t = a["tried"]
-            tried = f"tried: {t.get('note') or t['switch']} {trial_text(t)}, priced {t['model']:.2f}x; "
+        t = a.get("tried")
+        tried = ("" if not t else
+                 # a trial of another of its fixes: what it ran, and that fix's price
+                 f"tried: {t.get('note') or t['switch']} {trial_text(t)}, priced {t['model']:.2f}x; "
+                 if t.get("model") is not None else f"tried: {trial_text(t)}; ")
         # the other fixes the action offers, as their trials measured them (what it is ranked by)
         tried += "".join(f"{v['switch']} tried: {trial_text(v)}; " for v in a.get("tried_variants") or [])
         if a.get("range"):

@@ -61,9 +61,11 @@ class Outermost:
         self.inputs_converted = 0
         self.calls = 0
         self.prepared: "weakref.WeakSet[Any]" = weakref.WeakSet()   # weights converted
-        self.others: "weakref.WeakKeyDictionary[Any, str]" = weakref.WeakKeyDictionary()
-        self.other_names: list[tuple[int, str]] = []   # (id, text) of each, in the order met
-        self.best_ids: list[int] = []                  # the outermost modules' ids, in turn
+        # the program's other modules met: whether each is one (not a part of the outermost)
+        self.others: "weakref.WeakKeyDictionary[Any, bool]" = weakref.WeakKeyDictionary()
+        # (id, text) of each, in the order met: said at the run's end, when the modules may be gone
+        self.other_names: list[tuple[int, str]] = []
+        self.best_id: Optional[int] = None
         self.cuda = bool(torch.cuda.is_available())
 
     def install(self, trial: Any) -> None:
@@ -102,7 +104,7 @@ class Outermost:
         if n > self.best_n:
             self.best, self.best_n = weakref.ref(mod), n
             self.chosen.append(f"module {type(mod).__name__} ({count_params(n)} params)")
-            self.best_ids.append(id(mod))
+            self.best_id = id(mod)
             self._prepare(mod)
         return self.best is not None and self.best() is mod
 
@@ -150,12 +152,9 @@ class Outermost:
             if mod not in self.others:
                 # (a part of the outermost module, called on its own, is the outermost's: as is)
                 best = self.best() if self.best is not None else None
-                inside = best is not None and any(m is mod for m in best.modules())
-                self.others[mod] = "" if inside else f"{type(mod).__name__} ({count_params(self._count(mod))} params)"
+                self.others[mod] = not (best is not None and any(m is mod for m in best.modules()))
                 if self.others[mod]:
-                    # (said at the run's end, when the program's modules may be gone)
-                    self.other_names.append((id(mod), self.others[mod]))
-                if self.memory_format and not inside:
+                    self.other_names.append((id(mod), f"{type(mod).__name__} ({count_params(self._count(mod))} params)"))
                     self._prepare_format(mod)
             if not self.others[mod] or not (self.autocast or self.memory_format):
                 return orig(mod, *args, **kwargs)   # (a compile reaches the outermost alone)
@@ -185,8 +184,7 @@ class Outermost:
     # -- what it did -----------------------------------------------------------------------
     def other_modules(self) -> list[str]:
         """The modules with parameters the program called itself, other than the outermost."""
-        last = self.best_ids[-1] if self.best_ids else None
-        return [text for i, text in self.other_names if i != last]
+        return [text for i, text in self.other_names if i != self.best_id]
 
     def module_text(self) -> str:
         text = ", then ".join(self.chosen)

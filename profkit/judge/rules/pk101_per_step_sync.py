@@ -112,22 +112,24 @@ def program_lines(ctx: RuleContext, limit: int = 3) -> tuple[str, list[dict]]:
     return f"; where the program waits (the op record of one iteration): {'; '.join(parts)}{more}", rec[:10]
 
 
-# Waits a library makes for its own checks, by the API they went through, and the switch that
-# turns the checks off (the values are not the program's: nothing needs keeping on the GPU)
-LIBRARY_CHECKS = {"torch/distributions/": "torch.distributions' argument validation: pass "
-                                          "validate_args=False (or call torch.distributions.Distribution."
-                                          "set_default_validate_args(False)) once the model is debugged"}
+# Waits a library makes for its own checks, by the API they went through: the checks' name and
+# the switch that turns them off (the values are not the program's: nothing needs keeping on the GPU)
+LIBRARY_CHECKS = {"torch/distributions/": (
+    "torch.distributions' argument validation",
+    "pass validate_args=False (or call torch.distributions.Distribution.set_default_validate_args(False)) "
+    "once the model is debugged")}
 
 
-def library_checks(rec: list[dict]) -> tuple[str, float]:
-    """The switch that turns off the library checks behind the recorded waits ``rec``
-    (program_lines' evidence), and the share of the waits it covers; ("", 0) where none."""
+def library_checks(rec: list[dict]) -> tuple[str, str, float]:
+    """The library checks behind the recorded waits ``rec`` (program_lines' evidence): their
+    name, the switch that turns them off, and the share of the waits they are; ("", "", 0)
+    where none."""
     total = sum(int(s.get("count", 0)) for s in rec)
-    for where, fix in LIBRARY_CHECKS.items():
+    for where, (name, switch) in LIBRARY_CHECKS.items():
         n = sum(int(s.get("count", 0)) for s in rec if str(s.get("via", "")).startswith(where))
         if n and total:
-            return fix, n / total
-    return "", 0.0
+            return name, switch, n / total
+    return "", "", 0.0
 
 
 def host_to_device_calls(g: StepGraph) -> np.ndarray:
@@ -222,16 +224,17 @@ def detect(ctx: RuleContext) -> list[Finding]:
         ev["host_to_device_copy_syncs_left_out"] = round(n_h2d / its, 1)
         lines += (f" (not counted: the syncs of {n_h2d / its:.0f} blocking host-to-device copies an "
                   "iteration, PK104's)")
-    checks, covered = library_checks(ev_lines)
+    checks, switch, covered = library_checks(ev_lines)
     if checks:
         ev["library_checks_share"] = round(covered, 3)
     head = (f"remove the per-step synchronisation in {names}: keep the values on the GPU and read "
             "them every N steps (or branch on the GPU with torch.where)")
     if checks and covered >= 0.99:
-        head = (f"turn off {checks}: the per-step synchronisations in {names} are its checks, each "
-                "read back to the host")
+        head = (f"turn off {checks}: {switch}: the per-step synchronisations in {names} are its "
+                "checks, each read back to the host")
     elif checks:
-        head = f"turn off {checks} ({covered:.0%} of the recorded waits are its checks); then {head}"
+        head = (f"turn off {checks}: {switch} ({covered:.0%} of the recorded waits are its checks); "
+                f"then {head}")
     if gain >= 1.02:
         return [Finding(RULE.code, RULE.name, head
                         + (f" ({ev['kept_on_gpu_speedup']:.2f}x, the loop kept); the values read one by "
@@ -243,6 +246,6 @@ def detect(ctx: RuleContext) -> list[Finding]:
     return [Finding(RULE.code, RULE.name,
                     f"leave the per-step sync in {names} for now: without it the CPU's own work "
                     "still sets the pace; cut the CPU work per step first"
-                    + (f" (the waits are {checks.split(':')[0]}'s checks: turning them off saves their "
+                    + (f" (the waits are {checks}'s checks: turning them off saves their "
                        "CPU work too, which this price leaves out)" if checks else "") + lines, Rung.NONE, ev, 1.0,
                     f"CPU-paced: {basis}", max(gain, 1.0))]

@@ -51,7 +51,7 @@ Expected gain
     (a double backward) is charged more than it pays. In the evidence as
     ``bf16_speedup``; the finding leads with TF32, the one-line change, and names bf16 when it
     is the larger one, or warns against it when the model finds the step slower in bf16
-    (T5-small fine-tuning, partly host-bound: priced 0.92x, measured 0.78-0.98x: no test of it).
+    (T5-small fine-tuning, partly host-bound: priced 0.96x, measured 0.78-0.98x).
     Not in a recurrent cell loop (PK106's cells, from an iteration's first to its last): autocast
     caches the cast of each weight for the region and the cells' state is bf16 once they run in
     it, so those GEMMs add no cast a step (``bf16_recurrent_gemms_uncast``: their kernels per

@@ -192,11 +192,20 @@ def capture_training(body: Callable[[], torch.Tensor], opt: torch.optim.Optimize
     return graph, out
 
 
-def body_step(body: Callable[[], torch.Tensor], opt: torch.optim.Optimizer, graph: bool) -> Callable[[], torch.Tensor]:
-    """One iteration of a training ``body()`` (forward, backward and the optimizer's step, each
-    in its NVTX range; returns the loss) in an NVTX range ``train_step``: with ``graph`` captured
-    once (``capture_training``) and replayed, its output buffer returned; else run, the
-    gradients then set to None."""
+def body_step(forward: Callable[[], torch.Tensor], opt: torch.optim.Optimizer, graph: bool) -> Callable[[], torch.Tensor]:
+    """One training iteration, an NVTX range ``train_step`` holding ``forward`` (``forward()``,
+    returning the loss), ``backward`` and ``optimizer`` (its step): with ``graph`` captured once
+    (``capture_training``) and replayed, its output buffer (the loss) returned; else run, the
+    gradients then set to None. Returns the iteration."""
+    def body() -> torch.Tensor:
+        with nvtx("forward"):
+            loss = forward()
+        with nvtx("backward"):
+            loss.backward()
+        with nvtx("optimizer"):
+            opt.step()
+        return loss.detach()
+
     if graph:
         g, out = capture_training(body, opt)
 

@@ -28,7 +28,7 @@ from typing import Callable
 import torch
 import torch.nn as nn
 
-from _corpus import body_step, nvtx, program_args, run  # noqa: E402 (the workloads' shared helpers)
+from _corpus import body_step, program_args, run  # noqa: E402 (the workloads' shared helpers)
 
 FIXES = ("graph", "fused_adam", "tf32")
 CUDA_ONLY = ("graph",)
@@ -80,16 +80,7 @@ def build(args, fixes: set[str], dev: torch.device) -> Callable[[], torch.Tensor
     opt = torch.optim.Adam(net.parameters(), lr=1e-3, fused=True if "fused_adam" in fixes else None,
                            capturable=graph)
 
-    def body() -> torch.Tensor:
-        with nvtx("forward"):
-            loss = loss_fn(net, n_col, n_bc, span, lo)
-        with nvtx("backward"):
-            loss.backward()
-        with nvtx("optimizer"):
-            opt.step()
-        return loss.detach()
-
-    return body_step(body, opt, graph)
+    return body_step(lambda: loss_fn(net, n_col, n_bc, span, lo), opt, graph)
 
 
 def main() -> None:

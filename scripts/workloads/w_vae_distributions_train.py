@@ -29,7 +29,7 @@ import torch
 import torch.nn as nn
 from torch.distributions import Bernoulli, Normal, kl_divergence
 
-from _corpus import body_step, nvtx, program_args, run  # noqa: E402 (the workloads' shared helpers)
+from _corpus import body_step, program_args, run  # noqa: E402 (the workloads' shared helpers)
 
 FIXES = ("no_validate", "no_validate_graph", "fused_adam")
 CUDA_ONLY = ("no_validate_graph",)
@@ -67,18 +67,11 @@ def build(args, fixes: set[str], dev: torch.device) -> Callable[[], torch.Tensor
     # images with a structure to learn: a fixed random template per class, pixels drawn around it
     templates = torch.rand(10, pixels, device=dev)
 
-    def body() -> torch.Tensor:
-        with nvtx("forward"):
-            cls = torch.randint(0, 10, (batch,), device=dev)
-            x = torch.bernoulli(templates[cls])
-            loss = model.loss(x, validate)
-        with nvtx("backward"):
-            loss.backward()
-        with nvtx("optimizer"):
-            opt.step()
-        return loss.detach()
+    def loss_of() -> torch.Tensor:
+        cls = torch.randint(0, 10, (batch,), device=dev)
+        return model.loss(torch.bernoulli(templates[cls]), validate)
 
-    return body_step(body, opt, graph)
+    return body_step(loss_of, opt, graph)
 
 
 def main() -> None:

@@ -74,3 +74,50 @@ def test_calibrate_runs_given_is_left_as_asked(tools, monkeypatch):
     assert "calibration run 2 (no profiler)" not in r.stderr
     meta = dict(sqlite3.connect(tools.work / "steps.sqlite").execute("SELECT key, value FROM PROFKIT_META"))
     assert len(json.loads(meta["calibration"])["runs"]) == 2
+
+
+def test_a_run_cut_while_still_compiling_is_captured_again_longer(tools, monkeypatch):
+    # the profiled trace of the first capture says every iteration loaded new GPU code: a warm-up
+    # the cut ended inside; the second capture, 4x longer, does not
+    answers = iter([True, False])
+    monkeypatch.setattr(cap, "ended_in_warm_up", lambda path: next(answers))
+    monkeypatch.setenv("FAKE_KERNELS", json.dumps([["void k(int)", "k", "step"]] * 12))
+    _script(tools.work / "steps.py", STEPS)
+    r = _invoke(["--max-iterations", "6", "steps.py", "60"])
+    assert r.exit_code == 0, r.stderr
+    assert ("profkit: every iteration of the profiled run up to its cut after 6 loaded new GPU code "
+            "(a library compiling a kernel per new shape): it ended inside its warm-up; captured "
+            "again with --max-iterations 24") in r.stderr
+    assert "[again] calibration run (no profiler)" in r.stderr and "[again] nsys profile" in r.stderr
+    profiles = [c for c in tools.calls() if c[:2] == ["nsys", "profile"]]
+    assert [p[p.index("--max-iterations") + 1] for p in profiles] == ["6", "24"]
+    meta = dict(sqlite3.connect(tools.work / "steps.sqlite").execute("SELECT key, value FROM PROFKIT_META"))
+    assert meta["max_iterations"] == "24" and meta["profiled_run_cut"] == "cut after 24 step"
+    # the calibration kept is the longer runs' alone (the fake trace's 100 ns steps bring a
+    # second calibration run, cut as long)
+    runs = json.loads(meta["calibration"])["runs"]
+    assert [(r["cut"]["iterations"], len(r["ranges"])) for r in runs] == [(24, 24), (24, 24)]
+
+
+def test_a_run_not_cut_is_not_captured_again(tools, monkeypatch):
+    monkeypatch.setattr(cap, "ended_in_warm_up", lambda path: True)
+    monkeypatch.setenv("FAKE_KERNELS", json.dumps([["void k(int)", "k", "step"]] * 12))
+    _script(tools.work / "steps.py", STEPS)
+    r = _invoke(["steps.py", "10"])
+    assert r.exit_code == 0, r.stderr
+    assert "[again]" not in r.stderr
+    assert len([c for c in tools.calls() if c[:2] == ["nsys", "profile"]]) == 1
+
+
+@pytest.mark.parametrize("name,still", [("corpus/beam_search_decode", True), ("corpus/kv_decode_sampling", True),
+                                        ("real/train_llama", False), ("corpus/mae_pretrain_train", False)])
+def test_a_warm_up_not_over_is_told_by_its_code_loads(name, still):
+    # beam search and the KV-cache sampler: a cuDNN attention compiled per new key length, every
+    # captured token; the training steps load nothing after their first iteration
+    from profkit.read.trace import Trace
+    from profkit.run.warmup import loading_iterations, still_loading
+    root = Path(__file__).resolve().parents[1]
+    t = Trace(root / f"traces/{name}.sqlite.xz")
+    loaded, n, last = loading_iterations(t)
+    assert still_loading(t) is still and last is still
+    assert (loaded == n) if still else loaded == 0

@@ -465,38 +465,74 @@ def capture(script: str | Path, script_args: Sequence[str] = (), *, output: Opti
         started = _dt.datetime.now(_dt.timezone.utc)
         step_range: Optional[str] = None    # named by the first run, for the cut of the others
         calib_runs: list[tuple[Optional[str], float]] = []
-        if calibrate:
+
+        def calibration_runs(label: Callable[[str], str], record: Optional[Path]) -> None:
+            """The calibration runs (the first with the op record ``record``), into texts."""
+            nonlocal step_range
             for k in range(calibrate_runs):
                 which = f" {k + 1} of {calibrate_runs}" if calibrate_runs > 1 else ""
-                record = ops_file if replacements and k == 0 else None
                 text, secs = _calibration_pass(python, script_p, script_args, calib_file,
-                                               f"[{next(step)}/{passes}] calibration run{which} (no profiler)",
+                                               label(f"calibration run{which} (no profiler)"),
                                                say, result, cut_flags(max_iterations, step_range),
-                                               record)
-                if result.interrupted:  # Ctrl-C before profiling: nothing to keep
-                    result.exit_code = 130
-                    return result
+                                               record if k == 0 else None)
+                if result.interrupted:
+                    return
                 if text is not None:
                     texts.append(text)
                     step_range = step_range or _repeated_range(text)
                 calib_runs.append((text, secs))
+
+        def numbered(what: str) -> str:
+            return f"[{next(step)}/{passes}] {what}"
+
+        if calibrate:
+            calibration_runs(numbered, ops_file if replacements else None)
+            if result.interrupted:  # Ctrl-C before profiling: nothing to keep
+                result.exit_code = 130
+                return result
             calibration = combine_calibrations(texts)
             if replacements:
                 replaced = replacement_pass(python, ops_file, repl_file, say, result)
                 if result.interrupted:
                     result.exit_code = 130
                     return result
-        app = script_command(python, script_p, script_args, aten, code_file, aten_source,
-                             max_iterations, step_range)
-        nsys_cmd = build_nsys_command(nsys, tmp_base, app, extra_nsys, gpu_metrics_hz)
-        p1 = run_pass(nsys_cmd, f"[{next(step)}/{passes}] nsys profile", say)
-        code = _read_exit_code(code_file)
-        result.exit_code = code if code is not None else (130 if p1.interrupted else p1.returncode)
-        # 130: the script stopped on KeyboardInterrupt (Ctrl-C reached it, maybe not us)
-        result.interrupted = p1.interrupted or result.exit_code == 130
-        sqlite_tmp = _nsys_sqlite(nsys, tmp_base, say, keep_as=out.with_suffix(".qdstrm"))
 
-        cut = _read_cut(code_file)
+        def profiled_run(label: str) -> tuple[list[str], list[str], Path, str]:
+            """The run under nsys: (its command, the app's, the exported trace, the cut)."""
+            app = script_command(python, script_p, script_args, aten, code_file, aten_source,
+                                 max_iterations, step_range)
+            cmd = build_nsys_command(nsys, tmp_base, app, extra_nsys, gpu_metrics_hz)
+            p1 = run_pass(cmd, label, say)
+            code = _read_exit_code(code_file)
+            result.exit_code = code if code is not None else (130 if p1.interrupted else p1.returncode)
+            # 130: the script stopped on KeyboardInterrupt (Ctrl-C reached it, maybe not us)
+            result.interrupted = p1.interrupted or result.exit_code == 130
+            return cmd, app, _nsys_sqlite(nsys, tmp_base, say, keep_as=out.with_suffix(".qdstrm")), \
+                _read_cut(code_file)
+
+        nsys_cmd, app, sqlite_tmp, cut = profiled_run(numbered("nsys profile"))
+        if cut and max_iterations and not result.interrupted and ended_in_warm_up(sqlite_tmp):
+            # A run cut inside its first pass over new shapes shows compilation, not the step the
+            # program runs afterwards (profkit.run.warmup): once more, longer, before judging it.
+            longer = max_iterations * WARM_UP_LONGER
+            note = (f"every iteration of the profiled run up to its cut after {max_iterations} loaded "
+                    "new GPU code (a library compiling a kernel per new shape): it ended inside its "
+                    f"warm-up; captured again with --max-iterations {longer}")
+            say(f"profkit: {note}")
+            result.notes.append(note)
+            max_iterations = longer
+            if calibrate:
+                texts.clear()
+                calib_runs.clear()
+                calibration_runs(lambda what: f"[again] {what}", None)
+                if result.interrupted:
+                    result.exit_code = 130
+                    return result
+                calibration = combine_calibrations(texts)
+            for first in (sqlite_tmp, tmp_base.with_name(tmp_base.name + ".nsys-rep"), code_file):
+                with contextlib.suppress(OSError):
+                    first.unlink()   # nsys does not overwrite a report; the exit file is re-read
+            nsys_cmd, app, sqlite_tmp, cut = profiled_run("[again] nsys profile")
         if cut:
             result.notes.append(f"the profiled run was {cut} (--max-iterations)")
         if calibrate and calibrate_runs == 1 and len(texts) == 1 and not result.interrupted:
@@ -817,6 +853,21 @@ def _trial_step(sqlite: Path, step_range: Optional[str],
     if step_range:
         return step_range
     return next((r for text, _ in calib_runs if text and (r := _repeated_range(text))), None)
+
+
+# A run cut while it still compiled is captured again with this many times its iterations (once)
+WARM_UP_LONGER = 4
+
+
+def ended_in_warm_up(sqlite_path: Path) -> bool:
+    """Whether nearly every iteration of the profiled trace loaded new GPU code, its last ones
+    included (profkit.run.warmup); False where the trace cannot say."""
+    from profkit.read.trace import Trace
+    from profkit.run.warmup import still_loading
+    try:
+        return still_loading(Trace(sqlite_path))
+    except ProfkitError:
+        return False
 
 
 # The second calibration run of a program whose first ran slower than its profiled run stops

@@ -101,6 +101,11 @@ SWITCH_OF: dict[tuple[str, str], str] = {
     ("mae_pretrain_train", "bf16"): "bf16",
     ("mae_pretrain_train", "fused_adamw"): _FUSED,
     ("int8_dequant_infer", "compile"): "compile",
+    ("vocoder_weightnorm_infer", "tf32"): "tf32",
+    ("vocoder_weightnorm_infer", "compile"): "compile",
+    ("encoder_grad_on_infer", "bf16"): "bf16",
+    ("nerf_chunks_infer", "tf32"): "tf32",
+    ("nerf_chunks_infer", "compile"): "compile",
 }
 
 

@@ -50,7 +50,12 @@ kept, aggregated into unique shapes with their counts:
   priced from it):
   the input's and weight's shapes, stride, padding, dilation, groups, element type, whether the
   input is channels_last, whether input or weight required gradients, and whether cuDNN may use
-  TF32 (``torch.backends.cudnn.allow_tf32``) as the program ran them.
+  TF32 (``torch.backends.cudnn.allow_tf32``) as the program ran them;
+* the ops whose every input is a parameter or buffer nothing writes, or such an op's output
+  (``invariant``, :mod:`profkit.capture.invariant`): int8 weights dequantized at every call, a
+  weight normalisation recomputed at inference, a frozen weight cast at every step; per kind:
+  the op, its input's and output's element types, the output's size, the count, the bytes
+  written and the GPU time (CUDA events around each, read when the run is over).
 
 Which iteration: the third start of the first top-level NVTX range to start three times (the step
 range when ``--step`` names it), up to that range's next start. The calibration leaves the first
@@ -87,7 +92,9 @@ one-line note. What it writes (``profkit-oprecord/1``)::
      "loader": [{"dataset": "TensorDataset", "rows": 4096, "per_row": true, "fetches": 1,
                  "fetch_ns": 41300000, "row_ns": 15200000, "batched_ns": 210000, "table_bytes": 260000000}],
      "host_ops": [{"op": "_sparse_coalesce", "count": 2, "ns": 21400000, "bytes": 61865984}, ...],
-     "anomaly": [{"ops": 1893, "check_nan": true}]}
+     "anomaly": [{"ops": 1893, "check_nan": true}],
+     "invariant": [{"op": "to", "from": "int8", "dtype": "bfloat16", "numel": 11534336, "count": 24,
+                    "bytes": 553648128, "gpu_ns": 812000, "timed": 24}, ...]}
 """
 from __future__ import annotations
 
@@ -102,6 +109,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from profkit.capture import loaders, unstepped
+from profkit.capture.invariant import Invariants
 from profkit.capture.syncsites import SyncSites, waits
 
 FORMAT = "profkit-oprecord/1"
@@ -181,6 +189,8 @@ class OpRecord:
         self.host_ops: dict[str, list[int]] = {}   # op -> [calls, ns, output bytes]
         self.anomaly_ops = 0
         self.anomaly_check_nan = False
+        self._invariant: Optional[Invariants] = None
+        self.saw_backward = False
         self.devices: set[str] = set()
         self._mode = None
         self._handles: list = []
@@ -232,9 +242,12 @@ class OpRecord:
             class _Mode(TorchDispatchMode):
                 def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                     kwargs = kwargs or {}
+                    inv = owner.invariant_before(func, args, kwargs)
                     t0 = time.perf_counter_ns()
                     out = func(*args, **kwargs)   # the program's op first, whatever happens here
-                    owner.see(func, args, kwargs, out, time.perf_counter_ns() - t0)
+                    ns = time.perf_counter_ns() - t0
+                    owner.invariant_after(func, args, kwargs, out, inv)
+                    owner.see(func, args, kwargs, out, ns)
                     return out
 
             self.syncs = SyncSites()
@@ -245,7 +258,9 @@ class OpRecord:
             self.active = True
             import torch.nn.modules.module as nn_module
             import torch.optim.optimizer as optim_module
+            self._invariant = Invariants()
             self._handles = [nn_module.register_module_forward_hook(self._safe(self._module_hook)),
+                             nn_module.register_module_forward_pre_hook(self._safe(self._module_pre_hook)),
                              optim_module.register_optimizer_step_pre_hook(self._safe(self._optimizer_hook))]
             undo = loaders.watch(torch, self._safe(self._fetch))
             if undo is not None:
@@ -271,6 +286,36 @@ class OpRecord:
                                   f"({type(exc).__name__}: {exc})"[:200])
             self._mode = None
         self._tracked = None
+
+    # -- loop-invariant ops (profkit.capture.invariant) -------------------------------------
+    def _module_pre_hook(self, module: Any, inputs: tuple) -> None:
+        if threading.get_ident() == self._thread and self._invariant is not None and not self.broken:
+            self._invariant.note_module(module)
+
+    def invariant_before(self, func: Any, args: tuple, kwargs: dict) -> Optional[tuple]:
+        """(the roots, the timing events) of an op about to run that is invariant, else None;
+        never raises (the program's op runs next, whatever happens here)."""
+        if not self.active or self.broken or self._invariant is None:
+            return None
+        try:
+            torch = sys.modules["torch"]
+            roots = self._invariant.before(func.__name__.split(".")[0], args, kwargs, torch)
+            return None if roots is None else (roots, self._invariant.events(torch))
+        except Exception as exc:  # noqa: BLE001 - a record must never break the program
+            self._fail(exc, "failed before an op")
+            return None
+
+    def invariant_after(self, func: Any, args: tuple, kwargs: dict, out: Any, inv: Optional[tuple]) -> None:
+        if not self.active or self.broken or self._invariant is None:
+            return
+        try:
+            torch = sys.modules["torch"]
+            if self._autograd_node() is not None:
+                self.saw_backward = True
+            self._invariant.after(func.__name__.split(".")[0], args, kwargs, out,
+                                  None if inv is None else inv[0], None if inv is None else inv[1], torch)
+        except Exception as exc:  # noqa: BLE001 - a record must never break the program
+            self._fail(exc, f"failed after {getattr(func, '__name__', func)}")
 
     def _fail(self, exc: BaseException, where: str) -> None:
         """Turn the record off for the rest of the run, with a note. The hooks go at once; the
@@ -692,7 +737,18 @@ class OpRecord:
             "host_ops": [{"op": op, "count": c, "ns": ns, "bytes": nb}
                          for op, (c, ns, nb) in sorted(self.host_ops.items(), key=lambda kv: -kv[1][1])],
             "anomaly": ([{"ops": int(self.anomaly_ops), "check_nan": bool(self.anomaly_check_nan)}]
-                        if self.anomaly_ops else [])}
+                        if self.anomaly_ops else []),
+            "invariant": self._invariant_summary()}
+
+    def _invariant_summary(self) -> list[dict]:
+        torch = sys.modules.get("torch")
+        if self._invariant is None or torch is None or self.broken:
+            return []
+        try:
+            return self._invariant.summary(torch, self.saw_backward)
+        except Exception as exc:  # noqa: BLE001 - the rest of the record stands
+            self.notes.append(f"op record: invariant ops not summed ({type(exc).__name__}: {exc})"[:200])
+            return []
 
 
 def _stored_bytes(torch: Any, t: Any) -> int:

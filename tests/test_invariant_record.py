@@ -1,0 +1,97 @@
+"""The op record's loop-invariant ops (profkit.capture.invariant) on the CPU: what an iteration
+recomputes from parameters and buffers nothing writes (int8 weights dequantized at every call, a
+weight normalisation left on at inference, a frozen weight cast under autocast), and what it
+must not count (an activation, a trained weight, random numbers, an input's own ops)."""
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from test_replacements import _record  # noqa: E402
+
+
+class QLinear(torch.nn.Module):
+    def __init__(self, fin: int, fout: int) -> None:
+        super().__init__()
+        self.register_buffer("q", torch.randint(-127, 128, (fout, fin), dtype=torch.int8))
+        self.register_buffer("scale", torch.rand(fout) / 127)
+
+    def forward(self, x):
+        return torch.nn.functional.linear(x, self.q.to(x.dtype) * self.scale[:, None])
+
+
+def _rows(rec: dict) -> dict:
+    return {(r["op"], r["dtype"], r["numel"]): r["count"] for r in rec["invariant"]}
+
+
+def test_int8_weights_dequantized_every_call_are_invariant():
+    m = torch.nn.Sequential(QLinear(16, 32), torch.nn.ReLU(), QLinear(32, 8)).eval()
+    x = torch.randn(4, 16)
+
+    def step():
+        with torch.inference_mode():
+            m(x)
+    rec = _record(step)
+    # per layer: the cast and the scaling of its weight; the GEMMs take the input: not invariant
+    # (inference mode dispatches ``to`` itself, not the ``_to_copy`` it would decompose to)
+    assert _rows(rec) == {("to", "float32", 512): 1, ("mul", "float32", 512): 1,
+                          ("to", "float32", 256): 1, ("mul", "float32", 256): 1}
+    assert all(r["bytes"] == r["numel"] * 4 for r in rec["invariant"])
+    assert {r["from"] for r in rec["invariant"] if r["op"] == "to"} == {"int8"}
+
+
+def test_weight_norm_at_inference_is_invariant():
+    from torch.nn.utils.parametrizations import weight_norm
+    m = torch.nn.Sequential(weight_norm(torch.nn.Conv1d(4, 8, 3)), torch.nn.ReLU(),
+                            weight_norm(torch.nn.Conv1d(8, 8, 3))).eval()
+    x = torch.randn(2, 4, 16)
+
+    def step():
+        with torch.no_grad():
+            m(x)
+    rows = _rows(_record(step))
+    assert rows and all(n in (96, 192, 8) for (_, _, n) in rows)        # weights and their norms
+    assert not any(op == "convolution" for (op, _, _) in rows)
+
+
+class Cast16(torch.nn.Linear):
+    """A linear layer run in bf16 by hand: its weight cast at every call."""
+
+    def forward(self, x):
+        noise = torch.randn_like(self.weight) * self.weight   # random: not invariant
+        return (x.to(torch.bfloat16) @ self.weight.to(torch.bfloat16).t()).float() + noise.sum()
+
+
+def test_trained_weights_activations_and_random_numbers_are_not_invariant():
+    trained = Cast16(8, 8)
+    frozen = Cast16(8, 8).requires_grad_(False)
+    opt = torch.optim.SGD(trained.parameters(), lr=0.1)
+    x = torch.randn(4, 8)
+
+    def step():
+        y = trained(x) + frozen(x)
+        y.sum().backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)                        # no gradient left at the end
+    # the frozen weight's cast alone: the trained one's changes every step
+    assert _rows(_record(step)) == {("_to_copy", "bfloat16", 64): 1}
+
+
+def test_a_buffer_written_in_the_iteration_takes_back_what_was_computed_from_it():
+    class Running(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("mean", torch.zeros(8))
+
+        def forward(self, x):
+            out = x - self.mean.exp()            # exp(mean): computed from a buffer...
+            self.mean.mul_(0.9).add_(x.mean(0) * 0.1)  # ...that this very iteration updates
+            return out
+    m = Running()
+    x = torch.randn(4, 8)
+
+    def step():
+        with torch.no_grad():
+            m(x)
+    assert _rows(_record(step)) == {}

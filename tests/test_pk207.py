@@ -1,0 +1,72 @@
+"""PK207 invariant-recompute: the op record's loop-invariant ops (weights dequantized at every
+call) priced through the step model on int8_dequant_infer's capture, whose record was written
+before the record followed invariant ops: here it is given the entries its program makes (each
+of 8 blocks' five int8 linear layers cast to bf16 and scaled per call), as the record now writes
+them (profkit.capture.invariant; tests/test_invariant_record.py runs the record itself)."""
+from __future__ import annotations
+
+import json
+import lzma
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+import profkit
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACE = ROOT / "traces" / "corpus" / "int8_dequant_infer.sqlite.xz"
+D, FF, LAYERS = 2048, 5632, 8
+SHAPES = {3 * D * D: 1, D * D: 1, FF * D: 3}       # qkv, o; gate, up and down
+
+
+def _with_invariant(tmp_path: Path, entries: list[dict] | None) -> Path:
+    dst = tmp_path / "int8_dequant_infer.sqlite"
+    with lzma.open(TRACE) as src, open(dst, "wb") as out:
+        shutil.copyfileobj(src, out)
+    con = sqlite3.connect(dst)
+    with con:
+        meta = json.loads(con.execute("SELECT value FROM PROFKIT_META WHERE key = 'replacements'").fetchone()[0])
+        if entries is None:
+            meta["record"].pop("invariant", None)
+        else:
+            meta["record"]["invariant"] = entries
+        con.execute("UPDATE PROFKIT_META SET value = ? WHERE key = 'replacements'", (json.dumps(meta),))
+    con.close()
+    return dst
+
+
+def _dequant(scale: float = 1.0) -> list[dict]:
+    rows = []
+    for numel, per_block in SHAPES.items():
+        n = int(per_block * LAYERS * scale)
+        rows += [{"op": "to", "from": "int8", "dtype": "bfloat16", "numel": numel, "count": n,
+                  "bytes": 2 * numel * n, "gpu_ns": 0, "timed": 0},
+                 {"op": "mul", "from": "bfloat16", "dtype": "bfloat16", "numel": numel, "count": n,
+                  "bytes": 2 * numel * n, "gpu_ns": 0, "timed": 0}]
+    return rows
+
+
+def test_weights_dequantized_every_call_are_priced_by_removing_their_kernels(tmp_path):
+    (f,) = [f for f in profkit.load(_with_invariant(tmp_path, _dequant())).findings() if f.code == "PK207"]
+    assert f.evidence["invariant_ops_per_iteration"] == 80 and f.evidence["kernels_found_per_iteration"] == 80
+    # the 40 casts and the 40 scalings: 31.8 ms of the window's 53.8 ms of kernels, 14 iterations
+    assert f.evidence["kernel_ns_per_iteration"] == 2_274_737
+    # 4.11 -> 1.73 ms; measured 2.31x dequantizing once (the H100, run folder ab-55)
+    assert f.expected_end_to_end_speedup == pytest.approx(2.3835, abs=1e-3)
+    assert "dequantized at every call" in f.action and "torch._weight_int8pack_mm" in f.action
+    top = profkit.load(_with_invariant(tmp_path, _dequant())).run().top_actions()[0]
+    assert top.rule == "invariant-recompute"
+
+
+def test_no_record_or_too_little_work_is_no_finding(tmp_path):
+    assert "PK207" not in {f.code for f in profkit.load(_with_invariant(tmp_path, None)).findings()}
+    assert "PK207" not in {f.code for f in profkit.load(TRACE).findings()}
+    tiny = [{"op": "to", "from": "int8", "dtype": "bfloat16", "numel": 64, "count": 1, "bytes": 128}]
+    assert "PK207" not in {f.code for f in profkit.load(_with_invariant(tmp_path, tiny)).findings()}
+
+
+def test_kernels_the_trace_does_not_hold_are_not_priced(tmp_path):
+    # the record counts ten times the casts the trace shows: the kernels are not these
+    assert "PK207" not in {f.code for f in profkit.load(_with_invariant(tmp_path, _dequant(10))).findings()}

@@ -93,6 +93,8 @@ class Invariants:
         """A pair of timing events recorded on the current stream, or None (CPU, too many)."""
         if self.timed >= MAX_EVENTS or not torch.cuda.is_available():
             return None
+        if torch.cuda.is_current_stream_capturing():
+            return None   # a timing event inside a CUDA graph's capture would invalidate it
         self.timed += 1
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()

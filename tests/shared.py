@@ -15,7 +15,11 @@ from __future__ import annotations
 import ast
 import copy
 import functools
+import json
+import lzma
 import re
+import shutil
+import sqlite3
 from pathlib import Path
 from typing import Optional
 
@@ -149,3 +153,22 @@ def check_first_sight_entry(prog: dict, root: Path) -> None:
     refused = set(re.findall(r'not_interleaved=\{"(\w+)"', src))
     listed = fixes if prog["interleave"] == "all" else set(prog["interleave"])
     assert not refused & listed and listed <= set(prog["fixes"]), prog["name"]
+
+
+def with_record_items(trace: Path, dst_dir: Path, kind: str, items: Optional[list]) -> Path:
+    """A decompressed copy of the committed capture ``trace`` whose op record holds ``items`` as
+    its ``kind`` entry (None: no such entry, as a record written before it had one), its other
+    entries kept."""
+    dst = dst_dir / trace.name.removesuffix(".xz")
+    with lzma.open(trace) as src, open(dst, "wb") as out:
+        shutil.copyfileobj(src, out)
+    con = sqlite3.connect(dst)
+    with con:
+        meta = json.loads(con.execute("SELECT value FROM PROFKIT_META WHERE key = 'replacements'").fetchone()[0])
+        if items is None:
+            meta["record"].pop(kind, None)
+        else:
+            meta["record"][kind] = items
+        con.execute("UPDATE PROFKIT_META SET value = ? WHERE key = 'replacements'", (json.dumps(meta),))
+    con.close()
+    return dst

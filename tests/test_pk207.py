@@ -5,15 +5,12 @@ of 8 blocks' five int8 linear layers cast to bf16 and scaled per call), as the r
 them (profkit.capture.invariant; tests/test_invariant_record.py runs the record itself)."""
 from __future__ import annotations
 
-import json
-import lzma
-import shutil
-import sqlite3
 from pathlib import Path
 
 import pytest
 
 import profkit
+import shared
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACE = ROOT / "traces" / "corpus" / "int8_dequant_infer.sqlite.xz"
@@ -22,19 +19,7 @@ SHAPES = {3 * D * D: 1, D * D: 1, FF * D: 3}       # qkv, o; gate, up and down
 
 
 def _with_invariant(tmp_path: Path, entries: list[dict] | None) -> Path:
-    dst = tmp_path / "int8_dequant_infer.sqlite"
-    with lzma.open(TRACE) as src, open(dst, "wb") as out:
-        shutil.copyfileobj(src, out)
-    con = sqlite3.connect(dst)
-    with con:
-        meta = json.loads(con.execute("SELECT value FROM PROFKIT_META WHERE key = 'replacements'").fetchone()[0])
-        if entries is None:
-            meta["record"].pop("invariant", None)
-        else:
-            meta["record"]["invariant"] = entries
-        con.execute("UPDATE PROFKIT_META SET value = ? WHERE key = 'replacements'", (json.dumps(meta),))
-    con.close()
-    return dst
+    return shared.with_record_items(TRACE, tmp_path, "invariant", entries)
 
 
 def _dequant(scale: float = 1.0) -> list[dict]:

@@ -3,15 +3,12 @@ and updated on the CPU) priced through the step model on cpu_embedding_train's c
 record itself: which ops it keeps."""
 from __future__ import annotations
 
-import json
-import lzma
-import shutil
-import sqlite3
 from pathlib import Path
 
 import pytest
 
 import profkit
+import shared
 from profkit.judge.rules import pk109_host_tensor_compute as pk109
 
 torch = pytest.importorskip("torch")
@@ -24,19 +21,7 @@ TRACE = ROOT / "traces" / "corpus" / "cpu_embedding_train.sqlite.xz"
 def _with_host_ops(tmp_path: Path, host_ops: list[dict] | None) -> Path:
     """cpu_embedding_train's capture whose op record holds ``host_ops`` (None: no such entry, as a
     record written before it had one), its other entries kept."""
-    dst = tmp_path / "cpu_embedding_train.sqlite"
-    with lzma.open(TRACE) as src, open(dst, "wb") as out:
-        shutil.copyfileobj(src, out)
-    con = sqlite3.connect(dst)
-    with con:
-        meta = json.loads(con.execute("SELECT value FROM PROFKIT_META WHERE key = 'replacements'").fetchone()[0])
-        if host_ops is None:
-            meta["record"].pop("host_ops", None)
-        else:
-            meta["record"]["host_ops"] = host_ops
-        con.execute("UPDATE PROFKIT_META SET value = ? WHERE key = 'replacements'", (json.dumps(meta),))
-    con.close()
-    return dst
+    return shared.with_record_items(TRACE, tmp_path, "host_ops", host_ops)
 
 
 OPS = [{"op": "add_", "count": 6, "ns": 20_000_000, "bytes": 100_000_000},

@@ -34,7 +34,10 @@ Expected gain
     ``profkit capture`` now tells such a run by its trace (profkit.run.warmup: code loaded in
     nearly every iteration up to the cut) and captures it again with four times the iterations,
     so that the window starts after the warm-up where the shapes come back; a trace that still
-    compiles throughout is a program whose shapes do not.
+    compiles throughout is a program whose shapes do not. On a trace cut while compiling
+    (captured before, or still compiling after the longer run) the finding promises nothing
+    (1.0x, its most in ``bound`` and the basis): the trace cannot say whether the shapes come
+    back, and the beam search's 8.29x on such a trace measured nothing at its steady state.
 References
     cuDNN developer guide, "Runtime fusion engines" (kernels compiled at plan build time); PyTorch
     ``torch.nn.attention.sdpa_kernel``; CUDA Driver API, module and library management.
@@ -46,7 +49,7 @@ import numpy as np
 from profkit.model import Rung
 from profkit.judge.rules.base import Finding, Param, RuleContext, RuleMeta, Table
 from profkit.run.step.transform import drop_cpu
-from profkit.run.warmup import CODE_LOAD_RE as LOAD_RE
+from profkit.run.warmup import CODE_LOAD_RE as LOAD_RE, still_loading
 
 RULE = RuleMeta(
     code="PK108", name="code-load-per-step",
@@ -78,23 +81,33 @@ def detect(ctx: RuleContext) -> list[Finding]:
     gain, basis = ctx.price(lambda gr: drop_cpu(gr, calls), f"{len(calls) / its:.1f} load(s) per iteration and the "
                                     f"{spent / 1e6:.1f} ms of CPU time before them gone (every "
                                     "shape compiled once)")
-    # A capture cut short (--max-iterations) while every iteration still compiled may hold only
-    # the program's first pass over its shapes: where they come back (a decode loop over batches
-    # of the same lengths: a KV-cache sampler's 20 captured tokens each compiled, its steady
-    # token 9 ms against 81), the loads stop once each shape is built.
+    # A capture cut short (--max-iterations) while nearly every iteration still compiled holds
+    # only the program's first pass over its shapes: where they come back (a decode loop over
+    # batches of the same lengths: a KV-cache sampler's 20 captured tokens each compiled, its
+    # steady token 9 ms against 81), the loads stop once each shape is built, and the trace cannot
+    # say which. Nothing is promised then: the price is the most it could be, never the gain.
     cut = ctx.prof.full_trace.meta.get("profiled_run_cut")
-    first_pass = (f"; the capture stopped after {cut.split()[2] if len(str(cut).split()) > 2 else 'a few'} "
-                  "iterations, every one compiling: if the program's shapes come back later (batches of "
-                  "the same lengths), only its first pass pays this and its steady step is not in this "
-                  "trace: capture more iterations (--max-iterations) to see it" if cut else "")
+    first_pass = bool(cut) and still_loading(ctx.prof.full_trace)
+    bound = gain
+    if first_pass:
+        n = cut.split()[2] if len(str(cut).split()) > 2 else "a few"
+        gain = 1.0
+        basis = (f"not promised: the capture stopped after {n} iterations, nearly every one compiling, "
+                 "so its steady step is not in this trace; if the program's shapes never come back, "
+                 f"{bound:.2f}x ({basis})")
+    tail = (f"; the capture stopped after {cut.split()[2] if len(str(cut).split()) > 2 else 'a few'} "
+            "iterations, every one compiling: if the program's shapes come back later (batches of "
+            "the same lengths), only its first pass pays this and its steady step is not in this "
+            "trace: capture it again with more iterations (--max-iterations; profkit capture does "
+            "this itself when it sees such a run)" if first_pass else "")
     return [Finding(RULE.code, RULE.name,
                     f"stop compiling GPU code every step: {len(calls) / its:.1f} module load(s) per "
                     f"iteration, each after {spent / max(len(calls) / its, 1) / 1e6:.1f} ms of CPU time "
                     "(a library building a kernel for a new shape: cuDNN attention or convolution "
                     "engines, NVRTC, a recompile); keep shapes fixed (a preallocated cache with a mask, "
                     "padding to a few sizes) or use a backend that does not compile per shape "
-                    f"(sdpa_kernel with flash/efficient attention){first_pass}",
+                    f"(sdpa_kernel with flash/efficient attention){tail}",
                     Rung.LIBRARY, {"loads_per_iteration": round(len(calls) / its, 2),
                                    "cpu_before_loads_ns_per_iteration_profiled": int(spent),
-                                   "capture_cut_while_compiling": bool(cut)},
-                    gain, basis, gain)]
+                                   "capture_cut_while_compiling": first_pass},
+                    gain, basis, bound)]

@@ -95,3 +95,21 @@ def test_a_buffer_written_in_the_iteration_takes_back_what_was_computed_from_it(
         with torch.no_grad():
             m(x)
     assert _rows(_record(step)) == {}
+
+
+def test_what_was_kept_survives_the_program_ending_before_the_record_is_written():
+    # the record is written after the script: by then its model is gone, and the roots with it
+    import gc
+
+    from profkit.capture.oprecord import OpRecord
+    rec = OpRecord()
+    m = QLinear(16, 32).eval()
+    x = torch.randn(4, 16)
+    for _ in range(3):
+        rec.on_push("step")
+    with torch.inference_mode():
+        m(x)
+    rec.on_push("step")     # the watched iteration ends here
+    del m
+    gc.collect()
+    assert _rows(rec.finish()) == {("to", "float32", 512): 1, ("mul", "float32", 512): 1}

@@ -62,6 +62,7 @@ class Invariants:
         self.written: set[int] = set()              # roots an op that is not invariant wrote
         self.ops: list[tuple] = []                  # (op, dtype, numel, bytes, roots, events)
         self.timed = 0
+        self.closed = False
 
     def note_module(self, module: Any) -> None:
         for t in (*module._parameters.values(), *module._buffers.values()):
@@ -122,24 +123,31 @@ class Invariants:
                                  int(t.numel() * t.element_size()), roots, timing))
                 timing = None   # an op's time counted once, with its first output
 
-    def summary(self, torch: Any, backward: bool) -> list[dict]:
-        """Per (op, dtype, numel): count, bytes written and GPU time, of the ops still invariant;
-        ``backward``: whether the iteration ran a backward."""
+    def close(self, backward: bool) -> None:
+        """At the end of the watched iteration, while the program's tensors are alive: drop the
+        ops computed from roots written in it or trained (``backward``: whether the iteration
+        ran a backward). The events' times are read later (summary), once the run is over."""
         trained = set()
         for k, ref in self.roots.items():
             t = ref()
             if t is None or (t.requires_grad and (backward or t.grad is not None)):
                 trained.add(k)
         gone = self.written | trained
+        self.ops = [op for op in self.ops if not (op[5] & gone)]
+        self.closed = True
+
+    def summary(self, torch: Any) -> list[dict]:
+        """Per (op, from, dtype, numel): count, bytes written and GPU time, of the ops kept at
+        close (nothing where the iteration never closed)."""
+        if not self.closed:
+            return []
         if any(ev is not None for *_, ev in self.ops):
             try:
                 torch.cuda.synchronize()
             except Exception:  # noqa: BLE001 - no GPU time then, the rest stands
                 pass
         rows: dict[tuple, list] = defaultdict(lambda: [0, 0, 0.0, 0])
-        for name, src, dt, numel, nbytes, roots, ev in self.ops:
-            if roots & gone:
-                continue
+        for name, src, dt, numel, nbytes, _, ev in self.ops:
             row = rows[(name, src, dt, numel)]
             row[0] += 1
             row[1] += nbytes

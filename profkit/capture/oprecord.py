@@ -274,6 +274,12 @@ class OpRecord:
             return
         self.active = False
         self.done = True
+        if self._invariant is not None and not self.broken:
+            try:   # while the program's tensors are alive: at finish() its model may be gone
+                self._invariant.close(self.saw_backward)
+            except Exception as exc:  # noqa: BLE001 - the rest of the record stands
+                self.notes.append(f"op record: invariant ops not kept ({type(exc).__name__}: {exc})"[:200])
+                self._invariant = None
         for h in self._handles:
             with contextlib.suppress(Exception):
                 h.remove()
@@ -745,7 +751,7 @@ class OpRecord:
         if self._invariant is None or torch is None or self.broken:
             return []
         try:
-            return self._invariant.summary(torch, self.saw_backward)
+            return self._invariant.summary(torch)
         except Exception as exc:  # noqa: BLE001 - the rest of the record stands
             self.notes.append(f"op record: invariant ops not summed ({type(exc).__name__}: {exc})"[:200])
             return []

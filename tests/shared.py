@@ -138,11 +138,12 @@ def check_first_sight_entry(prog: dict, root: Path) -> None:
         assert fix["args"] == ["--fix", name] and fix["pays"] in (True, False, None), (prog["name"], name)
     assert set(prog["expect"]) == {"baseline", *prog["fixes"]}, prog["name"]
     # the program's iteration range is the one named (_corpus.train_step and body_step open
-    # "train_step"), and a capture runs 30-60 iterations
+    # "train_step"), and a capture runs 30-60 iterations (up to 200 for a decode loop whose first
+    # pass over its shapes compiles: a beam search's 48 tokens a search, cheap once compiled)
     opens = f'nvtx("{prog["step_range"]}")' in src
     assert opens or (prog["step_range"] == "train_step" and ("train_step(" in src or "body_step(" in src)), \
         prog["name"]
-    assert prog["capture_args"][:1] == ["--steps"] and 30 <= int(prog["capture_args"][1]) <= 60
+    assert prog["capture_args"][:1] == ["--steps"] and 30 <= int(prog["capture_args"][1]) <= 200
     # compiling variants are marked so (the harness gives them longer): a program compiled
     # in every variant at the program's level, else the fixes that compile
     always = "torch.compile(model" in src and "compile" not in fixes

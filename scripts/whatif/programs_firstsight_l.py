@@ -18,7 +18,7 @@ from .builders import W, fix
 PROGRAMS: list[dict] = [
     {
         "name": "beam_search_decode", "family": "beam search walked in Python every token",
-        "script": f"{W}/w_beam_search_decode.py", "args": [], "capture_args": ["--steps", "60"],
+        "script": f"{W}/w_beam_search_decode.py", "args": [], "capture_args": ["--steps", "200"],
         "step_range": "beam_step", "kind": "inference", "interleave": "all",
         "fixes": {
             "gpu_beams": fix("gpu_beams", True, "candidates selected on the GPU, beams' tokens in a GPU "

@@ -39,7 +39,7 @@ CASES = {
     "PK202": ("real/train_llama", "real/generate_llama"),
     "PK203": ("real/train_llama", "real/sync_loop"),
     "PK206": ("corpus/distill_teacher_train", "real/train_llama"),  # a teacher never frozen
-    "PK207": (None, "real/train_llama"),  # no committed capture holds the record's invariant ops yet
+    "PK207": ("corpus/vocoder_weightnorm_infer", "real/train_llama"),  # weight norm left on at inference
     "PK301": ("real/train_llama_eager_attn", "real/train_llama"),
     "PK302": ("probe_h200_addnorm_gemm", "real/train_llama"),
     "PK303": ("real/generate_llama", "real/train_llama"),

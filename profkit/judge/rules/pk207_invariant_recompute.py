@@ -14,12 +14,13 @@ Why
     before the GEMM reads it.
 Evidence
     The record's ``invariant`` entries (op, input and output element types, size, count per
-    iteration, and their GPU time timed with CUDA events in the watched iteration) and, in the
+    iteration, and the time between CUDA events around them in the watched iteration: their
+    kernels' time where the GPU was busy, their launches too where it waited for them) and, in the
     trace, the kernels they launched: per iteration, the longest kernels of each op's kind (a copy
     kernel for a cast, the multiply's for a scaling, the weight-norm kernel), as many as the
     record counts. The kernels' names do not say which of a kind's kernels took a weight (an
     activation's multiply is the same kernel); the longest are taken, weights being the largest
-    tensors of an inference step. The record's timed GPU time is shown beside their trace time.
+    tensors of an inference step. The events' time is shown beside the kernels' trace time.
 Fix
     Compute the tensors once, before the loop: dequantize once and keep the 16-bit weights (twice
     the int8 memory), or keep int8 and use a GEMM that reads it (``torch._weight_int8pack_mm``,
@@ -29,7 +30,10 @@ Fix
 Expected gain
     Graph edit (``scale_ops`` at infinity with their launches): the selected kernels and their
     launch calls gone, replayed at the calibrated CPU scale. The Python around the ops (a
-    parametrization's module call) is not in it: on a host-bound step the price is low by that.
+    parametrization's module call) is not in it: on a host-bound step the price is low by that
+    (a HiFi-GAN-shaped vocoder with 42 weight-normalised convolutions, an H100: 1.27x, folding the
+    weight norm measured 1.41x). An int8 LM whose 40 linear layers are dequantized at every call,
+    given its program's entries: 2.38x, dequantizing once measured 2.31x.
 References
     PyTorch ``torch.nn.utils.parametrize`` (``cached()``, ``remove_parametrizations``);
     torchao quantization (weight-only int8).
@@ -48,8 +52,7 @@ RULE = RuleMeta(
     code="PK207", name="invariant-recompute",
     summary="every iteration recomputes tensors from weights that never change: compute them once",
     tables=(Table.KERNEL,),
-    example="a synthetic inference step dequantizing int8 weights at every call (tests/test_pk207.py); "
-            "no committed capture holds the op record's invariant ops yet",
+    example="traces/corpus/vocoder_weightnorm_infer.sqlite.xz",
     quiet_on="traces/real/train_llama.sqlite.xz",
     params=(Param("min_share", 0.03, "the invariant ops' kernels, as a share of the modelled iteration"),))
 
@@ -135,11 +138,16 @@ def detect(ctx: RuleContext) -> list[Finding]:
     measured = (float(sum(o.get("gpu_ns", 0) for o in timed))
                 if timed and sum(o["timed"] for o in timed) == sum(o["count"] for o in timed) else None)
     top = sorted(ops, key=lambda o: -o["bytes"])[:4]
-    named = ", ".join(f"{o['op']} {o.get('from', '?')}->{o['dtype']} x{o['count']}" for o in top)
+    kinds: dict[str, int] = {}
+    for o in sorted(ops, key=lambda o: -o["bytes"]):
+        k = f"{o['op']} {o.get('from', '?')}->{o['dtype']}"
+        kinds[k] = kinds.get(k, 0) + int(o["count"])
+    named = ", ".join(f"{k} x{n}" for k, n in list(kinds.items())[:4])
     gain, basis = ctx.price(lambda gr: scale_ops(gr, picked, np.inf, drop_launches=True),
                             f"{found} of the {counted} invariant ops' kernels an iteration ({gpu_ns / 1e6:.2f} ms "
-                            "in the trace" + (f", {measured / 1e6:.2f} ms timed in the calibration run" if measured
-                                              else "") + ") and their launches gone")
+                            "in the trace" + (f"; {measured / 1e6:.2f} ms between CUDA events around them in the "
+                                              "calibration run, their launches included where the GPU waited "
+                                              "for them" if measured else "") + ") and their launches gone")
     ev = {"invariant_ops_per_iteration": counted, "kernels_found_per_iteration": found,
           "kernel_ns_per_iteration": int(gpu_ns), "timed_gpu_ns_per_iteration": measured,
           "bytes_per_iteration": int(sum(o["bytes"] for o in ops)),

@@ -527,10 +527,10 @@ def test_the_allocator_growing_refuses_no_graph_and_churn_still_does():
     1.30x; refused, it was priced 1.00x). gpt2_empty_cache frees every iteration (empty_cache,
     outside the model's ranges): its allocations are that churn, and still refuse the graph."""
     unet = finding("corpus/unet_diffusion_sample", "PK103")
-    assert "refused" not in unet.evidence and unet.evidence["cuda_graph_speedup"] == pytest.approx(1.059)
+    assert "refused" not in unet.evidence and unet.evidence["cuda_graph_speedup"] == pytest.approx(1.062)
     # GPU-paced, the fusion takes more than the graph: the compile action, its number the
     # compiled graphs' (tried by compile_graphs), the default mode's said beside it
-    assert unet.expected_end_to_end_speedup == pytest.approx(1.546, abs=5e-4)
+    assert unet.expected_end_to_end_speedup == pytest.approx(1.550, abs=5e-4)
     assert unet.switch == "compile_graphs" and "fusion alone: 1.47x" in unet.action
     churn = finding("corpus/gpt2_empty_cache", "PK103")
     assert churn.evidence["refused"] == ["212 allocation/free call(s) (cudaMalloc)"]

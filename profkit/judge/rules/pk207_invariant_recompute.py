@@ -56,7 +56,7 @@ RULE = RuleMeta(
     quiet_on="traces/real/train_llama.sqlite.xz",
     params=(Param("min_share", 0.03, "the invariant ops' kernels, as a share of the modelled iteration"),))
 
-COPY_RE = re.compile(r"copy_kernel|copy_kernel_cuda", re.I)
+COPY_RE = re.compile(r"copy_kernel", re.I)
 # aten op -> the kernels it launches, as their names say
 KERNELS: dict[str, re.Pattern] = {
     "to": COPY_RE, "_to_copy": COPY_RE, "copy_": COPY_RE, "clone": COPY_RE, "contiguous": COPY_RE,

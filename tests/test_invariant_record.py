@@ -1,7 +1,8 @@
-"""The op record's loop-invariant ops (profkit.capture.invariant) on the CPU: what an iteration
+"""The op record on the CPU: its loop-invariant ops (profkit.capture.invariant), what an iteration
 recomputes from parameters and buffers nothing writes (int8 weights dequantized at every call, a
 weight normalisation left on at inference, a frozen weight cast under autocast), and what it
-must not count (an activation, a trained weight, random numbers, an input's own ops)."""
+must not count (an activation, a trained weight, random numbers, an input's own ops); and its
+outermost module calls (profkit.capture.roots): a loop over chunks against a decode loop."""
 from __future__ import annotations
 
 import pytest
@@ -113,3 +114,28 @@ def test_what_was_kept_survives_the_program_ending_before_the_record_is_written(
     del m
     gc.collect()
     assert _rows(rec.finish()) == {("to", "float32", 512): 1, ("mul", "float32", 512): 1}
+
+
+def test_the_outermost_calls_tell_a_loop_over_chunks_from_a_decode_loop():
+    # a renderer runs its whole model over 8 slices of one tensor; a decoder feeds each call the
+    # last one's output; a layer stack calls its model once
+    mlp = torch.nn.Sequential(torch.nn.Linear(3, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3)).eval()
+    pts = torch.randn(64, 3)
+
+    def chunks():
+        with torch.no_grad():
+            torch.cat([mlp(pts[i:i + 8]) for i in range(0, 64, 8)])
+
+    def decode():
+        with torch.no_grad():
+            x = pts[:8]
+            for _ in range(8):
+                x = mlp(x)
+
+    def once():
+        with torch.no_grad():
+            mlp(pts)
+    got = {name: _record(fn)["root_calls"] for name, fn in (("chunks", chunks), ("decode", decode), ("once", once))}
+    assert got["chunks"] == [{"module": "Sequential", "calls": 8, "params": 115, "sliced_input": True}]
+    assert got["decode"] == [{"module": "Sequential", "calls": 8, "params": 115, "sliced_input": False}]
+    assert got["once"] == [{"module": "Sequential", "calls": 1, "params": 115, "sliced_input": False}]

@@ -55,7 +55,11 @@ kept, aggregated into unique shapes with their counts:
   (``invariant``, :mod:`profkit.capture.invariant`): int8 weights dequantized at every call, a
   weight normalisation recomputed at inference, a frozen weight cast at every step; per kind:
   the op, its input's and output's element types, the output's size, the count, the bytes
-  written and the GPU time (CUDA events around each, read when the run is over).
+  written and the GPU time (CUDA events around each, read when the run is over);
+* each outermost module call (no other module's forward running: :mod:`profkit.capture.roots`):
+  per module holding parameters, its class, calls, parameters' elements, and whether every call
+  took a slice of one tensor (``sliced_input``: a loop over the chunks of one batch, not a
+  decode loop fed its last output).
 
 Which iteration: the third start of the first top-level NVTX range to start three times (the step
 range when ``--step`` names it), up to that range's next start. The calibration leaves the first
@@ -94,7 +98,8 @@ one-line note. What it writes (``profkit-oprecord/1``)::
      "host_ops": [{"op": "_sparse_coalesce", "count": 2, "ns": 21400000, "bytes": 61865984}, ...],
      "anomaly": [{"ops": 1893, "check_nan": true}],
      "invariant": [{"op": "to", "from": "int8", "dtype": "bfloat16", "numel": 11534336, "count": 24,
-                    "bytes": 553648128, "gpu_ns": 812000, "timed": 24}, ...]}
+                    "bytes": 553648128, "gpu_ns": 812000, "timed": 24}, ...],
+     "root_calls": [{"module": "Field", "calls": 64, "params": 595844, "sliced_input": true}]}
 """
 from __future__ import annotations
 
@@ -110,6 +115,7 @@ from typing import Any, Callable, Optional
 
 from profkit.capture import loaders, unstepped
 from profkit.capture.invariant import Invariants
+from profkit.capture.roots import RootCalls
 from profkit.capture.syncsites import SyncSites, waits
 
 FORMAT = "profkit-oprecord/1"
@@ -190,6 +196,7 @@ class OpRecord:
         self.anomaly_ops = 0
         self.anomaly_check_nan = False
         self._invariant: Optional[Invariants] = None
+        self._roots = RootCalls()
         self.saw_backward = False
         self.devices: set[str] = set()
         self._mode = None
@@ -295,8 +302,11 @@ class OpRecord:
 
     # -- loop-invariant ops (profkit.capture.invariant) -------------------------------------
     def _module_pre_hook(self, module: Any, inputs: tuple) -> None:
-        if threading.get_ident() == self._thread and self._invariant is not None and not self.broken:
+        if threading.get_ident() != self._thread or self.broken:
+            return
+        if self._invariant is not None:
             self._invariant.note_module(module)
+        self._roots.pre(module, inputs)
 
     def invariant_before(self, func: Any, args: tuple, kwargs: dict) -> Optional[tuple]:
         """(the roots, the timing events) of an op about to run that is invariant, else None;
@@ -636,6 +646,7 @@ class OpRecord:
     def _module_hook(self, module: Any, inputs: tuple, output: Any) -> None:
         if threading.get_ident() != self._thread or self.broken:
             return
+        self._roots.post(module)
         try:
             import torch
             cls = type(module).__name__
@@ -744,7 +755,8 @@ class OpRecord:
                          for op, (c, ns, nb) in sorted(self.host_ops.items(), key=lambda kv: -kv[1][1])],
             "anomaly": ([{"ops": int(self.anomaly_ops), "check_nan": bool(self.anomaly_check_nan)}]
                         if self.anomaly_ops else []),
-            "invariant": self._invariant_summary()}
+            "invariant": self._invariant_summary(),
+            "root_calls": self._roots.summary()}
 
     def _invariant_summary(self) -> list[dict]:
         torch = sys.modules.get("torch")

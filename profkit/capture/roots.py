@@ -1,0 +1,56 @@
+"""The program's outermost module calls in the watched iteration: how often each model was called.
+
+A trace cannot tell a loop over the chunks of a batch, each run through the whole model (a NeRF
+renderer's 64 chunks of points), from a stack of layers: both repeat a unit of GEMMs, and PK107
+leaves GEMM-heavy units to PK103 as layers. What tells them apart is here: a loop over chunks
+calls the outermost module many times an iteration, each time on a slice of one tensor (views
+of one storage at different offsets), where a layer stack calls it once. A decode or sampling
+loop also calls its model many times, but on the last call's output (a new tensor each time).
+
+The op record (profkit.capture.oprecord) keeps, per module called at depth 0 (no other module's
+forward running on the main thread) that holds parameters: its class, the calls, its parameters'
+elements, and whether every call's first tensor argument was a view of one storage, the calls at
+different offsets (``sliced_input``).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+
+class RootCalls:
+    """Depth-0 module calls of one watched iteration (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.calls: dict[int, dict] = {}       # id(module) -> the row, and the inputs' storages
+
+    def pre(self, module: Any, inputs: tuple) -> None:
+        self.depth += 1
+        if self.depth != 1:
+            return
+        row = self.calls.get(id(module))
+        if row is None:
+            params = sum(int(p.numel()) for p in module.parameters())
+            if not params:
+                return
+            row = self.calls[id(module)] = {"module": type(module).__name__, "calls": 0, "params": params,
+                                            "storages": set(), "offsets": set(), "fresh": False}
+        row["calls"] += 1
+        first = next((x for x in inputs if hasattr(x, "untyped_storage")), None)
+        try:
+            row["storages"].add(int(first.untyped_storage().data_ptr()))
+            row["offsets"].add(int(first.storage_offset()))
+        except Exception:  # noqa: BLE001 - no plain storage (nested, sparse): not sliced
+            row["fresh"] = True
+
+    def post(self, module: Any) -> None:
+        self.depth = max(self.depth - 1, 0)
+
+    def summary(self) -> list[dict]:
+        rows = []
+        for r in sorted(self.calls.values(), key=lambda r: -r["params"]):
+            sliced = (r["calls"] > 1 and not r["fresh"] and len(r["storages"]) == 1
+                      and len(r["offsets"]) == r["calls"])
+            rows.append({"module": r["module"], "calls": r["calls"], "params": r["params"],
+                         "sliced_input": sliced})
+        return rows

@@ -10,7 +10,7 @@ loop also calls its model many times, but on the last call's output (a new tenso
 The op record (profkit.capture.oprecord) keeps, per module called at depth 0 (no other module's
 forward running on the main thread) that holds parameters: its class, the calls, its parameters'
 elements, and whether every call's first tensor argument was a view of one storage, the calls at
-different offsets (``sliced_input``).
+different offsets (``sliced_input``). PK107 reads it.
 """
 from __future__ import annotations
 

@@ -69,6 +69,8 @@ NO_TEST = {
                                                       "the model's price",
     ("int8_dequant_infer", "bf16_weights"): "led to the op record's loop-invariant ops and PK207 (work "
                                             "recomputed every call from weights that never change)",
+    ("nerf_chunks_infer", "big_chunks"): "led to the op record's outermost module calls and PK107's loops "
+                                         "over the chunks of one batch",
 }
 
 

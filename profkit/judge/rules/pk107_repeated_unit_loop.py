@@ -127,6 +127,18 @@ Expected gain
     the repeats depend on each other, and says which number is whose. On the what-if corpus it is
     priced on ``detection_postproc_infer`` (batched NMS, with PK101) and ``moe_routing_train``
     (fixed capacity, with PK101); hand-built traces test the edit itself (``tests/test_pk107.py``).
+Loops over chunks
+    A loop that runs the whole model over the chunks of one batch (a NeRF renderer's 64 chunks of
+    points) repeats a unit of GEMMs, which the trace reads as layers. The op record's outermost
+    module calls (profkit.capture.roots) tell it apart: where the model with the most parameters
+    ran ``min_repeats`` times or more in the watched iteration, every call on a slice of one tensor
+    (``sliced_input``), the copies of a unit repeated as often as the calls are searched first
+    (a unit as long as one call; the layer stack inside it repeats less often), spoken for
+    whatever their GEMM share or width while launch-bound, and priced as above ("run it over
+    larger chunks"). A decode loop, each call fed the last one's output, is not sliced and stays
+    with the layers. On nerf_chunks_infer (an H100), given its program's entry, 3.09x where chunks
+    32x larger measured 5.76x: the wave model keeps its wide elementwise kernels at their copies'
+    time, where merged they lose each copy's fixed cost (``tests/test_pk107_chunks.py``).
 References
     PyTorch ``torch.vmap`` and ``torch.func`` docs (per-sample computations); the
     ``torch._foreach_*`` multi-tensor ops (``torch.optim``'s foreach implementations); PyTorch
@@ -136,6 +148,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Optional
 
 import numpy as np
 import pandas as pd
@@ -320,6 +333,7 @@ class Loop:
     # (find_gapped): its operations; and their grids, -1 where unread
     extra_grids: list = field(default_factory=list)
     host_paced: bool = False  # the host takes longer to issue the copies than their kernels run
+    sliced: str = ""          # the model the op record saw called once a copy on slices of one tensor
 
     @property
     def extra(self) -> np.ndarray:
@@ -349,20 +363,32 @@ def loops(ctx: RuleContext) -> list[Loop]:
     seg = g.g_stream[k].astype(np.int64) * (len(g.iter_call) + 1) + it
     ids = _search_ids(g)[g.g_name[k]]
     period, least = int(RULE.param("max_period")), int(RULE.param("min_repeats"))
-    rep = find_repeats(ids, seg, period, least)
     claimed = np.zeros(len(k), dtype=bool)
     blocks = []
+    chunked = _chunk_loop(ctx, least)
+    if chunked is not None:
+        # The model run over slices of one tensor, once a copy: the copies of a unit as long as
+        # one call, repeated as often as the calls (a layer stack inside it repeats less often)
+        calls, model = chunked
+        its = max(len(g.iter_call) - 1, 1)
+        rep = find_repeats(ids, seg, max(period, len(k) // its // calls + 1), calls)
+        for lo, p, c in zip(rep.start.tolist(), rep.period.tolist(), rep.count.tolist()):
+            claimed[lo:lo + p * c] = True
+            blocks.append((np.arange(lo, lo + p * c).reshape(c, p), [], model))
+    rep = find_repeats(ids, seg, period, least)
     for lo, p, c in zip(rep.start.tolist(), rep.period.tolist(), rep.count.tolist()):
+        if claimed[lo:lo + p * c].any():
+            continue
         claimed[lo:lo + p * c] = True
-        blocks.append((np.arange(lo, lo + p * c).reshape(c, p), []))
-    blocks += find_gapped(ids, seg, claimed, period, least)
+        blocks.append((np.arange(lo, lo + p * c).reshape(c, p), [], ""))
+    blocks += [(pos, extra, "") for pos, extra in find_gapped(ids, seg, claimed, period, least)]
     if not blocks:
         return []
     b = ctx.baseline
     names = np.asarray(g.op_names, dtype=object)
     gemm = _gemm_names(g)
     out = []
-    for pos, extra_pos in blocks:
+    for pos, extra_pos, sliced in blocks:
         ops, extras = k[pos], [k[x] for x in extra_pos]
         extra = np.concatenate(extras) if extras else np.empty(0, dtype=np.int64)
         s, e = b.g_start[ops], b.g_end[ops]
@@ -392,7 +418,8 @@ def loops(ctx: RuleContext) -> list[Loop]:
                         str(where.iloc[0]) if len(where) else "", differ,
                         any(optimizer_step_kernel(n) for n in unit),
                         any(MULTI_TENSOR_RE.search(n) for n in unit + extra_names),
-                        extras, [np.full(len(x), -1, dtype=np.int64) for x in extras], issue > busy))
+                        extras, [np.full(len(x), -1, dtype=np.int64) for x in extras], issue > busy,
+                        sliced))
     # Launch dimensions are read only for the loops that wait for the CPU: the others are not
     # spoken for whatever their size.
     _read_grids(ctx, [lp for lp in out if launch_bound(lp)])
@@ -414,6 +441,21 @@ CONV_RE = re.compile(r"fprop|dgrad|wgrad|conv|implicit", re.I)
 ELEMENTWISE_VARIANT_RE = re.compile(
     r"^void at::native::(?:vectorized_elementwise_kernel<\(int\)\d+, |unrolled_elementwise_kernel<)(.+?), "
     r"std::array<char \*")
+
+
+def _chunk_loop(ctx: RuleContext, least: int) -> Optional[tuple[int, str]]:
+    """(calls an iteration, the model) where the op record saw the model with the most parameters
+    called ``least`` times or more in its watched iteration, every call on a slice of one tensor
+    (profkit.capture.roots: a loop over the chunks of a batch, each through the whole model);
+    else None."""
+    rows = [r for r in ctx.replacements.recorded("root_calls")
+            if isinstance(r.get("calls"), int) and isinstance(r.get("params"), int)]
+    if not rows:
+        return None
+    top = max(rows, key=lambda r: r["params"])
+    if top["calls"] < least or top.get("sliced_input") is not True:
+        return None
+    return int(top["calls"]), str(top.get("module") or "the model")
 
 
 def _gemm_names(g) -> np.ndarray:
@@ -460,7 +502,7 @@ def qualifies(lp: Loop, sm_count: int, dur: np.ndarray) -> bool:
         return False
     if not launch_bound(lp):
         return False
-    if lp.steps_optimizer:
+    if lp.steps_optimizer or lp.sliced:
         return True
     data_only = not lp.matrix and not lp.multi_tensor
     wide = (np.median(lp.grid, axis=0) >= sm_count).any() or any(len(x) and np.median(x) >= sm_count
@@ -585,7 +627,14 @@ def detect(ctx: RuleContext) -> list[Finding]:
             "weights of each copy's own, the copies are layers, not samples" if matrix and not sizes else "")
     independent = "samples, parameters or a batch's partitions" if sizes else "samples or parameters"
     where = "outside any NVTX range" if big.where in ("", "(no range)") else f"in {big.where}"
-    if any(lp.steps_optimizer for lp in keep):
+    sliced = next((lp for lp in keep if lp.sliced), None)
+    if sliced is not None:
+        ev["sliced_model"] = sliced.sliced
+        action = (f"a Python loop runs the whole model ({sliced.sliced}) {sliced.copies} times an iteration, "
+                  f"each time on a slice of one tensor ({where}: chunks of one batch, a unit of "
+                  f"{sliced.period} kernels a chunk): run it over larger chunks, or the whole batch at once, "
+                  f"as memory allows ({gain:.2f}x, the number below, all chunks in one); {graph_txt}")
+    elif any(lp.steps_optimizer for lp in keep):
         ev["steps_optimizer"] = True
         action = (f"a Python loop trains {big.copies} models one after another, each copy the same "
                   f"{big.period}-kernel unit ending in its own optimizer's update ({many} per iteration, "

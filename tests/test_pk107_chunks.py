@@ -1,0 +1,45 @@
+"""PK107 on a loop over the chunks of one batch, each through the whole model: the op record's
+outermost module calls (profkit.capture.roots) say the model ran 64 times an iteration on slices
+of one tensor, which the trace alone reads as a layer stack (GEMM-heavy units, left to PK103).
+nerf_chunks_infer's capture was taken before the record kept those calls: here it is given the
+entry its program makes (``Field`` over 64 chunks of 2,048 points), as the record now writes it
+(tests/test_invariant_record.py runs the record itself)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import profkit
+import shared
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACE = ROOT / "traces" / "corpus" / "nerf_chunks_infer.sqlite.xz"
+
+
+def _pk107(tmp_path: Path, calls: int, sliced: bool):
+    p = shared.with_record_items(TRACE, tmp_path, "root_calls",
+                                 [{"module": "Field", "calls": calls, "params": 595844, "sliced_input": sliced}])
+    prof = profkit.load(p)
+    return prof, next((f for f in prof.findings() if f.code == "PK107"), None)
+
+
+def test_a_model_run_over_slices_of_one_tensor_is_a_loop_to_run_once(tmp_path):
+    prof, f = _pk107(tmp_path, 64, True)
+    assert f is not None and f.evidence["sliced_model"] == "Field"
+    assert (f.evidence["copies"], f.evidence["unit_kernels"]) == (64, 45)
+    # chunks 32x larger measured 5.76x (the H100, run folder ab-56); the wave model keeps the
+    # wide elementwise kernels at their copies' time: priced low
+    assert f.expected_end_to_end_speedup == pytest.approx(3.085, abs=1e-3)
+    assert f.action.startswith("a Python loop runs the whole model (Field) 64 times an iteration, each time "
+                               "on a slice of one tensor (in render: chunks of one batch, a unit of 45 kernels "
+                               "a chunk): run it over larger chunks, or the whole batch at once")
+    assert prof.run().top_actions()[0].rule == "repeated-unit-loop"
+
+
+@pytest.mark.parametrize("calls,sliced", [(64, False), (4, True)])
+def test_a_decode_loop_or_a_few_calls_stay_layers(tmp_path, calls, sliced):
+    # each call fed the last one's output (a decode loop), or too few calls for a loop: the trace
+    # alone speaks, and it reads the GEMM-heavy unit as layers
+    assert _pk107(tmp_path, calls, sliced)[1] is None
+    assert "PK107" not in {f.code for f in profkit.load(TRACE).findings()}

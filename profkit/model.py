@@ -76,6 +76,7 @@ class Switch(str, Enum):
     FREEZE_UNSTEPPED = "freeze_unstepped"    # parameters no optimizer steps stop requiring gradients
     BATCHED_FETCH = "batched_fetch"          # a TensorDataset's DataLoader reads a batch in one call
     NO_ANOMALY = "no_anomaly"                # autograd's anomaly detection never turned on
+    INFERENCE_MODE = "inference_mode"        # the outermost module's calls under torch.inference_mode()
 
 
 def parse_trial(text: str) -> tuple[Switch, ...]:

@@ -280,6 +280,23 @@ def test_bf16_and_channels_last_reach_every_module_the_program_calls(trial):
            "channels_last (3 weights and buffers, 1 input tensors converted)" in note, note
 
 
+def test_inference_mode_runs_the_outermost_module_without_autograd(trial):
+    t = trial("inference_mode")
+    m = Tiny().to(DEV)
+    seen = []
+    m.a.register_forward_hook(lambda mod, i, o: seen.append(torch.is_inference_mode_enabled()))
+    x = torch.randn(4, 16, device=DEV)
+    out = m(x)
+    assert seen == [True] and out.is_inference() and not out.requires_grad
+    assert not torch.is_inference_mode_enabled()           # only around the module's calls
+    assert torch.allclose(out, Tiny.forward(m, x))         # the same numbers
+    assert t.record() == {"switch": "inference_mode", "applied": True,
+                          "note": "torch.inference_mode() around module Tiny (289 params)"}
+    # a program that trains on what the module returns fails, and the trial says why
+    with pytest.raises(RuntimeError, match="grad"):
+        torch.nn.functional.mse_loss(m(x), torch.zeros(4, 1, device=DEV)).backward()
+
+
 def test_bf16_with_no_module(trial):
     note = "no module with parameters on CUDA was called" if CUDA else "no module with parameters was called"
     assert trial("bf16").record() == {"switch": "bf16", "applied": False, "note": note}

@@ -56,6 +56,7 @@ kept, aggregated into unique shapes with their counts:
   weight normalisation recomputed at inference, a frozen weight cast at every step; per kind:
   the op, its input's and output's element types, the output's size, the count, the bytes
   written and the GPU time (CUDA events around each, read when the run is over);
+* whether the iteration ran a backward (``backward``: an op under an autograd node);
 * each outermost module call (no other module's forward running: :mod:`profkit.capture.roots`):
   per module holding parameters, its class, calls, parameters' elements, and whether every call
   took a slice of one tensor (``sliced_input``: a loop over the chunks of one batch, not a
@@ -97,6 +98,7 @@ one-line note. What it writes (``profkit-oprecord/1``)::
                  "fetch_ns": 41300000, "row_ns": 15200000, "batched_ns": 210000, "table_bytes": 260000000}],
      "host_ops": [{"op": "_sparse_coalesce", "count": 2, "ns": 21400000, "bytes": 61865984}, ...],
      "anomaly": [{"ops": 1893, "check_nan": true}],
+     "backward": false,
      "invariant": [{"op": "to", "from": "int8", "dtype": "bfloat16", "numel": 11534336, "count": 24,
                     "bytes": 553648128, "gpu_ns": 812000, "timed": 24}, ...],
      "root_calls": [{"module": "Field", "calls": 64, "params": 595844, "sliced_input": true}]}
@@ -755,6 +757,7 @@ class OpRecord:
                          for op, (c, ns, nb) in sorted(self.host_ops.items(), key=lambda kv: -kv[1][1])],
             "anomaly": ([{"ops": int(self.anomaly_ops), "check_nan": bool(self.anomaly_check_nan)}]
                         if self.anomaly_ops else []),
+            "backward": bool(self.saw_backward) if self.range else None,
             "invariant": self._invariant_summary(),
             "root_calls": self._roots.summary()}
 

@@ -129,7 +129,7 @@ def _auto_trials(trace) -> list[str]:
                    "profkit (no edit of your code) and time it beside runs of the script as it is: "
                    "tf32, bf16, fused_optim, workers, no_empty_cache, cudnn_benchmark, "
                    "channels_last, compile, compile_graphs, expandable_segments, freeze_unstepped, batched_fetch, "
-                   "no_anomaly "
+                   "no_anomaly, inference_mode "
                    "(several at once "
                    "joined by +). auto (the default): the switches behind the rules that fired. "
                    "The script runs again, with its side effects (checkpoints, logs).")

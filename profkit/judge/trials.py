@@ -10,8 +10,9 @@ trials its metadata lists but those its finding refuses (evidence ``trials_refus
 ``cudnn_benchmark`` where convolutions take CONV_SHARE of the window's kernel time or more, and
 ``freeze_unstepped`` where the capture's op record found parameters holding gradients that no
 optimizer steps (profkit.capture.unstepped; PK206 prices it where the record also holds the
-optimizers' parameters), and ``no_anomaly`` where it ran under autograd's anomaly detection,
-which no rule prices.
+optimizers' parameters), ``no_anomaly`` where it ran under autograd's anomaly detection, and
+``inference_mode`` where its record saw inputs requiring gradients in an iteration with no
+backward (inference with autograd left on), which no rule prices.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from profkit.judge import rules
 from profkit.judge.rules.base import Finding, RuleContext, matches
 from profkit.judge.rules.pk302_fp32_gemm import CONV_RE
 from profkit.model import Switch
+from profkit.run.replacements import BACKWARD_KERNEL_RE
 
 if TYPE_CHECKING:
     from profkit.judge.rules.base import ProfileView
@@ -48,6 +50,9 @@ def auto_trials(findings: list[Finding], prof: "ProfileView", run: "RunSummary")
         out.append(Switch.FREEZE_UNSTEPPED.value)
     if ctx.replacements.recorded("anomaly"):
         out.append(Switch.NO_ANOMALY.value)
+    names = ctx.kernels.index.to_series()
+    if ctx.replacements.autograd_at_inference(bool(len(names)) and bool(matches(names, BACKWARD_KERNEL_RE).any())):
+        out.append(Switch.INFERENCE_MODE.value)
     return list(dict.fromkeys(out))
 
 

@@ -17,6 +17,7 @@ format, reads as empty (the rules then price from the trace alone and say so).
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -57,6 +58,11 @@ class Replacement:
     def text(self) -> str:
         """``412.0 us vs 2325.1 us`` (replacement vs original, per call)."""
         return f"{self.replacement_ns / 1e3:.1f} us vs {self.original_ns / 1e3:.1f} us"
+
+
+# The kernels a backward launches: PyTorch's *_backward kernels, cuDNN's data and weight
+# gradients, flash attention's backward
+BACKWARD_KERNEL_RE = re.compile(r"backward|bwd|dgrad|wgrad", re.I)
 
 
 @dataclass(frozen=True)
@@ -103,6 +109,22 @@ class Replacements:
         """The op record's items of ``kind`` (attention, gemm, copy, rnn_cell, optimizer, conv, sync)."""
         items = self.record.get(kind) if isinstance(self.record, dict) else None
         return [x for x in items if isinstance(x, dict)] if isinstance(items, list) else []
+
+    def autograd_at_inference(self, backward_kernels: bool) -> Optional[int]:
+        """How many ops of the recorded iteration took inputs that require gradients (fused
+        attention, math-path attention, convolutions, RNN cells) in an iteration that ran no
+        backward and stepped no optimizer: inference with autograd left on (evaluation code that
+        forgot ``torch.no_grad()``). ``backward_kernels``: whether the trace holds backward
+        kernels, the evidence for a record made before it said whether a backward ran. None
+        otherwise."""
+        rec = self.record if isinstance(self.record, dict) else {}
+        ran = rec.get("backward")
+        if ran is True or (ran is None and backward_kernels) or self.recorded("optimizer"):
+            return None
+        n = sum(int(r.get("count", r.get("calls", 1)) or 0)
+                for kind in ("sdpa", "attention", "conv", "rnn_cell") for r in self.recorded(kind)
+                if r.get("grad") is True)
+        return n or None
 
     def __bool__(self) -> bool:
         return bool(self.entries) or bool(self.record)

@@ -166,6 +166,14 @@ def run_lines(run: dict) -> list[str]:
                      f"{checks}; take out torch.autograd.detect_anomaly / set_detect_anomaly(True) (not "
                      "priced by the model; profkit capture --try no_anomaly measures it)")
         noticed += 1
+    grad = run.get("autograd_at_inference")
+    if grad:
+        lines.append(f"{'noticed' if noticed == 0 else '':8} autograd records this inference step: {grad['ops']} ops of "
+                     "the recorded iteration took inputs that require gradients, and no backward ran; run it "
+                     "under torch.inference_mode() (or torch.no_grad()): no autograd graph nor saved tensors, "
+                     "and nn.TransformerEncoderLayer can take its fast path (not priced by the model; profkit "
+                     "capture --try inference_mode measures it)")
+        noticed += 1
     # where PK206 priced their backward, its action says it
     priced = any(f.get("code") == "PK206" for f in run.get("findings") or [])
     for i, u in enumerate([] if priced else run.get("unstepped") or [], start=noticed):

@@ -71,6 +71,8 @@ NO_TEST = {
                                             "recomputed every call from weights that never change)",
     ("nerf_chunks_infer", "big_chunks"): "led to the op record's outermost module calls and PK107's loops "
                                          "over the chunks of one batch",
+    ("encoder_grad_on_infer", "inference_mode"): "led to classify's notice of inference with autograd left on "
+                                                 "and the inference_mode trial (unpriced by the model)",
 }
 
 

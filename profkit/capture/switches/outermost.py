@@ -1,5 +1,5 @@
-"""Switches applied to the outermost module: ``bf16``, ``channels_last``, ``compile`` and
-``compile_graphs``.
+"""Switches applied to the outermost module: ``bf16``, ``channels_last``, ``compile``,
+``compile_graphs`` and ``inference_mode``.
 
 The outermost module is found at run time: ``torch.nn.Module.__call__`` is wrapped (once, when
 the script imports torch) to see each module call made from the program's own code rather than
@@ -26,6 +26,10 @@ called later takes over, and the trial names each in turn. What each switch does
   (``left_out``: it measured part of the fix). A module that is already compiled
   (``OptimizedModule``, or ``module.compile()``) is left as it is: "already compiled".
   Compilation happens in the first calls: the iterations the trial leaves out as warm-up.
+* ``inference_mode``: its calls run under ``torch.inference_mode()``: no autograd graph nor saved
+  tensors, and ``nn.TransformerEncoderLayer`` takes its inference fast path. For a program that
+  runs inference with autograd left on; a program that calls ``backward`` on what the module
+  returned fails (its outputs have no autograd graph), and the trial records the error.
 
 While Dynamo traces (``torch.compiler.is_compiling()``) the wrapper steps aside: a compiled
 module's inner calls go straight to the original ``__call__``.
@@ -50,6 +54,7 @@ class Outermost:
         self.autocast = False
         self.memory_format = False
         self.compile: Optional[str] = None   # "default" or "reduce-overhead"
+        self.inference = False
         self.local = threading.local()
         self.params: "weakref.WeakKeyDictionary[Any, int]" = weakref.WeakKeyDictionary()
         self.best: Optional[weakref.ref] = None
@@ -166,6 +171,12 @@ class Outermost:
         compiled = self.compiled.get(mod) if outer else None
         call = (lambda: compiled(*args, **kwargs)) if compiled is not None else \
             (lambda: orig(mod, *args, **kwargs))
+        if self.inference and outer:
+            plain = call
+
+            def call():
+                with self.torch.inference_mode():
+                    return plain()
         if not self.autocast:
             return call()
         device = next((p.device.type for p in mod.parameters()), "cuda" if self.cuda else "cpu")
@@ -266,6 +277,20 @@ class Compile(Handler):
             report.left_out.append(left)
 
 
-HANDLERS = {Switch.BF16: Bf16(), Switch.CHANNELS_LAST: ChannelsLast(),
+class InferenceMode(Handler):
+    switch = Switch.INFERENCE_MODE
+
+    def install(self, torch: Any, trial: Any, report: Report) -> None:
+        outermost(torch, trial).inference = True
+
+    def finish(self, torch: Any, trial: Any, report: Report) -> None:
+        p = trial.shared["outermost"]
+        if not p.calls:
+            report.note(p.none_text(), applied=False)
+            return
+        report.note(f"torch.inference_mode() around {p.module_text()}", applied=True)
+
+
+HANDLERS = {Switch.BF16: Bf16(), Switch.CHANNELS_LAST: ChannelsLast(), Switch.INFERENCE_MODE: InferenceMode(),
             Switch.COMPILE: Compile(Switch.COMPILE, "default"),
             Switch.COMPILE_GRAPHS: Compile(Switch.COMPILE_GRAPHS, "reduce-overhead")}

@@ -60,7 +60,7 @@ class Invariants:
         self.roots: dict[int, Any] = {}             # storage -> a weak reference to the tensor
         self.derived: dict[int, frozenset] = {}     # storage -> the roots it was computed from
         self.written: set[int] = set()              # roots an op that is not invariant wrote
-        self.ops: list[tuple] = []                  # (op, dtype, numel, bytes, roots, events)
+        self.ops: list[tuple] = []                  # (op, from, dtype, numel, bytes, roots, events)
         self.timed = 0
         self.closed = False
 

@@ -219,18 +219,22 @@ def outermost(torch: Any, trial: Any) -> Outermost:
     return patch
 
 
-class Bf16(Handler):
-    switch = Switch.BF16
+class Around(Handler):
+    """A switch that runs the outermost module's calls inside a context: the wrapper's flag
+    ``attr`` set, ``what`` said around the module."""
+
+    def __init__(self, switch: Switch, attr: str, what: str) -> None:
+        self.switch, self.attr, self.what = switch, attr, what
 
     def install(self, torch: Any, trial: Any, report: Report) -> None:
-        outermost(torch, trial).autocast = True
+        setattr(outermost(torch, trial), self.attr, True)
 
     def finish(self, torch: Any, trial: Any, report: Report) -> None:
         p = trial.shared["outermost"]
         if not p.calls:
             report.note(p.none_text(), applied=False)
             return
-        report.note(f"autocast bf16 around {p.module_text()}", applied=True)
+        report.note(f"{self.what} around {p.module_text()}", applied=True)
 
 
 class ChannelsLast(Handler):
@@ -277,20 +281,7 @@ class Compile(Handler):
             report.left_out.append(left)
 
 
-class InferenceMode(Handler):
-    switch = Switch.INFERENCE_MODE
-
-    def install(self, torch: Any, trial: Any, report: Report) -> None:
-        outermost(torch, trial).inference = True
-
-    def finish(self, torch: Any, trial: Any, report: Report) -> None:
-        p = trial.shared["outermost"]
-        if not p.calls:
-            report.note(p.none_text(), applied=False)
-            return
-        report.note(f"torch.inference_mode() around {p.module_text()}", applied=True)
-
-
-HANDLERS = {Switch.BF16: Bf16(), Switch.CHANNELS_LAST: ChannelsLast(), Switch.INFERENCE_MODE: InferenceMode(),
+HANDLERS = {Switch.BF16: Around(Switch.BF16, "autocast", "autocast bf16"), Switch.CHANNELS_LAST: ChannelsLast(),
+            Switch.INFERENCE_MODE: Around(Switch.INFERENCE_MODE, "inference", "torch.inference_mode()"),
             Switch.COMPILE: Compile(Switch.COMPILE, "default"),
             Switch.COMPILE_GRAPHS: Compile(Switch.COMPILE_GRAPHS, "reduce-overhead")}

@@ -26,7 +26,7 @@ from profkit.judge.op_inputs import Kernels, Members, shape_inputs
 from profkit.judge.ranking import ranked_actions
 from profkit.read import aten_record
 from profkit.run.attribution import aten_key
-from profkit.run.replacements import BACKWARD_KERNEL_RE
+from profkit.run.replacements import backward_launched
 from profkit.run.summary import GEMM_RE as LIBRARY_KERNEL_RE, NCCL_RE
 from profkit.judge.classify import judge, kernel_launch_stats
 from profkit.judge.trials import tried_of, trials_json, variants_measured
@@ -297,9 +297,7 @@ class Profile:
     def backward_kernels(self) -> bool:
         """Whether the capture launched backward kernels (PyTorch's ``*_backward`` kernels,
         cuDNN's weight and data gradients, flash attention's backward)."""
-        names = self.full_trace.activities
-        names = names.loc[(names["kind"] == "kernel").to_numpy(), "name"].astype(str).unique()
-        return any(BACKWARD_KERNEL_RE.search(n) for n in names)
+        return backward_launched(self.full_trace)
 
     @cached_property
     def _kernels(self) -> "Kernels":
@@ -665,7 +663,7 @@ class Profile:
         anomaly = [a for a in self.replacements().recorded("anomaly") if isinstance(a.get("ops"), int)]
         if anomaly:
             out["anomaly"] = anomaly[0]
-        grad_ops = self.replacements().autograd_at_inference(self.backward_kernels())
+        grad_ops = self.replacements().autograd_at_inference(self.backward_kernels)
         if grad_ops:
             out["autograd_at_inference"] = {"ops": grad_ops}
         rec = self.replacements().record

@@ -46,5 +46,5 @@ def _rec(**record) -> Replacements:
     ({"optimizer": [{"class": "AdamW"}]}, False, None),  # an optimizer stepped: training
 ])
 def test_what_the_record_and_the_trace_say(record, backward_kernels, want):
-    assert _rec(**record).autograd_at_inference(backward_kernels) == want
-    assert Replacements(record={"sdpa": [{"grad": False, "count": 6}]}).autograd_at_inference(False) is None
+    assert _rec(**record).autograd_at_inference(lambda: backward_kernels) == want
+    assert Replacements(record={"sdpa": [{"grad": False, "count": 6}]}).autograd_at_inference(lambda: False) is None

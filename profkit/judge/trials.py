@@ -22,7 +22,7 @@ from profkit.judge import rules
 from profkit.judge.rules.base import Finding, RuleContext, matches
 from profkit.judge.rules.pk302_fp32_gemm import CONV_RE
 from profkit.model import Switch
-from profkit.run.replacements import BACKWARD_KERNEL_RE
+from profkit.run.replacements import backward_launched
 
 if TYPE_CHECKING:
     from profkit.judge.rules.base import ProfileView
@@ -50,8 +50,7 @@ def auto_trials(findings: list[Finding], prof: "ProfileView", run: "RunSummary")
         out.append(Switch.FREEZE_UNSTEPPED.value)
     if ctx.replacements.recorded("anomaly"):
         out.append(Switch.NO_ANOMALY.value)
-    names = ctx.kernels.index.to_series()
-    if ctx.replacements.autograd_at_inference(bool(len(names)) and bool(matches(names, BACKWARD_KERNEL_RE).any())):
+    if ctx.replacements.autograd_at_inference(lambda: backward_launched(prof.full_trace)):
         out.append(Switch.INFERENCE_MODE.value)
     return list(dict.fromkeys(out))
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Optional
 
 from profkit.model import GEMM_ALIGN, gemm_multiply_adds, gemm_unaligned
 
@@ -63,6 +63,15 @@ class Replacement:
 # The kernels a backward launches: PyTorch's *_backward kernels, cuDNN's data and weight
 # gradients, flash attention's backward
 BACKWARD_KERNEL_RE = re.compile(r"backward|bwd|dgrad|wgrad", re.I)
+
+
+def backward_launched(trace) -> bool:
+    """Whether ``trace`` (a profkit.read.trace.Trace) launched backward kernels: the evidence
+    Replacements.autograd_at_inference takes for a record made before it said whether a
+    backward ran."""
+    acts = trace.activities
+    names = acts.loc[(acts["kind"] == "kernel").to_numpy(), "name"].astype(str).unique()
+    return any(BACKWARD_KERNEL_RE.search(n) for n in names)
 
 
 @dataclass(frozen=True)
@@ -110,21 +119,21 @@ class Replacements:
         items = self.record.get(kind) if isinstance(self.record, dict) else None
         return [x for x in items if isinstance(x, dict)] if isinstance(items, list) else []
 
-    def autograd_at_inference(self, backward_kernels: bool) -> Optional[int]:
+    def autograd_at_inference(self, backward_kernels: Callable[[], bool]) -> Optional[int]:
         """How many ops of the recorded iteration took inputs that require gradients (fused
         attention, math-path attention, convolutions, RNN cells) in an iteration that ran no
         backward and stepped no optimizer: inference with autograd left on (evaluation code that
         forgot ``torch.no_grad()``). ``backward_kernels``: whether the trace holds backward
-        kernels, the evidence for a record made before it said whether a backward ran. None
-        otherwise."""
+        kernels (backward_launched), asked only of a record made before it said whether a
+        backward ran. None otherwise."""
         rec = self.record if isinstance(self.record, dict) else {}
-        ran = rec.get("backward")
-        if ran is True or (ran is None and backward_kernels) or self.recorded("optimizer"):
-            return None
         n = sum(int(r.get("count", r.get("calls", 1)) or 0)
                 for kind in ("sdpa", "attention", "conv", "rnn_cell") for r in self.recorded(kind)
                 if r.get("grad") is True)
-        return n or None
+        if not n or self.recorded("optimizer"):
+            return None
+        ran = rec.get("backward")
+        return None if ran is True or (ran is None and backward_kernels()) else n
 
     def __bool__(self) -> bool:
         return bool(self.entries) or bool(self.record)

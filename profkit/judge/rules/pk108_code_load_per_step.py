@@ -88,18 +88,17 @@ def detect(ctx: RuleContext) -> list[Finding]:
     # say which. Nothing is promised then: the price is the most it could be, never the gain.
     cut = ctx.prof.full_trace.meta.get("profiled_run_cut")
     first_pass = bool(cut) and still_loading(ctx.prof.full_trace)
-    bound = gain
+    bound, tail = gain, ""
     if first_pass:
-        n = cut.split()[2] if len(str(cut).split()) > 2 else "a few"
+        n = cut.split()[2] if len(str(cut).split()) > 2 else "a few"   # "cut after N RANGE"
         gain = 1.0
         basis = (f"not promised: the capture stopped after {n} iterations, nearly every one compiling, "
                  "so its steady step is not in this trace; if the program's shapes never come back, "
                  f"{bound:.2f}x ({basis})")
-    tail = (f"; the capture stopped after {cut.split()[2] if len(str(cut).split()) > 2 else 'a few'} "
-            "iterations, every one compiling: if the program's shapes come back later (batches of "
-            "the same lengths), only its first pass pays this and its steady step is not in this "
-            "trace: capture it again with more iterations (--max-iterations; profkit capture does "
-            "this itself when it sees such a run)" if first_pass else "")
+        tail = (f"; the capture stopped after {n} iterations, every one compiling: if the program's "
+                "shapes come back later (batches of the same lengths), only its first pass pays this "
+                "and its steady step is not in this trace: capture it again with more iterations "
+                "(--max-iterations; profkit capture does this itself when it sees such a run)")
     return [Finding(RULE.code, RULE.name,
                     f"stop compiling GPU code every step: {len(calls) / its:.1f} module load(s) per "
                     f"iteration, each after {spent / max(len(calls) / its, 1) / 1e6:.1f} ms of CPU time "

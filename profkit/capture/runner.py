@@ -518,8 +518,7 @@ def capture(script: str | Path, script_args: Sequence[str] = (), *, output: Opti
             note = (f"every iteration of the profiled run up to its cut after {max_iterations} loaded "
                     "new GPU code (a library compiling a kernel per new shape): it ended inside its "
                     f"warm-up; captured again with --max-iterations {longer}")
-            say(f"profkit: {note}")
-            result.notes.append(note)
+            result.notes.append(note)   # said with the others once the capture ends
             max_iterations = longer
             if calibrate:
                 texts.clear()

@@ -70,8 +70,8 @@ class Invariants:
             if k is not None and k not in self.roots and k not in self.derived:
                 self.roots[k] = weakref.ref(t)
 
-    def before(self, name: str, args: tuple, kwargs: dict, torch: Any) -> Optional[frozenset]:
-        """The roots an op's inputs come from when it is invariant, else None."""
+    def before(self, name: str, args: tuple, kwargs: dict, torch: Any) -> Optional[tuple[frozenset, list]]:
+        """(the roots an op's inputs come from, its input tensors) when it is invariant, else None."""
         if any(r in name for r in RANDOM):
             return None
         ins = _tensors(args, torch) + _tensors(kwargs, torch)
@@ -88,7 +88,7 @@ class Invariants:
                 roots.add(k)
             else:
                 return None
-        return frozenset(roots)
+        return frozenset(roots), ins
 
     def events(self, torch: Any) -> Optional[tuple]:
         """A pair of timing events recorded on the current stream, or None (CPU, too many)."""
@@ -101,11 +101,12 @@ class Invariants:
         start.record()
         return start, end
 
-    def after(self, name: str, args: tuple, kwargs: dict, out: Any, roots: Optional[frozenset],
+    def after(self, name: str, out: Any, found: Optional[tuple[frozenset, list]],
               timing: Optional[tuple], torch: Any) -> None:
+        """``found``: what ``before`` returned (None: the op is not invariant)."""
         if timing is not None:
             timing[1].record()
-        tin = _tensors(args, torch) + _tensors(kwargs, torch)
+        roots, tin = found if found is not None else (None, [])
         ins = {_key(t) for t in tin}
         src = str(tin[0].dtype).replace("torch.", "") if tin else ""
         for t in _tensors(out, torch):

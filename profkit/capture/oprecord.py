@@ -255,7 +255,7 @@ class OpRecord:
                     t0 = time.perf_counter_ns()
                     out = func(*args, **kwargs)   # the program's op first, whatever happens here
                     ns = time.perf_counter_ns() - t0
-                    owner.invariant_after(func, args, kwargs, out, inv)
+                    owner.invariant_after(func, out, inv)
                     owner.see(func, args, kwargs, out, ns)
                     return out
 
@@ -311,27 +311,27 @@ class OpRecord:
         self._roots.pre(module, inputs)
 
     def invariant_before(self, func: Any, args: tuple, kwargs: dict) -> Optional[tuple]:
-        """(the roots, the timing events) of an op about to run that is invariant, else None;
-        never raises (the program's op runs next, whatever happens here)."""
+        """(what Invariants.before found, the timing events) of an op about to run that is
+        invariant, else None; never raises (the program's op runs next, whatever happens here)."""
         if not self.active or self.broken or self._invariant is None:
             return None
         try:
             torch = sys.modules["torch"]
-            roots = self._invariant.before(func.__name__.split(".")[0], args, kwargs, torch)
-            return None if roots is None else (roots, self._invariant.events(torch))
+            found = self._invariant.before(func.__name__.split(".")[0], args, kwargs, torch)
+            return None if found is None else (found, self._invariant.events(torch))
         except Exception as exc:  # noqa: BLE001 - a record must never break the program
             self._fail(exc, "failed before an op")
             return None
 
-    def invariant_after(self, func: Any, args: tuple, kwargs: dict, out: Any, inv: Optional[tuple]) -> None:
+    def invariant_after(self, func: Any, out: Any, inv: Optional[tuple]) -> None:
         if not self.active or self.broken or self._invariant is None:
             return
         try:
             torch = sys.modules["torch"]
             if self._autograd_node() is not None:
                 self.saw_backward = True
-            self._invariant.after(func.__name__.split(".")[0], args, kwargs, out,
-                                  None if inv is None else inv[0], None if inv is None else inv[1], torch)
+            self._invariant.after(func.__name__.split(".")[0], out, None if inv is None else inv[0],
+                                  None if inv is None else inv[1], torch)
         except Exception as exc:  # noqa: BLE001 - a record must never break the program
             self._fail(exc, f"failed after {getattr(func, '__name__', func)}")
 

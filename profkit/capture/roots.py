@@ -14,7 +14,7 @@ different offsets (``sliced_input``). PK107 reads it.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 
 class RootCalls:
@@ -22,19 +22,20 @@ class RootCalls:
 
     def __init__(self) -> None:
         self.depth = 0
-        self.calls: dict[int, dict] = {}       # id(module) -> the row, and the inputs' storages
+        self.calls: dict[int, Optional[dict]] = {}   # id(module) -> the row (None: no parameters)
 
     def pre(self, module: Any, inputs: tuple) -> None:
         self.depth += 1
         if self.depth != 1:
             return
-        row = self.calls.get(id(module))
-        if row is None:
+        if id(module) not in self.calls:
             params = sum(int(p.numel()) for p in module.parameters())
-            if not params:
-                return
-            row = self.calls[id(module)] = {"module": type(module).__name__, "calls": 0, "params": params,
-                                            "storages": set(), "offsets": set(), "fresh": False}
+            # (None for a module without parameters: counted once, never kept)
+            self.calls[id(module)] = {"module": type(module).__name__, "calls": 0, "params": params,
+                                      "storages": set(), "offsets": set(), "fresh": False} if params else None
+        row = self.calls[id(module)]
+        if row is None:
+            return
         row["calls"] += 1
         first = next((x for x in inputs if hasattr(x, "untyped_storage")), None)
         try:
@@ -48,7 +49,7 @@ class RootCalls:
 
     def summary(self) -> list[dict]:
         rows = []
-        for r in sorted(self.calls.values(), key=lambda r: -r["params"]):
+        for r in sorted((r for r in self.calls.values() if r is not None), key=lambda r: -r["params"]):
             sliced = (r["calls"] > 1 and not r["fresh"] and len(r["storages"]) == 1
                       and len(r["offsets"]) == r["calls"])
             rows.append({"module": r["module"], "calls": r["calls"], "params": r["params"],

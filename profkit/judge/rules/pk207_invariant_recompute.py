@@ -95,28 +95,23 @@ def _select(g, ops: list[dict]) -> tuple[np.ndarray, int, int]:
     """(the graph's operations the invariant ops launched, as many per iteration as the record
     counts and of their kinds, longest first; how many the record counts an iteration; how many
     were found an iteration, the least over the iterations)."""
-    want: dict[str, int] = {}
+    want: dict[re.Pattern, int] = {}
     for o in ops:
         pat = KERNELS.get(o["op"])
         if pat is not None:
-            want[pat.pattern] = want.get(pat.pattern, 0) + int(o["count"])
-    names = np.array([str(n) for n in g.op_names])
+            want[pat] = want.get(pat, 0) + int(o["count"])
+    # per kind, whether each of the graph's kernel names is one (each name matched once)
+    named = {pat: np.array([bool(pat.search(str(n))) for n in g.op_names], dtype=bool) for pat in want}
     chosen: list[np.ndarray] = []
     found = None
     for lo, hi in zip(g.iter_call[:-1], g.iter_call[1:]):
         inside = np.flatnonzero((g.g_call >= lo) & (g.g_call < hi))
         taken = np.zeros(0, np.int64)
-        got = 0
-        for pattern, n in want.items():
-            pat = re.compile(pattern, re.I)
-            hit = inside[np.array([bool(pat.search(names[g.g_name[i]])) for i in inside], dtype=bool)] \
-                if len(inside) else inside
-            hit = np.setdiff1d(hit, taken)
-            pick = hit[np.argsort(-g.g_dur[hit], kind="stable")[:n]]
-            taken = np.concatenate([taken, pick])
-            got += len(pick)
+        for pat, n in want.items():
+            hit = np.setdiff1d(inside[named[pat][g.g_name[inside]]], taken)
+            taken = np.concatenate([taken, hit[np.argsort(-g.g_dur[hit], kind="stable")[:n]]])
         chosen.append(taken)
-        found = got if found is None else min(found, got)
+        found = len(taken) if found is None else min(found, len(taken))
     return (np.unique(np.concatenate(chosen)) if chosen else np.zeros(0, np.int64),
             sum(want.values()), found or 0)
 

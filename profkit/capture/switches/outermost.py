@@ -36,6 +36,7 @@ module's inner calls go straight to the original ``__call__``.
 """
 from __future__ import annotations
 
+import contextlib
 import threading
 import weakref
 from typing import Any, Optional
@@ -171,16 +172,12 @@ class Outermost:
         compiled = self.compiled.get(mod) if outer else None
         call = (lambda: compiled(*args, **kwargs)) if compiled is not None else \
             (lambda: orig(mod, *args, **kwargs))
-        if self.inference and outer:
-            plain = call
-
-            def call():
-                with self.torch.inference_mode():
-                    return plain()
-        if not self.autocast:
-            return call()
-        device = next((p.device.type for p in mod.parameters()), "cuda" if self.cuda else "cpu")
-        with self.torch.autocast(device_type=device, dtype=self.torch.bfloat16):
+        with contextlib.ExitStack() as around:
+            if self.inference and outer:
+                around.enter_context(self.torch.inference_mode())
+            if self.autocast:
+                device = next((p.device.type for p in mod.parameters()), "cuda" if self.cuda else "cpu")
+                around.enter_context(self.torch.autocast(device_type=device, dtype=self.torch.bfloat16))
             return call()
 
     def _format(self, x: Any) -> Any:

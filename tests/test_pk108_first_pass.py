@@ -10,7 +10,7 @@ import shared
 CORPUS = Path(__file__).resolve().parents[1] / "traces" / "corpus"
 
 
-@pytest.mark.parametrize("name,n,most", [("kv_decode_sampling", 20, 4.302), ("beam_search_decode", 30, 8.291)])
+@pytest.mark.parametrize("name,n,most", [("kv_decode_sampling", 20, 4.257), ("beam_search_decode", 30, 8.291)])
 def test_a_capture_cut_while_every_step_compiled_promises_nothing(name, n, most):
     # kv_decode_sampling: 20 captured tokens, each compiling a cuDNN attention for its new length
     # (its steady token measured 9 ms against 81); beam_search_decode: 30 tokens of its first

@@ -136,7 +136,7 @@ Loops over chunks
     (a unit as long as one call; the layer stack inside it repeats less often), spoken for
     whatever their GEMM share or width while launch-bound, and priced as above ("run it over
     larger chunks"). A decode loop, each call fed the last one's output, is not sliced and stays
-    with the layers. On nerf_chunks_infer (an H100), given its program's entry, 3.09x where chunks
+    with the layers. On nerf_chunks_infer (an H100), given its program's entry, 3.08x where chunks
     32x larger measured 5.76x: the wave model keeps its wide elementwise kernels at their copies'
     time, where merged they lose each copy's fixed cost (``tests/test_pk107_chunks.py``).
 References

@@ -31,7 +31,7 @@ Expected gain
     Graph edit (``scale_ops`` at infinity with their launches): the selected kernels and their
     launch calls gone, replayed at the calibrated CPU scale. The Python around the ops (a
     parametrization's module call) is not in it: on a host-bound step the price is low by that
-    (a HiFi-GAN-shaped vocoder with 42 weight-normalised convolutions, an H100: 1.27x, folding the
+    (a HiFi-GAN-shaped vocoder with 42 weight-normalised convolutions, an H100: 1.28x, folding the
     weight norm measured 1.41x). An int8 LM whose 40 linear layers are dequantized at every call,
     given its program's entries: 2.38x, dequantizing once measured 2.31x.
 References

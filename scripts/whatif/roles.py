@@ -284,6 +284,19 @@ FIX_RULES = {
     ("encoder_grad_on_infer", "bf16_inference"): ("PK302", "bf16_speedup"),
     ("nerf_chunks_infer", "big_chunks"): ("PK107", None), ("nerf_chunks_infer", "tf32"): ("PK302", None),
     ("nerf_chunks_infer", "compile"): ("PK402", None),
+    # written before their captures (set n): a model called twice a step where one call on both
+    # halves would do is PK107's repeated unit (the calls vectorised), a CUDA graph PK103's, bf16
+    # GEMMs PK302's; float64 turned float32 no rule's (TF32 alone is PK302's, and leaves float64
+    # GEMMs as they are); a scan's Python loop over tokens done in chunks is PK107's unit of the
+    # loop vectorised, the forward graphed PK103's
+    ("cfg_two_pass_sample", "batched_cfg"): ("PK107", None),
+    ("cfg_two_pass_sample", "graph"): ("PK103", "cuda_graph_speedup"),
+    ("cfg_two_pass_sample", "bf16"): ("PK302", "bf16_speedup"),
+    ("fp64_surrogate_train", "fp32"): (None, None), ("fp64_surrogate_train", "fp32_tf32"): (None, None),
+    ("fp64_surrogate_train", "fp32_bf16"): (None, None), ("fp64_surrogate_train", "tf32"): ("PK302", None),
+    ("ssm_scan_infer", "chunked_scan"): ("PK107", None),
+    ("ssm_scan_infer", "graph"): ("PK103", "cuda_graph_speedup"),
+    ("ssm_scan_infer", "bf16"): ("PK302", "bf16_speedup"),
     ("grad_checkpoint_train", "no_checkpointing"): ("PK204", None), ("grad_checkpoint_train", "fused_adamw"): ("PK201", None),
     ("cpu_tokenize_infer", "encode_batch"): (None, None), ("cpu_tokenize_infer", "workers"): ("PK102", None),
     ("cpu_tokenize_infer", "pretokenized"): ("PK102", None),

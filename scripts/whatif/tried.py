@@ -106,6 +106,9 @@ SWITCH_OF: dict[tuple[str, str], str] = {
     ("encoder_grad_on_infer", "bf16"): "bf16",
     ("nerf_chunks_infer", "tf32"): "tf32",
     ("nerf_chunks_infer", "compile"): "compile",
+    ("cfg_two_pass_sample", "bf16"): "bf16",
+    ("fp64_surrogate_train", "tf32"): "tf32",
+    ("ssm_scan_infer", "bf16"): "bf16",
 }
 
 

@@ -60,7 +60,7 @@ def program_args(doc: str, known, cuda_only=(), alternatives=(), steps: int = 40
     args = ap.parse_args()
     fixes = parse_fixes(ap, args, known, cuda_only, alternatives)
     check_interleave(ap, args, fixes, known, cuda_only, alternatives)
-    if "tf32" in fixes:  # every corpus program's tf32 fix is this one call, made before the model
+    if wants_tf32(fixes):  # every corpus program's tf32 fix is this one call, made before the model
         torch.set_float32_matmul_precision("high")
     torch.manual_seed(0)
     return args, fixes, torch.device(args.device)
@@ -311,7 +311,13 @@ def run(build: Callable, args: argparse.Namespace, fixes: set[str], dev: torch.d
 def set_precision(fixes: set[str]) -> None:
     """The ``tf32`` fix as a process-wide setting, on or off: a builder calls it first (a CUDA
     graph keeps the GEMMs chosen when it was captured), ``interleave`` before each block."""
-    torch.set_float32_matmul_precision("high" if "tf32" in fixes else "highest")
+    torch.set_float32_matmul_precision("high" if wants_tf32(fixes) else "highest")
+
+
+def wants_tf32(fixes: set[str]) -> bool:
+    """Whether ``fixes`` turn TF32 on: ``tf32`` or a fix named ``..._tf32`` (one that changes
+    something else as well, e.g. float64 to float32, and turns TF32 on with it)."""
+    return any(f == "tf32" or f.endswith("_tf32") for f in fixes)
 
 
 def smoke_blocks(args: argparse.Namespace) -> dict:

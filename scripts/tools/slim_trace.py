@@ -3,9 +3,13 @@ traces take less room (about 12% of their .xz size).
 
 In ``CUPTI_ACTIVITY_KIND_KERNEL``: the grid id, registers, shared and local memory sizes, launch
 type, cache config and context ids; in ``CUPTI_ACTIVITY_KIND_RUNTIME``: the event class, return
-value and call-chain id. Each becomes NULL (0 where the schema forbids NULL); the tables, their
-columns and every other value stay, so the file is still an Nsight Systems export and profkit
-reads from it exactly what it read before (the golden tests and the pages' --check say so). The
+value and call-chain id. Each becomes NULL (0 where the schema forbids NULL). The rows of two
+tables profkit never reads are dropped: ``TARGET_INFO_SYSTEM_ENV`` (the capturing machine's
+environment variables and system settings, which also need not travel with a trace) and
+``PROFILER_OVERHEAD`` (nsys's own buffer flushes; the profiler's cost is taken from the
+calibration run instead). The tables, their columns and every other value stay, so the file is
+still an Nsight Systems export and profkit reads from it exactly what it read before (the
+golden tests and the pages' --check say so). The
 file is rewritten in place (xz -9e) only when that makes it smaller. Only for traces this project
 captured itself: never run it on a trace someone else owns.
 
@@ -28,6 +32,8 @@ UNREAD = {
     "CUPTI_ACTIVITY_KIND_RUNTIME": ("eventClass", "returnValue", "callchainId"),
 }
 
+EMPTIED = ("TARGET_INFO_SYSTEM_ENV", "PROFILER_OVERHEAD")
+
 
 def slim(path: str) -> str:
     src = Path(path)
@@ -42,6 +48,10 @@ def slim(path: str) -> str:
             sets = [f'"{c}" = {"0" if notnull[c] else "NULL"}' for c in cols if c in notnull]
             if sets:
                 con.execute(f'UPDATE "{table}" SET {", ".join(sets)}')
+        have = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        for table in EMPTIED:
+            if table in have:
+                con.execute(f'DELETE FROM "{table}"')
         con.commit()
         con.execute("VACUUM")
         con.close()

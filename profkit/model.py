@@ -77,6 +77,7 @@ class Switch(str, Enum):
     BATCHED_FETCH = "batched_fetch"          # a TensorDataset's DataLoader reads a batch in one call
     NO_ANOMALY = "no_anomaly"                # autograd's anomaly detection never turned on
     INFERENCE_MODE = "inference_mode"        # the outermost module's calls under torch.inference_mode()
+    FP32 = "fp32"                            # the outermost module's float64 weights and inputs in float32
 
 
 def parse_trial(text: str) -> tuple[Switch, ...]:

@@ -44,6 +44,20 @@ def test_a_calibration_run_is_slower_only_past_the_slack(tmp_path, calibrated_ms
         assert got == (pytest.approx(12e6), pytest.approx(10e6))
 
 
+def test_a_host_running_ahead_of_a_gpu_paced_step_is_not_a_faster_profiled_run(tmp_path):
+    # ranges 10 ms apart on the host, each iteration's kernel busy 14 ms on the GPU (no sync in
+    # the step: the host runs ahead): the profiled run's period is the GPU's, and a calibration
+    # run of 14.2 ms an iteration, paced by that GPU, is not slower than it
+    period, busy, n = 10_000_000, 14_000_000, 20
+    trace = make_trace(tmp_path / "t.sqlite", strings={1: "k", 3: "step", 9: "cudaLaunchKernel"},
+                       kernels=[(i * busy + 100, (i + 1) * busy, i + 1, 1) for i in range(n)],
+                       runtime=[(i * period + 10, i * period + 50, i + 1) for i in range(n)],
+                       nvtx=[(i * period, i * period + period // 2, "step", TID) for i in range(n)])
+    assert cap.calibration_slower(_calibration(14_200_000), trace) is None
+    # slower than the GPU's period past the slack: slower still
+    assert cap.calibration_slower(_calibration(17_000_000), trace) == (pytest.approx(17e6), pytest.approx(14e6, rel=1e-3))
+
+
 def test_no_verdict_without_iterations_on_either_side(tmp_path):
     trace = _profiled(tmp_path, 10_000_000)
     assert cap.calibration_slower(json.dumps({"ranges": []}), trace) is None

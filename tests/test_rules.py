@@ -45,6 +45,7 @@ CASES = {
     "PK303": ("real/generate_llama", "real/train_llama"),
     "PK304": ("real/train_gpt2_rec", "real/train_llama_aten"),
     "PK305": ("corpus/resnet18_pageable", "corpus/resnet50_train"),
+    "PK306": ("corpus/fp64_surrogate_train", "real/train_llama"),
     "PK401": ("model_tiny_llama", "fused_add_rmsnorm_cuda"),
     "PK402": ("micro_chain", "real/cnn_infer"),
     "PK403": ("real/cnn_infer", "real/loader_cnn"),

@@ -297,6 +297,41 @@ def test_inference_mode_runs_the_outermost_module_without_autograd(trial):
         torch.nn.functional.mse_loss(m(x), torch.zeros(4, 1, device=DEV)).backward()
 
 
+def test_fp32_runs_a_float64_model_in_float32_and_hands_back_float64(trial):
+    torch.manual_seed(0)
+    ref = Tiny().double().to(DEV)
+    x = torch.randn(4, 16, device=DEV, dtype=torch.float64)
+    expected = ref(x).detach()                         # before the trial: float64 throughout
+    t = trial("fp32")
+    m = Tiny().double().to(DEV)
+    m.load_state_dict(ref.state_dict())
+    param = m.a.weight
+    opt = torch.optim.Adam(m.parameters(), lr=1e-3)   # built before the first call, as programs do
+    seen = []
+    m.a.register_forward_hook(lambda mod, i, o: seen.append((i[0].dtype, o.dtype)))
+    out = m(x)
+    assert seen == [(torch.float32, torch.float32)]          # inside: float32
+    assert out.dtype == torch.float64                        # outside: float64, as the program expects
+    assert m.a.weight is param and param.dtype == torch.float32   # converted in place: the optimizer keeps it
+    assert torch.allclose(out, expected, rtol=1e-5, atol=1e-6)    # the same numbers to float32's precision
+    loss = torch.nn.functional.mse_loss(out, torch.zeros(4, 1, device=DEV, dtype=torch.float64))
+    loss.backward()
+    opt.step()
+    assert param.grad.dtype == torch.float32 and opt.state[param]["exp_avg"].dtype == torch.float32
+    assert t.record() == {"switch": "fp32", "applied": True,
+                          "note": "module Tiny (289 params) in float32 (4 float64 weights and buffers, "
+                                  "1 float64 input tensors converted; outputs returned as float64)"}
+
+
+def test_fp32_on_a_float32_model_changes_nothing(trial):
+    t = trial("fp32")
+    m = Tiny().to(DEV)
+    out = m(torch.randn(2, 16, device=DEV))
+    assert out.dtype == torch.float32 and m.a.weight.dtype == torch.float32
+    assert t.record() == {"switch": "fp32", "applied": False,
+                          "note": "module Tiny (289 params): no float64 weights or inputs"}
+
+
 def test_bf16_with_no_module(trial):
     note = "no module with parameters on CUDA was called" if CUDA else "no module with parameters was called"
     assert trial("bf16").record() == {"switch": "bf16", "applied": False, "note": note}
@@ -336,6 +371,22 @@ def test_compile_wraps_the_outermost_module_once_and_steps_aside_while_tracing(t
     assert counters["stats"]["unique_graphs"] == 1 and not counters["graph_break"]
     assert t.record() == {"switch": "compile", "applied": True,
                           "note": "torch.compile (backend eager) of module Tiny (289 params)"}
+    torch._dynamo.reset()
+
+
+def test_compile_graphs_hands_out_copies_of_the_replays_outputs(trial):
+    # cudagraph trees reuse a graph's output memory at its next replay: a module called twice a
+    # step (a guided denoiser, conditional then unconditional) would lose its first output
+    torch._dynamo.reset()
+    t = trial("compile_graphs", compile_backend="eager")
+    m = Tiny().to(DEV)
+    m(torch.randn(4, 16, device=DEV))
+    patch = t.shared["outermost"]
+    replayed = torch.randn(4, 1, device=DEV)
+    patch.compiled[m] = lambda *a, **k: (replayed, {"aux": replayed})
+    out, extra = m(torch.randn(4, 16, device=DEV))
+    assert out is not replayed and extra["aux"] is not replayed and out.data_ptr() != replayed.data_ptr()
+    assert torch.equal(out, replayed) and torch.equal(extra["aux"], replayed)
     torch._dynamo.reset()
 
 

@@ -75,7 +75,8 @@ _CLASSIC = [  # older cuBLAS kernel families: (pattern, precision, label)
     (re.compile(r"(?:^|_)hgemm|h\d{4,5}gemm|_f16_s\d+gemm", re.I), "fp16", "hgemm"),
     (re.compile(r"(?:^|_)sgemm|gemmSN_NN|gemv2?T_kernel_val<float|gemv.*<float", re.I), "fp32",
      "sgemm/gemv float"),
-    (re.compile(r"(?:^|_)dgemm", re.I), "fp64", "dgemm"),
+    # CUTLASS's DMMA kernels name their 8x8x4 instruction: tensorop_d884gemm
+    (re.compile(r"(?:^|_)dgemm|tensorop_d\d{3}gemm", re.I), "fp64", "dgemm"),
 ]
 _CUDNN = re.compile(r"cudnn\w*?_(bf16|f16|fp16|f32|fp32|tf32)(?:_|$)", re.I)
 _TEMPLATE = [  # (pattern, precision), narrow floating types first

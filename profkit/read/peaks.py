@@ -23,19 +23,21 @@ from profkit.errors import ProfkitError
 PRECISION_ORDER = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8")
 
 # Datasheet numbers: dense tensor-core rates (no sparsity), SXM parts where there are several.
+# fp64 is the FP64 tensor cores' rate where there are some (cuBLAS runs DGEMM there: 42-57 TFLOP/s
+# measured on an H100 SXM, above its CUDA cores' 34): the roof of float64 GEMMs.
 # Each entry: (name regex, memory bandwidth B/s, {precision: FLOP/s}).
 _SPECS: list[tuple[str, float, dict[str, float]]] = [
-    (r"H200", 4.8e12, {"fp64": 34e12, "fp32": 67e12, "tf32": 494.5e12, "bf16": 989.5e12,
+    (r"H200", 4.8e12, {"fp64": 67e12, "fp32": 67e12, "tf32": 494.5e12, "bf16": 989.5e12,
                        "fp16": 989.5e12, "fp8": 1979e12}),
-    (r"H100.*PCIe", 2.0e12, {"fp64": 26e12, "fp32": 51e12, "tf32": 378e12, "bf16": 756e12,
+    (r"H100.*PCIe", 2.0e12, {"fp64": 51e12, "fp32": 51e12, "tf32": 378e12, "bf16": 756e12,
                              "fp16": 756e12, "fp8": 1513e12}),
-    (r"H100|GH200", 3.35e12, {"fp64": 34e12, "fp32": 67e12, "tf32": 494.5e12, "bf16": 989.5e12,
+    (r"H100|GH200", 3.35e12, {"fp64": 67e12, "fp32": 67e12, "tf32": 494.5e12, "bf16": 989.5e12,
                               "fp16": 989.5e12, "fp8": 1979e12}),
     (r"B200", 8.0e12, {"fp64": 40e12, "fp32": 80e12, "tf32": 1100e12, "bf16": 2250e12,
                        "fp16": 2250e12, "fp8": 4500e12}),
-    (r"A100.*40GB", 1.555e12, {"fp64": 9.7e12, "fp32": 19.5e12, "tf32": 156e12, "bf16": 312e12,
+    (r"A100.*40GB", 1.555e12, {"fp64": 19.5e12, "fp32": 19.5e12, "tf32": 156e12, "bf16": 312e12,
                                "fp16": 312e12}),
-    (r"A100", 2.039e12, {"fp64": 9.7e12, "fp32": 19.5e12, "tf32": 156e12, "bf16": 312e12,
+    (r"A100", 2.039e12, {"fp64": 19.5e12, "fp32": 19.5e12, "tf32": 156e12, "bf16": 312e12,
                          "fp16": 312e12}),
     (r"L40S", 0.864e12, {"fp32": 91.6e12, "tf32": 183e12, "bf16": 362e12, "fp16": 362e12,
                          "fp8": 733e12}),

@@ -108,6 +108,9 @@ SWITCH_OF: dict[tuple[str, str], str] = {
     ("nerf_chunks_infer", "compile"): "compile",
     ("cfg_two_pass_sample", "bf16"): "bf16",
     ("fp64_surrogate_train", "tf32"): "tf32",
+    ("fp64_surrogate_train", "fp32"): "fp32",
+    ("fp64_surrogate_train", "fp32_tf32"): "fp32+tf32",
+    ("fp64_surrogate_train", "fp32_bf16"): "fp32+bf16",
     ("ssm_scan_infer", "bf16"): "bf16",
 }
 

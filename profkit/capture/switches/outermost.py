@@ -1,5 +1,5 @@
 """Switches applied to the outermost module: ``bf16``, ``channels_last``, ``compile``,
-``compile_graphs`` and ``inference_mode``.
+``compile_graphs``, ``inference_mode`` and ``fp32``.
 
 The outermost module is found at run time: ``torch.nn.Module.__call__`` is wrapped (once, when
 the script imports torch) to see each module call made from the program's own code rather than
@@ -22,7 +22,10 @@ called later takes over, and the trial names each in turn. What each switch does
   program that keeps a step's outputs across steps, or accumulates gradients over several
   backwards before the optimizer step, can then fail with "overwritten by a subsequent run": the
   trial records it as its error, and ``--try auto`` does not pick it where PK103 sees the
-  accumulation). The program's other modules with parameters stay eager: the trial says so
+  accumulation). Its outputs are cloned as they come out (one device copy each): a module
+  called twice in a step, a guided diffusion model's denoiser on the conditional and the
+  unconditional input, would otherwise find its first output overwritten by the second call's
+  replay, and the trial failed so. The program's other modules with parameters stay eager: the trial says so
   (``left_out``: it measured part of the fix). A module that is already compiled
   (``OptimizedModule``, or ``module.compile()``) is left as it is: "already compiled".
   Compilation happens in the first calls: the iterations the trial leaves out as warm-up.
@@ -30,6 +33,11 @@ called later takes over, and the trial names each in turn. What each switch does
   tensors, and ``nn.TransformerEncoderLayer`` takes its inference fast path. For a program that
   runs inference with autograd left on; a program that calls ``backward`` on what the module
   returned fails (its outputs have no autograd graph), and the trial records the error.
+* ``fp32``: its float64 weights and buffers are converted to float32 once (in place: an
+  optimizer built on them keeps them), its float64 tensor arguments at each call, and its
+  floating-point outputs are returned as float64, so that a loss or a metric computed outside
+  it in float64 still gets float64. So do the program's other modules with parameters. With
+  ``tf32`` (``fp32+tf32``) the float32 GEMMs then run in TF32; with ``bf16`` under autocast.
 
 While Dynamo traces (``torch.compiler.is_compiling()``) the wrapper steps aside: a compiled
 module's inner calls go straight to the original ``__call__``.
@@ -56,6 +64,10 @@ class Outermost:
         self.memory_format = False
         self.compile: Optional[str] = None   # "default" or "reduce-overhead"
         self.inference = False
+        self.float32 = False
+        self.float32_converted = 0
+        self.float32_inputs = 0
+        self.narrowed: "weakref.WeakSet[Any]" = weakref.WeakSet()   # modules that held float64
         self.local = threading.local()
         self.params: "weakref.WeakKeyDictionary[Any, int]" = weakref.WeakKeyDictionary()
         self.best: Optional[weakref.ref] = None
@@ -130,11 +142,23 @@ class Outermost:
             self.compiled[mod] = torch.compile(mod, **opts)
 
     def _prepare_format(self, mod: Any) -> None:
-        """channels_last: ``mod``'s 4-D (5-D) weights and buffers converted, once."""
+        """channels_last: ``mod``'s 4-D (5-D) weights and buffers converted, once; fp32: its
+        float64 ones to float32, once."""
         torch = self.torch
-        if not self.memory_format or mod in self.prepared:
+        if not (self.memory_format or self.float32) or mod in self.prepared:
             return
         self.prepared.add(mod)
+        if self.float32:
+            def narrow(t):
+                if t.dtype != torch.float64:
+                    return t
+                self.float32_converted += 1
+                self.narrowed.add(mod)
+                return t.float()
+            with torch.no_grad():
+                mod._apply(narrow)
+        if not self.memory_format:
+            return
         fmt = {4: torch.channels_last, 5: torch.channels_last_3d}
         done = []
 
@@ -162,13 +186,20 @@ class Outermost:
                 if self.others[mod]:
                     self.other_names.append((id(mod), f"{type(mod).__name__} ({count_params(self._count(mod))} params)"))
                     self._prepare_format(mod)
-            if not self.others[mod] or not (self.autocast or self.memory_format):
+            if not self.others[mod] or not (self.autocast or self.memory_format or self.float32):
                 return orig(mod, *args, **kwargs)   # (a compile reaches the outermost alone)
         else:
             self.calls += 1
         if self.memory_format:
             args = tuple(self._format(a) for a in args)
             kwargs = {k: self._format(v) for k, v in kwargs.items()}
+        widen = False
+        if self.float32:
+            before = self.float32_inputs
+            args = tuple(self._narrow(a) for a in args)
+            kwargs = {k: self._narrow(v) for k, v in kwargs.items()}
+            # float64 in, float64 out: only where the program gave (or the module held) float64
+            widen = self.float32_inputs > before or mod in self.narrowed
         compiled = self.compiled.get(mod) if outer else None
         call = (lambda: compiled(*args, **kwargs)) if compiled is not None else \
             (lambda: orig(mod, *args, **kwargs))
@@ -178,7 +209,31 @@ class Outermost:
             if self.autocast:
                 device = next((p.device.type for p in mod.parameters()), "cuda" if self.cuda else "cpu")
                 around.enter_context(self.torch.autocast(device_type=device, dtype=self.torch.bfloat16))
-            return call()
+            out = call()
+        if compiled is not None and self.compile == "reduce-overhead":
+            out = self._clone(out)
+        return self._widen(out) if widen else out
+
+    def _clone(self, out: Any) -> Any:
+        """A CUDA-graph replay's outputs copied out of the graph's memory, which its next replay
+        overwrites."""
+        torch = self.torch
+        from torch.utils._pytree import tree_map
+        return tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, out)
+
+    def _narrow(self, x: Any) -> Any:
+        torch = self.torch
+        if isinstance(x, torch.Tensor) and x.dtype == torch.float64:
+            self.float32_inputs += 1
+            return x.float()
+        return x
+
+    def _widen(self, out: Any) -> Any:
+        """The module's float32 outputs as float64, for the float64 code after it."""
+        torch = self.torch
+        from torch.utils._pytree import tree_map
+        return tree_map(lambda t: t.double() if isinstance(t, torch.Tensor) and t.dtype == torch.float32 else t,
+                        out)
 
     def _format(self, x: Any) -> Any:
         torch = self.torch
@@ -252,6 +307,25 @@ class ChannelsLast(Handler):
                     f"{p.inputs_converted} input tensors converted)", applied=True)
 
 
+class Float32(Handler):
+    switch = Switch.FP32
+
+    def install(self, torch: Any, trial: Any, report: Report) -> None:
+        outermost(torch, trial).float32 = True
+
+    def finish(self, torch: Any, trial: Any, report: Report) -> None:
+        p = trial.shared["outermost"]
+        if not p.calls:
+            report.note(p.none_text(), applied=False)
+            return
+        if not p.float32_converted and not p.float32_inputs:
+            report.note(f"{p.module_text()}: no float64 weights or inputs", applied=False)
+            return
+        report.note(f"{p.module_text()} in float32 ({p.float32_converted} float64 weights and buffers, "
+                    f"{p.float32_inputs} float64 input tensors converted; outputs returned as float64)",
+                    applied=True)
+
+
 class Compile(Handler):
     def __init__(self, switch: Switch, mode: str) -> None:
         self.switch = switch
@@ -280,5 +354,5 @@ class Compile(Handler):
 
 HANDLERS = {Switch.BF16: Around(Switch.BF16, "autocast", "autocast bf16"), Switch.CHANNELS_LAST: ChannelsLast(),
             Switch.INFERENCE_MODE: Around(Switch.INFERENCE_MODE, "inference", "torch.inference_mode()"),
-            Switch.COMPILE: Compile(Switch.COMPILE, "default"),
+            Switch.FP32: Float32(), Switch.COMPILE: Compile(Switch.COMPILE, "default"),
             Switch.COMPILE_GRAPHS: Compile(Switch.COMPILE_GRAPHS, "reduce-overhead")}

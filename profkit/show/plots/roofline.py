@@ -102,9 +102,12 @@ def _roofs(peaks, present: set[str]) -> list[Roof]:
     for prec in PRECISION_ORDER:
         if prec in peaks.flops and prec in present:
             by_value.setdefault(float(peaks.flops[prec]), []).append(prec)
-    # A precision with the same peak as a present one (fp16 beside bf16) is named on its roof too.
+    # A precision with the same peak as a present one (fp16 beside bf16) is named on its roof too;
+    # not fp64, whose tensor-core rate an H100's float32 CUDA cores happen to match.
     for prec in PRECISION_ORDER:
         v = peaks.flops.get(prec)
+        if prec == "fp64" and prec not in present:
+            continue
         if v is not None and float(v) in by_value and prec not in by_value[float(v)]:
             by_value[float(v)].append(prec)
     shown = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8")

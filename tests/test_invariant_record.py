@@ -135,7 +135,31 @@ def test_the_outermost_calls_tell_a_loop_over_chunks_from_a_decode_loop():
     def once():
         with torch.no_grad():
             mlp(pts)
-    got = {name: _record(fn)["root_calls"] for name, fn in (("chunks", chunks), ("decode", decode), ("once", once))}
-    assert got["chunks"] == [{"module": "Sequential", "calls": 8, "params": 115, "sliced_input": True}]
-    assert got["decode"] == [{"module": "Sequential", "calls": 8, "params": 115, "sliced_input": False}]
-    assert got["once"] == [{"module": "Sequential", "calls": 1, "params": 115, "sliced_input": False}]
+    def guided():
+        # classifier-free guidance: the same latents twice, the label changed
+        with torch.no_grad():
+            mlp(pts[:8]) - mlp(pts[:8]) * 0.5
+
+    def guided_same_view():
+        with torch.no_grad():
+            x = pts[:8]
+            mlp(x) - mlp(x) * 0.5
+
+    def static_decode():
+        # one input buffer written in place before each call: the same tensor, other data
+        with torch.no_grad():
+            buf = pts[:8].clone()
+            for _ in range(4):
+                buf.copy_(mlp(buf))
+    runs = (("chunks", chunks), ("decode", decode), ("once", once), ("guided", guided),
+            ("guided_same_view", guided_same_view), ("static_decode", static_decode))
+    got = {name: _record(fn)["root_calls"] for name, fn in runs}
+
+    def row(calls, sliced=False, same=False):
+        return [{"module": "Sequential", "calls": calls, "params": 115, "sliced_input": sliced, "same_input": same}]
+    assert got["chunks"] == row(8, sliced=True)
+    assert got["decode"] == row(8)
+    assert got["once"] == row(1)
+    # two views of one storage at one offset are the same input
+    assert got["guided"] == row(2, same=True) and got["guided_same_view"] == row(2, same=True)
+    assert got["static_decode"] == row(4)

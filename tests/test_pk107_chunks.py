@@ -43,3 +43,22 @@ def test_a_decode_loop_or_a_few_calls_stay_layers(tmp_path, calls, sliced):
     # alone speaks, and it reads the GEMM-heavy unit as layers
     assert _pk107(tmp_path, calls, sliced)[1] is None
     assert "PK107" not in {f.code for f in profkit.load(TRACE).findings()}
+
+
+CFG = ROOT / "traces" / "corpus" / "cfg_two_pass_sample.sqlite.xz"
+
+
+def test_a_model_called_twice_on_one_input_is_one_call_on_both(tmp_path):
+    # a diffusion transformer sampled with classifier-free guidance: the denoiser called with the
+    # labels, then with the null label, on the same latents (cfg_two_pass_sample's capture, given
+    # the entry its program makes); one call on both halves measured 1.95x (the H100, ab-57)
+    p = shared.with_record_items(CFG, tmp_path, "root_calls",
+                                 [{"module": "DiT", "calls": 2, "params": 32957200, "sliced_input": False,
+                                   "same_input": True}])
+    (f,) = [f for f in profkit.load(p).findings() if f.code == "PK107"]
+    assert f.evidence["same_input"] is True and (f.evidence["copies"], f.evidence["unit_kernels"]) == (2, 291)
+    assert f.expected_end_to_end_speedup == pytest.approx(1.747, abs=1e-3)
+    assert f.action.startswith("the whole model (DiT) runs 2 times an iteration on the same input, other "
+                               "arguments changed (in denoise: a unit of 291 kernels a call")
+    # as captured (a record that did not yet tell the same input apart), the trace alone: no loop
+    assert "PK107" not in {f.code for f in profkit.load(CFG).findings()}

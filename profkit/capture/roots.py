@@ -10,7 +10,11 @@ loop also calls its model many times, but on the last call's output (a new tenso
 The op record (profkit.capture.oprecord) keeps, per module called at depth 0 (no other module's
 forward running on the main thread) that holds parameters: its class, the calls, its parameters'
 elements, and whether every call's first tensor argument was a view of one storage, the calls at
-different offsets (``sliced_input``). PK107 reads it.
+different offsets (``sliced_input``), or the very same tensor (``same_input``: the same storage at
+the same offset, unwritten between the calls: the model run several times on one input with
+other arguments changed, as a
+diffusion sampler's classifier-free guidance calls its denoiser with the labels and then with
+the null label). PK107 reads it.
 """
 from __future__ import annotations
 
@@ -32,7 +36,8 @@ class RootCalls:
             params = sum(int(p.numel()) for p in module.parameters())
             # (None for a module without parameters: counted once, never kept)
             self.calls[id(module)] = {"module": type(module).__name__, "calls": 0, "params": params,
-                                      "storages": set(), "offsets": set(), "fresh": False} if params else None
+                                      "storages": set(), "offsets": set(), "versions": set(),
+                                      "fresh": False} if params else None
         row = self.calls[id(module)]
         if row is None:
             return
@@ -41,6 +46,9 @@ class RootCalls:
         try:
             row["storages"].add(int(first.untyped_storage().data_ptr()))
             row["offsets"].add(int(first.storage_offset()))
+            # a buffer written in place between calls (a static decode loop's input) is one
+            # tensor fed different data: its version counter moves
+            row["versions"].add(int(first._version))
         except Exception:  # noqa: BLE001 - no plain storage (nested, sparse): not sliced
             row["fresh"] = True
 
@@ -52,6 +60,8 @@ class RootCalls:
         for r in sorted((r for r in self.calls.values() if r is not None), key=lambda r: -r["params"]):
             sliced = (r["calls"] > 1 and not r["fresh"] and len(r["storages"]) == 1
                       and len(r["offsets"]) == r["calls"])
+            same = (r["calls"] > 1 and not r["fresh"] and len(r["storages"]) == 1
+                    and len(r["offsets"]) == 1 and len(r["versions"]) == 1)
             rows.append({"module": r["module"], "calls": r["calls"], "params": r["params"],
-                         "sliced_input": sliced})
+                         "sliced_input": sliced, "same_input": same})
         return rows

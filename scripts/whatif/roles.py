@@ -71,6 +71,7 @@ NO_TEST = {
                                             "recomputed every call from weights that never change)",
     ("nerf_chunks_infer", "big_chunks"): "led to the op record's outermost module calls and PK107's loops "
                                          "over the chunks of one batch",
+    ("cfg_two_pass_sample", "batched_cfg"): "led to the op record's calls on one input and PK107's one call on both",
     ("fp64_surrogate_train", "fp32"): "led to PK306 (float64 compute) and the fp32 switch",
     ("fp64_surrogate_train", "fp32_tf32"): "led to PK306 (float64 compute) and the fp32 switch",
     ("fp64_surrogate_train", "fp32_bf16"): "led to PK306 (float64 compute) and the fp32 switch",

@@ -139,6 +139,11 @@ Loops over chunks
     with the layers. On nerf_chunks_infer (an H100), given its program's entry, 3.08x where chunks
     32x larger measured 5.76x: the wave model keeps its wide elementwise kernels at their copies'
     time, where merged they lose each copy's fixed cost (``tests/test_pk107_chunks.py``).
+    A model called twice or more an iteration on the very same input, other arguments changed
+    (``same_input``: a guided diffusion sampler's conditional and unconditional calls of its
+    denoiser), is the same case with as few as two calls: one call on the inputs concatenated
+    does their work. On cfg_two_pass_sample (a DiT-S/2 sampled with guidance, an H100), given its
+    program's entry, 1.75x; one call on both measured 1.95x.
 References
     PyTorch ``torch.vmap`` and ``torch.func`` docs (per-sample computations); the
     ``torch._foreach_*`` multi-tensor ops (``torch.optim``'s foreach implementations); PyTorch
@@ -193,10 +198,10 @@ class Repeats:
     periods_scanned: int   # periods compared position by position
 
 
-def find_repeats(codes, seg, max_period: int = 40, min_repeats: int = 8) -> Repeats:
-    """The blocks of ``codes`` (kernel-name ids, in stream order) in which one unit of 2 to
-    ``max_period`` names repeats at least ``min_repeats`` times in a row, inside one ``seg``
-    (stream and iteration): each with its shortest unit, no two overlapping.
+def find_repeats(codes, seg, max_period: int = 40, min_repeats: int = 8, min_period: int = 2) -> Repeats:
+    """The blocks of ``codes`` (kernel-name ids, in stream order) in which one unit of
+    ``min_period`` to ``max_period`` names repeats at least ``min_repeats`` times in a row, inside
+    one ``seg`` (stream and iteration): each with its shortest unit, no two overlapping.
 
     One sort, then one pass per period it has to scan: a position can lie in a block only if its
     name comes back within ``max_period`` positions, which the sort finds for every position at
@@ -225,6 +230,8 @@ def find_repeats(codes, seg, max_period: int = 40, min_repeats: int = 8) -> Repe
         z = ze - zs >= (min_repeats - 1) * p
         if not z.any():
             break
+        if p < min_period:
+            continue
         scanned += 1
         zs, ze = zs[z], ze[z]
         lens = ze - zs
@@ -334,6 +341,7 @@ class Loop:
     extra_grids: list = field(default_factory=list)
     host_paced: bool = False  # the host takes longer to issue the copies than their kernels run
     sliced: str = ""          # the model the op record saw called once a copy on slices of one tensor
+    same_input: bool = False  # ... or on the very same input each copy (other arguments changed)
 
     @property
     def extra(self) -> np.ndarray:
@@ -367,28 +375,30 @@ def loops(ctx: RuleContext) -> list[Loop]:
     blocks = []
     chunked = _chunk_loop(ctx, least)
     if chunked is not None:
-        # The model run over slices of one tensor, once a copy: the copies of a unit as long as
-        # one call, repeated as often as the calls (a layer stack inside it repeats less often)
-        calls, model = chunked
+        # The model run over slices of one tensor (or on one input), once a copy: the copies of a
+        # unit as long as one call, repeated as often as the calls (a layer stack inside it
+        # repeats less often; with as few as two calls, a unit under half a call is a layer's)
+        calls, model, same = chunked
         its = max(len(g.iter_call) - 1, 1)
-        rep = find_repeats(ids, seg, max(period, len(k) // its // calls + 1), calls)
+        per_call = len(k) // its // calls
+        rep = find_repeats(ids, seg, max(period, per_call + 1), calls, per_call // 2 if same else 2)
         for lo, p, c in zip(rep.start.tolist(), rep.period.tolist(), rep.count.tolist()):
             claimed[lo:lo + p * c] = True
-            blocks.append((np.arange(lo, lo + p * c).reshape(c, p), [], model))
+            blocks.append((np.arange(lo, lo + p * c).reshape(c, p), [], model, same))
     rep = find_repeats(ids, seg, period, least)
     for lo, p, c in zip(rep.start.tolist(), rep.period.tolist(), rep.count.tolist()):
         if claimed[lo:lo + p * c].any():
             continue
         claimed[lo:lo + p * c] = True
-        blocks.append((np.arange(lo, lo + p * c).reshape(c, p), [], ""))
-    blocks += [(pos, extra, "") for pos, extra in find_gapped(ids, seg, claimed, period, least)]
+        blocks.append((np.arange(lo, lo + p * c).reshape(c, p), [], "", False))
+    blocks += [(pos, extra, "", False) for pos, extra in find_gapped(ids, seg, claimed, period, least)]
     if not blocks:
         return []
     b = ctx.baseline
     names = np.asarray(g.op_names, dtype=object)
     gemm = _gemm_names(g)
     out = []
-    for pos, extra_pos, sliced in blocks:
+    for pos, extra_pos, sliced, same in blocks:
         ops, extras = k[pos], [k[x] for x in extra_pos]
         extra = np.concatenate(extras) if extras else np.empty(0, dtype=np.int64)
         s, e = b.g_start[ops], b.g_end[ops]
@@ -419,7 +429,7 @@ def loops(ctx: RuleContext) -> list[Loop]:
                         any(optimizer_step_kernel(n) for n in unit),
                         any(MULTI_TENSOR_RE.search(n) for n in unit + extra_names),
                         extras, [np.full(len(x), -1, dtype=np.int64) for x in extras], issue > busy,
-                        sliced))
+                        sliced, same))
     # Launch dimensions are read only for the loops that wait for the CPU: the others are not
     # spoken for whatever their size.
     _read_grids(ctx, [lp for lp in out if launch_bound(lp)])
@@ -443,19 +453,24 @@ ELEMENTWISE_VARIANT_RE = re.compile(
     r"std::array<char \*")
 
 
-def _chunk_loop(ctx: RuleContext, least: int) -> Optional[tuple[int, str]]:
-    """(calls an iteration, the model) where the op record saw the model with the most parameters
-    called ``least`` times or more in its watched iteration, every call on a slice of one tensor
-    (profkit.capture.roots: a loop over the chunks of a batch, each through the whole model);
+def _chunk_loop(ctx: RuleContext, least: int) -> Optional[tuple[int, str, bool]]:
+    """(calls an iteration, the model, whether on one input) where the op record saw the model
+    with the most parameters called ``least`` times or more in its watched iteration, every call
+    on a slice of one tensor (profkit.capture.roots: a loop over the chunks of a batch, each
+    through the whole model), or twice or more on the very same input (a guided sampler's
+    conditional and unconditional calls: independent, so one call on both does their work);
     else None."""
     rows = [r for r in ctx.replacements.recorded("root_calls")
             if isinstance(r.get("calls"), int) and isinstance(r.get("params"), int)]
     if not rows:
         return None
     top = max(rows, key=lambda r: r["params"])
-    if top["calls"] < least or top.get("sliced_input") is not True:
-        return None
-    return int(top["calls"]), str(top.get("module") or "the model")
+    model = str(top.get("module") or "the model")
+    if top["calls"] >= least and top.get("sliced_input") is True:
+        return int(top["calls"]), model, False
+    if top["calls"] >= 2 and top.get("same_input") is True:
+        return int(top["calls"]), model, True
+    return None
 
 
 def _gemm_names(g) -> np.ndarray:
@@ -628,7 +643,15 @@ def detect(ctx: RuleContext) -> list[Finding]:
     independent = "samples, parameters or a batch's partitions" if sizes else "samples or parameters"
     where = "outside any NVTX range" if big.where in ("", "(no range)") else f"in {big.where}"
     sliced = next((lp for lp in keep if lp.sliced), None)
-    if sliced is not None:
+    if sliced is not None and sliced.same_input:
+        ev["sliced_model"] = sliced.sliced
+        ev["same_input"] = True
+        action = (f"the whole model ({sliced.sliced}) runs {sliced.copies} times an iteration on the same "
+                  f"input, other arguments changed ({where}: a unit of {sliced.period} kernels a call, as a "
+                  "guided sampler's conditional and unconditional calls): one call on the inputs "
+                  f"concatenated along the batch ({sliced.copies}x the batch), its output split "
+                  f"({gain:.2f}x, the number below); {graph_txt}")
+    elif sliced is not None:
         ev["sliced_model"] = sliced.sliced
         action = (f"a Python loop runs the whole model ({sliced.sliced}) {sliced.copies} times an iteration, "
                   f"each time on a slice of one tensor ({where}: chunks of one batch, a unit of "

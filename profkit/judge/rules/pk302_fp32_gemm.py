@@ -46,6 +46,10 @@ Expected gain
     priced T5-small's bf16, measured 0.98x, at 1.11x: a promise a fix that measured under 1.05x
     must not get. The larger misses left are priced high: ResNeXt-50 and DenseNet-121 training
     and BERT inference, by 10-12%.
+    cuBLAS's GEMV kernels (a matmul with one side a vector: a scan's read-out token by token)
+    are charged their casts too, their own time kept (memory-bound: the casts' writes spend what
+    their halved reads save; a Mamba-style scan's 512 GEMVs an iteration priced bf16 at 0.99x
+    uncharged, 0.73x charged, measured 0.79x).
     A kernel's cast is an average: autocast casts a weight once per region and a forward op's
     operands, not its backward kernels, so a step with more backward kernels per forward op
     (a double backward) is charged more than it pays. In the evidence as
@@ -106,6 +110,7 @@ RULE = RuleMeta(
                                               "a multiple of 8 (shapes from --aten)")))
 
 CONV_RE = re.compile(r"conv|fprop|dgrad|wgrad", re.I)
+GEMV_RE = re.compile(r"gemv", re.I)
 
 
 def cast_cpu_ns(ctx: RuleContext) -> float:
@@ -241,9 +246,21 @@ def detect(ctx: RuleContext) -> list[Finding]:
         # A recurrent cell loop's GEMMs cast nothing a step: autocast caches its weights' casts
         # for the region, and the state the cells produce is already bf16 (a GRU forecaster's
         # 476 GEMM kernels an iteration priced 0.32x with a cast each, measured 1.02x)
-        cast_ops = np.setdiff1d(ops_all, recurrent_gemms(ctx.model.graph))
+        recurrent = recurrent_gemms(ctx.model.graph)
+        cast_ops = np.setdiff1d(ops_all, recurrent)
         if len(cast_ops) < len(ops_all):
             ev["bf16_recurrent_gemms_uncast"] = round((len(ops_all) - len(cast_ops)) / max(ctx.iterations, 1), 1)
+        # A matmul cuBLAS runs as a GEMV (a batched matrix-vector product: a scan's read-out
+        # token by token) is cast by autocast all the same: its operands' casts cost the CPU as
+        # a GEMM's do, while its kernel, memory-bound, gains little (the casts' writes spend
+        # what its halved reads save): a Mamba-style scan's 512 GEMVs an iteration, uncounted,
+        # priced bf16 at 0.99x where it measured 0.79x
+        gemv = [n for n in names[matches(names, GEMV_RE)] if kernel_dtype(n).precision == "fp32"]
+        if gemv:
+            gemv_ops = np.setdiff1d(ctx.graph_ops(ctx.acts_named(gemv)), recurrent)
+            if len(gemv_ops):
+                ev["bf16_gemv_casts_per_iteration"] = round(len(gemv_ops) / max(ctx.iterations, 1), 1)
+                cast_ops = np.union1d(cast_ops, gemv_ops)
 
         def bf16(gr):
             gr = scale_ops(scale_ops(gr, bf_even, bf_gain), bf_odd, odd_bf)

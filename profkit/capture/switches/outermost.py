@@ -289,41 +289,57 @@ class Around(Handler):
         report.note(f"{self.what} around {p.module_text()}", applied=True)
 
 
-class ChannelsLast(Handler):
+class Converts(Handler):
+    """A switch that converts the outermost module's weights once and its inputs at each call:
+    the wrapper's flag ``attr`` set; ``counts`` what it converted, ``none`` said where there was
+    nothing to convert, ``done`` what it did."""
+    attr = ""
+    none = ""
+
+    def install(self, torch: Any, trial: Any, report: Report) -> None:
+        setattr(outermost(torch, trial), self.attr, True)
+
+    def counts(self, p: Outermost) -> tuple[int, int]:
+        raise NotImplementedError
+
+    def done(self, p: Outermost) -> str:
+        raise NotImplementedError
+
+    def finish(self, torch: Any, trial: Any, report: Report) -> None:
+        p = trial.shared["outermost"]
+        if not p.calls:
+            report.note(p.none_text(), applied=False)
+            return
+        if not any(self.counts(p)):
+            report.note(f"{p.module_text()}: {self.none}", applied=False)
+            return
+        report.note(self.done(p), applied=True)
+
+
+class ChannelsLast(Converts):
     switch = Switch.CHANNELS_LAST
+    attr = "memory_format"
+    none = "no 4-D or 5-D weights or inputs"
 
-    def install(self, torch: Any, trial: Any, report: Report) -> None:
-        outermost(torch, trial).memory_format = True
+    def counts(self, p: Outermost) -> tuple[int, int]:
+        return p.converted, p.inputs_converted
 
-    def finish(self, torch: Any, trial: Any, report: Report) -> None:
-        p = trial.shared["outermost"]
-        if not p.calls:
-            report.note(p.none_text(), applied=False)
-            return
-        if not p.converted and not p.inputs_converted:
-            report.note(f"{p.module_text()}: no 4-D or 5-D weights or inputs", applied=False)
-            return
-        report.note(f"{p.module_text()} to channels_last ({p.converted} weights and buffers, "
-                    f"{p.inputs_converted} input tensors converted)", applied=True)
+    def done(self, p: Outermost) -> str:
+        return (f"{p.module_text()} to channels_last ({p.converted} weights and buffers, "
+                f"{p.inputs_converted} input tensors converted)")
 
 
-class Float32(Handler):
+class Float32(Converts):
     switch = Switch.FP32
+    attr = "float32"
+    none = "no float64 weights or inputs"
 
-    def install(self, torch: Any, trial: Any, report: Report) -> None:
-        outermost(torch, trial).float32 = True
+    def counts(self, p: Outermost) -> tuple[int, int]:
+        return p.float32_converted, p.float32_inputs
 
-    def finish(self, torch: Any, trial: Any, report: Report) -> None:
-        p = trial.shared["outermost"]
-        if not p.calls:
-            report.note(p.none_text(), applied=False)
-            return
-        if not p.float32_converted and not p.float32_inputs:
-            report.note(f"{p.module_text()}: no float64 weights or inputs", applied=False)
-            return
-        report.note(f"{p.module_text()} in float32 ({p.float32_converted} float64 weights and buffers, "
-                    f"{p.float32_inputs} float64 input tensors converted; outputs returned as float64)",
-                    applied=True)
+    def done(self, p: Outermost) -> str:
+        return (f"{p.module_text()} in float32 ({p.float32_converted} float64 weights and buffers, "
+                f"{p.float32_inputs} float64 input tensors converted; outputs returned as float64)")
 
 
 class Compile(Handler):

@@ -4,7 +4,13 @@ bytes, through the step model; measured by hand on the same H100 (run folder ab-
 float32 with TF32 4.48x, float32 alone 1.24x, float32 with bf16 autocast 4.76x."""
 from __future__ import annotations
 
+import json
+import lzma
+import shutil
+import sqlite3
 from pathlib import Path
+
+import pytest
 
 import profkit
 from profkit.judge.dtypes import kernel_dtype
@@ -38,3 +44,49 @@ def test_cutlass_dmma_kernels_read_as_float64():
 def test_float32_and_bf16_steps_are_left_alone():
     for name in ("mae_pretrain_train", "tuned_gpt_train"):
         assert "PK306" not in {f.code for f in profkit.load(ROOT / "traces" / "corpus" / f"{name}.sqlite.xz").findings()}
+
+
+def _with_entries(tmp_path: Path, entries: list[dict]) -> Path:
+    """A copy of the capture whose replacements hold ``entries`` besides its own."""
+    dst = tmp_path / TRACE.name.removesuffix(".xz")
+    with lzma.open(TRACE) as src, open(dst, "wb") as out:
+        shutil.copyfileobj(src, out)
+    con = sqlite3.connect(dst)
+    with con:
+        meta = json.loads(con.execute("SELECT value FROM PROFKIT_META WHERE key = 'replacements'").fetchone()[0])
+        meta["entries"] = meta["entries"] + entries
+        con.execute("UPDATE PROFKIT_META SET value = ? WHERE key = 'replacements'", (json.dumps(meta),))
+    con.close()
+    return dst
+
+
+def test_float64_gemms_timed_at_the_programs_shapes_price_the_fix(tmp_path):
+    # the record's float64 GEMMs (16,384 x 1,024 x 1,024, five of each of the three a step), each
+    # timed against float32, TF32 and bf16 operands: the measured ratios replace the peaks'
+    shapes = [{"op": "addmm", "batch": 1, "m": 16384, "n": 1024, "k": 1024, "dtype": "fp64", "layout": "NT", "count": 5},
+              {"op": "mm", "batch": 1, "m": 16384, "n": 1024, "k": 1024, "dtype": "fp64", "layout": "NN", "count": 5}]
+    ratios = {"fp32": 1.3, "tf32": 5.0, "bf16": 9.0}
+    entries = [{"kind": f"gemm_fp64_{to}", "key": f"{s['op']} {s['layout']}", "shape": s, "count": s["count"],
+                "original_ns": 620_000.0, "replacement_ns": 620_000.0 / r, "backend": to, "repetitions": 10,
+                "spread": None, "error": None, "seconds": 0.1}
+               for s in shapes for to, r in ratios.items()]
+    (f,) = [f for f in profkit.load(_with_entries(tmp_path, entries)).findings() if f.code == "PK306"]
+    assert f.evidence["priced_from"] == "timed"
+    assert (f.evidence["fp32_timed_gain"], f.evidence["tf32_timed_gain"], f.evidence["bf16_timed_gain"]) == (1.3, 5.0, 9.0)
+    assert "replacement timed at the program's shapes" in f.basis and "TF32 / float64 timed = 5.0" in f.basis
+    # TF32 at 5.0x where the peaks said 7.4x: a lower price than the estimate's 5.12x
+    assert 1.0 < f.expected_end_to_end_speedup < 5.117
+    assert f.evidence["fp32_speedup"] > 1.078                  # float32 GEMMs 1.3x faster, not even
+
+
+def test_capture_times_float64_gemms_against_float32_tf32_and_bf16_on_the_cpu():
+    pytest.importorskip("torch")
+    from profkit.capture import replacements as timing
+    record = {"format": "profkit-oprecord/1", "gemm": [
+        {"op": "mm", "batch": 1, "m": 24, "n": 40, "k": 16, "dtype": "fp64", "layout": "NN", "count": 3}]}
+    out = timing.time_record(record, device="cpu", reps=2)
+    kinds = [e["kind"] for e in out["entries"]]
+    assert kinds == ["gemm_fp64_fp32", "gemm_fp64_tf32", "gemm_fp64_bf16"]
+    for e in out["entries"]:
+        assert e["error"] is None and e["original_ns"] > 0 and e["replacement_ns"] > 0 and e["count"] == 3
+        assert e["key"] == "mm b=1 m=24 n=40 k=16 fp64"

@@ -38,6 +38,9 @@ time their GPU work and not the host's launching, and timed unheld too, the lowe
   operands, in the operands' recorded layout (``nn.Linear``'s transposed weight: Hopper's TF32
   kernels run it faster than two row-major operands); the casts autocast would add are not
   timed (PK302 prices their CPU apart);
+* ``gemm_fp64_fp32`` / ``gemm_fp64_tf32`` / ``gemm_fp64_bf16``: each float64 GEMM shape in
+  float64 against float32 operands in full precision, in TF32 and against bf16 operands (PK306's
+  three prices);
 * ``conv_bf16``: each fp32 2-D or 3-D convolution shape as the program ran it (its memory format,
   cuDNN's TF32 as it was set) against bf16 on channels_last (channels_last_3d) tensors, forward and backward (input and
   weight gradients) where the program's inputs required gradients, the forward alone kept beside
@@ -510,9 +513,10 @@ def gemm_key(g: dict) -> str:
     return f"{g['op']} b={g['batch']} m={g['m']} n={g['n']} k={g['k']} {g['dtype']}" + (f" {lay}" if lay != "NN" else "")
 
 
-def gemm_operands(torch: Any, g: dict, device: Any) -> tuple[Any, Any]:
-    """Random fp32 operands of a recorded GEMM in its layout (a record without one: ``NN``): a
-    ``T`` operand is the transposed view of a row-major tensor, as ``nn.Linear``'s weight is."""
+def gemm_operands(torch: Any, g: dict, device: Any, dtype: Any = None) -> tuple[Any, Any]:
+    """Random operands (fp32, or ``dtype``) of a recorded GEMM in its layout (a record without
+    one: ``NN``): a ``T`` operand is the transposed view of a row-major tensor, as
+    ``nn.Linear``'s weight is."""
     b, m, n, k = (int(g[x]) for x in ("batch", "m", "n", "k"))
     lay = g.get("layout", "NN")
     batched = g["op"] in ("bmm", "baddbmm")
@@ -520,19 +524,28 @@ def gemm_operands(torch: Any, g: dict, device: Any) -> tuple[Any, Any]:
     def make(rows: int, cols: int, transposed: bool) -> Any:
         lead = (b,) if batched else ()
         if transposed:
-            return torch.randn(*lead, cols, rows, device=device).transpose(-1, -2)
-        return torch.randn(*lead, rows, cols, device=device)
+            return torch.randn(*lead, cols, rows, device=device, dtype=dtype).transpose(-1, -2)
+        return torch.randn(*lead, rows, cols, device=device, dtype=dtype)
     return make(m, k, lay[0] == "T"), make(k, n, lay[1] == "T")
 
 
 def time_gemm(torch: Any, timer: Timer, g: dict, to: str) -> dict:
-    e = _entry(f"gemm_{to}", gemm_key(g), g, g.get("count", 1))
+    """An fp32 GEMM shape in full fp32 against ``to`` (tf32, bf16); a float64 one in float64
+    against float32 operands in ``to`` (fp32: full precision, tf32, bf16)."""
+    fp64 = g.get("dtype") == "fp64"
+    e = _entry(f"gemm_fp64_{to}" if fp64 else f"gemm_{to}", gemm_key(g), g, g.get("count", 1))
     before = torch.get_float32_matmul_precision()
     try:
         x, y = gemm_operands(torch, g, timer.device)
         torch.set_float32_matmul_precision("highest")
-        orig = timer(lambda: x @ y)
-        if to == "tf32":
+        if fp64:
+            x64, y64 = x.double(), y.double()
+            orig = timer(lambda: x64 @ y64)
+        else:
+            orig = timer(lambda: x @ y)
+        if to == "fp32":
+            repl = timer(lambda: x @ y)
+        elif to == "tf32":
             torch.set_float32_matmul_precision("high")
             repl = timer(lambda: x @ y)
         else:
@@ -655,6 +668,9 @@ def jobs(record: dict) -> list[tuple[str, dict, Callable]]:
     for g in gemm_shapes([g for g in record.get("gemm") or [] if g.get("dtype") == "fp32"]):
         out.append(("gemm_tf32", g, lambda t, tm, g: time_gemm(t, tm, g, "tf32")))
         out.append(("gemm_bf16", g, lambda t, tm, g: time_gemm(t, tm, g, "bf16")))
+    for g in gemm_shapes([g for g in record.get("gemm") or [] if g.get("dtype") == "fp64"]):
+        for to in ("fp32", "tf32", "bf16"):
+            out.append((f"gemm_fp64_{to}", g, lambda t, tm, g, to=to: time_gemm(t, tm, g, to)))
     convs = [c for c in record.get("conv") or [] if c.get("dtype") == "fp32"]
     for c in sorted(convs, key=lambda r: -_work("conv", r))[:MAX_CONVS]:
         out.append(("conv_bf16", c, time_conv))

@@ -31,7 +31,7 @@ RECORD_FORMAT = "profkit-oprecord/1"
 class Replacement:
     """One replacement timed at one of the program's shapes."""
     kind: str                        # attention, attention_causal_mask, optimizer, optimizer_fused_floor,
-                                     # rnn, copy, gemm_tf32, gemm_bf16, conv_bf16
+                                     # rnn, copy, gemm_tf32, gemm_bf16, gemm_fp64_*, conv_bf16
     key: str
     shape: dict
     count: int                       # calls per iteration of the recorded op
@@ -87,7 +87,8 @@ class Replacements:
         return [e for e in self.entries if e.kind == kind and e.measured]
 
     def gemm_gain(self, kind: str) -> Optional[float]:
-        """How many times faster the program's fp32 GEMMs run as ``kind`` (gemm_tf32, gemm_bf16), from
+        """How many times faster the program's fp32 GEMMs run as ``kind`` (gemm_tf32, gemm_bf16; its
+        float64 GEMMs for gemm_fp64_fp32, gemm_fp64_tf32, gemm_fp64_bf16), from
         the timed shapes: the timed fp32 time over the replacement's, each shape by its calls; where
         both aligned and unaligned shapes were timed (M, N or K not a multiple of ALIGN[kind]: off
         the aligned tensor-core kernels), each group is weighted by its share of the recorded GEMMs'
@@ -101,8 +102,9 @@ class Replacements:
         plain = sum(e.original_ns * e.count for e in timed) / sum(e.replacement_ns * e.count for e in timed)
         align = ALIGN.get(kind, 8)
         groups = {odd: [e for e in timed if gemm_unaligned(e.shape, align) is odd] for odd in (False, True)}
+        src = "fp64" if kind.startswith("gemm_fp64_") else "fp32"
         work = {odd: sum(gemm_multiply_adds(g) * float(g.get("count", 1)) for g in self.recorded("gemm")
-                         if g.get("dtype") == "fp32" and gemm_unaligned(g, align) is odd) for odd in (False, True)}
+                         if g.get("dtype") == src and gemm_unaligned(g, align) is odd) for odd in (False, True)}
         if not all(groups.values()) or not all(work.values()):
             return plain
         before = after = 0.0
@@ -140,7 +142,9 @@ class Replacements:
 
 
 # A GEMM's M, N and K in multiples of these run on the aligned tensor-core kernels (16 bytes)
-ALIGN = {"gemm_tf32": GEMM_ALIGN["tf32"], "gemm_bf16": GEMM_ALIGN["bf16"]}
+ALIGN = {"gemm_tf32": GEMM_ALIGN["tf32"], "gemm_bf16": GEMM_ALIGN["bf16"],
+         "gemm_fp64_fp32": GEMM_ALIGN["tf32"], "gemm_fp64_tf32": GEMM_ALIGN["tf32"],
+         "gemm_fp64_bf16": GEMM_ALIGN["bf16"]}
 
 
 def _pair(d: object) -> Optional[tuple[float, float]]:

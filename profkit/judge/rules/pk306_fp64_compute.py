@@ -26,8 +26,13 @@ Expected gain
     Float32 with TF32 is the action's number; float32 alone (``fp32_speedup``: the GEMMs at the
     float32 roof, on an H100 about the FP64 tensor cores' rate, so mostly the halved bytes) and
     float32 with bf16 autocast (``bf16_speedup``: the GEMMs at ``bf16_share`` of the bf16 roof,
-    each with the CPU of its operands' casts, as PK302 prices it) are in the evidence. Estimated
-    from the peaks: no replacement GEMM is timed at capture for float64 shapes.
+    each with the CPU of its operands' casts, as PK302 prices it) are in the evidence.
+    **Timed at capture** (``profkit capture`` times each recorded float64 GEMM shape in float64
+    against float32, TF32 and bf16 operands, PROFKIT_META ``replacements`` kinds
+    ``gemm_fp64_fp32``, ``gemm_fp64_tf32``, ``gemm_fp64_bf16``): the GEMMs shrink by the measured
+    ratios instead of the peaks' (the shapes' calls and FLOPs weighing them as PK302's do), and
+    the action says "replacement timed at the program's shapes"; without them (a capture before
+    this timing, or a plain nsys trace), "estimated: no replacement timed at capture".
     An MLP of 6 x 1024 on 16,384 points a step, float64 on an H100, 14.5 ms: float32 with TF32
     measured 4.48x, float32 alone 1.24x, with bf16 4.76x (w_fp64_surrogate_train.py).
 Trial
@@ -46,7 +51,7 @@ import numpy as np
 
 from profkit.judge.dtypes import kernel_dtype
 from profkit.judge.rules.base import (ESTIMATED, GEMM_KERNEL_RE, Finding, Param, RuleContext, RuleMeta, Scope,
-                                      Table, TrialOf, matches)
+                                      Table, TrialOf, matches, timed_text)
 from profkit.judge.rules.pk302_fp32_gemm import RULE as PK302
 from profkit.judge.rules.pk302_fp32_gemm import cast_cpu_ns
 from profkit.model import Rung
@@ -82,13 +87,24 @@ def detect(ctx: RuleContext) -> list[Finding]:
     tf32_gain = max(1.0, peaks["tf32"] / peaks["fp64"])
     fp32_gain = max(1.0, fp32 / peaks["fp64"])
     bf16_gain = max(tf32_gain, PK302.param("bf16_share") * peaks.get("bf16", peaks["tf32"]) / peaks["fp64"])
+    timed = {kind: ctx.replacements.gemm_gain(f"gemm_fp64_{kind}") for kind in ("fp32", "tf32", "bf16")}
+    said, ratio_text = ESTIMATED, f"TF32 / FP64 peak = {tf32_gain:.1f}"
+    if timed["tf32"] is not None:
+        # measured at the program's shapes: a ratio below 1 is a slower replacement, kept
+        tf32_gain = timed["tf32"]
+        fp32_gain = timed["fp32"] if timed["fp32"] is not None else fp32_gain
+        bf16_gain = timed["bf16"] if timed["bf16"] is not None else bf16_gain
+        said = timed_text(ctx.replacements.measured("gemm_fp64_tf32"), "TF32 vs float64 GEMMs, ")
+        ratio_text = f"TF32 / float64 timed = {tf32_gain:.1f}"
     bytes_gain = RULE.param("bytes_gain")
     gemm_ops = ctx.graph_ops(ctx.acts_named(gemm)) if gemm else np.empty(0, np.int64)
     other_ops = ctx.graph_ops(ctx.acts_named(other)) if other else np.empty(0, np.int64)
     gemm_ns = float(k.loc[gemm, "total_ns"].sum()) if gemm else 0.0
     other_ns = total - gemm_ns
     ev = {"fp64_gemm_ns": int(gemm_ns), "fp64_other_ns": int(other_ns), "kernels": len(fp64),
-          "priced_from": "estimate"}
+          "priced_from": "estimate" if said == ESTIMATED else "timed"}
+    if said != ESTIMATED:
+        ev.update({f"{k}_timed_gain": round(v, 3) for k, v in timed.items() if v is not None})
 
     def edit(gain: float, cast: bool = False):
         def apply(gr):
@@ -97,10 +113,10 @@ def detect(ctx: RuleContext) -> list[Finding]:
             return add_cpu(gr, gemm_ops, cast_cpu_ns(ctx)) if cast else gr
         return apply
 
-    what = (f"float64 GEMMs {ctx.per_iteration(gemm_ns)} / {tf32_gain:.1f} (TF32 / FP64 peak), "
+    what = (f"float64 GEMMs {ctx.per_iteration(gemm_ns)} / {tf32_gain:.1f} ({ratio_text.split(' = ')[0]}), "
             f"the other float64 kernels {ctx.per_iteration(other_ns)} / {bytes_gain:.0f}")
     g, basis = ctx.price(edit(tf32_gain), what, cap=max(tf32_gain, bytes_gain))
-    f32, _ = ctx.price(edit(fp32_gain), "", cap=max(fp32_gain, bytes_gain))
+    f32, _ = ctx.price(edit(fp32_gain), "", cap=max(fp32_gain, bytes_gain), slower=True)
     bf, _ = ctx.price(edit(bf16_gain, cast=True), "", cap=max(bf16_gain, bytes_gain), slower=True)
     ev.update(fp32_speedup=round(f32, 3), bf16_speedup=round(bf, 3))
     action = ("the model computes in float64 (TF32 and autocast do not reach it): model and inputs in "
@@ -109,5 +125,5 @@ def detect(ctx: RuleContext) -> list[Finding]:
         action += f" [bf16 autocast on float32: {bf:.2f}x end to end]"
     action += f" [float32 without TF32: {f32:.2f}x]"
     return [Finding(RULE.code, RULE.name, action, Rung.LIBRARY, ev, g,
-                    f"{ESTIMATED}; TF32 / FP64 peak = {tf32_gain:.1f}; {basis}", g,
+                    f"{said}; {ratio_text}; {basis}", g,
                     max(tf32_gain, bytes_gain), Scope.OPS, frozenset(fp64))]

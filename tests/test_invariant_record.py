@@ -122,6 +122,15 @@ def test_the_outermost_calls_tell_a_loop_over_chunks_from_a_decode_loop():
     mlp = torch.nn.Sequential(torch.nn.Linear(3, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3)).eval()
     pts = torch.randn(64, 3)
 
+    class Two(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = torch.nn.Linear(6, 4)
+
+        def forward(self, x, z):
+            return self.lin(torch.cat([x, z], -1))[:, :3]
+    two = Two().eval()
+
     def chunks():
         with torch.no_grad():
             torch.cat([mlp(pts[i:i + 8]) for i in range(0, 64, 8)])
@@ -151,8 +160,38 @@ def test_the_outermost_calls_tell_a_loop_over_chunks_from_a_decode_loop():
             buf = pts[:8].clone()
             for _ in range(4):
                 buf.copy_(mlp(buf))
+
+    def chunks_inference():
+        with torch.inference_mode():
+            torch.cat([mlp(c) for c in pts.split(8)])
+
+    def fixed_point():
+        # the same first input, the state fed back: each call needs the last one's output
+        with torch.no_grad():
+            z = torch.zeros(8, 3)
+            for _ in range(4):
+                z = two(pts[:8], z)
+
+    def decode_with_source():
+        # a greedy decoder given the same source each step and the token made from the last output
+        with torch.no_grad():
+            tok = torch.zeros(8, 3)
+            for _ in range(4):
+                tok = two(pts[:8], tok).argmax(-1, keepdim=True).float().expand(8, 3).contiguous()
+
+    def weights_moved():
+        # a sharpness-aware step: the same input twice, the weights perturbed between the calls
+        with torch.no_grad():
+            mlp(pts[:8])
+            for p in mlp.parameters():
+                p.add_(0.01)
+            mlp(pts[:8])
+            for p in mlp.parameters():
+                p.sub_(0.01)
     runs = (("chunks", chunks), ("decode", decode), ("once", once), ("guided", guided),
-            ("guided_same_view", guided_same_view), ("static_decode", static_decode))
+            ("guided_same_view", guided_same_view), ("static_decode", static_decode),
+            ("chunks_inference", chunks_inference), ("fixed_point", fixed_point),
+            ("decode_with_source", decode_with_source), ("weights_moved", weights_moved))
     got = {name: _record(fn)["root_calls"] for name, fn in runs}
 
     def row(calls, sliced=False, same=False):
@@ -163,3 +202,9 @@ def test_the_outermost_calls_tell_a_loop_over_chunks_from_a_decode_loop():
     # two views of one storage at one offset are the same input
     assert got["guided"] == row(2, same=True) and got["guided_same_view"] == row(2, same=True)
     assert got["static_decode"] == row(4)
+    assert got["chunks_inference"] == row(8, sliced=True)      # inference tensors: sliced all the same
+    assert got["weights_moved"] == row(2)
+
+    def row2(calls):
+        return [{"module": "Two", "calls": calls, "params": 28, "sliced_input": False, "same_input": False}]
+    assert got["fixed_point"] == row2(4) and got["decode_with_source"] == row2(4)

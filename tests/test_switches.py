@@ -4,6 +4,7 @@ imports torch) and undone after each test (Trial.restore). The GPU tests skip wi
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 
@@ -31,6 +32,11 @@ def trial():
     yield make
     for t in reversed(made):
         t.restore()
+    # a compile trial's frames stay counted in the process: the op record, tested in the same
+    # worker, takes a count above 0 for a program that runs compiled code and records nothing
+    utils = sys.modules.get("torch._dynamo.utils")
+    if utils is not None:
+        utils.counters.clear()
 
 
 class Tiny(torch.nn.Module):
@@ -323,6 +329,31 @@ def test_fp32_runs_a_float64_model_in_float32_and_hands_back_float64(trial):
                                   "1 float64 input tensors converted; outputs returned as float64)"}
 
 
+def test_fp32_reaches_nested_inputs_a_part_called_alone_and_tensors_made_inside(trial):
+    class Enc(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.body = Tiny()
+
+        def forward(self, batch):
+            h0 = torch.zeros(batch["x"].shape[0], 16, device=batch["x"].device)   # the default dtype
+            return self.body(batch["x"] + h0)
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        t = trial("fp32")
+        m = Enc().to(DEV)                                           # float64 by default
+        x = torch.randn(4, 16, device=DEV)
+        out = m({"x": x})                                           # a dict batch
+        part = m.body(torch.randn(2, 16, device=DEV))               # a part, on its own
+        assert out.dtype == torch.float64 and part.dtype == torch.float64
+        assert m.body.a.weight.dtype == torch.float32
+        assert torch.get_default_dtype() == torch.float64           # restored after each call
+        assert t.record()["applied"] is True
+    finally:
+        torch.set_default_dtype(default)
+
+
 def test_fp32_on_a_float32_model_changes_nothing(trial):
     t = trial("fp32")
     m = Tiny().to(DEV)
@@ -377,17 +408,15 @@ def test_compile_wraps_the_outermost_module_once_and_steps_aside_while_tracing(t
 def test_compile_graphs_hands_out_copies_of_the_replays_outputs(trial):
     # cudagraph trees reuse a graph's output memory at its next replay: a module called twice a
     # step (a guided denoiser, conditional then unconditional) would lose its first output
-    torch._dynamo.reset()
     t = trial("compile_graphs", compile_backend="eager")
     m = Tiny().to(DEV)
-    m(torch.randn(4, 16, device=DEV))
     patch = t.shared["outermost"]
+    assert patch.is_outermost(m)          # chosen (and wrapped) without compiling anything
     replayed = torch.randn(4, 1, device=DEV)
     patch.compiled[m] = lambda *a, **k: (replayed, {"aux": replayed})
     out, extra = m(torch.randn(4, 16, device=DEV))
     assert out is not replayed and extra["aux"] is not replayed and out.data_ptr() != replayed.data_ptr()
     assert torch.equal(out, replayed) and torch.equal(extra["aux"], replayed)
-    torch._dynamo.reset()
 
 
 def test_compile_leaves_an_already_compiled_module(trial):

@@ -257,6 +257,7 @@ class OpRecord:
                     ns = time.perf_counter_ns() - t0
                     owner.invariant_after(func, out, inv)
                     owner.see(func, args, kwargs, out, ns)
+                    owner.root_op(args, kwargs, out)
                     return out
 
             self.syncs = SyncSites()
@@ -309,6 +310,15 @@ class OpRecord:
         if self._invariant is not None:
             self._invariant.note_module(module)
         self._roots.pre(module, inputs)
+
+    def root_op(self, args: tuple, kwargs: dict, out: Any) -> None:
+        """The data between the outermost module calls (profkit.capture.roots); never raises."""
+        if not self.active or self.broken or threading.get_ident() != self._thread:
+            return
+        try:
+            self._roots.op((args, kwargs), out)
+        except Exception as exc:  # noqa: BLE001 - a record must never break the program
+            self._fail(exc, "failed following the data between module calls")
 
     def invariant_before(self, func: Any, args: tuple, kwargs: dict) -> Optional[tuple]:
         """(what Invariants.before found, the timing events) of an op about to run that is
@@ -648,7 +658,7 @@ class OpRecord:
     def _module_hook(self, module: Any, inputs: tuple, output: Any) -> None:
         if threading.get_ident() != self._thread or self.broken:
             return
-        self._roots.post(module)
+        self._roots.post(module, output)
         try:
             import torch
             cls = type(module).__name__

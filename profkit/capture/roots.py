@@ -10,15 +10,40 @@ loop also calls its model many times, but on the last call's output (a new tenso
 The op record (profkit.capture.oprecord) keeps, per module called at depth 0 (no other module's
 forward running on the main thread) that holds parameters: its class, the calls, its parameters'
 elements, and whether every call's first tensor argument was a view of one storage, the calls at
-different offsets (``sliced_input``), or the very same tensor (``same_input``: the same storage at
-the same offset, unwritten between the calls: the model run several times on one input with
-other arguments changed, as a
+different offsets (``sliced_input``), or the same tensor (``same_input``: the same storage at the
+same offset: the model run several times on one input with other arguments changed, as a
 diffusion sampler's classifier-free guidance calls its denoiser with the labels and then with
-the null label). PK107 reads it.
+the null label).
+
+Neither is said of calls that depend on each other. The record follows the data between the
+calls: a root call's outputs, and what the ops run between calls (at depth 0) make from them, are
+marked by their storages; a later call given any marked tensor (a decoder's next token, a
+fixed-point iteration's state, a buffer a previous output was copied into) is ``chained``. So is
+a model whose parameters changed between its calls (a sharpness-aware step's second forward).
+PK107 reads it.
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Iterable, Optional
+
+
+def _tensors(x: Any) -> Iterable[Any]:
+    """The tensors in ``x`` (nested tuples, lists and dicts), in order."""
+    if hasattr(x, "untyped_storage"):
+        yield x
+    elif isinstance(x, (tuple, list)):
+        for v in x:
+            yield from _tensors(v)
+    elif isinstance(x, dict):
+        for v in x.values():
+            yield from _tensors(v)
+
+
+def _storage(t: Any) -> Optional[int]:
+    try:
+        return int(t.untyped_storage().data_ptr())
+    except Exception:  # noqa: BLE001 - no plain storage (nested, sparse)
+        return None
 
 
 class RootCalls:
@@ -27,6 +52,8 @@ class RootCalls:
     def __init__(self) -> None:
         self.depth = 0
         self.calls: dict[int, Optional[dict]] = {}   # id(module) -> the row (None: no parameters)
+        self.marked: set[int] = set()                # storages made from a root call's outputs
+        self.current: Optional[dict] = None          # the root call running
 
     def pre(self, module: Any, inputs: tuple) -> None:
         self.depth += 1
@@ -36,32 +63,54 @@ class RootCalls:
             params = sum(int(p.numel()) for p in module.parameters())
             # (None for a module without parameters: counted once, never kept)
             self.calls[id(module)] = {"module": type(module).__name__, "calls": 0, "params": params,
-                                      "storages": set(), "offsets": set(), "versions": set(),
-                                      "fresh": False} if params else None
+                                      "storages": set(), "offsets": set(), "fresh": False,
+                                      "chained": False, "weights": set()} if params else None
         row = self.calls[id(module)]
+        self.current = row
         if row is None:
             return
         row["calls"] += 1
-        first = next((x for x in inputs if hasattr(x, "untyped_storage")), None)
-        try:
-            row["storages"].add(int(first.untyped_storage().data_ptr()))
-            row["offsets"].add(int(first.storage_offset()))
-            # a buffer written in place between calls (a static decode loop's input) is one
-            # tensor fed different data: its version counter moves
-            row["versions"].add(int(first._version))
-        except Exception:  # noqa: BLE001 - no plain storage (nested, sparse): not sliced
+        args = list(_tensors(inputs))
+        first = args[0] if args else None
+        ptr = _storage(first) if first is not None else None
+        if ptr is None:
             row["fresh"] = True
+        else:
+            row["storages"].add(ptr)
+            row["offsets"].add(int(first.storage_offset()))
+        if any(_storage(t) in self.marked for t in args):
+            row["chained"] = True
+        try:   # the parameters' in-place updates between calls (an optimizer's, a perturbation's)
+            row["weights"].add(sum(int(p._version) for p in module.parameters()))
+        except Exception:  # noqa: BLE001 - inference tensors keep no version: unchanged
+            row["weights"].add(-1)
 
-    def post(self, module: Any) -> None:
+    def post(self, module: Any, output: Any = None) -> None:
         self.depth = max(self.depth - 1, 0)
+        if self.depth == 0 and self.current is not None:
+            self._mark(output)
+            self.current = None
+
+    def op(self, args: Any, out: Any) -> None:
+        """An op dispatched on the main thread: between root calls, what it makes from marked
+        tensors is marked (an in-place op's output is its input's storage: marked too)."""
+        if self.depth or not self.marked:
+            return
+        if any(_storage(t) in self.marked for t in _tensors(args)):
+            self._mark(out)
+
+    def _mark(self, x: Any) -> None:
+        for t in _tensors(x):
+            ptr = _storage(t)
+            if ptr is not None:
+                self.marked.add(ptr)
 
     def summary(self) -> list[dict]:
         rows = []
         for r in sorted((r for r in self.calls.values() if r is not None), key=lambda r: -r["params"]):
-            sliced = (r["calls"] > 1 and not r["fresh"] and len(r["storages"]) == 1
-                      and len(r["offsets"]) == r["calls"])
-            same = (r["calls"] > 1 and not r["fresh"] and len(r["storages"]) == 1
-                    and len(r["offsets"]) == 1 and len(r["versions"]) == 1)
+            free = r["calls"] > 1 and not r["fresh"] and not r["chained"] and len(r["weights"]) == 1
+            sliced = free and len(r["storages"]) == 1 and len(r["offsets"]) == r["calls"]
+            same = free and len(r["storages"]) == 1 and len(r["offsets"]) == 1
             rows.append({"module": r["module"], "calls": r["calls"], "params": r["params"],
                          "sliced_input": sliced, "same_input": same})
         return rows

@@ -911,8 +911,13 @@ def calibration_slower(text: str, sqlite_path: Path) -> Optional[tuple[float, fl
 def gpu_busy_per_iteration(trace, starts: np.ndarray) -> list[int]:
     """For each iteration between consecutive ``starts`` (host times), the GPU time (the union of
     its kernels', copies' and memsets' intervals) of the work launched in it."""
+    from profkit.run.window import _primary_pid
     acts = trace.activities
-    acts = acts[acts["api_start"].notna()]
+    sel = acts["api_start"].notna().to_numpy()
+    pid = _primary_pid(trace)
+    if pid is not None:   # the profiled process's own work, not another rank's
+        sel = sel & (np.right_shift(acts["globalPid"].to_numpy(np.int64), 24) == pid)
+    acts = acts[sel]
     if not len(acts) or len(starts) < 2:
         return []
     launch = acts["api_start"].to_numpy(np.int64)

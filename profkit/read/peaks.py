@@ -24,7 +24,8 @@ PRECISION_ORDER = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8")
 
 # Datasheet numbers: dense tensor-core rates (no sparsity), SXM parts where there are several.
 # fp64 is the FP64 tensor cores' rate where there are some (cuBLAS runs DGEMM there: 42-57 TFLOP/s
-# measured on an H100 SXM, above its CUDA cores' 34): the roof of float64 GEMMs.
+# measured on an H100 SXM, above its CUDA cores' 34): the roof of float64 GEMMs. Parts without
+# FP64 tensor cores (L4, L40S, RTX 4090) run float64 at 1/64 of float32.
 # Each entry: (name regex, memory bandwidth B/s, {precision: FLOP/s}).
 _SPECS: list[tuple[str, float, dict[str, float]]] = [
     (r"H200", 4.8e12, {"fp64": 67e12, "fp32": 67e12, "tf32": 494.5e12, "bf16": 989.5e12,
@@ -39,11 +40,11 @@ _SPECS: list[tuple[str, float, dict[str, float]]] = [
                                "fp16": 312e12}),
     (r"A100", 2.039e12, {"fp64": 19.5e12, "fp32": 19.5e12, "tf32": 156e12, "bf16": 312e12,
                          "fp16": 312e12}),
-    (r"L40S", 0.864e12, {"fp32": 91.6e12, "tf32": 183e12, "bf16": 362e12, "fp16": 362e12,
+    (r"L40S", 0.864e12, {"fp64": 1.4e12, "fp32": 91.6e12, "tf32": 183e12, "bf16": 362e12, "fp16": 362e12,
                          "fp8": 733e12}),
-    (r"L4\b", 0.3e12, {"fp32": 30.3e12, "tf32": 60e12, "bf16": 121e12, "fp16": 121e12,
+    (r"L4\b", 0.3e12, {"fp64": 0.47e12, "fp32": 30.3e12, "tf32": 60e12, "bf16": 121e12, "fp16": 121e12,
                        "fp8": 242e12}),
-    (r"RTX 4090", 1.008e12, {"fp32": 82.6e12, "tf32": 82.6e12, "bf16": 165e12, "fp16": 165e12,
+    (r"RTX 4090", 1.008e12, {"fp64": 1.3e12, "fp32": 82.6e12, "tf32": 82.6e12, "bf16": 165e12, "fp16": 165e12,
                              "fp8": 330e12}),
     (r"V100", 0.9e12, {"fp64": 7.8e12, "fp32": 15.7e12, "fp16": 125e12}),
 ]

@@ -186,6 +186,9 @@ class Outermost:
                 if self.others[mod]:
                     self.other_names.append((id(mod), f"{type(mod).__name__} ({count_params(self._count(mod))} params)"))
                     self._prepare_format(mod)
+            if not self.others[mod] and self.float32:
+                # a part of the outermost, its weights converted with it: its float64 inputs too
+                return self._float32_call(lambda a, k: orig(mod, *a, **k), mod, args, kwargs)
             if not self.others[mod] or not (self.autocast or self.memory_format or self.float32):
                 return orig(mod, *args, **kwargs)   # (a compile reaches the outermost alone)
         else:
@@ -193,25 +196,40 @@ class Outermost:
         if self.memory_format:
             args = tuple(self._format(a) for a in args)
             kwargs = {k: self._format(v) for k, v in kwargs.items()}
-        widen = False
-        if self.float32:
-            before = self.float32_inputs
-            args = tuple(self._narrow(a) for a in args)
-            kwargs = {k: self._narrow(v) for k, v in kwargs.items()}
-            # float64 in, float64 out: only where the program gave (or the module held) float64
-            widen = self.float32_inputs > before or mod in self.narrowed
         compiled = self.compiled.get(mod) if outer else None
-        call = (lambda: compiled(*args, **kwargs)) if compiled is not None else \
-            (lambda: orig(mod, *args, **kwargs))
-        with contextlib.ExitStack() as around:
-            if self.inference and outer:
-                around.enter_context(self.torch.inference_mode())
-            if self.autocast:
-                device = next((p.device.type for p in mod.parameters()), "cuda" if self.cuda else "cpu")
-                around.enter_context(self.torch.autocast(device_type=device, dtype=self.torch.bfloat16))
-            out = call()
-        if compiled is not None and self.compile == "reduce-overhead":
-            out = self._clone(out)
+
+        def call(a: tuple, k: dict) -> Any:
+            with contextlib.ExitStack() as around:
+                if self.inference and outer:
+                    around.enter_context(self.torch.inference_mode())
+                if self.autocast:
+                    device = next((p.device.type for p in mod.parameters()), "cuda" if self.cuda else "cpu")
+                    around.enter_context(self.torch.autocast(device_type=device, dtype=self.torch.bfloat16))
+                out = compiled(*a, **k) if compiled is not None else orig(mod, *a, **k)
+            if compiled is not None and self.compile == "reduce-overhead":
+                out = self._clone(out)
+            return out
+        if self.float32:
+            return self._float32_call(call, mod, args, kwargs)
+        return call(args, kwargs)
+
+    def _float32_call(self, call: Any, mod: Any, args: tuple, kwargs: dict) -> Any:
+        """``call(args, kwargs)`` with its float64 tensors (nested too) as float32, float32 the
+        default dtype meanwhile (a tensor made inside the forward, a GRU's first state, would be
+        float64 under ``set_default_dtype(torch.float64)``), and its outputs handed back as float64
+        where it took or held float64."""
+        torch = self.torch
+        from torch.utils._pytree import tree_map
+        before = self.float32_inputs
+        args, kwargs = tree_map(self._narrow, (args, kwargs))
+        widen = self.float32_inputs > before or mod in self.narrowed
+        default = torch.get_default_dtype()
+        if default == torch.float64:
+            torch.set_default_dtype(torch.float32)
+        try:
+            out = call(args, kwargs)
+        finally:
+            torch.set_default_dtype(default)
         return self._widen(out) if widen else out
 
     def _clone(self, out: Any) -> Any:

@@ -49,7 +49,8 @@ Expected gain
     cuBLAS's GEMV kernels (a matmul with one side a vector: a scan's read-out token by token)
     are charged their casts too, their own time kept (memory-bound: the casts' writes spend what
     their halved reads save; a Mamba-style scan's 512 GEMVs an iteration priced bf16 at 0.99x
-    uncharged, 0.73x charged, measured 0.79x).
+    uncharged, 0.73x charged, measured 0.79x); not in a step that runs a backward, whose GEMVs
+    autocast does not cast and whose names do not tell from the forward's.
     A kernel's cast is an average: autocast casts a weight once per region and a forward op's
     operands, not its backward kernels, so a step with more backward kernels per forward op
     (a double backward) is charged more than it pays. In the evidence as
@@ -87,6 +88,7 @@ import numpy as np
 from profkit.judge.dtypes import kernel_dtype
 from profkit.judge.flops import gemm_mkn
 from profkit.judge.patterns import FLASH_RE
+from profkit.run.replacements import backward_launched
 from profkit.run.step.transform import add_cpu, scale_ops
 from profkit.model import GEMM_ALIGN, Rung
 from profkit.judge.rules.base import (ESTIMATED, GEMM_KERNEL_RE, Finding, Param, RuleContext, RuleMeta, Scope,
@@ -255,8 +257,10 @@ def detect(ctx: RuleContext) -> list[Finding]:
         # a GEMM's do, while its kernel, memory-bound, gains little (the casts' writes spend
         # what its halved reads save): a Mamba-style scan's 512 GEMVs an iteration, uncounted,
         # priced bf16 at 0.99x where it measured 0.79x
+        # (a training step's are left out: its backward GEMVs, which autocast does not cast,
+        # cannot be told from the forward's by their names)
         gemv = [n for n in names[matches(names, GEMV_RE)] if kernel_dtype(n).precision == "fp32"]
-        if gemv:
+        if gemv and not backward_launched(ctx.prof.full_trace):
             gemv_ops = np.setdiff1d(ctx.graph_ops(ctx.acts_named(gemv)), recurrent)
             if len(gemv_ops):
                 ev["bf16_gemv_casts_per_iteration"] = round(len(gemv_ops) / max(ctx.iterations, 1), 1)

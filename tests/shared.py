@@ -21,7 +21,7 @@ import re
 import shutil
 import sqlite3
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import pandas as pd
 import pytest
@@ -156,20 +156,27 @@ def check_first_sight_entry(prog: dict, root: Path) -> None:
     assert not refused & listed and listed <= set(prog["fixes"]), prog["name"]
 
 
-def with_record_items(trace: Path, dst_dir: Path, kind: str, items: Optional[list]) -> Path:
-    """A decompressed copy of the committed capture ``trace`` whose op record holds ``items`` as
-    its ``kind`` entry (None: no such entry, as a record written before it had one), its other
-    entries kept."""
+def with_replacements(trace: Path, dst_dir: Path, edit: Callable[[dict], None]) -> Path:
+    """A decompressed copy of the committed capture ``trace`` whose PROFKIT_META ``replacements``
+    (the op record and the timed entries) ``edit`` changed in place."""
     dst = dst_dir / trace.name.removesuffix(".xz")
     with lzma.open(trace) as src, open(dst, "wb") as out:
         shutil.copyfileobj(src, out)
     con = sqlite3.connect(dst)
     with con:
         meta = json.loads(con.execute("SELECT value FROM PROFKIT_META WHERE key = 'replacements'").fetchone()[0])
+        edit(meta)
+        con.execute("UPDATE PROFKIT_META SET value = ? WHERE key = 'replacements'", (json.dumps(meta),))
+    con.close()
+    return dst
+
+
+def with_record_items(trace: Path, dst_dir: Path, kind: str, items: Optional[list]) -> Path:
+    """A copy of the committed capture ``trace`` whose op record holds ``items`` as its ``kind``
+    entry (None: no such entry, as a record written before it had one), its other entries kept."""
+    def edit(meta: dict) -> None:
         if items is None:
             meta["record"].pop(kind, None)
         else:
             meta["record"][kind] = items
-        con.execute("UPDATE PROFKIT_META SET value = ? WHERE key = 'replacements'", (json.dumps(meta),))
-    con.close()
-    return dst
+    return with_replacements(trace, dst_dir, edit)

@@ -4,15 +4,12 @@ bytes, through the step model; measured by hand on the same H100 (run folder ab-
 float32 with TF32 4.48x, float32 alone 1.24x, float32 with bf16 autocast 4.76x."""
 from __future__ import annotations
 
-import json
-import lzma
-import shutil
-import sqlite3
 from pathlib import Path
 
 import pytest
 
 import profkit
+import shared
 from profkit.judge.dtypes import kernel_dtype
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,16 +45,7 @@ def test_float32_and_bf16_steps_are_left_alone():
 
 def _with_entries(tmp_path: Path, entries: list[dict]) -> Path:
     """A copy of the capture whose replacements hold ``entries`` besides its own."""
-    dst = tmp_path / TRACE.name.removesuffix(".xz")
-    with lzma.open(TRACE) as src, open(dst, "wb") as out:
-        shutil.copyfileobj(src, out)
-    con = sqlite3.connect(dst)
-    with con:
-        meta = json.loads(con.execute("SELECT value FROM PROFKIT_META WHERE key = 'replacements'").fetchone()[0])
-        meta["entries"] = meta["entries"] + entries
-        con.execute("UPDATE PROFKIT_META SET value = ? WHERE key = 'replacements'", (json.dumps(meta),))
-    con.close()
-    return dst
+    return shared.with_replacements(TRACE, tmp_path, lambda meta: meta["entries"].extend(entries))
 
 
 def test_float64_gemms_timed_at_the_programs_shapes_price_the_fix(tmp_path):

@@ -117,18 +117,26 @@ def test_classify_shows_the_trials_beside_the_model(with_trials):
     assert " ".join(" ".join(expected).split()) in " ".join(res.stdout.split())
 
 
+def test_a_trial_against_the_calibration_run_alone_says_so():
+    # the capture cut before the baseline runs that take turns with the trials
+    t = {"switch": "bf16", "speedup": 0.53, "runs": 1, "lo": 0.53, "hi": 0.53, "applied": True,
+         "error": None, "note": "", "warm_up_s": 0.0, "baseline_runs": 1}
+    assert trial_text(t) == "0.53x (1 run; against a single run of the program unchanged)"
+    assert trial_text({**t, "baseline_runs": 2}) == "0.53x (1 run)"
+
+
 def test_classify_json_fields(with_trials):
     res = classify(with_trials, "--format", "json", "--top", "1")
     assert res.exit_code == 0, res.stderr
     run_ = json.loads(res.stdout)["run"]
     a1, a2, a3 = run_["actions"]
     assert a1["tried"] == {"switch": "tf32", "speedup": 2.175, "runs": 2, "lo": 2.163, "hi": 2.199,
-                           "applied": True, "error": None, "warm_up_s": 0.2,
+                           "applied": True, "error": None, "warm_up_s": 0.2, "baseline_runs": 4,
                            "note": 'matmuls: torch.set_float32_matmul_precision("high")'}
     # compile: 87.85 / median(77.0, 76.1); its runs against baselines 3 and 11: 87.9 / 77.0, 87.5 / 76.1
     assert a2["code"] == "PK103" and a2["tried"] == {
         "switch": "compile", "speedup": 1.148, "runs": 2, "lo": 1.142, "hi": 1.15, "applied": True,
-        "error": None, "warm_up_s": 0.5,
+        "error": None, "warm_up_s": 0.5, "baseline_runs": 4,
         "note": "torch.compile (default mode) of module GPT2LMHeadModel (124.4M params)"}
     assert "tried" not in a3
     assert [(t["switch"], t["action"], t["code"], t["model"]) for t in run_["trials"]] == [

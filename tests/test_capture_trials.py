@@ -76,16 +76,17 @@ def test_try_alternates_trials_and_baselines_and_records_them(tools, fake_torch)
                  "cudnn_benchmark,no_empty_cache,workers,expandable_segments", "steps.py", "100"])
     assert r.exit_code == 0, r.stderr
     err = r.stderr
-    # the order: calibration (B), the profiled run, then T1 T2 T3 T4 B, and T1 T2 B again: the
-    # trial that did not apply and the one that failed are not run a second time
+    # the order: calibration (B), the profiled run, then T1 T2 B T3 T4, and T1 B T2 again (a run
+    # unchanged amid each round's trials: a capture cut late keeps one beside them); the trial
+    # that did not apply and the one that failed are not run a second time
     labels = [ln.split("] ", 1)[1].split(":", 1)[0] for ln in err.splitlines()
               if ln.startswith("profkit: [trial ")]
     assert labels == [
         "--try cudnn_benchmark (round 1 of 2, no profiler)", "--try no_empty_cache (round 1 of 2, no profiler)",
-        "--try workers (round 1 of 2, no profiler)", "--try expandable_segments (round 1 of 2, no profiler)",
         "baseline (round 1 of 2, no profiler)",
-        "--try cudnn_benchmark (round 2 of 2, no profiler)", "--try no_empty_cache (round 2 of 2, no profiler)",
-        "baseline (round 2 of 2, no profiler)"]
+        "--try workers (round 1 of 2, no profiler)", "--try expandable_segments (round 1 of 2, no profiler)",
+        "--try cudnn_benchmark (round 2 of 2, no profiler)", "baseline (round 2 of 2, no profiler)",
+        "--try no_empty_cache (round 2 of 2, no profiler)"]
     assert "with its side effects" in err
     # every run was cut after 12 iterations: the profiled one too
     (prof,) = [c for c in tools.calls() if c[:2] == ["nsys", "profile"]]
@@ -98,30 +99,30 @@ def test_try_alternates_trials_and_baselines_and_records_them(tools, fake_torch)
     rec = json.loads(meta["trials"])
     assert (rec["format"], rec["step_range"], rec["max_iterations"], rec["runs_per_trial"]) == \
         ("profkit-trials/1", "step", 12, 2)
-    assert [b["seq"] for b in rec["baseline"]["runs"]] == [0, 5, 8]
+    assert [b["seq"] for b in rec["baseline"]["runs"]] == [0, 3, 7]
     assert all(len(b["iteration_ns"]) == 11 for b in rec["baseline"]["runs"])  # 12 starts
     by = {t["switch"]: t for t in rec["trials"]}
     assert [r["seq"] for r in by["cudnn_benchmark"]["runs"]] == [1, 6]
-    assert [r["seq"] for r in by["no_empty_cache"]["runs"]] == [2, 7]
+    assert [r["seq"] for r in by["no_empty_cache"]["runs"]] == [2, 8]
     assert by["cudnn_benchmark"]["applied"] and by["cudnn_benchmark"]["error"] is None
     # the run ends as the 12th step closes, before that step's empty_cache()
     assert by["no_empty_cache"]["note"] == "torch.cuda.empty_cache() skipped x11"
-    assert not by["workers"]["applied"] and [r["seq"] for r in by["workers"]["runs"]] == [3]
+    assert not by["workers"]["applied"] and [r["seq"] for r in by["workers"]["runs"]] == [4]
     assert by["workers"]["note"].startswith("could not be applied (AttributeError: ")
     assert by["expandable_segments"]["error"] == "RuntimeError: this program refuses expandable segments"
     assert all(r["seconds"] > 0 for t in rec["trials"] for r in t["runs"])
     # the speedup: the baseline runs' median iteration over the trial runs' (the run of the
     # workers trial, which did not apply, is the program unchanged: a baseline run too); the
-    # spread pairs each trial run with the baseline run made nearest to it (seq 1 with 0, seq 6 with 5)
+    # spread pairs each trial run with the baseline run made nearest to it (seq 1 with 0, seq 6 with 7)
     res = {t.switch: t for t in summarize(meta["trials"])}
     bench = res["cudnn_benchmark"]
     base = {b["seq"]: statistics.median(b["iteration_ns"][3:])
             for b in rec["baseline"]["runs"] + by["workers"]["runs"]}
-    assert sorted(base) == [0, 3, 5, 8]
+    assert sorted(base) == [0, 3, 4, 7]
     mine = {r["seq"]: statistics.median(r["iteration_ns"][3:]) for r in by["cudnn_benchmark"]["runs"]}
     assert bench.runs == 2 and bench.measured
     assert bench.speedup == pytest.approx(statistics.median(base.values()) / statistics.median(mine.values()))
-    pairs = [base[0] / mine[1], base[5] / mine[6], bench.speedup]   # widened to hold the speedup
+    pairs = [base[0] / mine[1], base[7] / mine[6], bench.speedup]   # widened to hold the speedup
     assert (bench.lo, bench.hi) == pytest.approx((min(pairs), max(pairs)))
     assert bench.speedup > 1.3   # 8 ms of sleep a step against 2: faster whatever the machine's load
     assert res["no_empty_cache"].measured and res["no_empty_cache"].runs == 2

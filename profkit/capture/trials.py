@@ -3,8 +3,12 @@ timed without a profiler, the trials and the unchanged script taking turns.
 
 After the calibration run(s) and the profiled run, for ``runs`` rounds: each trial once
 (``python -m profkit.capture.bootstrap --try SWITCH --calibrate FILE [--max-iterations N --step
-NAME] -- script.py args``), then the script unchanged; with the calibration run first, that is
-B T1 T2 B T1 T2 B for two trials and two rounds. A trial whose switch did not apply (no optimizer
+NAME] -- script.py args``), and the script unchanged once, amid the round's trials (after the
+first half of them); with the calibration run first, that is B T1 B T2 T1 B T2 for two trials and
+two rounds. A capture cut short (its time limit, Ctrl-C) then still has a run unchanged made among
+its trials: one placed after them was the one lost, and the trials were timed against the
+calibration run alone, in another process (a guided sampler's bf16 trial read 0.53x so, 0.74x
+beside its baseline). A trial whose switch did not apply (no optimizer
 was constructed, no DataLoader) or that failed (an exception, out of memory, a non-zero exit, the
 time limit) is not run again; its one-line reason is kept and the capture goes on. The runs'
 output is kept out of the terminal (one line per run is said instead); a failed run's last lines
@@ -96,9 +100,10 @@ def run_trials(plan: Plan, say: Say) -> tuple[dict, bool]:
                 if not todo:
                     break
                 ran = False
-                for name in [*todo, None]:
+                half = (len(todo) + 1) // 2
+                for name in [*todo[:half], None, *todo[half:]]:
                     if name is None and spent and not ran:
-                        break   # no trial ran this round: no baseline to close it
+                        break   # no trial ran this round: no baseline beside them
                     # (the first run always starts: before it, the trials have taken nothing,
                     # whatever setting up their folder took)
                     if name is not None and (spent or plan.budget_s is not None and done

@@ -10,7 +10,7 @@ The capture keeps its measurements in the trace's PROFKIT_META under ``trials``:
     RUN = {"seq": i, "iteration_ns": [period, ...], "seconds": s, "exit_code": c}
 
 ``seq`` is the run's place in the order the runs were made (the calibration runs first, then the
-trials and the baselines taking turns: B T1 T2 B T1 T2 B). A run's iteration time is the median of
+trials and the baselines taking turns, a baseline amid each round's trials: B T1 B T2 T1 B T2). A run's iteration time is the median of
 its steady periods (profkit.run.iterations.steady_median). A trial's speedup is the median of the
 baseline runs' iteration times over the median of its own runs'; its spread (``lo``-``hi``) pairs
 each of its runs with the baseline run made nearest to it (the earlier one of two as near), so a

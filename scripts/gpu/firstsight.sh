@@ -3,7 +3,8 @@
 # one call within SECONDS, one program at a time so that each finished program is whole. For
 # each NAME (default: every first-sight program of SET a to n (no c) that has no committed trace yet):
 # `profkit capture` with its trials (PROFKIT_CAPTURE_EXTRA, by default `--try auto --try-runs 1 --try-timeout 90
-# --max-iterations 30`) and the registry's capture arguments; then the baseline and every fix
+# --max-iterations 30`, and `--try-budget` half the capture's time unless it names one) and the
+# registry's capture arguments; then the baseline and every fix
 # timed interleaved in one process; then the trace trimmed to the iterations the pages need and
 # compressed. With FIRSTSIGHT_PACK=FILE.tar, what to bring back is packed into FILE.tar.00 (.01,
 # ... past 15 MB) after each program (a call cut short still returns the programs it finished).
@@ -56,7 +57,13 @@ for name in $names; do
   echo "== $name at $(( $(date +%s) - t0 ))s, ${left}s left"
   cap=$(( left * 60 / 100 ))
   [ -n "${FIRSTSIGHT_CAPTURE_MAX:-}" ] && [ "$FIRSTSIGHT_CAPTURE_MAX" -lt "$cap" ] && cap=$FIRSTSIGHT_CAPTURE_MAX
-  scripts/gpu/corpus_capture.sh "$out" "$cap" "$name"
+  # the trials within half the capture's share, so that they end on their own (a baseline run
+  # beside them) rather than at its time limit
+  case " $PROFKIT_CAPTURE_EXTRA " in
+    *" --try-budget "*) extra=$PROFKIT_CAPTURE_EXTRA ;;
+    *) extra="$PROFKIT_CAPTURE_EXTRA --try-budget $(( cap / 2 ))" ;;
+  esac
+  PROFKIT_CAPTURE_EXTRA=$extra scripts/gpu/corpus_capture.sh "$out" "$cap" "$name"
   left=$(( deadline - $(date +%s) - 10 ))
   [ -n "${FIRSTSIGHT_TIMING_MAX:-}" ] && [ "$FIRSTSIGHT_TIMING_MAX" -lt "$left" ] && left=$FIRSTSIGHT_TIMING_MAX
   f="$out/traces/$name.sqlite"

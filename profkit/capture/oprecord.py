@@ -59,8 +59,9 @@ kept, aggregated into unique shapes with their counts:
 * whether the iteration ran a backward (``backward``: an op under an autograd node);
 * each outermost module call (no other module's forward running: :mod:`profkit.capture.roots`):
   per module holding parameters, its class, calls, parameters' elements, and whether every call
-  took a slice of one tensor (``sliced_input``: a loop over the chunks of one batch, not a
-  decode loop fed its last output).
+  took a slice of one tensor (``sliced_input``: a loop over the chunks of one batch) or the same
+  tensor (``same_input``: a guided sampler's two calls), neither said of calls fed what an
+  earlier one made (a decode loop).
 
 Which iteration: the third start of the first top-level NVTX range to start three times (the step
 range when ``--step`` names it), up to that range's next start. The calibration leaves the first
@@ -101,7 +102,8 @@ one-line note. What it writes (``profkit-oprecord/1``)::
      "backward": false,
      "invariant": [{"op": "to", "from": "int8", "dtype": "bfloat16", "numel": 11534336, "count": 24,
                     "bytes": 553648128, "gpu_ns": 812000, "timed": 24}, ...],
-     "root_calls": [{"module": "Field", "calls": 64, "params": 595844, "sliced_input": true}]}
+     "root_calls": [{"module": "Field", "calls": 64, "params": 595844, "sliced_input": true,
+                     "same_input": false}]}
 """
 from __future__ import annotations
 

@@ -513,10 +513,9 @@ def gemm_key(g: dict) -> str:
     return f"{g['op']} b={g['batch']} m={g['m']} n={g['n']} k={g['k']} {g['dtype']}" + (f" {lay}" if lay != "NN" else "")
 
 
-def gemm_operands(torch: Any, g: dict, device: Any, dtype: Any = None) -> tuple[Any, Any]:
-    """Random operands (fp32, or ``dtype``) of a recorded GEMM in its layout (a record without
-    one: ``NN``): a ``T`` operand is the transposed view of a row-major tensor, as
-    ``nn.Linear``'s weight is."""
+def gemm_operands(torch: Any, g: dict, device: Any) -> tuple[Any, Any]:
+    """Random fp32 operands of a recorded GEMM in its layout (a record without one: ``NN``): a
+    ``T`` operand is the transposed view of a row-major tensor, as ``nn.Linear``'s weight is."""
     b, m, n, k = (int(g[x]) for x in ("batch", "m", "n", "k"))
     lay = g.get("layout", "NN")
     batched = g["op"] in ("bmm", "baddbmm")
@@ -524,8 +523,8 @@ def gemm_operands(torch: Any, g: dict, device: Any, dtype: Any = None) -> tuple[
     def make(rows: int, cols: int, transposed: bool) -> Any:
         lead = (b,) if batched else ()
         if transposed:
-            return torch.randn(*lead, cols, rows, device=device, dtype=dtype).transpose(-1, -2)
-        return torch.randn(*lead, rows, cols, device=device, dtype=dtype)
+            return torch.randn(*lead, cols, rows, device=device).transpose(-1, -2)
+        return torch.randn(*lead, rows, cols, device=device)
     return make(m, k, lay[0] == "T"), make(k, n, lay[1] == "T")
 
 

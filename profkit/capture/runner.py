@@ -920,22 +920,16 @@ def gpu_busy_per_iteration(trace, starts: np.ndarray) -> list[int]:
     acts = acts[sel]
     if not len(acts) or len(starts) < 2:
         return []
+    from profkit.read.intervals import busy_union
     launch = acts["api_start"].to_numpy(np.int64)
     which = np.searchsorted(starts, launch, side="right") - 1
-    begin, end = acts["start"].to_numpy(np.int64), acts["end"].to_numpy(np.int64)
-    out = []
-    for i in range(len(starts) - 1):
-        sel = which == i
-        if not sel.any():
-            out.append(0)
-            continue
-        order = np.argsort(begin[sel], kind="stable")
-        b, e = begin[sel][order], end[sel][order]
-        reach = np.maximum.accumulate(e)
-        # a new stretch starts where an interval begins after all before it ended
-        new = np.concatenate(([True], b[1:] > reach[:-1]))
-        out.append(int((np.maximum.reduceat(e, np.flatnonzero(new)) - b[new]).sum()))
-    return out
+    keep = (which >= 0) & (which < len(starts) - 1)
+    which, begin, end = which[keep], acts["start"].to_numpy(np.int64)[keep], acts["end"].to_numpy(np.int64)[keep]
+    order = np.lexsort((begin, which))
+    out = np.zeros(len(starts) - 1, dtype=np.int64)
+    # busy_union gives one length per iteration that launched work, in iteration order
+    out[np.unique(which)] = busy_union(which[order], begin[order], end[order])
+    return out.tolist()
 
 
 def combine_calibrations(texts: Sequence[str]) -> Optional[str]:

@@ -7,6 +7,7 @@ from typing import Optional
 import click
 
 from profkit.cli.common import fail, one_line_errors
+from profkit.model import Switch
 
 _CONTEXT = {"ignore_unknown_options": True, "allow_interspersed_args": False,
             "help_option_names": ["-h", "--help"]}
@@ -127,9 +128,7 @@ def _auto_trials(trace) -> list[str]:
               metavar="[auto|SWITCH,...]",
               help="After profiling, run the script again once per trial with one fix applied by "
                    "profkit (no edit of your code) and time it beside runs of the script as it is: "
-                   "tf32, bf16, fused_optim, workers, no_empty_cache, cudnn_benchmark, "
-                   "channels_last, compile, compile_graphs, expandable_segments, freeze_unstepped, batched_fetch, "
-                   "no_anomaly, inference_mode "
+                   f"{', '.join(s.value for s in Switch)} "
                    "(several at once "
                    "joined by +). auto (the default): the switches behind the rules that fired. "
                    "The script runs again, with its side effects (checkpoints, logs).")

@@ -8,9 +8,9 @@ switch is):
 
 * :mod:`.backends`: ``tf32`` (matmul and cuDNN convolutions in TF32), ``cudnn_benchmark``;
 * :mod:`.outermost`: ``bf16`` (autocast), ``channels_last``, ``compile`` and ``compile_graphs``
-  (``torch.compile`` of the outermost module, default and ``mode="reduce-overhead"``) and
-  ``inference_mode`` (its calls under ``torch.inference_mode()``), all applied to the outermost
-  module, found at run time;
+  (``torch.compile`` of the outermost module, default and ``mode="reduce-overhead"``),
+  ``inference_mode`` (its calls under ``torch.inference_mode()``) and ``fp32`` (its float64
+  weights and inputs in float32), all applied to the outermost module, found at run time;
 * :mod:`.optim`: ``fused_optim`` (``fused=True`` for Adam, AdamW, SGD, Adagrad),
   ``freeze_unstepped`` (parameters whose gradients no optimizer steps stop requiring them);
 * :mod:`.data`: ``workers`` (DataLoader worker processes, pinned memory), ``batched_fetch`` (a

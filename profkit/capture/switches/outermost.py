@@ -128,7 +128,7 @@ class Outermost:
 
     def _prepare(self, mod: Any) -> None:
         torch = self.torch
-        self._prepare_format(mod)
+        self._prepare_weights(mod)
         if self.compile is not None:
             from torch._dynamo.eval_frame import OptimizedModule
             if isinstance(mod, OptimizedModule) or getattr(mod, "_compiled_call_impl", None) is not None:
@@ -141,7 +141,7 @@ class Outermost:
                 opts["mode"] = self.compile
             self.compiled[mod] = torch.compile(mod, **opts)
 
-    def _prepare_format(self, mod: Any) -> None:
+    def _prepare_weights(self, mod: Any) -> None:
         """channels_last: ``mod``'s 4-D (5-D) weights and buffers converted, once; fp32: its
         float64 ones to float32, once."""
         torch = self.torch
@@ -185,7 +185,7 @@ class Outermost:
                 self.others[mod] = not (best is not None and any(m is mod for m in best.modules()))
                 if self.others[mod]:
                     self.other_names.append((id(mod), f"{type(mod).__name__} ({count_params(self._count(mod))} params)"))
-                    self._prepare_format(mod)
+                    self._prepare_weights(mod)
             if not self.others[mod] and self.float32:
                 # a part of the outermost, its weights converted with it: its float64 inputs too
                 return self._float32_call(lambda a, k: orig(mod, *a, **k), mod, args, kwargs)
@@ -289,33 +289,41 @@ def outermost(torch: Any, trial: Any) -> Outermost:
     return patch
 
 
-class Around(Handler):
-    """A switch that runs the outermost module's calls inside a context: the wrapper's flag
-    ``attr`` set, ``what`` said around the module."""
-
-    def __init__(self, switch: Switch, attr: str, what: str) -> None:
-        self.switch, self.attr, self.what = switch, attr, what
+class Flag(Handler):
+    """A switch that sets the wrapper's flag ``attr``; ``said`` what it did, once the outermost
+    module was called."""
+    attr = ""
 
     def install(self, torch: Any, trial: Any, report: Report) -> None:
         setattr(outermost(torch, trial), self.attr, True)
+
+    def said(self, p: Outermost, report: Report) -> None:
+        raise NotImplementedError
 
     def finish(self, torch: Any, trial: Any, report: Report) -> None:
         p = trial.shared["outermost"]
         if not p.calls:
             report.note(p.none_text(), applied=False)
             return
+        self.said(p, report)
+
+
+class Around(Flag):
+    """A switch that runs the outermost module's calls inside a context, ``what`` said around the
+    module."""
+
+    def __init__(self, switch: Switch, attr: str, what: str) -> None:
+        self.switch, self.attr, self.what = switch, attr, what
+
+    def said(self, p: Outermost, report: Report) -> None:
         report.note(f"{self.what} around {p.module_text()}", applied=True)
 
 
-class Converts(Handler):
+class Converts(Flag):
     """A switch that converts the outermost module's weights once and its inputs at each call:
-    the wrapper's flag ``attr`` set; ``counts`` what it converted, ``none`` said where there was
-    nothing to convert, ``done`` what it did."""
-    attr = ""
+    ``counts`` what it converted, ``none`` said where there was nothing to convert, ``done`` what
+    it did."""
     none = ""
-
-    def install(self, torch: Any, trial: Any, report: Report) -> None:
-        setattr(outermost(torch, trial), self.attr, True)
 
     def counts(self, p: Outermost) -> tuple[int, int]:
         raise NotImplementedError
@@ -323,11 +331,7 @@ class Converts(Handler):
     def done(self, p: Outermost) -> str:
         raise NotImplementedError
 
-    def finish(self, torch: Any, trial: Any, report: Report) -> None:
-        p = trial.shared["outermost"]
-        if not p.calls:
-            report.note(p.none_text(), applied=False)
-            return
+    def said(self, p: Outermost, report: Report) -> None:
         if not any(self.counts(p)):
             report.note(f"{p.module_text()}: {self.none}", applied=False)
             return

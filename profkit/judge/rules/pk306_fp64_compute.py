@@ -88,14 +88,14 @@ def detect(ctx: RuleContext) -> list[Finding]:
     fp32_gain = max(1.0, fp32 / peaks["fp64"])
     bf16_gain = max(tf32_gain, PK302.param("bf16_share") * peaks.get("bf16", peaks["tf32"]) / peaks["fp64"])
     timed = {kind: ctx.replacements.gemm_gain(f"gemm_fp64_{kind}") for kind in ("fp32", "tf32", "bf16")}
-    said, ratio_text = ESTIMATED, f"TF32 / FP64 peak = {tf32_gain:.1f}"
+    said, ratio = ESTIMATED, "TF32 / FP64 peak"
     if timed["tf32"] is not None:
         # measured at the program's shapes: a ratio below 1 is a slower replacement, kept
         tf32_gain = timed["tf32"]
         fp32_gain = timed["fp32"] if timed["fp32"] is not None else fp32_gain
         bf16_gain = timed["bf16"] if timed["bf16"] is not None else bf16_gain
         said = timed_text(ctx.replacements.measured("gemm_fp64_tf32"), "TF32 vs float64 GEMMs, ")
-        ratio_text = f"TF32 / float64 timed = {tf32_gain:.1f}"
+        ratio = "TF32 / float64 timed"
     bytes_gain = RULE.param("bytes_gain")
     gemm_ops = ctx.graph_ops(ctx.acts_named(gemm)) if gemm else np.empty(0, np.int64)
     other_ops = ctx.graph_ops(ctx.acts_named(other)) if other else np.empty(0, np.int64)
@@ -113,7 +113,7 @@ def detect(ctx: RuleContext) -> list[Finding]:
             return add_cpu(gr, gemm_ops, cast_cpu_ns(ctx)) if cast else gr
         return apply
 
-    what = (f"float64 GEMMs {ctx.per_iteration(gemm_ns)} / {tf32_gain:.1f} ({ratio_text.split(' = ')[0]}), "
+    what = (f"float64 GEMMs {ctx.per_iteration(gemm_ns)} / {tf32_gain:.1f} ({ratio}), "
             f"the other float64 kernels {ctx.per_iteration(other_ns)} / {bytes_gain:.0f}")
     g, basis = ctx.price(edit(tf32_gain), what, cap=max(tf32_gain, bytes_gain))
     f32, _ = ctx.price(edit(fp32_gain), "", cap=max(fp32_gain, bytes_gain), slower=True)
@@ -125,5 +125,5 @@ def detect(ctx: RuleContext) -> list[Finding]:
         action += f" [bf16 autocast on float32: {bf:.2f}x end to end]"
     action += f" [float32 without TF32: {f32:.2f}x]"
     return [Finding(RULE.code, RULE.name, action, Rung.LIBRARY, ev, g,
-                    f"{said}; {ratio_text}; {basis}", g,
+                    f"{said}; {ratio} = {tf32_gain:.1f}; {basis}", g,
                     max(tf32_gain, bytes_gain), Scope.OPS, frozenset(fp64))]

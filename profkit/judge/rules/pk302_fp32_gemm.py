@@ -48,7 +48,7 @@ Expected gain
     and BERT inference, by 10-12%.
     cuBLAS's GEMV kernels (a matmul with one side a vector: a scan's read-out token by token)
     are charged their casts too, their own time kept (memory-bound: the casts' writes spend what
-    their halved reads save; a Mamba-style scan's 512 GEMVs an iteration priced bf16 at 0.99x
+    their halved reads save; a Mamba-style scan's 512 GEMVs an iteration, an H100, priced bf16 at 0.99x
     uncharged, 0.73x charged, measured 0.79x); not in a step that runs a backward, whose GEMVs
     autocast does not cast and whose names do not tell from the forward's.
     A kernel's cast is an average: autocast casts a weight once per region and a forward op's

@@ -303,6 +303,24 @@ FIX_RULES = {
     ("ssm_scan_infer", "chunked_scan"): ("PK107", None),
     ("ssm_scan_infer", "graph"): ("PK103", "cuda_graph_speedup"),
     ("ssm_scan_infer", "bf16"): ("PK302", "bf16_speedup"),
+    # written before their captures (set o): offloaded activations through pinned buffers are
+    # PK104's pageable copies pinned; no offload, or checkpointing instead, no rule's; bf16 PK302's.
+    # Negatives drawn in Python on the main thread: the host work between the GPU's steps is
+    # PK102's (the main process prepares the batch while the GPU idles), drawn on the GPU or with
+    # NumPy alike; fused Adam PK201's. LBFGS's host reads of its recursion's coefficients are
+    # waits inside the step, PK101's to remove; a shorter history no rule's; bf16 and channels_last
+    # for its convolutions PK305's
+    ("activation_offload_train", "pinned"): ("PK104", None),
+    ("activation_offload_train", "checkpoint"): (None, None),
+    ("activation_offload_train", "no_offload"): (None, None),
+    ("activation_offload_train", "bf16"): ("PK302", "bf16_speedup"),
+    ("kge_negative_sampling_train", "gpu_sampling"): ("PK102", None),
+    ("kge_negative_sampling_train", "numpy_sampling"): ("PK102", None),
+    ("kge_negative_sampling_train", "fused_adam"): ("PK201", None),
+    ("lbfgs_style_transfer", "gpu_two_loop"): ("PK101", None),
+    ("lbfgs_style_transfer", "history10"): (None, None),
+    ("lbfgs_style_transfer", "bf16"): ("PK305", None),
+    ("lbfgs_style_transfer", "channels_last"): ("PK305", None),
     ("grad_checkpoint_train", "no_checkpointing"): ("PK204", None), ("grad_checkpoint_train", "fused_adamw"): ("PK201", None),
     ("cpu_tokenize_infer", "encode_batch"): (None, None), ("cpu_tokenize_infer", "workers"): ("PK102", None),
     ("cpu_tokenize_infer", "pretokenized"): ("PK102", None),

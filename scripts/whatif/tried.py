@@ -112,6 +112,8 @@ SWITCH_OF: dict[tuple[str, str], str] = {
     ("fp64_surrogate_train", "fp32_tf32"): "fp32+tf32",
     ("fp64_surrogate_train", "fp32_bf16"): "fp32+bf16",
     ("ssm_scan_infer", "bf16"): "bf16",
+    ("activation_offload_train", "bf16"): "bf16",
+    ("kge_negative_sampling_train", "fused_adam"): _FUSED,
 }
 
 

@@ -72,7 +72,9 @@ def _meta(path: Path) -> dict:
 
 def test_try_alternates_trials_and_baselines_and_records_them(tools, fake_torch):
     _script(tools.work / "steps.py", STEPS)
-    r = _invoke(["--max-iterations", "12", "--try",
+    # (--try-separate: the two switches that could alternate inside their runs are timed in runs of
+    # their own, as the other two are; test_a_trial_that_can_be_turned_off_alternates... has them alternate)
+    r = _invoke(["--max-iterations", "12", "--try-separate", "--try",
                  "cudnn_benchmark,no_empty_cache,workers,expandable_segments", "steps.py", "100"])
     assert r.exit_code == 0, r.stderr
     err = r.stderr
@@ -131,6 +133,89 @@ def test_try_alternates_trials_and_baselines_and_records_them(tools, fake_torch)
     assert f"tried cudnn_benchmark: {bench.text()}" in err
     assert "tried expandable_segments: failed (RuntimeError: this program refuses expandable segments)" in err
     assert "--try=cudnn_benchmark,no_empty_cache,workers,expandable_segments" in meta["command"]
+    assert "--try-separate" in meta["command"]
+
+
+def test_a_trial_that_can_be_turned_off_alternates_with_the_program_in_its_run(tools, fake_torch):
+    _script(tools.work / "steps.py", STEPS)
+    r = _invoke(["--max-iterations", "12", "--try", "cudnn_benchmark,workers", "steps.py", "100"])
+    assert r.exit_code == 0, r.stderr
+    rec = json.loads(_meta(tools.work / "steps.sqlite")["trials"])
+    by = {t["switch"]: t for t in rec["trials"]}
+    runs = by["cudnn_benchmark"]["runs"]
+    assert len(runs) == 2 and "alternation" not in by["workers"]["runs"][0]
+    for run in runs:
+        alt = run["alternation"]
+        # 24 iterations (twice the trials' 12: half of them the program unchanged) in blocks of
+        # 24 // 12 = 2, at least 3; the block open when the run was cut is left out
+        assert alt["k"] == 3 and alt["warm_blocks"] == 2 and len(run["iteration_ns"]) == 23
+        assert [b["on"] for b in alt["blocks"]] == [True, False] * 3 + [True]
+        assert all(b["iterations"] == 3 for b in alt["blocks"])
+        per = [b["ns"] / 3 for b in alt["blocks"]]
+        assert all(p_on < p_off for p_on, p_off in zip(per[0::2], per[1::2]))   # 2 ms of sleep against 8
+    res = {t.switch: t for t in summarize(_meta(tools.work / "steps.sqlite")["trials"])}
+    bench = res["cudnn_benchmark"]
+    # past the two warm-up blocks: on, off, on, off, on: three blocks on, each beside blocks off
+    assert bench.measured and bench.runs == 2 and bench.alternated == 6 and bench.speedup > 1.5
+    assert bench.lo <= bench.speedup <= bench.hi
+    assert bench.text().endswith("; 6 blocks, each beside the program unchanged in the same run)")
+    assert "--try cudnn_benchmark (round 1 of 2, no profiler): alternated with the program unchanged " \
+           "in 7 blocks: " in r.stderr
+
+
+def test_alternated_gain_pairs_each_block_on_with_the_blocks_off_beside_it():
+    from profkit.run.trials import alternated_gain
+    ms = 1_000_000
+    # warm-up (a compile: 5 s in the first block), then a machine slowing by 10% a block: the
+    # mean of the blocks off on either side cancels the drift a block before or after would carry
+    times = [5000, 12, 5, 11, 5.5, 12.1, 6.05, 13.31]   # ms an iteration
+    blocks = [{"on": i % 2 == 0, "iterations": 4, "ns": int(t * ms * 4)} for i, t in enumerate(times)]
+    g = alternated_gain({"alternation": {"k": 4, "warm_blocks": 2, "blocks": blocks}})
+    # blocks past the warm-up: on 5, off 11, on 5.5, off 12.1, on 6.05, off 13.31
+    assert g["ratios"] == pytest.approx([11 / 5, (11 + 12.1) / 2 / 5.5, (12.1 + 13.31) / 2 / 6.05])
+    assert g["speedup"] == pytest.approx((11 + 12.1) / 2 / 5.5)
+    assert g["on_ns"] == pytest.approx(5.5 * ms) and g["off_ns"] == pytest.approx(12.1 * ms)
+    assert g["warm_up_s"] == pytest.approx((5000 - 5.5) * 4 / 1000 + 0)   # the off warm-up block is steady
+    # too few blocks past the warm-up to pair, or none recorded: no gain
+    assert alternated_gain({"alternation": {"k": 4, "warm_blocks": 2, "blocks": blocks[:3]}}) is None
+    assert alternated_gain({"iteration_ns": [1, 2, 3]}) is None
+
+
+def test_alternate_in_the_bootstrap_turns_the_switches_over_between_iterations(tmp_path):
+    pytest.importorskip("torch")
+    script = """
+        import json, sys, time
+        import torch, nvtx
+        seen = []
+        class M(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.lin = torch.nn.Linear(4, 4)
+            def forward(self, x):
+                seen.append([torch.is_autocast_enabled("cpu"), torch.get_float32_matmul_precision()])
+                return self.lin(x)
+        m = M()
+        for i in range(14):
+            with nvtx.annotate("step"):
+                m(torch.randn(2, 4))
+                time.sleep(0.02)
+        json.dump(seen, open(sys.argv[1], "w"))
+    """
+    res = _bootstrap(tmp_path, "--try", "tf32+bf16", "--alternate", "3", "--step", "step",
+                     "--calibrate", str(tmp_path / "c.json"), script=script, args=[str(tmp_path / "seen.json")])
+    assert res.returncode == 0, res.stderr
+    seen = json.loads((tmp_path / "seen.json").read_text())
+    on, off = [True, "high"], [False, "highest"]
+    # blocks of 3 iterations (each 20 ms: past the 50 ms a block of an uncut run also takes)
+    assert seen == [on] * 3 + [off] * 3 + [on] * 3 + [off] * 3 + [on] * 2
+    cal = json.loads((tmp_path / "c.json").read_text())
+    assert [(b["on"], b["iterations"]) for b in cal["alternation"]["blocks"]] == \
+        [(True, 3), (False, 3), (True, 3), (False, 3)]
+    assert cal["trial"]["applied"] and cal["alternation"]["k"] == 3
+    # a switch that cannot be turned off while the program runs: the run is the trial alone
+    res = _bootstrap(tmp_path, "--try", "channels_last", "--alternate", "3", "--step", "step",
+                     "--calibrate", str(tmp_path / "d.json"), script=script, args=[str(tmp_path / "s2.json")])
+    assert res.returncode == 0 and "alternation" not in json.loads((tmp_path / "d.json").read_text())
 
 
 def test_try_refuses_what_cannot_run(tools, fake_torch):
@@ -200,7 +285,9 @@ def test_try_budget_starts_no_trial_once_spent(tools, fake_torch):
     # calibration run's length, and the budget beside it
     (cost,) = [ln for ln in r.stderr.splitlines() if ln.startswith("profkit: --try: the script runs again")]
     assert re.search(r": up to 6 runs \(2 trials and the script unchanged, 2 rounds\), about \d+ s at the "
-                     r"calibration run's \d+\.\d s a run; --try-budget 0.001 s$", cost), cost
+                     r"calibration run's \d+\.\d s a run; --try-budget 0.001 s; cudnn_benchmark, "
+                     r"no_empty_cache alternate with the script unchanged inside each run, twice the "
+                     r"iterations$", cost), cost
     (said,) = [ln for ln in r.stderr.splitlines() if ln.startswith("profkit: --try-budget: ")]
     assert said.startswith("profkit: --try-budget: 0.001 s spent after ")
     assert said.endswith(" s of trials; not run: no_empty_cache; not run again: cudnn_benchmark")

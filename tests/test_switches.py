@@ -536,3 +536,40 @@ def test_the_modules_left_out_are_said_after_the_program_dropped_them(trial):
     gc.collect()
     assert t.record()["left_out"] == "the program's other module Linear (16 params), not compiled"
     torch._dynamo.reset()
+
+
+def test_switches_that_can_be_turned_off_while_the_program_runs(trial):
+    """An alternating trial's turns (profkit.capture.alternate): each toggling switch off is the
+    program as it was, on again is the switch; the others say they cannot."""
+    from torch._dynamo.utils import counters
+    torch._dynamo.reset()
+    counters.clear()
+    before = torch.get_float32_matmul_precision()
+    t = trial("compile+bf16+tf32", compile_backend="eager")
+    assert t.toggles and before == "highest"
+    seen = []
+
+    class Probe(Tiny):
+        def forward(self, x):
+            seen.append((torch.is_autocast_enabled(torch.device(DEV).type), torch.compiler.is_compiling()))
+            return super().forward(x)
+    m = Probe().to(DEV)
+    m(torch.randn(4, 16, device=DEV))
+    t.toggle(False)
+    assert torch.get_float32_matmul_precision() == before
+    m(torch.randn(4, 16, device=DEV))
+    t.toggle(True)
+    assert torch.get_float32_matmul_precision() == "high"
+    m(torch.randn(4, 16, device=DEV))
+    # on: autocast, and the compiled module (its forward runs only while Dynamo traces it, again
+    # where a guard on the settings fails); off: neither, the module itself
+    assert seen[:2] == [(True, True), (False, False)] and set(seen[2:]) <= {(True, True)}
+    torch._dynamo.reset()
+    n = trial("no_empty_cache")
+    n.toggle(False)
+    torch.cuda.empty_cache()   # the real one (nothing to free here): not counted
+    n.toggle(True)
+    torch.cuda.empty_cache()
+    assert n.record()["note"] == "torch.cuda.empty_cache() skipped x1"
+    for name in ("channels_last", "fused_optim", "fp32", "channels_last+bf16", "workers"):
+        assert not trial(name).toggles

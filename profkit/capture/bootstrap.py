@@ -2,7 +2,8 @@
 
     python -m profkit.capture.bootstrap [--aten[=recorder|emit_nvtx]] [--exit-code-file FILE]
                                         [--calibrate FILE] [--max-iterations N [--step NAME]]
-                                        [--try SWITCH] [--record-ops FILE] [--] script.py [args…]
+                                        [--try SWITCH [--alternate K]] [--record-ops FILE]
+                                        [--] script.py [args…]
 
 * ``sys.argv`` is ``[script.py, args…]``, ``sys.path[0]`` is the script's folder and the script
   runs as ``__main__`` (through :func:`runpy.run_path`), so the script needs no edits.
@@ -21,6 +22,11 @@
 * ``--try SWITCH[+SWITCH...]`` applies a switch of :mod:`profkit.capture.switches` to the script
   (no edit of its code), installed when the script imports torch; with ``--calibrate`` what it
   touched goes into FILE as ``trial``, else it is said on stderr.
+* ``--alternate K`` (with ``--try``, ``--calibrate`` and ``--step``): the trial's switches turned
+  off and on again in blocks of at least K iterations of the step range, so that the run times
+  the program unchanged beside its trial (:mod:`profkit.capture.alternate`); the blocks go into
+  FILE as ``alternation``. Ignored where a switch of the trial cannot be turned off while the
+  program runs.
 * ``--record-ops FILE`` (with ``--calibrate``): the op record of one iteration, the shapes the
   replacement timings need (:mod:`profkit.capture.oprecord`), written to FILE as JSON.
 """
@@ -48,12 +54,13 @@ class Options:
     step: Optional[str] = None
     trial: Optional[str] = None
     record_ops: Optional[str] = None
+    alternate: Optional[int] = None
     rest: list = field(default_factory=list)
 
 
 _VALUED = {"--exit-code-file": "code_file", "--calibrate": "calibrate",
            "--max-iterations": "max_iterations", "--step": "step", "--try": "trial",
-           "--record-ops": "record_ops"}
+           "--record-ops": "record_ops", "--alternate": "alternate"}
 
 
 def _parse(argv: list[str]) -> Options:
@@ -70,11 +77,11 @@ def _parse(argv: list[str]) -> Options:
             if "=" not in arg:
                 i += 1
                 value = argv[i]
-            if key == "--max-iterations":
+            if key in ("--max-iterations", "--alternate"):
                 try:
                     setattr(opts, _VALUED[key], int(value))
                 except ValueError:
-                    raise SystemExit(f"profkit: error: --max-iterations takes a number, not {value!r}")
+                    raise SystemExit(f"profkit: error: {key} takes a number, not {value!r}")
             else:
                 setattr(opts, _VALUED[key], value)
         elif arg == "--":
@@ -125,7 +132,8 @@ def _aten_context(source: str) -> contextlib.AbstractContextManager:
 def run(script: str, args: list[str], aten: Optional[str] = None,
         calibrate: Optional[str] = None, max_iterations: Optional[int] = None,
         step: Optional[str] = None, trial: Optional[str] = None,
-        cut: Optional[list] = None, record_ops: Optional[str] = None) -> int:
+        cut: Optional[list] = None, record_ops: Optional[str] = None,
+        alternate: Optional[int] = None) -> int:
     """Run ``script`` as ``__main__`` with ``args``; return its exit status.
 
     ``aten``: None, ``"recorder"`` or ``"emit_nvtx"`` (True: the recorder). ``calibrate``: a
@@ -133,7 +141,9 @@ def run(script: str, args: list[str], aten: Optional[str] = None,
     ``max_iterations``/``step``: end the run after that many iterations of the step range.
     ``trial``: switches to apply (profkit.capture.switches). ``cut``: a list that receives the
     cut (``{"range", "iterations"}``) when the run was cut short. ``record_ops``: with
-    ``calibrate``, a file to write the op record of one iteration to (profkit.capture.oprecord)."""
+    ``calibrate``, a file to write the op record of one iteration to (profkit.capture.oprecord).
+    ``alternate``: with ``trial``, ``calibrate`` and ``step``, the trial's switches taking turns
+    with the program unchanged in blocks of that many iterations (profkit.capture.alternate)."""
     if aten is True:
         aten = "recorder"
     if calibrate is None and not max_iterations and not trial:
@@ -150,6 +160,13 @@ def run(script: str, args: list[str], aten: Optional[str] = None,
         from profkit.capture.oprecord import OpRecord
         ops = OpRecord(step)
         clock.listeners.append(ops.on_push)
+    alt = None
+    if (alternate and the_trial is not None and the_trial.toggles and step
+            and calibrate is not None):
+        from profkit.capture.alternate import Alternation
+        # a run cut at N iterations has its blocks by count (K of N); an uncut one also by time
+        alt = Alternation(the_trial, step, alternate, 0.0 if max_iterations else None)
+        clock.listeners.append(alt.on_push)
     if calibrate is not None or max_iterations:
         clock.install()
     t0 = time.perf_counter_ns()
@@ -166,6 +183,10 @@ def run(script: str, args: list[str], aten: Optional[str] = None,
             with contextlib.suppress(Exception):
                 from profkit.capture.oprecord import write as write_ops
                 write_ops(record_ops, ops.finish())
+        if alt is not None and not alt.on:
+            # the switches as installed again: what they report is checked against them
+            with contextlib.suppress(Exception):
+                the_trial.toggle(True)
         record = the_trial.record() if the_trial is not None else None
         if clock.cut is not None:
             if cut is not None:
@@ -176,6 +197,8 @@ def run(script: str, args: list[str], aten: Optional[str] = None,
             data = clock.as_dict(script, list(args), wall, code)
             if record is not None:
                 data["trial"] = record
+            if alt is not None:
+                data["alternation"] = alt.as_dict()
             if errors:
                 data["error"] = errors[0]
             with contextlib.suppress(OSError):
@@ -230,7 +253,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     if not opts.rest:
         print("usage: python -m profkit.capture.bootstrap [--aten[=recorder|emit_nvtx]] "
               "[--exit-code-file FILE] [--calibrate FILE] [--max-iterations N [--step NAME]] "
-              "[--try SWITCH] [--record-ops FILE] script.py [args...]", file=sys.stderr)
+              "[--try SWITCH [--alternate K]] [--record-ops FILE] script.py [args...]", file=sys.stderr)
         return 2
     if opts.trial:
         from profkit.model import parse_trial
@@ -242,7 +265,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     cut: list = []
     code = run(opts.rest[0], opts.rest[1:], aten=opts.aten, calibrate=opts.calibrate,
                max_iterations=opts.max_iterations, step=opts.step, trial=opts.trial, cut=cut,
-               record_ops=opts.record_ops)
+               record_ops=opts.record_ops, alternate=opts.alternate)
     if opts.code_file:
         with contextlib.suppress(OSError):
             with open(opts.code_file, "w") as fh:

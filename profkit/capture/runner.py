@@ -394,7 +394,7 @@ def capture(script: str | Path, script_args: Sequence[str] = (), *, output: Opti
             trials: Optional[str | Sequence[str]] = None, try_runs: int = 2,
             try_timeout: Optional[float] = None, try_budget: Optional[float] = None,
             choose_trials: Optional[Callable[[Path], list[str]]] = None,
-            replacements: bool = True) -> CaptureResult:
+            replacements: bool = True, try_alternate: bool = True) -> CaptureResult:
     """Profile ``script`` and leave ``STEM.sqlite`` (+ ``.nsys-rep``); see the module docstring.
 
     ``calibrate``: first run the script with no profiler attached (``calibrate_runs`` times),
@@ -412,7 +412,9 @@ def capture(script: str | Path, script_args: Sequence[str] = (), *, output: Opti
     (profkit.capture.trials); the record goes into PROFKIT_META as ``trials``. ``try_timeout``:
     the most one trial run may take (default: 300 s plus ten times the calibration run).
     ``try_budget``: no trial run starts once the trials have taken this many seconds (the run
-    under way finishes, then the baseline run that closes its round).
+    under way finishes, then the baseline run that closes its round). ``try_alternate``: a trial
+    whose switches can be turned off and on while the script runs alternates with the script
+    unchanged inside its own runs (profkit.capture.alternate); False: runs of its own.
 
     ``replacements`` (with ``calibrate``): the first calibration run also records the shapes of
     the ops the replacement rules need (profkit.capture.oprecord), and a short process of its own
@@ -629,7 +631,7 @@ def capture(script: str | Path, script_args: Sequence[str] = (), *, output: Opti
         if trial_list is not None and not result.interrupted:
             record = _trials(trial_list, sqlite_tmp, python, script_p, script_args, step_range,
                              calib_runs, max_iterations, try_runs, try_timeout, choose_trials,
-                             out.parent, say, result, try_budget)
+                             out.parent, say, result, try_budget, try_alternate)
             if record is not None:
                 write_meta(sqlite_tmp, {"trials": json.dumps(record, separators=(",", ":"))})
 
@@ -787,7 +789,8 @@ def _trials(trial_list: list[str] | str, sqlite: Path, python: str, script: Path
             calib_runs: list[tuple[Optional[str], float]], max_iterations: Optional[int],
             try_runs: int, try_timeout: Optional[float],
             choose: Optional[Callable[[Path], list[str]]], workdir: Path, say: Say,
-            result: CaptureResult, budget_s: Optional[float] = None) -> Optional[dict]:
+            result: CaptureResult, budget_s: Optional[float] = None,
+            alternate: bool = True) -> Optional[dict]:
     """Choose (``auto``) and run the trials; the ``trials`` record, or None (with a note)."""
     from profkit.capture.trials import Plan, calibration_run, run_trials
     if trial_list == "auto":
@@ -810,6 +813,11 @@ def _trials(trial_list: list[str] | str, sqlite: Path, python: str, script: Path
             f"the script unchanged, {try_runs} round{'s' if try_runs != 1 else ''}), about "
             f"{n_runs * secs:.0f} s at the calibration run's {secs:.1f} s a run"
             + (f"; --try-budget {budget_s:g} s" if budget_s is not None else ""))
+    from profkit.capture.trials import alternates
+    alt = [t for t in trial_list if alternate and alternates(t)]
+    if alt:
+        cost += (f"; {', '.join(alt)} alternate{'s' if len(alt) == 1 else ''} with the script unchanged "
+                 "inside each run, twice the iterations")
     say("profkit: --try: the script runs again for each trial and between them, with its side "
         f"effects (files it writes, logs): {cost}")
     step = _trial_step(sqlite, step_range, calib_runs)
@@ -824,7 +832,7 @@ def _trials(trial_list: list[str] | str, sqlite: Path, python: str, script: Path
     longest = max((secs for _, secs in calib_runs), default=0.0)
     plan = Plan(python, script, list(args), list(trial_list), step, try_runs, max_iterations,
                 try_timeout if try_timeout else 300.0 + 10.0 * longest, _child_env(),
-                workdir, len(calib_runs), base, budget_s)
+                workdir, len(calib_runs), base, budget_s, alternate)
     record, interrupted = run_trials(plan, say)
     result.interrupted = result.interrupted or interrupted
     from profkit.run.trials import summarize

@@ -12,7 +12,10 @@ beside its baseline). A trial whose switch did not apply (no optimizer
 was constructed, no DataLoader) or that failed (an exception, out of memory, a non-zero exit, the
 time limit) is not run again; its one-line reason is kept and the capture goes on. The runs'
 output is kept out of the terminal (one line per run is said instead); a failed run's last lines
-go into its error.
+go into its error. A trial whose switches can be turned off and on while the program runs
+alternates with the program unchanged inside its own run (profkit.capture.alternate), twice the
+iterations of the others; its gain comes from that run alone, and the baseline runs between the
+trials are for the others and for the step model's calibration.
 
 The record (profkit.run.trials has its format and arithmetic) is what this module returns: the
 caller writes it into PROFKIT_META as ``trials``.
@@ -31,7 +34,7 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from profkit.run.iterations import iteration_times, steady_median
-from profkit.run.trials import FORMAT
+from profkit.run.trials import FORMAT, alternated_gain
 
 Say = Callable[[str], None]
 KILL_GRACE_S = 5.0
@@ -47,11 +50,13 @@ class Run:
     error: Optional[str] = None
     trial: Optional[dict] = None
     cut: bool = False
+    alternation: Optional[dict] = None   # the blocks of a run that alternated (profkit.capture.alternate)
 
     def as_dict(self) -> dict:
         return {"seq": self.seq, "iteration_ns": self.iteration_ns,
                 "seconds": round(self.seconds, 3), "exit_code": self.exit_code,
-                **({"cut": True} if self.cut else {})}
+                **({"cut": True} if self.cut else {}),
+                **({"alternation": self.alternation} if self.alternation else {})}
 
 
 @dataclass
@@ -70,15 +75,37 @@ class Plan:
     first_seq: int = 0
     baseline: list[Run] = field(default_factory=list)   # the calibration runs, already made
     budget_s: Optional[float] = None   # no trial run starts once the trials have taken this long
+    alternate: bool = True   # a trial whose switches toggle alternates with the program unchanged in its runs
+
+
+def alternates(trial: Optional[str]) -> bool:
+    """Whether ``trial``'s runs alternate with the program unchanged (every switch of it can be
+    turned off and on while the program runs: profkit.capture.alternate)."""
+    if not trial:
+        return False
+    from profkit.capture.switches import Trial
+    try:
+        return Trial(trial).toggles
+    except (KeyError, ValueError):
+        return False
 
 
 def bootstrap_command(plan: Plan, calib_file: Path, trial: Optional[str]) -> list[str]:
+    """The run's command line. A trial that alternates (``alternates``) runs twice the iterations
+    of the others, half of them the program unchanged, in blocks (``--alternate K``)."""
+    from profkit.capture.alternate import block_iterations
     cmd = [plan.python, "-m", "profkit.capture.bootstrap"]
+    alt = plan.alternate and alternates(trial)
     if trial:
         cmd += ["--try", trial]
     cmd += ["--calibrate", str(calib_file)]
-    if plan.max_iterations:
-        cmd += ["--max-iterations", str(plan.max_iterations), "--step", plan.step]
+    n = plan.max_iterations * (2 if alt else 1) if plan.max_iterations else None
+    if n:
+        cmd += ["--max-iterations", str(n)]
+    if n or alt:
+        cmd += ["--step", plan.step]
+    if alt:
+        cmd += ["--alternate", str(block_iterations(n))]
     return [*cmd, "--", str(plan.script), *plan.args]
 
 
@@ -190,13 +217,19 @@ def _one_run(plan: Plan, tmp: Path, seq: int, trial: Optional[str], label: str, 
     elif med is None and (trial_rec is None or trial_rec.get("applied")):
         error = (f"too few iterations of `{plan.step}` ({len(periods) + 1 if periods else 0}) for a "
                  "steady time: three or more are warm-up (raise --max-iterations)")
+    alt = data.get("alternation") if data else None
     run = Run(seq, periods if med is not None else [], seconds, rc, error, trial_rec,
-              bool(data and data.get("cut")))
+              bool(data and data.get("cut")), alt if isinstance(alt, dict) and alt.get("blocks") else None)
     if error:
         say(f"profkit: {label}: {error} ({seconds:.1f} s)")
     elif trial_rec is not None and not trial_rec.get("applied"):
         say(f"profkit: {label}: not applied: {trial_rec.get('note') or 'nothing to change'} "
             f"({seconds:.1f} s)")
+    elif run.alternation and (g := alternated_gain(run.as_dict())) is not None:
+        say(f"profkit: {label}: alternated with the program unchanged in "
+            f"{len(run.alternation['blocks'])} blocks: {g['on_ns'] / 1e6:.2f} ms an iteration with the "
+            f"switch, {g['off_ns'] / 1e6:.2f} ms without ({g['speedup']:.2f}x), {seconds:.1f} s"
+            + (f"; {trial_rec['note']}" if trial_rec and trial_rec.get("note") else ""))
     else:
         say(f"profkit: {label}: {used} steady iterations, {med / 1e6:.2f} ms each (median), "
             f"{seconds:.1f} s" + (f"; {trial_rec['note']}" if trial_rec and trial_rec.get("note") else ""))

@@ -24,7 +24,8 @@ def _say(msg: str) -> None:
 def _command_line(output, force, nsys_args, aten, ncu, ncu_range, ncu_count, ncu_args, script,
                   script_args, gpu_metrics_hz=None, aten_source="recorder",
                   calibrate=True, calibrate_runs=1, max_iterations=None, trials=None,
-                  try_runs=2, try_timeout=None, replacements=True, try_budget=None) -> list[str]:
+                  try_runs=2, try_timeout=None, replacements=True, try_budget=None,
+                  try_alternate=True) -> list[str]:
     argv = ["profkit", "capture"]
     if output:
         argv += ["-o", output]
@@ -37,6 +38,7 @@ def _command_line(output, force, nsys_args, aten, ncu, ncu_range, ncu_count, ncu
         argv += [f"--try={trials}"] + (["--try-runs", str(try_runs)] if try_runs != 2 else [])
         argv += ["--try-timeout", f"{try_timeout:g}"] if try_timeout else []
         argv += ["--try-budget", f"{try_budget:g}"] if try_budget else []
+        argv += [] if try_alternate else ["--try-separate"]
     argv += ["--nsys-args", nsys_args] if nsys_args else []
     argv += ["--aten"] if aten else []
     argv += ["--aten-source", aten_source] if aten and aten_source != "recorder" else []
@@ -142,6 +144,13 @@ def _auto_trials(trace) -> list[str]:
               help="Start no trial run once the trials have taken this long (the run under way "
                    "finishes, then the baseline that closes its round); the trials left are "
                    "recorded as not run. Bounds the time --try auto adds where many rules fire.")
+@click.option("--try-alternate/--try-separate", "try_alternate", default=True, show_default=True,
+              help="A trial whose switches can be turned off and on while the script runs (tf32, "
+                   "bf16, compile, compile_graphs, inference_mode, cudnn_benchmark, no_empty_cache) "
+                   "alternates with the script unchanged in blocks of iterations inside one run, "
+                   "twice as long, so that both are timed in the same process (separate runs of "
+                   "one program can differ in host speed by 1.5x); --try-separate times it in runs "
+                   "of its own, as the other trials are.")
 @click.option("--merge-ncu", "merge_csv", type=click.Path(dir_okay=False), default=None,
               metavar="RAW.csv",
               help="Do not run anything: merge an ncu raw-page CSV into the existing trace "
@@ -155,7 +164,7 @@ def capture(output: Optional[str], force: bool, nsys_args: Optional[str], aten: 
             gpu_metrics_frequency: int, ncu_args: Optional[str], calibrate: bool,
             calibrate_runs: int, max_iterations: Optional[int], trials: Optional[str],
             try_runs: int, try_timeout: Optional[float], try_budget: Optional[float],
-            replacements: bool, merge_csv: Optional[str],
+            try_alternate: bool, replacements: bool, merge_csv: Optional[str],
             script: Optional[str], script_args: tuple[str, ...]) -> None:
     """Profile SCRIPT (with its ARGS) under Nsight Systems into an SQLite trace.
 
@@ -191,12 +200,12 @@ def capture(output: Optional[str], force: bool, nsys_args: Optional[str], aten: 
                          calibrate_runs=calibrate_runs, max_iterations=max_iterations,
                          trials=trials, try_runs=try_runs, try_timeout=try_timeout,
                          try_budget=try_budget, choose_trials=_auto_trials,
-                         replacements=replacements,
+                         replacements=replacements, try_alternate=try_alternate,
                          command_line=_command_line(output, force, nsys_args, aten, ncu, ncu_range,
                                                     ncu_count, ncu_args, script, script_args, hz,
                                                     aten_source, calibrate, calibrate_runs,
                                                     max_iterations, trials, try_runs, try_timeout,
-                                                    replacements, try_budget))
+                                                    replacements, try_budget, try_alternate))
     for note in result.notes:
         _say(f"profkit: {note}")
     if result.trace is None:

@@ -7,7 +7,8 @@ The capture keeps its measurements in the trace's PROFKIT_META under ``trials``:
      "baseline": {"runs": [RUN, ...]},
      "trials": [{"switch": "tf32", "applied": true, "note": "...", "error": null,
                  "runs": [RUN, ...]}, ...]}
-    RUN = {"seq": i, "iteration_ns": [period, ...], "seconds": s, "exit_code": c}
+    RUN = {"seq": i, "iteration_ns": [period, ...], "seconds": s, "exit_code": c
+           [, "alternation": {"k": K, "warm_blocks": 2, "blocks": [{"on": b, "iterations": n, "ns": t}, ...]}]}
 
 ``seq`` is the run's place in the order the runs were made (the calibration runs first, then the
 trials and the baselines taking turns, a baseline amid each round's trials: B T1 B T2 T1 B T2). A run's iteration time is the median of
@@ -18,6 +19,15 @@ machine whose speed drifts between runs shows as a wide range rather than a wron
 range is widened to hold the speedup itself where a median falls outside the pairs). A trial whose
 switch did not apply has no speedup: its runs were the program unchanged, and they count as
 baseline runs.
+
+A trial whose switches can be turned off and on while the program runs alternated with the
+program unchanged inside its own runs (profkit.capture.alternate: blocks of iterations, the
+switches on, then off, ...). Its gain comes from its own blocks, not from other processes: each
+block's iteration time (its wall time, the GPU drained at its end, over its iterations); for each
+block with the switches on, the blocks off beside it (the mean of the one before and the one
+after, which cancels a drift of the machine's speed) over it; the trial's speedup is the median of
+those ratios over its runs, ``lo``-``hi`` their range; the first blocks (``warm_blocks``) are
+warm-up, their extra time beyond a steady block's its ``warm_up_s``.
 """
 from __future__ import annotations
 
@@ -51,6 +61,7 @@ class TrialResult:
     not_run: Optional[str] = None   # why it never ran (interrupted, or the --try-budget spent, before its turn)
     left_out: str = ""              # what of the program the switch did not reach (part of the fix measured)
     baseline_runs: int = 0          # the runs of the program unchanged it was timed against
+    alternated: int = 0             # blocks with its switches on, each beside blocks without, in its own runs
 
     @property
     def measured(self) -> bool:
@@ -64,6 +75,7 @@ class TrialResult:
                 "error": self.error, "note": self.note,
                 "warm_up_s": None if self.warm_up_s is None else round(float(self.warm_up_s), 1),
                 "baseline_runs": self.baseline_runs,
+                **({"alternated": self.alternated} if self.alternated else {}),
                 **({"not_run": self.not_run} if self.not_run else {}),
                 **({"left_out": self.left_out} if self.left_out else {})}
 
@@ -94,8 +106,39 @@ def trial_text(t: dict) -> str:
     # the baseline runs beside the trials cut (an interrupted capture): one run unchanged, the
     # calibration run, made before every trial in another process whose host may have run at
     # another speed (a guided sampler: 10.3 ms a step there, 16.3 ms beside its fixes)
-    alone = "; against a single run of the program unchanged" if t.get("baseline_runs") == 1 else ""
-    return f"{t['speedup']:.2f}x ({runs} run{'s' if runs != 1 else ''}{spread}{warm}{alone})"
+    alone = ("; against a single run of the program unchanged"
+             if t.get("baseline_runs") == 1 and not t.get("alternated") else "")
+    beside = (f"; {t['alternated']} blocks, each beside the program unchanged in the same run"
+              if t.get("alternated") else "")
+    return f"{t['speedup']:.2f}x ({runs} run{'s' if runs != 1 else ''}{spread}{warm}{alone}{beside})"
+
+
+def alternated_gain(run: dict) -> Optional[dict]:
+    """A run that alternated (``run["alternation"]``): {"speedup", "ratios", "on_ns", "off_ns",
+    "warm_up_s"} from its blocks (see the module docstring), or None where it has none, or too
+    few blocks past the warm-up to pair (one on, one off)."""
+    alt = run.get("alternation")
+    if not isinstance(alt, dict):
+        return None
+    blocks = [b for b in alt.get("blocks") or [] if b.get("iterations") and b.get("ns") is not None]
+    warm = int(alt.get("warm_blocks", 2))
+    per = [(bool(b["on"]), b["ns"] / b["iterations"]) for b in blocks]
+    steady, first = per[warm:], per[:warm]
+    ratios = []
+    for i, (on, t) in enumerate(steady):
+        if not on:
+            continue
+        off = [steady[j][1] for j in (i - 1, i + 1) if 0 <= j < len(steady) and not steady[j][0]]
+        if off and t > 0:
+            ratios.append(statistics.mean(off) / t)
+    if not ratios:
+        return None
+    on_ns = statistics.median(t for on, t in steady if on)
+    off_ns = statistics.median(t for on, t in steady if not on)
+    warm_s = sum(max(t - (on_ns if on else off_ns), 0) * b["iterations"]
+                 for (on, t), b in zip(first, blocks)) / 1e9
+    return {"speedup": statistics.median(ratios), "ratios": ratios, "on_ns": on_ns, "off_ns": off_ns,
+            "warm_up_s": warm_s}
 
 
 def run_median(run: dict) -> Optional[int]:
@@ -146,6 +189,10 @@ def summarize(meta_text: Optional[str]) -> list[TrialResult]:
     base_ns = statistics.median(m for _, m in base) if base else None
     out = []
     for t in data.get("trials") or []:
+        alt = [g for r in t.get("runs", []) if (g := alternated_gain(r)) is not None]
+        if alt and t.get("applied"):
+            out.append(_alternated(t, alt))
+            continue
         runs = [(int(r.get("seq", -1)), m, r) for r in t.get("runs", []) if (m := run_median(r)) is not None]
         speedup = lo = hi = it = None
         if runs:
@@ -171,6 +218,18 @@ def summarize(meta_text: Optional[str]) -> list[TrialResult]:
                                statistics.median(warm) if warm else None, not_run,
                                str(t.get("left_out") or ""), len(base)))
     return out
+
+
+def _alternated(t: dict, gains: list[dict]) -> TrialResult:
+    """A trial timed against the program unchanged in its own runs (``alternated_gain`` of each)."""
+    ratios = [x for g in gains for x in g["ratios"]]
+    speedup = statistics.median(g["speedup"] for g in gains)
+    return TrialResult(str(t.get("switch", "")), True, str(t.get("note") or ""), t.get("error") or None,
+                       len(gains), speedup, min(ratios + [speedup]), max(ratios + [speedup]),
+                       int(statistics.median(g["on_ns"] for g in gains)),
+                       int(statistics.median(g["off_ns"] for g in gains)),
+                       statistics.median(g["warm_up_s"] for g in gains), None,
+                       str(t.get("left_out") or ""), len(gains), len(ratios))
 
 
 def _nearest(base: list[tuple[int, int]], seq: int) -> int:

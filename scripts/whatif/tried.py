@@ -134,7 +134,9 @@ def lines(pairs: list[dict]) -> list[str]:
         return []
     timed = [r for r in rows if r["tried"]["speedup"] is not None]
     within = [r for r in timed if abs(r["tried"]["speedup"] / r["measured"] - 1.0) <= BAND]
-    single = [r for r in timed if r["tried"].get("baseline_runs") == 1]
+    alternated = [r for r in timed if r["tried"].get("alternated")]
+    single = [r for r in timed if r["tried"].get("baseline_runs") == 1 and r not in alternated]
+    other = [r for r in timed if r not in single and r not in alternated]
     out = ["", "## Trials: profkit's own against the fix applied by hand", "",
            "`profkit capture --try` switches a fix on from outside the program and times it beside the "
            "program as it is, unprofiled (`runs`: the trial's runs; the baseline's runs alternate with them); "
@@ -146,8 +148,9 @@ def lines(pairs: list[dict]) -> list[str]:
            f"{sum(1 for r in single if r in within)} of the {len(single)} timed against a single run of the "
            "program unchanged (the capture cut before the baseline runs that take turns with the trials: "
            "the calibration run alone, in another process), "
-           f"{sum(1 for r in timed if r not in single and r in within)} of the "
-           f"{len(timed) - len(single)} timed against two runs or more.", "",
+           f"{sum(1 for r in other if r in within)} of the {len(other)} timed against two runs or more"
+           + (f", {sum(1 for r in alternated if r in within)} of the {len(alternated)} that alternated with "
+              "the program unchanged inside their own runs" if alternated else "") + ".", "",
            "| program | fix | switch | tried | measured | tried / measured | predicted |",
            "| --- | --- | --- | --- | ---: | ---: | ---: |"]
     for r in rows:

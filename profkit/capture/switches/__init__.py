@@ -19,6 +19,10 @@ switch is):
 * :mod:`.debug`: ``no_anomaly`` (autograd's anomaly detection, a debugging mode, left off).
 
 A trial is one switch or several joined by ``+`` (``channels_last+bf16``), applied together.
+Where every switch of a trial can be turned off and on again while the program runs (``tf32``,
+``cudnn_benchmark``, ``bf16``, ``inference_mode``, ``compile``, ``compile_graphs``,
+``no_empty_cache``), its run alternates with the program unchanged (``--alternate``:
+profkit.capture.alternate).
 """
 from __future__ import annotations
 
@@ -73,6 +77,19 @@ class Trial:
         apply a trial in a process that goes on; the bootstrap's process simply ends)."""
         while self._undo:
             self._undo.pop()()
+
+    @property
+    def toggles(self) -> bool:
+        """Whether every switch of the trial can be turned off and on again while the program
+        runs (its runs can alternate with the program unchanged: profkit.capture.alternate)."""
+        return all(h.toggles for h in self.handlers.values())
+
+    def toggle(self, on: bool) -> None:
+        """Every switch on, or off (the program as it is), between two iterations."""
+        if self.torch is None:
+            return
+        for h in self.handlers.values():
+            h.toggle(self.torch, self, on)
 
     def start(self) -> None:
         """Prepare the process and hook the import of torch (profkit.capture.calibrate.after_import)."""

@@ -30,9 +30,11 @@ def _conv_tf32(torch: Any) -> bool:
 
 class Tf32(Handler):
     switch = Switch.TF32
+    toggles = True
 
     def install(self, torch: Any, trial: Any, report: Report) -> None:
         old = torch.get_float32_matmul_precision()
+        trial.shared["tf32_off"] = (old, self._conv(torch))
         trial.on_restore(lambda: torch.set_float32_matmul_precision(old))
         torch.set_float32_matmul_precision("high")
         conv = getattr(torch.backends.cudnn, "conv", None)
@@ -43,6 +45,23 @@ class Tf32(Handler):
             trial.patch(torch.backends.cudnn, "allow_tf32", True)
             how = "cuDNN convolutions: torch.backends.cudnn.allow_tf32 = True"
         report.note("matmuls: torch.set_float32_matmul_precision(\"high\"); " + how, applied=True)
+
+    @staticmethod
+    def _conv(torch: Any) -> Any:
+        conv = getattr(torch.backends.cudnn, "conv", None)
+        if conv is not None and hasattr(conv, "fp32_precision"):
+            return conv.fp32_precision
+        return bool(torch.backends.cudnn.allow_tf32)
+
+    def toggle(self, torch: Any, trial: Any, on: bool) -> None:
+        """On: TF32; off: the settings the script had when it imported torch."""
+        old_matmul, old_conv = trial.shared["tf32_off"]
+        torch.set_float32_matmul_precision("high" if on else old_matmul)
+        conv = getattr(torch.backends.cudnn, "conv", None)
+        if conv is not None and hasattr(conv, "fp32_precision"):
+            conv.fp32_precision = "tf32" if on else old_conv
+        else:
+            torch.backends.cudnn.allow_tf32 = True if on else old_conv
 
     def finish(self, torch: Any, trial: Any, report: Report) -> None:
         if not report.applied:
@@ -59,6 +78,11 @@ class Tf32(Handler):
 
 class CudnnBenchmark(Handler):
     switch = Switch.CUDNN_BENCHMARK
+    toggles = True
+
+    def toggle(self, torch: Any, trial: Any, on: bool) -> None:
+        # off, cuDNN's heuristics pick the algorithms again; on, the ones it timed are cached
+        torch.backends.cudnn.benchmark = on
 
     def install(self, torch: Any, trial: Any, report: Report) -> None:
         trial.patch(torch.backends.cudnn, "benchmark", True)

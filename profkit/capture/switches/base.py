@@ -10,6 +10,11 @@ A switch has three moments, each optional:
 * ``finish(torch, trial, report)``: after the script ended, to say what the switch touched
   ("AdamW(fused=True) x1", "no DataLoader") and whether it applied at all.
 
+A switch that can be turned off and on again while the program runs (a backend setting, a
+wrapper's flag) says so with ``toggles`` and does it in ``toggle(torch, trial, on)``: its trial
+can then alternate with the program unchanged inside one run (profkit.capture.alternate). One
+that converts weights or builds the optimizer differently cannot.
+
 A switch never raises into the user's program for its own sake: a patch that cannot be made
 leaves the program as it is and says so in its report (``applied`` False).
 """
@@ -45,6 +50,10 @@ class Report:
 class Handler:
     """One switch's patch (see the module docstring); the defaults do nothing."""
     switch: Switch
+    toggles = False
+
+    def toggle(self, torch: Any, trial: Any, on: bool) -> None:
+        raise NotImplementedError(f"{self.switch.value} cannot be turned off while the program runs")
 
     def prepare(self, trial: Any, report: Report) -> None:
         pass

@@ -25,11 +25,19 @@ class NoEmptyCache(CallCounter):
     switch = Switch.NO_EMPTY_CACHE
     key, done, never = ("empty_cache_calls", "torch.cuda.empty_cache() skipped",
                         "torch.cuda.empty_cache() was never called")
+    toggles = True
+
+    def toggle(self, torch: Any, trial: Any, on: bool) -> None:
+        trial.shared["empty_cache_skipped"] = on
 
     def install(self, torch: Any, trial: Any, report: Report) -> None:
         calls = self.calls(trial)
+        real = torch.cuda.empty_cache
+        trial.shared.setdefault("empty_cache_skipped", True)
 
         def empty_cache() -> None:
+            if not trial.shared.get("empty_cache_skipped", True):
+                return real()   # switched off (an alternating trial's turn of the program unchanged)
             calls[0] += 1
         empty_cache.__doc__ = "profkit --try no_empty_cache: does nothing (the cache is kept)."
         trial.patch(torch.cuda, "empty_cache", empty_cache)

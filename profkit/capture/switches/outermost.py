@@ -63,6 +63,7 @@ class Outermost:
         self.autocast = False
         self.memory_format = False
         self.compile: Optional[str] = None   # "default" or "reduce-overhead"
+        self.compile_on = True   # off: the compiled module kept, the calls eager (alternating trials)
         self.inference = False
         self.float32 = False
         self.float32_converted = 0
@@ -196,7 +197,7 @@ class Outermost:
         if self.memory_format:
             args = tuple(self._format(a) for a in args)
             kwargs = {k: self._format(v) for k, v in kwargs.items()}
-        compiled = self.compiled.get(mod) if outer else None
+        compiled = self.compiled.get(mod) if outer and self.compile_on else None
 
         def call(a: tuple, k: dict) -> Any:
             with contextlib.ExitStack() as around:
@@ -311,9 +312,13 @@ class Flag(Handler):
 class Around(Flag):
     """A switch that runs the outermost module's calls inside a context, ``what`` said around the
     module."""
+    toggles = True
 
     def __init__(self, switch: Switch, attr: str, what: str) -> None:
         self.switch, self.attr, self.what = switch, attr, what
+
+    def toggle(self, torch: Any, trial: Any, on: bool) -> None:
+        setattr(outermost(torch, trial), self.attr, on)
 
     def said(self, p: Outermost, report: Report) -> None:
         report.note(f"{self.what} around {p.module_text()}", applied=True)
@@ -365,9 +370,15 @@ class Float32(Converts):
 
 
 class Compile(Handler):
+    toggles = True
+
     def __init__(self, switch: Switch, mode: str) -> None:
         self.switch = switch
         self.mode = mode
+
+    def toggle(self, torch: Any, trial: Any, on: bool) -> None:
+        # off, the calls go to the module itself; the compiled one (its code, its graphs) is kept
+        outermost(torch, trial).compile_on = on
 
     def install(self, torch: Any, trial: Any, report: Report) -> None:
         outermost(torch, trial).compile = self.mode

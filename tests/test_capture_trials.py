@@ -478,3 +478,38 @@ def test_a_cut_run_waits_for_the_gpu_work_it_queued(monkeypatch):
     with pytest.raises(SystemExit):
         clock.stop_if_cut()
     assert calls == []
+
+
+def test_a_trial_whose_iterations_do_other_work_is_said_and_not_ranked(tmp_path):
+    """An LBFGS step under bf16 stopped after a few of its 20 evaluations, each a nested range, and
+    its trial read 4.43x. The calibration files count each iteration's nested ranges (``inner``);
+    a trial whose iterations open more than 10% more or fewer than the program's unchanged did
+    other work: its gain is said with that, and not ranked (``measured`` False)."""
+    res = _bootstrap(tmp_path, "--calibrate", str(tmp_path / "c.json"), "--max-iterations", "7", script=NESTED)
+    assert res.returncode == 0
+    steps = [r for r in json.loads((tmp_path / "c.json").read_text())["ranges"] if r["name"] == "step"]
+    assert [r["inner"] for r in steps] == [1] * 7 and "inner" not in \
+        json.loads((tmp_path / "c.json").read_text())["ranges"][0]   # setup opened none
+    ms = 1_000_000
+
+    def run(seq, inner, ns=10 * ms, n=12):
+        return {"seq": seq, "iteration_ns": [ns] * n, "seconds": 1.0, "exit_code": 0, "inner": [inner] * (n + 1)}
+    rec = {"format": "profkit-trials/1", "step_range": "step", "max_iterations": 13, "runs_per_trial": 1,
+           "interrupted": False, "baseline": {"runs": [run(0, 20), run(3, 20)]},
+           "trials": [{"switch": "bf16", "applied": True, "note": "", "error": None, "runs": [run(1, 3, 2 * ms)]},
+                      {"switch": "tf32", "applied": True, "note": "", "error": None, "runs": [run(2, 19, 8 * ms)]}]}
+    res = {t.switch: t for t in summarize(json.dumps(rec))}
+    assert res["bf16"].speedup == pytest.approx(5.0) and res["bf16"].work == (3.0, 20.0)
+    assert not res["bf16"].measured and res["bf16"].as_dict()["work_changed"] == {"trial": 3.0, "baseline": 20.0}
+    assert res["bf16"].text().endswith("; not the switch's speed alone: its iterations opened 3 nested ranges, "
+                                       "the program's unchanged 20 (the switch changed an iteration's work), "
+                                       "not ranked)")
+    assert res["tf32"].measured and res["tf32"].work is None   # 19 against 20: within 10%
+    # an alternated run compares its own blocks on and off
+    blocks = [{"on": i % 2 == 0, "iterations": 3, "ns": (6 if i % 2 == 0 else 30) * ms} for i in range(6)]
+    inner = [c for b in blocks for c in [3 if b["on"] else 20] * 3]
+    rec["trials"] = [{"switch": "bf16", "applied": True, "note": "", "error": None,
+                      "runs": [{**run(1, 0, n=17), "inner": inner,
+                                "alternation": {"k": 3, "warm_blocks": 2, "blocks": blocks}}]}]
+    (alt,) = summarize(json.dumps(rec))
+    assert alt.alternated == 2 and alt.work == (3.0, 20.0) and not alt.measured

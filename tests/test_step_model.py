@@ -31,8 +31,10 @@ CORPUS = sorted(ROOT.glob("traces/corpus/*.sqlite.xz"))
 # anomaly_debug_train (recaptured on an H100): its 3 runs without the profiler 74.6-81.2 ms an
 # iteration, the profiled one 56.9 ms. tabular_mlp_train (recaptured): a row-by-row loader whose
 # 2 runs without the profiler took 18.5 and 30.3 ms, the profiled one 18.8 ms.
-REFUSED_CALIBRATION = {"efficientnet_b0_b4_infer", "cpu_tokenize_infer", "d2h_logits_numpy",
-                       "anomaly_debug_train", "tabular_mlp_train"}
+REFUSED_CALIBRATION = {"efficientnet_b0_b4_infer", "cpu_tokenize_infer", "anomaly_debug_train"}
+# Runs without the profiler slower than the profiled one, the fastest of them as fast: the profiled
+# run lies within the program's own spread, and the profiler's cost is taken as none (CPU scale 1)
+WITHIN_SPREAD = {"activation_offload_train", "d2h_logits_numpy", "tabular_mlp_train"}
 
 
 def _load(path: str):
@@ -56,6 +58,10 @@ def test_replay_and_calibration_meet_their_targets(path):
         assert c.source == "estimated" and "calibration not used" in c.warning
         return
     assert c.source == "measured"
+    if name in WITHIN_SPREAD:
+        assert m.host == 1.0 and c.within_noise and len(c.run_medians) > 1
+        assert min(c.run_medians) <= c.profiled_iteration_ns * 1.03 < c.unprofiled_iteration_ns
+        return
     assert abs(c.predicted_iteration_ns / c.unprofiled_iteration_ns - 1) <= 0.05
     # A CPU scale at the floor would mean the model dropped the CPU, not that it was calibrated.
     assert MIN_HOST < m.host <= 1.0

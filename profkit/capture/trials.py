@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from profkit.run.iterations import iteration_times, steady_median
+from profkit.run.iterations import inner_counts, iteration_times, steady_median
 from profkit.run.trials import FORMAT, alternated_gain
 
 Say = Callable[[str], None]
@@ -51,12 +51,14 @@ class Run:
     trial: Optional[dict] = None
     cut: bool = False
     alternation: Optional[dict] = None   # the blocks of a run that alternated (profkit.capture.alternate)
+    inner: Optional[list[int]] = None    # per iteration, the nested ranges it opened (its work)
 
     def as_dict(self) -> dict:
         return {"seq": self.seq, "iteration_ns": self.iteration_ns,
                 "seconds": round(self.seconds, 3), "exit_code": self.exit_code,
                 **({"cut": True} if self.cut else {}),
-                **({"alternation": self.alternation} if self.alternation else {})}
+                **({"alternation": self.alternation} if self.alternation else {}),
+                **({"inner": self.inner} if self.inner else {})}
 
 
 @dataclass
@@ -219,7 +221,8 @@ def _one_run(plan: Plan, tmp: Path, seq: int, trial: Optional[str], label: str, 
                  "steady time: three or more are warm-up (raise --max-iterations)")
     alt = data.get("alternation") if data else None
     run = Run(seq, periods if med is not None else [], seconds, rc, error, trial_rec,
-              bool(data and data.get("cut")), alt if isinstance(alt, dict) and alt.get("blocks") else None)
+              bool(data and data.get("cut")), alt if isinstance(alt, dict) and alt.get("blocks") else None,
+              inner_counts(data, plan.step) if data and med is not None else None)
     if error:
         say(f"profkit: {label}: {error} ({seconds:.1f} s)")
     elif trial_rec is not None and not trial_rec.get("applied"):
@@ -281,5 +284,6 @@ def calibration_run(seq: int, text: Optional[str], seconds: float, step: str) ->
     periods = iteration_times(data, step) if isinstance(data, dict) else []
     med, _ = steady_median(periods)
     return Run(seq, periods if med is not None else [], seconds,
-               data.get("exit_code") if isinstance(data, dict) else None)
+               data.get("exit_code") if isinstance(data, dict) else None,
+               inner=inner_counts(data, step) if isinstance(data, dict) and med is not None else None)
 

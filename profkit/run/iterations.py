@@ -66,3 +66,13 @@ def most_frequent_range(run: dict) -> Optional[str]:
     if not counts:
         return None
     return counts.most_common(1)[0][0]
+
+
+def inner_counts(run: dict, name: str) -> Optional[list[int]]:
+    """Per instance of the top-level range ``name``: the nested ranges it opened (calibration
+    files record them as ``inner``), or None where the run recorded none (a file from before the
+    count, or a program with no nested range)."""
+    inst = [r for r in run.get("ranges", []) if r.get("name") == name]
+    if not any("inner" in r for r in inst):
+        return None
+    return [int(r.get("inner", 0)) for r in inst]

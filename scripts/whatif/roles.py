@@ -32,6 +32,8 @@ BUILT_ON = {"train_llama", "gpt2_empty_cache", "vit_grad_norms", "early_exit_syn
             "numpy_aug_train", "mlp_train_big", "compiled_gpt_train", "graphed_encoder_infer",
             "resnet50_train", "handwritten_block_train", "varlen_empty_cache", "sync_loop"}
 NO_TEST = {
+    ("activation_offload_train", "no_offload"): "led to PK104's round trips (activations offloaded and brought back)",
+    ("activation_offload_train", "pinned"): "led to PK104's round trips (activations offloaded and brought back)",
     ("resnet18_fp32_train", "channels_last"): "led to PK305's NCHW BatchNorm estimate",
     ("resnet50_fp32_train", "bf16_channels_last"): "led to the step model's launch-queue depth",
     ("efficientnet_b0_fp32_train", "channels_last"): "led to PK305's NCHW depthwise estimate",
@@ -310,9 +312,10 @@ FIX_RULES = {
     # NumPy alike; fused Adam PK201's. LBFGS's host reads of its recursion's coefficients are
     # waits inside the step, PK101's to remove; a shorter history no rule's; bf16 and channels_last
     # for its convolutions PK305's
-    ("activation_offload_train", "pinned"): ("PK104", None),
+    ("activation_offload_train", "pinned"): ("PK104", "pinned_speedup"),
     ("activation_offload_train", "checkpoint"): (None, None),
-    ("activation_offload_train", "no_offload"): (None, None),
+    # (after its first sight: PK104 names the round trip and prices the offload dropped)
+    ("activation_offload_train", "no_offload"): ("PK104", None),
     ("activation_offload_train", "bf16"): ("PK302", "bf16_speedup"),
     ("kge_negative_sampling_train", "gpu_sampling"): ("PK102", None),
     ("kge_negative_sampling_train", "numpy_sampling"): ("PK102", None),

@@ -95,7 +95,7 @@ from profkit.run.step.transform import (DISPATCH_GAP_NS, PINNED_BYTES_PER_S, dro
 
 RULE = RuleMeta(
     code="PK104", name="pageable-copy",
-    summary="host-to-device copies from pageable memory block the CPU: pin the memory, copy non_blocking",
+    summary="copies from pageable memory block the CPU, or data goes to the host and back: pin, non_blocking, keep it on the GPU",
     tables=(Table.MEMCPY, Table.RUNTIME), example="traces/real/loader_cnn.sqlite.xz",
     quiet_on="traces/real/loader_cnn_workers.sqlite.xz",
     params=(Param("min_cpu_share", 0.005, "CPU time in pageable copy calls, as a share of the wall time"),))

@@ -26,6 +26,8 @@ from __future__ import annotations
 import time
 from typing import Any, Optional
 
+from profkit.capture.calibrate import wait_for_gpu
+
 MIN_BLOCK_S = 0.05
 WARM_BLOCKS = 2
 
@@ -60,7 +62,7 @@ class Alternation:
         if self._t0 is None:
             self._t0 = now
         elif self._n >= self.k and now - self._t0 >= self.min_block_ns:
-            _drain()
+            wait_for_gpu()
             end = time.perf_counter_ns()
             self.blocks.append({"on": self.on, "iterations": self._n, "ns": end - self._t0})
             self.on = not self.on
@@ -71,8 +73,3 @@ class Alternation:
 
     def as_dict(self) -> dict:
         return {"k": self.k, "warm_blocks": WARM_BLOCKS, "blocks": list(self.blocks)}
-
-
-def _drain() -> None:
-    from profkit.capture.calibrate import wait_for_gpu
-    wait_for_gpu()

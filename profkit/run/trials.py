@@ -38,7 +38,6 @@ said with that (``work_changed``), and is not a measured gain to rank by.
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import statistics
 from dataclasses import dataclass
@@ -148,21 +147,6 @@ def run_work(run: dict) -> Optional[float]:
     return float(statistics.median(rest))
 
 
-def _block_work(run: dict) -> tuple[Optional[float], Optional[float]]:
-    """(switches on, off): an alternated run's nested ranges an iteration in its steady blocks."""
-    inner, alt = run.get("inner"), run.get("alternation") or {}
-    if not inner:
-        return None, None
-    on, off, at = [], [], 0
-    for i, b in enumerate(alt.get("blocks") or []):
-        n = int(b.get("iterations", 0))
-        if i >= int(alt.get("warm_blocks", 2)):
-            (on if b.get("on") else off).extend(inner[at:at + n])
-        at += n
-    med = lambda xs: float(statistics.median(xs)) if xs else None  # noqa: E731
-    return med(on), med(off)
-
-
 def _changed(trial: Optional[float], base: Optional[float]) -> Optional[tuple[float, float]]:
     if trial is None or base is None or max(trial, base) <= 0:
         return None
@@ -171,17 +155,23 @@ def _changed(trial: Optional[float], base: Optional[float]) -> Optional[tuple[fl
 
 def alternated_gain(run: dict) -> Optional[dict]:
     """A run that alternated (``run["alternation"]``): {"speedup", "ratios", "on_ns", "off_ns",
-    "warm_up_s"} from its blocks (see the module docstring), or None where it has none, or too
-    few blocks past the warm-up to pair (one on, one off)."""
+    "warm_up_s", "work"} from its blocks (see the module docstring; ``work``: the nested ranges an
+    iteration of its steady blocks on and off opened, where the run counted them), or None where it
+    has none, or too few blocks past the warm-up to pair (one on, one off)."""
     alt = run.get("alternation")
     if not isinstance(alt, dict):
         return None
-    blocks = [b for b in alt.get("blocks") or [] if b.get("iterations") and b.get("ns") is not None]
+    inner = run.get("inner") or []
+    per, at = [], 0   # per block: (on, ns an iteration, its iterations, their nested ranges)
+    for b in alt.get("blocks") or []:
+        n = int(b.get("iterations") or 0)
+        if n and b.get("ns") is not None:
+            per.append((bool(b["on"]), b["ns"] / n, n, inner[at:at + n]))
+        at += n
     warm = int(alt.get("warm_blocks", 2))
-    per = [(bool(b["on"]), b["ns"] / b["iterations"]) for b in blocks]
     steady, first = per[warm:], per[:warm]
     ratios = []
-    for i, (on, t) in enumerate(steady):
+    for i, (on, t, _, _) in enumerate(steady):
         if not on:
             continue
         off = [steady[j][1] for j in (i - 1, i + 1) if 0 <= j < len(steady) and not steady[j][0]]
@@ -189,12 +179,15 @@ def alternated_gain(run: dict) -> Optional[dict]:
             ratios.append(statistics.mean(off) / t)
     if not ratios:
         return None
-    on_ns = statistics.median(t for on, t in steady if on)
-    off_ns = statistics.median(t for on, t in steady if not on)
-    warm_s = sum(max(t - (on_ns if on else off_ns), 0) * b["iterations"]
-                 for (on, t), b in zip(first, blocks)) / 1e9
+    on_ns = statistics.median(t for on, t, _, _ in steady if on)
+    off_ns = statistics.median(t for on, t, _, _ in steady if not on)
+    warm_s = sum(max(t - (on_ns if on else off_ns), 0) * n for on, t, n, _ in first) / 1e9
+    on_work = [c for on, _, _, cs in steady if on for c in cs]
+    off_work = [c for on, _, _, cs in steady if not on for c in cs]
+    work = ((float(statistics.median(on_work)), float(statistics.median(off_work)))
+            if on_work and off_work else None)
     return {"speedup": statistics.median(ratios), "ratios": ratios, "on_ns": on_ns, "off_ns": off_ns,
-            "warm_up_s": warm_s}
+            "warm_up_s": warm_s, "work": work}
 
 
 def run_median(run: dict) -> Optional[int]:
@@ -239,24 +232,16 @@ def summarize(meta_text: Optional[str]) -> list[TrialResult]:
     data = parse(meta_text)
     if data is None:
         return []
-    base = [(int(r.get("seq", -1)), m)
-            for r in (data.get("baseline") or {}).get("runs", []) + unapplied_runs(data)
-            if (m := run_median(r)) is not None]
+    unchanged = (data.get("baseline") or {}).get("runs", []) + unapplied_runs(data)
+    base = [(int(r.get("seq", -1)), m) for r in unchanged if (m := run_median(r)) is not None]
     base_ns = statistics.median(m for _, m in base) if base else None
-    works = [w for r in (data.get("baseline") or {}).get("runs", []) + unapplied_runs(data)
-             if (w := run_work(r)) is not None]
+    works = [w for r in unchanged if (w := run_work(r)) is not None]
     base_work = statistics.median(works) if works else None
     out = []
     for t in data.get("trials") or []:
         alt = [g for r in t.get("runs", []) if (g := alternated_gain(r)) is not None]
         if alt and t.get("applied"):
-            pairs = [_block_work(r) for r in t.get("runs", []) if r.get("alternation")]
-            ons = [a for a, b in pairs if a is not None and b is not None]
-            offs = [b for a, b in pairs if a is not None and b is not None]
-            res = _alternated(t, alt)
-            if ons:
-                res = dataclasses.replace(res, work=_changed(statistics.median(ons), statistics.median(offs)))
-            out.append(res)
+            out.append(_alternated(t, alt))
             continue
         runs = [(int(r.get("seq", -1)), m, r) for r in t.get("runs", []) if (m := run_median(r)) is not None]
         speedup = lo = hi = it = None
@@ -291,12 +276,15 @@ def _alternated(t: dict, gains: list[dict]) -> TrialResult:
     """A trial timed against the program unchanged in its own runs (``alternated_gain`` of each)."""
     ratios = [x for g in gains for x in g["ratios"]]
     speedup = statistics.median(g["speedup"] for g in gains)
+    works = [g["work"] for g in gains if g["work"] is not None]
+    work = (_changed(statistics.median(w[0] for w in works), statistics.median(w[1] for w in works))
+            if works else None)
     return TrialResult(str(t.get("switch", "")), True, str(t.get("note") or ""), t.get("error") or None,
                        len(gains), speedup, min(ratios + [speedup]), max(ratios + [speedup]),
                        int(statistics.median(g["on_ns"] for g in gains)),
                        int(statistics.median(g["off_ns"] for g in gains)),
                        statistics.median(g["warm_up_s"] for g in gains), None,
-                       str(t.get("left_out") or ""), len(gains), len(ratios))
+                       str(t.get("left_out") or ""), len(gains), len(ratios), work)
 
 
 def _nearest(base: list[tuple[int, int]], seq: int) -> int:

@@ -31,7 +31,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from _corpus import nvtx, program_args, run  # noqa: E402
+from _corpus import nvtx, program_args, run, train_step  # noqa: E402
 
 FIXES = ("gpu_sampling", "numpy_sampling", "fused_adam")
 CUDA_ONLY: tuple[str, ...] = ()
@@ -104,19 +104,15 @@ def build(args, fixes: set[str], dev: torch.device) -> Callable[[], torch.Tensor
         neg = corrupt_python([tuple(t) for t in pos_host.tolist()], k, entities, rng)
         return pos_host.to(dev), neg.to(dev)
 
-    def step() -> torch.Tensor:
-        with nvtx("train_step"):
-            with nvtx("sample"):
-                pos, neg = sample()
-            with nvtx("forward"):
-                loss = F.softplus(-model(pos)).mean() + F.softplus(model(neg)).mean()
-            with nvtx("backward"):
-                loss.backward()
-            with nvtx("optimizer"):
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-        return loss
-    return step
+    drawn: dict[str, torch.Tensor] = {}
+
+    def draw() -> None:
+        with nvtx("sample"):
+            drawn["pos"], drawn["neg"] = sample()
+
+    def forward() -> torch.Tensor:
+        return F.softplus(-model(drawn["pos"])).mean() + F.softplus(model(drawn["neg"])).mean()
+    return lambda: train_step(forward, opt, before=draw)
 
 
 def main() -> None:

@@ -21,11 +21,18 @@ from profkit.capture.switches.base import Handler, Report
 from profkit.model import Switch
 
 
-def _conv_tf32(torch: Any) -> bool:
+def _conv_setting(torch: Any) -> tuple[Any, str, Any, str]:
+    """cuDNN's TF32 setting: (its owner, its name, its TF32 value, how the trial says it), torch
+    2.9's ``conv.fp32_precision`` where there is one, else the legacy ``allow_tf32``."""
     conv = getattr(torch.backends.cudnn, "conv", None)
     if conv is not None and hasattr(conv, "fp32_precision"):
-        return conv.fp32_precision == "tf32"
-    return bool(torch.backends.cudnn.allow_tf32)
+        return conv, "fp32_precision", "tf32", "torch.backends.cudnn.conv.fp32_precision = \"tf32\""
+    return torch.backends.cudnn, "allow_tf32", True, "torch.backends.cudnn.allow_tf32 = True"
+
+
+def _conv_tf32(torch: Any) -> bool:
+    owner, name, tf32, _ = _conv_setting(torch)
+    return bool(getattr(owner, name) == tf32)
 
 
 class Tf32(Handler):
@@ -34,34 +41,20 @@ class Tf32(Handler):
 
     def install(self, torch: Any, trial: Any, report: Report) -> None:
         old = torch.get_float32_matmul_precision()
-        trial.shared["tf32_off"] = (old, self._conv(torch))
+        owner, name, tf32, how = _conv_setting(torch)
+        trial.shared["tf32_off"] = (old, getattr(owner, name))
         trial.on_restore(lambda: torch.set_float32_matmul_precision(old))
         torch.set_float32_matmul_precision("high")
-        conv = getattr(torch.backends.cudnn, "conv", None)
-        if conv is not None and hasattr(conv, "fp32_precision"):
-            trial.patch(conv, "fp32_precision", "tf32")
-            how = "cuDNN convolutions: torch.backends.cudnn.conv.fp32_precision = \"tf32\""
-        else:
-            trial.patch(torch.backends.cudnn, "allow_tf32", True)
-            how = "cuDNN convolutions: torch.backends.cudnn.allow_tf32 = True"
-        report.note("matmuls: torch.set_float32_matmul_precision(\"high\"); " + how, applied=True)
-
-    @staticmethod
-    def _conv(torch: Any) -> Any:
-        conv = getattr(torch.backends.cudnn, "conv", None)
-        if conv is not None and hasattr(conv, "fp32_precision"):
-            return conv.fp32_precision
-        return bool(torch.backends.cudnn.allow_tf32)
+        trial.patch(owner, name, tf32)
+        report.note("matmuls: torch.set_float32_matmul_precision(\"high\"); cuDNN convolutions: " + how,
+                    applied=True)
 
     def toggle(self, torch: Any, trial: Any, on: bool) -> None:
         """On: TF32; off: the settings the script had when it imported torch."""
         old_matmul, old_conv = trial.shared["tf32_off"]
+        owner, name, tf32, _ = _conv_setting(torch)
         torch.set_float32_matmul_precision("high" if on else old_matmul)
-        conv = getattr(torch.backends.cudnn, "conv", None)
-        if conv is not None and hasattr(conv, "fp32_precision"):
-            conv.fp32_precision = "tf32" if on else old_conv
-        else:
-            torch.backends.cudnn.allow_tf32 = True if on else old_conv
+        setattr(owner, name, tf32 if on else old_conv)
 
     def finish(self, torch: Any, trial: Any, report: Report) -> None:
         if not report.applied:

@@ -33,7 +33,6 @@ class NoEmptyCache(CallCounter):
     def install(self, torch: Any, trial: Any, report: Report) -> None:
         calls = self.calls(trial)
         real = torch.cuda.empty_cache
-        trial.shared.setdefault("empty_cache_skipped", True)
 
         def empty_cache() -> None:
             if not trial.shared.get("empty_cache_skipped", True):

@@ -172,16 +172,17 @@ def round_trips(g, d2h: np.ndarray, h2d: np.ndarray) -> tuple[np.ndarray, np.nda
     device-to-host bytes."""
     if not len(d2h) or not len(h2d):
         return None
-    it_of = lambda ops: np.searchsorted(g.iter_call, g.g_call[ops], side="right") - 1  # noqa: E731
     nbytes = np.nan_to_num(g.g_bytes)
+    ops = np.concatenate([d2h, h2d])
+    back = np.r_[np.zeros(len(d2h), dtype=bool), np.ones(len(h2d), dtype=bool)]
+    order = np.lexsort((ops, back, g.g_call[ops]))   # in launch order, a copy out before one back
+    it = np.searchsorted(g.iter_call, g.g_call[ops], side="right") - 1
     waiting: dict[tuple[int, int], list[int]] = {}
-    events = sorted([(int(g.g_call[o]), 0, int(o)) for o in d2h] + [(int(g.g_call[o]), 1, int(o)) for o in h2d])
-    d_it, h_it = dict(zip(d2h.tolist(), it_of(d2h).tolist())), dict(zip(h2d.tolist(), it_of(h2d).tolist()))
     out_d, out_h = [], []
-    for _, back, o in events:
-        if not back:
-            waiting.setdefault((d_it[o], int(nbytes[o])), []).append(o)
-        elif (stack := waiting.get((h_it[o], int(nbytes[o])))):
+    for o, b, k in zip(ops[order].tolist(), back[order].tolist(), it[order].tolist()):
+        if not b:
+            waiting.setdefault((k, int(nbytes[o])), []).append(o)
+        elif (stack := waiting.get((k, int(nbytes[o])))):
             out_d.append(stack.pop())
             out_h.append(o)
     if not out_d or nbytes[out_d].sum() < ROUND_TRIP_SHARE * nbytes[d2h].sum():

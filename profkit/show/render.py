@@ -233,7 +233,8 @@ def model_lines(run: dict) -> list[str]:
              + (", estimated: the GPU sets the pace" if cal["source"] == "measured"
                 and cal.get("host_scale_from") == "estimate" else
                 ": the run without it took as long, within a run's noise" if cal.get("host_scale_from") == "noise"
-                else "") + "); "
+                else ": the profiled run lies within the spread of the runs without it"
+                if cal.get("host_scale_from") == "spread" else "") + "); "
              f"replay of the trace {fmt_time(rep['simulated_iteration_ns'])}"]
     parts = run.get("critical_path") or []
     total = sum(p["ns_per_iteration"] for p in parts)

@@ -78,9 +78,10 @@ class Calibration:
     # (Profile.calibration_ranges).
     run_medians: tuple = ()
     unstable: bool = False
-    # The run without the profiler was slower than the profiled one within NOISE_SLACK: the scale
-    # is 1.0, the profiler's cost taken as none.
-    within_noise: bool = False
+    # The runs without the profiler slower than the profiled one, but within NOISE_SLACK ("noise"),
+    # or the fastest of several within it ("spread": the profiled run lies within their spread):
+    # the scale is 1.0, the profiler's cost taken as none.
+    within_noise: str = ""
 
     @property
     def host_inflation(self) -> float:
@@ -94,8 +95,8 @@ class Calibration:
                 "predicted_iteration_ns": int(round(self.predicted_iteration_ns)),
                 "host_time_added_by_profiler": round(self.host_inflation, 4),
                 "unprofiled_iterations": int(self.measured_iterations),
-                "host_scale_from": ("noise" if self.within_noise else "fit" if self.host_fitted
-                                    else "estimate"), "detail": self.detail,
+                "host_scale_from": self.within_noise or ("fit" if self.host_fitted else "estimate"),
+                "detail": self.detail,
                 **({"warning": self.warning} if self.warning else {}),
                 **({"run_medians_ns": [int(round(m)) for m in self.run_medians], "unstable": True}
                    if self.unstable else {})}
@@ -224,7 +225,8 @@ def calibrate(graph: StepGraph, meta_text: Optional[str] = None,
                   "so the profiler's cost is taken as none (CPU scale 1.00)")
         return Calibration("measured", 1.0, profiled, at1.iteration_ns, target, s.iteration_ns, detail,
                            len(target_periods), False, warning=spread, run_medians=tuple(medians),
-                           unstable=bool(spread), within_noise=True), s
+                           unstable=bool(spread),
+                           within_noise="noise" if target <= profiled * NOISE_SLACK else "spread"), s
     if h > 1.0 + TOLERANCE and not unreachable:
         # The CPU would have to run slower without the profiler than under it, which tracing
         # cannot cause: the machine ran at another speed between the two runs (a busy or

@@ -123,6 +123,36 @@ def test_fused_optim_sets_fused_drops_foreach_and_counts(trial):
                            "version)"}
 
 
+def test_fused_optim_turned_off_is_the_optimizer_the_program_asked_for(trial):
+    """Toggled off, the optimizer is the program's (foreach, its step counts on the host, no
+    scaling inside the step); on, fused again; the training the same either way."""
+    torch.manual_seed(0)
+    m, ref = Tiny().to(DEV), Tiny().to(DEV)
+    ref.load_state_dict(m.state_dict())
+    t = trial("fused_optim")
+    opt = torch.optim.AdamW(m.parameters(), 1e-2, foreach=True)
+    t.restore()  # the reference made by torch's own constructor
+    ref_opt = torch.optim.AdamW(ref.parameters(), 1e-2, foreach=True)
+    assert ref_opt.defaults["fused"] is None
+    seen = []
+    for i, on in enumerate([True, False, False, True, False]):
+        t.toggle(on)
+        group = opt.param_groups[0]
+        assert (group["fused"], group["foreach"], opt._step_supports_amp_scaling) == \
+            ((True, None, True) if on else (None, True, False))
+        x = torch.randn(4, 16, device=DEV)
+        for model, o in ((m, opt), (ref, ref_opt)):
+            o.zero_grad()
+            model(x).pow(2).mean().backward()
+            o.step()
+        steps = [s["step"] for s in opt.state.values()]
+        seen.append({(s.device.type, float(s)) for s in steps})
+    # the counts where each path keeps them, counting on across the turns
+    assert seen[1] == {("cpu", 2.0)} and seen[3] == {(torch.device(DEV).type, 4.0)} and seen[4] == {("cpu", 5.0)}
+    for a, b in zip(m.parameters(), ref.parameters()):
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
 def test_fused_optim_already_fused_refused_and_none(trial):
     t = trial("fused_optim")
     m = Tiny()
@@ -571,5 +601,5 @@ def test_switches_that_can_be_turned_off_while_the_program_runs(trial):
     n.toggle(True)
     torch.cuda.empty_cache()
     assert n.record()["note"] == "torch.cuda.empty_cache() skipped x1"
-    for name in ("channels_last", "fused_optim", "fp32", "channels_last+bf16", "workers"):
+    for name in ("channels_last", "fp32", "channels_last+bf16", "workers"):
         assert not trial(name).toggles

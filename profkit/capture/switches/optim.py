@@ -11,10 +11,17 @@ construction are checked first (Adagrad has no fused CUDA kernel: on an H200 wit
 ``Adagrad(fused=True).step()`` on CUDA parameters raises, while Adam, AdamW and SGD run), and such
 an optimizer is left as it was, with the reason. A subclass's constructor that calls its parent's is patched once. Other optimizers (RMSprop,
 a library's Lion) are counted and named, never changed.
+
+The switch toggles: an optimizer it made fused is turned back to what the program asked for
+(its ``fused`` and ``foreach``, and GradScaler's unscaling pass before the step) and fused again
+between iterations. The step counts move with it: the fused kernels keep them on the
+parameters' device, the foreach and per-tensor paths on the host (on the device they would read
+each count back, a wait per parameter); a ``capturable`` group keeps them where they are.
 """
 from __future__ import annotations
 
 import inspect
+import weakref
 from collections import Counter
 from typing import Any
 
@@ -26,17 +33,24 @@ FUSABLE = ("Adam", "AdamW", "SGD", "Adagrad")
 
 class FusedOptim(Handler):
     switch = Switch.FUSED_OPTIM
+    toggles = True
 
     def install(self, torch: Any, trial: Any, report: Report) -> None:
         state = trial.shared.setdefault("optim", {"fused": Counter(), "already": Counter(),
                                                   "refused": {}, "other": Counter(),
-                                                  "foreach_dropped": 0})
+                                                  "foreach_dropped": 0, "made": weakref.WeakKeyDictionary()})
         for name in FUSABLE:
             cls = getattr(torch.optim, name, None)
             if cls is not None and "__init__" in cls.__dict__:
                 trial.patch(cls, "__init__", _fused_init(cls.__init__, name, state))
         base = torch.optim.Optimizer
         trial.patch(base, "__init__", _counting_init(base.__init__, state))
+
+    def toggle(self, torch: Any, trial: Any, on: bool) -> None:
+        """On: the optimizers this switch made fused, fused; off: as the program asked for them."""
+        st = trial.shared.get("optim")
+        for opt, asked in list((st or {}).get("made", {}).items()):
+            _set_fused(torch, opt, asked, on)
 
     def finish(self, torch: Any, trial: Any, report: Report) -> None:
         st = trial.shared.get("optim")
@@ -86,9 +100,38 @@ def _fused_init(orig: Any, name: str, state: dict) -> Any:
             state["refused"][name] = one_line(exc, 160)
             return orig(*first[0], **first[1])
         state["fused"][name] += 1
+        # what the program asked for, to turn it back (toggle)
+        state["made"][self] = {"fused": _asked(sig, first, "fused"),
+                               "foreach": _asked(sig, first, "foreach"),
+                               "amp": False}
         return result
     __init__.__wrapped__ = orig  # type: ignore[attr-defined]
     return __init__
+
+
+def _default(sig: inspect.Signature, name: str) -> Any:
+    p = sig.parameters.get(name)
+    return None if p is None or p.default is inspect.Parameter.empty else p.default
+
+
+def _asked(sig: inspect.Signature, call: tuple, name: str) -> Any:
+    """The value the program's own call gave ``name`` (positional or keyword), else its default."""
+    bound = sig.bind(*call[0], **call[1])
+    return bound.arguments.get(name, _default(sig, name))
+
+
+def _set_fused(torch: Any, opt: Any, asked: dict, on: bool) -> None:
+    """``opt`` fused (``on``) or as the program asked, between two of its steps."""
+    for group in opt.param_groups:
+        group["fused"] = True if on else asked["fused"]
+        group["foreach"] = None if on else asked["foreach"]
+        if group.get("capturable"):
+            continue
+        for p in group["params"]:
+            step = opt.state.get(p, {}).get("step")
+            if isinstance(step, torch.Tensor):
+                opt.state[p]["step"] = step.to(p.device) if on else step.to("cpu")
+    opt._step_supports_amp_scaling = True if on else asked["amp"]
 
 
 def _unfusable(name: str, params: Any) -> str:

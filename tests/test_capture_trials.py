@@ -216,6 +216,31 @@ def test_alternate_in_the_bootstrap_turns_the_switches_over_between_iterations(t
     res = _bootstrap(tmp_path, "--try", "channels_last", "--alternate", "3", "--step", "step",
                      "--calibrate", str(tmp_path / "d.json"), script=script, args=[str(tmp_path / "s2.json")])
     assert res.returncode == 0 and "alternation" not in json.loads((tmp_path / "d.json").read_text())
+    # a fused optimizer turned back to the program's foreach one every 3 iterations, as it steps
+    fused = """
+        import json, sys, time
+        import torch, nvtx
+        m = torch.nn.Linear(4, 4)
+        opt = torch.optim.Adam(m.parameters(), lr=0.1, foreach=True)
+        seen = []
+        for i in range(14):
+            with nvtx.annotate("step"):
+                m(torch.randn(2, 4)).sum().backward()
+                opt.step()
+                g = opt.param_groups[0]
+                seen.append([g["fused"], g["foreach"], float(opt.state[m.weight]["step"])])
+                time.sleep(0.02)
+        json.dump(seen, open(sys.argv[1], "w"))
+    """
+    res = _bootstrap(tmp_path, "--try", "fused_optim", "--alternate", "3", "--step", "step",
+                     "--calibrate", str(tmp_path / "f.json"), script=fused, args=[str(tmp_path / "s3.json")])
+    assert res.returncode == 0, res.stderr
+    seen = json.loads((tmp_path / "s3.json").read_text())
+    assert [s[:2] for s in seen] == [[True, None]] * 3 + [[None, True]] * 3 + [[True, None]] * 3 + \
+        [[None, True]] * 3 + [[True, None]] * 2
+    assert [s[2] for s in seen] == list(range(1, 15))  # one Adam, counting on through the turns
+    cal = json.loads((tmp_path / "f.json").read_text())
+    assert len(cal["alternation"]["blocks"]) == 4 and cal["trial"]["applied"]
 
 
 def test_try_refuses_what_cannot_run(tools, fake_torch):

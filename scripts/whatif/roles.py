@@ -324,6 +324,20 @@ FIX_RULES = {
     ("lbfgs_style_transfer", "history10"): (None, None),
     ("lbfgs_style_transfer", "bf16"): ("PK305", None),
     ("lbfgs_style_transfer", "channels_last"): ("PK305", None),
+    # written before their captures (set p): the attention weights nn.MultiheadAttention computes
+    # by default are the math path PK301 names (SDPA instead); torch.compile's fusion PK402's;
+    # fused AdamW PK201's. Deterministic index_add_ (the reproducibility settings) no rule's; TF32
+    # PK302's. An optimizer step split into one group per parameter is host time in the
+    # optimizer, PK201's (fewer, fused passes), grouped or fused alike
+    ("vit_mha_weights_train", "need_weights_false"): ("PK301", None),
+    ("vit_mha_weights_train", "compile"): ("PK402", None),
+    ("vit_mha_weights_train", "fused_adamw"): ("PK201", None),
+    ("deterministic_mesh_train", "nondeterministic"): (None, None),
+    ("deterministic_mesh_train", "sorted_segments"): (None, None),
+    ("deterministic_mesh_train", "tf32"): ("PK302", None),
+    ("llrd_param_groups_finetune", "grouped"): ("PK201", None),
+    ("llrd_param_groups_finetune", "fused_adamw"): ("PK201", None),
+    ("llrd_param_groups_finetune", "grouped_fused"): ("PK201", None),
     ("grad_checkpoint_train", "no_checkpointing"): ("PK204", None), ("grad_checkpoint_train", "fused_adamw"): ("PK201", None),
     ("cpu_tokenize_infer", "encode_batch"): (None, None), ("cpu_tokenize_infer", "workers"): ("PK102", None),
     ("cpu_tokenize_infer", "pretokenized"): ("PK102", None),

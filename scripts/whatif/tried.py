@@ -114,6 +114,10 @@ SWITCH_OF: dict[tuple[str, str], str] = {
     ("ssm_scan_infer", "bf16"): "bf16",
     ("activation_offload_train", "bf16"): "bf16",
     ("kge_negative_sampling_train", "fused_adam"): _FUSED,
+    ("vit_mha_weights_train", "compile"): "compile",
+    ("vit_mha_weights_train", "fused_adamw"): _FUSED,
+    ("deterministic_mesh_train", "tf32"): "tf32",
+    ("llrd_param_groups_finetune", "fused_adamw"): _FUSED,
 }
 
 

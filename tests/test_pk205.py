@@ -140,19 +140,25 @@ FWD = [k for t in (64, 128, 256) for k in (_gemm(t), EW, EW, EW)]
 BWD = [k for t in (256, 128, 64) for k in (EW, EW, EW, _gemm(t), _gemm(t))]
 
 
-def accumulating_trace(path, micro: int = 4, steps: int = 6, kernel_ns: int = 40_000, every_ns: int = 5_000):
+ADD = "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>"
+
+
+def accumulating_trace(path, micro: int = 4, steps: int = 6, kernel_ns: int = 40_000, every_ns: int = 5_000,
+                       adds: int = 3):
     """``steps`` NVTX ranges ``step``, each ``micro`` forwards (main thread) and backwards (autograd's
     thread) then an optimizer kernel: GPU-bound (every kernel ``kernel_ns``, launched ``every_ns``
-    apart), runs of three elementwise kernels that torch.compile would fuse."""
+    apart), runs of three elementwise kernels that torch.compile would fuse. The backwards after
+    the first end with ``adds`` adds into the gradients (none: each starts from gradients set to
+    None, as LBFGS's evaluations do)."""
     from synth import TID, Launches, make_trace
-    run = Launches(FWD + BWD + ["multi_tensor_apply_kernel"], kernel_ns, every_ns)
+    run = Launches(FWD + BWD + [ADD, "multi_tensor_apply_kernel"], kernel_ns, every_ns)
     nvtx = []
     for _ in range(steps):
         t0 = run.t
-        for _m in range(micro):
+        for m in range(micro):
             for n in FWD:
                 run.launch(n, TID)
-            for n in BWD:
+            for n in BWD + ([ADD] * adds if m else []):
                 run.launch(n, TID + 1)
         run.launch("multi_tensor_apply_kernel", TID)
         run.t = max(run.t, run.gpu) + 100_000
@@ -171,6 +177,27 @@ def test_a_gpu_paced_accumulating_step_is_offered_the_default_mode(tmp_path):
     assert round(f.expected_end_to_end_speedup, 3) == f.evidence["fusion_speedup"] > 1.02 > f.evidence["cuda_graph_speedup"]
     assert f.action.startswith("torch.compile the model (default mode)")
     assert "cannot run a step that accumulates gradients over 4 backwards" in f.action
+
+
+def test_evaluations_from_gradients_set_to_none_are_not_micro_batches(tmp_path):
+    """The same forward and backward k times a step, each starting from gradients set to None (no
+    adds into the last one's): LBFGS's closure evaluations, which cannot be merged (each needs the
+    last one's step); PK103 then does not say the step accumulates gradients either."""
+    import profkit
+    import shared
+    prof = profkit.load(accumulating_trace(tmp_path / "evals.sqlite", adds=0))
+    found = {f.code: f for f in prof.findings()}
+    assert "PK205" not in found and "micro_batches" not in found["PK103"].evidence
+    # one add for every six matrix kernels of a copy (9 here) is accumulation; fewer is not
+    assert accumulated(profkit.load(accumulating_trace(tmp_path / "a2.sqlite", adds=2)).step_model().graph,
+                       8, 0.9)[2] == 4
+    assert accumulated(profkit.load(accumulating_trace(tmp_path / "a1.sqlite", adds=1)).step_model().graph,
+                       8, 0.9)[2] == 0
+    # the style-transfer program: 20 evaluations a step, each the same forward and backward
+    g = shared.corpus("lbfgs_style_transfer").step_model().graph
+    found, ops, k = accumulated(g, 8, 0.9)
+    assert [len(c) for c in found] == [20] * len(found) and k == 0
+    assert not any(f.code == "PK205" for f in shared.corpus("lbfgs_style_transfer").findings())
 
 
 def test_the_compile_price_on_batch_norm_training_says_it_is_not_reliable():

@@ -19,9 +19,18 @@ Evidence
     GEMM sequence, but on one thread (an inference loop), or only in the forward (a training
     step's layers: their backward follows all of them): neither is a micro-batch; nor are copies
     that each launch an optimizer's update before the next one starts (models of their own trained
-    one after another: an ensemble's members, PK107's loop). Every modelled
-    iteration must show the same ``k``. A step whose backward runs on its own thread
-    (``set_multithreading_enabled(False)``) gives no split and no finding.
+    one after another: an ensemble's members, PK107's loop). And the gradients accumulate: the
+    second copy's backward launches kernels the first's does not, at least one for every six
+    matrix kernels of a copy (a layer's forward, input-gradient and weight-gradient GEMMs are
+    three, its weight's and bias's gradients two): the adds into the gradients the first left,
+    one per parameter (148 on GPT-2's 8 micro-batches, 160 on a ResNet-50's 4), where the first
+    backward, the gradients set to None, hands its results over. Evaluations that each start from
+    gradients set to None again (LBFGS's closure, 20 a step, each the same forward and backward:
+    none) are not micro-batches, and cannot be merged (each needs the last one's step). Every
+    modelled iteration must show the same ``k``. A step whose backward runs on its own thread
+    (``set_multithreading_enabled(False)``) gives no split and no finding; nor does accumulation
+    whose gradients were zeroed in place before the first micro-batch (``zero_grad(set_to_none=False)``,
+    torch's default before 2.0: every copy adds, none more than the first).
 Fix
     Fewer, larger micro-batches for the same effective batch: ``k/2`` micro-batches of twice the
     size (HF ``per_device_train_batch_size`` x2, ``gradient_accumulation_steps`` /2), if the
@@ -136,10 +145,31 @@ def accumulated(g: StepGraph, probe: int, min_cover: float, matrix: Optional[np.
     (copy_ops; empty where there is no accumulation) and the number every iteration accumulates
     over (accumulation), 0 where an optimizer steps after each copy (stepped_per_copy: models of
     their own trained in a loop, not accumulation)."""
+    matrix = matrix_names(g) if matrix is None else matrix
     found = micro_batches(g, probe, min_cover, matrix)
     k = accumulation(found)
     ops = copy_ops(g, found) if k else []
-    return found, ops, 0 if k and stepped_per_copy(g, ops) else k
+    return found, ops, 0 if k and (stepped_per_copy(g, ops) or not adds_into_gradients(g, ops, matrix)) else k
+
+
+def adds_into_gradients(g: StepGraph, ops: list[list[np.ndarray]], matrix: np.ndarray) -> bool:
+    """Whether, in every modelled iteration, the second copy's backward (the kernels launched off
+    the thread of the copy's first call) launches kernels the first copy's does not, one or more
+    for every six matrix kernels of the first: the adds into the gradients the first left
+    (``ops``: copy_ops). Evaluations that start from gradients set to None again launch none."""
+    for row in ops:
+        if len(row) < 2:
+            return False
+        oa, ob = row[0], row[1]
+        _, ib = align(g.g_name[oa], g.g_name[ob], matrix[g.g_name[oa]] & (g.g_kind[oa] == 0),
+                      matrix[g.g_name[ob]] & (g.g_kind[ob] == 0))
+        extra = np.setdiff1d(ob, ob[ib])
+        extra = extra[(g.g_kind[extra] == 0) & (g.g_call[extra] >= 0)]
+        step_thread = g.c_tid[g.g_call[ob[0]]]
+        backward = int((g.c_tid[g.g_call[extra]] != step_thread).sum())
+        if 6 * backward < int((matrix[g.g_name[oa]] & (g.g_kind[oa] == 0)).sum()):
+            return False
+    return True
 
 
 def stepped_per_copy(g: StepGraph, ops: list[list[np.ndarray]]) -> bool:

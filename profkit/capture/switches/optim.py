@@ -101,9 +101,7 @@ def _fused_init(orig: Any, name: str, state: dict) -> Any:
             return orig(*first[0], **first[1])
         state["fused"][name] += 1
         # what the program asked for, to turn it back (toggle)
-        state["made"][self] = {"fused": _asked(sig, first, "fused"),
-                               "foreach": _asked(sig, first, "foreach"),
-                               "amp": False}
+        state["made"][self] = {"fused": _asked(sig, first, "fused"), "foreach": _asked(sig, first, "foreach")}
         return result
     __init__.__wrapped__ = orig  # type: ignore[attr-defined]
     return __init__
@@ -131,7 +129,8 @@ def _set_fused(torch: Any, opt: Any, asked: dict, on: bool) -> None:
             step = opt.state.get(p, {}).get("step")
             if isinstance(step, torch.Tensor):
                 opt.state[p]["step"] = step.to(p.device) if on else step.to("cpu")
-    opt._step_supports_amp_scaling = True if on else asked["amp"]
+    # torch sets it for fused optimizers only: GradScaler then hands them the scale, else unscales first
+    opt._step_supports_amp_scaling = on
 
 
 def _unfusable(name: str, params: Any) -> str:

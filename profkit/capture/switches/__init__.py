@@ -21,7 +21,7 @@ switch is):
 A trial is one switch or several joined by ``+`` (``channels_last+bf16``), applied together.
 Where every switch of a trial can be turned off and on again while the program runs (``tf32``,
 ``cudnn_benchmark``, ``bf16``, ``inference_mode``, ``compile``, ``compile_graphs``,
-``no_empty_cache``), its run alternates with the program unchanged (``--alternate``:
+``no_empty_cache``, ``fused_optim``), its run alternates with the program unchanged (``--alternate``:
 profkit.capture.alternate).
 """
 from __future__ import annotations

@@ -83,6 +83,8 @@ def _fused_init(orig: Any, name: str, state: dict) -> Any:
         if "params" in given and not isinstance(given["params"], (list, tuple)):
             given["params"] = list(given["params"])
         first = (tuple(bound.args), dict(bound.kwargs))
+        # what the program asked for (before the fused call's arguments replace it): the toggle's off
+        asked = {k: given.get(k, _default(sig, k)) for k in ("fused", "foreach")}
         if given.get("fused"):
             state["already"][name] += 1
             return orig(*first[0], **first[1])
@@ -100,22 +102,16 @@ def _fused_init(orig: Any, name: str, state: dict) -> Any:
             state["refused"][name] = one_line(exc, 160)
             return orig(*first[0], **first[1])
         state["fused"][name] += 1
-        # what the program asked for, to turn it back (toggle)
-        state["made"][self] = {"fused": _asked(sig, first, "fused"), "foreach": _asked(sig, first, "foreach")}
+        state["made"][self] = asked
         return result
     __init__.__wrapped__ = orig  # type: ignore[attr-defined]
     return __init__
 
 
 def _default(sig: inspect.Signature, name: str) -> Any:
+    """``name``'s default in the constructor's signature (None where it has none)."""
     p = sig.parameters.get(name)
     return None if p is None or p.default is inspect.Parameter.empty else p.default
-
-
-def _asked(sig: inspect.Signature, call: tuple, name: str) -> Any:
-    """The value the program's own call gave ``name`` (positional or keyword), else its default."""
-    bound = sig.bind(*call[0], **call[1])
-    return bound.arguments.get(name, _default(sig, name))
 
 
 def _set_fused(torch: Any, opt: Any, asked: dict, on: bool) -> None:

@@ -211,13 +211,14 @@ def calibrate(graph: StepGraph, meta_text: Optional[str] = None,
     # run lies within the program's own spread (an offloading decoder's runs took 190.6 and 214.4 ms
     # a step, the profiled one 187.5 ms; refused, the per-call estimate took 27% off, to 136.6 ms,
     # where the program ran 185 ms beside its fixes).
+    within = target <= profiled * NOISE_SLACK
     among = len(runs) > 1 and medians[0] <= profiled * NOISE_SLACK
-    if h > 1.0 + TOLERANCE and not unreachable and (target <= profiled * NOISE_SLACK or among):
+    if h > 1.0 + TOLERANCE and not unreachable and (within or among):
         # Slower than the profiled run, but within a run's noise: tracing cost nothing measurable.
         # (The per-call estimate is no better here: on a step of thousands of syncs and copies it
         # took 60% off a run that took as long without the profiler.)
         s = cache.setdefault(1.0, at1)
-        noise = ("within a run's noise" if target <= profiled * NOISE_SLACK else
+        noise = ("within a run's noise" if within else
                  f"and the fastest of the {len(runs)} runs {medians[0] / profiled - 1:+.1%}: the profiled "
                  "run lies within the program's own spread")
         detail = (f"median of {len(target_periods)} iterations of `{graph.window.delimiter}` timed "
@@ -226,7 +227,7 @@ def calibrate(graph: StepGraph, meta_text: Optional[str] = None,
         return Calibration("measured", 1.0, profiled, at1.iteration_ns, target, s.iteration_ns, detail,
                            len(target_periods), False, warning=spread, run_medians=tuple(medians),
                            unstable=bool(spread),
-                           within_noise="noise" if target <= profiled * NOISE_SLACK else "spread"), s
+                           within_noise="noise" if within else "spread"), s
     if h > 1.0 + TOLERANCE and not unreachable:
         # The CPU would have to run slower without the profiler than under it, which tracing
         # cannot cause: the machine ran at another speed between the two runs (a busy or

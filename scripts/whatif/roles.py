@@ -338,6 +338,20 @@ FIX_RULES = {
     ("llrd_param_groups_finetune", "grouped"): ("PK201", None),
     ("llrd_param_groups_finetune", "fused_adamw"): ("PK201", None),
     ("llrd_param_groups_finetune", "grouped_fused"): ("PK201", None),
+    # written before their captures (set q): cuDNN's benchmark mode (off, or a few padded lengths)
+    # no rule's; bf16 convolutions PK305's. One batched backward for the exact divergence's 32 is
+    # the vectorised loop PK107 names; Hutchinson's estimator (another objective) no rule's; TF32
+    # PK302's. DGCNN's edge chain fused by torch.compile PK402's, its bf16 PK305's (1x1
+    # convolutions), TF32 for its matmuls PK302's
+    ("varlen_conv_benchmark_train", "no_benchmark"): (None, None),
+    ("varlen_conv_benchmark_train", "bucketed"): (None, None),
+    ("varlen_conv_benchmark_train", "bf16"): ("PK305", None),
+    ("cnf_exact_divergence_train", "batched_grads"): ("PK107", None),
+    ("cnf_exact_divergence_train", "hutchinson"): (None, None),
+    ("cnf_exact_divergence_train", "tf32"): ("PK302", None),
+    ("dgcnn_knn_train", "compile"): ("PK402", None),
+    ("dgcnn_knn_train", "bf16"): ("PK305", None),
+    ("dgcnn_knn_train", "tf32"): ("PK302", None),
     ("grad_checkpoint_train", "no_checkpointing"): ("PK204", None), ("grad_checkpoint_train", "fused_adamw"): ("PK201", None),
     ("cpu_tokenize_infer", "encode_batch"): (None, None), ("cpu_tokenize_infer", "workers"): ("PK102", None),
     ("cpu_tokenize_infer", "pretokenized"): ("PK102", None),

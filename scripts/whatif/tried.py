@@ -118,6 +118,11 @@ SWITCH_OF: dict[tuple[str, str], str] = {
     ("vit_mha_weights_train", "fused_adamw"): _FUSED,
     ("deterministic_mesh_train", "tf32"): "tf32",
     ("llrd_param_groups_finetune", "fused_adamw"): _FUSED,
+    ("varlen_conv_benchmark_train", "bf16"): "bf16",
+    ("cnf_exact_divergence_train", "tf32"): "tf32",
+    ("dgcnn_knn_train", "compile"): "compile",
+    ("dgcnn_knn_train", "bf16"): "bf16",
+    ("dgcnn_knn_train", "tf32"): "tf32",
 }
 
 

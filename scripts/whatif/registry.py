@@ -45,7 +45,8 @@ from . import (programs_first, programs_firstsight_a, programs_firstsight_b, pro
                programs_firstsight_g, programs_firstsight_h, programs_firstsight_i,
                programs_firstsight_j, programs_firstsight_k, programs_firstsight_l,
                programs_firstsight_m, programs_firstsight_n, programs_firstsight_o,
-               programs_firstsight_p, programs_firstsight_q, programs_models)
+               programs_firstsight_p, programs_firstsight_q, programs_firstsight_r,
+               programs_models)
 
 PROGRAMS: list[dict] = [
     *programs_first.PROGRAMS,
@@ -69,6 +70,7 @@ PROGRAMS: list[dict] = [
     *programs_firstsight_o.PROGRAMS,
     *programs_firstsight_p.PROGRAMS,
     *programs_firstsight_q.PROGRAMS,
+    *programs_firstsight_r.PROGRAMS,
 ]
 for _p in (*programs_firstsight_a.PROGRAMS, *programs_firstsight_b.PROGRAMS, *programs_firstsight_c.PROGRAMS,
            *programs_firstsight_d.PROGRAMS, *programs_firstsight_e.PROGRAMS, *programs_firstsight_f.PROGRAMS,
@@ -76,7 +78,8 @@ for _p in (*programs_firstsight_a.PROGRAMS, *programs_firstsight_b.PROGRAMS, *pr
            *programs_firstsight_i.PROGRAMS, *programs_firstsight_j.PROGRAMS, *programs_firstsight_k.PROGRAMS,
            *programs_firstsight_l.PROGRAMS, *programs_firstsight_m.PROGRAMS,
            *programs_firstsight_n.PROGRAMS, *programs_firstsight_o.PROGRAMS,
-           *programs_firstsight_p.PROGRAMS, *programs_firstsight_q.PROGRAMS):
+           *programs_firstsight_p.PROGRAMS, *programs_firstsight_q.PROGRAMS,
+           *programs_firstsight_r.PROGRAMS):
     _p["first_sight"] = True
 
 # How a program of several ranks is started: its launcher's command line before the script
@@ -139,7 +142,8 @@ def first_sight(which: list[str], root) -> list[dict]:
             "j": programs_firstsight_j.PROGRAMS, "k": programs_firstsight_k.PROGRAMS,
             "l": programs_firstsight_l.PROGRAMS, "m": programs_firstsight_m.PROGRAMS,
             "n": programs_firstsight_n.PROGRAMS, "o": programs_firstsight_o.PROGRAMS,
-            "p": programs_firstsight_p.PROGRAMS, "q": programs_firstsight_q.PROGRAMS}
+            "p": programs_firstsight_p.PROGRAMS, "q": programs_firstsight_q.PROGRAMS,
+            "r": programs_firstsight_r.PROGRAMS}
     out: list[dict] = []
     for w in which:
         if w in sets:

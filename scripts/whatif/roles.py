@@ -352,6 +352,19 @@ FIX_RULES = {
     ("dgcnn_knn_train", "compile"): ("PK402", None),
     ("dgcnn_knn_train", "bf16"): ("PK305", None),
     ("dgcnn_knn_train", "tf32"): ("PK302", None),
+    # written before their captures (set r): TF32 for k-means' distances PK302's; reading the
+    # convergence test less often PK101's; a one-hot GEMM for index_add_ no rule's. One stacked
+    # head for forty the vectorised loop PK107 names, torch.compile of the loop PK402's (the fusion
+    # of its elementwise work), fused AdamW PK201's. A float64 GP's float32 PK306's; cholesky_ex
+    # (its host check gone) PK101's
+    ("kmeans_lloyd_loop", "tf32"): ("PK302", None),
+    ("kmeans_lloyd_loop", "check_every_10"): ("PK101", None),
+    ("kmeans_lloyd_loop", "matmul_update"): (None, None),
+    ("multitask_heads_train", "stacked_heads"): ("PK107", None),
+    ("multitask_heads_train", "compile"): ("PK402", None),
+    ("multitask_heads_train", "fused_adamw"): ("PK201", None),
+    ("gp_cholesky_train", "fp32"): ("PK306", None),
+    ("gp_cholesky_train", "cholesky_ex"): ("PK101", None),
     ("grad_checkpoint_train", "no_checkpointing"): ("PK204", None), ("grad_checkpoint_train", "fused_adamw"): ("PK201", None),
     ("cpu_tokenize_infer", "encode_batch"): (None, None), ("cpu_tokenize_infer", "workers"): ("PK102", None),
     ("cpu_tokenize_infer", "pretokenized"): ("PK102", None),

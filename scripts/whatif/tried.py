@@ -123,6 +123,10 @@ SWITCH_OF: dict[tuple[str, str], str] = {
     ("dgcnn_knn_train", "compile"): "compile",
     ("dgcnn_knn_train", "bf16"): "bf16",
     ("dgcnn_knn_train", "tf32"): "tf32",
+    ("kmeans_lloyd_loop", "tf32"): "tf32",
+    ("multitask_heads_train", "compile"): "compile",
+    ("multitask_heads_train", "fused_adamw"): _FUSED,
+    ("gp_cholesky_train", "fp32"): "fp32",
 }
 
 

@@ -35,12 +35,12 @@ Expected gain
     * a round trip, kept on the GPU (the price): the paired copies, their calls and every wait on
       them or right after them gone (its copies are then no other part's: PK101 leaves their
       syncs out). A decoder trained with ``save_on_cpu()`` (590 MB a step each way, 157 copies):
-      8.75x, measured 15.5x without the offload and 13.1x with checkpointing instead (the step
+      8.77x, measured 15.5x without the offload and 13.1x with checkpointing instead (the step
       is priced at the profiled run's CPU speed, which its runs without the profiler bracket;
       the profiler's cost on the CPU work that remains, a few ms, cannot be told from them);
     * a round trip through pinned buffers (said beside it): the copies to the host at the pinned
       bandwidth, still waited for (``copy_`` without ``non_blocking``), the copies back
-      non-blocking (3.13x on that decoder, measured 4.6x: the pinned bandwidth there is assumed);
+      non-blocking (3.08x on that decoder, measured 4.6x: the pinned bandwidth there is assumed);
 
     * host-to-device: each pageable copy runs at the pinned bandwidth, no longer at the host's
       pace, and its call no longer waits for it (``non_blocking=True``), nor does the stream

@@ -143,7 +143,7 @@ Loops over chunks
     (``same_input``: a guided diffusion sampler's conditional and unconditional calls of its
     denoiser), is the same case with as few as two calls: one call on the inputs concatenated
     does their work. On cfg_two_pass_sample (a DiT-S/2 sampled with guidance, an H100), given its
-    program's entry, 1.75x; one call on both measured 1.95x.
+    program's entry, 1.72x; one call on both measured 1.95x.
 References
     PyTorch ``torch.vmap`` and ``torch.func`` docs (per-sample computations); the
     ``torch._foreach_*`` multi-tensor ops (``torch.optim``'s foreach implementations); PyTorch

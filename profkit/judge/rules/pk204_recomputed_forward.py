@@ -18,7 +18,10 @@ Evidence
     ``min_run`` or more kernels whose names follow each other in that order in the forward, the
     run holding at least ``min_distinct`` distinct names that are not GEMM or convolution
     kernels (a backward's own GEMMs may share a forward GEMM's kernel name, its elementwise
-    and normalisation kernels do not: the gradient of an op is another kernel). A library
+    and normalisation kernels do not: the gradient of an op is another kernel), nor the
+    scatter-add's (a gather's gradient is a scatter-add, so its sort and indexing kernels, and
+    the fills and ranges around them, are the forward's too where the forward scatters: a mesh
+    network's deterministic ``index_add_``). A library
     kernel right after a recomputed stretch whose name also follows that stretch in the forward
     (the backward's first GEMM, the next layer's first GEMM) is counted with it: one kernel a
     block too many at most. A step whose
@@ -67,10 +70,15 @@ RULE = RuleMeta(
                                        "convolution kernels"),
             Param("min_share", 0.03, "the recomputed kernels' share of the modelled GPU time")))
 
-# Kernels whose name a backward's own work may share with the forward's (a GEMM's library kernel
-# is chosen by shape, not by direction).
+# Kernels whose name a backward's own work may share with the forward's: a GEMM's library kernel
+# (chosen by shape, not by direction), and the scatter-add machinery with the fills and ranges
+# around it (a gather's gradient is a scatter-add: under use_deterministic_algorithms an
+# index_add_ in the forward and a gather's backward both sort their indices with CUB and add
+# with indexing_backward_kernel; a mesh network's 24 of each a step read as a recomputed forward
+# at 1.04x, with no checkpoint in it).
 MATRIX_RE = re.compile(r"gemm|gemv|cublas|cutlass|nvjet|sm\d+_xmma|conv|cudnn|wgrad|dgrad|"
-                       r"implicit_convolve|winograd", re.I)
+                       r"implicit_convolve|winograd|radix_?sort|cub::|indexing_backward_kernel|"
+                       r"FillFunctor|arange", re.I)
 
 
 def recomputed(g: StepGraph, min_run: int, min_distinct: int) -> np.ndarray:

@@ -181,6 +181,42 @@ def test_alternated_gain_pairs_each_block_on_with_the_blocks_off_beside_it():
     assert alternated_gain({"iteration_ns": [1, 2, 3]}) is None
 
 
+def test_an_alternated_switch_the_script_sets_back_every_step_did_not_apply(tmp_path):
+    # A script that sets its own matmul precision at each step (as a program whose variants share a
+    # process does): the trial's TF32 is undone before every block it was on for, so its gain is
+    # the program's against itself; re-installed at the run's end, the setting would look held.
+    pytest.importorskip("torch")
+    script = """
+        import sys, time
+        import torch, nvtx
+        for i in range(14):
+            with nvtx.annotate("step"):
+                torch.backends.cuda.matmul.allow_tf32 = False
+                torch.randn(4, 4) @ torch.randn(4, 4)
+                time.sleep(0.02)
+    """
+    res = _bootstrap(tmp_path, "--try", "tf32", "--alternate", "3", "--step", "step",
+                     "--calibrate", str(tmp_path / "c.json"), script=script)
+    assert res.returncode == 0, res.stderr
+    trial = json.loads((tmp_path / "c.json").read_text())["trial"]
+    assert not trial["applied"]
+    assert "the script set the matmul precision back to \"highest\" while it ran" in trial["note"]
+    # set back once, before the loop: the blocks after the first had TF32 on, the trial applied
+    once = """
+        import sys, time
+        import torch, nvtx
+        torch.backends.cuda.matmul.allow_tf32 = False
+        for i in range(14):
+            with nvtx.annotate("step"):
+                torch.randn(4, 4) @ torch.randn(4, 4)
+                time.sleep(0.02)
+    """
+    res = _bootstrap(tmp_path, "--try", "tf32", "--alternate", "3", "--step", "step",
+                     "--calibrate", str(tmp_path / "d.json"), script=once)
+    assert res.returncode == 0, res.stderr
+    assert json.loads((tmp_path / "d.json").read_text())["trial"]["applied"]
+
+
 def test_alternate_in_the_bootstrap_turns_the_switches_over_between_iterations(tmp_path):
     pytest.importorskip("torch")
     script = """

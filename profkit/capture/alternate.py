@@ -65,6 +65,8 @@ class Alternation:
             wait_for_gpu()
             end = time.perf_counter_ns()
             self.blocks.append({"on": self.on, "iterations": self._n, "ns": end - self._t0})
+            if self.on:
+                self.trial.check_holds()
             self.on = not self.on
             self.trial.toggle(self.on)
             self._n = 0

@@ -59,6 +59,8 @@ class Trial:
         self.handlers = {s: handler(s) for s in self.switches}
         self.reports = {s: Report(s) for s in self.switches}
         self.shared: dict[str, Any] = {}   # state switches share (the outermost module's patch)
+        # switches the program set back itself in the last block they were on for (alternating runs)
+        self.undone: dict[Switch, str] = {}
         self.torch: Any = None
         self._undo: list = []
 
@@ -83,6 +85,22 @@ class Trial:
         """Whether every switch of the trial can be turned off and on again while the program
         runs (its runs can alternate with the program unchanged: profkit.capture.alternate)."""
         return all(h.toggles for h in self.handlers.values())
+
+    def check_holds(self) -> None:
+        """At the end of a block the switches were on for: which the program set back itself (a
+        script that sets ``allow_tf32 = False`` every step). The last such block decides: a
+        program that undoes a switch once, at its start, leaves the later blocks switched."""
+        if self.torch is None:
+            return
+        for s, h in self.handlers.items():
+            try:
+                undone = h.holds(self.torch, self)
+            except Exception:  # noqa: BLE001 - a check that cannot be made says nothing
+                undone = None
+            if undone:
+                self.undone[s] = f"{undone} while it ran (its blocks with the switch ran without it)"
+            else:
+                self.undone.pop(s, None)
 
     def toggle(self, on: bool) -> None:
         """Every switch on, or off (the program as it is), between two iterations."""
@@ -119,6 +137,8 @@ class Trial:
                 self.reports[s].note("the script never imported torch", applied=False)
             elif self.torch is not None:
                 self._guard(s, lambda h=h, s=s: h.finish(self.torch, self, self.reports[s]))
+            if s in self.undone:
+                self.reports[s].note(self.undone[s], applied=False)
         reps = list(self.reports.values())
         note = (reps[0].text if len(reps) == 1 else
                 "; ".join(f"{r.switch.value}: {r.text}" for r in reps if r.text))

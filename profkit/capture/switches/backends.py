@@ -7,7 +7,9 @@ not ``torch.backends.cuda.matmul.fp32_precision``: in torch 2.13 setting that at
 makes a later read of the legacy ``allow_tf32`` flag raise ("mix of the legacy and new APIs"),
 and scripts and libraries read it; the function sets both. cuDNN already runs convolutions in
 TF32 by default; cuBLAS matmuls do not. A script that sets the precision itself after importing
-torch wins: the trial then says the setting did not hold.
+torch wins: the trial then says the setting did not hold; where the trial alternates, from the
+last block it was on for (a mesh network that set ``allow_tf32 = False`` every step measured
+1.03x "with" TF32, the same fix by hand 1.32x).
 
 ``cudnn_benchmark``: ``torch.backends.cudnn.benchmark = True`` (cuDNN times its algorithms for
 each new convolution shape and keeps the fastest; the first iterations pay for the search, which
@@ -15,7 +17,7 @@ the warm-up the trial leaves out holds).
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 from profkit.capture.switches.base import Handler, Report
 from profkit.model import Switch
@@ -28,6 +30,21 @@ def _conv_setting(torch: Any) -> tuple[Any, str, Any, str]:
     if conv is not None and hasattr(conv, "fp32_precision"):
         return conv, "fp32_precision", "tf32", "torch.backends.cudnn.conv.fp32_precision = \"tf32\""
     return torch.backends.cudnn, "allow_tf32", True, "torch.backends.cudnn.allow_tf32 = True"
+
+
+def _matmul_tf32(torch: Any) -> bool:
+    """Whether cuBLAS matmuls may use TF32: the legacy flag, which both APIs set and which reads
+    even after a script set it (then ``get_float32_matmul_precision`` raises on the mix); the
+    precision where the flag cannot be read (the new API set directly); True where neither can
+    (not ours to judge)."""
+    try:
+        return bool(torch.backends.cuda.matmul.allow_tf32)
+    except RuntimeError:
+        pass
+    try:
+        return torch.get_float32_matmul_precision() != "highest"
+    except RuntimeError:
+        return True
 
 
 def _conv_tf32(torch: Any) -> bool:
@@ -57,16 +74,15 @@ class Tf32(Handler):
         setattr(owner, name, tf32 if on else old_conv)
 
     def finish(self, torch: Any, trial: Any, report: Report) -> None:
-        if not report.applied:
-            return
-        try:
-            precision = torch.get_float32_matmul_precision()
-        except RuntimeError:  # the script mixed the legacy and new settings: not ours to judge
-            precision = None
-        if precision == "highest":
-            report.note("the script set the matmul precision back to \"highest\"", applied=False)
+        if report.applied and (undone := self.holds(torch, trial)):
+            report.note(undone, applied=False)
+
+    def holds(self, torch: Any, trial: Any) -> Optional[str]:
+        if not _matmul_tf32(torch):
+            return "the script set the matmul precision back to \"highest\""
         if not _conv_tf32(torch):
-            report.note("the script turned TF32 off for cuDNN convolutions", applied=False)
+            return "the script turned TF32 off for cuDNN convolutions"
+        return None
 
 
 class CudnnBenchmark(Handler):
@@ -82,8 +98,11 @@ class CudnnBenchmark(Handler):
         report.note("torch.backends.cudnn.benchmark = True", applied=True)
 
     def finish(self, torch: Any, trial: Any, report: Report) -> None:
-        if report.applied and not torch.backends.cudnn.benchmark:
-            report.note("the script set it back to False", applied=False)
+        if report.applied and (undone := self.holds(torch, trial)):
+            report.note(undone, applied=False)
+
+    def holds(self, torch: Any, trial: Any) -> Optional[str]:
+        return None if torch.backends.cudnn.benchmark else "the script set it back to False"
 
 
 HANDLERS = {Switch.TF32: Tf32(), Switch.CUDNN_BENCHMARK: CudnnBenchmark()}

@@ -13,7 +13,10 @@ A switch has three moments, each optional:
 A switch that can be turned off and on again while the program runs (a backend setting, a
 wrapper's flag) says so with ``toggles`` and does it in ``toggle(torch, trial, on)``: its trial
 can then alternate with the program unchanged inside one run (profkit.capture.alternate). One
-that converts weights or builds the optimizer differently cannot.
+that converts weights or builds the optimizer differently cannot. A setting the program may set
+again itself says in ``holds(torch, trial)`` whether it still stands (checked at the end of each
+block of iterations it was on for: the switch turned on again for the next such block, the
+program's own setting at the end of the run no longer shows).
 
 A switch never raises into the user's program for its own sake: a patch that cannot be made
 leaves the program as it is and says so in its report (``applied`` False).
@@ -63,6 +66,10 @@ class Handler:
 
     def finish(self, torch: Any, trial: Any, report: Report) -> None:
         pass
+
+    def holds(self, torch: Any, trial: Any) -> Optional[str]:
+        """None while the switch stands; else what the program did to it."""
+        return None
 
 
 class CallCounter(Handler):

@@ -182,4 +182,9 @@ NOTES = {
     "1.87x (1 run; 27 s of warm-up), and the hand-applied `--fix compile` 1.83x interleaved with the baseline in "
     "the same call (11.84 -> 6.47 ms): the switch compiles the UNet as the fix does; the capture's 0.99x was that "
     "run's, not the switch's (not explained).",
+    ("deterministic_mesh_train", "tf32"): "deterministic_mesh_train tf32: the program sets "
+    "`torch.backends.cuda.matmul.allow_tf32` itself at every step (each variant of its timed run sets its own), so "
+    "the switch was undone before each block it was on for, and the alternated run was re-switched at its end, "
+    "where the check looked: the 1.03x is the program against itself. Trials since dee7b2e check at the end of "
+    "each such block and record the switch as not applied.",
 }

@@ -71,21 +71,22 @@ RULE = RuleMeta(
             Param("min_share", 0.03, "the recomputed kernels' share of the modelled GPU time")))
 
 # Kernels whose name a backward's own work may share with the forward's: a GEMM's library kernel
-# (chosen by shape, not by direction), and the scatter-add machinery with the fills and ranges
-# around it (a gather's gradient is a scatter-add: under use_deterministic_algorithms an
-# index_add_ in the forward and a gather's backward both sort their indices with CUB and add
-# with indexing_backward_kernel; a mesh network's 24 of each a step read as a recomputed forward
-# at 1.04x, with no checkpoint in it).
+# (chosen by shape, not by direction; PK205 counts matrix work with this pattern too), and
+# (SCATTER_RE) the scatter-add machinery with the fills and ranges around it: a gather's gradient
+# is a scatter-add, and under use_deterministic_algorithms an index_add_ in the forward and a
+# gather's backward both sort their indices with CUB and add with indexing_backward_kernel (a
+# mesh network's 24 of each a step read as a recomputed forward at 1.04x, with no checkpoint in it).
 MATRIX_RE = re.compile(r"gemm|gemv|cublas|cutlass|nvjet|sm\d+_xmma|conv|cudnn|wgrad|dgrad|"
-                       r"implicit_convolve|winograd|radix_?sort|cub::|indexing_backward_kernel|"
-                       r"FillFunctor|arange", re.I)
+                       r"implicit_convolve|winograd", re.I)
+SCATTER_RE = re.compile(r"radix_?sort|cub::|indexing_backward_kernel|FillFunctor|arange", re.I)
 
 
 def recomputed(g: StepGraph, min_run: int, min_distinct: int) -> np.ndarray:
     """Mask over the graph's operations: backward kernels that repeat a run of the forward's
     (see the module's Evidence)."""
     out = np.zeros(g.n_ops, dtype=bool)
-    matrix = np.array([bool(MATRIX_RE.search(str(n))) for n in g.op_names], dtype=bool)
+    matrix = np.array([bool(MATRIX_RE.search(str(n)) or SCATTER_RE.search(str(n))) for n in g.op_names],
+                      dtype=bool)
     kernel = (g.g_kind == 0) & (g.g_call >= 0)
     tid = np.where(g.g_call >= 0, g.c_tid[np.maximum(g.g_call, 0)], -1)
     it = np.searchsorted(g.iter_call, np.maximum(g.g_call, 0), side="right") - 1

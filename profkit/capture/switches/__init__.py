@@ -127,6 +127,11 @@ class Trial:
         except Exception as exc:  # noqa: BLE001 - a switch that cannot be made leaves the program be
             self.reports[s].note(f"could not be applied ({one_line(exc)})", applied=False)
 
+    def _still_holds(self, h: Handler, report: Report) -> None:
+        """At the run's end: a switch the script set back itself did not apply."""
+        if report.applied and (undone := h.holds(self.torch, self)):
+            report.note(undone, applied=False)
+
     def record(self) -> dict:
         """{"switch", "applied", "note"} (and "left_out" where a switch left part of the program
         as it was): whether every switch applied, and what each touched."""
@@ -137,6 +142,7 @@ class Trial:
                 self.reports[s].note("the script never imported torch", applied=False)
             elif self.torch is not None:
                 self._guard(s, lambda h=h, s=s: h.finish(self.torch, self, self.reports[s]))
+                self._guard(s, lambda h=h, s=s: self._still_holds(h, self.reports[s]))
             if s in self.undone:
                 self.reports[s].note(self.undone[s], applied=False)
         reps = list(self.reports.values())

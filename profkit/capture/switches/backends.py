@@ -73,10 +73,6 @@ class Tf32(Handler):
         torch.set_float32_matmul_precision("high" if on else old_matmul)
         setattr(owner, name, tf32 if on else old_conv)
 
-    def finish(self, torch: Any, trial: Any, report: Report) -> None:
-        if report.applied and (undone := self.holds(torch, trial)):
-            report.note(undone, applied=False)
-
     def holds(self, torch: Any, trial: Any) -> Optional[str]:
         if not _matmul_tf32(torch):
             return "the script set the matmul precision back to \"highest\""
@@ -96,10 +92,6 @@ class CudnnBenchmark(Handler):
     def install(self, torch: Any, trial: Any, report: Report) -> None:
         trial.patch(torch.backends.cudnn, "benchmark", True)
         report.note("torch.backends.cudnn.benchmark = True", applied=True)
-
-    def finish(self, torch: Any, trial: Any, report: Report) -> None:
-        if report.applied and (undone := self.holds(torch, trial)):
-            report.note(undone, applied=False)
 
     def holds(self, torch: Any, trial: Any) -> Optional[str]:
         return None if torch.backends.cudnn.benchmark else "the script set it back to False"

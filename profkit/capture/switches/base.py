@@ -14,9 +14,9 @@ A switch that can be turned off and on again while the program runs (a backend s
 wrapper's flag) says so with ``toggles`` and does it in ``toggle(torch, trial, on)``: its trial
 can then alternate with the program unchanged inside one run (profkit.capture.alternate). One
 that converts weights or builds the optimizer differently cannot. A setting the program may set
-again itself says in ``holds(torch, trial)`` whether it still stands (checked at the end of each
-block of iterations it was on for: the switch turned on again for the next such block, the
-program's own setting at the end of the run no longer shows).
+again itself says in ``holds(torch, trial)`` whether it still stands: the trial checks it after
+``finish`` and, where it alternates, at the end of each block of iterations the switch was on for
+(turned on again for the next such block, the program's own setting no longer shows at the end).
 
 A switch never raises into the user's program for its own sake: a patch that cannot be made
 leaves the program as it is and says so in its report (``applied`` False).

@@ -85,7 +85,7 @@ def recomputed(g: StepGraph, min_run: int, min_distinct: int) -> np.ndarray:
     """Mask over the graph's operations: backward kernels that repeat a run of the forward's
     (see the module's Evidence)."""
     out = np.zeros(g.n_ops, dtype=bool)
-    matrix = np.array([bool(MATRIX_RE.search(str(n)) or SCATTER_RE.search(str(n))) for n in g.op_names],
+    shared = np.array([bool(MATRIX_RE.search(str(n)) or SCATTER_RE.search(str(n))) for n in g.op_names],
                       dtype=bool)
     kernel = (g.g_kind == 0) & (g.g_call >= 0)
     tid = np.where(g.g_call >= 0, g.c_tid[np.maximum(g.g_call, 0)], -1)
@@ -109,7 +109,7 @@ def recomputed(g: StepGraph, min_run: int, min_distinct: int) -> np.ndarray:
         for k in range(len(bwd) - min_run + 1):
             gram = names[k:k + min_run]
             if tuple(gram.tolist()) in grams and \
-                    len({n for n in gram.tolist() if not matrix[n]}) >= min_distinct:
+                    len({n for n in gram.tolist() if not shared[n]}) >= min_distinct:
                 hit[k:k + min_run] = True
         # A block's recomputed forward is one stretch: a few of its kernels between two matched
         # runs (a library kernel chosen anew, a short sequence the grams missed) belong to it

@@ -161,13 +161,13 @@ def adds_into_gradients(g: StepGraph, ops: list[list[np.ndarray]], matrix: np.nd
         if len(row) < 2:
             return False
         oa, ob = row[0], row[1]
-        _, ib = align(g.g_name[oa], g.g_name[ob], matrix[g.g_name[oa]] & (g.g_kind[oa] == 0),
-                      matrix[g.g_name[ob]] & (g.g_kind[ob] == 0))
+        ma = matrix[g.g_name[oa]] & (g.g_kind[oa] == 0)
+        _, ib = align(g.g_name[oa], g.g_name[ob], ma, matrix[g.g_name[ob]] & (g.g_kind[ob] == 0))
         extra = np.setdiff1d(ob, ob[ib])
         extra = extra[(g.g_kind[extra] == 0) & (g.g_call[extra] >= 0)]
         step_thread = g.c_tid[g.g_call[ob[0]]]
         backward = int((g.c_tid[g.g_call[extra]] != step_thread).sum())
-        if 6 * backward < int((matrix[g.g_name[oa]] & (g.g_kind[oa] == 0)).sum()):
+        if 6 * backward < int(ma.sum()):
             return False
     return True
 

@@ -456,6 +456,12 @@ def _excluded(trace, w: Window, lo: int, hi: int) -> list[dict]:
             med = int(np.median(w.setup_iteration_ns))
             parts.append(f"first {len(w.setup_iteration_ns)} iteration(s), {_ms(med)} each (median; "
                          f"{_ms(int(np.median(w.iteration_ns)))} in the window)")
+        cut = (trace.meta or {}).get("trimmed_before_ns")
+        if cut and str(cut).lstrip("-").isdigit():
+            # a committed trace whose set-up was cut (scripts/tools/trim_setup.py): what is left
+            # out is what the file kept, not what the run spent
+            parts.append("the file keeps only its last "
+                         f"{_ms(max(0, w.start_ns - int(cut)))} (earlier rows were cut from it)")
         out.append({"what": what + (": " + "; ".join(parts) if parts else ""), "ns": int(before)})
     after = hi - w.end_ns
     if after > 0:

@@ -113,6 +113,22 @@ def test_a_run_cut_while_still_compiling_is_captured_again_longer(tools, monkeyp
     assert [(r["cut"]["iterations"], len(r["ranges"])) for r in runs] == [(24, 24), (24, 24)]
 
 
+def test_a_script_that_ends_at_the_cut_is_not_profiled_again(tools, monkeypatch):
+    # a script of exactly --max-iterations steps that loads code in every one (cuDNN benchmark
+    # mode on a new length each batch): run again longer, it still ends after its 6 steps, so
+    # the loads are its steady state and the first trace is kept (no second nsys run)
+    monkeypatch.setattr(cap, "ended_in_warm_up", lambda path: True)
+    monkeypatch.setenv("FAKE_KERNELS", json.dumps([["void k(int)", "k", "step"]] * 12))
+    _script(tools.work / "steps.py", STEPS)
+    r = _invoke(["--max-iterations", "6", "steps.py", "6"])
+    assert r.exit_code == 0, r.stderr
+    assert ("it ended inside its warm-up; run again without the profiler, the script ended on its "
+            "own after 6 iterations: the loads are its steady state, and the first capture is kept") in r.stderr
+    assert "[again] calibration run (no profiler)" in r.stderr and "[again] nsys profile" not in r.stderr
+    assert len([c for c in tools.calls() if c[:2] == ["nsys", "profile"]]) == 1
+    assert (tools.work / "steps.sqlite").exists()
+
+
 def test_a_run_not_cut_is_not_captured_again(tools, monkeypatch):
     monkeypatch.setattr(cap, "ended_in_warm_up", lambda path: True)
     monkeypatch.setenv("FAKE_KERNELS", json.dumps([["void k(int)", "k", "step"]] * 12))

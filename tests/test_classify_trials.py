@@ -140,8 +140,8 @@ def test_classify_json_fields(with_trials):
         "note": "torch.compile (default mode) of module GPT2LMHeadModel (124.4M params)"}
     assert "tried" not in a3
     assert [(t["switch"], t["action"], t["code"], t["model"]) for t in run_["trials"]] == [
-        ("tf32", 1, "PK302", 2.54), ("bf16", None, "PK302", 2.262), ("compile_graphs", None, "PK103", 1.123),
-        ("compile", 2, "PK103", 1.123), ("fused_optim", None, "PK201", 1.022), ("workers", None, None, None)]
+        ("tf32", 1, "PK302", 2.54), ("bf16", None, "PK302", 2.262), ("compile_graphs", None, "PK103", 1.122),
+        ("compile", 2, "PK103", 1.122), ("fused_optim", None, "PK201", 1.022), ("workers", None, None, None)]
     # a trial that did not apply timed the program unchanged: no speedup
     assert run_["trials"][5]["speedup"] is None and run_["trials"][5]["runs"] == 1
     keys = {"switch", "speedup", "runs", "lo", "hi", "applied", "error", "note"}
@@ -162,7 +162,7 @@ def test_the_ranking_follows_a_measured_gain(with_trials, tmp_path):
     con.close()
     run_ = json.loads(classify(path, "--format", "json", "--top", "1").stdout)["run"]
     assert [a["code"] for a in run_["actions"]] == ["PK103", "PK302", "PK301"]
-    assert run_["actions"][0]["expected_end_to_end_speedup"] == 1.123
+    assert run_["actions"][0]["expected_end_to_end_speedup"] == 1.122
     assert run_["verdict"]["action"] == run_["actions"][0]["action"]
 
 
@@ -211,9 +211,9 @@ def test_a_combination_is_repriced_with_the_measured_fix(with_trials):
     run_ = prof.run_json()
     combo = run_["combinations"][0]
     # PK402's compile of the chains is PK103's fusion edit on fewer runs: it adds nothing to it
-    assert combo["codes"] == ["PK302", "PK103"] and combo["expected_end_to_end_speedup"] == 3.763
+    assert combo["codes"] == ["PK302", "PK103"] and combo["expected_end_to_end_speedup"] == 3.754
     assert run_["combinations"][1]["codes"] == ["PK302", "PK103", "PK402"]
-    assert run_["combinations"][1]["expected_end_to_end_speedup"] == 3.763
+    assert run_["combinations"][1]["expected_end_to_end_speedup"] == 3.754
     wt = combo["with_trials"]
     # PK103's fusion edit gains less, not more, when pushed past the model's own change (1.12x
     # at 1, 1.09x at twice it): no scale of it reaches the measured 1.15x, and it stays unscaled
@@ -286,7 +286,7 @@ def test_the_checks_of_a_library_and_a_trial_of_another_fix():
         "torch.distributions.Distribution.set_default_validate_args(False)) once the model is debugged: the "
         "per-step synchronisations in forward (12 per iteration) are its checks")
     trials = {t["switch"]: t for t in run_["trials"]}
-    assert (trials["compile_graphs"]["code"], trials["compile_graphs"]["model"]) == ("PK103", 3.808)
+    assert (trials["compile_graphs"]["code"], trials["compile_graphs"]["model"]) == ("PK103", 3.786)
     assert trials["compile_graphs"]["speedup"] == 0.772
     assert (trials["bf16"]["speedup"], trials["bf16"]["model"]) == (0.805, 0.841)
     assert trials["bf16"]["note"] == "autocast bf16 around module Sequential (1.9M params)"
@@ -312,9 +312,9 @@ def test_a_trial_that_left_part_of_the_program_out_ranks_nothing_below_its_price
     run_ = json.loads(classify(path, "--format", "json").stdout)["run"]
     a1 = run_["actions"][0]
     assert a1["code"] == "PK103" and a1["tried"]["speedup"] == 0.772 and a1["tried"]["left_out"] == left
-    assert a1["tried"]["model"] == 3.808 and a1["expected_end_to_end_speedup"] > 3
+    assert a1["tried"]["model"] == 3.786 and a1["expected_end_to_end_speedup"] > 3
     scaled = [c["with_trials"]["scaled"] for c in run_["combinations"] if "with_trials" in c]
     assert all("PK103" not in s and "PK402" not in s for s in scaled)
     text = " ".join(classify(path).stdout.split())
     assert ("tried: torch.compile (mode reduce-overhead) of module Sequential (1.9M params); " + left
-            + " 0.77x (2 runs, 0.76-0.85x; 6 s of warm-up), priced 3.81x;") in text
+            + " 0.77x (2 runs, 0.76-0.85x; 6 s of warm-up), priced 3.79x;") in text

@@ -31,7 +31,8 @@ CORPUS = sorted(ROOT.glob("traces/corpus/*.sqlite.xz"))
 # anomaly_debug_train (recaptured on an H100): its 3 runs without the profiler 74.6-81.2 ms an
 # iteration, the profiled one 56.9 ms. tabular_mlp_train (recaptured): a row-by-row loader whose
 # 2 runs without the profiler took 18.5 and 30.3 ms, the profiled one 18.8 ms.
-REFUSED_CALIBRATION = {"efficientnet_b0_b4_infer", "cpu_tokenize_infer", "anomaly_debug_train"}
+REFUSED_CALIBRATION = {"efficientnet_b0_b4_infer", "cpu_tokenize_infer", "anomaly_debug_train",
+                       "multitask_heads_train"}
 # Runs without the profiler slower than the profiled one, the fastest of them as fast: the profiled
 # run lies within the program's own spread, and the profiler's cost is taken as none (CPU scale 1)
 WITHIN_SPREAD = {"activation_offload_train", "d2h_logits_numpy", "tabular_mlp_train"}

@@ -521,7 +521,8 @@ def capture(script: str | Path, script_args: Sequence[str] = (), *, output: Opti
                     "new GPU code (a library compiling a kernel per new shape): it ended inside its "
                     f"warm-up; captured again with --max-iterations {longer}")
             result.notes.append(note)   # said with the others once the capture ends
-            max_iterations = longer
+            first_cut, max_iterations = max_iterations, longer
+            ended = None
             if calibrate:
                 texts.clear()
                 calib_runs.clear()
@@ -530,10 +531,20 @@ def capture(script: str | Path, script_args: Sequence[str] = (), *, output: Opti
                     result.exit_code = 130
                     return result
                 calibration = combine_calibrations(texts)
-            for first in (sqlite_tmp, tmp_base.with_name(tmp_base.name + ".nsys-rep"), code_file):
-                with contextlib.suppress(OSError):
-                    first.unlink()   # nsys does not overwrite a report; the exit file is re-read
-            nsys_cmd, app, sqlite_tmp, cut = profiled_run("[again] nsys profile")
+                ended = script_iterations(texts, step_range, first_cut)
+            if ended is not None:
+                # The script has no more iterations than the first cut (its own loop ends there):
+                # profiled again, it would load code in every iteration again. The loads are what
+                # it runs (a new shape every step), and the first trace is kept.
+                result.notes[-1] = note.replace(
+                    f"; captured again with --max-iterations {longer}",
+                    f"; run again without the profiler, the script ended on its own after {ended} "
+                    "iterations: the loads are its steady state, and the first capture is kept")
+            else:
+                for first in (sqlite_tmp, tmp_base.with_name(tmp_base.name + ".nsys-rep"), code_file):
+                    with contextlib.suppress(OSError):
+                        first.unlink()   # nsys does not overwrite a report; the exit file is re-read
+                nsys_cmd, app, sqlite_tmp, cut = profiled_run("[again] nsys profile")
         if cut:
             result.notes.append(f"the profiled run was {cut} (--max-iterations)")
         if calibrate and calibrate_runs == 1 and len(texts) == 1 and not result.interrupted:
@@ -864,6 +875,23 @@ def _trial_step(sqlite: Path, step_range: Optional[str],
 
 # A run cut while it still compiled is captured again with this many times its iterations (once)
 WARM_UP_LONGER = 4
+
+
+def script_iterations(texts: Sequence[str], step_range: Optional[str], cut: int) -> Optional[int]:
+    """How many iterations of ``step_range`` the calibration runs in ``texts`` ran, where none ran
+    more than ``cut`` (the script's own loop ended there, not a cut); else None."""
+    from profkit.run.iterations import range_starts
+    if not texts or not step_range:
+        return None
+    counts = []
+    for text in texts:
+        try:
+            data = json.loads(text)
+        except ValueError:
+            return None
+        runs = data.get("runs", [data]) if isinstance(data, dict) else []
+        counts += [len(range_starts(r, step_range)) for r in runs]
+    return max(counts) if counts and 0 < max(counts) <= cut else None
 
 
 def ended_in_warm_up(sqlite_path: Path) -> bool:

@@ -131,7 +131,8 @@ def run_lines(run: dict) -> list[str]:
         t = a.get("tried")
         tried = ("" if not t else
                  # a trial of another of its fixes: what it ran, and that fix's price
-                 f"tried: {t.get('note') or t['switch']} {trial_text(t)}, priced {t['model']:.2f}x; "
+                 f"tried: {(t.get('note') if t.get('applied') else None) or t['switch']} {trial_text(t)}, "
+                 f"priced {t['model']:.2f}x; "
                  if t.get("model") is not None else f"tried: {trial_text(t)}; ")
         # the other fixes the action offers, as their trials measured them (what it is ranked by)
         tried += "".join(f"{v['switch']} tried: {trial_text(v)}; " for v in a.get("tried_variants") or [])

@@ -33,6 +33,11 @@ Expected gain
     ratios instead of the peaks' (the shapes' calls and FLOPs weighing them as PK302's do), and
     the action says "replacement timed at the program's shapes"; without them (a capture before
     this timing, or a plain nsys trace), "estimated: no replacement timed at capture".
+    A solver's own kernels (cuSOLVER's factorisation panels, triangular solves: ``SOLVER_RE``)
+    are kept as they are: dependent short steps, not bytes (``fp64_solver_ns``). A GP's float64
+    Cholesky fit on an H100 (w_gp_cholesky_train.py) was priced 2.58x at first sight, 1.19x
+    without TF32, with them halved; float32 measured 1.02x by hand, and its fp32+tf32 trial 1.02x
+    (the float64 GEMMs there run on the FP64 tensor cores, at the CUDA cores' float32 rate).
     An MLP of 6 x 1024 on 16,384 points a step, float64 on an H100, 14.5 ms: float32 with TF32
     measured 4.48x, float32 alone 1.24x, with bf16 4.76x (w_fp64_surrogate_train.py).
 Trial
@@ -49,6 +54,8 @@ from __future__ import annotations
 
 import numpy as np
 
+import re
+
 from profkit.judge.dtypes import kernel_dtype
 from profkit.judge.rules.base import (ESTIMATED, GEMM_KERNEL_RE, Finding, Param, RuleContext, RuleMeta, Scope,
                                       Table, TrialOf, matches, timed_text)
@@ -56,6 +63,11 @@ from profkit.judge.rules.pk302_fp32_gemm import RULE as PK302
 from profkit.judge.rules.pk302_fp32_gemm import cast_cpu_ns
 from profkit.model import Rung
 from profkit.run.step.transform import add_cpu, scale_ops
+
+# cuSOLVER's and cuBLAS's factorisation and triangular-solve kernels (``getrf_wo_pivot``,
+# ``trsm_left_kernel``, ``trsv_lt_exec``, potrf/geqrf/syevd/gesvd helpers, MAGMA's ``magma_``)
+SOLVER_RE = re.compile(r"getrf|potrf|potrs|getrs|trsm|trsv|trtri|geqrf|orgqr|ormqr|syevd|heevd|gesvd|"
+                       r"lauum|cusolver|magma_", re.I)
 
 RULE = RuleMeta(
     code="PK306", name="fp64-compute",
@@ -78,8 +90,13 @@ def detect(ctx: RuleContext) -> list[Finding]:
     if not fp64:
         return []
     is_gemm = matches(names.loc[fp64], GEMM_KERNEL_RE)
+    is_solver = matches(names.loc[fp64], SOLVER_RE)
     gemm = [n for n, g in zip(fp64, is_gemm) if g]
-    other = [n for n, g in zip(fp64, is_gemm) if not g]
+    # A factorisation's panel steps and triangular solves wait on their own short dependent
+    # updates, not on their bytes: float32 does not halve them (a GP's float64 Cholesky, 8.7 ms of
+    # such kernels an iteration on an H100: priced at half, float32 measured 1.02x end to end)
+    solver = [n for n, g, v in zip(fp64, is_gemm, is_solver) if v and not g]
+    other = [n for n, g, v in zip(fp64, is_gemm, is_solver) if not g and not v]
     total = float(k.loc[fp64, "total_ns"].sum())
     if total < RULE.param("min_gpu_share") * float(k["total_ns"].sum()):
         return []
@@ -100,8 +117,10 @@ def detect(ctx: RuleContext) -> list[Finding]:
     gemm_ops = ctx.graph_ops(ctx.acts_named(gemm)) if gemm else np.empty(0, np.int64)
     other_ops = ctx.graph_ops(ctx.acts_named(other)) if other else np.empty(0, np.int64)
     gemm_ns = float(k.loc[gemm, "total_ns"].sum()) if gemm else 0.0
-    other_ns = total - gemm_ns
+    solver_ns = float(k.loc[solver, "total_ns"].sum()) if solver else 0.0
+    other_ns = total - gemm_ns - solver_ns
     ev = {"fp64_gemm_ns": int(gemm_ns), "fp64_other_ns": int(other_ns), "kernels": len(fp64),
+          **({"fp64_solver_ns": int(solver_ns)} if solver else {}),
           "priced_from": "estimate" if said == ESTIMATED else "timed"}
     if said != ESTIMATED:
         ev.update({f"{k}_timed_gain": round(v, 3) for k, v in timed.items() if v is not None})
@@ -114,7 +133,9 @@ def detect(ctx: RuleContext) -> list[Finding]:
         return apply
 
     what = (f"float64 GEMMs {ctx.per_iteration(gemm_ns)} / {tf32_gain:.1f} ({ratio}), "
-            f"the other float64 kernels {ctx.per_iteration(other_ns)} / {bytes_gain:.0f}")
+            f"the other float64 kernels {ctx.per_iteration(other_ns)} / {bytes_gain:.0f}"
+            + (f", the solvers' own kernels (factorisation panels, triangular solves) "
+               f"{ctx.per_iteration(solver_ns)} kept" if solver else ""))
     g, basis = ctx.price(edit(tf32_gain), what, cap=max(tf32_gain, bytes_gain))
     f32, _ = ctx.price(edit(fp32_gain), "", cap=max(fp32_gain, bytes_gain), slower=True)
     bf, _ = ctx.price(edit(bf16_gain, cast=True), "", cap=max(bf16_gain, bytes_gain), slower=True)

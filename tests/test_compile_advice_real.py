@@ -191,13 +191,14 @@ def test_composed_rmsnorm_swap_prediction_within_25_percent_of_pooled_captures()
 
 
 def test_compiling_the_model_leaves_the_optimizer_step_eager():
-    # llrd_param_groups_finetune (H100): AdamW over 151 parameter groups spends ~25 ms of Python an
-    # iteration in optimizer.step(); torch.compile(model, mode="reduce-overhead") does not capture
-    # it. Its own trial measured 1.91x; with the optimizer graphed too the price was 3.71x.
+    # llrd_param_groups_finetune (H100): AdamW over 151 parameter groups spends ~26 ms of Python an
+    # iteration (at its calibrated CPU speed) in optimizer.step(), which torch.compile(model,
+    # mode="reduce-overhead") does not capture. Its own trial measured 1.91x; with the optimizer
+    # graphed too the price was 3.71x.
     prof, f = _finding("traces/corpus/llrd_param_groups_finetune.sqlite.xz", "PK103")
     ev = f.evidence
-    assert ev["optimizer_host_ms_per_iteration"] == pytest.approx(24.6, abs=0.2)
+    assert ev["optimizer_host_ms_per_iteration"] == pytest.approx(25.9, abs=0.2)
     assert ev["compile_speedup"] == pytest.approx(2.32, abs=0.01)
     # the whole step graphed by hand (capturable optimizer) keeps the optimizer in the graph
     assert ev["cuda_graph_speedup"] > ev["compile_speedup"] + 0.4
-    assert "torch.compile(model) leaves the optimizer step eager, its 24.6 ms of host time" in f.action
+    assert "torch.compile(model) leaves the optimizer step eager, its 25.9 ms of host time" in f.action

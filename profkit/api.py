@@ -89,6 +89,13 @@ class Profile:
                        "iteration is undercounted; capture again with torch.cuda.synchronize() before "
                        "the program ends, or more iterations" if w.lost_kept else
                        "the window ends before them"))
+        meta = self.full_trace.meta or {}
+        if str(meta.get("interrupted") or "0") not in ("0", ""):
+            # profkit capture's profiled run stopped by Ctrl-C (or its time limit): the script
+            # did not end, and the trace is what ran until then
+            self.warn("this capture was interrupted before the script ended: the trace holds what ran "
+                      "until then, and its last iterations may be partial; capture again to judge the "
+                      "program's steady state")
         self.notes: list[str] = []
         self._run: Optional[RunSummary] = None
         self._findings: list = []

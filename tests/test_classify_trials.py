@@ -318,3 +318,20 @@ def test_a_trial_that_left_part_of_the_program_out_ranks_nothing_below_its_price
     text = " ".join(classify(path).stdout.split())
     assert ("tried: torch.compile (mode reduce-overhead) of module Sequential (1.9M params); " + left
             + " 0.77x (2 runs, 0.76-0.85x; 6 s of warm-up), priced 3.79x;") in text
+
+
+def test_an_interrupted_capture_is_said_to_be_one(tmp_path):
+    # profkit capture records a profiled run stopped by Ctrl-C (or a time limit) in PROFKIT_META
+    path = tmp_path / "cut.sqlite"
+    with lzma.open(ROOT / "traces" / "corpus" / "kmeans_lloyd_loop.sqlite.xz") as src, open(path, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    con = sqlite3.connect(path)
+    with con:
+        con.execute("UPDATE PROFKIT_META SET value = '1' WHERE key = 'interrupted'")
+    con.close()
+    res = classify(path, "--top", "1")
+    assert res.exit_code == 0
+    assert ("profkit: warning: this capture was interrupted before the script ended: the trace holds what "
+            "ran until then") in res.stderr
+    assert "interrupted" not in classify(ROOT / "traces" / "corpus" / "kmeans_lloyd_loop.sqlite.xz",
+                                         "--top", "1").stderr

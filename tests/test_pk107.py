@@ -359,13 +359,18 @@ def test_quiet_on_the_committed_layer_stacks_and_loops(trace):
     # layers call for a graph of the step instead (PK103's price; the graph measured 5.12x).
     # Forty tiny task heads called one after another on the same features (a loop over modules of
     # one shape): it fires at 2.87x, the heads stacked into one batched head measured 4.46x.
+    # A normalizing flow's exact divergence, 32 backward passes an Euler step each its own
+    # autograd.grad call (every copy launched from the program's thread and autograd's engine):
+    # GEMM-heavy as layers are, yet each copy is a backward call of its own; it fires at 1.82x,
+    # one is_grads_batched call measured 2.93x.
     fired = "PK107" in {f.code for f in shared.profile(trace).findings()}
     assert fired == trace.name.startswith(LOOPS_OVER_SAMPLES)
 
 
 LOOPS_OVER_SAMPLES = ("detection_postproc_infer.", "moe_routing_train.", "per_sample_loss_train.",
                       "rl_rollout_train.", "ensemble_loop_train.", "gpu_augment_loop_train.",
-                      "lamb_python_optim_train.", "pinn_burgers_train.", "multitask_heads_train.")
+                      "lamb_python_optim_train.", "pinn_burgers_train.", "multitask_heads_train.",
+                      "cnf_exact_divergence_train.")
 
 
 def test_the_loops_it_leaves_are_found_and_judged_by_the_stated_criteria():
@@ -383,3 +388,18 @@ def test_the_loops_it_leaves_are_found_and_judged_by_the_stated_criteria():
             assert lp.grid.max() >= prof.full_trace.primary_gpu().sm_count  # but not small
             assert pk107.matrix_share(lp, dur) >= pk107.RULE.param("max_matrix_share")
             assert not pk107.qualifies(lp, prof.full_trace.primary_gpu().sm_count, dur)
+
+
+def test_backward_passes_called_one_at_a_time_are_spoken_for():
+    # cnf_exact_divergence_train (H100): each Euler step's divergence is 32 autograd.grad calls,
+    # one basis vector each; the unit is GEMM-heavy (it would lean to layers) but every copy is
+    # launched from the program's thread and autograd's engine: its own backward call
+    prof = shared.corpus("cnf_exact_divergence_train")
+    f = {x.code: x for x in prof.findings()}["PK107"]
+    assert f.evidence["own_backward_calls"] is True and f.evidence["copies"] == 31
+    assert "is_grads_batched=True" in f.action and "Hessian-vector iterations" in f.action
+    assert f.expected_end_to_end_speedup == pytest.approx(1.82, abs=0.01)   # measured 2.93x
+    # a layer stack's copies come from one thread each: BERT at batch 1 stays PK103's
+    from profkit.judge.rules.base import RuleContext
+    bert = shared.corpus("bert_b1_infer")
+    assert not any(lp.own_calls for lp in pk107.loops(RuleContext(bert, bert.run())))

@@ -38,6 +38,12 @@ Expected gain
     Cholesky fit on an H100 (w_gp_cholesky_train.py) was priced 2.58x at first sight, 1.19x
     without TF32, with them halved; float32 measured 1.02x by hand, and its fp32+tf32 trial 1.02x
     (the float64 GEMMs there run on the FP64 tensor cores, at the CUDA cores' float32 rate).
+    A GEMM a solver launches inside its routine (the kernel before or after it on its stream a
+    solver's own: a blocked trsm's or potrf's trailing updates) is cuBLAS's or cuSOLVER's, which
+    neither TF32 nor autocast reaches: it is priced at the float32 / FP64 peak ratio
+    (``fp64_solver_gemm_ns``; about 1 on an H100). The GP's TF32 price fell to 1.47x with both;
+    its fp32+tf32 trial measured 1.02x, which the PyTorch matmuls that remain (its Cholesky
+    backward's two 4096^3 products, 4.3 ms an iteration) do not explain: not resolved.
     An MLP of 6 x 1024 on 16,384 points a step, float64 on an H100, 14.5 ms: float32 with TF32
     measured 4.48x, float32 alone 1.24x, with bf16 4.76x (w_fp64_surrogate_train.py).
 Trial
@@ -68,6 +74,19 @@ from profkit.run.step.transform import add_cpu, scale_ops
 # ``trsm_left_kernel``, ``trsv_lt_exec``, potrf/geqrf/syevd/gesvd helpers, MAGMA's ``magma_``)
 SOLVER_RE = re.compile(r"getrf|potrf|potrs|getrs|trsm|trsv|trtri|geqrf|orgqr|ormqr|syevd|heevd|gesvd|"
                        r"lauum|cusolver|magma_", re.I)
+
+def solver_gemms(g, ops: np.ndarray) -> np.ndarray:
+    """Per operation of ``ops`` (the step graph's GEMM kernels): whether the kernel before it or
+    after it on its stream is a solver's own (SOLVER_RE): a GEMM inside a solver's routine."""
+    is_solver = np.array([bool(SOLVER_RE.search(str(n))) for n in g.op_names] + [False], dtype=bool)
+    solver_op = is_solver[g.g_name]
+    prev = g.g_prev[ops]
+    nxt = ops + 1
+    ok = nxt < len(g.g_name)
+    nxt = np.where(ok, nxt, 0)
+    after = ok & (g.g_stream[nxt] == g.g_stream[ops]) & solver_op[nxt]
+    return ((prev >= 0) & solver_op[np.maximum(prev, 0)]) | after
+
 
 RULE = RuleMeta(
     code="PK306", name="fp64-compute",
@@ -102,7 +121,7 @@ def detect(ctx: RuleContext) -> list[Finding]:
         return []
     fp32 = peaks.get("fp32", peaks["tf32"])
     tf32_gain = max(1.0, peaks["tf32"] / peaks["fp64"])
-    fp32_gain = max(1.0, fp32 / peaks["fp64"])
+    fp32_gain = peak_fp32_gain = max(1.0, fp32 / peaks["fp64"])
     bf16_gain = max(tf32_gain, PK302.param("bf16_share") * peaks.get("bf16", peaks["tf32"]) / peaks["fp64"])
     timed = {kind: ctx.replacements.gemm_gain(f"gemm_fp64_{kind}") for kind in ("fp32", "tf32", "bf16")}
     said, ratio = ESTIMATED, "TF32 / FP64 peak"
@@ -115,12 +134,25 @@ def detect(ctx: RuleContext) -> list[Finding]:
         ratio = "TF32 / float64 timed"
     bytes_gain = RULE.param("bytes_gain")
     gemm_ops = ctx.graph_ops(ctx.acts_named(gemm)) if gemm else np.empty(0, np.int64)
+    # A GEMM a solver runs inside its routine (a blocked triangular solve's or factorisation's
+    # trailing updates, between its own kernels on the stream) is cuBLAS's or cuSOLVER's, not a
+    # PyTorch matmul: TF32 and autocast do not reach it, and float32 runs it at the float32 rate
+    # (an exact GP's Cholesky backward: 4.3 ms an iteration of PyTorch matmuls, 3.1 ms of GEMMs
+    # between cuBLAS's trsm kernels)
+    inner = solver_gemms(ctx.model.graph, gemm_ops) if ctx.model is not None and len(gemm_ops) else \
+        np.zeros(len(gemm_ops), dtype=bool)
+    gemm_ops, inner_ops = gemm_ops[~inner], gemm_ops[inner]
     other_ops = ctx.graph_ops(ctx.acts_named(other)) if other else np.empty(0, np.int64)
     gemm_ns = float(k.loc[gemm, "total_ns"].sum()) if gemm else 0.0
     solver_ns = float(k.loc[solver, "total_ns"].sum()) if solver else 0.0
     other_ns = total - gemm_ns - solver_ns
+    # (the graph's durations: its modelled iterations, scaled to the window's as the rest are)
+    inner_ns = gemm_ns * float(ctx.model.graph.g_dur[inner_ops].sum()) / max(
+        float(ctx.model.graph.g_dur[np.r_[gemm_ops, inner_ops]].sum()), 1.0) if len(inner_ops) else 0.0
+    gemm_ns -= inner_ns
     ev = {"fp64_gemm_ns": int(gemm_ns), "fp64_other_ns": int(other_ns), "kernels": len(fp64),
           **({"fp64_solver_ns": int(solver_ns)} if solver else {}),
+          **({"fp64_solver_gemm_ns": int(inner_ns)} if len(inner_ops) else {}),
           "priced_from": "estimate" if said == ESTIMATED else "timed"}
     if said != ESTIMATED:
         ev.update({f"{k}_timed_gain": round(v, 3) for k, v in timed.items() if v is not None})
@@ -128,6 +160,8 @@ def detect(ctx: RuleContext) -> list[Finding]:
     def edit(gain: float, cast: bool = False):
         def apply(gr):
             gr = scale_ops(scale_ops(gr, gemm_ops, gain), other_ops, bytes_gain)
+            if len(inner_ops):
+                gr = scale_ops(gr, inner_ops, peak_fp32_gain)
             # bf16 autocast adds the casts of each GEMM's operands on the CPU (PK302's price)
             return add_cpu(gr, gemm_ops, cast_cpu_ns(ctx)) if cast else gr
         return apply
@@ -135,7 +169,9 @@ def detect(ctx: RuleContext) -> list[Finding]:
     what = (f"float64 GEMMs {ctx.per_iteration(gemm_ns)} / {tf32_gain:.1f} ({ratio}), "
             f"the other float64 kernels {ctx.per_iteration(other_ns)} / {bytes_gain:.0f}"
             + (f", the solvers' own kernels (factorisation panels, triangular solves) "
-               f"{ctx.per_iteration(solver_ns)} kept" if solver else ""))
+               f"{ctx.per_iteration(solver_ns)} kept" if solver else "")
+            + (f", the GEMMs inside the solvers' routines {ctx.per_iteration(inner_ns)} / "
+               f"{peak_fp32_gain:.1f} (float32 / FP64 peak: TF32 does not reach them)" if len(inner_ops) else ""))
     g, basis = ctx.price(edit(tf32_gain), what, cap=max(tf32_gain, bytes_gain))
     f32, _ = ctx.price(edit(fp32_gain), "", cap=max(fp32_gain, bytes_gain), slower=True)
     bf, _ = ctx.price(edit(bf16_gain, cast=True), "", cap=max(bf16_gain, bytes_gain), slower=True)

@@ -335,3 +335,29 @@ def test_an_interrupted_capture_is_said_to_be_one(tmp_path):
             "ran until then") in res.stderr
     assert "interrupted" not in classify(ROOT / "traces" / "corpus" / "kmeans_lloyd_loop.sqlite.xz",
                                          "--top", "1").stderr
+
+
+def test_a_gpu_paced_step_with_syncs_is_offered_the_fusion_and_a_measured_gain_is_an_action():
+    # gp_cholesky_train (H100): GPU-paced, a status check per Cholesky (syncs: no whole-step
+    # graph). PK103 offers torch.compile's fusion (1.25x) rather than "remove the syncs first";
+    # its compile_graphs trial measured 1.17x, and the float64 action's own trial 1.02x ranks
+    # it below
+    run_ = json.loads(classify(ROOT / "traces" / "corpus" / "gp_cholesky_train.sqlite.xz",
+                               "--format", "json", "--top", "1").stdout)["run"]
+    top = run_["actions"][0]
+    assert top["code"] == "PK103" and top["action"].startswith("torch.compile the model: Inductor fuses")
+    assert top["expected_end_to_end_speedup"] == pytest.approx(1.25, abs=0.01)
+    assert [v["switch"] for v in top["tried_variants"]] == ["compile_graphs"]
+    assert run_["actions"][1]["code"] == "PK306" and run_["actions"][1]["tried"]["speedup"] == 1.017
+
+
+def test_a_finding_priced_under_the_bar_is_an_action_where_its_trial_measured_a_gain():
+    from profkit.judge.ranking import _measured_gain
+    from profkit.run.trials import TrialResult
+    def trial(speedup, lo, hi):
+        return TrialResult("compile", True, "", None, 1, speedup, lo, hi, None, None, None)
+    assert _measured_gain(trial(1.17, 1.17, 1.18), None)
+    assert not _measured_gain(trial(1.01, 1.0, 1.02), None)
+    # a run-by-run range reaching a loss is no gain to list; another fix's trial can be one
+    assert not _measured_gain(trial(1.05, 0.97, 1.12), None)
+    assert _measured_gain(None, [trial(1.3, 1.2, 1.4)])

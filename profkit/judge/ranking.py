@@ -20,7 +20,9 @@ def ranked_actions(findings: list, ops: Optional[pd.DataFrame] = None,
 
     ``tried``: per finding code, the trial that measured its price (``profkit capture --try``,
     profkit.run.trials.TrialResult): the action carries it as ``tried``, and is ranked by the
-    measured gain where the trial applied and timed one, by the model's price otherwise. An
+    measured gain where the trial applied and timed one, by the model's price otherwise (a
+    finding priced under MIN_ACTION_GAIN is listed all the same where its trial measured a gain:
+    _measured_gain). An
     action that offers a second fix no trial switches on (``untried_alternative_speedup`` in its
     evidence: PK103's CUDA graphs by hand beside its compiled number) is ranked by the better of
     the measured gain and that fix's price: the trial measured one of its two fixes. A trial that
@@ -37,10 +39,10 @@ def ranked_actions(findings: list, ops: Optional[pd.DataFrame] = None,
     variants = variants or {}
     actions = []
     for f in findings:
-        if f.expected_end_to_end_speedup < MIN_ACTION_GAIN:
+        t = tried.get(f.code)
+        if f.expected_end_to_end_speedup < MIN_ACTION_GAIN and not _measured_gain(t, variants.get(f.code)):
             continue
         a = f.as_action()
-        t = tried.get(f.code)
         if t is not None:
             # (as_dict keeps why a trial never ran: else it would read as "not applied")
             a["tried"] = t.as_dict()
@@ -76,3 +78,14 @@ def ranked_actions(findings: list, ops: Optional[pd.DataFrame] = None,
     for a in out:
         a.pop("_rank_gain", None)
     return out
+
+
+def _measured_gain(trial, variants) -> bool:
+    """Whether a finding priced under MIN_ACTION_GAIN is an action all the same: its trial (or a
+    trial of another fix it offers) measured a gain of at least MIN_ACTION_GAIN, every run of it
+    (its range's low end) a gain. The model missed a gain the program showed (a float64 GP's
+    CUDA graph, priced 1.00x, its compile_graphs trial 1.17x): the action is listed, ranked by it."""
+    for t in ([trial] if trial is not None else []) + list(variants or []):
+        if t.measured and float(t.speedup) >= MIN_ACTION_GAIN and (t.lo is None or float(t.lo) > 1.0):
+            return True
+    return False

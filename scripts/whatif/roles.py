@@ -369,6 +369,16 @@ FIX_RULES = {
     # mapped to its TF32 price when the program was scored at first sight
     ("gp_cholesky_train", "fp32"): ("PK306", "fp32_speedup"),
     ("gp_cholesky_train", "cholesky_ex"): ("PK101", None),
+    # written before their captures (set s): the FNO's TF32 PK302's, its bf16 autocast PK305's for the
+    # convolutions (PK302's where none is priced), torch.compile PK103's fusion. The TorchScript
+    # encoder's CUDA graph PK103's graph, torch.compile instead of the script PK103's fusion, eager
+    # (the script dropped) no rule's
+    ("fno_spectral_train", "tf32"): ("PK302", None),
+    ("fno_spectral_train", "bf16"): ("PK305", None),
+    ("fno_spectral_train", "compile"): ("PK103", "fusion_speedup"),
+    ("torchscript_mlp_infer", "graph"): ("PK103", "cuda_graph_speedup"),
+    ("torchscript_mlp_infer", "compile"): ("PK103", "fusion_speedup"),
+    ("torchscript_mlp_infer", "eager"): (None, None),
     ("grad_checkpoint_train", "no_checkpointing"): ("PK204", None), ("grad_checkpoint_train", "fused_adamw"): ("PK201", None),
     ("cpu_tokenize_infer", "encode_batch"): (None, None), ("cpu_tokenize_infer", "workers"): ("PK102", None),
     ("cpu_tokenize_infer", "pretokenized"): ("PK102", None),

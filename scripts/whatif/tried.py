@@ -127,6 +127,9 @@ SWITCH_OF: dict[tuple[str, str], str] = {
     ("multitask_heads_train", "compile"): "compile",
     ("multitask_heads_train", "fused_adamw"): _FUSED,
     ("gp_cholesky_train", "fp32"): "fp32",
+    ("fno_spectral_train", "tf32"): "tf32",
+    ("fno_spectral_train", "bf16"): "bf16",
+    ("fno_spectral_train", "compile"): "compile",
 }
 
 

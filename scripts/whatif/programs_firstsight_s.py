@@ -1,14 +1,7 @@
-"""Registry entries of what-if corpus programs of two kinds the corpus lacked, to be scored at
-first sight (``fno_spectral_train``: a Fourier neural operator, cuFFT transforms and complex64
-contractions over the retained modes; ``torchscript_mlp_infer``: a gated-MLP encoder served
-through ``torch.jit.script`` and its legacy fuser), in the format of ``PROGRAMS`` in
-scripts/whatif/registry.py.
-
-pays: True (expected > 1.05x), False (expected < 1.05x), None (not sure). The expectations were
-written with the programs, before any run of them on a GPU: iteration times are estimates from
-their FLOPs, bytes, launch counts and waits, not measurements.
-
-Imports only what the registry's programs share (builders.py).
+"""First-sight set S: a Fourier neural operator (``fno_spectral_train``: cuFFT transforms and
+complex64 contractions over the retained modes) and a gated-MLP encoder served through
+``torch.jit.script`` and its legacy fuser (``torchscript_mlp_infer``). Entries as in set A
+(programs_firstsight_a.py): ``pays`` and ``expect`` written with the programs, before any run.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The first-sight what-if programs of set S (scripts/whatif/programs_firstsight_s.py) on the
 CPU: each program's own loop and one --interleave run on its --small model, what each fix must
 keep (the FNO's spectral layer against a float64 reference of its retained modes; the scripted
-encoder's output the eager one's, and compiled), and the registry's entries checked against the
+encoder's output the eager one's; the QAT model's fake-quantized layers, fused or frozen), and the registry's entries checked against the
 programs they name."""
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ from whatif.programs_firstsight_s import PROGRAMS  # noqa: E402
 
 # (script, the variants interleaved)
 CASES = [("w_fno_spectral_train", "baseline,tf32,bf16"),
-         ("w_torchscript_mlp_infer", "baseline,eager")]
+         ("w_torchscript_mlp_infer", "baseline,eager"),
+         ("w_qat_fakequant_train", "baseline,fused_modules,freeze_observers")]
 
 
 @pytest.mark.parametrize("script,variants", CASES, ids=[c[0] for c in CASES])
@@ -81,6 +82,39 @@ def test_the_scripted_encoder_is_the_eager_one(one_thread):
     gate = h @ block.gate.weight.T + block.gate.bias
     ref = x + (gate * torch.sigmoid(gate) * (h @ block.up.weight.T + block.up.bias)) @ block.down.weight.T + block.down.bias
     assert torch.allclose(block(x), ref, rtol=1e-12)
+
+
+def test_qat_fixes_change_where_the_fake_quantize_sits_not_the_model(one_thread):
+    torch = one_thread
+    import torch.ao.quantization as tq
+    mod = importlib.import_module("w_qat_fakequant_train")
+
+    def fake_quants(model):
+        return [n for n, m in model.named_modules() if isinstance(m, tq.FakeQuantizeBase)]
+    torch.manual_seed(0)
+    plain = mod.Net((4, 8), 5).train()
+    fused = mod.Net((4, 8), 5).train()
+    fused.load_state_dict(plain.state_dict())
+    fused.fuse()
+    for m in (plain, fused):
+        m.qconfig = tq.get_default_qat_qconfig("x86")
+    plain, fused = tq.prepare_qat(plain), tq.prepare_qat(fused)
+    # fused: one module a layer, its weights and its output fake-quantized (after the ReLU)
+    assert type(fused.features[0]).__name__ == "ConvBnReLU2d"
+    assert len(fake_quants(fused)) < len(fake_quants(plain))
+    x = torch.randn(2, 3, 8, 8)
+    # the same float model under both: their outputs close (quantized to 8 bits, BN folded)
+    a, b = plain(x), fused(x)
+    assert torch.allclose(a, b, atol=0.05 * a.abs().max().item())
+    # frozen observers keep their scales: a batch of another range leaves them as they were
+    plain.apply(tq.disable_observer)
+    scales = [m.scale.clone() for m in plain.modules() if isinstance(m, tq.FakeQuantizeBase)]
+    plain(10 * x)
+    assert all(torch.equal(s, m.scale) for s, m in
+               zip(scales, [m for m in plain.modules() if isinstance(m, tq.FakeQuantizeBase)]))
+    for fixes in (set(), {"fused_modules"}, {"freeze_observers"}):
+        step = mod.build(small(), fixes, torch.device("cpu"))
+        assert torch.isfinite(step())
 
 
 def test_registry_names_each_program_and_only_its_fixes():

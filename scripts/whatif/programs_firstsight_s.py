@@ -1,6 +1,8 @@
 """First-sight set S: a Fourier neural operator (``fno_spectral_train``: cuFFT transforms and
-complex64 contractions over the retained modes) and a gated-MLP encoder served through
-``torch.jit.script`` and its legacy fuser (``torchscript_mlp_infer``). Entries as in set A
+complex64 contractions over the retained modes), a gated-MLP encoder served through
+``torch.jit.script`` and its legacy fuser (``torchscript_mlp_infer``) and a CNN trained with eager
+quantization-aware training (``qat_fakequant_train``: fake-quantize after every layer, observers
+on). Entries as in set A
 (programs_firstsight_a.py): ``pays`` and ``expect`` written with the programs, before any run.
 """
 from __future__ import annotations
@@ -52,6 +54,28 @@ PROGRAMS: list[dict] = [
                        "interpreter, the fusion about NNC's. Expected 1.0-1.8x",
             "eager": "does not pay: eager dispatch costs about what the interpreter does, one kernel "
                      "more a block. Expected 0.9-1.05x",
+        },
+    },
+    {
+        "name": "qat_fakequant_train", "family": "quantization-aware training: fake-quantize after every "
+                                               "layer (eager QAT, observers on)",
+        "script": f"{W}/w_qat_fakequant_train.py", "args": [], "capture_args": ["--steps", "30"],
+        "step_range": "train_step", "kind": "training", "interleave": "all",
+        "fixes": {
+            "fused_modules": fix("fused_modules", None, "conv-BN-ReLU fused for QAT first"),
+            "freeze_observers": fix("freeze_observers", None, "observers disabled: no min/max a step"),
+            "compile": fix("compile", True, "torch.compile(model)", compiles=True),
+        },
+        "expect": {
+            "baseline": "about 80 GFLOP of TF32 convolutions forward (~0.8 ms forward and backward) and "
+                        "seven elementwise passes a layer over 300 MB of activations forward, twice that "
+                        "backward (~6-7 GB a step). Expected 4-6 ms a step, memory-bound",
+            "fused_modules": "unsure: one fake-quantize a layer fewer, but QAT's conv-BN folding adds "
+                             "its own rescaling passes. Expected 0.9-1.2x",
+            "freeze_observers": "unsure: the fused observe-and-fake-quantize kernel skips its min/max "
+                                "reduction, a third of its reads. Expected 1.0-1.15x",
+            "compile": "pays: BN, ReLU and the fake-quantize arithmetic fused where Inductor lowers them. "
+                       "Expected 1.1-1.8x",
         },
     },
 ]

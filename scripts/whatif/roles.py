@@ -379,6 +379,10 @@ FIX_RULES = {
     ("torchscript_mlp_infer", "graph"): ("PK103", "cuda_graph_speedup"),
     ("torchscript_mlp_infer", "compile"): ("PK103", "fusion_speedup"),
     ("torchscript_mlp_infer", "eager"): (None, None),
+    # (QAT: fusing the modules and freezing the observers no rule's; torch.compile PK103's fusion)
+    ("qat_fakequant_train", "fused_modules"): (None, None),
+    ("qat_fakequant_train", "freeze_observers"): (None, None),
+    ("qat_fakequant_train", "compile"): ("PK103", "fusion_speedup"),
     ("grad_checkpoint_train", "no_checkpointing"): ("PK204", None), ("grad_checkpoint_train", "fused_adamw"): ("PK201", None),
     ("cpu_tokenize_infer", "encode_batch"): (None, None), ("cpu_tokenize_infer", "workers"): ("PK102", None),
     ("cpu_tokenize_infer", "pretokenized"): ("PK102", None),

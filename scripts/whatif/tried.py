@@ -130,6 +130,7 @@ SWITCH_OF: dict[tuple[str, str], str] = {
     ("fno_spectral_train", "tf32"): "tf32",
     ("fno_spectral_train", "bf16"): "bf16",
     ("fno_spectral_train", "compile"): "compile",
+    ("qat_fakequant_train", "compile"): "compile",
 }
 
 

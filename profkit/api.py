@@ -89,8 +89,7 @@ class Profile:
                        "iteration is undercounted; capture again with torch.cuda.synchronize() before "
                        "the program ends, or more iterations" if w.lost_kept else
                        "the window ends before them"))
-        meta = self.full_trace.meta or {}
-        if str(meta.get("interrupted") or "0") not in ("0", ""):
+        if (self.full_trace.meta or {}).get("interrupted") not in (None, "", "0"):
             # profkit capture's profiled run stopped by Ctrl-C (or its time limit): the script
             # did not end, and the trace is what ran until then
             self.warn("this capture was interrupted before the script ended: the trace holds what ran "

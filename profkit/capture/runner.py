@@ -881,17 +881,12 @@ def script_iterations(texts: Sequence[str], step_range: Optional[str], cut: int)
     """How many iterations of ``step_range`` the calibration runs in ``texts`` ran, where none ran
     more than ``cut`` (the script's own loop ended there, not a cut); else None."""
     from profkit.run.iterations import range_starts
-    if not texts or not step_range:
+    from profkit.run.step.calibrate import calibration_runs
+    runs = [calibration_runs(text) for text in texts]
+    if not step_range or not runs or not all(runs):   # a run that wrote no record says nothing
         return None
-    counts = []
-    for text in texts:
-        try:
-            data = json.loads(text)
-        except ValueError:
-            return None
-        runs = data.get("runs", [data]) if isinstance(data, dict) else []
-        counts += [len(range_starts(r, step_range)) for r in runs]
-    return max(counts) if counts and 0 < max(counts) <= cut else None
+    counts = [len(range_starts(r, step_range)) for rs in runs for r in rs]
+    return max(counts) if 0 < max(counts) <= cut else None
 
 
 def ended_in_warm_up(sqlite_path: Path) -> bool:

@@ -158,17 +158,13 @@ def alternated_gain(run: dict) -> Optional[dict]:
     "warm_up_s", "work"} from its blocks (see the module docstring; ``work``: the nested ranges an
     iteration of its steady blocks on and off opened, where the run counted them), or None where it
     has none, or too few blocks past the warm-up to pair (one on, one off)."""
-    alt = run.get("alternation")
-    if not isinstance(alt, dict):
+    got = _blocks(run)
+    if got is None:
         return None
+    blocks, warm = got
     inner = run.get("inner") or []
-    per, at = [], 0   # per block: (on, ns an iteration, its iterations, their nested ranges)
-    for b in alt.get("blocks") or []:
-        n = int(b.get("iterations") or 0)
-        if n and b.get("ns") is not None:
-            per.append((bool(b["on"]), b["ns"] / n, n, inner[at:at + n]))
-        at += n
-    warm = int(alt.get("warm_blocks", 2))
+    # per timed block: (on, ns an iteration, its iterations, their nested ranges)
+    per = [(on, ns / n, n, inner[at:at + n]) for on, ns, n, at in blocks if n and ns is not None]
     steady, first = per[warm:], per[:warm]
     ratios = []
     for i, (on, t, _, _) in enumerate(steady):
@@ -236,18 +232,30 @@ def unchanged_blocks(data: dict) -> list[list[int]]:
         if not t.get("applied") or t.get("error"):
             continue
         for r in t.get("runs", []):
-            alt = r.get("alternation")
-            if r.get("exit_code") or not isinstance(alt, dict):
+            got = None if r.get("exit_code") else _blocks(r)
+            if got is None:
                 continue
-            periods, at, off = r.get("iteration_ns") or [], 0, []
-            for i, b in enumerate(alt.get("blocks") or []):
-                n = int(b.get("iterations") or 0)
-                if i >= int(alt.get("warm_blocks", 2)) and not b.get("on"):
-                    off += [p for p in periods[at:at + n] if p and p > 0]
-                at += n
+            blocks, warm = got
+            periods = r.get("iteration_ns") or []
+            off = [p for i, (on, _, n, at) in enumerate(blocks) if i >= warm and not on
+                   for p in periods[at:at + n] if p and p > 0]
             if off:
                 out.append(off)
     return out
+
+
+def _blocks(run: dict) -> Optional[tuple[list[tuple[bool, Optional[int], int, int]], int]]:
+    """An alternated run's blocks as (on, ns, iterations, index of its first iteration in the run),
+    in order, and how many of them are warm-up; None where the run did not alternate."""
+    alt = run.get("alternation")
+    if not isinstance(alt, dict):
+        return None
+    out, at = [], 0
+    for b in alt.get("blocks") or []:
+        n = int(b.get("iterations") or 0)
+        out.append((bool(b.get("on")), b.get("ns"), n, at))
+        at += n
+    return out, int(alt.get("warm_blocks", 2))
 
 
 def summarize(meta_text: Optional[str]) -> list[TrialResult]:

@@ -170,7 +170,7 @@ import numpy as np
 
 from profkit.model import Rung
 from profkit.judge.rules.base import Finding, Param, RuleContext, RuleMeta, Table, TrialOf, matches
-from profkit.judge.rules.pk201_unfused_optimizer import optimizer_step_kernel
+from profkit.judge.rules.pk201_unfused_optimizer import launch_stretch, optimizer_step_kernel
 from profkit.judge.rules.pk205_accumulation_micro_batches import RULE as PK205, accumulated
 from profkit.run.step.graph import CallKind, StepGraph
 from profkit.run.step.fusion import BN_STATS_RE, inductor_fusion
@@ -439,10 +439,8 @@ def _detect(ctx: RuleContext) -> list[Finding]:
             # default mode needs no graph (it breaks its graph at the blocking calls); a float64
             # GP with a status check per Cholesky was told to remove its syncs first, while its
             # reduce-overhead trial measured 1.17x
-            action = ("torch.compile the model: Inductor fuses each run of small kernels between the "
-                      "GEMM/attention/convolution kernels into one (the GPU sets this step's pace; it "
-                      f"holds {'; '.join(blockers)}, where torch.compile breaks its graph and CUDA graphs "
-                      "cannot capture the whole step)")
+            action = fusion_action(f"it holds {'; '.join(blockers)}, where torch.compile breaks its graph "
+                                   "and CUDA graphs cannot capture the whole step")
             ev.pop("switch_speedup", None)   # the number is the default mode's, which its trial measures
             return [Finding(RULE.code, RULE.name, action, Rung.TORCH_COMPILE, ev, fuse_gain, fuse_basis,
                             fuse_gain, switch="compile")]
@@ -459,9 +457,7 @@ def _detect(ctx: RuleContext) -> list[Finding]:
     if not host_paced:
         if accumulates and ev.get("fusion_speedup", 1.0) > max(graph_gain, 1.02):
             # GPU-paced and accumulating: the fusion pays most, and only the default mode runs
-            action = ("torch.compile the model (default mode): Inductor fuses each run of small kernels "
-                      "between the GEMM/attention/convolution kernels into one (the GPU sets this step's "
-                      f"pace; {no_trees})")
+            action = fusion_action(no_trees, default_mode=True)
             return [Finding(RULE.code, RULE.name, action, Rung.TORCH_COMPILE, ev, fuse_gain, fuse_basis,
                             fuse_gain, switch="compile")]
         if gain < 1.02:
@@ -469,8 +465,7 @@ def _detect(ctx: RuleContext) -> list[Finding]:
         if graph_gain < 1.02:
             # GPU-paced, and the graph takes nothing off: only the fusion can pay, and the default
             # mode's trial measures it (reduce-overhead's graphs would add nothing to it)
-            action = ("torch.compile the model: Inductor fuses each run of small kernels between the "
-                      "GEMM/attention/convolution kernels into one (the GPU sets this step's pace)")
+            action = fusion_action()
             return [Finding(RULE.code, RULE.name, action, Rung.TORCH_COMPILE, ev, gain, basis, gain,
                             switch="compile")]
         if ev.get("fusion_speedup", 1.0) > graph_gain:
@@ -478,14 +473,20 @@ def _detect(ctx: RuleContext) -> list[Finding]:
             # the compiled graphs' (reduce-overhead, what --try compile_graphs measures), the
             # default mode's fusion alone said beside it
             alone = f"; the default mode, fusion alone: {ev['fusion_speedup']:.2f}x" if basis is not graph_basis else ""
-            action = ("torch.compile the model: Inductor fuses each run of small kernels between the "
-                      "GEMM/attention/convolution kernels into one (the GPU sets this step's pace; "
-                      f"mode=\"reduce-overhead\" also captures CUDA graphs, the number below{alone})")
+            action = fusion_action(f"mode=\"reduce-overhead\" also captures CUDA graphs, the number below{alone}")
             return [Finding(RULE.code, RULE.name, action, Rung.TORCH_COMPILE, ev, gain, basis, gain)]
         # GPU-paced, but the graph takes more off than the fusion: the GPU's own gaps between
         # dependent kernels (each launch's latency, the tiny kernels' ramp) go, not the CPU's time
         action = action.replace("cut the CPU cost per kernel", "cut the GPU's gaps between its kernels")
     return [Finding(RULE.code, RULE.name, action, Rung.TORCH_COMPILE, ev, gain, basis, gain)]
+
+
+def fusion_action(more: str = "", default_mode: bool = False) -> str:
+    """The action where the GPU sets the step's pace and torch.compile's fusion pays, ``more`` said
+    inside its parenthesis."""
+    return (f"torch.compile the model{' (default mode)' if default_mode else ''}: Inductor fuses each run "
+            "of small kernels between the GEMM/attention/convolution kernels into one (the GPU sets "
+            f"this step's pace{'; ' + more if more else ''})")
 
 
 LONG_GAP_NS = 1_000_000.0  # CPU time between captured pieces longer than this is the program's own
@@ -504,19 +505,8 @@ def backward_kernels(ctx: RuleContext) -> int:
 def optimizer_calls(g: StepGraph) -> np.ndarray:
     """The calls of each iteration from the first launch of an optimizer step's kernels (foreach
     or fused Adam/AdamW/SGD: PK201's) to the last: the optimizer step, its Python between them."""
-    if not g.n_calls or not len(g.op_names):
-        return np.empty(0, dtype=np.int64)
     is_opt = np.array([optimizer_step_kernel(str(n)) for n in g.op_names] + [False], dtype=bool)
-    ops = np.flatnonzero(is_opt[g.g_name] & (g.g_kind == 0) & (g.g_call >= 0))
-    if not len(ops):
-        return np.empty(0, dtype=np.int64)
-    calls = np.unique(g.g_call[ops])
-    it = np.searchsorted(g.iter_call, calls, side="right") - 1
-    lo = np.full(len(g.iter_call), -1, dtype=np.int64)
-    hi = np.full(len(g.iter_call), -2, dtype=np.int64)
-    for i in np.unique(it):
-        lo[i], hi[i] = calls[it == i].min(), calls[it == i].max()
-    return np.concatenate([np.arange(a, b + 1) for a, b in zip(lo, hi) if a >= 0] or [np.empty(0, np.int64)])
+    return launch_stretch(g, np.flatnonzero(is_opt[g.g_name] & (g.g_kind == 0)))[0]
 
 
 def step_keeps(g: StepGraph, calls: np.ndarray) -> np.ndarray:

@@ -714,16 +714,14 @@ def other_copies_cpu(g, keep: list[Loop]) -> np.ndarray:
         first, last = g.g_call[lp.ops[1]], g.g_call[lp.ops[-1]]
         if (first < 0).any() or (last < 0).any():
             continue
-        out.append(_thread_calls(g, int(first.min()), int(last.max())))
+        lo, hi = int(first.min()), int(last.max())
         if lp.own_calls:
             # each copy its own backward call: autograd's engine thread runs the other copies'
             # passes too, and one batched call makes them once
-            lo, hi = int(first.min()), int(last.max())
             calls = np.arange(lo, hi + 1)
-            for t in np.unique(g.c_tid[g.g_call[lp.ops[1:]].ravel()]):
-                mine = calls[g.c_tid[calls] == t]
-                if len(mine):
-                    out.append(mine)
+            out.append(calls[np.isin(g.c_tid[calls], g.c_tid[g.g_call[lp.ops[1:]].ravel()])])
+        else:
+            out.append(_thread_calls(g, lo, hi))
     return np.unique(np.concatenate(out)) if out else np.empty(0, dtype=np.int64)
 
 

@@ -107,8 +107,13 @@ def passes(name: str) -> int:
 def _stretch(ctx: RuleContext, kept, gone, first: bool) -> tuple[np.ndarray, int]:
     """The calls from the first launch of the optimizer's kernels (``first``; else the call after
     it) to the last, in each modelled iteration, and how many iterations hold one."""
-    g = ctx.model.graph
-    ops = np.concatenate([ctx.graph_ops(kept), ctx.graph_ops(gone)])
+    return launch_stretch(ctx.model.graph, np.concatenate([ctx.graph_ops(kept), ctx.graph_ops(gone)]), first)
+
+
+def launch_stretch(g, ops: np.ndarray, first: bool = True) -> tuple[np.ndarray, int]:
+    """The calls from the first launch of the step graph's operations ``ops`` (``first``; else
+    the call after it) to the last, in each modelled iteration, and how many iterations hold one
+    (PK103 keeps the optimizer step's stretch eager in its compiled price)."""
     calls = np.unique(g.g_call[ops[ops >= 0]])
     calls = calls[calls >= 0]
     if not len(calls):

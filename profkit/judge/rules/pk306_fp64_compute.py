@@ -58,9 +58,9 @@ References
 """
 from __future__ import annotations
 
-import numpy as np
-
 import re
+
+import numpy as np
 
 from profkit.judge.dtypes import kernel_dtype
 from profkit.judge.rules.base import (ESTIMATED, GEMM_KERNEL_RE, Finding, Param, RuleContext, RuleMeta, Scope,
@@ -74,6 +74,7 @@ from profkit.run.step.transform import add_cpu, scale_ops
 # ``trsm_left_kernel``, ``trsv_lt_exec``, potrf/geqrf/syevd/gesvd helpers, MAGMA's ``magma_``)
 SOLVER_RE = re.compile(r"getrf|potrf|potrs|getrs|trsm|trsv|trtri|geqrf|orgqr|ormqr|syevd|heevd|gesvd|"
                        r"lauum|cusolver|magma_", re.I)
+
 
 def solver_gemms(g, ops: np.ndarray) -> np.ndarray:
     """Per operation of ``ops`` (the step graph's GEMM kernels): whether the kernel before it or

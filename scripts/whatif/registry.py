@@ -46,7 +46,7 @@ from . import (programs_first, programs_firstsight_a, programs_firstsight_b, pro
                programs_firstsight_j, programs_firstsight_k, programs_firstsight_l,
                programs_firstsight_m, programs_firstsight_n, programs_firstsight_o,
                programs_firstsight_p, programs_firstsight_q, programs_firstsight_r,
-               programs_firstsight_s, programs_models)
+               programs_firstsight_s, programs_firstsight_t, programs_models)
 
 PROGRAMS: list[dict] = [
     *programs_first.PROGRAMS,
@@ -72,6 +72,7 @@ PROGRAMS: list[dict] = [
     *programs_firstsight_q.PROGRAMS,
     *programs_firstsight_r.PROGRAMS,
     *programs_firstsight_s.PROGRAMS,
+    *programs_firstsight_t.PROGRAMS,
 ]
 for _p in (*programs_firstsight_a.PROGRAMS, *programs_firstsight_b.PROGRAMS, *programs_firstsight_c.PROGRAMS,
            *programs_firstsight_d.PROGRAMS, *programs_firstsight_e.PROGRAMS, *programs_firstsight_f.PROGRAMS,
@@ -80,7 +81,8 @@ for _p in (*programs_firstsight_a.PROGRAMS, *programs_firstsight_b.PROGRAMS, *pr
            *programs_firstsight_l.PROGRAMS, *programs_firstsight_m.PROGRAMS,
            *programs_firstsight_n.PROGRAMS, *programs_firstsight_o.PROGRAMS,
            *programs_firstsight_p.PROGRAMS, *programs_firstsight_q.PROGRAMS,
-           *programs_firstsight_r.PROGRAMS, *programs_firstsight_s.PROGRAMS):
+           *programs_firstsight_r.PROGRAMS, *programs_firstsight_s.PROGRAMS,
+           *programs_firstsight_t.PROGRAMS):
     _p["first_sight"] = True
 
 # How a program of several ranks is started: its launcher's command line before the script
@@ -134,7 +136,7 @@ def select(names: str | None) -> list[dict]:
 
 
 def first_sight(which: list[str], root) -> list[dict]:
-    """The one-GPU first-sight programs ``which`` names: ``a`` to ``m`` (no ``c``) (that file's
+    """The one-GPU first-sight programs ``which`` names: ``a`` to ``t`` (no ``c``) (that file's
     programs with no committed trace yet) or program names (whatever is committed)."""
     sets = {"a": programs_firstsight_a.PROGRAMS, "b": programs_firstsight_b.PROGRAMS,
             "d": programs_firstsight_d.PROGRAMS, "e": programs_firstsight_e.PROGRAMS,
@@ -144,7 +146,8 @@ def first_sight(which: list[str], root) -> list[dict]:
             "l": programs_firstsight_l.PROGRAMS, "m": programs_firstsight_m.PROGRAMS,
             "n": programs_firstsight_n.PROGRAMS, "o": programs_firstsight_o.PROGRAMS,
             "p": programs_firstsight_p.PROGRAMS, "q": programs_firstsight_q.PROGRAMS,
-            "r": programs_firstsight_r.PROGRAMS, "s": programs_firstsight_s.PROGRAMS}
+            "r": programs_firstsight_r.PROGRAMS, "s": programs_firstsight_s.PROGRAMS,
+            "t": programs_firstsight_t.PROGRAMS}
     out: list[dict] = []
     for w in which:
         if w in sets:

@@ -383,6 +383,25 @@ FIX_RULES = {
     ("qat_fakequant_train", "fused_modules"): (None, None),
     ("qat_fakequant_train", "freeze_observers"): (None, None),
     ("qat_fakequant_train", "compile"): ("PK103", "fusion_speedup"),
+    # written before their captures (set t): the segmentation network's bf16 PK305's for its
+    # convolutions (with channels_last its bf16_channels_last price), torch.compile PK103's fusion,
+    # TF32 PK302's. The packed LSTM's host lengths remove PK101's wait; bucketed lengths (less
+    # padding) and the LSTM run over the padding instead of packing no rule's; bf16 for the head's
+    # GEMMs PK302's. The LLM's loss on the bf16 logits is what PK203 prices (no float32 logits);
+    # the loss in chunks that still upcast each one no rule's (PK203 prices the upcast gone);
+    # torch.compile PK103's fusion, fused AdamW PK201's
+    ("segmentation_deeplab_train", "bf16"): ("PK305", None),
+    ("segmentation_deeplab_train", "channels_last_bf16"): ("PK305", "bf16_channels_last_speedup"),
+    ("segmentation_deeplab_train", "compile"): ("PK103", "fusion_speedup"),
+    ("segmentation_deeplab_train", "tf32"): ("PK302", None),
+    ("packed_lstm_lm_train", "cpu_lengths"): ("PK101", None),
+    ("packed_lstm_lm_train", "sorted_buckets"): (None, None),
+    ("packed_lstm_lm_train", "no_pack"): (None, None),
+    ("packed_lstm_lm_train", "bf16"): ("PK302", "bf16_speedup"),
+    ("llama_bigvocab_loss_train", "bf16_loss"): ("PK203", None),
+    ("llama_bigvocab_loss_train", "chunked_loss"): (None, None),
+    ("llama_bigvocab_loss_train", "compile"): ("PK103", "fusion_speedup"),
+    ("llama_bigvocab_loss_train", "fused_adamw"): ("PK201", None),
     ("grad_checkpoint_train", "no_checkpointing"): ("PK204", None), ("grad_checkpoint_train", "fused_adamw"): ("PK201", None),
     ("cpu_tokenize_infer", "encode_batch"): (None, None), ("cpu_tokenize_infer", "workers"): ("PK102", None),
     ("cpu_tokenize_infer", "pretokenized"): ("PK102", None),

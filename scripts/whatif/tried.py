@@ -131,6 +131,13 @@ SWITCH_OF: dict[tuple[str, str], str] = {
     ("fno_spectral_train", "bf16"): "bf16",
     ("fno_spectral_train", "compile"): "compile",
     ("qat_fakequant_train", "compile"): "compile",
+    ("segmentation_deeplab_train", "bf16"): "bf16",
+    ("segmentation_deeplab_train", "channels_last_bf16"): "channels_last+bf16",
+    ("segmentation_deeplab_train", "compile"): "compile",
+    ("segmentation_deeplab_train", "tf32"): "tf32",
+    ("packed_lstm_lm_train", "bf16"): "bf16",
+    ("llama_bigvocab_loss_train", "compile"): "compile",
+    ("llama_bigvocab_loss_train", "fused_adamw"): _FUSED,
 }
 
 

@@ -241,3 +241,23 @@ def test_trim_tail_keeps_the_gpu_work_of_kept_iterations_that_ran_after_the_cut(
     assert [r[0] for r in con.execute("SELECT correlationId FROM CUPTI_ACTIVITY_KIND_RUNTIME")] == [0, 1, 2]
     # cut by the GPU's own clock, only the first kernel would have stayed
     assert [r[0] for r in con.execute("SELECT correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY start")] == [0, 1, 2]
+
+
+def test_trim_setup_check_keeps_a_cut_only_where_the_judgement_holds(tmp_path):
+    # a committed capture whose set-up was cut to its last 50 ms: a cut to 20 ms leaves every
+    # price and the window as they were and is kept; a cut into the window's first iteration
+    # changes them, and the trace is left byte for byte as it was, exit 1
+    src = ROOT / "traces" / "corpus" / "rl_rollout_train.sqlite.xz"
+    db = tmp_path / "rl.sqlite"
+    with lzma.open(src) as f, open(db, "wb") as g:
+        shutil.copyfileobj(f, g)
+    tool = [sys.executable, str(ROOT / "scripts" / "tools" / "trim_setup.py"), "--check"]
+    whole = db.stat().st_size
+    ok = subprocess.run([*tool, str(db), "auto", "20"], capture_output=True, text=True, cwd=ROOT)
+    assert ok.returncode == 0 and "its judgement is unchanged" in ok.stdout
+    cut = db.read_bytes()
+    assert len(cut) < whole
+    bad = subprocess.run([*tool, str(db), "auto", "0.001"], capture_output=True, text=True, cwd=ROOT)
+    assert bad.returncode == 1 and "left as it was: the cut changes its judgement at" in bad.stdout
+    assert db.read_bytes() == cut
+    assert not [p for p in tmp_path.iterdir() if p.name != "rl.sqlite"]

@@ -8,14 +8,24 @@ deleted, the cut is recorded in PROFKIT_META
 reports as set-up before the window becomes shorter than it ran. Only for traces this project
 captured itself: never run it on a trace someone else owns.
 
-    python scripts/tools/trim_setup.py TRACE.sqlite NAME [KEEP_MS]
+    python scripts/tools/trim_setup.py [--check] TRACE.sqlite NAME [KEEP_MS]
 
-KEEP_MS (default 2000): how much of the set-up to keep before the cut point.
+KEEP_MS (default 2000): how much of the set-up to keep before the cut point. ``--check``: cut a
+copy, and keep the cut only where profkit's judgement of the trace is unchanged by it (``classify
+--format json``, less what it says of the set-up before the window: its length and what the file
+keeps); otherwise leave the trace as it was, print where the two differ and exit 1. The set-up a
+committed capture keeps is what a few of its notes read (a model upload's copies, compilation
+before the window), so a cut is only as safe as this check says.
 """
 from __future__ import annotations
 
+import json
+import os
+import shutil
 import sqlite3
+import subprocess
 import sys
+import tempfile
 
 KEEP_NS = 2_000_000_000
 TABLES = ["CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY",
@@ -56,7 +66,56 @@ def delete_rows(con: sqlite3.Connection, where: str, cut: int, side: str, key: s
     con.close()
 
 
+def judgement(path: str) -> dict:
+    """profkit's JSON for ``path`` without what a cut of the set-up may change: the set-up's
+    length, the rows the file keeps, the file's own name."""
+    out = subprocess.run([sys.executable, "-m", "profkit", "classify", path, "--format", "json"],
+                         capture_output=True, text=True, check=True).stdout
+    d = json.loads(out)
+    d.pop("trace", None)
+    if isinstance(d.get("meta"), dict):
+        for k in ("trace", "path"):
+            d["meta"].pop(k, None)
+    for k in ("excluded", "source"):
+        d["run"]["window"].pop(k, None)
+    return d
+
+
+def differences(a, b, where: str = "") -> list[str]:
+    """The paths at which two JSON values differ (the first few)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [d for k in sorted(set(a) | set(b)) for d in differences(a.get(k), b.get(k), f"{where}.{k}")]
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return [d for i, (x, y) in enumerate(zip(a, b)) for d in differences(x, y, f"{where}[{i}]")]
+    return [] if a == b else [f"{where}: {str(a)[:80]} -> {str(b)[:80]}"]
+
+
+def checked(path: str, name: str, keep_ns: float) -> bool:
+    """The cut made on a copy and kept only where the judgement is unchanged (see --check)."""
+    before = judgement(path)
+    fd, tmp = tempfile.mkstemp(suffix=".sqlite", dir=os.path.dirname(os.path.abspath(path)))
+    os.close(fd)
+    try:
+        shutil.copyfile(path, tmp)
+        main(tmp, name, keep_ns)
+        diff = differences(before, judgement(tmp))
+        if diff:
+            print(f"trim_setup: {path} left as it was: the cut changes its judgement at "
+                  + "; ".join(diff[:5]))
+            return False
+        os.replace(tmp, path)
+        print(f"trim_setup: {path} cut; its judgement is unchanged")
+        return True
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
 if __name__ == "__main__":
-    if len(sys.argv) not in (3, 4):
+    args = [a for a in sys.argv[1:] if a != "--check"]
+    if len(args) not in (2, 3):
         sys.exit(__doc__)
-    main(sys.argv[1], sys.argv[2], float(sys.argv[3]) * 1e6 if len(sys.argv) == 4 else KEEP_NS)
+    keep = float(args[2]) * 1e6 if len(args) == 3 else KEEP_NS
+    if "--check" in sys.argv[1:]:
+        sys.exit(0 if checked(args[0], args[1], keep) else 1)
+    main(args[0], args[1], keep)

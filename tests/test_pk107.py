@@ -403,3 +403,47 @@ def test_backward_passes_called_one_at_a_time_are_spoken_for():
     from profkit.judge.rules.base import RuleContext
     bert = shared.corpus("bert_b1_infer")
     assert not any(lp.own_calls for lp in pk107.loops(RuleContext(bert, bert.run())))
+
+
+def test_heads_of_their_own_stacked_also_shrink_the_optimizer():
+    # multitask_heads_train (H100): 40 heads, nn.Linear(512, 1) each, summed in a Python loop. The
+    # op record holds 40 addmm of 64 x 1 x 512 and, in the AdamW, 41 tensors of 512 elements and 40
+    # of 1: the copies are modules of their own, and one output from 512 inputs cannot feed the next
+    # copy (heads side by side, not layers). Stacked, AdamW steps 28 tensors instead of 106: its
+    # host time (1.06 ms an iteration as profiled) shrinks with them. 2.87x -> 3.11x; measured 4.46x
+    prof = shared.corpus("multitask_heads_train")
+    f = {x.code: x for x in prof.findings()}["PK107"]
+    assert f.evidence["own_parameters"] == {"modules": 40, "tensors_each": 2, "optimizer_tensors": 106}
+    assert "stack them into one module" in f.action and "28 tensors instead of 106" in f.action
+    assert f.expected_end_to_end_speedup == pytest.approx(3.11, abs=0.01)
+    assert f.expected_end_to_end_speedup <= f.bound
+
+
+class _Record:
+    def __init__(self, gemm, optimizer):
+        self.rec = {"gemm": gemm, "optimizer": optimizer}
+
+    def recorded(self, kind):
+        return self.rec.get(kind, [])
+
+
+class _Ctx:
+    def __init__(self, gemm, optimizer):
+        self.replacements = _Record(gemm, optimizer)
+
+
+@pytest.mark.parametrize("gemm,sizes,want", [
+    # heads: one output from 512 inputs, weight and bias each once a copy
+    ({"op": "addmm", "n": 1, "k": 512, "count": 40}, [[512, 41], [1, 40], [9216, 1]], (2, 40, 82, True)),
+    # a stack of square layers of their own: they may feed each other (layers), still their own
+    ({"op": "mm", "n": 256, "k": 256, "count": 12}, [[65536, 12], [100, 1]], (1, 12, 13, False)),
+    # one module called once a copy (samples through one Linear): the optimizer holds it once
+    ({"op": "addmm", "n": 1, "k": 512, "count": 40}, [[512, 1], [1, 1]], (0, 0, 0, False)),
+    # a GEMM recorded once, not once a copy
+    ({"op": "addmm", "n": 1, "k": 512, "count": 1}, [[512, 41], [1, 40]], (0, 0, 0, False)),
+])
+def test_own_parameters_reads_the_op_record(gemm, sizes, want):
+    params = sum(c for _, c in sizes)
+    ctx = _Ctx([gemm], [{"class": "AdamW", "params": params, "sizes": sizes}])
+    assert pk107.own_parameters(ctx, 40 if gemm["count"] != 12 else 12) == want
+    assert pk107.own_parameters(_Ctx([gemm], []), 40) == (0, 0, 0, False)

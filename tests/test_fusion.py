@@ -57,12 +57,16 @@ def test_fused_runs_stay_inside_what_one_compiled_graph_holds(trace):
         dur = g.g_dur[ops].astype(np.float64)
         assert (np.maximum.reduceat(dur, first) - 1e-6 <= np.asarray(new)).all()
         assert (np.asarray(new) <= np.add.reduceat(dur, first) + 1e-6).all()
-    # The fusion's price can never beat every candidate kernel taking no time and no launch (two
-    # replays a trace: checked on the what-if corpus, where the prices are scored).
+    # The fusion's price can never beat every candidate kernel taking no time, no launch and no
+    # gap on the GPU before it (two replays a trace: checked on the what-if corpus, where the prices
+    # are scored). Over the mean iteration, as the rules price: the median of a few replayed
+    # iterations is no bound (the FNO's: the free replay's mean 8.15 ms against the fused one's
+    # 8.73 ms, its median 8.81 against 8.52).
     if runs and trace.parent.name == "corpus":
-        fused = m.speedup(replace_ops(g, runs, new))
-        free = m.speedup(scale_ops(g, np.flatnonzero(candidates(g)), 1e6, drop_launches=True))
-        assert fused <= free + 1e-9
+        fused = m.simulate(replace_ops(g, runs, new)).mean_iteration_ns
+        free = m.simulate(scale_ops(g, np.flatnonzero(candidates(g)), float("inf"),
+                                    drop_launches=True)).mean_iteration_ns
+        assert free <= fused + 1e-3
 
 
 def test_a_loop_with_no_library_kernel_is_fused_one_iteration_at_a_time():

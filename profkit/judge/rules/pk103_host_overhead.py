@@ -232,15 +232,44 @@ BN_TRAINING_COMPILE = ("on CNN training with batch norm the compile price is not
                        "--try compile) before relying on it")
 
 
+# Measured where a Fourier neural operator was compiled (an H100, 2026-12-07, torch 2.11)
+COMPLEX_COMPILE = ("the model computes on complex tensors ({share:.0%} of its kernel time): Inductor leaves "
+                   "their ops to their eager kernels (priced so), and compiling such a model can fail outright "
+                   "(an FNO's spectral layers: InductorError KeyError 'complex64'); measure it (profkit "
+                   "capture --try compile) before relying on it")
+COMPLEX_RE = re.compile(r"complex<", re.I)
+
+
 def detect(ctx: RuleContext) -> list[Finding]:
     found = _detect(ctx)
     names = ctx.kernels.index.to_series() if len(ctx.kernels) else None
     bn_training = names is not None and bool(matches(names, BN_STATS_RE).any())
+    compiles = ("fusion_speedup", "compile_speedup", "compile_refused_speedup")
     for f in found if bn_training else ():
-        if any(k in f.evidence for k in ("fusion_speedup", "compile_speedup", "compile_refused_speedup")):
+        if any(k in f.evidence for k in compiles):
             f.evidence["bn_training"] = True
             f.action += f"; {BN_TRAINING_COMPILE}"
+    share = complex_share(ctx)
+    for f in found if share >= COMPLEX_SHARE else ():
+        if any(k in f.evidence for k in compiles):
+            f.evidence["complex_kernel_share"] = round(share, 3)
+            f.action += "; " + COMPLEX_COMPILE.format(share=share)
     return found
+
+
+# complex kernels' share of the kernel time from which the compile price is said to be unsure
+COMPLEX_SHARE = 0.1
+
+
+def complex_share(ctx: RuleContext) -> float:
+    """The share of the window's kernel time in kernels over complex numbers (``c10::complex`` in
+    their names)."""
+    k = ctx.kernels
+    if not len(k) or "total_ns" not in k:
+        return 0.0
+    total = float(k["total_ns"].sum())
+    hit = k.index.to_series().astype(str).str.contains(COMPLEX_RE).to_numpy()
+    return float(k["total_ns"][hit].sum()) / total if total > 0 else 0.0
 
 
 def _detect(ctx: RuleContext) -> list[Finding]:

@@ -5,8 +5,9 @@ Inductor fuses chains of pointwise and reduction ops inside one compiled graph i
 fuses nothing else, so a run of the step's kernels is a fusion candidate only while all of this
 holds (``fusible_runs``):
 
-* the kernels are the framework's own elementwise, reduction and normalisation kernels: library
-  kernels (cuBLAS/cuBLASLt GEMMs, cuDNN convolutions and normalisations, flash/cuDNN attention, CUB
+* the kernels are the framework's own elementwise, reduction and normalisation kernels over real
+  numbers (an op on complex tensors, ``c10::complex`` in its kernel's name, is left to its eager
+  kernel: Inductor writes none for complex dtypes); library kernels (cuBLAS/cuBLASLt GEMMs, cuDNN convolutions and normalisations, flash/cuDNN attention, CUB
   sorts and scans, NCCL) stay library kernels, kernels Inductor already wrote (``triton_*``) are
   fused already, and the optimizer's multi-tensor kernels belong to ``optimizer.step()``, which
   ``torch.compile(model)`` does not compile (its own fix is ``fused=True``);
@@ -47,7 +48,11 @@ LIBRARY_RE = re.compile(
     GEMM_RE.pattern[2:] + r"|" + NCCL_RE.pattern[2:] +
     r"|cub::|cub_|DeviceRadixSort|DeviceScan|DeviceReduce|DeviceSelect|DeviceSegmented|DeviceHistogram"
     r"|bn_fw|bn_bw|batchnorm_fw|batchnorm_bw|cudnn|nchwToNhwc|nhwcToNchw|gemv|dot_kernel|splitK"
-    r"|^triton_|multi_tensor_apply|Fused(Adam|AdamW|Sgd|SGD|Adagrad)", re.I)
+    r"|^triton_|multi_tensor_apply|Fused(Adam|AdamW|Sgd|SGD|Adagrad)"
+    # Inductor writes no kernel over complex numbers: an op on complex tensors runs as its eager
+    # kernel inside the compiled graph (where compiling it does not fail outright: an FNO's
+    # spectral layers, torch 2.11, InductorError KeyError 'complex64')
+    r"|complex<", re.I)
 # The optimizer step and code around it that torch.compile(model) does not compile.
 OUTSIDE_MODEL_RE = re.compile(r"optim|adam|sgd|zero_grad|clip_grad|lr_sched|scheduler|\bema\b|"
                               r"ema_update|log\b|metric", re.I)

@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Optional
 
 from profkit.judge import rules
-from profkit.judge.rules.base import Finding, RuleContext, matches
+from profkit.judge.rules.base import Finding, RuleContext, kernel_share
 from profkit.judge.rules.pk302_fp32_gemm import CONV_RE
 from profkit.model import Switch
 from profkit.run.replacements import backward_launched
@@ -57,12 +57,7 @@ def auto_trials(findings: list[Finding], prof: "ProfileView", run: "RunSummary")
 
 def conv_share(ctx: RuleContext) -> float:
     """The convolution kernels' share of the window's kernel time."""
-    k = ctx.kernels
-    total = float(k["total_ns"].sum()) if len(k) else 0.0
-    if total <= 0:
-        return 0.0
-    names = k.index.to_series()
-    return float(k.loc[matches(names, CONV_RE), "total_ns"].sum()) / total
+    return kernel_share(ctx, CONV_RE)
 
 
 def model_price(finding: Finding, trial: str) -> Optional[float]:

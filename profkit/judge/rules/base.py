@@ -504,3 +504,12 @@ def matches(names, rx: "re.Pattern[str]") -> np.ndarray:
     """Which of ``names`` the compiled regex finds a match in (a boolean array), searched once
     per distinct name (profkit.read.nsys.per_name)."""
     return per_name(names, lambda n: bool(rx.search(n)), bool)
+
+
+def kernel_share(ctx: "RuleContext", rx: "re.Pattern[str]") -> float:
+    """The share of the window's kernel time in the kernels whose names ``rx`` matches."""
+    k = ctx.kernels
+    total = float(k["total_ns"].sum()) if len(k) else 0.0
+    if total <= 0:
+        return 0.0
+    return float(k.loc[matches(k.index.to_series(), rx), "total_ns"].sum()) / total

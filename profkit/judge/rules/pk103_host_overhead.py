@@ -169,11 +169,12 @@ import re
 import numpy as np
 
 from profkit.model import Rung
-from profkit.judge.rules.base import Finding, Param, RuleContext, RuleMeta, Table, TrialOf, matches
+from profkit.judge.rules.base import (Finding, Param, RuleContext, RuleMeta, Table, TrialOf, kernel_share,
+                                      matches)
 from profkit.judge.rules.pk201_unfused_optimizer import launch_stretch, optimizer_step_kernel
 from profkit.judge.rules.pk205_accumulation_micro_batches import RULE as PK205, accumulated
 from profkit.run.step.graph import CallKind, StepGraph
-from profkit.run.step.fusion import BN_STATS_RE, inductor_fusion
+from profkit.run.step.fusion import BN_STATS_RE, COMPLEX_RE, inductor_fusion
 from profkit.run.step.transform import cuda_graph, graphable, replace_ops
 from profkit.run.summary import DATA_RE, NCCL_RE
 
@@ -237,7 +238,8 @@ COMPLEX_COMPILE = ("the model computes on complex tensors ({share:.0%} of its ke
                    "their ops to their eager kernels (priced so), and compiling such a model can fail outright "
                    "(an FNO's spectral layers: InductorError KeyError 'complex64'); measure it (profkit "
                    "capture --try compile) before relying on it")
-COMPLEX_RE = re.compile(r"complex<", re.I)
+# complex kernels' share of the kernel time from which the compile price is said to be unsure
+COMPLEX_SHARE = 0.1
 
 
 def detect(ctx: RuleContext) -> list[Finding]:
@@ -249,27 +251,12 @@ def detect(ctx: RuleContext) -> list[Finding]:
         if any(k in f.evidence for k in compiles):
             f.evidence["bn_training"] = True
             f.action += f"; {BN_TRAINING_COMPILE}"
-    share = complex_share(ctx)
+    share = kernel_share(ctx, COMPLEX_RE)
     for f in found if share >= COMPLEX_SHARE else ():
         if any(k in f.evidence for k in compiles):
             f.evidence["complex_kernel_share"] = round(share, 3)
             f.action += "; " + COMPLEX_COMPILE.format(share=share)
     return found
-
-
-# complex kernels' share of the kernel time from which the compile price is said to be unsure
-COMPLEX_SHARE = 0.1
-
-
-def complex_share(ctx: RuleContext) -> float:
-    """The share of the window's kernel time in kernels over complex numbers (``c10::complex`` in
-    their names)."""
-    k = ctx.kernels
-    if not len(k) or "total_ns" not in k:
-        return 0.0
-    total = float(k["total_ns"].sum())
-    hit = k.index.to_series().astype(str).str.contains(COMPLEX_RE).to_numpy()
-    return float(k["total_ns"][hit].sum()) / total if total > 0 else 0.0
 
 
 def _detect(ctx: RuleContext) -> list[Finding]:

@@ -721,7 +721,7 @@ def detect(ctx: RuleContext) -> list[Finding]:
                   "on one input, as a head per task is): stack them into one module (one nn.Linear with "
                   "every head's outputs, one loss over the stacked outputs) or run them with "
                   "torch.func.stack_module_state and torch.vmap; the optimizer then steps "
-                  f"{params - own * (modules - 1)} tensors instead of {params} ({gain:.2f}x, the number below)")
+                  f"{left} tensors instead of {params} ({gain:.2f}x, the number below)")
     elif any(lp.steps_optimizer for lp in keep):
         ev["steps_optimizer"] = True
         action = (f"a Python loop trains {big.copies} models one after another, each copy the same "
@@ -744,8 +744,9 @@ def detect(ctx: RuleContext) -> list[Finding]:
 
 def own_parameters(ctx: RuleContext, copies: int) -> tuple[int, int, int, bool]:
     """(parameter tensors each copy holds of its own, the modules holding them, the optimizer's
-    tensors, whether the modules cannot be a chain) from the capture's op record: a GEMM recorded once a copy (give or take one: the trace's
-    loop search may leave the first copy out) whose weight, its N x K elements, the optimizer holds
+    tensors, whether the modules cannot be a chain) from the capture's op record: a GEMM recorded
+    once a copy (give or take one: the trace's loop search may leave the first copy out) whose
+    weight, its N x K elements, the optimizer holds
     as often (and its bias, N elements, where the GEMM adds one): the copies are modules of their
     own, a head per task, not samples through one module. Zeros without a record, an optimizer or
     such a GEMM."""

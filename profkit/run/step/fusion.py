@@ -43,16 +43,18 @@ import numpy as np
 from profkit.run.step.graph import CallKind, StepGraph, Wait
 from profkit.run.summary import DATA_RE, GEMM_RE, NCCL_RE
 
-# Kernels no compiler fuses: libraries, Inductor's own, the optimizer's multi-tensor kernels.
+# Kernels over complex numbers (c10::complex<float> in a kernel's template arguments). Inductor
+# writes no kernel for complex dtypes: an op on complex tensors runs as its eager kernel inside the
+# compiled graph (where compiling it does not fail outright: an FNO's spectral layers, torch 2.11,
+# InductorError KeyError 'complex64').
+COMPLEX_RE = re.compile(r"complex<", re.I)
+# Kernels no compiler fuses: libraries, Inductor's own, the optimizer's multi-tensor kernels, and
+# kernels over complex numbers.
 LIBRARY_RE = re.compile(
     GEMM_RE.pattern[2:] + r"|" + NCCL_RE.pattern[2:] +
     r"|cub::|cub_|DeviceRadixSort|DeviceScan|DeviceReduce|DeviceSelect|DeviceSegmented|DeviceHistogram"
     r"|bn_fw|bn_bw|batchnorm_fw|batchnorm_bw|cudnn|nchwToNhwc|nhwcToNchw|gemv|dot_kernel|splitK"
-    r"|^triton_|multi_tensor_apply|Fused(Adam|AdamW|Sgd|SGD|Adagrad)"
-    # Inductor writes no kernel over complex numbers: an op on complex tensors runs as its eager
-    # kernel inside the compiled graph (where compiling it does not fail outright: an FNO's
-    # spectral layers, torch 2.11, InductorError KeyError 'complex64')
-    r"|complex<", re.I)
+    r"|^triton_|multi_tensor_apply|Fused(Adam|AdamW|Sgd|SGD|Adagrad)|" + COMPLEX_RE.pattern, re.I)
 # The optimizer step and code around it that torch.compile(model) does not compile.
 OUTSIDE_MODEL_RE = re.compile(r"optim|adam|sgd|zero_grad|clip_grad|lr_sched|scheduler|\bema\b|"
                               r"ema_update|log\b|metric", re.I)

@@ -419,17 +419,11 @@ def test_heads_of_their_own_stacked_also_shrink_the_optimizer():
     assert f.expected_end_to_end_speedup <= f.bound
 
 
-class _Record:
-    def __init__(self, gemm, optimizer):
-        self.rec = {"gemm": gemm, "optimizer": optimizer}
-
-    def recorded(self, kind):
-        return self.rec.get(kind, [])
-
-
-class _Ctx:
-    def __init__(self, gemm, optimizer):
-        self.replacements = _Record(gemm, optimizer)
+def _ctx(gemm: list, optimizer: list):
+    """What own_parameters reads of a RuleContext: the capture's op record."""
+    from types import SimpleNamespace
+    from profkit.run.replacements import Replacements
+    return SimpleNamespace(replacements=Replacements(record={"gemm": gemm, "optimizer": optimizer}))
 
 
 @pytest.mark.parametrize("gemm,sizes,want", [
@@ -444,6 +438,6 @@ class _Ctx:
 ])
 def test_own_parameters_reads_the_op_record(gemm, sizes, want):
     params = sum(c for _, c in sizes)
-    ctx = _Ctx([gemm], [{"class": "AdamW", "params": params, "sizes": sizes}])
+    ctx = _ctx([gemm], [{"class": "AdamW", "params": params, "sizes": sizes}])
     assert pk107.own_parameters(ctx, 40 if gemm["count"] != 12 else 12) == want
-    assert pk107.own_parameters(_Ctx([gemm], []), 40) == (0, 0, 0, False)
+    assert pk107.own_parameters(_ctx([gemm], []), 40) == (0, 0, 0, False)

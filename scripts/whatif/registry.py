@@ -48,42 +48,25 @@ from . import (programs_first, programs_firstsight_a, programs_firstsight_b, pro
                programs_firstsight_p, programs_firstsight_q, programs_firstsight_r,
                programs_firstsight_s, programs_firstsight_t, programs_models)
 
+# Kinds the corpus lacked, scored the first time profkit sees them (firstsight.py): each set's
+# programs, by its letter (set c's are data-parallel, two GPUs each)
+FIRST_SIGHT_SETS: dict[str, list[dict]] = {
+    m.__name__.rsplit("_", 1)[1]: m.PROGRAMS
+    for m in (programs_firstsight_a, programs_firstsight_b, programs_firstsight_c, programs_firstsight_d,
+              programs_firstsight_e, programs_firstsight_f, programs_firstsight_g, programs_firstsight_h,
+              programs_firstsight_i, programs_firstsight_j, programs_firstsight_k, programs_firstsight_l,
+              programs_firstsight_m, programs_firstsight_n, programs_firstsight_o, programs_firstsight_p,
+              programs_firstsight_q, programs_firstsight_r, programs_firstsight_s, programs_firstsight_t)}
+
 PROGRAMS: list[dict] = [
     *programs_first.PROGRAMS,
     *programs_models.PROGRAMS,
     *programs_first.LISTED_LAST,
-    # kinds the corpus lacked, scored the first time profkit sees them (firstsight.py)
-    *programs_firstsight_a.PROGRAMS,
-    *programs_firstsight_b.PROGRAMS,
-    *programs_firstsight_c.PROGRAMS,
-    *programs_firstsight_d.PROGRAMS,
-    *programs_firstsight_e.PROGRAMS,
-    *programs_firstsight_f.PROGRAMS,
-    *programs_firstsight_g.PROGRAMS,
-    *programs_firstsight_h.PROGRAMS,
-    *programs_firstsight_i.PROGRAMS,
-    *programs_firstsight_j.PROGRAMS,
-    *programs_firstsight_k.PROGRAMS,
-    *programs_firstsight_l.PROGRAMS,
-    *programs_firstsight_m.PROGRAMS,
-    *programs_firstsight_n.PROGRAMS,
-    *programs_firstsight_o.PROGRAMS,
-    *programs_firstsight_p.PROGRAMS,
-    *programs_firstsight_q.PROGRAMS,
-    *programs_firstsight_r.PROGRAMS,
-    *programs_firstsight_s.PROGRAMS,
-    *programs_firstsight_t.PROGRAMS,
+    *(p for progs in FIRST_SIGHT_SETS.values() for p in progs),
 ]
-for _p in (*programs_firstsight_a.PROGRAMS, *programs_firstsight_b.PROGRAMS, *programs_firstsight_c.PROGRAMS,
-           *programs_firstsight_d.PROGRAMS, *programs_firstsight_e.PROGRAMS, *programs_firstsight_f.PROGRAMS,
-           *programs_firstsight_g.PROGRAMS, *programs_firstsight_h.PROGRAMS,
-           *programs_firstsight_i.PROGRAMS, *programs_firstsight_j.PROGRAMS, *programs_firstsight_k.PROGRAMS,
-           *programs_firstsight_l.PROGRAMS, *programs_firstsight_m.PROGRAMS,
-           *programs_firstsight_n.PROGRAMS, *programs_firstsight_o.PROGRAMS,
-           *programs_firstsight_p.PROGRAMS, *programs_firstsight_q.PROGRAMS,
-           *programs_firstsight_r.PROGRAMS, *programs_firstsight_s.PROGRAMS,
-           *programs_firstsight_t.PROGRAMS):
-    _p["first_sight"] = True
+for _progs in FIRST_SIGHT_SETS.values():
+    for _p in _progs:
+        _p["first_sight"] = True
 
 # How a program of several ranks is started: its launcher's command line before the script
 LAUNCHERS = {"torchrun": lambda python, n: [python, "-m", "torch.distributed.run", "--standalone",
@@ -138,16 +121,7 @@ def select(names: str | None) -> list[dict]:
 def first_sight(which: list[str], root) -> list[dict]:
     """The one-GPU first-sight programs ``which`` names: ``a`` to ``t`` (no ``c``) (that file's
     programs with no committed trace yet) or program names (whatever is committed)."""
-    sets = {"a": programs_firstsight_a.PROGRAMS, "b": programs_firstsight_b.PROGRAMS,
-            "d": programs_firstsight_d.PROGRAMS, "e": programs_firstsight_e.PROGRAMS,
-            "f": programs_firstsight_f.PROGRAMS, "g": programs_firstsight_g.PROGRAMS,
-            "h": programs_firstsight_h.PROGRAMS, "i": programs_firstsight_i.PROGRAMS,
-            "j": programs_firstsight_j.PROGRAMS, "k": programs_firstsight_k.PROGRAMS,
-            "l": programs_firstsight_l.PROGRAMS, "m": programs_firstsight_m.PROGRAMS,
-            "n": programs_firstsight_n.PROGRAMS, "o": programs_firstsight_o.PROGRAMS,
-            "p": programs_firstsight_p.PROGRAMS, "q": programs_firstsight_q.PROGRAMS,
-            "r": programs_firstsight_r.PROGRAMS, "s": programs_firstsight_s.PROGRAMS,
-            "t": programs_firstsight_t.PROGRAMS}
+    sets = {k: v for k, v in FIRST_SIGHT_SETS.items() if k != "c"}   # set c: two GPUs a program
     out: list[dict] = []
     for w in which:
         if w in sets:

@@ -69,9 +69,12 @@ def delete_rows(con: sqlite3.Connection, where: str, cut: int, side: str, key: s
 def judgement(path: str) -> dict:
     """profkit's JSON for ``path`` without what a cut of the set-up may change: the set-up's
     length, the rows the file keeps, the file's own name."""
-    out = subprocess.run([sys.executable, "-m", "profkit", "classify", path, "--format", "json"],
-                         capture_output=True, text=True, check=True).stdout
-    d = json.loads(out)
+    done = subprocess.run([sys.executable, "-m", "profkit", "classify", path, "--format", "json"],
+                          capture_output=True, text=True)
+    if done.returncode:
+        sys.exit(f"trim_setup: profkit cannot judge {path}: "
+                 + (done.stderr.strip().splitlines() or ["no output"])[-1])
+    d = json.loads(done.stdout)
     d.pop("trace", None)
     if isinstance(d.get("meta"), dict):
         for k in ("trace", "path"):
@@ -115,6 +118,12 @@ if __name__ == "__main__":
     args = [a for a in sys.argv[1:] if a != "--check"]
     if len(args) not in (2, 3):
         sys.exit(__doc__)
+    if not os.path.isfile(args[0]):
+        sys.exit(f"trim_setup: {args[0]}: no such file")
+    with open(args[0], "rb") as f:
+        if f.read(16) != b"SQLite format 3\x00":
+            sys.exit(f"trim_setup: {args[0]}: not an SQLite file (give the exported .sqlite, "
+                     "decompressed: xz -dk TRACE.sqlite.xz)")
     keep = float(args[2]) * 1e6 if len(args) == 3 else KEEP_NS
     if "--check" in sys.argv[1:]:
         sys.exit(0 if checked(args[0], args[1], keep) else 1)

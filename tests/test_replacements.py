@@ -13,7 +13,6 @@ import shutil
 import sqlite3
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -312,6 +311,109 @@ def test_the_record_names_the_lines_that_make_the_host_wait(monkeypatch):
     # without a device the CPU's values never wait: nothing recorded
     monkeypatch.undo()
     assert _record(body)["sync"] == []
+
+
+def test_inference_mode_waits_and_copies_are_recorded_as_in_grad_mode(monkeypatch):
+    """Under inference mode the dispatch shows ``item``, ``is_nonzero`` and ``to`` (autograd does
+    not lower them to ``_local_scalar_dense`` and ``_to_copy``): the same waits as in grad mode."""
+    import sys
+    import profkit.capture.syncsites as syncsites
+    monkeypatch.setattr(syncsites, "on_device", lambda t: isinstance(t, torch.Tensor))
+    at = {}
+
+    def body():
+        x = torch.randn(64, 5)
+        at["item"] = sys._getframe().f_lineno; float(x.sum())  # noqa: E702
+        at["bool"] = sys._getframe().f_lineno; bool(x.max() > 0)  # noqa: E702
+        at["mask"] = sys._getframe().f_lineno; x[x > 0]  # noqa: E702
+
+    def inference():
+        with torch.inference_mode():
+            body()
+    rec = _record(inference)
+    by = {(s["op"], s["line"]) for s in rec["sync"]}
+    assert {("item", at["item"]), ("item", at["bool"]), ("boolean index", at["mask"])} <= by, rec["sync"]
+    assert rec["sync_watch"] is False   # no CUDA: the waits are told by the ops' names
+
+
+class _OnDevice:
+    """A device tensor's face, as the copy record reads it (the CPU cannot hold one)."""
+    device = type("Device", (), {"type": "cuda"})()
+
+    def numel(self):
+        return 1000
+
+    def element_size(self):
+        return 4
+
+
+@pytest.mark.parametrize("func, args, kwargs, non_blocking", [
+    ("to.dtype_layout", (), {"device": "cpu", "non_blocking": True}, True),
+    ("to.dtype_layout", (), {"device": "cpu"}, False),
+    ("to.device", ("cpu", torch.float32, True), {}, True),
+    ("_to_copy.default", (), {"device": "cpu"}, False)])
+def test_a_copy_to_the_host_through_to_is_a_copy_and_a_wait(func, args, kwargs, non_blocking):
+    """``.cpu()`` under inference mode is ``to``: a device-to-host copy, blocking unless
+    ``non_blocking`` (positional or keyword, read by the op's schema) into pinned memory."""
+    op = torch.ops.aten
+    for part in func.split("."):
+        op = getattr(op, part)
+    from profkit.capture.syncsites import SyncSites
+    rec = OpRecord()
+    rec.syncs = SyncSites()
+    rec._copy(op, (_OnDevice(), *args), kwargs, torch.empty(1000))
+    (key, count), = rec.copy.items()
+    assert key == ("d2h", 4000, False, non_blocking) and count == 1
+    # pageable host memory: the copy waits either way
+    assert [s["op"] for s in rec.syncs.as_list()] == ["copy to host"]
+
+
+@pytest.fixture
+def sync_warning_op():
+    """An op whose implementation raises CUDA's sync warning, as an op that reads a value back
+    inside itself does under the sync debug mode (a Python op on the CPU stands in)."""
+    from profkit.capture.syncsites import SYNC_WARNING
+    import warnings
+    lib = torch.library.Library("profkit_synctest", "FRAGMENT")
+    lib.define("reads_back(Tensor x) -> Tensor")
+
+    def impl(x):
+        warnings.warn(SYNC_WARNING)
+        return x * 2
+    lib.impl("reads_back", impl, "CompositeExplicitAutograd")
+    yield torch.ops.profkit_synctest.reads_back
+    lib._destroy()
+
+
+def test_the_sync_watch_names_waits_inside_ops_and_outside_them(monkeypatch, sync_warning_op, recwarn):
+    """With CUDA's sync debug mode on (a stand-in here), a wait inside an op's own implementation is
+    ``in op`` with the op's name, one outside any op (``torch.cuda.synchronize()``) is
+    ``synchronize`` at the program's line, an op that did not wait is no wait even where its name
+    says it may (a CPU ``.item()``), and the program's other warnings pass as before; the debug
+    mode is set back after the iteration."""
+    import sys
+    import warnings
+    from profkit.capture.syncsites import SYNC_WARNING
+    modes = ["off"]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_sync_debug_mode", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", lambda m: modes.append(m))
+    at = {}
+
+    def body():
+        x = torch.randn(8)
+        for _ in range(2):
+            at["op"] = sys._getframe().f_lineno; sync_warning_op(x)  # noqa: E702
+        at["sync"] = sys._getframe().f_lineno; warnings.warn(SYNC_WARNING)  # noqa: E702
+        x.sum().item()
+        warnings.warn("the program's own warning")
+    rec = _record(body)
+    got = {(s["op"], s["line"]): s for s in rec["sync"]}
+    assert set(got) == {("in op", at["op"]), ("synchronize", at["sync"])}, rec["sync"]
+    assert got[("in op", at["op"])]["aten"] == "reads_back" and got[("in op", at["op"])]["count"] == 2
+    assert "aten" not in got[("synchronize", at["sync"])]
+    assert rec["sync_watch"] is True and modes == ["off", "warn", 0]
+    assert [str(w.message) for w in recwarn.list] == ["the program's own warning"]
 
 
 def test_only_one_iteration_is_watched_and_a_named_step_waits_for_its_range():
@@ -904,9 +1006,28 @@ def test_the_record_on_cuda_names_the_lines_that_wait():
         at["mask"] = sys._getframe().f_lineno; x[x > 0]  # noqa: E702
         buf = torch.empty(256, pin_memory=True)
         buf.copy_(x, non_blocking=True)   # no wait: not a site
+        at["sync"] = sys._getframe().f_lineno; torch.cuda.synchronize()  # noqa: E702
+        with torch.inference_mode():
+            at["inf"] = sys._getframe().f_lineno; x.cpu()  # noqa: E702
     rec = _record(step)
     got = {(s["op"], s["line"], s["count"]) for s in rec["sync"]}
-    assert got == {("item", at["item"], 1), ("copy to host", at["cpu"], 1), ("boolean index", at["mask"], 1)}
+    assert got == {("item", at["item"], 1), ("copy to host", at["cpu"], 1), ("boolean index", at["mask"], 1),
+                   ("synchronize", at["sync"], 1), ("copy to host", at["inf"], 1)}, rec["sync"]
+    assert rec["sync_watch"] is True and torch.cuda.get_sync_debug_mode() == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+def test_the_record_on_cuda_finds_a_wait_inside_an_op():
+    """A wait inside an op's implementation (no program line asks for it) is ``in op``, named."""
+    lib = torch.library.Library("profkit_synctest_cuda", "FRAGMENT")
+    lib.define("reads_back(Tensor x) -> Tensor")
+    lib.impl("reads_back", lambda x: x * float(x.sum()), "CompositeExplicitAutograd")
+    try:
+        rec = _record(lambda: torch.ops.profkit_synctest_cuda.reads_back(torch.randn(64, device="cuda")))
+    finally:
+        lib._destroy()
+    assert [(s["op"], s.get("aten")) for s in rec["sync"]] == [("in op", "reads_back")], rec["sync"]
 
 
 def test_no_committed_trace_was_written():
@@ -1256,3 +1377,29 @@ def test_pk201_prices_a_hand_written_optimizers_loop_as_one_fused_pass(monkeypat
     assert _priced(prof, "PK201", monkeypatch, json.dumps(meta)) is None
     meta["record"]["optimizer"] = [{**rec, "params": 40}]
     assert _priced(prof, "PK201", monkeypatch, json.dumps(meta)) is None
+
+
+def _sync(op: str, count: int, aten: str | None = None) -> dict:
+    return {"op": op, "file": "qat.py", "line": 41, "function": "forward", "via": None, "count": count,
+            **({"aten": aten} if aten else {})}
+
+
+def test_pk101_offers_no_fix_for_waits_inside_torchs_own_ops(monkeypatch):
+    """Where the sync watch finds most of an iteration's waits inside an op's own implementation
+    (QAT's fused observer/fake-quantize), no program line asks for them: PK101 names the op,
+    says what they cost and offers no fix; a minority inside ops is said and the fix stands."""
+    prof = profkit.load(ROOT / "traces/corpus/qat_fakequant_train.sqlite.xz")
+    plain = _priced(prof, "PK101")
+    assert plain.expected_end_to_end_speedup > 1.2 and "keep the values on the GPU" in plain.action
+    inside = _meta([], {"sync": [_sync("in op", 54, "_fused_moving_avg_obs_fq_helper"), _sync("item", 1)],
+                        "sync_watch": True})
+    f = _priced(prof, "PK101", monkeypatch, inside)
+    assert f.expected_end_to_end_speedup == 1.0 and f.rung.value == "none"
+    assert f.action.startswith("leave the per-step synchronisations in ") and "98% of them" in f.action
+    assert "aten::_fused_moving_avg_obs_fq_helper (54 an iteration)" in f.action
+    assert f.evidence["without_them_speedup"] == round(plain.expected_end_to_end_speedup, 3) == round(f.bound, 3)
+    few = _meta([], {"sync": [_sync("in op", 10, "_fused_moving_avg_obs_fq_helper"), _sync("item", 44)],
+                     "sync_watch": True})
+    f = _priced(prof, "PK101", monkeypatch, few)
+    assert f.expected_end_to_end_speedup == plain.expected_end_to_end_speedup
+    assert "19% of the recorded waits are inside torch's own aten::_fused_moving_avg_obs_fq_helper" in f.action

@@ -21,7 +21,8 @@ kept, aggregated into unique shapes with their counts:
   elements: one device-to-host read per shape, never during a CUDA-graph capture), ``masked``
   for another mask, ``none`` without one; and the dropout applied to the probabilities in training
   (``dropout``: its p, where ``native_dropout`` ran between the softmax and the second GEMM);
-* host<->device copies (``_to_copy``, ``copy_`` between the CPU and another device): bytes,
+* host<->device copies (``_to_copy``, ``copy_``, under inference mode ``to``, between the CPU and
+  another device): bytes,
   direction, whether the host side is pinned, ``non_blocking``;
 * ``nn.LSTMCell`` / ``nn.GRUCell`` / ``nn.RNNCell`` calls (a global module forward hook): sizes,
   batch, element type, calls per iteration of each cell, and ``fed_by`` (the index of the cell
@@ -30,7 +31,9 @@ kept, aggregated into unique shapes with their counts:
   constructed, the parameters' element counts (unique sizes with counts), element type, device;
 * the ops that make the host wait for the GPU (``.item()``, ``bool()`` of a device tensor, a
   boolean mask's ``nonzero``, a blocking copy to the host), each with the program's line that
-  ran it and the torch API it went through (:mod:`profkit.capture.syncsites`);
+  ran it and the torch API it went through (:mod:`profkit.capture.syncsites`); on a GPU also the
+  waits made inside an op's own implementation and outside any op, found by CUDA's sync debug
+  mode (``sync_watch`` true: an empty ``sync`` then means no wait at all in the iteration);
 * fused attention (``F.scaled_dot_product_attention``, its backend's op): batch x heads, the
   query and key lengths, the head sizes, the element type, the mask, whether its inputs
   required gradients, the dropout (``sdpa``);
@@ -93,7 +96,11 @@ one-line note. What it writes (``profkit-oprecord/1``)::
                "padding": [3, 3], "dilation": [1, 1], "groups": 40, "dtype": "fp32",
                "channels_last": false, "grad": true, "tf32": true, "count": 2}, ...],
      "sync": [{"op": "item", "file": "train.py", "line": 88, "function": "rollout",
-               "via": "torch/distributions/distribution.py:__init__", "count": 128}, ...],
+               "via": "torch/distributions/distribution.py:__init__", "count": 128},
+              {"op": "in op", "aten": "_fused_moving_avg_obs_fq_helper", "file": "qat.py",
+               "line": 41, "function": "forward", "via": "torch/ao/quantization/fake_quantize.py:forward",
+               "count": 54}, ...],
+     "sync_watch": true,
      "unstepped": [{"module": "Encoder", "tensors": 201, "elements": 109484547}],
      "loader": [{"dataset": "TensorDataset", "rows": 4096, "per_row": true, "fetches": 1,
                  "fetch_ns": 41300000, "row_ns": 15200000, "batched_ns": 210000, "table_bytes": 260000000}],
@@ -120,7 +127,7 @@ from typing import Any, Callable, Optional
 from profkit.capture import loaders, unstepped
 from profkit.capture.invariant import Invariants
 from profkit.capture.roots import RootCalls
-from profkit.capture.syncsites import SyncSites, waits
+from profkit.capture.syncsites import SyncSites, SyncWatch, waits
 
 FORMAT = "profkit-oprecord/1"
 RECORD_AT = 3           # the start (1-based) of the repeated range whose period is recorded
@@ -144,7 +151,8 @@ def layout(t: Any) -> str:
 FUSED_LAYERS = {"_native_multi_head_attention", "_transformer_encoder_layer_fwd"}
 SOFTMAX = {"_softmax", "softmax", "_safe_softmax"}
 MASKING = {"masked_fill", "masked_fill_", "where", "add", "add_"}
-COPIES = {"_to_copy", "copy_"}
+# (``to`` is what the dispatch shows under inference mode: ``.cpu()``, ``.to(device)``)
+COPIES = {"_to_copy", "copy_", "to"}
 CONVS = {"convolution"}
 # F.scaled_dot_product_attention as the dispatch shows it: the backend's op, or the composite
 # itself under inference mode; (the attention mask's position, dropout's, is_causal's) in its args
@@ -199,6 +207,7 @@ class OpRecord:
         self.host_ops: dict[str, list[int]] = {}   # op -> [calls, ns, output bytes]
         self.anomaly_ops = 0
         self.anomaly_check_nan = False
+        self.watched = False            # the waits were found by CUDA's sync debug mode
         self._invariant: Optional[Invariants] = None
         self._roots = RootCalls()
         self.saw_backward = False
@@ -210,6 +219,7 @@ class OpRecord:
         self._mask_cache: dict = {}
         self._thread = threading.get_ident()
         self.syncs: Optional[SyncSites] = None
+        self._watch: Optional[SyncWatch] = None   # CUDA's sync debug mode, where there is one
 
     # -- when to watch ------------------------------------------------------------------------
     def on_push(self, name: Any) -> None:
@@ -254,11 +264,20 @@ class OpRecord:
                 def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                     kwargs = kwargs or {}
                     inv = owner.invariant_before(func, args, kwargs)
+                    watch = owner._watch
+                    synced = watch.count if watch is not None else 0
+                    if watch is not None:
+                        watch.in_op = True
                     t0 = time.perf_counter_ns()
-                    out = func(*args, **kwargs)   # the program's op first, whatever happens here
+                    try:
+                        out = func(*args, **kwargs)   # the program's op first, whatever happens here
+                    finally:
+                        if watch is not None:
+                            watch.in_op = False
                     ns = time.perf_counter_ns() - t0
                     owner.invariant_after(func, out, inv)
-                    owner.see(func, args, kwargs, out, ns)
+                    owner.see(func, args, kwargs, out, ns,
+                              None if watch is None else watch.count != synced)
                     owner.root_op(args, kwargs, out)
                     return out
 
@@ -268,6 +287,8 @@ class OpRecord:
             self._mode = _Mode()
             self._mode.__enter__()
             self.active = True
+            watch = SyncWatch(self.syncs)
+            self._watch = watch if watch.start() else None
             import torch.nn.modules.module as nn_module
             import torch.optim.optimizer as optim_module
             self._invariant = Invariants()
@@ -286,6 +307,10 @@ class OpRecord:
             return
         self.active = False
         self.done = True
+        if self._watch is not None:
+            self._watch.stop()
+            self.watched = True
+            self._watch = None
         if self._invariant is not None and not self.broken:
             try:   # while the program's tensors are alive: at finish() its model may be gone
                 self._invariant.close(self.saw_backward)
@@ -371,7 +396,11 @@ class OpRecord:
         return safe
 
     # -- what is kept -------------------------------------------------------------------------
-    def see(self, func: Any, args: tuple, kwargs: dict, out: Any, ns: int = 0) -> None:
+    def see(self, func: Any, args: tuple, kwargs: dict, out: Any, ns: int = 0,
+            synced: Optional[bool] = None) -> None:
+        """Keep what ``func`` (an aten op the program ran) tells; ``synced``: whether CUDA's sync
+        debug mode saw it make the host wait (None without the watch: waits are then told by the
+        op's name)."""
         if not self.active or self.broken:
             return
         t0 = time.perf_counter_ns()
@@ -387,8 +416,12 @@ class OpRecord:
             # the attention is the forward's pattern, its backward is priced from it.
             backward = self._autograd_node() is not None
             wait = None if backward else waits(name, args, kwargs)
-            if wait is not None:
+            if synced is None and wait is not None:
                 self.syncs.note(wait)
+            elif synced:
+                # a wait no program line asks for is the op's own (read inside its implementation)
+                known = wait or ("copy to host" if name in COPIES and not backward else None)
+                self.syncs.note(known or "in op", None if known else name)
             if name in GEMMS:
                 self._gemm(name, args, out, backward)
             elif name in COMPOSITE_GEMMS:
@@ -404,7 +437,7 @@ class OpRecord:
             elif name in CONVS:
                 self._conv(args)
             elif name in COPIES:
-                self._copy(name, args, kwargs, out)
+                self._copy(func, args, kwargs, out, note=synced is None)
                 # A cast on the device (autocast's fp32 softmax, `.to(q.dtype)` after it) is a
                 # step between the GEMM and the softmax like any other.
                 self._follow(args, out)
@@ -429,6 +462,8 @@ class OpRecord:
         ins = [t for a in args for t in (a if isinstance(a, (tuple, list)) else (a,)) if isinstance(t, torch.Tensor)]
         if any(t.device.type != "cpu" for t in (*ins, *outs)):
             return
+        if any(_same_storage(o, i) for o in outs for i in ins):
+            return   # a view or the input itself (``detach``, ``to`` its own dtype): no work done
         row = self.host_ops.setdefault(name, [0, 0, 0])
         row[0] += 1
         row[1] += int(ns)
@@ -637,13 +672,16 @@ class OpRecord:
                    tuple(int(v) for v in args[5]), int(args[8]), dtype_name(x.dtype), cl, grad,
                    bool(torch.backends.cudnn.allow_tf32))] += 1
 
-    def _copy(self, name: str, args: tuple, kwargs: dict, out: Any) -> None:
-        if name == "copy_":
+    def _copy(self, func: Any, args: tuple, kwargs: dict, out: Any, note: bool = True) -> None:
+        """A copy between the host and a device; ``note``: count a blocking copy to the host as a
+        wait (the sync watch, where there is one, counts it instead)."""
+        if func.__name__.split(".")[0] == "copy_":
             dst, src = args[0], args[1]
-            non_blocking = bool(args[2]) if len(args) > 2 else bool(kwargs.get("non_blocking", False))
         else:
             src, dst = args[0], out
-            non_blocking = bool(kwargs.get("non_blocking", False))
+        non_blocking = bool(_argument(func, args, kwargs, "non_blocking", False))
+        if not hasattr(dst, "device"):
+            return
         s, d = src.device.type, dst.device.type
         if s == d or "cpu" not in (s, d):
             return
@@ -654,7 +692,7 @@ class OpRecord:
             pinned = bool(host.is_pinned())
         nbytes = int(src.numel()) * int(src.element_size())
         self.copy[("h2d" if s == "cpu" else "d2h", nbytes, pinned, non_blocking)] += 1
-        if d == "cpu" and s != "meta" and not (pinned and non_blocking):
+        if note and d == "cpu" and s != "meta" and not (pinned and non_blocking):
             self.syncs.note("copy to host")   # the host waits for the copy, and the work before it
 
     def _module_hook(self, module: Any, inputs: tuple, output: Any) -> None:
@@ -760,6 +798,7 @@ class OpRecord:
                       "grad": grad, "tf32": tf32, "count": c}
                      for (x, w, st, pad, dil, gr, dt, cl, grad, tf32), c in self.conv.most_common()],
             "sync": self.syncs.as_list() if self.syncs is not None else [],
+            "sync_watch": bool(self.watched),
             "sdpa": [{"batch": b, "sq": sq, "sk": sk, "d": d, "dv": dv, "dtype": dt, "mask": mask, "grad": grad,
                       "count": c, **({"dropout": p} if p else {})}
                      for (b, sq, sk, d, dv, dt, mask, grad, p), c in self.sdpa.most_common()],
@@ -782,6 +821,24 @@ class OpRecord:
         except Exception as exc:  # noqa: BLE001 - the rest of the record stands
             self.notes.append(f"op record: invariant ops not summed ({type(exc).__name__}: {exc})"[:200])
             return []
+
+
+def _argument(func: Any, args: tuple, kwargs: dict, name: str, default: Any = None) -> Any:
+    """The argument ``name`` of an aten op's call, positional or keyword (by its schema)."""
+    if name in kwargs:
+        return kwargs[name]
+    for i, a in enumerate(getattr(getattr(func, "_schema", None), "arguments", ())):
+        if a.name == name:
+            return args[i] if i < len(args) else default
+    return default
+
+
+def _same_storage(a: Any, b: Any) -> bool:
+    """Whether two strided tensors share their storage."""
+    try:
+        return a is b or a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr() != 0
+    except Exception:  # noqa: BLE001 - sparse and other layouts: not the same
+        return False
 
 
 def _stored_bytes(torch: Any, t: Any) -> int:

@@ -17,18 +17,29 @@ torch) and the outermost torch frame under it (the torch API that line called)::
 which runs ``nonzero``), ``repeat_interleave`` (tensor repeats without ``output_size``), ``copy to
 host`` (``.cpu()``, ``.numpy()`` after it, ``.tolist()``: a device-to-host copy that is not
 ``non_blocking`` into pinned memory). ``count``: calls in the recorded iteration.
+
+On a GPU the record also turns on CUDA's sync debug mode (``torch.cuda.set_sync_debug_mode("warn")``,
+whose warning says an op synchronised) for its one iteration, which finds the waits no op name
+gives away (:class:`SyncWatch`): ``op`` is then ``in op`` for a wait made inside an aten op's own
+implementation, with ``aten`` naming it (QAT's fused observer/fake-quantize reads its enable flags
+back inside the op: no program line can keep them on the GPU), and ``synchronize`` for a wait
+outside any op (``torch.cuda.synchronize()``, an event's or a stream's ``synchronize()``).
 """
 from __future__ import annotations
 
 import os
 import sys
+import warnings
 from collections import Counter
 from typing import Any, Optional
 
 MAX_SITES = 64          # distinct sites kept (a loop over thousands of lines is not a program)
 
 # aten op -> what the program called
-WAITS = {"_local_scalar_dense": "item", "nonzero": "nonzero", "masked_select": "masked_select",
+# (``item`` and ``is_nonzero`` are what the dispatch shows under inference mode, where autograd does
+# not lower them to ``_local_scalar_dense``)
+WAITS = {"_local_scalar_dense": "item", "item": "item", "is_nonzero": "item", "nonzero": "nonzero",
+         "masked_select": "masked_select",
          "unique": "unique", "_unique": "unique", "_unique2": "unique", "unique_dim": "unique",
          "unique_consecutive": "unique"}
 INDEXING = {"index", "index_put", "index_put_", "_index_put_impl_"}
@@ -70,11 +81,14 @@ class SyncSites:
         self._torch = os.path.dirname(os.path.abspath(torch.__file__)) if torch is not None else None
         self._profkit = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         self._cwd = os.getcwd()
+        # the warnings module's frames stand between SyncWatch's showwarning and the program
+        self._skip = os.path.splitext(os.path.abspath(warnings.__file__))[0]
 
-    def note(self, op: str) -> None:
-        """Count one wait of kind ``op`` at the program's line (profkit's frames skipped)."""
+    def note(self, op: str, aten: Optional[str] = None) -> None:
+        """Count one wait of kind ``op`` at the program's line (profkit's frames skipped);
+        ``aten``: the op it was made inside, for ``in op``."""
         where = self.caller(sys._getframe(1))
-        key = (op, *where)
+        key = (op, *where, aten)
         if key in self.sites or len(self.sites) < MAX_SITES:
             self.sites[key] += 1
 
@@ -89,7 +103,7 @@ class SyncSites:
                 rel = fn[len(os.path.dirname(self._torch)) + 1:].replace(os.sep, "/")
                 if not rel.endswith(MACHINERY):
                     via = f"{rel}:{f.f_code.co_name}"
-            elif not fn.startswith(self._profkit + os.sep):
+            elif not fn.startswith(self._profkit + os.sep) and os.path.splitext(fn)[0] != self._skip:
                 return self.short(fn), int(f.f_lineno), f.f_code.co_name, via
             f = f.f_back
         return "?", 0, "?", via
@@ -102,5 +116,69 @@ class SyncSites:
         return path.split(marker, 1)[1] if marker in path else path
 
     def as_list(self) -> list[dict]:
-        return [{"op": op, "file": f, "line": ln, "function": fn, "via": via, "count": c}
-                for (op, f, ln, fn, via), c in self.sites.most_common()]
+        return [{"op": op, "file": f, "line": ln, "function": fn, "via": via, "count": c,
+                 **({"aten": aten} if aten else {})}
+                for (op, f, ln, fn, via, aten), c in self.sites.most_common()]
+
+
+SYNC_WARNING = "called a synchronizing CUDA operation"   # c10/cuda's warn_or_error_on_sync
+
+
+class SyncWatch:
+    """CUDA's sync debug mode as a counter, for the recorded iteration: every synchronising CUDA
+    call torch makes (a stream or device sync, a blocking copy, ``.item()``'s read) raises a
+    warning in ``warn`` mode; the watch counts them (``count``) instead of showing them, and the
+    program's other warnings pass as before. ``start`` returns False where the mode is not there
+    (no CUDA, an older torch): the record then tells the waits by the ops' names alone.
+
+    Waits outside any op (``in_op`` false: ``torch.cuda.synchronize()``) are noted in ``sites`` as
+    ``synchronize`` at the program's line."""
+
+    def __init__(self, sites: SyncSites) -> None:
+        self.sites = sites
+        self.count = 0
+        self.in_op = False
+        self._ctx: Any = None
+        self._prev_mode: Any = None
+
+    def start(self) -> bool:
+        torch = sys.modules.get("torch")
+        cuda = getattr(torch, "cuda", None)
+        try:
+            if cuda is None or not cuda.is_available() or not hasattr(cuda, "set_sync_debug_mode"):
+                return False
+            self._ctx = warnings.catch_warnings()
+            self._ctx.__enter__()     # the filters and showwarning come back as they were at stop
+            warnings.filterwarnings("always", message=SYNC_WARNING)
+            shown = warnings.showwarning
+
+            def show(message: Any, category: Any, filename: str, lineno: int, file: Any = None,
+                     line: Any = None) -> None:
+                if SYNC_WARNING not in str(message):
+                    return shown(message, category, filename, lineno, file, line)
+                self.count += 1
+                if not self.in_op:
+                    self.sites.note("synchronize")
+                return None
+            warnings.showwarning = show
+            self._prev_mode = cuda.get_sync_debug_mode()
+            cuda.set_sync_debug_mode("warn")
+            return True
+        except Exception:  # noqa: BLE001 - without the watch the record names waits by their ops
+            self.stop()
+            return False
+
+    def stop(self) -> None:
+        torch = sys.modules.get("torch")
+        if self._prev_mode is not None:
+            try:
+                torch.cuda.set_sync_debug_mode(self._prev_mode)
+            except Exception:  # noqa: BLE001 - nothing more to restore
+                pass
+            self._prev_mode = None
+        if self._ctx is not None:
+            ctx, self._ctx = self._ctx, None
+            try:
+                ctx.__exit__(None, None, None)
+            except Exception:  # noqa: BLE001
+                pass

@@ -361,3 +361,43 @@ def test_a_finding_priced_under_the_bar_is_an_action_where_its_trial_measured_a_
     # a run-by-run range reaching a loss is no gain to list; another fix's trial can be one
     assert not _measured_gain(trial(1.05, 0.97, 1.12), None)
     assert _measured_gain(None, [trial(1.3, 1.2, 1.4)])
+
+
+def test_a_fix_the_program_failed_under_ranks_after_those_that_can_run():
+    """fno_spectral_train (H100): PK103's torch.compile, priced 1.31x, failed in its trial
+    (InductorError KeyError 'complex64'): it ranks after the fixes that can run, is said failed,
+    and joins no combination; the fused optimizer first, saying how its complex parameters can
+    take fused=True. A timeout says nothing of the fix: it is no failure."""
+    from profkit.run.trials import TrialResult
+    run_ = json.loads(classify(ROOT / "traces" / "corpus" / "fno_spectral_train.sqlite.xz",
+                               "--format", "json").stdout)["run"]
+    codes = [a["code"] for a in run_["actions"]]
+    assert codes == ["PK201", "PK103", "PK401"], codes
+    compile_ = run_["actions"][1]
+    assert compile_["expected_end_to_end_speedup"] == pytest.approx(1.31, abs=0.01)
+    assert compile_["tried"]["error"] == "InductorError: KeyError: 'complex64'"
+    assert "torch.view_as_real" in run_["actions"][0]["action"]
+    assert [c["codes"] for c in run_["combinations"]] == [["PK201", "PK401"]]
+
+    def trial(error):
+        return TrialResult("compile", True, "", error, 0, None, None, None, None, None, None)
+    assert trial("InductorError: KeyError: 'complex64'").failed and trial("exit status 1: boom").failed
+    assert not trial("timed out after 90 s (--try-timeout)").failed and not trial(None).failed
+    assert not trial("too few iterations of `step` (2) for a steady time: ...").failed
+
+
+def test_a_failure_a_small_edit_mends_is_said_with_the_edit_and_keeps_its_rank():
+    """A failure of a kind that a small edit mends is said with the edit and is no failure of
+    the fix. accum_resnet_train (H100): reduce-overhead failed on the gradients its
+    micro-batches keep (its CUDA graph by hand measured 3.70x; PK103 offers that one)."""
+    from profkit.run.trials import TrialResult
+    run_ = json.loads(classify(ROOT / "traces" / "corpus" / "accum_resnet_train.sqlite.xz",
+                               "--format", "json").stdout)["run"]
+    assert run_["actions"][0]["code"] == "PK103"
+    (graphs,) = [t for t in run_["trials"] if t["switch"] == "compile_graphs"]
+    assert graphs["error"].startswith("RuntimeError: Error: accessing tensor output of CUDAGraphs")
+    assert graphs["remedy"].startswith("reduce-overhead's CUDA graphs reuse their outputs' memory")
+    t = TrialResult("bf16", True, "", "RuntimeError: expected scalar type BFloat16 but found Float",
+                    0, None, None, None, None, None, None)
+    assert not t.failed and "autocast" in t.remedy
+    assert t.text().startswith("failed (RuntimeError: expected scalar type BFloat16 but found Float): the program")

@@ -25,7 +25,10 @@ def ranked_actions(findings: list, ops: Optional[pd.DataFrame] = None,
     _measured_gain). An
     action that offers a second fix no trial switches on (``untried_alternative_speedup`` in its
     evidence: PK103's CUDA graphs by hand beside its compiled number) is ranked by the better of
-    the measured gain and that fix's price: the trial measured one of its two fixes. A trial that
+    the measured gain and that fix's price: the trial measured one of its two fixes. An action
+    whose trial failed (the program raised under its switch: TrialResult.failed) is ranked after
+    every action that can pay, by the price of the second fix it offers where it has one: an
+    FNO's torch.compile, priced 1.31x, failed on its complex tensors. A trial that
     left part of the program as it was (``left_out``: a compile of one of the several modules the
     program calls) measured part of the fix: the action is ranked by the better of it and its
     price.
@@ -49,7 +52,11 @@ def ranked_actions(findings: list, ops: Optional[pd.DataFrame] = None,
             if "switch_speedup" in f.evidence:
                 # the trial ran another fix than the number's: its own price said beside it
                 a["tried"]["model"] = float(f.evidence["switch_speedup"])
-            if t.measured:
+            if t.failed:
+                # the program failed under the fix's switch: the price is of a fix that does not
+                # run it as it is, ranked after those that do (a second fix it offers keeps its own)
+                a["_rank_gain"] = max(1.0, float(f.evidence.get("untried_alternative_speedup", 1.0)))
+            elif t.measured:
                 a["_rank_gain"] = max(float(t.speedup), float(f.evidence.get("untried_alternative_speedup", 0.0)),
                                       # a trial that reached part of the program measured part of the fix
                                       float(f.expected_end_to_end_speedup) if t.left_out else 0.0)

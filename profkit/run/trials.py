@@ -77,6 +77,22 @@ class TrialResult:
         return self.work is not None
 
     @property
+    def failed(self) -> bool:
+        """The program failed under the switch and no small edit of the program is known to
+        make it run (``remedy``): it raised or exited non-zero (a timeout, or too few
+        iterations for a steady time, says nothing of the fix). torch.compile of a model on
+        complex tensors (InductorError KeyError 'complex64'), a double backward under
+        aot_autograd, a Cholesky that bf16 left not positive-definite."""
+        return bool(self.error) and not str(self.error).startswith(INCONCLUSIVE) and not self.remedy
+
+    @property
+    def remedy(self) -> str:
+        """The edit that makes the program run under the fix, for a failure of a kind that has
+        one (EDITS); empty otherwise."""
+        err = str(self.error or "")
+        return next((edit for marks, edit in EDITS if any(m in err for m in marks)), "")
+
+    @property
     def measured(self) -> bool:
         """A gain to rank by: the switch applied, the runs finished, a speedup was timed, and its
         iterations did the work the program's do."""
@@ -87,6 +103,7 @@ class TrialResult:
         return {"switch": self.switch, "speedup": r(self.speedup), "runs": self.runs,
                 "lo": r(self.lo), "hi": r(self.hi), "applied": bool(self.applied),
                 "error": self.error, "note": self.note,
+                **({"remedy": self.remedy} if self.error and self.remedy else {}),
                 "warm_up_s": None if self.warm_up_s is None else round(float(self.warm_up_s), 1),
                 "baseline_runs": self.baseline_runs,
                 **({"alternated": self.alternated} if self.alternated else {}),
@@ -104,7 +121,7 @@ def trial_text(t: dict) -> str:
     ``run.trials[]``): ``2.05x (2 runs, 1.92-2.19x)``, ``failed (OutOfMemoryError: ...)``,
     ``not applied (no DataLoader)``."""
     if t.get("error"):
-        return f"failed ({t['error']})"
+        return f"failed ({t['error']})" + (f": {t['remedy']}" if t.get("remedy") else "")
     if t.get("not_run"):
         return f"not run ({t['not_run']})"
     if not t.get("applied"):
@@ -132,6 +149,22 @@ def trial_text(t: dict) -> str:
              if work else "")
     return f"{t['speedup']:.2f}x ({runs} run{'s' if runs != 1 else ''}{spread}{warm}{alone}{beside}{other})"
 
+
+# Errors that say nothing of whether the fix runs the program (profkit.capture.trials' wording)
+INCONCLUSIVE = ("timed out after", "too few iterations of")
+# Failures a small edit of the program mends, by their message, and the edit: the fix runs once
+# it is made (a gradient-accumulating ResNet step failed under reduce-overhead and ran 3.70x
+# faster with its CUDA graph by hand)
+EDITS = (
+    (("accessing tensor output of CUDAGraphs that has been overwritten",),
+     "reduce-overhead's CUDA graphs reuse their outputs' memory at the next call, and the program "
+     "keeps outputs past it (gradients accumulated over micro-batches, results gathered across "
+     "calls): clone what it keeps, or capture the step in a CUDA graph by hand (torch.cuda.graph)"),
+    (("expected scalar type", "should be the same", "expected both inputs to have same dtype",
+      "expected mat1 and mat2 to have the same dtype"),
+     "the program mixes its own fp32 tensors with autocast's: cast them (or keep that op out of "
+     "autocast)"),
+)
 
 # A trial whose iterations open this much more or fewer nested ranges than the program's unchanged
 # did other work: an LBFGS step that stopped after fewer evaluations under bf16 read 4.43x

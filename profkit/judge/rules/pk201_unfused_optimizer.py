@@ -15,7 +15,10 @@ Evidence
     ``depth - r_args_depth`` written.
 Fix
     ``torch.optim.AdamW(params, fused=True)`` (also Adam, SGD); all parameters on the GPU in a
-    floating type.
+    floating type. Where the op record finds complex parameters (an FNO's spectral weights,
+    complex64), which the fused kernels refuse, the action says to keep them as real tensors
+    (``torch.view_as_real``) viewed as complex in forward: torch.optim's foreach and
+    single-tensor paths step a complex parameter as that real view already.
 Expected gain
     Graph edit: the foreach kernels become one fused kernel per chunk (the most frequent kind's
     launches stay, the others' kernels and launches go), replayed by the step model at the
@@ -177,7 +180,7 @@ TORCH_OPTIMIZERS = frozenset({"SGD", "Adam", "AdamW", "Adagrad", "Adadelta", "Ad
                               "RAdam", "RMSprop", "Rprop", "SparseAdam", "Adafactor"})
 # A fused Adam-like step's passes over parameter-sized tensors: read p, g, m, v; write p, m, v
 FUSED_PASSES = 7
-ELEMENT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp64": 8}
+ELEMENT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp64": 8, "complex64": 8, "complex128": 16}
 # the op record's parameters a loop's copies must cover to be that optimizer's step
 HAND_WRITTEN_COVER = 0.9
 
@@ -298,10 +301,18 @@ def detect(ctx: RuleContext) -> list[Finding]:
     g, basis = ctx.price(edit, f"foreach kernels {ctx.per_iteration(total)} -> one fused kernel per chunk "
                                f"{ctx.per_iteration(total / op_gain)}{per_pass}{cpu_text}", cap=cap)
     which = "AdamW/Adam" if adam else "SGD"
+    complex_ = sorted({str(o.get("dtype")) for o in ctx.replacements.recorded("optimizer")
+                       if str(o.get("dtype", "")).startswith("complex")})
     return [Finding(RULE.code, RULE.name,
                     f"use the fused optimizer: torch.optim.{'AdamW' if adam else 'SGD'}(..., fused=True) "
                     f"({which} runs as {len(rows)} foreach kernel kinds, ~{foreach_passes:.0f} passes "
-                    f"over the parameters per step instead of {fused_passes})",
+                    f"over the parameters per step instead of {fused_passes})"
+                    # torch's fused kernels refuse complex parameters; the foreach path updates each
+                    # as its real view already, so the same update runs fused on real storage
+                    + (f"; the fused kernels refuse its {'/'.join(complex_)} parameters: keep each as a "
+                       "real tensor with a last dimension of 2 (torch.view_as_real) and view it with "
+                       "torch.view_as_complex in forward (the update is the same: torch.optim steps a "
+                       "complex parameter as its real view), then fused=True" if complex_ else ""),
                     Rung.LIBRARY, {"optimizer_kernel_ns": int(total), "foreach_passes": round(foreach_passes, 1),
                                    "fused_passes": fused_passes, "critical_share": round(crit, 3),
                                    "priced_from": "timed" if timed else "passes",

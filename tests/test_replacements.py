@@ -389,7 +389,8 @@ def test_the_sync_watch_names_waits_inside_ops_and_outside_them(monkeypatch, syn
     """With CUDA's sync debug mode on (a stand-in here), a wait inside an op's own implementation is
     ``in op`` with the op's name, one outside any op (``torch.cuda.synchronize()``) is
     ``synchronize`` at the program's line, an op that did not wait is no wait even where its name
-    says it may (a CPU ``.item()``), and the program's other warnings pass as before; the debug
+    says it may (a CPU ``.item()``: on a GPU it waits, and is ``item`` by its name with or without
+    the watch), and the program's other warnings pass as before; the debug
     mode is set back after the iteration."""
     import sys
     import warnings

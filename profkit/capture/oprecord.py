@@ -399,8 +399,7 @@ class OpRecord:
     def see(self, func: Any, args: tuple, kwargs: dict, out: Any, ns: int = 0,
             synced: Optional[bool] = None) -> None:
         """Keep what ``func`` (an aten op the program ran) tells; ``synced``: whether CUDA's sync
-        debug mode saw it make the host wait (None without the watch: waits are then told by the
-        op's name)."""
+        debug mode saw it make the host wait (None without the watch)."""
         if not self.active or self.broken:
             return
         t0 = time.perf_counter_ns()
@@ -416,12 +415,13 @@ class OpRecord:
             # the attention is the forward's pattern, its backward is priced from it.
             backward = self._autograd_node() is not None
             wait = None if backward else waits(name, args, kwargs)
-            if synced is None and wait is not None:
+            if wait is not None:
                 self.syncs.note(wait)
-            elif synced:
-                # a wait no program line asks for is the op's own (read inside its implementation)
-                known = wait or ("copy to host" if name in COPIES and not backward else None)
-                self.syncs.note(known or "in op", None if known else name)
+            elif synced and name not in COPIES:
+                # a wait that no op's name gives away is the op's own (a read inside its
+                # implementation); named waits and blocking copies are noted by what they are,
+                # with or without the watch, so a watch that sees nothing loses nothing
+                self.syncs.note("in op", name)
             if name in GEMMS:
                 self._gemm(name, args, out, backward)
             elif name in COMPOSITE_GEMMS:
@@ -437,7 +437,7 @@ class OpRecord:
             elif name in CONVS:
                 self._conv(args)
             elif name in COPIES:
-                self._copy(func, args, kwargs, out, note=synced is None)
+                self._copy(func, args, kwargs, out)
                 # A cast on the device (autocast's fp32 softmax, `.to(q.dtype)` after it) is a
                 # step between the GEMM and the softmax like any other.
                 self._follow(args, out)
@@ -672,9 +672,8 @@ class OpRecord:
                    tuple(int(v) for v in args[5]), int(args[8]), dtype_name(x.dtype), cl, grad,
                    bool(torch.backends.cudnn.allow_tf32))] += 1
 
-    def _copy(self, func: Any, args: tuple, kwargs: dict, out: Any, note: bool = True) -> None:
-        """A copy between the host and a device; ``note``: count a blocking copy to the host as a
-        wait (the sync watch, where there is one, counts it instead)."""
+    def _copy(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
+        """A copy between the host and a device; a blocking one to the host is a wait."""
         if func.__name__.split(".")[0] == "copy_":
             dst, src = args[0], args[1]
         else:
@@ -692,7 +691,7 @@ class OpRecord:
             pinned = bool(host.is_pinned())
         nbytes = int(src.numel()) * int(src.element_size())
         self.copy[("h2d" if s == "cpu" else "d2h", nbytes, pinned, non_blocking)] += 1
-        if note and d == "cpu" and s != "meta" and not (pinned and non_blocking):
+        if d == "cpu" and s != "meta" and not (pinned and non_blocking):
             self.syncs.note("copy to host")   # the host waits for the copy, and the work before it
 
     def _module_hook(self, module: Any, inputs: tuple, output: Any) -> None:

@@ -138,6 +138,10 @@ SWITCH_OF: dict[tuple[str, str], str] = {
     ("packed_lstm_lm_train", "bf16"): "bf16",
     ("llama_bigvocab_loss_train", "compile"): "compile",
     ("llama_bigvocab_loss_train", "fused_adamw"): _FUSED,
+    ("shampoo_precond_train", "tf32"): "tf32",
+    ("bilstm_crf_train", "bf16"): "bf16",
+    ("fasterrcnn_train", "tf32"): "tf32",
+    ("fasterrcnn_train", "bf16"): "bf16",
 }
 
 

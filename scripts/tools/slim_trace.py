@@ -7,9 +7,7 @@ value and call-chain id. Each becomes NULL (0 where the schema forbids NULL). Th
 tables profkit never reads are dropped: ``TARGET_INFO_SYSTEM_ENV`` (the capturing machine's
 environment variables and system settings, which also need not travel with a trace) and
 ``PROFILER_OVERHEAD`` (nsys's own buffer flushes; the profiler's cost is taken from the
-calibration run instead); and of ``CUPTI_ACTIVITY_KIND_CUDA_EVENT`` (the GPU-side records of
-CUDA events, which profkit does not read: the host's event calls are in the runtime table, and a
-packed LSTM's capture held 36,000 of them). The tables, their columns and every other value stay, so the file is
+calibration run instead). The tables, their columns and every other value stay, so the file is
 still an Nsight Systems export and profkit reads from it exactly what it read before (the
 golden tests and the pages' --check say so). The
 file is rewritten in place (xz -9e) only when that makes it smaller. Only for traces this project
@@ -34,7 +32,7 @@ UNREAD = {
     "CUPTI_ACTIVITY_KIND_RUNTIME": ("eventClass", "returnValue", "callchainId"),
 }
 
-EMPTIED = ("TARGET_INFO_SYSTEM_ENV", "PROFILER_OVERHEAD", "CUPTI_ACTIVITY_KIND_CUDA_EVENT")
+EMPTIED = ("TARGET_INFO_SYSTEM_ENV", "PROFILER_OVERHEAD")
 
 
 def slim(path: str) -> str:

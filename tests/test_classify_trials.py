@@ -110,7 +110,10 @@ def test_classify_shows_the_trials_beside_the_model(with_trials):
     expected = [
         "tried    bf16: 2.48x (2 runs, 2.48-2.50x); the model's price 2.26x (PK302)",
         "         compile_graphs: failed (RuntimeError: Error: accessing tensor output of CUDAGraphs "
-        "that has been overwritten by a subsequent run.); the model's price 1.12x (PK103)",
+        "that has been overwritten by a subsequent run.): reduce-overhead's CUDA graphs reuse their outputs' "
+        "memory at the next call, and the program keeps outputs past it (gradients accumulated over "
+        "micro-batches, results gathered across calls): clone what it keeps, or capture the step in a CUDA "
+        "graph by hand (torch.cuda.graph); the model's price 1.12x (PK103)",
         "         fused_optim: 1.02x (2 runs, 1.01-1.03x); the model's price 1.02x (PK201)",
         "         workers: not applied (no DataLoader); not priced by the model"]
     assert lines[tried:tried + 5] == [*expected, lines[tried + 4]] and lines[tried + 4].startswith("rules")

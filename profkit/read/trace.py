@@ -222,8 +222,14 @@ class Trace:
     @cached_property
     def sync_streams(self) -> pd.DataFrame:
         """The stream each synchronising call was about (CUPTI synchronization records), read on
-        first use: correlationId, pidkey, streamId."""
+        first use: correlationId, pidkey, streamId, eventSyncId."""
         return self._read(lambda r: r.synchronization())
+
+    @cached_property
+    def event_records(self) -> pd.DataFrame:
+        """Where each CUDA event was recorded (CUPTI's event records), read on first use:
+        correlationId, pidkey, streamId, eventSyncId."""
+        return self._read(lambda r: r.event_records())
 
     @cached_property
     def meta(self) -> dict[str, Optional[str]]:

@@ -186,9 +186,14 @@ def lines(pairs: list[dict]) -> list[str]:
         ratio = f"{t['speedup'] / r['measured'] - 1.0:+.0%}" if t["speedup"] is not None else "-"
         out.append(f"| {r['program']} | {r['fix']} | {t['switch']} | {trial_text(t)} | {r['measured']:.2f}x | "
                    f"{ratio} | {r['predicted']:.2f}x |")
-    notes = [f"- {NOTES[(r['program'], r['fix'])]}" for r in rows if (r["program"], r["fix"]) in NOTES]
+    notes = [f"- {NOTES[(r['program'], r['fix'])].replace('{program}', r['program'])}" for r in rows
+             if (r["program"], r["fix"]) in NOTES]
     return out + ([""] + notes if notes else [])
 
+
+_AGAIN = ("{{program}} {switch}: the same trial in a capture of its own on an H100 (2026-12-07, "
+          "`profkit capture --try {switch}`) measured {got} where the table's capture measured {was}: "
+          "one run of a trial moves by more than the 5% the column asks of it.")
 
 # What a later run said of a trial's miss (the table keeps the capture's own trial)
 NOTES = {
@@ -197,6 +202,20 @@ NOTES = {
     "1.87x (1 run; 27 s of warm-up), and the hand-applied `--fix compile` 1.83x interleaved with the baseline in "
     "the same call (11.84 -> 6.47 ms): the switch compiles the UNet as the fix does; the capture's 0.99x was that "
     "run's, not the switch's (not explained).",
+    # the same trials run again, each in a capture of its own with that switch alone (an H100,
+    # 2026-12-07, scripts/gpu/trial_check.sh): the capture's trial is one run of one process
+    ("pinn_burgers_train", "tf32"): _AGAIN.format(switch="tf32", got="0.95x (1 run, 0.87-0.95x; 3 alternated blocks)",
+                                                   was="0.50x"),
+    ("cfg_two_pass_sample", "bf16"): _AGAIN.format(switch="bf16", got="0.67x (1 run, 0.58-0.69x; 5 alternated blocks)",
+                                                    was="0.53x"),
+    ("gru_rollout_infer", "bf16"): _AGAIN.format(switch="bf16", got="1.00x (1 run, 1.00-1.01x; 3 alternated blocks)",
+                                                  was="0.91x"),
+    ("gpu_augment_loop_train", "compile"): _AGAIN.format(switch="compile", got="1.22x (1 run, 1.22-1.24x; 3 "
+                                                         "alternated blocks; 14 s of warm-up)", was="0.75x"),
+    ("int8_dequant_infer", "compile"): _AGAIN.format(switch="compile", got="1.95x (1 run, 1.92-1.95x; 3 alternated "
+                                                     "blocks; 13 s of warm-up)", was="1.59x"),
+    ("ddpm_cpu_schedule_train", "bf16"): _AGAIN.format(switch="bf16", got="0.82x (1 run, 0.75-0.94x; 3 alternated "
+                                                       "blocks)", was="1.00x"),
     ("deterministic_mesh_train", "tf32"): "deterministic_mesh_train tf32: the program sets "
     "`torch.backends.cuda.matmul.allow_tf32` itself at every step (each variant of its timed run sets its own), so "
     "the switch was undone before each block it was on for, and the alternated run was re-switched at its end, "

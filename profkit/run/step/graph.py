@@ -19,7 +19,14 @@ unmodified reproduces the trace (profkit.run.step.simulate):
   the CPU;
 * a GPU operation starts at the later of ``lat`` after its launch call starts, ``qgap`` after the
   previous operation of its stream ends, and ``dep_delta`` after an operation of another stream it
-  waited for (an event wait, inferred from the timeline) ends.
+  waited for ends: the event wait the trace names (``cudaStreamWaitEvent``, matched to the
+  ``cudaEventRecord`` it waits for by CUPTI's event and synchronization records: the last
+  operation launched on the recording stream before the record), else one inferred from the
+  timeline (an operation held past its own constraints that started right after another
+  stream's ended). A wait the timeline cannot show (the launch came after the event was already
+  reached, as in a host-bound step) still holds once an edit removes the host's time: a packed
+  LSTM's cuDNN side streams, their waits unnamed, overlapped in a replay of CUDA graphs and
+  promised an iteration shorter than its kernels' own time.
 
 Work already on the GPU when the window opens (launched before it) is kept at its measured times.
 """
@@ -87,6 +94,7 @@ BLOCKED_FACTOR = 10.0     # a call this many times its name's median (and >= BLO
 BLOCKED_MIN_NS = 50_000
 DEFAULT_LAT_NS = 3_000.0  # launch call start -> kernel start when nothing else held it
 DEFAULT_QGAP_NS = 1_000.0  # previous kernel's end -> next kernel's start when queued
+LAT_SAMPLE = 20           # launches clear of their stream that make a stream's typical latency
 DEFAULT_WAKE_NS = 5_000.0  # GPU work done -> the waiting call returns
 # Measured on the H200 (driver 580.159.04, traces of 2026-12-01): a launch blocks once 1,022
 # calls' work is outstanding on the device, and returns 6-17 us after the oldest of them ends.
@@ -378,14 +386,28 @@ def build(trace, window: Window, launch_floor_ns: float = 1_000.0) -> StepGraph:
     launch_delay = g_start - c_s
     queue_delay = g_start - p_end
     has_call = g_call >= 0
-    clear_launch = has_call & ((g_prev < 0) | (p_end < c_s))
+    # The cross-stream waits the trace names (event records): exact, found first, so that an
+    # operation they held is not taken for a slow launch below
+    g_dep = np.full(m, -1, dtype=np.int64)
+    g_dep_delta = np.zeros(m)
+    if len(streams) > 1:
+        _event_waits(trace, calls, names, codes, g_call, g_start, g_end, g_stream, streams, pid,
+                     g_dep, g_dep_delta)
+    held_by_event = (g_dep >= 0) & (g_end[np.maximum(g_dep, 0)] > c_s)
+    clear_launch = has_call & ((g_prev < 0) | (p_end < c_s)) & ~held_by_event
     clear_queue = has_call & (g_prev >= 0) & (p_end > c_e)
     # The typical launch latency, from the stream that launched the most: another stream's
     # operations clear of their own stream may still wait for an event of the busy one (cuDNN's
-    # side streams of grouped convolutions in a GPU-bound step: 12 ms after their launch).
+    # side streams of grouped convolutions in a GPU-bound step: 12 ms after their launch). Where
+    # that stream has fewer than LAT_SAMPLE launches clear of it (and of the waits the trace
+    # names), all streams' are taken: a packed LSTM's busiest stream was a cuDNN side stream with
+    # five, 17 ms each (each held by an event wait), and every operation of the step took that
+    # for its launch latency, so no edit could start one sooner.
     main = np.bincount(g_stream[has_call], minlength=1).argmax() if has_call.any() else 0
-    lat_med = _median(launch_delay[clear_launch & (launch_delay >= 0) & (g_stream == main)],
-                      DEFAULT_LAT_NS)
+    sample = clear_launch & (launch_delay >= 0)
+    if int((sample & (g_stream == main)).sum()) >= LAT_SAMPLE:
+        sample &= g_stream == main
+    lat_med = _median(launch_delay[sample], DEFAULT_LAT_NS)
     qgap_med = _median(queue_delay[clear_queue & (queue_delay >= 0)], DEFAULT_QGAP_NS)
     launch_bound = has_call & ((g_prev < 0) | (c_s + lat_med >= p_end + qgap_med))
     g_lat = np.where(launch_bound, launch_delay, np.minimum(lat_med, launch_delay))
@@ -393,14 +415,17 @@ def build(trace, window: Window, launch_floor_ns: float = 1_000.0) -> StepGraph:
     g_lat = np.maximum(np.nan_to_num(g_lat, nan=0.0, posinf=0.0, neginf=0.0), 0.0)
     g_qgap = np.maximum(np.nan_to_num(g_qgap, nan=0.0, posinf=0.0, neginf=0.0), 0.0)
 
-    # Cross-stream waits: an operation held well past both of its own constraints, that started
-    # right after an operation of another stream (launched earlier) ended, waited for that one.
-    g_dep = np.full(m, -1, dtype=np.int64)
-    g_dep_delta = np.zeros(m)
+    # Cross-stream waits the trace does not name: an operation held well past both of its own
+    # constraints, that started right after an operation of another stream (launched earlier)
+    # ended, waited for that one.
     if len(streams) > 1:
         own_ready = np.maximum(c_s + np.where(launch_bound, lat_med, g_lat),
                                p_end + np.where(launch_bound, g_qgap, qgap_med))
-        held = has_call & (g_start - own_ready > 5 * TOLERANCE_NS)
+        # an operation a named wait held starts at its typical latencies after it
+        bound = held_by_event & (g_start - own_ready > 5 * TOLERANCE_NS)
+        g_lat[bound] = np.minimum(lat_med, np.maximum(launch_delay[bound], 0.0))
+        g_qgap[bound] = np.where(g_prev[bound] >= 0, np.minimum(qgap_med, np.maximum(queue_delay[bound], 0.0)), 0.0)
+        held = has_call & (g_dep < 0) & (g_start - own_ready > 5 * TOLERANCE_NS)
         if held.any():
             eo = np.argsort(g_end, kind="stable")
             ends = g_end[eo]
@@ -586,6 +611,58 @@ def _pageable_ops(trace, ops: pd.DataFrame, g_kind: np.ndarray) -> np.ndarray:
     for i in np.flatnonzero(g_kind == 1):
         out[i] = (int(corr[i]), int(st[i])) in key
     return out
+
+
+WAIT_EVENT_RE = re.compile(r"^cu(da)?StreamWaitEvent")
+EVENT_WAIT_NS = 5 * TOLERANCE_NS   # the most a satisfied event wait delays the next operation
+
+
+def _event_waits(trace, calls, names, codes, g_call, g_start, g_end, g_stream, streams, pid,
+                 g_dep, g_dep_delta) -> None:
+    """The cross-stream waits the trace names, into ``g_dep``/``g_dep_delta`` (see the module
+    docstring): each ``cudaStreamWaitEvent`` call's stream and event recording (CUPTI's
+    synchronization record), the stream and call that recorded it (its event record); the first
+    operation launched on the waiting stream after the wait depends on the last one launched on
+    the recording stream before the record. Where an operation waits for several, the one that
+    ended last in the trace is kept (one dependency an operation). Its delay is what the trace
+    shows, at most EVENT_WAIT_NS: a longer gap was the launch's or the stream's, not the wait's."""
+    waits = np.flatnonzero(match_names(pd.Series(names, dtype=object), WAIT_EVENT_RE)[codes])
+    syncs, recs = trace.sync_streams, trace.event_records
+    if not len(waits) or not len(syncs) or not len(recs) or "eventSyncId" not in syncs:
+        return
+    mine = (lambda df: df[df["pidkey"] == pid]) if pid is not None else (lambda df: df)
+    syncs, recs = mine(syncs), mine(recs)
+    sync_of = syncs.drop_duplicates("correlationId").set_index("correlationId")
+    rec_of = recs[recs["eventSyncId"] >= 0].drop_duplicates("eventSyncId").set_index("eventSyncId")
+    call_of = pd.Series(np.arange(len(calls)), index=calls["correlationId"].to_numpy(np.int64))
+    call_of = call_of[~call_of.index.duplicated()]
+    index_of = {}
+    for i, (_, sid) in enumerate(streams):
+        index_of.setdefault(int(sid), i)
+    # per stream, its operations launched in the window, in launch order (FIFO: their calls rise)
+    launched = g_call >= 0
+    by_stream = {k: np.flatnonzero((g_stream == k) & launched) for k in range(len(streams))}
+    corr = calls["correlationId"].to_numpy(np.int64)
+    for w in waits:
+        row = sync_of.reindex([corr[w]])
+        if row["eventSyncId"].isna().iat[0] or int(row["eventSyncId"].iat[0]) < 0:
+            continue
+        rec = rec_of.reindex([int(row["eventSyncId"].iat[0])])
+        if rec["correlationId"].isna().iat[0]:
+            continue
+        r = call_of.get(int(rec["correlationId"].iat[0]))
+        src, dst = index_of.get(int(rec["streamId"].iat[0])), index_of.get(int(row["streamId"].iat[0]))
+        if r is None or src is None or dst is None or src == dst:
+            continue
+        before = by_stream[src][g_call[by_stream[src]] < r]
+        after = by_stream[dst][g_call[by_stream[dst]] > w]
+        if not len(before) or not len(after):
+            continue
+        d, x = int(before[-1]), int(after[0])
+        if g_dep[x] >= 0 and g_end[g_dep[x]] >= g_end[d]:
+            continue
+        g_dep[x] = d
+        g_dep_delta[x] = float(min(max(g_start[x] - g_end[d], 0), EVENT_WAIT_NS))
 
 
 def _median(x: np.ndarray, default: float) -> float:

@@ -20,10 +20,13 @@ host`` (``.cpu()``, ``.numpy()`` after it, ``.tolist()``: a device-to-host copy 
 
 On a GPU the record also turns on CUDA's sync debug mode (``torch.cuda.set_sync_debug_mode("warn")``,
 whose warning says an op synchronised) for its one iteration, which finds the waits no op name
-gives away (:class:`SyncWatch`): ``op`` is then ``in op`` for a wait made inside an aten op's own
-implementation, with ``aten`` naming it (QAT's fused observer/fake-quantize reads its enable flags
-back inside the op: no program line can keep them on the GPU), and ``synchronize`` for a wait
-outside any op (``torch.cuda.synchronize()``, an event's or a stream's ``synchronize()``).
+gives away (:class:`SyncWatch`): ``op`` is then ``in op`` for a wait made inside torch's own code,
+with ``inside`` naming where: the aten op that waited within its implementation, or, for a wait
+outside the ops the dispatch shows, the innermost torch function on the stack (eager QAT's fake
+quantization waited 27 times an iteration inside
+``torch/ao/quantization/fake_quantize.py:forward``, called from the model's forward through its
+hooks: no line of the program can keep those values on the GPU); and ``synchronize`` for the
+program's own ``torch.cuda.synchronize()``, or an event's or a stream's.
 """
 from __future__ import annotations
 
@@ -32,6 +35,8 @@ import sys
 import warnings
 from collections import Counter
 from typing import Any, Optional
+
+from profkit.run.replacements import PROGRAM_WAITS
 
 MAX_SITES = 64          # distinct sites kept (a loop over thousands of lines is not a program)
 
@@ -84,11 +89,11 @@ class SyncSites:
         # the warnings module's frames stand between SyncWatch's showwarning and the program
         self._skip = os.path.splitext(os.path.abspath(warnings.__file__))[0]
 
-    def note(self, op: str, aten: Optional[str] = None) -> None:
+    def note(self, op: str, inside: Optional[str] = None) -> None:
         """Count one wait of kind ``op`` at the program's line (profkit's frames skipped);
-        ``aten``: the op it was made inside, for ``in op``."""
+        ``inside``: where in torch it was made, for ``in op``."""
         where = self.caller(sys._getframe(1))
-        key = (op, *where, aten)
+        key = (op, *where, inside)
         if key in self.sites or len(self.sites) < MAX_SITES:
             self.sites[key] += 1
 
@@ -117,8 +122,23 @@ class SyncSites:
 
     def as_list(self) -> list[dict]:
         return [{"op": op, "file": f, "line": ln, "function": fn, "via": via, "count": c,
-                 **({"aten": aten} if aten else {})}
-                for (op, f, ln, fn, via, aten), c in self.sites.most_common()]
+                 **({"inside": inside} if inside else {})}
+                for (op, f, ln, fn, via, inside), c in self.sites.most_common()]
+
+    def innermost_torch(self, frame: Any) -> Optional[str]:
+        """``file:function`` of the innermost torch frame that is not dispatch machinery, or
+        None where the innermost frame outside profkit and the warnings module is the program's."""
+        f = frame
+        while f is not None:
+            fn = os.path.abspath(f.f_code.co_filename)
+            if self._torch and fn.startswith(self._torch + os.sep):
+                rel = fn[len(os.path.dirname(self._torch)) + 1:].replace(os.sep, "/")
+                if not rel.endswith(MACHINERY):
+                    return f"{rel}:{f.f_code.co_name}"
+            elif not fn.startswith(self._profkit + os.sep) and os.path.splitext(fn)[0] != self._skip:
+                return None
+            f = f.f_back
+        return None
 
 
 SYNC_WARNING = "called a synchronizing CUDA operation"   # c10/cuda's warn_or_error_on_sync
@@ -131,8 +151,9 @@ class SyncWatch:
     program's other warnings pass as before. ``start`` returns False where the mode is not there
     (no CUDA, an older torch): the record then tells the waits by the ops' names alone.
 
-    Waits outside any op (``in_op`` false: ``torch.cuda.synchronize()``) are noted in ``sites`` as
-    ``synchronize`` at the program's line."""
+    Waits outside any op (``in_op`` false) are noted in ``sites`` at the program's line: as
+    ``synchronize`` where torch.cuda's APIs made them (``torch.cuda.synchronize()``), else as
+    ``in op`` inside the innermost torch function on the stack."""
 
     def __init__(self, sites: SyncSites) -> None:
         self.sites = sites
@@ -158,7 +179,13 @@ class SyncWatch:
                     return shown(message, category, filename, lineno, file, line)
                 self.count += 1
                 if not self.in_op:
-                    self.sites.note("synchronize")
+                    # outside the ops the dispatch shows: the program's own wait, or one torch's
+                    # code made (a composite op's body, a module's Python)
+                    inside = self.sites.innermost_torch(sys._getframe(1))
+                    if inside is None or inside.startswith(PROGRAM_WAITS):
+                        self.sites.note("synchronize")
+                    else:
+                        self.sites.note("in op", inside)
                 return None
             warnings.showwarning = show
             self._prev_mode = cuda.get_sync_debug_mode()

@@ -65,6 +65,20 @@ class Replacement:
 BACKWARD_KERNEL_RE = re.compile(r"backward|bwd|dgrad|wgrad", re.I)
 
 
+# torch's own ways for a program to wait (torch.cuda.synchronize, Stream/Event.synchronize and
+# wait): a wait under one of them outside any op is the program's ``synchronize``
+PROGRAM_WAITS = ("torch/cuda/",)
+
+
+def program_synchronize(via: Optional[str]) -> bool:
+    """Whether a recorded ``synchronize`` (a wait outside the ops the dispatch shows) is the
+    program's own: made through torch.cuda's synchronize/wait APIs (``via``, the outermost torch
+    frame), not inside other torch code (a module's forward: records made before ``in op`` took
+    such waits say ``synchronize`` with ``via`` torch/nn/modules/module.py)."""
+    return via is None or str(via).startswith(PROGRAM_WAITS)
+
+
+
 def backward_launched(trace) -> bool:
     """Whether ``trace`` (a profkit.read.trace.Trace) launched backward kernels: the evidence
     Replacements.autograd_at_inference takes for a record made before it said whether a

@@ -65,6 +65,7 @@ import numpy as np
 from profkit.model import Rung
 from profkit.judge.rules.base import Finding, Param, RuleContext, RuleMeta, Table
 from profkit.run.step.graph import CallKind, StepGraph
+from profkit.run.replacements import program_synchronize
 from profkit.run.summary import GEMM_RE
 from profkit.run.step.transform import keep_values, remove_syncs, sync_calls
 
@@ -95,7 +96,7 @@ def sites(g: StepGraph, calls: np.ndarray) -> dict[str, int]:
 WAIT_TEXT = {"item": ".item()/bool() of a GPU value", "copy to host": "a blocking copy to the host",
              "boolean index": "a boolean-mask index (nonzero)", "nonzero": "nonzero",
              "masked_select": "masked_select", "unique": "unique", "repeat_interleave": "repeat_interleave",
-             "synchronize": "a synchronize() call", "in op": "a wait inside torch's own op"}
+             "synchronize": "a synchronize() call", "in op": "a wait inside torch's own code"}
 
 
 def program_lines(ctx: RuleContext, limit: int = 3) -> tuple[str, list[dict]]:
@@ -106,8 +107,8 @@ def program_lines(ctx: RuleContext, limit: int = 3) -> tuple[str, list[dict]]:
     if not rec:
         return "", []
     parts = [f"{s.get('file')}:{s.get('line')} in {s.get('function')}() "
-             f"({WAIT_TEXT.get(str(s.get('op')), s.get('op'))}"
-             + (f" aten::{s['aten']}" if s.get("aten") else "")
+             f"({WAIT_TEXT.get(_kind(s), s.get('op'))}"
+             + (f" {s['inside']}" if s.get("inside") else "")
              + (f" inside {s['via']}" if s.get("via") else "") + f", {s.get('count')} an iteration)"
              for s in rec[:limit]]
     more = f" and {len(rec) - limit} more" if len(rec) > limit else ""
@@ -134,15 +135,24 @@ def library_checks(rec: list[dict]) -> tuple[str, str, float]:
     return "", "", 0.0
 
 
+def _kind(site: dict) -> str:
+    """A recorded wait's kind as the rule reads it: a ``synchronize`` that torch.cuda's APIs did
+    not make is a wait inside torch's code (records before ``in op`` covered it)."""
+    op = str(site.get("op"))
+    return "in op" if op == "synchronize" and not program_synchronize(site.get("via")) else op
+
+
 def inside_ops(rec: list[dict]) -> tuple[float, list[tuple[str, int]]]:
-    """The share of the recorded waits ``rec`` (the op record's, every one) made inside an aten
-    op's own implementation (``in op``, found by CUDA's sync debug mode), and those ops with
-    their waits per iteration, most first."""
+    """The share of the recorded waits ``rec`` (the op record's, every one) made inside torch's
+    own code (found by CUDA's sync debug mode: ``in op``, and a ``synchronize`` that torch.cuda's
+    APIs did not make, as records before ``in op`` covered it said), and where, with their waits
+    per iteration, most first."""
     total = sum(int(s.get("count", 0)) for s in rec)
     ops: dict[str, int] = {}
     for s in rec:
-        if s.get("op") == "in op":
-            ops[str(s.get("aten"))] = ops.get(str(s.get("aten")), 0) + int(s.get("count", 0))
+        if _kind(s) == "in op":
+            where = str(s.get("inside") or s.get("via"))
+            ops[where] = ops.get(where, 0) + int(s.get("count", 0))
     inside = sum(ops.values())
     return (inside / total if total else 0.0), sorted(ops.items(), key=lambda kv: -kv[1])
 
@@ -267,18 +277,18 @@ def detect(ctx: RuleContext) -> list[Finding]:
     if in_share > 0.5:
         # Most waits are the ops' own: nothing the program computes is read back, so nothing can
         # be kept on the GPU; the price says what they cost, not a fix the program can make.
-        ops = ", ".join(f"aten::{op} ({n} an iteration)" for op, n in in_ops[:2])
+        ops = ", ".join(f"{op} ({n} an iteration)" for op, n in in_ops[:2])
         ev["without_them_speedup"] = round(gain, 3)
         return [Finding(RULE.code, RULE.name,
                         f"leave the per-step synchronisations in {names}: {in_share:.0%} of them are made "
-                        f"inside torch's own {ops}, which reads values back within its implementation; no "
+                        f"inside torch's own code ({ops}), which reads values back to the host itself; no "
                         "line of the program asks for them, so there is no value to keep on the GPU (they "
-                        f"cost {gain:.2f}x of the step: what another implementation of that op, one that "
-                        "keeps its values on the GPU, could gain)" + lines,
+                        f"cost {gain:.2f}x of the step: what an implementation that keeps those values on "
+                        "the GPU could gain)" + lines,
                         Rung.NONE, ev, 1.0, f"inside torch's ops: {basis}", max(gain, 1.0))]
     head = (f"remove the per-step synchronisation in {names}: keep the values on the GPU and read "
             "them every N steps (or branch on the GPU with torch.where)"
-            + (f"; {in_share:.0%} of the recorded waits are inside torch's own aten::{in_ops[0][0]} and stay"
+            + (f"; {in_share:.0%} of the recorded waits are inside torch's own {in_ops[0][0]} and stay"
                if in_ops else ""))
     if checks and covered >= 0.99:
         head = (f"turn off {checks}: {switch}: the per-step synchronisations in {names} are its "

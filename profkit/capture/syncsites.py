@@ -25,8 +25,10 @@ with ``inside`` naming where: the aten op that waited within its implementation,
 outside the ops the dispatch shows, the innermost torch function on the stack (eager QAT's fake
 quantization waited 27 times an iteration inside
 ``torch/ao/quantization/fake_quantize.py:forward``, called from the model's forward through its
-hooks: no line of the program can keep those values on the GPU); and ``synchronize`` for the
-program's own ``torch.cuda.synchronize()``, or an event's or a stream's.
+hooks: no line of the program can keep those values on the GPU); and ``synchronize`` for a wait
+made through torch.cuda's own APIs (a stream's or an event's ``synchronize()``, where the debug
+mode flags it: it is made to flag the syncs hidden in ops, and an explicit
+``torch.cuda.synchronize()`` is the trace's ``cudaDeviceSynchronize`` in any case).
 """
 from __future__ import annotations
 

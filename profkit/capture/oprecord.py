@@ -32,8 +32,8 @@ kept, aggregated into unique shapes with their counts:
 * the ops that make the host wait for the GPU (``.item()``, ``bool()`` of a device tensor, a
   boolean mask's ``nonzero``, a blocking copy to the host), each with the program's line that
   ran it and the torch API it went through (:mod:`profkit.capture.syncsites`); on a GPU also the
-  waits made inside an op's own implementation and outside any op, found by CUDA's sync debug
-  mode (``sync_watch`` true: an empty ``sync`` then means no wait at all in the iteration);
+  waits torch's own code made (inside an op's implementation, or outside the ops the dispatch
+  shows), found by CUDA's sync debug mode (``sync_watch`` true where it ran);
 * fused attention (``F.scaled_dot_product_attention``, its backend's op): batch x heads, the
   query and key lengths, the head sizes, the element type, the mask, whether its inputs
   required gradients, the dropout (``sdpa``);

@@ -632,37 +632,44 @@ def _event_waits(trace, calls, names, codes, g_call, g_start, g_end, g_stream, s
         return
     mine = (lambda df: df[df["pidkey"] == pid]) if pid is not None else (lambda df: df)
     syncs, recs = mine(syncs), mine(recs)
+    corr = calls["correlationId"].to_numpy(np.int64)
+    # each wait call's (waiting stream, event recording), then that recording's (stream, call)
     sync_of = syncs.drop_duplicates("correlationId").set_index("correlationId")
+    row = sync_of.reindex(corr[waits])
+    ev = row["eventSyncId"].to_numpy(np.float64)
     rec_of = recs[recs["eventSyncId"] >= 0].drop_duplicates("eventSyncId").set_index("eventSyncId")
-    call_of = pd.Series(np.arange(len(calls)), index=calls["correlationId"].to_numpy(np.int64))
+    rec = rec_of.reindex(np.where(np.isnan(ev), -1, ev).astype(np.int64))
+    call_of = pd.Series(np.arange(len(calls)), index=corr)
     call_of = call_of[~call_of.index.duplicated()]
-    index_of = {}
+    r = call_of.reindex(rec["correlationId"].fillna(-1).to_numpy(np.int64)).to_numpy(np.float64)
+    index_of: dict[int, int] = {}
     for i, (_, sid) in enumerate(streams):
         index_of.setdefault(int(sid), i)
-    # per stream, its operations launched in the window, in launch order (FIFO: their calls rise)
+    src = rec["streamId"].map(index_of).to_numpy(np.float64)
+    dst = row["streamId"].map(index_of).to_numpy(np.float64)
+    ok = ~(np.isnan(r) | np.isnan(src) | np.isnan(dst)) & (src != dst) & (ev >= 0)
+    waits, r, src, dst = waits[ok], r[ok].astype(np.int64), src[ok].astype(np.int64), dst[ok].astype(np.int64)
+    # per stream, its operations launched in the window, in launch order (FIFO: their calls rise):
+    # the last launched before the record, the first launched after the wait
     launched = g_call >= 0
-    by_stream = {k: np.flatnonzero((g_stream == k) & launched) for k in range(len(streams))}
-    corr = calls["correlationId"].to_numpy(np.int64)
-    for w in waits:
-        row = sync_of.reindex([corr[w]])
-        if row["eventSyncId"].isna().iat[0] or int(row["eventSyncId"].iat[0]) < 0:
+    d = np.full(len(waits), -1, dtype=np.int64)
+    x = np.full(len(waits), -1, dtype=np.int64)
+    for k in np.unique(np.r_[src, dst]):
+        on = np.flatnonzero((g_stream == k) & launched)
+        on = on[np.argsort(g_call[on], kind="stable")]
+        if not len(on):
             continue
-        rec = rec_of.reindex([int(row["eventSyncId"].iat[0])])
-        if rec["correlationId"].isna().iat[0]:
+        at = src == k
+        i = np.searchsorted(g_call[on], r[at], side="left") - 1
+        d[at] = np.where(i >= 0, on[np.maximum(i, 0)], -1)
+        at = dst == k
+        j = np.searchsorted(g_call[on], waits[at], side="right")
+        x[at] = np.where(j < len(on), on[np.minimum(j, len(on) - 1)], -1)
+    for dd, xx in zip(d.tolist(), x.tolist()):
+        if dd < 0 or xx < 0 or (g_dep[xx] >= 0 and g_end[g_dep[xx]] >= g_end[dd]):
             continue
-        r = call_of.get(int(rec["correlationId"].iat[0]))
-        src, dst = index_of.get(int(rec["streamId"].iat[0])), index_of.get(int(row["streamId"].iat[0]))
-        if r is None or src is None or dst is None or src == dst:
-            continue
-        before = by_stream[src][g_call[by_stream[src]] < r]
-        after = by_stream[dst][g_call[by_stream[dst]] > w]
-        if not len(before) or not len(after):
-            continue
-        d, x = int(before[-1]), int(after[0])
-        if g_dep[x] >= 0 and g_end[g_dep[x]] >= g_end[d]:
-            continue
-        g_dep[x] = d
-        g_dep_delta[x] = float(min(max(g_start[x] - g_end[d], 0), EVENT_WAIT_NS))
+        g_dep[xx] = dd
+        g_dep_delta[xx] = float(min(max(g_start[xx] - g_end[dd], 0), EVENT_WAIT_NS))
 
 
 def _median(x: np.ndarray, default: float) -> float:

@@ -99,20 +99,30 @@ class SyncSites:
         if key in self.sites or len(self.sites) < MAX_SITES:
             self.sites[key] += 1
 
-    def caller(self, frame: Any) -> tuple[str, int, str, Optional[str]]:
-        """(file, line, function, via) of the innermost frame outside torch and profkit, and the
-        outermost torch frame under it that is not dispatch machinery."""
-        via = None
+    def _walk(self, frame: Any):
+        """The stack from ``frame`` outwards, profkit's and the warnings module's frames left out:
+        (``file:function`` for a torch frame that is not dispatch machinery, else None; None for
+        the program's frame), ending at the first of the program's."""
         f = frame
         while f is not None:
             fn = os.path.abspath(f.f_code.co_filename)
             if self._torch and fn.startswith(self._torch + os.sep):
                 rel = fn[len(os.path.dirname(self._torch)) + 1:].replace(os.sep, "/")
-                if not rel.endswith(MACHINERY):
-                    via = f"{rel}:{f.f_code.co_name}"
+                yield ("torch", None if rel.endswith(MACHINERY) else f"{rel}:{f.f_code.co_name}", f)
             elif not fn.startswith(self._profkit + os.sep) and os.path.splitext(fn)[0] != self._skip:
-                return self.short(fn), int(f.f_lineno), f.f_code.co_name, via
+                yield ("program", None, f)
+                return
             f = f.f_back
+
+    def caller(self, frame: Any) -> tuple[str, int, str, Optional[str]]:
+        """(file, line, function, via) of the innermost frame outside torch and profkit, and the
+        outermost torch frame under it that is not dispatch machinery."""
+        via = None
+        for kind, name, f in self._walk(frame):
+            if kind == "program":
+                fn = os.path.abspath(f.f_code.co_filename)
+                return self.short(fn), int(f.f_lineno), f.f_code.co_name, via
+            via = name or via
         return "?", 0, "?", via
 
     def short(self, path: str) -> str:
@@ -130,16 +140,11 @@ class SyncSites:
     def innermost_torch(self, frame: Any) -> Optional[str]:
         """``file:function`` of the innermost torch frame that is not dispatch machinery, or
         None where the innermost frame outside profkit and the warnings module is the program's."""
-        f = frame
-        while f is not None:
-            fn = os.path.abspath(f.f_code.co_filename)
-            if self._torch and fn.startswith(self._torch + os.sep):
-                rel = fn[len(os.path.dirname(self._torch)) + 1:].replace(os.sep, "/")
-                if not rel.endswith(MACHINERY):
-                    return f"{rel}:{f.f_code.co_name}"
-            elif not fn.startswith(self._profkit + os.sep) and os.path.splitext(fn)[0] != self._skip:
+        for kind, name, _ in self._walk(frame):
+            if kind == "program":
                 return None
-            f = f.f_back
+            if name:
+                return name
         return None
 
 

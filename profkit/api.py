@@ -274,9 +274,10 @@ class Profile:
         fix's edit scaled to its measured gain (``with_trials``)."""
         if "_combined" not in self.__dict__:
             from profkit.judge.combine import combined, with_trials
-            tried = tried_of(self.findings(), self.trials())
+            found = self.findings()
+            tried = tried_of(found, self.trials())
             # a fix the program failed under is no part of a combination it can run
-            found = [f for f in self.findings() if not (f.code in tried and tried[f.code].failed)]
+            found = [f for f in found if not (f.code in tried and tried[f.code].failed)]
             tried = {c: t for c, t in tried.items() if not t.failed}
             combos = combined(self.step_model(), self.pricing_host, found)
             if combos and tried:

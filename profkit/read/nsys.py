@@ -447,27 +447,28 @@ class TraceReader:
         (the runtime table does not), and for a wait the recording of the event it waits for
         (``eventSyncId``, as event_records() has it); the record type is read from the call's
         name instead of ``syncType``, whose numbering differs between versions."""
-        cols = ["correlationId", "pidkey", "streamId", "eventSyncId"]
-        t = resolve_table(self.tables, "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION")
-        have = columns_of(self.conn, t) if t else set()
-        if not t or not {"correlationId", "streamId", "globalPid"} <= have:
-            return pd.DataFrame({c: np.empty(0, dtype=np.int64) for c in cols})
-        return pd.DataFrame(self.int_columns(t, {
-            "correlationId": "coalesce(a.correlationId, -1)", "pidkey": "coalesce(a.globalPid, 0) >> 24",
-            "streamId": "coalesce(a.streamId, -1)",
-            "eventSyncId": "coalesce(a.eventSyncId, -1)" if "eventSyncId" in have else "-1"}), columns=cols)
+        return self._stream_records("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", event_sync_required=False)
 
     def event_records(self) -> pd.DataFrame:
         """CUPTI's records of CUDA events (``cudaEventRecord``): correlationId, pidkey, streamId
         and eventSyncId (this recording of the event, which a stream's wait names); empty where
         the export has none."""
+        return self._stream_records("CUPTI_ACTIVITY_KIND_CUDA_EVENT", event_sync_required=True)
+
+    def _stream_records(self, table: str, event_sync_required: bool) -> pd.DataFrame:
+        """correlationId, pidkey, streamId and eventSyncId of a CUPTI table that names a stream
+        per call; empty where the table or its columns are missing (``eventSyncId`` -1 where it
+        is missing and not required)."""
         cols = ["correlationId", "pidkey", "streamId", "eventSyncId"]
-        t = resolve_table(self.tables, "CUPTI_ACTIVITY_KIND_CUDA_EVENT")
-        if not t or not {"correlationId", "streamId", "globalPid", "eventSyncId"} <= columns_of(self.conn, t):
+        t = resolve_table(self.tables, table)
+        have = columns_of(self.conn, t) if t else set()
+        need = {"correlationId", "streamId", "globalPid"} | ({"eventSyncId"} if event_sync_required else set())
+        if not t or not need <= have:
             return pd.DataFrame({c: np.empty(0, dtype=np.int64) for c in cols})
         return pd.DataFrame(self.int_columns(t, {
             "correlationId": "coalesce(a.correlationId, -1)", "pidkey": "coalesce(a.globalPid, 0) >> 24",
-            "streamId": "coalesce(a.streamId, -1)", "eventSyncId": "coalesce(a.eventSyncId, -1)"}), columns=cols)
+            "streamId": "coalesce(a.streamId, -1)",
+            "eventSyncId": "coalesce(a.eventSyncId, -1)" if "eventSyncId" in have else "-1"}), columns=cols)
 
     def kernel_shapes(self, between: tuple[int, int]) -> pd.DataFrame:
         """Each kernel's launch shape in [t0, t1] ns: start, correlationId, grid and block (the

@@ -78,7 +78,6 @@ def program_synchronize(via: Optional[str]) -> bool:
     return via is None or str(via).startswith(PROGRAM_WAITS)
 
 
-
 def backward_launched(trace) -> bool:
     """Whether ``trace`` (a profkit.read.trace.Trace) launched backward kernels: the evidence
     Replacements.autograd_at_inference takes for a record made before it said whether a

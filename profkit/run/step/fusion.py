@@ -7,10 +7,11 @@ holds (``fusible_runs``):
 
 * the kernels are the framework's own elementwise, reduction and normalisation kernels over real
   numbers (an op on complex tensors, ``c10::complex`` in its kernel's name, is left to its eager
-  kernel: Inductor writes none for complex dtypes); library kernels (cuBLAS/cuBLASLt GEMMs, cuDNN convolutions and normalisations, flash/cuDNN attention, CUB
-  sorts and scans, NCCL) stay library kernels, kernels Inductor already wrote (``triton_*``) are
-  fused already, and the optimizer's multi-tensor kernels belong to ``optimizer.step()``, which
-  ``torch.compile(model)`` does not compile (its own fix is ``fused=True``);
+  kernel: Inductor writes none for complex dtypes); library kernels (cuBLAS/cuBLASLt GEMMs,
+  cuDNN convolutions and normalisations, flash/cuDNN attention, CUB sorts and scans, NCCL) stay
+  library kernels, kernels Inductor already wrote (``triton_*``) are fused already, and the
+  optimizer's multi-tensor kernels belong to ``optimizer.step()``, which ``torch.compile(model)``
+  does not compile (its own fix is ``fused=True``);
 * they are one stream's, launched one after the other in one iteration (a compiled graph runs
   once a call of the model) and under the same innermost NVTX range of the program (forward and
   backward are separate graphs; the optimizer's and the data loader's ranges hold no candidate);

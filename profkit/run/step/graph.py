@@ -391,8 +391,8 @@ def build(trace, window: Window, launch_floor_ns: float = 1_000.0) -> StepGraph:
     g_dep = np.full(m, -1, dtype=np.int64)
     g_dep_delta = np.zeros(m)
     if len(streams) > 1:
-        _event_waits(trace, calls, names, codes, g_call, g_start, g_end, g_stream, streams, pid,
-                     g_dep, g_dep_delta)
+        _event_waits(trace, calls, names, codes, corr_to_call, g_call, g_start, g_end, g_stream, streams,
+                     pid, g_dep, g_dep_delta)
     held_by_event = (g_dep >= 0) & (g_end[np.maximum(g_dep, 0)] > c_s)
     clear_launch = has_call & ((g_prev < 0) | (p_end < c_s)) & ~held_by_event
     clear_queue = has_call & (g_prev >= 0) & (p_end > c_e)
@@ -421,11 +421,11 @@ def build(trace, window: Window, launch_floor_ns: float = 1_000.0) -> StepGraph:
     if len(streams) > 1:
         own_ready = np.maximum(c_s + np.where(launch_bound, lat_med, g_lat),
                                p_end + np.where(launch_bound, g_qgap, qgap_med))
-        # an operation a named wait held starts at its typical latencies after it
-        bound = held_by_event & (g_start - own_ready > 5 * TOLERANCE_NS)
-        g_lat[bound] = np.minimum(lat_med, np.maximum(launch_delay[bound], 0.0))
-        g_qgap[bound] = np.where(g_prev[bound] >= 0, np.minimum(qgap_med, np.maximum(queue_delay[bound], 0.0)), 0.0)
-        held = has_call & (g_dep < 0) & (g_start - own_ready > 5 * TOLERANCE_NS)
+        late = g_start - own_ready > 5 * TOLERANCE_NS
+        # the operations a wait held, named or inferred below: their own constraints then hold
+        # at their typical values
+        bound = held_by_event & late
+        held = has_call & (g_dep < 0) & late
         if held.any():
             eo = np.argsort(g_end, kind="stable")
             ends = g_end[eo]
@@ -436,11 +436,12 @@ def build(trace, window: Window, launch_floor_ns: float = 1_000.0) -> StepGraph:
                     if g_stream[d] != g_stream[i] and (g_call[d] < g_call[i]):
                         g_dep[i] = d
                         g_dep_delta[i] = float(g_start[i] - g_end[d])
-                        # Its own constraints now hold at their typical values.
-                        g_lat[i] = min(lat_med, max(launch_delay[i], 0.0))
-                        g_qgap[i] = min(qgap_med, max(queue_delay[i], 0.0)) if g_prev[i] >= 0 else 0.0
+                        bound[i] = True
                         break
                     j -= 1
+        g_lat[bound] = np.minimum(lat_med, np.maximum(launch_delay[bound], 0.0))
+        g_qgap[bound] = np.where(g_prev[bound] >= 0, np.minimum(qgap_med, np.maximum(queue_delay[bound], 0.0)),
+                                 0.0)
 
     # The operations each call launched, in stream order.
     ci = g_call[g_call >= 0]
@@ -617,15 +618,16 @@ WAIT_EVENT_RE = re.compile(r"^cu(da)?StreamWaitEvent")
 EVENT_WAIT_NS = 5 * TOLERANCE_NS   # the most a satisfied event wait delays the next operation
 
 
-def _event_waits(trace, calls, names, codes, g_call, g_start, g_end, g_stream, streams, pid,
-                 g_dep, g_dep_delta) -> None:
+def _event_waits(trace, calls, names, codes, corr_to_call, g_call, g_start, g_end, g_stream, streams,
+                 pid, g_dep, g_dep_delta) -> None:
     """The cross-stream waits the trace names, into ``g_dep``/``g_dep_delta`` (see the module
     docstring): each ``cudaStreamWaitEvent`` call's stream and event recording (CUPTI's
     synchronization record), the stream and call that recorded it (its event record); the first
     operation launched on the waiting stream after the wait depends on the last one launched on
     the recording stream before the record. Where an operation waits for several, the one that
     ended last in the trace is kept (one dependency an operation). Its delay is what the trace
-    shows, at most EVENT_WAIT_NS: a longer gap was the launch's or the stream's, not the wait's."""
+    shows, at most EVENT_WAIT_NS: a longer gap was the launch's or the stream's, not the wait's.
+    ``corr_to_call``: each correlation id's call (build's)."""
     waits = np.flatnonzero(match_names(pd.Series(names, dtype=object), WAIT_EVENT_RE)[codes])
     syncs, recs = trace.sync_streams, trace.event_records
     if not len(waits) or not len(syncs) or not len(recs) or "eventSyncId" not in syncs:
@@ -639,9 +641,7 @@ def _event_waits(trace, calls, names, codes, g_call, g_start, g_end, g_stream, s
     ev = row["eventSyncId"].to_numpy(np.float64)
     rec_of = recs[recs["eventSyncId"] >= 0].drop_duplicates("eventSyncId").set_index("eventSyncId")
     rec = rec_of.reindex(np.where(np.isnan(ev), -1, ev).astype(np.int64))
-    call_of = pd.Series(np.arange(len(calls)), index=corr)
-    call_of = call_of[~call_of.index.duplicated()]
-    r = call_of.reindex(rec["correlationId"].fillna(-1).to_numpy(np.int64)).to_numpy(np.float64)
+    r = corr_to_call.reindex(rec["correlationId"].fillna(-1).to_numpy(np.int64)).to_numpy(np.float64)
     index_of: dict[int, int] = {}
     for i, (_, sid) in enumerate(streams):
         index_of.setdefault(int(sid), i)

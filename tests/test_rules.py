@@ -40,6 +40,7 @@ CASES = {
     "PK203": ("real/train_llama", "real/sync_loop"),
     "PK206": ("corpus/distill_teacher_train", "real/train_llama"),  # a teacher never frozen
     "PK207": ("corpus/vocoder_weightnorm_infer", "real/train_llama"),  # weight norm left on at inference
+    "PK208": ("corpus/shampoo_precond_train", "corpus/gp_cholesky_train"),  # eigh of the optimizer's statistics
     "PK301": ("real/train_llama_eager_attn", "real/train_llama"),
     "PK302": ("probe_h200_addnorm_gemm", "real/train_llama"),
     "PK303": ("real/generate_llama", "real/train_llama"),

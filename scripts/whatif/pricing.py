@@ -38,8 +38,11 @@ def predicted(prof, code: str | None, key: str | None, at: tuple | None = None) 
     for f in findings:
         if f.code == code:
             g = float(f.evidence.get(key, f.expected_end_to_end_speedup)) if key else f.expected_end_to_end_speedup
-            if f.evidence.get("refused") and key and key not in ("pieces_speedup", "compile_pieces_speedup"):
-                return 1.0, "refused as the program stands"  # (the pieces are what can be captured)
+            # A refusal is of CUDA graphs: the pieces between the blocking calls are what can be
+            # captured, and torch.compile's default mode (the fusion alone) needs no graph at all
+            if f.evidence.get("refused") and key and key not in ("pieces_speedup", "compile_pieces_speedup",
+                                                                   "fusion_speedup"):
+                return 1.0, "refused as the program stands"
             # A rule's own price never goes below 1 (no gain); an alternative it prices in the
             # evidence may (bf16 where autocast's casts make the step slower)
             return (g if key else max(g, 1.0)), f.rule

@@ -402,7 +402,11 @@ FIX_RULES = {
     ("llama_bigvocab_loss_train", "chunked_loss"): (None, None),
     ("llama_bigvocab_loss_train", "compile"): ("PK103", "fusion_speedup"),
     ("llama_bigvocab_loss_train", "fused_adamw"): ("PK201", None),
-    ("shampoo_precond_train", "every_10"): (None, None),
+    # set u (written before its captures): Shampoo's roots every 10th step PK208's (written after
+    # its first sight: no rule's then), the batched eigh no rule's, TF32 PK302's; the BiLSTM-CRF's
+    # compiled loss PK103's fusion, its CUDA graph PK103's graph, bf16 PK302's; Faster R-CNN's TF32
+    # and bf16 PK302's, fewer proposals no rule's
+    ("shampoo_precond_train", "every_10"): ("PK208", None),
     ("shampoo_precond_train", "batched_eigh"): (None, None),
     ("shampoo_precond_train", "tf32"): ("PK302", None),
     ("bilstm_crf_train", "compile"): ("PK103", "fusion_speedup"),

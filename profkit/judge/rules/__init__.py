@@ -21,6 +21,7 @@ from profkit.judge.rules import (pk101_per_step_sync, pk102_data_loading, pk103_
                            pk201_unfused_optimizer, pk202_autocast_recast,
                            pk203_fp32_logits_loss, pk204_recomputed_forward, pk205_accumulation_micro_batches,
                            pk206_unstepped_backward, pk207_invariant_recompute,
+                           pk208_per_step_decomposition,
                            pk301_attention_path, pk302_fp32_gemm,
                            pk303_gemm_shape, pk304_gemm_alignment, pk305_fp32_conv, pk306_fp64_compute,
                            pk401_eager_norm_fusion,
@@ -36,7 +37,8 @@ RULES: tuple[ModuleType, ...] = (
     pk105_allocator_churn, pk106_rnn_cell_loop, pk107_repeated_unit_loop, pk108_code_load_per_step,
     pk109_host_tensor_compute, pk110_request_at_a_time,
     pk201_unfused_optimizer, pk202_autocast_recast, pk203_fp32_logits_loss, pk204_recomputed_forward,
-    pk205_accumulation_micro_batches, pk206_unstepped_backward, pk207_invariant_recompute, pk301_attention_path, pk302_fp32_gemm, pk303_gemm_shape, pk304_gemm_alignment, pk305_fp32_conv,
+    pk205_accumulation_micro_batches, pk206_unstepped_backward, pk207_invariant_recompute, pk208_per_step_decomposition,
+    pk301_attention_path, pk302_fp32_gemm, pk303_gemm_shape, pk304_gemm_alignment, pk305_fp32_conv,
     pk306_fp64_compute, pk401_eager_norm_fusion, pk402_elementwise_chain, pk403_inference_bn_fold, pk501_nccl_exposed,
     pk502_accumulation_allreduce)
 

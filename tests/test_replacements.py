@@ -417,6 +417,30 @@ def test_the_sync_watch_names_waits_inside_ops_and_outside_them(monkeypatch, syn
     assert [str(w.message) for w in recwarn.list] == ["the program's own warning"]
 
 
+def test_a_wait_its_op_noted_is_not_counted_again_when_cuda_warns_after_the_op(monkeypatch, recwarn):
+    """On a GPU, CUDA's warning for ``.item()``'s read reaches Python when the program's call
+    returns, after the aten op the record noted it by (an H100, 2026-12-07: four waits each
+    counted twice, once as ``synchronize``): the warning at the op's line claims that note; a
+    second warning at the line, with nothing left to claim, is a wait of its own."""
+    import sys
+    import warnings
+    from profkit.capture import syncsites
+    from profkit.capture.syncsites import SYNC_WARNING
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_sync_debug_mode", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", lambda m: None)
+    monkeypatch.setattr(syncsites, "on_device", lambda t: True)   # the CPU tensor as a GPU's
+    at = {}
+
+    def body():
+        x = torch.randn(8)
+        at["item"] = sys._getframe().f_lineno; x.sum().item(); warnings.warn(SYNC_WARNING)  # noqa: E702
+        at["two"] = sys._getframe().f_lineno; x.sum().item(); [warnings.warn(SYNC_WARNING) for _ in "ab"]  # noqa: E702,E501
+    rec = _record(body)
+    got = {(s["op"], s["line"]): s["count"] for s in rec["sync"]}
+    assert got == {("item", at["item"]): 1, ("item", at["two"]): 1, ("synchronize", at["two"]): 1}, rec["sync"]
+
+
 def test_only_one_iteration_is_watched_and_a_named_step_waits_for_its_range():
     rec = OpRecord(step="train")
     for _ in range(5):

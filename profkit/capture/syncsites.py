@@ -84,6 +84,9 @@ class SyncSites:
 
     def __init__(self) -> None:
         self.sites: Counter = Counter()
+        # waits noted by their op at a program line and not yet seen by the watch: CUDA's warning
+        # for them reaches Python when the program's own call returns, after the op (see SyncWatch)
+        self.pending: Counter = Counter()
         torch = sys.modules.get("torch")
         self._torch = os.path.dirname(os.path.abspath(torch.__file__)) if torch is not None else None
         self._profkit = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -98,6 +101,17 @@ class SyncSites:
         key = (op, *where, inside)
         if key in self.sites or len(self.sites) < MAX_SITES:
             self.sites[key] += 1
+        if op not in ("synchronize", "in op"):
+            self.pending[where[:2]] += 1
+
+    def claimed(self, frame: Any) -> bool:
+        """Whether a wait the watch saw outside any op is one an op already noted at the same
+        program line (and claim it: each noted wait is claimed once)."""
+        where = self.caller(frame)[:2]
+        if self.pending[where] > 0:
+            self.pending[where] -= 1
+            return True
+        return False
 
     def _walk(self, frame: Any):
         """The stack from ``frame`` outwards, profkit's and the warnings module's frames left out:
@@ -185,9 +199,12 @@ class SyncWatch:
                 if SYNC_WARNING not in str(message):
                     return shown(message, category, filename, lineno, file, line)
                 self.count += 1
-                if not self.in_op:
+                if not self.in_op and not self.sites.claimed(sys._getframe(1)):
                     # outside the ops the dispatch shows: the program's own wait, or one torch's
-                    # code made (a composite op's body, a module's Python)
+                    # code made (a composite op's body, a module's Python). (A wait inside an op
+                    # often reaches here after it: CUDA's warning is raised in Python when the
+                    # program's call into torch returns, ``.item()``'s after its aten op; the op
+                    # noted it at this line already, and it is claimed instead.)
                     inside = self.sites.innermost_torch(sys._getframe(1))
                     if inside is None or inside.startswith(PROGRAM_WAITS):
                         self.sites.note("synchronize")

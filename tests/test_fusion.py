@@ -1,6 +1,6 @@
 """What torch.compile's price may fuse (profkit.run.step.fusion), on every committed trace: runs of
 one stream, one iteration, one range and no graph break, none of a library's kernels, each fused
-kernel no faster than its longest member; and the programs PK103 must tell apart (compiled already,
+kernel no faster than its longest member (a fused loss than the passes it makes over the logits); and the programs PK103 must tell apart (compiled already,
 a micro-benchmark loop whose kernels are all candidates)."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from profkit.read.compressed import find_traces
-from profkit.run.step.fusion import LIBRARY_RE, candidates, inductor_fusion
+from profkit.run.step.fusion import LIBRARY_RE, candidates, inductor_fusion, loss_groups
 from profkit.run.step.graph import CallKind, Wait
 from profkit.run.step.transform import replace_ops, scale_ops
 import shared
@@ -53,9 +53,19 @@ def test_fused_runs_stay_inside_what_one_compiled_graph_holds(trace):
         assert one_each(blocking[calls]), "a run spans a blocking call"
         library = np.array([bool(LIBRARY_RE.search(str(n))) for n in g.op_names])
         assert not library[g.g_name[ops]].any()
-        # never faster than its bytes: at least its longest kernel, at most all of them
+        # never faster than its bytes: at least its longest kernel, at most all of them; a run
+        # that holds a cross-entropy's float32 log-softmax at least the passes a fused loss makes
+        # over the logits (loss_groups) and its other kernels
         dur = g.g_dur[ops].astype(np.float64)
-        assert (np.maximum.reduceat(dur, first) - 1e-6 <= np.asarray(new)).all()
+        floor = np.maximum.reduceat(dur, first)
+        groups, loss_ns, _ = loss_groups(g)
+        for grp, ns in zip(groups, loss_ns):
+            for i, r in enumerate(runs):
+                if grp[0] in r:
+                    others = r[~np.isin(r, grp)]
+                    floor[i] = max(ns, g.g_dur[others].max() if len(others) else 0.0)
+                    assert ns <= g.g_dur[grp].sum()
+        assert (floor - 1e-6 <= np.asarray(new)).all()
         assert (np.asarray(new) <= np.add.reduceat(dur, first) + 1e-6).all()
     # The fusion's price can never beat every candidate kernel taking no time, no launch and no
     # gap on the GPU before it (two replays a trace: checked on the what-if corpus, where the prices

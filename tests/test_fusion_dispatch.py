@@ -55,12 +55,13 @@ def test_kernels_a_library_launches_inside_a_call_keep_its_dispatch():
 
 
 def test_compiling_the_chains_is_the_compile_edit_on_the_runs_that_hold_them():
-    # GPT-2 fp16, 8 micro-batches a step: the default mode measured 1.81x (--try compile)
+    # GPT-2 fp16, 8 micro-batches a step: the default mode measured 1.81x (--try compile); its
+    # fp32 loss fused at the passes a fused loss makes over the logits (1.72x and 1.50x before)
     p = shared.corpus("grad_accum_fp16_train")
     f103 = next(f for f in p.findings() if f.code == "PK103")
     f402 = next(f for f in p.findings() if f.code == "PK402")
-    assert f103.evidence["fusion_speedup"] == 1.718
-    assert round(f402.expected_end_to_end_speedup, 3) == 1.501
+    assert f103.evidence["fusion_speedup"] == 1.818
+    assert round(f402.expected_end_to_end_speedup, 3) == 1.576
     assert "runs of fusible kernels that hold the chains" in f402.basis
 
 

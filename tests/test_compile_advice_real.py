@@ -202,3 +202,17 @@ def test_compiling_the_model_leaves_the_optimizer_step_eager():
     # the whole step graphed by hand (capturable optimizer) keeps the optimizer in the graph
     assert ev["cuda_graph_speedup"] > ev["compile_speedup"] + 0.4
     assert "torch.compile(model) leaves the optimizer step eager, its 25.9 ms of host time" in f.action
+
+
+@pytest.mark.parametrize("name, share", [("fasterrcnn_train", 0.333), ("moe_routing_train", 0.856),
+                                         ("generate_llama", 0.978), ("t5_finetune", None)])
+def test_pieces_whose_shapes_follow_the_data_are_said_to_need_padding(name, share):
+    # Faster R-CNN's proposals, the experts' routed tokens and a growing KV cache change the
+    # pieces' launch shapes from one iteration to the next: a CUDA graph replays one shape. T5's
+    # batches (a quarter of its pieces' kernels in shapes the window's 4 iterations do not repeat)
+    # stay under the line; its reduce-overhead compile measured 1.29x, priced 1.34x.
+    _, f = _finding(f"traces/corpus/{name}.sqlite.xz", "PK103")
+    assert f.evidence.get("varying_piece_kernel_share") == share
+    assert ("no other iteration of the window repeated" in f.action) == (share is not None)
+    if share is not None:
+        assert "pad them to a few fixed sizes first" in f.action

@@ -93,7 +93,13 @@ Expected gain
       Where such a step is GPU-paced and the pieces' graphs take nothing off, the fusion is what
       pays: the action is ``torch.compile``'s default mode at ``fusion_speedup`` (switch
       ``compile``), not "remove the syncs first" (a float64 GP with a status check per Cholesky:
-      priced 1.25x, its reduce-overhead trial 1.17x).
+      priced 1.25x, its reduce-overhead trial 1.17x). Where a quarter or more of the pieces'
+      kernels ran launch shapes no other piece of the window repeats (``varying_piece_kernel_share``:
+      sizes that follow the data, as Faster R-CNN's proposals (a third), a mixture of experts'
+      routed tokens (86%), a growing KV cache (98%)), the action says that a graph replays one
+      shape and that they are to be padded to a few sizes first (HF's static cache does); the
+      price is that of the padded pieces. A window of a few iterations cannot see a size that
+      recurs later (T5's batches, under the line: its compiled pieces measured 1.29x).
     * ``torch.compile`` in its default mode (evidence ``fusion_speedup``): the fusion alone, each
       fused-away kernel's launch and the dispatch before it gone; no CUDA graph, so the other
       launches and the Python between them stay. Where the GPU sets the pace: if the graph edit
@@ -441,12 +447,23 @@ def _detect(ctx: RuleContext) -> list[Finding]:
         if price >= 1.02 and len(graphed) >= 0.5 * its:
             return [Finding(RULE.code, RULE.name, action, Rung.TORCH_COMPILE, ev, price,
                             f"{price_basis}; the step holds {'; '.join(blockers)}", max(gain, price))]
+        varying = varying_pieces(ctx, g, pieces, block)
+        shapes = ""
+        if varying >= VARYING_SHARE:
+            # a graph replays the shapes it captured: pieces whose sizes follow the data are a
+            # capture (and for torch.compile a recompilation) per new size, unless padded
+            ev["varying_piece_kernel_share"] = round(varying, 3)
+            shapes = (f"; {varying:.0%} of the pieces' kernels ran launch shapes no other iteration of the "
+                      f"window repeated (sizes that follow the data: proposals, routed tokens, lengths, a "
+                      "growing cache): a CUDA graph replays one shape, each new one is a new capture (for "
+                      "torch.compile a recompilation), so pad them to a few fixed sizes first (for HF "
+                      "generate(), the static cache does) or measure it (--try compile_graphs)")
         if price >= 1.02:
             return [Finding(RULE.code, RULE.name,
                             f"capture the pieces of the step between its blocking calls in CUDA graphs "
                             f"({which}; torch.compile breaks its graph at the blocking calls{static}): "
                             f"the whole step cannot be one "
-                            f"graph as it stands, it holds {'; '.join(blockers)}",
+                            f"graph as it stands, it holds {'; '.join(blockers)}{shapes}",
                             Rung.TORCH_COMPILE, ev, price,
                             f"{price_basis}; the whole step as one graph after removing them: "
                             f"{gain:.2f}x", max(gain, price))]
@@ -563,6 +580,38 @@ def loop_shapes(ctx: RuleContext, g: StepGraph) -> int:
            .groupby("it")[["name", "grid", "block"]].apply(lambda d: hash(tuple(map(tuple, d.to_numpy())))))
     counts = sig.value_counts()
     return max(int((counts >= 2).sum()), 1)
+
+
+# the share of the pieces' kernels in pieces of shapes no other iteration repeats from which the
+# action says so
+VARYING_SHARE = 0.25
+
+
+def varying_pieces(ctx: RuleContext, g: StepGraph, pieces: np.ndarray, block: np.ndarray) -> float:
+    """The share of the kernels the pieces between blocking calls launch that lie in a piece
+    whose kernels' (name, grid, block) sequence no other piece of the window repeats: sizes that
+    follow the data. Over a window of a few iterations a size that recurs later is not seen to."""
+    if not len(pieces) or len(g.iter_call) < 3:
+        return 0.0
+    w = ctx.run.window
+    sh = ctx.prof.full_trace.kernel_shapes(int(w.start_ns), int(w.end_ns))
+    if sh.empty:
+        return 0.0
+    shape = dict(zip(sh["correlationId"].astype(np.int64), zip(sh["grid"].astype(str), sh["block"].astype(str))))
+    ops = g.ops_idx[np.repeat(np.isin(np.arange(g.n_calls), pieces), np.diff(g.ops_ptr))]
+    ops = ops[g.g_kind[ops] == 0]
+    if not len(ops):
+        return 0.0
+    piece = np.searchsorted(block, g.g_call[ops])        # blocking calls before each launch
+    sig: dict[int, list] = {}
+    for o, k in zip(ops, piece):
+        sig.setdefault(int(k), []).append((int(g.g_name[o]), shape.get(int(g.g_corr[o]))))
+    seen: dict[int, int] = {}
+    for v in sig.values():
+        h = hash(tuple(v))
+        seen[h] = seen.get(h, 0) + 1
+    once = sum(len(v) for v in sig.values() if seen[hash(tuple(v))] == 1)
+    return once / len(ops)
 
 
 def blocking_calls(g: StepGraph, calls: np.ndarray) -> np.ndarray:

@@ -78,6 +78,9 @@ COPY_RE = re.compile(r"copy_kernel|LoadWithCast|StoreWithCast", re.I)
 FILL_RE = re.compile(r"FillFunctor", re.I)
 TINY = 0.05       # kernels under this share of the log-softmax's time between it and a pass (NLL's)
 LOOK = 4          # kernels looked through on each side
+# a pass over the logits shorter than this is a kernel's launch and tail, not its bytes: such a
+# loss (a small vocabulary, a loss per sample) is priced as any run, at its longest kernel
+MIN_PASS_NS = 10_000.0
 
 
 def _passes(g: StepGraph, o: int, before: tuple, after: tuple) -> list[int]:
@@ -119,6 +122,8 @@ def loss_groups(g: StepGraph) -> tuple[list[np.ndarray], np.ndarray, float]:
     if not fwd:
         return [], np.zeros(0), 1.0
     pass_ns = float(np.median(g.g_dur[fwd])) / 2.0
+    if pass_ns < MIN_PASS_NS:
+        return [], np.zeros(0), 1.0
     out, new = [], []
     upcast = False
     for o in fwd:
@@ -201,9 +206,12 @@ def inductor_fusion(g: StepGraph, anywhere: bool = False) -> tuple[list[np.ndarr
     # A run that holds a cross-entropy's log-softmax is a fused loss: never slower than the
     # passes such a loss makes over the logits (loss_groups), nor than its other kernels
     groups, loss_ns, _ = loss_groups(g) if runs else ([], np.zeros(0), 1.0)
+    run_of = np.full(g.n_ops, -1, dtype=np.int64)
+    for i, r in enumerate(runs if groups else ()):
+        run_of[r] = i
     for grp, ns in zip(groups, loss_ns):
-        for i, r in enumerate(runs):
-            if np.isin(grp[0], r):
-                others = r[~np.isin(r, grp)]
-                new[i] = max(float(ns), float(g.g_dur[others].max()) if len(others) else 0.0)
+        i = int(run_of[grp[0]])
+        if i >= 0:
+            others = runs[i][~np.isin(runs[i], grp)]
+            new[i] = max(float(ns), float(g.g_dur[others].max()) if len(others) else 0.0)
     return runs, new

@@ -415,6 +415,25 @@ FIX_RULES = {
     ("fasterrcnn_train", "tf32"): ("PK302", None),
     ("fasterrcnn_train", "bf16"): ("PK302", "bf16_speedup"),
     ("fasterrcnn_train", "fewer_proposals"): (None, None),
+    # set v (written before its captures): the speculative decoder's accepted count read once a
+    # round PK101's (its per-proposal waits), the static caches no rule's (as kv_decode_sampling's
+    # prealloc), 8 proposals a round no rule's (the algorithm's), torch.compile PK103's fusion;
+    # RAFT's fewer iterations no rule's, bf16 PK305's for its convolutions (with channels_last
+    # its bf16_channels_last price), torch.compile PK103's fusion; MoCo's foreach moving average
+    # PK107's (a loop over parameters, as ema_timm_train's), the queue's pointer on the host
+    # PK101's, channels_last with bf16 PK305's, fused SGD PK201's
+    ("speculative_decode_infer", "accept_on_gpu"): ("PK101", None),
+    ("speculative_decode_infer", "static_cache"): (None, None),
+    ("speculative_decode_infer", "draft_k8"): (None, None),
+    ("speculative_decode_infer", "compile"): ("PK103", "fusion_speedup"),
+    ("raft_flow_train", "fewer_iters"): (None, None),
+    ("raft_flow_train", "bf16"): ("PK305", None),
+    ("raft_flow_train", "channels_last_bf16"): ("PK305", "bf16_channels_last_speedup"),
+    ("raft_flow_train", "compile"): ("PK103", "fusion_speedup"),
+    ("moco_queue_train", "foreach_momentum"): ("PK107", None),
+    ("moco_queue_train", "host_pointer"): ("PK101", None),
+    ("moco_queue_train", "channels_last_bf16"): ("PK305", "bf16_channels_last_speedup"),
+    ("moco_queue_train", "fused_sgd"): ("PK201", None),
     ("grad_checkpoint_train", "no_checkpointing"): ("PK204", None), ("grad_checkpoint_train", "fused_adamw"): ("PK201", None),
     ("cpu_tokenize_infer", "encode_batch"): (None, None), ("cpu_tokenize_infer", "workers"): ("PK102", None),
     ("cpu_tokenize_infer", "pretokenized"): ("PK102", None),

@@ -7,7 +7,10 @@ gain should be the hand-applied one: ``SWITCH_OF`` names the pairs where they do
 else is compared. A fix is left out where the switch does something else: weights cast to bf16
 (the ``bf16`` switch is autocast), a loss function compiled on its own (``compile`` compiles the
 outermost module), a program already compiled (``compile_graphs`` would compile it again), a
-DataLoader the baseline does not have (``workers`` changes one the program made).
+DataLoader the baseline does not have (``workers`` changes one the program made), two models
+compiled where the switch compiles the larger (a speculative decoder's target and draft), a loss
+autocast with the model where the switch autocasts the model's calls alone (MoCo's InfoNCE, whose
+float32 queue would meet the switch's bf16 queries in one einsum).
 """
 from __future__ import annotations
 
@@ -142,6 +145,10 @@ SWITCH_OF: dict[tuple[str, str], str] = {
     ("bilstm_crf_train", "bf16"): "bf16",
     ("fasterrcnn_train", "tf32"): "tf32",
     ("fasterrcnn_train", "bf16"): "bf16",
+    ("raft_flow_train", "bf16"): "bf16",
+    ("raft_flow_train", "channels_last_bf16"): "channels_last+bf16",
+    ("raft_flow_train", "compile"): "compile",
+    ("moco_queue_train", "fused_sgd"): _FUSED,
 }
 
 

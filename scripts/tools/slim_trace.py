@@ -2,9 +2,9 @@
 traces take less room (about 12% of their .xz size).
 
 In ``CUPTI_ACTIVITY_KIND_KERNEL``: the grid id, registers, shared and local memory sizes, launch
-type, cache config and context ids; in ``CUPTI_ACTIVITY_KIND_RUNTIME``: the event class, return
-value and call-chain id. Each becomes NULL (0 where the schema forbids NULL). The rows of two
-tables profkit never reads are dropped: ``TARGET_INFO_SYSTEM_ENV`` (the capturing machine's
+type, cache config, context ids and the mangled name (the demangled and short names stay); in
+``CUPTI_ACTIVITY_KIND_RUNTIME``: the event class, return value and call-chain id. Each becomes
+NULL (0 where the schema forbids NULL). The rows of two tables profkit never reads are dropped: ``TARGET_INFO_SYSTEM_ENV`` (the capturing machine's
 environment variables and system settings, which also need not travel with a trace) and
 ``PROFILER_OVERHEAD`` (nsys's own buffer flushes; the profiler's cost is taken from the
 calibration run instead). The tables, their columns and every other value stay, so the file is
@@ -28,7 +28,7 @@ UNREAD = {
     "CUPTI_ACTIVITY_KIND_KERNEL": ("gridId", "registersPerThread", "staticSharedMemory", "dynamicSharedMemory",
                                    "localMemoryPerThread", "localMemoryTotal", "sharedMemoryExecuted",
                                    "sharedMemoryLimitConfig", "launchType", "cacheConfig", "greenContextId",
-                                   "contextId"),
+                                   "contextId", "mangledName"),
     "CUPTI_ACTIVITY_KIND_RUNTIME": ("eventClass", "returnValue", "callchainId"),
 }
 

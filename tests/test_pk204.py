@@ -77,7 +77,8 @@ def test_a_checkpointed_step_is_priced_as_its_recomputation_gone(tmp_path):
     assert f.expected_end_to_end_speedup == pytest.approx(again, rel=1e-9)
     assert 1.2 < f.expected_end_to_end_speedup <= 128 / 84 + 1e-6
     assert f.bound >= f.expected_end_to_end_speedup
-    assert "activation checkpointing" in f.action and "a ceiling" in f.basis
+    assert "activation checkpointing" in f.action and "assumes the activations fit" in f.basis
+    assert "a ceiling" not in f.basis   # measured above it on an HF Llama (1.62x against 1.38x)
 
 
 def test_a_host_bound_step_gets_back_the_python_of_the_recomputation(tmp_path):

@@ -36,8 +36,8 @@ def test_each_decomposition_is_a_run_of_solver_launches_with_no_python_between()
     g = profkit.load(SHAMPOO).step_model().graph
     solver = np.array([bool(pk208.SOLVER_RE.search(str(n))) for n in g.op_names] + [False], dtype=bool)
     ops = np.flatnonzero(solver[g.g_name] & (g.g_call >= 0))
-    calls = pk208._main_thread_after_backward(g, np.unique(g.g_call[ops]))
-    assert len(calls) == len(np.unique(g.g_call[ops]))     # every one after the backward
+    mine, calls = pk208.decompositions(g)
+    assert len(calls) == len(np.unique(g.g_call[ops])) and len(mine) == len(ops)   # every one after the backward
     runs = pk208.spans(g, calls)
     for (a, b), (c, _) in zip(runs, runs[1:]):
         assert a <= b < c

@@ -38,7 +38,7 @@ import warnings
 from collections import Counter
 from typing import Any, Optional
 
-from profkit.run.replacements import PROGRAM_WAITS
+from profkit.run.replacements import program_synchronize
 
 MAX_SITES = 64          # distinct sites kept (a loop over thousands of lines is not a program)
 
@@ -206,7 +206,7 @@ class SyncWatch:
                     # program's call into torch returns, ``.item()``'s after its aten op; the op
                     # noted it at this line already, and it is claimed instead.)
                     inside = self.sites.innermost_torch(sys._getframe(1))
-                    if inside is None or inside.startswith(PROGRAM_WAITS):
+                    if program_synchronize(inside):
                         self.sites.note("synchronize")
                     else:
                         self.sites.note("in op", inside)

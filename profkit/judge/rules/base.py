@@ -458,6 +458,9 @@ class RuleContext:
 # Library GEMM kernels by name (cuBLAS/cuBLASLt nvjet, CUTLASS, xmma, wgmma): what the GEMM rules
 # look for in the timeline.
 GEMM_KERNEL_RE = re.compile(r"gemm|nvjet|xmma|cutlass|wgmma", re.I)
+# cuSOLVER's and MAGMA's factorisation kernels by the LAPACK routine their names carry (PK306
+# adds the triangular solves, PK208 the inner kernels of an eigendecomposition)
+FACTORISATION = r"getrf|potrf|potrs|getrs|trtri|geqrf|orgqr|ormqr|syevd|heevd|gesvd|lauum|cusolver|magma_"
 
 
 def removed_launch_cost(kernels: pd.DataFrame, removed: np.ndarray, dispatch_gap_ns: float) -> float:
@@ -513,3 +516,17 @@ def kernel_share(ctx: "RuleContext", rx: "re.Pattern[str]") -> float:
     if total <= 0:
         return 0.0
     return float(k.loc[matches(k.index.to_series(), rx), "total_ns"].sum()) / total
+
+
+def bare_kernel_name(name: str) -> str:
+    """A kernel's name without its template arguments and parameters."""
+    s = re.sub(r"^void\s+", "", name)
+    depth, out = 0, []
+    for ch in s:
+        if ch in "<(":
+            depth += 1
+        elif ch in ">)":
+            depth -= 1
+        elif depth == 0:
+            out.append(ch)
+    return "".join(out).strip()[:80] or name[:80]

@@ -171,6 +171,7 @@ References
 from __future__ import annotations
 
 import re
+from collections import Counter
 
 import numpy as np
 
@@ -598,7 +599,7 @@ def varying_pieces(ctx: RuleContext, g: StepGraph, pieces: np.ndarray, block: np
     if sh.empty:
         return 0.0
     shape = dict(zip(sh["correlationId"].astype(np.int64), zip(sh["grid"].astype(str), sh["block"].astype(str))))
-    ops = g.ops_idx[np.repeat(np.isin(np.arange(g.n_calls), pieces), np.diff(g.ops_ptr))]
+    ops = g.launched_by(pieces)
     ops = ops[g.g_kind[ops] == 0]
     if not len(ops):
         return 0.0
@@ -606,12 +607,9 @@ def varying_pieces(ctx: RuleContext, g: StepGraph, pieces: np.ndarray, block: np
     sig: dict[int, list] = {}
     for o, k in zip(ops, piece):
         sig.setdefault(int(k), []).append((int(g.g_name[o]), shape.get(int(g.g_corr[o]))))
-    seen: dict[int, int] = {}
-    for v in sig.values():
-        h = hash(tuple(v))
-        seen[h] = seen.get(h, 0) + 1
-    once = sum(len(v) for v in sig.values() if seen[hash(tuple(v))] == 1)
-    return once / len(ops)
+    hashes = {k: hash(tuple(v)) for k, v in sig.items()}
+    seen = Counter(hashes.values())
+    return sum(len(sig[k]) for k, h in hashes.items() if seen[h] == 1) / len(ops)
 
 
 def blocking_calls(g: StepGraph, calls: np.ndarray) -> np.ndarray:

@@ -179,7 +179,7 @@ import numpy as np
 import pandas as pd
 
 from profkit.model import Rung
-from profkit.judge.rules.base import Finding, Param, RuleContext, RuleMeta, Table
+from profkit.judge.rules.base import Finding, Param, RuleContext, RuleMeta, Table, bare_kernel_name
 from profkit.judge.rules.pk106_rnn_cell_loop import CELL_RE
 from profkit.judge.rules.pk201_unfused_optimizer import optimizer_step_kernel
 from profkit.run.step.transform import drop_cpu, replace_ops, scale_cpu, scale_ops
@@ -667,7 +667,7 @@ def detect(ctx: RuleContext) -> list[Finding]:
     same_grid = all(bool((lp.grid == lp.grid[0]).all()) for lp in keep)
     matrix = sorted({n for lp in keep for n in lp.names if MATRIX_RE.search(n)})
     ev = {"loops_per_iteration": round(len(keep) / its, 1), "copies": big.copies,
-          "unit_kernels": big.period, "unit": [_short(n) for n in big.names],
+          "unit_kernels": big.period, "unit": [bare_kernel_name(n) for n in big.names],
           "where": big.where, "launches_removed_per_iteration": round(removed / its, 1),
           "loop_span_ns_per_iteration": int(span / its), "kernel_ns_per_iteration": int(before / its),
           "vectorised_kernel_ns_per_iteration": int(after / its),
@@ -817,17 +817,3 @@ def _graph_price(ctx: RuleContext):
         if "refused" not in f.evidence and "cuda_graph_speedup" in f.evidence:
             return float(f.evidence["cuda_graph_speedup"])
     return None
-
-
-def _short(name: str) -> str:
-    """A kernel's name without its template arguments and parameters."""
-    s = re.sub(r"^void\s+", "", name)
-    depth, out = 0, []
-    for ch in s:
-        if ch in "<(":
-            depth += 1
-        elif ch in ">)":
-            depth -= 1
-        elif depth == 0:
-            out.append(ch)
-    return "".join(out).strip()[:80] or name[:80]

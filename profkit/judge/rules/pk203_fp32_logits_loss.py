@@ -72,13 +72,13 @@ def detect(ctx: RuleContext) -> list[Finding]:
         return []
     its = max(len(m.graph.iter_call) - 1, 1)
     eager_ns = float(sum(m.graph.g_dur[x].sum() for x in grp)) / its
-    ev.update(loss_kernel_ns_per_iteration=int(eager_ns), fused_ns_per_iteration=int(float(new.sum()) / its),
-              loss_kernels=int(sum(len(x) for x in grp)))
+    fused_ns, n_kernels = float(new.sum()) / its, sum(len(x) for x in grp)
+    ev.update(loss_kernel_ns_per_iteration=int(eager_ns), fused_ns_per_iteration=int(fused_ns),
+              loss_kernels=n_kernels)
     g, basis = ctx.price(lambda gr: replace_ops(gr, grp, new),
                          f"the loss's logits-sized kernels ({eager_ns / 1e6:.2f} ms an iteration: "
-                         f"{sum(len(x) for x in grp) / its:.0f} of them, the log-softmax and the casts and "
-                         f"fill beside it) fused at the passes a fused loss makes ({float(new.sum()) / its / 1e6:.2f} ms)",
-                         cap=op_gain)
+                         f"{n_kernels / its:.0f} of them, the log-softmax and the casts and fill beside it) "
+                         f"fused at the passes a fused loss makes ({fused_ns / 1e6:.2f} ms)", cap=op_gain)
     return [Finding(RULE.code, RULE.name,
                     "compute the loss without materialising fp32 logits: a fused linear-cross-entropy "
                     "(Liger-Kernel LigerFusedLinearCrossEntropyLoss) or a chunked bf16 loss",

@@ -44,7 +44,7 @@ import re
 import numpy as np
 
 from profkit.model import Rung
-from profkit.judge.rules.base import Finding, Param, RuleContext, RuleMeta, Table
+from profkit.judge.rules.base import FACTORISATION, Finding, Param, RuleContext, RuleMeta, Table, bare_kernel_name
 from profkit.run.step.graph import CallKind, StepGraph, Wait
 from profkit.run.step.transform import DISPATCH_GAP_NS, blend, drop_cpu, remove_calls, scale_ops
 
@@ -59,11 +59,20 @@ RULE = RuleMeta(
 
 # cuSOLVER's and MAGMA's kernels (their names carry the LAPACK routine, or its parameters'
 # type: ``transpose<sytrd_params...>``), and the info checks around them
-SOLVER_RE = re.compile(r"sytrd|hetrd|laed\d|steqr|stedc|sterf|larf[tb]|syr2k|her2k|syevj|syevd|heevd|gesvdj|"
-                       r"potr[fsi]|getr[fsi]|geqrf|orgqr|orgtr|ormqr|ormtr|unmtr|gesvd|gesdd|gebrd|bdsqr|"
-                       r"lauum|trtri|lansy|lacpy|xx_set_info|copy_info_kernel|setup_vhat|cusolver|magma_", re.I)
+SOLVER_RE = re.compile(FACTORISATION + r"|potri|getri|sytrd|hetrd|laed\d|steqr|stedc|sterf|larf[tb]|syr2k|"
+                       r"her2k|syevj|gesvdj|orgtr|ormtr|unmtr|gesdd|gebrd|bdsqr|lansy|lacpy|xx_set_info|"
+                       r"copy_info_kernel|setup_vhat", re.I)
 # calls after a decomposition looked through for its info check (a copy to the host, a sync)
 CHECK_CALLS = 8
+
+
+def decompositions(g: StepGraph) -> tuple[np.ndarray, np.ndarray]:
+    """The solver kernels launched after the iteration's backward by the optimizer's thread, and
+    the calls that launched them (empty where there is no backward to place them after)."""
+    solver = np.array([bool(SOLVER_RE.search(str(n))) for n in g.op_names] + [False], dtype=bool)
+    ops = np.flatnonzero(solver[g.g_name] & (g.g_call >= 0))
+    calls = _main_thread_after_backward(g, np.unique(g.g_call[ops])) if len(ops) else np.zeros(0, np.int64)
+    return ops[np.isin(g.g_call[ops], calls)], calls
 
 
 def _main_thread_after_backward(g: StepGraph, calls: np.ndarray) -> np.ndarray:
@@ -128,14 +137,9 @@ def detect(ctx: RuleContext) -> list[Finding]:
         return []
     g = m.graph
     its = max(len(g.iter_call) - 1, 1)
-    solver = np.array([bool(SOLVER_RE.search(str(n))) for n in g.op_names] + [False], dtype=bool)
-    ops = np.flatnonzero(solver[g.g_name] & (g.g_call >= 0))
-    if not len(ops):
-        return []
-    calls = _main_thread_after_backward(g, np.unique(g.g_call[ops]))
+    mine, calls = decompositions(g)
     if not len(calls):
-        return []   # decompositions of the data (forward, backward) or no backward at all: not this
-    mine = ops[np.isin(g.g_call[ops], calls)]
+        return []   # none, decompositions of the data (forward, backward), or no backward at all
     gpu_ns = float(g.g_dur[mine].sum()) / its
     if gpu_ns < RULE.param("min_share") * m.iteration_ns:
         return []
@@ -149,7 +153,7 @@ def detect(ctx: RuleContext) -> list[Finding]:
     # the kernels named by the time they take (cuSOLVER's names carry the routine)
     by_name: dict[str, float] = {}
     for o in mine:
-        k = re.sub(r"^void ", "", re.sub(r"[<(].*", "", str(g.op_names[g.g_name[o]])))
+        k = bare_kernel_name(str(g.op_names[g.g_name[o]]))
         k = "_".join(k.split("_")[:3]) if len(k) > 32 else k   # cuBLAS's long kernel names
         by_name[k] = by_name.get(k, 0.0) + float(g.g_dur[o])
     names = sorted(by_name, key=lambda k: -by_name[k])[:4]

@@ -63,8 +63,8 @@ import re
 import numpy as np
 
 from profkit.judge.dtypes import kernel_dtype
-from profkit.judge.rules.base import (ESTIMATED, GEMM_KERNEL_RE, Finding, Param, RuleContext, RuleMeta, Scope,
-                                      Table, TrialOf, matches, timed_text)
+from profkit.judge.rules.base import (ESTIMATED, FACTORISATION, GEMM_KERNEL_RE, Finding, Param, RuleContext,
+                                      RuleMeta, Scope, Table, TrialOf, matches, timed_text)
 from profkit.judge.rules.pk302_fp32_gemm import RULE as PK302
 from profkit.judge.rules.pk302_fp32_gemm import cast_cpu_ns
 from profkit.model import Rung
@@ -72,8 +72,7 @@ from profkit.run.step.transform import add_cpu, scale_ops
 
 # cuSOLVER's and cuBLAS's factorisation and triangular-solve kernels (``getrf_wo_pivot``,
 # ``trsm_left_kernel``, ``trsv_lt_exec``, potrf/geqrf/syevd/gesvd helpers, MAGMA's ``magma_``)
-SOLVER_RE = re.compile(r"getrf|potrf|potrs|getrs|trsm|trsv|trtri|geqrf|orgqr|ormqr|syevd|heevd|gesvd|"
-                       r"lauum|cusolver|magma_", re.I)
+SOLVER_RE = re.compile(FACTORISATION + r"|trsm|trsv", re.I)
 
 
 def solver_gemms(g, ops: np.ndarray) -> np.ndarray:

@@ -30,8 +30,9 @@ Expected gain
     that edit taken (N - 1) / N of the way (``blend``): the mean iteration of a cycle of N steps
     in which one decomposes. The matrix products that turn the decompositions into roots and the
     preconditioning itself stay (they are not told apart from the step's other GEMMs): a floor.
-    Shampoo over four 1024 x 1024 layers (eight eigh a step, 82% of the step), an H100: 8.44x
-    priced at every 10, measured 8.37x. Staler roots change the optimizer's trajectory: check the loss curve.
+    Shampoo over four 1024 x 1024 layers (eight eigh a step, 82% of the step), an H100,
+    2026-12-07: 8.44x priced at every 10, measured 8.37x. Staler roots change the optimizer's
+    trajectory: check the loss curve.
 References
     Gupta, Koren, Singer, "Shampoo: Preconditioned Stochastic Tensor Optimization" (2018);
     Martens, Grosse, "Optimizing Neural Networks with Kronecker-factored Approximate Curvature"

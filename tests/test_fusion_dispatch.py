@@ -55,18 +55,21 @@ def test_kernels_a_library_launches_inside_a_call_keep_its_dispatch():
 
 
 def test_compiling_the_chains_is_the_compile_edit_on_the_runs_that_hold_them():
-    # GPT-2 fp16, 8 micro-batches a step: the default mode measured 1.81x (--try compile); its
+    # GPT-2 fp16, 8 micro-batches a step: the default mode measured 1.81x (--try compile), priced
+    # with its 10 graph calls a step; its
     # fp32 loss fused at the passes a fused loss makes over the logits (1.72x and 1.50x before)
     p = shared.corpus("grad_accum_fp16_train")
     f103 = next(f for f in p.findings() if f.code == "PK103")
     f402 = next(f for f in p.findings() if f.code == "PK402")
-    assert f103.evidence["fusion_speedup"] == 1.818
-    assert round(f402.expected_end_to_end_speedup, 3) == 1.576
+    assert f103.evidence["fusion_speedup"] == 1.795
+    assert round(f402.expected_end_to_end_speedup, 3) == 1.559
     assert "runs of fusible kernels that hold the chains" in f402.basis
 
 
 def test_compiling_some_chains_never_beats_compiling_the_model():
-    for name in ("grad_accum_fp16_train", "per_sample_loss_train", "t5_finetune", "moe_routing_train"):
+    # (not on a step the model's compile breaks into many graphs, such as the MoE's 65 a step:
+    # functions compiled around the chains alone are fewer graphs, each call cheaper than a break)
+    for name in ("grad_accum_fp16_train", "per_sample_loss_train", "t5_finetune"):
         p = shared.corpus(name)
         f103 = next(f for f in p.findings() if f.code == "PK103")
         f402 = next(f for f in p.findings() if f.code == "PK402")
@@ -85,7 +88,7 @@ def test_a_batch_norms_statistics_end_a_fused_run():
     assert any(BN_STATS_RE.search(names[g.g_name[r[-1]]]) for r in runs)
     p = shared.corpus("resnet50_train")
     f103 = next(f for f in p.findings() if f.code == "PK103")
-    assert (f103.evidence["fusion_speedup"], f103.evidence["compile_speedup"]) == (1.279, 1.355)
+    assert (f103.evidence["fusion_speedup"], f103.evidence["compile_speedup"]) == (1.276, 1.354)
 
 
 def test_the_fused_runs_leave_as_many_kernels_as_inductor_launched():

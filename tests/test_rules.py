@@ -532,7 +532,7 @@ def test_the_allocator_growing_refuses_no_graph_and_churn_still_does():
     assert "refused" not in unet.evidence and unet.evidence["cuda_graph_speedup"] == pytest.approx(1.062)
     # GPU-paced, the fusion takes more than the graph: the compile action, its number the
     # compiled graphs' (tried by compile_graphs), the default mode's said beside it
-    assert unet.expected_end_to_end_speedup == pytest.approx(1.550, abs=5e-4)
+    assert unet.expected_end_to_end_speedup == pytest.approx(1.548, abs=5e-4)
     assert unet.switch == "compile_graphs" and "fusion alone: 1.47x" in unet.action
     churn = finding("corpus/gpt2_empty_cache", "PK103")
     assert churn.evidence["refused"] == ["133 allocation/free call(s) (cudaMalloc)"]

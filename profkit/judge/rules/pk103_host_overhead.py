@@ -180,8 +180,8 @@ from profkit.judge.rules.base import (Finding, Param, RuleContext, RuleMeta, Tab
                                       matches)
 from profkit.judge.rules.pk201_unfused_optimizer import launch_stretch, optimizer_step_kernel
 from profkit.judge.rules.pk205_accumulation_micro_batches import RULE as PK205, accumulated
-from profkit.run.step.graph import CallKind, StepGraph
-from profkit.run.step.fusion import BN_STATS_RE, COMPLEX_RE, inductor_fusion
+from profkit.run.step.graph import CallKind, StepGraph, Wait
+from profkit.run.step.fusion import BN_STATS_RE, COMPLEX_RE, compile_host, inductor_fusion
 from profkit.run.step.transform import cuda_graph, graphable, replace_ops
 from profkit.run.summary import DATA_RE, NCCL_RE
 
@@ -334,15 +334,30 @@ def _detect(ctx: RuleContext) -> list[Finding]:
                  "an iteration with it" if opt_ms >= 0.1 else "")
     if opt_ms >= 0.1:
         ev["optimizer_host_ms_per_iteration"] = round(opt_ms, 2)
+    # Each compiled graph's call costs the host (Dynamo's guards, AOTAutograd's wrapper), more
+    # where its shapes follow the data: part of every compile price (fusion.compile_host)
+    training = bool(backward_kernels(ctx) > 0)
+    dyn = shape_following_share(ctx, g, model_calls) if not compiled and groups else 0.0
+
+    # (CUDA graphs replay fixed shapes: reduce-overhead's prices are of the padded step, its
+    # graphs' calls static)
+    def calls_cost(gr: StepGraph, dynamic: bool = False) -> StepGraph:
+        return compile_host(gr, model_calls, training, dyn if dynamic else 0.0, ctx.host)
+    graph_calls = ("; each compiled graph's call (one an iteration and one after each blocking call) "
+                   "at its host cost")
+    dyn_calls = graph_calls + (f", {dyn:.0%} of them with shapes that follow the data" if dyn >= 0.05 else "")
+    if dyn >= 0.05:
+        ev["shape_following_share"] = round(dyn, 3)
     if not compiled and groups:
         comp_gain, comp_basis = ctx.price(
-            lambda gr: cuda_graph(replace_ops(gr, groups, np.asarray(new)), model_calls, step_whole, step_keep),
-            f"torch.compile(mode=\"reduce-overhead\"): the launches as CUDA graphs and {fused}{eager_opt}")
+            lambda gr: calls_cost(cuda_graph(replace_ops(gr, groups, np.asarray(new)), model_calls, step_whole,
+                                             step_keep)),
+            f"torch.compile(mode=\"reduce-overhead\"): the launches as CUDA graphs and {fused}{graph_calls}{eager_opt}")
         ev["compile_speedup"] = round(comp_gain, 3)
         # torch.compile's default mode: the fusion alone, each fused-away kernel's launch and
         # the dispatch before it gone, no CUDA graph (the other launches stay)
-        fuse_gain, fuse_basis = ctx.price(lambda gr: replace_ops(gr, groups, np.asarray(new)),
-                                          f"torch.compile (default mode): {fused}")
+        fuse_gain, fuse_basis = ctx.price(lambda gr: calls_cost(replace_ops(gr, groups, np.asarray(new)), True),
+                                          f"torch.compile (default mode): {fused}{dyn_calls}")
         ev["fusion_speedup"] = round(fuse_gain, 3)
         ev["fused_runs_per_iteration"] = round(len(groups) / its, 1)
         if comp_gain > graph_gain:
@@ -428,11 +443,11 @@ def _detect(ctx: RuleContext) -> list[Finding]:
             # What the action names first (torch.compile(mode="reduce-overhead"), a static KV cache
             # that transformers compiles) also fuses: Inductor's kernels in the captured pieces.
             fused_gain, fused_basis = ctx.price(
-                lambda gr: cuda_graph(replace_ops(gr, groups, np.asarray(new)), np.setdiff1d(pieces, opt),
-                                      whole, keep),
+                lambda gr: calls_cost(cuda_graph(replace_ops(gr, groups, np.asarray(new)), np.setdiff1d(pieces, opt),
+                                                 whole, keep)),
                 f"the pieces between the {len(block) / its:.0f} blocking calls per iteration compiled "
-                f"({fused}) and replayed as CUDA graphs (the Python after each blocking call and gaps "
-                "over 1 ms stay)")
+                f"({fused}{graph_calls}) and replayed as CUDA graphs (the Python after each blocking call and "
+                "gaps over 1 ms stay)")
             # The number stays the graphs' alone, the smaller change; the compiled pieces' price
             # is said beside it. On the corpus, ranking by it put a compile nobody timed above the
             # removal of the sync (vit_grad_norms, gpt2_empty_cache, sync_loop).
@@ -610,6 +625,17 @@ def varying_pieces(ctx: RuleContext, g: StepGraph, pieces: np.ndarray, block: np
     hashes = {k: hash(tuple(v)) for k, v in sig.items()}
     seen = Counter(hashes.values())
     return sum(len(sig[k]) for k, h in hashes.items() if seen[h] == 1) / len(ops)
+
+
+def shape_following_share(ctx: RuleContext, g: StepGraph, calls: np.ndarray) -> float:
+    """The share of the kernels ``calls`` launch that torch.compile would run as graphs with
+    dynamic shapes: varying_pieces over the step cut at each iteration's start and each blocking
+    call (Dynamo's graphs), so that a step of one graph whose sizes change between iterations
+    counts as well as an expert's graph after a ``nonzero``."""
+    k = g.c_kind[calls]
+    block = calls[(k == int(CallKind.SYNC)) | ((k == int(CallKind.COPY)) & (g.c_wait[calls] != int(Wait.NONE)))]
+    starts = g.iter_call[:-1][g.iter_call[:-1] < g.n_calls]
+    return varying_pieces(ctx, g, np.setdiff1d(calls, block), np.union1d(block, starts))
 
 
 def blocking_calls(g: StepGraph, calls: np.ndarray) -> np.ndarray:

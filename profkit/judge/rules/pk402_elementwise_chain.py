@@ -46,7 +46,7 @@ from profkit.model import Rung
 from profkit.judge.rules.base import (Finding, Param, RuleContext, RuleMeta, Scope, Table,
                                 TrialOf, iteration_bounds, matches)
 from profkit.judge.rules.pk202_autocast_recast import CAST_RE
-from profkit.run.step.fusion import inductor_fusion
+from profkit.run.step.fusion import compile_host, inductor_fusion
 from profkit.run.step.transform import replace_ops
 
 RULE = RuleMeta(
@@ -114,10 +114,19 @@ def detect(ctx: RuleContext) -> list[Finding]:
         if groups and ns.sum() > 0:
             op_gain = before / float(ns.sum())
             ev["fused_runs"] = len(groups)
-            g, basis = ctx.price(lambda gr: replace_ops(gr, groups, ns),
+            # and, as every compile price, the compiled graphs' calls (one an iteration and one
+            # after each blocking call, where a chain runs) at their host cost
+            from profkit.judge.rules.pk103_host_overhead import backward_kernels, shape_following_share
+            calls = np.unique(graph.g_call[np.concatenate(groups)])
+            calls = calls[calls >= 0]
+            dyn = shape_following_share(ctx, graph, calls)
+            training = bool(backward_kernels(ctx) > 0)
+            g, basis = ctx.price(lambda gr: compile_host(replace_ops(gr, groups, ns), calls, training, dyn,
+                                                         ctx.host),
                                  f"the {len(groups)} runs of fusible kernels that hold the chains "
                                  f"({before / its / 1e6:.2f} ms per iteration) fused into one kernel "
-                                 f"each at its bytes ({float(ns.sum()) / its / 1e6:.2f} ms), one launch each",
+                                 f"each at its bytes ({float(ns.sum()) / its / 1e6:.2f} ms), one launch each; "
+                                 "each compiled graph's call at its host cost",
                                  cap=op_gain)
     return [Finding(RULE.code, RULE.name,
                     f"torch.compile the code around the {chains} chains of small elementwise kernels "

@@ -49,6 +49,7 @@ import re
 import numpy as np
 
 from profkit.run.step.graph import CallKind, StepGraph, Wait
+from profkit.run.step.transform import add_cpu
 from profkit.run.summary import DATA_RE, GEMM_RE, NCCL_RE
 
 # Kernels over complex numbers (c10::complex<float> in a kernel's template arguments). Inductor
@@ -216,3 +217,51 @@ def inductor_fusion(g: StepGraph, anywhere: bool = False) -> tuple[list[np.ndarr
             others = runs[i][~np.isin(runs[i], grp)]
             new[i] = max(float(ns), float(g.g_dur[others].max()) if len(others) else 0.0)
     return runs, new
+
+
+# What one call of a compiled graph costs the host beyond the eager ops it runs: Dynamo's guards,
+# AOTAutograd's wrapper and, in training, its backward's autograd node. Measured by
+# scripts/bench/compile_breaks.py (an H100's host, torch 2.11, 2026-12-07), us a call: a small
+# compiled function called 8 times a step, forward and backward 153 (inference, the forward
+# alone, 26); an expert MLP after a ``nonzero``, whose token count changes every call (dynamic
+# shapes: symbolic guards, sizes computed at run time), 416 (137). Eight such stages of 8
+# experts: eager 64.4 ms a step, compiled 91.0 ms (0.71x); a real MoE's routing loop measured
+# 0.77x where the fusion alone was priced 1.57x.
+GRAPH_CALL_US = {(True, False): 150.0, (True, True): 420.0, (False, False): 25.0, (False, True): 140.0}
+
+
+def graph_entries(g: StepGraph, calls: np.ndarray) -> np.ndarray:
+    """Where the compiled graphs of a step begin, given the ``calls`` torch.compile(model) runs:
+    the first kernel launched among them in each iteration and after each blocking call (a
+    synchronisation or a copy the host waits for: Dynamo breaks its graph there, and the code
+    after it is another compiled graph, called every iteration). Returns those launches'
+    operations (one each), for ``add_cpu``."""
+    calls = np.asarray(calls, dtype=np.int64)
+    if not len(calls) or not g.n_calls:
+        return np.empty(0, np.int64)
+    blocking = (g.c_kind == int(CallKind.SYNC)) | ((g.c_kind == int(CallKind.COPY)) & (g.c_wait != int(Wait.NONE)))
+    seg = np.cumsum(blocking)                       # blocking calls up to and including each call
+    it = np.searchsorted(g.iter_call, np.arange(g.n_calls), side="right")
+    launch = calls[g.c_kind[calls] == int(CallKind.LAUNCH)]
+    if not len(launch):
+        return np.empty(0, np.int64)
+    key = it[launch].astype(np.int64) * (int(seg[-1]) + 2) + seg[launch]
+    first = launch[np.unique(key, return_index=True)[1]]
+    ops = g.launched_by(first)
+    # one operation per entry call (a call that launched several counts once)
+    return ops[np.unique(g.g_call[ops], return_index=True)[1]]
+
+
+def compile_host(g: StepGraph, calls: np.ndarray, training: bool, dynamic_share: float,
+                 host: float) -> StepGraph:
+    """``g`` with each compiled graph's call cost (GRAPH_CALL_US, measured without a profiler,
+    put in the trace's CPU time by ``host``, the calibrated CPU scale) added where it begins
+    (graph_entries); ``dynamic_share`` of the graphs priced as graphs whose shapes follow the
+    data. Part of every torch.compile price: a step broken into many graphs can lose more to
+    their calls than the fusion saves."""
+    entries = graph_entries(g, calls)
+    if not len(entries):
+        return g
+    share = min(max(float(dynamic_share), 0.0), 1.0)
+    us = (1.0 - share) * GRAPH_CALL_US[training, False] + share * GRAPH_CALL_US[training, True]
+    return add_cpu(g, entries, us * 1e3 / max(host, 1e-9))

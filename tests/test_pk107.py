@@ -416,12 +416,12 @@ def test_heads_of_their_own_stacked_also_shrink_the_optimizer():
     # op record holds 40 addmm of 64 x 1 x 512 and, in the AdamW, 41 tensors of 512 elements and 40
     # of 1: the copies are modules of their own, and one output from 512 inputs cannot feed the next
     # copy (heads side by side, not layers). Stacked, AdamW steps 28 tensors instead of 106: its
-    # host time (1.06 ms an iteration as profiled) shrinks with them. 2.87x -> 3.11x; measured 4.46x
+    # host time (1.06 ms an iteration as profiled) shrinks with them. 2.87x -> 3.07x; measured 4.46x
     prof = shared.corpus("multitask_heads_train")
     f = {x.code: x for x in prof.findings()}["PK107"]
     assert f.evidence["own_parameters"] == {"modules": 40, "tensors_each": 2, "optimizer_tensors": 106}
     assert "stack them into one module" in f.action and "28 tensors instead of 106" in f.action
-    assert f.expected_end_to_end_speedup == pytest.approx(3.11, abs=0.01)
+    assert f.expected_end_to_end_speedup == pytest.approx(3.07, abs=0.01)
     assert f.expected_end_to_end_speedup <= f.bound
 
 

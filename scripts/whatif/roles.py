@@ -434,6 +434,26 @@ FIX_RULES = {
     ("moco_queue_train", "host_pointer"): ("PK101", None),
     ("moco_queue_train", "channels_last_bf16"): ("PK305", "bf16_channels_last_speedup"),
     ("moco_queue_train", "fused_sgd"): ("PK201", None),
+    # set w (written before its captures): the neural ODE's step control on the GPU PK101's (its
+    # per-attempt waits, the decision taken by torch.where), a fixed-step RK4 no rule's (another
+    # method: no error control), the ODE function compiled PK103's fusion, bf16 PK302's for its
+    # GEMMs; DETR's costs computed together and read once PK101's (values read in a loop, read
+    # together), a greedy matcher on the GPU no rule's (another matching), bf16 PK302's, fused
+    # AdamW PK201's; the mining loop's nonzero waits vectorised away PK101's (its reads computed
+    # together, the loop's body gone), torch.compile PK103's fusion, channels_last with bf16
+    # PK305's, fused AdamW PK201's
+    ("neural_ode_adaptive_train", "fixed_rk4"): (None, None),
+    ("neural_ode_adaptive_train", "gpu_control"): ("PK101", None),
+    ("neural_ode_adaptive_train", "compile"): ("PK103", "fusion_speedup"),
+    ("neural_ode_adaptive_train", "bf16"): ("PK302", "bf16_speedup"),
+    ("detr_matching_train", "batched_cost"): ("PK101", None),
+    ("detr_matching_train", "gpu_greedy"): (None, None),
+    ("detr_matching_train", "bf16"): ("PK302", "bf16_speedup"),
+    ("detr_matching_train", "fused_adamw"): ("PK201", None),
+    ("metric_mining_train", "vectorised_mining"): ("PK101", None),
+    ("metric_mining_train", "compile"): ("PK103", "fusion_speedup"),
+    ("metric_mining_train", "channels_last_bf16"): ("PK305", "bf16_channels_last_speedup"),
+    ("metric_mining_train", "fused_adamw"): ("PK201", None),
     ("grad_checkpoint_train", "no_checkpointing"): ("PK204", None), ("grad_checkpoint_train", "fused_adamw"): ("PK201", None),
     ("cpu_tokenize_infer", "encode_batch"): (None, None), ("cpu_tokenize_infer", "workers"): ("PK102", None),
     ("cpu_tokenize_infer", "pretokenized"): ("PK102", None),

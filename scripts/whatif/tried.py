@@ -10,7 +10,9 @@ outermost module), a program already compiled (``compile_graphs`` would compile 
 DataLoader the baseline does not have (``workers`` changes one the program made), two models
 compiled where the switch compiles the larger (a speculative decoder's target and draft), a loss
 autocast with the model where the switch autocasts the model's calls alone (MoCo's InfoNCE, whose
-float32 queue would meet the switch's bf16 queries in one einsum).
+float32 queue would meet the switch's bf16 queries in one einsum), a part of the model compiled
+where the switch compiles the whole (a neural ODE's dynamics, where ``compile`` would compile the
+solver's loop and its waits with them).
 """
 from __future__ import annotations
 
@@ -149,6 +151,12 @@ SWITCH_OF: dict[tuple[str, str], str] = {
     ("raft_flow_train", "channels_last_bf16"): "channels_last+bf16",
     ("raft_flow_train", "compile"): "compile",
     ("moco_queue_train", "fused_sgd"): _FUSED,
+    ("neural_ode_adaptive_train", "bf16"): "bf16",
+    ("detr_matching_train", "bf16"): "bf16",
+    ("detr_matching_train", "fused_adamw"): _FUSED,
+    ("metric_mining_train", "compile"): "compile",
+    ("metric_mining_train", "channels_last_bf16"): "channels_last+bf16",
+    ("metric_mining_train", "fused_adamw"): _FUSED,
 }
 
 

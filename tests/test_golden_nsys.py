@@ -18,9 +18,9 @@ REF = ROOT / "tests" / "data" / "nsys_ref"
 
 
 def _ref(name: str):
-    """A reference output of `nsys stats` / `nsys recipe` (the large ones are kept gzipped)."""
+    """A reference output of `nsys stats` / `nsys recipe` (the large ones are kept xz-compressed)."""
     path = REF / name
-    return path if path.exists() else REF / f"{name}.gz"
+    return path if path.exists() else REF / f"{name}.xz"
 TRACES = ["micro_gemm", "micro_chain", "micro_addnorm", "micro_memcpy", "micro_softmax",
           "micro_graph", "micro_hinted", "micro_addnorm_gemm", "model_tiny_llama_aten"]
 

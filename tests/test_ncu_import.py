@@ -24,7 +24,7 @@ from profkit.capture.ncu_merge import (kernel_base_name, merge_ncu, parse_nvtx_s
 DATA = Path(__file__).resolve().parent / "data" / "ncu"
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = DATA / "fixture_raw.csv"
-REAL_CSV = DATA / "addnorm_gemm_raw.csv.gz"
+REAL_CSV = DATA / "addnorm_gemm_raw.csv.xz"
 REAL_TRACE = ROOT / "traces" / "micro_addnorm_gemm.sqlite.xz"
 
 NSYS_ADD = ("void at::native::vectorized_elementwise_kernel<(int)4, at::native::CUDAFunctor_add"

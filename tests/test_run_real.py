@@ -226,6 +226,7 @@ def test_compile_setup_before_the_loop_does_not_hide_the_loop():
 
 def test_library_ranges_never_mark_iterations():
     # generate() with a static cache runs CUB scans under CCCL NVTX ranges, three times in all
+    # (twice in the committed trace, cut in the second of its three generate() calls)
     w = shared.profile(REAL / "generate_llama_graphs.sqlite.xz").window
     assert w.source.startswith("kernel sequence") and "CCCL" not in w.source
 
@@ -262,9 +263,11 @@ def test_set_up_is_skipped_but_a_periodic_slow_step_stays():
 def test_the_generate_window_is_the_measured_call():
     # traces/real/generate_llama*: a warm-up generate() of 64 tokens (55-82 ms each), then the
     # measured one (~8 ms a token): the window is the second call. The committed trace keeps the
-    # last 2 s of the set-up (scripts/tools/trim_setup.py): 27 of the warm-up's slow tokens.
+    # last 2 s of the set-up (scripts/tools/trim_setup.py): 27 of the warm-up's slow tokens; and
+    # the first 75 repeats of the delimiting kernel (scripts/tools/trim_tail.py --kernel-repeats
+    # 74): 47 of the measured call's 66 iterations.
     w = shared.profile(REAL / "generate_llama_samerun.sqlite.xz").window
-    assert w.source.startswith("kernel sequence: iterations 27..93")
+    assert w.source.startswith("kernel sequence: iterations 27..74")
     # and the set-up the report leaves out says the file was cut (it is not what the run spent)
     assert w.excluded[0]["what"].endswith("the file keeps only its last 2.00 s (earlier rows were cut from it)")
     assert max(w.iteration_ns) < 20_000_000

@@ -14,6 +14,19 @@ trace change with it: trim before anything is read from it. Only for traces this
 captured itself: never run it on a trace someone else owns.
 
     python scripts/tools/trim_tail.py TRACE.sqlite NAME KEEP
+    python scripts/tools/trim_tail.py TRACE.sqlite --kernel-repeats KEEP
+
+The second form is for a loop with no NVTX range per iteration (HF generate()), whose window
+profkit finds by the launches of one repeated kernel (profkit.run.window.kernel_period): the cut
+is the launch call of that kernel's launch KEEP + 2, found by profkit's own function so that the
+kernel is the one whose repeats delimit the window it reports (another kernel, repeating at a
+layer's period, would cut mid-iteration). KEEP + 1 repeats stay; the window ends at the last, so
+it holds the iterations between the warm-up profkit skips and repeat KEEP, and what was launched
+after that repeat, up to the cut, stays as the partial iteration it leaves out. Then everything
+is deleted as in the first form. Keep enough repeats that the warm-up stays the early share of
+the run profkit looks for it in (profkit.run.window.warm_up_regime): a trimmed trace whose
+warm-up (a first generate() call, several times slower per token) fills most of what is left
+would no longer have it told apart from the steady state.
 """
 from __future__ import annotations
 
@@ -31,7 +44,28 @@ def main(path: str, name: str, keep: int) -> None:
     starts = [r[0] for r in con.execute("SELECT start FROM NVTX_EVENTS WHERE text = ? ORDER BY start", (name,))]
     if len(starts) < keep + 2:
         sys.exit(f"trim_tail: {path} has {len(starts)} ranges named {name!r}, not more than {keep + 1}")
-    cut = starts[keep + 1]
+    cut_at(con, starts[keep + 1])
+
+
+def kernel_repeats(path: str, keep: int) -> None:
+    """The second form: cut at the launch of the window's repeated kernel's launch KEEP + 2."""
+    from profkit.read.trace import Trace
+    from profkit.run.window import kernel_period
+
+    found = kernel_period(Trace(path))
+    if found is None:
+        sys.exit(f"trim_tail: {path} has no kernel whose repeats mark iterations")
+    kname, starts, _ = found
+    if len(starts) < keep + 2:
+        sys.exit(f"trim_tail: {path} launches its repeated kernel {len(starts)} times, "
+                 f"not more than {keep + 1}")
+    print(f"cut at launch {keep + 2} of {len(starts)} of {kname[:80]}")
+    # launch times in order (kernel_period sorts them by their launch call's start)
+    cut_at(sqlite3.connect(path), int(starts[keep + 1]))
+
+
+def cut_at(con: sqlite3.Connection, cut: int) -> None:
+    """Delete what starts at or after ``cut`` (GPU work by its launch), record it, vacuum."""
     have = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     if "CUPTI_ACTIVITY_KIND_RUNTIME" in have:
         for t in LAUNCHED:
@@ -50,4 +84,7 @@ def main(path: str, name: str, keep: int) -> None:
 if __name__ == "__main__":
     if len(sys.argv) != 4:
         sys.exit(__doc__)
-    main(sys.argv[1], sys.argv[2], int(sys.argv[3]))
+    if sys.argv[2] == "--kernel-repeats":
+        kernel_repeats(sys.argv[1], int(sys.argv[3]))
+    else:
+        main(sys.argv[1], sys.argv[2], int(sys.argv[3]))

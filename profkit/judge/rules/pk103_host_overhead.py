@@ -180,9 +180,9 @@ from profkit.judge.rules.base import (Finding, Param, RuleContext, RuleMeta, Tab
                                       matches)
 from profkit.judge.rules.pk201_unfused_optimizer import launch_stretch, optimizer_step_kernel
 from profkit.judge.rules.pk205_accumulation_micro_batches import RULE as PK205, accumulated
-from profkit.run.step.graph import CallKind, StepGraph, Wait
+from profkit.run.step.graph import CallKind, StepGraph
 from profkit.run.step.fusion import BN_STATS_RE, COMPLEX_RE, compile_host, inductor_fusion
-from profkit.run.step.transform import cuda_graph, graphable, replace_ops
+from profkit.run.step.transform import cuda_graph, graphable, replace_ops, synchronising
 from profkit.run.summary import DATA_RE, NCCL_RE
 
 # Kernels Inductor wrote: a step that runs them every iteration is compiled.
@@ -632,8 +632,7 @@ def shape_following_share(ctx: RuleContext, g: StepGraph, calls: np.ndarray) -> 
     dynamic shapes: varying_pieces over the step cut at each iteration's start and each blocking
     call (Dynamo's graphs), so that a step of one graph whose sizes change between iterations
     counts as well as an expert's graph after a ``nonzero``."""
-    k = g.c_kind[calls]
-    block = calls[(k == int(CallKind.SYNC)) | ((k == int(CallKind.COPY)) & (g.c_wait[calls] != int(Wait.NONE)))]
+    block = calls[synchronising(g)[calls]]
     starts = g.iter_call[:-1][g.iter_call[:-1] < g.n_calls]
     return varying_pieces(ctx, g, np.setdiff1d(calls, block), np.union1d(block, starts))
 

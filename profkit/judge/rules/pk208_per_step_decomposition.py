@@ -46,8 +46,8 @@ import numpy as np
 
 from profkit.model import Rung
 from profkit.judge.rules.base import FACTORISATION, Finding, Param, RuleContext, RuleMeta, Table, bare_kernel_name
-from profkit.run.step.graph import CallKind, StepGraph, Wait
-from profkit.run.step.transform import DISPATCH_GAP_NS, blend, drop_cpu, remove_calls, scale_ops
+from profkit.run.step.graph import StepGraph
+from profkit.run.step.transform import DISPATCH_GAP_NS, blend, drop_cpu, remove_calls, scale_ops, synchronising
 
 RULE = RuleMeta(
     code="PK208", name="per-step-decomposition",
@@ -115,8 +115,7 @@ def _checks(g: StepGraph, last: int) -> np.ndarray:
     CHECK_CALLS calls of its thread."""
     nxt = np.arange(last + 1, min(last + 1 + CHECK_CALLS, g.n_calls))
     nxt = nxt[g.c_tid[nxt] == g.c_tid[last]]
-    k = g.c_kind[nxt]
-    return nxt[(k == int(CallKind.SYNC)) | ((k == int(CallKind.COPY)) & (g.c_wait[nxt] != int(Wait.NONE)))]
+    return nxt[synchronising(g)[nxt]]
 
 
 def without(g: StepGraph, runs: list[tuple[int, int]]) -> StepGraph:

@@ -45,6 +45,7 @@ import numpy as np
 from profkit.model import Rung
 from profkit.judge.rules.base import (Finding, Param, RuleContext, RuleMeta, Scope, Table,
                                 TrialOf, iteration_bounds, matches)
+from profkit.judge.rules.pk103_host_overhead import backward_kernels, shape_following_share
 from profkit.judge.rules.pk202_autocast_recast import CAST_RE
 from profkit.run.step.fusion import compile_host, inductor_fusion
 from profkit.run.step.transform import replace_ops
@@ -116,7 +117,6 @@ def detect(ctx: RuleContext) -> list[Finding]:
             ev["fused_runs"] = len(groups)
             # and, as every compile price, the compiled graphs' calls (one an iteration and one
             # after each blocking call, where a chain runs) at their host cost
-            from profkit.judge.rules.pk103_host_overhead import backward_kernels, shape_following_share
             calls = np.unique(graph.g_call[np.concatenate(groups)])
             calls = calls[calls >= 0]
             dyn = shape_following_share(ctx, graph, calls)

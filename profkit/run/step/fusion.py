@@ -48,8 +48,8 @@ import re
 
 import numpy as np
 
-from profkit.run.step.graph import CallKind, StepGraph, Wait
-from profkit.run.step.transform import add_cpu
+from profkit.run.step.graph import CallKind, StepGraph
+from profkit.run.step.transform import add_cpu, synchronising
 from profkit.run.summary import DATA_RE, GEMM_RE, NCCL_RE
 
 # Kernels over complex numbers (c10::complex<float> in a kernel's template arguments). Inductor
@@ -168,7 +168,7 @@ def fusible_runs(g: StepGraph, anywhere: bool = False) -> list[np.ndarray]:
     ops = ops[np.lexsort((g.g_start[ops], g.g_stream[ops]))]
     call = np.maximum(g.g_call[ops], 0)
     it = np.searchsorted(g.iter_call, call, side="right")
-    blocking = (g.c_kind == int(CallKind.SYNC)) | ((g.c_kind == int(CallKind.COPY)) & (g.c_wait != int(Wait.NONE)))
+    blocking = synchronising(g)
     breaks = np.cumsum(blocking)  # blocking calls up to and including each call
     c = cand[ops]
     # A batch norm's statistics are a reduction over the whole batch, too large for one block:
@@ -239,7 +239,7 @@ def graph_entries(g: StepGraph, calls: np.ndarray) -> np.ndarray:
     calls = np.asarray(calls, dtype=np.int64)
     if not len(calls) or not g.n_calls:
         return np.empty(0, np.int64)
-    blocking = (g.c_kind == int(CallKind.SYNC)) | ((g.c_kind == int(CallKind.COPY)) & (g.c_wait != int(Wait.NONE)))
+    blocking = synchronising(g)
     seg = np.cumsum(blocking)                       # blocking calls up to and including each call
     it = np.searchsorted(g.iter_call, np.arange(g.n_calls), side="right")
     launch = calls[g.c_kind[calls] == int(CallKind.LAUNCH)]

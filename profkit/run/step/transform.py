@@ -354,17 +354,23 @@ def load_in_workers(g: StepGraph, calls: np.ndarray, workers: float, tail: bool 
     return out
 
 
+def synchronising(g: StepGraph) -> np.ndarray:
+    """Per call: whether it is a synchronisation or a copy the host waits for (.item(), a
+    device-to-host copy, a blocking copy): what no CUDA graph holds and where Dynamo breaks its
+    graph."""
+    return (g.c_kind == int(CallKind.SYNC)) | ((g.c_kind == int(CallKind.COPY)) & (g.c_wait != int(Wait.NONE)))
+
+
 def graphable(g: StepGraph, calls: np.ndarray) -> list[str]:
     """Why the selected calls cannot be captured in a CUDA graph (empty when they can): a
     synchronisation, an allocation or free, or a pageable copy inside the region."""
     sel = np.asarray(calls, dtype=np.int64)
     why = []
     kind = g.c_kind[sel]
-    waits = g.c_wait[sel]
     names = g.call_names[g.c_name[sel]] if len(sel) else np.empty(0, object)
-    if ((kind == int(CallKind.SYNC)) | ((kind == int(CallKind.COPY)) & (waits != int(Wait.NONE)))).any():
-        n = int(((kind == int(CallKind.SYNC)) | ((kind == int(CallKind.COPY)) & (waits != int(Wait.NONE)))).sum())
-        why.append(f"{n} synchronising call(s) ({_names(names[(kind == int(CallKind.SYNC)) | ((kind == int(CallKind.COPY)) & (waits != int(Wait.NONE)))])})")
+    sync = synchronising(g)[sel]
+    if sync.any():
+        why.append(f"{int(sync.sum())} synchronising call(s) ({_names(names[sync])})")
     alloc = (kind == int(CallKind.ALLOC)) | (kind == int(CallKind.FREE))
     if alloc.any():
         why.append(f"{int(alloc.sum())} allocation/free call(s) ({_names(names[alloc])})")

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import sqlite3
 import sys
+from pathlib import Path
 
 from trim_setup import delete_rows
 
@@ -84,6 +85,9 @@ def cut_at(con: sqlite3.Connection, cut: int) -> None:
 if __name__ == "__main__":
     if len(sys.argv) != 4:
         sys.exit(__doc__)
+    # sqlite3.connect would create a missing file, and the reader raises on it: one line instead
+    if not Path(sys.argv[1]).is_file():
+        sys.exit(f"trim_tail: {sys.argv[1]}: no such file; pass a decompressed .sqlite export")
     if sys.argv[2] == "--kernel-repeats":
         kernel_repeats(sys.argv[1], int(sys.argv[3]))
     else:

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-DATA = ROOT / "analyses" / "data" / "bench_kernels_h200.csv"
+DATA = ROOT / "analyses" / "data" / "bench_kernels_h200.csv.gz"
 
 OURS = ("auto", "cuda", "triton")            # what the package ships (cuda_v0 = the previous launch config)
 PEERS = ("liger", "compile")

@@ -376,7 +376,7 @@ LOOPS_OVER_SAMPLES = ("detection_postproc_infer.", "moe_routing_train.", "per_sa
                       "rl_rollout_train.", "ensemble_loop_train.", "gpu_augment_loop_train.",
                       "lamb_python_optim_train.", "pinn_burgers_train.", "multitask_heads_train.",
                       "cnf_exact_divergence_train.", "bilstm_crf_train.", "fasterrcnn_train.",
-                      "raft_flow_train.")
+                      "raft_flow_train.", "detr_matching_train.")
 
 
 def test_the_loops_it_leaves_are_found_and_judged_by_the_stated_criteria():

@@ -56,6 +56,17 @@ def test_the_page_shows_the_record_and_todays_score(stand_in):
     cells = [c.strip() for c in row.strip("|").split("|")]
     # scored at the record's commit; the record's verdict and today's differ, both shown
     assert cells[2].startswith("c0ffeec0ff") and cells[5] != cells[9]
+    assert not any(ln.startswith("Scored at first sight, their capture not committed") for ln in lines)
+
+
+def test_a_scored_program_whose_capture_is_not_committed_says_so(stand_in):
+    firstsight.cmd_firstsight(argparse.Namespace(programs="sync_loop"))
+    # today's rows lack it, as they do for a program whose capture was left out of the tree
+    lines = firstsight.section({})
+    row = next(ln for ln in lines if ln.startswith("| sync_loop |"))
+    assert [c.strip() for c in row.strip("|").split("|")][9:] == ["-", "-"]
+    assert ("Scored at first sight, their capture not committed (the tree's size bound), so no score today: "
+            "sync_loop.") in lines
 
 
 def test_unknown_programs_are_refused(stand_in):

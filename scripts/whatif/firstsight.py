@@ -166,6 +166,10 @@ def section(today: dict[str, dict]) -> list[str]:
                          f"{'yes' if r['top_right'] else 'no'} | {'yes' if r['top_step_within'] else 'no'} | "
                          f"{within} | {'yes' if r['false_promise'] else 'no'} | "
                          f"{('yes' if t['top_right'] else 'no') if t else '-'} | {now_within} |")
+    unseen = [n for n in scored if n not in today]
+    if unseen:
+        lines += ["", f"Scored at first sight, their capture not committed (the tree's size bound), so no score "
+                      f"today: {', '.join(unseen)}."]
     waiting = [p for p in regs if p["name"] not in record]
     if waiting:
         names = ", ".join(f"{p['name']} ({p.get('family', p['kind'])})" for p in waiting)

@@ -30,12 +30,22 @@ Evidence
     different sizes launch different ones at the same position. So do an elementwise op's
     vectorised and unrolled kernels: PyTorch takes the unrolled one where an operand is not aligned
     to the vector width (a slice that starts at an expert's token count), so the copies of one loop
-    launch either at the same position.
+    launch either at the same position. A loop's body may be long: a DETR matcher's, once per
+    (decoder layer, image), builds that image's cost matrix in 50 kernels (a softmax, a gather,
+    ``cdist``, the GIoU's box arithmetic) and copies it to the host for the solver, 96 times an
+    iteration. Searched up to 40 kernels a unit, that loop went unseen at the program's first
+    sight (PK101 priced the waits 1.03x; one batched cost matrix measured 2.26x); units of up
+    to ``max_period`` = 256 kernels are searched now (2.23x there), at no cost worth the name:
+    the scan of the longer periods stops where no stretch holds ``min_repeats`` of them.
     A block is spoken for when all of these hold:
 
-    * each copy ends in an optimizer's update (a foreach or fused Adam/AdamW/SGD kernel): models
-      of their own trained one after another, an ensemble's members, whatever their kernels'
-      size or GEMM share (a layer never steps an optimizer); the action says so and names the
+    * each copy ends in an optimizer's update (a foreach or fused Adam/AdamW/SGD kernel) after
+      work of its own: models of their own trained one after another, an ensemble's members,
+      whatever their kernels' size or GEMM share (a layer never steps an optimizer). A unit that
+      is an optimizer's update kernels and nothing else is one optimizer stepping its parameter
+      groups one after another (torch.optim's foreach step runs once a group: a layer-wise
+      learning-rate decay with a group per layer, 12 copies of 88 kernels), PK201's to price
+      (one fused step, fewer groups), never spoken for here; the action says so and names the
       stacked model (``torch.func.stack_module_state`` and ``torch.vmap``). Or each copy is
       launched from two threads, the program's and autograd's engine: a backward pass called
       once a copy from a Python loop (``torch.autograd.grad`` per basis vector: a Jacobian's
@@ -199,7 +209,8 @@ RULE = RuleMeta(
     example="traces/corpus/detection_postproc_infer.sqlite.xz",
     quiet_on="traces/corpus/bert_b1_infer.sqlite.xz",
     params=(Param("min_repeats", 8, "copies of the unit in a row that make a loop"),
-            Param("max_period", 40, "most kernels in the repeated unit"),
+            Param("max_period", 256, "most kernels in the repeated unit (the search stops sooner "
+                                     "where no stretch holds min_repeats copies of a longer one)"),
             Param("max_busy_share", 0.5, "the loop's kernel time as a share of its span in the "
                                          "replay, below which it is launch-bound"),
             Param("max_matrix_share", 0.5, "library GEMM/convolution/attention kernels' share of the "
@@ -364,6 +375,8 @@ class Loop:
     same_input: bool = False  # ... or on the very same input each copy (other arguments changed)
     own_calls: bool = False   # every copy launched from two threads or more: the program's and
     # autograd's engine (each copy its own backward call, made from a Python loop)
+    optimizer_only: bool = False  # the unit is an optimizer's update kernels and nothing else: one
+    # optimizer stepping its parameter groups one after another (PK201's), not models of their own
 
     @property
     def extra(self) -> np.ndarray:
@@ -456,7 +469,8 @@ def loops(ctx: RuleContext) -> list[Loop]:
                         any(optimizer_step_kernel(n) for n in unit),
                         any(MULTI_TENSOR_RE.search(n) for n in unit + extra_names),
                         extras, [np.full(len(x), -1, dtype=np.int64) for x in extras], issue > busy,
-                        sliced, same, crosses))
+                        sliced, same, crosses,
+                        all(optimizer_step_kernel(n) or MULTI_TENSOR_RE.search(n) for n in unit + extra_names)))
     # Launch dimensions are read only for the loops that wait for the CPU: the others are not
     # spoken for whatever their size.
     _read_grids(ctx, [lp for lp in out if launch_bound(lp)])
@@ -542,7 +556,7 @@ def qualifies(lp: Loop, sm_count: int, dur: np.ndarray) -> bool:
     library GEMM/convolution/attention kernels under ``max_matrix_share`` of its kernel time."""
     if lp.cell or (lp.grid < 0).any() or any((x < 0).any() for x in lp.extra_grids):
         return False
-    if not launch_bound(lp):
+    if not launch_bound(lp) or lp.optimizer_only:
         return False
     if lp.steps_optimizer or lp.sliced or lp.own_calls:
         return True

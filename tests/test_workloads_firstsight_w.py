@@ -38,6 +38,12 @@ def small() -> argparse.Namespace:
     return argparse.Namespace(small=True)
 
 
+def _train(mod, fixes, steps=3):
+    """A program built small on the CPU with ``fixes`` and its first ``steps`` losses."""
+    step = mod.build(small(), fixes, mod.torch.device("cpu"))
+    return step, [step().item() for _ in range(steps)]
+
+
 @pytest.mark.parametrize("script,variants", CASES, ids=[c[0] for c in CASES])
 def test_program_loops_and_interleaves_on_the_cpu(one_thread, monkeypatch, tmp_path, capsys, script, variants):
     shared.loop_and_interleave(importlib.import_module(script), script, variants, monkeypatch, tmp_path, capsys)
@@ -154,26 +160,20 @@ def test_rk4_steps_are_the_classical_method(one_thread):
 
 
 def test_ode_fixes_keep_the_training(one_thread):
-    torch = one_thread
     mod = importlib.import_module(ODE)
-    cpu = torch.device("cpu")
 
-    def train(fixes, steps=3):
-        step = mod.build(small(), fixes, cpu)
-        return step, [step().item() for _ in range(steps)]
-
-    base, base_losses = train(set())
+    base, base_losses = _train(mod, set())
     attempts, accepted, nfe = base.block.stats.per_solve()
     assert all(math.isfinite(v) for v in base_losses) and 3 <= attempts <= mod.MAX_ATTEMPTS and accepted <= attempts
     # the GPU's control takes the host's decisions: the same losses, the end reached
-    step, losses = train({"gpu_control"})
+    step, losses = _train(mod, {"gpu_control"})
     assert losses == pytest.approx(base_losses, rel=1e-5) and step.block.reached.item() == pytest.approx(3.0)
     assert step.block.stats.nfe == 3 * (1 + 6 * mod.MAX_ATTEMPTS)
     # RK4 of about as many evaluations: the same losses to the solvers' tolerance
-    step, losses = train({"fixed_rk4"})
+    step, losses = _train(mod, {"fixed_rk4"})
     assert losses == pytest.approx(base_losses, rel=1e-3) and step.block.stats.nfe == 3 * 4 * mod.RK4_STEPS
     # bf16: its rounding is far above the tolerance, so the solver takes many more attempts
-    step, losses = train({"bf16"}, steps=1)
+    step, losses = _train(mod, {"bf16"}, steps=1)
     assert losses[0] == pytest.approx(base_losses[0], rel=0.02)
     assert step.block.stats.per_solve()[0] > 3 * attempts
 
@@ -307,27 +307,21 @@ def test_batched_cost_and_matchers_against_the_per_image_ones(one_thread):
 
 
 def test_detr_fixes_keep_the_training(one_thread):
-    torch = one_thread
     mod = importlib.import_module(DETR)
-    cpu = torch.device("cpu")
 
-    def train(fixes, steps=3):
-        step = mod.build(small(), fixes, cpu)
-        return step, [step().item() for _ in range(steps)]
-
-    base, base_losses = train(set())
+    base, base_losses = _train(mod, set())
     assert all(math.isfinite(v) and v > 0 for v in base_losses)
-    step, losses = train({"batched_cost"})
+    step, losses = _train(mod, {"batched_cost"})
     assert losses == pytest.approx(base_losses, rel=1e-5)
-    step, losses = train({"fused_adamw"})
+    step, losses = _train(mod, {"fused_adamw"})
     assert losses == pytest.approx(base_losses, rel=1e-4)
-    step, losses = train({"gpu_greedy"})
+    step, losses = _train(mod, {"gpu_greedy"})
     assert all(math.isfinite(v) for v in losses)
     if mod.MATCHER == "greedy":            # the same matching on either side
         assert losses == pytest.approx(base_losses, rel=1e-5)
     else:                                  # another matching of the same predictions: a loss near
         assert losses[0] == pytest.approx(base_losses[0], rel=0.05)
-    step, losses = train({"bf16"}, steps=1)
+    step, losses = _train(mod, {"bf16"}, steps=1)
     assert losses[0] == pytest.approx(base_losses[0], rel=0.03)
 
 
@@ -365,19 +359,15 @@ def test_metric_fixes_keep_the_training(one_thread):
     mod = importlib.import_module(METRIC)
     cpu = torch.device("cpu")
 
-    def train(fixes, steps=3):
-        step = mod.build(small(), fixes, cpu)
-        return step, [step().item() for _ in range(steps)]
-
-    base, base_losses = train(set())
+    base, base_losses = _train(mod, set())
     assert all(math.isfinite(v) for v in base_losses)
     x, labels = mod.build(small(), set(), cpu).data.next(torch.contiguous_format)
     assert x.shape == (12, 3, 16, 16) and labels.tolist() == [v for v in labels[::3].tolist() for _ in range(3)]
-    step, losses = train({"vectorised_mining"})
+    step, losses = _train(mod, {"vectorised_mining"})
     assert losses == pytest.approx(base_losses, rel=1e-5)
-    step, losses = train({"fused_adamw"})
+    step, losses = _train(mod, {"fused_adamw"})
     assert losses == pytest.approx(base_losses, rel=1e-4)
-    step, losses = train({"channels_last_bf16"}, steps=1)
+    step, losses = _train(mod, {"channels_last_bf16"}, steps=1)
     assert losses[0] == pytest.approx(base_losses[0], abs=0.05)
     assert step.model.body[0].weight.is_contiguous(memory_format=torch.channels_last)
 

@@ -459,6 +459,24 @@ FIX_RULES = {
     ("metric_mining_train", "compile"): ("PK103", "fusion_speedup"),
     ("metric_mining_train", "channels_last_bf16"): ("PK305", "bf16_channels_last_speedup"),
     ("metric_mining_train", "fused_adamw"): ("PK201", None),
+    # set x (written after its captures, before its first score, by the convention above alone):
+    # SAM's ascent and restore as torch._foreach_* ops PK107's (a loop over the parameters
+    # vectorised), channels_last with bf16 PK305's, fused SGD PK201's, torch.compile PK103's
+    # fusion; the pruning threshold from a sort no rule's (another algorithm for the same op), the
+    # threshold every 100th step PK208's (per-step work done every N steps), fused AdamW PK201's,
+    # torch.compile PK103's fusion; PixelCNN's CUDA graph PK103's graph, compile with graphs
+    # PK103's, bf16 on its convolutions PK305's
+    ("sam_wrn_train", "foreach_sam"): ("PK107", None),
+    ("sam_wrn_train", "channels_last_bf16"): ("PK305", "bf16_channels_last_speedup"),
+    ("sam_wrn_train", "fused_sgd"): ("PK201", None),
+    ("sam_wrn_train", "compile"): ("PK103", "fusion_speedup"),
+    ("global_prune_train", "sort_threshold"): (None, None),
+    ("global_prune_train", "every_100"): ("PK208", None),
+    ("global_prune_train", "fused_adamw"): ("PK201", None),
+    ("global_prune_train", "compile"): ("PK103", "fusion_speedup"),
+    ("pixelcnn_sample_infer", "graph"): ("PK103", "cuda_graph_speedup"),
+    ("pixelcnn_sample_infer", "compile_graphs"): ("PK103", "compile_speedup"),
+    ("pixelcnn_sample_infer", "bf16"): ("PK305", "bf16_channels_last_speedup"),
     ("grad_checkpoint_train", "no_checkpointing"): ("PK204", None), ("grad_checkpoint_train", "fused_adamw"): ("PK201", None),
     ("cpu_tokenize_infer", "encode_batch"): (None, None), ("cpu_tokenize_infer", "workers"): ("PK102", None),
     ("cpu_tokenize_infer", "pretokenized"): ("PK102", None),

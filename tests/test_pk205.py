@@ -95,7 +95,7 @@ def test_copies_are_aligned_stretch_by_stretch():
 
 
 def test_a_resnet_with_four_bf16_micro_batches_at_first_sight():
-    # Scored before any change it led to (analyses/data/whatif/first_sight.json, H100): 2
+    # Scored before any change it led to (analyses/data/whatif/first_sight.json.xz, H100): 2
     # micro-batches of 64 measured 1.98x, priced 2.04x; one batch of 128 measured 3.89x, priced
     # 4.00x. A host-bound step: the merge's gain is the others' CPU time, their GPU work nearly the
     # same (a floor: waves at one block per SM). The committed trace keeps 3 of the scored 6

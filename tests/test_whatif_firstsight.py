@@ -5,7 +5,6 @@ capture yet)."""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -22,33 +21,33 @@ def stand_in(monkeypatch, tmp_path):
     """sync_loop marked first-sight; the record in a temporary file; the commit a fixed name."""
     progs = [{**p, "first_sight": True} if p["name"] == "sync_loop" else p for p in registry.PROGRAMS]
     monkeypatch.setattr(registry, "PROGRAMS", progs)
-    monkeypatch.setattr(firstsight, "FIRST", tmp_path / "first_sight.json")
+    monkeypatch.setattr(firstsight, "FIRST", tmp_path / "first_sight.json.xz")
     monkeypatch.setattr(firstsight, "_commit", lambda: "c0ffee" * 6 + "abcd")
-    return tmp_path / "first_sight.json"
+    return tmp_path / "first_sight.json.xz"
 
 
 def test_a_program_is_scored_once_and_the_record_kept(stand_in, capsys):
     args = argparse.Namespace(programs="sync_loop")
     firstsight.cmd_firstsight(args)
-    rec = json.loads(stand_in.read_text())["programs"]["sync_loop"]
+    rec = store.read_data(stand_in)["programs"]["sync_loop"]
     assert rec["commit"].startswith("c0ffee") and rec["top"]["code"]
     # its pairs are the page's: the fixes timed, each with its price and error
     assert {p["fix"] for p in rec["pairs"]} == {"no_sync", "graph"}
     assert all(p["measured"] > 0 and p["predicted"] >= 1.0 for p in rec["pairs"])
     assert isinstance(rec["top_right"], bool) and isinstance(rec["top_step_within"], bool)
-    before = stand_in.read_text()
+    before = stand_in.read_bytes()
     firstsight.cmd_firstsight(args)
     assert "already: first sight happens once" in capsys.readouterr().out
-    assert stand_in.read_text() == before
+    assert stand_in.read_bytes() == before
 
 
 def test_the_page_shows_the_record_and_todays_score(stand_in):
     firstsight.cmd_firstsight(argparse.Namespace(programs="sync_loop"))
-    rec = json.loads(stand_in.read_text())["programs"]["sync_loop"]
+    rec = store.read_data(stand_in)["programs"]["sync_loop"]
     # a record made by an earlier profkit: its top action said otherwise
     rec["top_right"] = not rec["top_right"]
-    stand_in.write_text(json.dumps({"programs": {"sync_loop": rec}}))
-    lines = page.first_sight_lines(*pricing.page_rows(json.loads(store.MEASURED.read_text()),
+    store.write_data(stand_in, {"programs": {"sync_loop": rec}})
+    lines = page.first_sight_lines(*pricing.page_rows(store.read_measured(),
                                                       only={"sync_loop"}))
     text = "\n".join(lines)
     assert "## First sight: programs profkit had not seen" in text

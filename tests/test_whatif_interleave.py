@@ -73,8 +73,8 @@ def test_an_interleaved_folder_slowed_by_the_collector_gives_way_to_separate_run
 
 def _committed_data(tmp_path: Path, monkeypatch) -> Path:
     """An empty committed-data file (and raw-block folder) in tmp_path in place of the real ones."""
-    data = tmp_path / "measured_h200.json"
-    data.write_text(json.dumps({"how": "x.", "runs": {}}))
+    data = tmp_path / "measured_h200.json.xz"
+    store.write_data(data, {"how": "x.", "runs": {}})
     monkeypatch.setattr(store, "MEASURED", data)
     monkeypatch.setattr(store, "INTERLEAVED", tmp_path / "raw.json.xz")
     monkeypatch.setattr(store, "ROOT", tmp_path)
@@ -95,14 +95,14 @@ def test_merge_names_interleaved_folders_and_pairs_each_fixs_blocks(tmp_path, mo
     (out / "measured.json").write_text(json.dumps(measured))
     data = _committed_data(tmp_path, monkeypatch)
     cli.main(["merge", str(out / "measured.json"), "--folder", "9"])
-    got = json.loads(data.read_text())["runs"]["prog"]
+    got = store.read_data(data)["runs"]["prog"]
     # the host's issue time comes along where the process timed it (older blocks have none)
     assert got["baseline"] == {"ab-9_r1": {"iterations": 30, "median_ns": 10, "issue_ns": 4}}
     assert got["tf32"]["ab-9_r1"] == {"iterations": 30, "median_ns": 5, "gain": 2.0}
     assert store.interleaved_blocks() == {"ab-9_r1__prog": blocks}
     # the raw blocks are needed: without them merge says so in one line
     (out / "calib" / "prog__interleaved__1.json").unlink()
-    data.write_text(json.dumps({"how": "x.", "runs": {}}))
+    store.write_data(data, {"how": "x.", "runs": {}})
     with pytest.raises(SystemExit, match="needs its calib/ folder"):
         cli.main(["merge", str(out / "measured.json"), "--folder", "10"])
 
@@ -354,6 +354,6 @@ def test_interleave_harness_end_to_end_with_a_stand_in_program(tmp_path, monkeyp
     assert json.loads((out / "measured.json").read_text())["programs"]["fake"]["variants"]["fix"]["reps"] == [1, 2]
     data = _committed_data(tmp_path, monkeypatch)
     cli.main(["merge", str(out / "measured.json"), "--folder", "7"])
-    runs = json.loads(data.read_text())["runs"]
+    runs = store.read_data(data)["runs"]
     assert runs["fake"]["fix"]["ab-7_r2"]["gain"] == 2.0  # median of 10/5, 12/6, 10/5
     assert "broken" not in runs

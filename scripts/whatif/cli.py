@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--check", action="store_true", help="fail when the committed page is stale")
     p.set_defaults(func=page.cmd_page)
     p = sub.add_parser("firstsight", help="score each first-sight program's first capture and timed fixes once, "
-                       "with the committed code, into analyses/data/whatif/first_sight.json (CPU)")
+                       "with the committed code, into analyses/data/whatif/first_sight.json.xz (CPU)")
     p.add_argument("--programs", help="comma-separated first-sight programs (default: all not scored yet)")
     p.set_defaults(func=firstsight.cmd_firstsight)
     p = sub.add_parser("replacements", help="the replacement timings against captures of the fixed programs: "

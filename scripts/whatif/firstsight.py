@@ -8,7 +8,7 @@ committed: per pair the price (at the timed baseline, as the page prices every p
 measured gain and the error; per program the top action, whether it is the measured best (or
 within 5% of it), whether its fix's step time lies within ±15%, and whether it promised 1.10x
 where every fix measured under 1.05x. The record names the commit it was scored at and goes to
-``analyses/data/whatif/first_sight.json``, and is never rewritten: a change of profkit that a
+``analyses/data/whatif/first_sight.json.xz`` (``xz -dc`` reads it), and is never rewritten: a change of profkit that a
 miss leads to is scored beside it on the page (today's score), never instead. The command
 refuses to score from a working tree whose profkit/ or scripts/whatif/ differ from the commit.
 
@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import json
 import subprocess
 import sys
 
 from . import registry
-from .store import MEASURED, ROOT, write_json
+from .store import ROOT, read_data, read_measured, write_data
 
-FIRST_NAME = "analyses/data/whatif/first_sight.json"
+FIRST_NAME = "analyses/data/whatif/first_sight.json.xz"
 FIRST = ROOT / FIRST_NAME
 BAND = 0.15
 TOP_TARGET = STEP_TARGET = 0.80
@@ -39,7 +38,7 @@ def registered() -> list[dict]:
 
 
 def load_record() -> dict:
-    return json.loads(FIRST.read_text()) if FIRST.exists() else {"programs": {}}
+    return read_data(FIRST) if FIRST.exists() else {"programs": {}}
 
 
 def judged(prog: dict, pairs: list[dict]) -> dict:
@@ -99,7 +98,7 @@ def _commit() -> str:
 def cmd_firstsight(args: argparse.Namespace) -> None:
     sys.path.insert(0, str(ROOT))
     record = load_record()
-    measured = json.loads(MEASURED.read_text())
+    measured = read_measured()
     names = {p["name"] for p in registered()}
     if args.programs:
         want = {n.strip() for n in args.programs.split(",") if n.strip()}
@@ -125,7 +124,7 @@ def cmd_firstsight(args: argparse.Namespace) -> None:
               "within ±15%")
     if got:
         FIRST.parent.mkdir(parents=True, exist_ok=True)
-        write_json(FIRST, record)
+        write_data(FIRST, record)
 
 
 def section(today: dict[str, dict]) -> list[str]:

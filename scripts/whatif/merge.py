@@ -2,7 +2,7 @@
 (``store.MEASURED``), one run folder per rep.
 
 ``merge`` adds each rep of a ``measure`` output to the committed data
-(``analyses/data/whatif/measured_h200.json``) as a run folder ``LABEL_rN``, and each process of
+(``analyses/data/whatif/measured_h200.json.xz``) as a run folder ``LABEL_rN``, and each process of
 an ``interleave`` output as ``ab-LABEL_rN``; the page reads a pair from the ``ab-`` folders alone
 where it has any, showing the separate runs beside them. An interleaved folder keeps each fix's
 gain paired round by round (``paired_gain``) and the host's issue time of an iteration
@@ -40,7 +40,7 @@ def cmd_merge(args: argparse.Namespace) -> None:
         raise SystemExit(f"cannot read {args.measured} as a `measure` output ({e}): pass "
                          "OUTDIR/measured.json") from None
     ab = bool(new.get("interleaved"))
-    data = json.loads(store.MEASURED.read_text())
+    data = store.read_measured()
     kept = store.interleaved_blocks()
     added = 0
     for prog, entry in programs.items():
@@ -78,6 +78,6 @@ def cmd_merge(args: argparse.Namespace) -> None:
         data["how"] = data["how"].rstrip(". ") + ". " + args.note
     if ab:
         store.INTERLEAVED.write_bytes(lzma.compress((json.dumps(kept, sort_keys=True) + "\n").encode(), preset=9))
-    store.write_json(store.MEASURED, data)
+    store.write_data(store.MEASURED, data)
     print(f"added {added} run(s) to {store.MEASURED.relative_to(store.ROOT)}")
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from . import tried
 from .pricing import page_rows
-from .store import INTERLEAVED, MEASURED, ROOT
+from .store import INTERLEAVED, MEASURED, ROOT, read_measured
 
 # The band: a predicted step time within 15% of the measured one is right.
 BAND = 0.15
@@ -283,7 +283,7 @@ def both_ways_text(pairs: list[dict]) -> list[str]:
 
 def cmd_page(args: argparse.Namespace) -> None:
     sys.path.insert(0, str(ROOT))
-    measured = json.loads(MEASURED.read_text())
+    measured = read_measured()
     rows = rows_json(*page_rows(measured))
     text = page_text(measured, rows=read_rows(rows))
     if args.check:

@@ -15,7 +15,8 @@ import statistics
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-MEASURED = ROOT / "analyses" / "data" / "whatif" / "measured_h200.json"
+# Every run folder's timings, xz-compressed JSON in write_json's layout (read_data, write_data)
+MEASURED = ROOT / "analyses" / "data" / "whatif" / "measured_h200.json.xz"
 # The interleaved processes' blocks, as ``interleave`` wrote them (``merge`` copies them here).
 # Every interleaved process's blocks, {FOLDER__PROGRAM: the process's output}, xz-compressed JSON
 INTERLEAVED = ROOT / "analyses" / "data" / "whatif" / "interleaved_blocks.json.xz"
@@ -27,14 +28,34 @@ AB_PREFIX = "ab-"
 def write_json(path: Path, data: dict) -> None:
     """``data`` as indented JSON whose innermost objects (a run folder's timing) each take one
     line: diffs stay one line a run, and the file a fraction of its fully indented size."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(_layout(data))
+    os.replace(tmp, path)
+
+
+def _layout(data: dict) -> str:
+    """write_json's text of ``data``."""
     def dump(x, depth: int) -> str:
         if not isinstance(x, dict) or not any(isinstance(v, (dict, list)) for v in x.values()):
             return json.dumps(x)
         pad = " " * (depth + 1)
         body = ",\n".join(f"{pad}{json.dumps(k)}: {dump(v, depth + 1)}" for k, v in x.items())
         return "{\n" + body + "\n" + " " * depth + "}"
+    return dump(data, 0) + "\n"
+
+
+def read_data(path: Path) -> dict:
+    """A committed data file: JSON, xz-compressed where its name ends in .xz."""
+    raw = path.read_bytes()
+    return json.loads(lzma.decompress(raw) if path.suffix == ".xz" else raw)
+
+
+def write_data(path: Path, data: dict) -> None:
+    """``data`` to ``path`` in write_json's layout, xz-compressed where the name ends in .xz
+    (``xz -dc`` gives the text back, one line a run folder or a pair)."""
+    text = _layout(data).encode()
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(dump(data, 0) + "\n")
+    tmp.write_bytes(lzma.compress(text, preset=9 | lzma.PRESET_EXTREME) if path.suffix == ".xz" else text)
     os.replace(tmp, path)
 
 
@@ -103,3 +124,8 @@ def timed_baseline(measured: dict, prog: str, fix: str, interleaved: bool | None
     shared = shared_folders(base, mine, interleaved) or [
         f for f in base if interleaved is None or f.startswith(AB_PREFIX) == interleaved] or list(base)
     return float(statistics.median(base[f]["median_ns"] for f in shared))
+
+
+def read_measured() -> dict:
+    """The committed timings (``MEASURED``)."""
+    return read_data(MEASURED)

@@ -1,0 +1,42 @@
+"""PK307 underfilled-grid on global_prune_train's capture (gradual magnitude pruning of a 23 M-weight
+GPT, its global threshold a ``kthvalue`` over every magnitude each step; an H100, 3 of the 14
+iterations it was scored on at first sight): the selection kernel runs on one block of the 132
+SMs, priced as if every SM did its block's work; measured by hand on the same H100 (run folder
+ab-73, interleaved): the threshold from torch.sort 8.64x, the threshold every 100 steps 9.50x."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import profkit
+from profkit.judge.rules.pk307_underfilled_grid import short
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACE = ROOT / "traces" / "corpus" / "global_prune_train.sqlite.xz"
+
+
+def test_a_one_block_selection_is_found_and_priced_over_the_whole_gpu():
+    prof = profkit.load(TRACE)
+    found = prof.findings()
+    (f,) = [f for f in found if f.code == "PK307"]
+    assert f.evidence["kernels"] == ["gatherKthValue"] and f.evidence["blocks"] == {"gatherKthValue": 1}
+    assert f.evidence["sm_count"] == 132
+    # 142.1 ms an iteration on one block; 1.08 ms if every SM did as much
+    assert f.evidence["underfilled_ns_per_iteration"] == 142_106_198
+    assert f.evidence["full_grid_ns_per_iteration"] == 1_076_562
+    assert round(f.expected_op_speedup, 3) == 132.0
+    assert round(f.expected_end_to_end_speedup, 3) == 20.327     # measured 8.64x (sort), 9.50x (every 100)
+    assert "torch.sort" in f.action and "1 block(s) of the GPU's 132 SMs" in f.action
+    # it leads the run's actions; the pruning range is no longer offered a fusion of its kernels
+    assert found[0].code == "PK307"
+    # (it was offered 5.01x on the op, 4.21x end to end: the five kernels' busy time over five
+    # passes, below the selection's own 139.5 ms)
+    prune = prof.ops(by="range").loc["prune"]
+    assert prune["kernel_longest_ns"] == 139_518_168.0
+    assert round(prune["expected_op_speedup"], 3) == 1.007 and "longest kernel" in prune["basis"]
+
+
+def test_kernel_names_are_shortened_to_their_function():
+    assert short("void at::native::<unnamed>::gatherKthValue<float, int, (int)1>(at::cuda::detail::"
+                 "TensorInfo<const T1, T2>, T2)") == "gatherKthValue"
+    assert short("void (anonymous namespace)::my_kernel<128>(float *)") == "my_kernel"
+    assert short("reduce_kernel") == "reduce_kernel"

@@ -110,6 +110,19 @@ def loop_and_interleave(mod, script: str, variants: str, monkeypatch, tmp_path: 
     assert list(got) == variants.split(",") and all(v["n_used"] == 2 for v in got.values())
 
 
+def compile_through_dynamo(torch, mod, script: str, monkeypatch, capsys) -> None:
+    """A corpus program's ``--fix compile`` on its --small model on the CPU, traced by Dynamo and
+    run through AOTAutograd eagerly (no Inductor build: minutes on a CPU), for 2 steps."""
+    import functools
+    import sys
+    torch._dynamo.reset()
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="aot_eager"))
+    monkeypatch.setattr(sys, "argv", ["prog", "--device", "cpu", "--small", "--steps", "2", "--fix", "compile"])
+    mod.main()
+    assert f"{script}: 2 steps, fixes ['compile']" in capsys.readouterr().out
+    torch._dynamo.reset()
+
+
 def check_first_sight_set(programs: list[dict], scripts: list[str], letter: str, root: Path) -> None:
     """A first-sight set's registry entries (``PROGRAMS`` of one ``whatif.programs_firstsight_*``
     module): one per script of ``scripts``, each checked against its program

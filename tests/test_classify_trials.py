@@ -214,9 +214,9 @@ def test_a_combination_is_repriced_with_the_measured_fix(with_trials):
     run_ = prof.run_json()
     combo = run_["combinations"][0]
     # PK402's compile of the chains is PK103's fusion edit on fewer runs: it adds nothing to it
-    assert combo["codes"] == ["PK302", "PK103"] and combo["expected_end_to_end_speedup"] == 3.834
+    assert combo["codes"] == ["PK302", "PK103"] and combo["expected_end_to_end_speedup"] == 3.829
     assert run_["combinations"][1]["codes"] == ["PK302", "PK103", "PK402"]
-    assert run_["combinations"][1]["expected_end_to_end_speedup"] == 3.834
+    assert run_["combinations"][1]["expected_end_to_end_speedup"] == 3.828
     wt = combo["with_trials"]
     # PK103's fusion edit gains less, not more, when pushed past the model's own change (1.13x
     # at 1, 1.09x at twice it): no scale of it reaches the measured 1.15x, and it stays unscaled
@@ -265,7 +265,7 @@ def test_the_compile_trial_speaks_for_the_fusion_on_an_accumulating_step():
     assert a1["code"] == "PK402" and a1["tried"]["switch"] == "compile" and a1["tried"]["speedup"] == 1.814
     assert "PK103" not in [a["code"] for a in run_["actions"]]  # 1.11x, under the three shown
     pk103 = next(f for f in run_["findings"] if f["code"] == "PK103")
-    assert "fusion alone: 1.79x" in pk103["action"] and "generate()" not in pk103["action"]
+    assert "fusion alone: 1.75x" in pk103["action"] and "generate()" not in pk103["action"]
     assert all("with_trials" not in c for c in run_["combinations"])
 
 
@@ -289,7 +289,7 @@ def test_the_checks_of_a_library_and_a_trial_of_another_fix():
         "torch.distributions.Distribution.set_default_validate_args(False)) once the model is debugged: the "
         "per-step synchronisations in forward (12 per iteration) are its checks")
     trials = {t["switch"]: t for t in run_["trials"]}
-    assert (trials["compile_graphs"]["code"], trials["compile_graphs"]["model"]) == ("PK103", 3.249)
+    assert (trials["compile_graphs"]["code"], trials["compile_graphs"]["model"]) == ("PK103", 2.802)
     assert trials["compile_graphs"]["speedup"] == 0.772
     assert (trials["bf16"]["speedup"], trials["bf16"]["model"]) == (0.805, 0.841)
     assert trials["bf16"]["note"] == "autocast bf16 around module Sequential (1.9M params)"
@@ -315,12 +315,12 @@ def test_a_trial_that_left_part_of_the_program_out_ranks_nothing_below_its_price
     run_ = json.loads(classify(path, "--format", "json").stdout)["run"]
     a1 = run_["actions"][0]
     assert a1["code"] == "PK103" and a1["tried"]["speedup"] == 0.772 and a1["tried"]["left_out"] == left
-    assert a1["tried"]["model"] == 3.249 and a1["expected_end_to_end_speedup"] > 3
+    assert a1["tried"]["model"] == 2.802 and a1["expected_end_to_end_speedup"] > 2.5
     scaled = [c["with_trials"]["scaled"] for c in run_["combinations"] if "with_trials" in c]
     assert all("PK103" not in s and "PK402" not in s for s in scaled)
     text = " ".join(classify(path).stdout.split())
     assert ("tried: torch.compile (mode reduce-overhead) of module Sequential (1.9M params); " + left
-            + " 0.77x (2 runs, 0.76-0.85x; 6 s of warm-up), priced 3.25x;") in text
+            + " 0.77x (2 runs, 0.76-0.85x; 6 s of warm-up), priced 2.80x;") in text
 
 
 def test_an_interrupted_capture_is_said_to_be_one(tmp_path):
@@ -342,14 +342,14 @@ def test_an_interrupted_capture_is_said_to_be_one(tmp_path):
 
 def test_a_gpu_paced_step_with_syncs_is_offered_the_fusion_and_a_measured_gain_is_an_action():
     # gp_cholesky_train (H100): GPU-paced, a status check per Cholesky (syncs: no whole-step
-    # graph). PK103 offers torch.compile's fusion (1.25x) rather than "remove the syncs first";
+    # graph). PK103 offers torch.compile's fusion (1.23x) rather than "remove the syncs first";
     # its compile_graphs trial measured 1.17x, and the float64 action's own trial 1.02x ranks
     # it below
     run_ = json.loads(classify(ROOT / "traces" / "corpus" / "gp_cholesky_train.sqlite.xz",
                                "--format", "json", "--top", "1").stdout)["run"]
     top = run_["actions"][0]
     assert top["code"] == "PK103" and top["action"].startswith("torch.compile the model: Inductor fuses")
-    assert top["expected_end_to_end_speedup"] == pytest.approx(1.25, abs=0.01)
+    assert top["expected_end_to_end_speedup"] == pytest.approx(1.23, abs=0.01)
     assert [v["switch"] for v in top["tried_variants"]] == ["compile_graphs"]
     assert run_["actions"][1]["code"] == "PK306" and run_["actions"][1]["tried"]["speedup"] == 1.017
 
@@ -377,7 +377,7 @@ def test_a_fix_the_program_failed_under_ranks_after_those_that_can_run():
     codes = [a["code"] for a in run_["actions"]]
     assert codes == ["PK201", "PK103", "PK401"], codes
     compile_ = run_["actions"][1]
-    assert compile_["expected_end_to_end_speedup"] == pytest.approx(1.31, abs=0.01)
+    assert compile_["expected_end_to_end_speedup"] == pytest.approx(1.30, abs=0.01)
     assert compile_["tried"]["error"] == "InductorError: KeyError: 'complex64'"
     assert "torch.view_as_real" in run_["actions"][0]["action"]
     assert [c["codes"] for c in run_["combinations"]] == [["PK201", "PK401"]]

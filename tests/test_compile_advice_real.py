@@ -198,7 +198,7 @@ def test_compiling_the_model_leaves_the_optimizer_step_eager():
     prof, f = _finding("traces/corpus/llrd_param_groups_finetune.sqlite.xz", "PK103")
     ev = f.evidence
     assert ev["optimizer_host_ms_per_iteration"] == pytest.approx(25.9, abs=0.2)
-    assert ev["compile_speedup"] == pytest.approx(2.31, abs=0.01)
+    assert ev["compile_speedup"] == pytest.approx(2.28, abs=0.01)
     # the whole step graphed by hand (capturable optimizer) keeps the optimizer in the graph
     assert ev["cuda_graph_speedup"] > ev["compile_speedup"] + 0.4
     assert "torch.compile(model) leaves the optimizer step eager, its 25.9 ms of host time" in f.action

@@ -60,10 +60,11 @@ def test_each_graph_call_costs_its_measured_host_time_in_the_traces_cpu_time():
 
 def test_compile_of_a_step_broken_into_many_graphs_is_priced_at_what_it_measured():
     # MoE routing: 65 graphs a step, 84% of its kernels in pieces whose sizes follow the routed
-    # tokens; the fusion alone was priced 1.60x, measured 0.77x
+    # tokens; the fusion alone was priced 1.60x, measured 0.77x (1.19x at a two-op function's call
+    # cost, 1.14x at a module graph's)
     p, _, _ = _model_calls("moe_routing_train")
     ev = _pk103(p).evidence
-    assert (ev["fusion_speedup"], ev["shape_following_share"]) == (1.193, 0.84)
+    assert (ev["fusion_speedup"], ev["shape_following_share"]) == (1.137, 0.84)
     # eager QAT, 28 graphs a step of 11 ms: no gain left (measured 0.94x; priced 1.24x before)
     ev = _pk103(shared.corpus("qat_fakequant_train")).evidence
     assert ev["fusion_speedup"] == 1.0 and "shape_following_share" not in ev
@@ -72,4 +73,4 @@ def test_compile_of_a_step_broken_into_many_graphs_is_priced_at_what_it_measured
 def test_one_graph_a_step_costs_next_to_nothing():
     # a ResNet-50 training step of ~100 ms: one graph call, the fusion's price as before
     ev = _pk103(shared.corpus("resnet50_train")).evidence
-    assert (ev["fusion_speedup"], ev["compile_speedup"]) == (1.276, 1.354)
+    assert (ev["fusion_speedup"], ev["compile_speedup"]) == (1.273, 1.351)

@@ -82,6 +82,6 @@ def test_kernels_over_complex_numbers_are_left_to_their_eager_kernels():
     f = {x.code: x for x in prof.findings()}["PK103"]
     assert f.evidence["complex_kernel_share"] == pytest.approx(0.255, abs=0.005)
     assert "computes on complex tensors (25% of its kernel time)" in f.action
-    assert f.expected_end_to_end_speedup == pytest.approx(1.31, abs=0.01)
+    assert f.expected_end_to_end_speedup == pytest.approx(1.30, abs=0.01)
     # a model without complex kernels is not told so
     assert "complex" not in {x.code: x for x in shared.corpus("dgcnn_knn_train").findings()}["PK103"].action

@@ -47,6 +47,7 @@ CASES = {
     "PK304": ("real/train_gpt2_rec", "real/train_llama_aten"),
     "PK305": ("corpus/resnet18_pageable", "corpus/resnet50_train"),
     "PK306": ("corpus/fp64_surrogate_train", "real/train_llama"),
+    "PK307": ("corpus/global_prune_train", "real/train_llama"),
     "PK401": ("model_tiny_llama", "fused_add_rmsnorm_cuda"),
     "PK402": ("micro_chain", "real/cnn_infer"),
     "PK403": ("real/cnn_infer", "real/loader_cnn"),
@@ -532,7 +533,7 @@ def test_the_allocator_growing_refuses_no_graph_and_churn_still_does():
     assert "refused" not in unet.evidence and unet.evidence["cuda_graph_speedup"] == pytest.approx(1.062)
     # GPU-paced, the fusion takes more than the graph: the compile action, its number the
     # compiled graphs' (tried by compile_graphs), the default mode's said beside it
-    assert unet.expected_end_to_end_speedup == pytest.approx(1.548, abs=5e-4)
+    assert unet.expected_end_to_end_speedup == pytest.approx(1.547, abs=5e-4)
     assert unet.switch == "compile_graphs" and "fusion alone: 1.47x" in unet.action
     churn = finding("corpus/gpt2_empty_cache", "PK103")
     assert churn.evidence["refused"] == ["133 allocation/free call(s) (cudaMalloc)"]

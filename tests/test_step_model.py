@@ -41,6 +41,11 @@ REFUSED_CALIBRATION = {"efficientnet_b0_b4_infer", "anomaly_debug_train", "llama
 # against 27.1 ms, where it ran 26.1 ms beside its fixes)
 WITHIN_SPREAD = {"activation_offload_train", "d2h_logits_numpy", "tabular_mlp_train", "cpu_tokenize_infer",
                  "multitask_heads_train"}
+# GPU-bound steps whose GPU work itself was shorter in the runs without the profiler: no CPU scale
+# reaches them, and the model says the GPU sets the pace (global_prune_train: its kthvalue's time
+# follows the weights' values, 142-154 ms an iteration in the committed first 3 iterations, about
+# 74 ms later in the run, which the calibration runs timed at 91-101 ms a step)
+GPU_WORK_CHANGED = {"global_prune_train"}
 
 
 def _load(path: str):
@@ -68,6 +73,10 @@ def test_replay_and_calibration_meet_their_targets(path):
         assert m.host == 1.0 and c.as_dict()["host_scale_from"] == "spread" and len(c.run_medians) > 1
         spread = max(1.03, max(c.run_medians) / min(c.run_medians))
         assert min(c.run_medians) <= c.profiled_iteration_ns * spread < c.unprofiled_iteration_ns * spread
+        return
+    if name in GPU_WORK_CHANGED:
+        assert "the GPU sets the pace" in c.detail and c.predicted_iteration_ns > c.unprofiled_iteration_ns
+        assert m.host <= estimated_host(m.graph) + 1e-9
         return
     assert abs(c.predicted_iteration_ns / c.unprofiled_iteration_ns - 1) <= 0.05
     # A CPU scale at the floor would mean the model dropped the CPU, not that it was calibrated.
@@ -196,7 +205,7 @@ def test_workers_leave_a_graph_without_loading_untouched():
 def _whatif():
     sys.path.insert(0, str(ROOT / "scripts"))
     from whatif import page, pricing, store
-    return page, pricing, json.loads(store.MEASURED.read_text())
+    return page, pricing, store.read_measured()
 
 
 def _page_programs() -> list[Path]:

@@ -52,14 +52,7 @@ def test_program_loops_and_interleaves_on_the_cpu(one_thread, monkeypatch, tmp_p
 @pytest.mark.parametrize("script", [ODE, METRIC])
 def test_compile_fixes_run_through_dynamo(one_thread, monkeypatch, capsys, script):
     """The compile fixes traced by Dynamo and run through AOTAutograd, eagerly (no Inductor build)."""
-    torch = one_thread
-    mod = importlib.import_module(script)
-    torch._dynamo.reset()
-    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="aot_eager"))
-    monkeypatch.setattr(sys, "argv", ["prog", "--device", "cpu", "--small", "--steps", "2", "--fix", "compile"])
-    mod.main()
-    assert f"{script}: 2 steps, fixes ['compile']" in capsys.readouterr().out
-    torch._dynamo.reset()
+    shared.compile_through_dynamo(one_thread, importlib.import_module(script), script, monkeypatch, capsys)
 
 
 # --- the neural ODE ------------------------------------------------------------------------------

@@ -20,8 +20,11 @@ graph's fixed cost per call cancels):
 Per program, mode and depth: the median iteration (ms) over ``--rounds`` rounds of ``--iters``
 iterations (the GPU synchronised at each round's end), the kernels an iteration (counted by
 torch.profiler over three iterations, Inductor's ``triton_*`` apart), and the kernels' GPU time
-over the iteration (host-bound where it is well under 1). Then the host time a kernel: eager,
-compiled, and their ratio, from the slope between the two depths.
+over the iteration (host-bound where it is well under 1). Then the host time a kernel, eager and
+compiled, from the slope between the two depths (none where compiling leaves as many kernels at
+both: ``chain`` fused whole), and the host time of a compiled graph's call beyond the step's own
+(the intercept at the shallow depth less eager's: the loss and autograd's engine run eager in
+both).
 
     python scripts/bench/compiled_launch_cost.py [--inference] [--rounds 7] [--iters 30] [--out F.json]
 """
@@ -152,16 +155,28 @@ def main() -> None:
             torch._dynamo.reset()
     slopes = []
     for name in PROGRAMS:
+        fit = {}
         for mode in ("eager", "compiled"):
             lo, hi = (next(r for r in rows if r["program"] == name and r["mode"] == mode and r["depth"] == d)
                       for d in DEPTHS)
             dk = hi["kernels"] - lo["kernels"]
-            us = (hi["ms"] - lo["ms"]) * 1e3 / dk if dk else float("nan")
-            slopes.append({"program": name, "mode": mode, "us_per_kernel": round(us, 2),
-                           "kernels_per_stage": round(dk / (DEPTHS[1] - DEPTHS[0]), 2),
-                           "triton_per_stage": round((hi["triton"] - lo["triton"]) / (DEPTHS[1] - DEPTHS[0]), 2)})
-        e, c = slopes[-2]["us_per_kernel"], slopes[-1]["us_per_kernel"]
-        print(f"{name:6s} host a kernel: eager {e:.2f} us, compiled {c:.2f} us, ratio {c / e:.2f}", flush=True)
+            # where compiling leaves the same kernel count at both depths (a chain fused whole),
+            # there is no slope: its kernels are taken at eager's cost
+            us = (hi["ms"] - lo["ms"]) * 1e3 / dk if dk >= 4 else None
+            fit[mode] = (us, lo)
+        e_us, e_lo = fit["eager"]
+        c_us, c_lo = fit["compiled"]
+        per_kernel = c_us if c_us is not None else e_us
+        # the step's time outside its kernels' launches (the loss, autograd's engine) is eager's
+        # intercept; what the compiled step has beyond it, at the shallow depth, is the compiled
+        # graph's call
+        call_us = (c_lo["ms"] * 1e3 - per_kernel * c_lo["kernels"]) - max(e_lo["ms"] * 1e3 - e_us * e_lo["kernels"], 0.0)
+        slopes.append({"program": name, "eager_us_per_kernel": round(e_us, 2),
+                       "compiled_us_per_kernel": round(c_us, 2) if c_us is not None else None,
+                       "compiled_call_us": round(call_us, 1)})
+        ratio = f"{c_us / e_us:.2f}" if c_us is not None else "-"
+        print(f"{name:6s} host a kernel: eager {e_us:.2f} us, compiled {c_us if c_us is not None else float('nan'):.2f} us "
+              f"(ratio {ratio}); a compiled graph's call {call_us:.0f} us", flush=True)
     result = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "date": str(date.today()),
               "inference": a.inference, "tokens": TOKENS, "width": D, "depths": DEPTHS,
               "rounds": a.rounds, "iters": a.iters, "rows": rows, "slopes": slopes}

@@ -24,6 +24,7 @@ from profkit.judge.rules import (pk101_per_step_sync, pk102_data_loading, pk103_
                            pk208_per_step_decomposition,
                            pk301_attention_path, pk302_fp32_gemm,
                            pk303_gemm_shape, pk304_gemm_alignment, pk305_fp32_conv, pk306_fp64_compute,
+                           pk307_underfilled_grid,
                            pk401_eager_norm_fusion,
                            pk402_elementwise_chain, pk403_inference_bn_fold, pk501_nccl_exposed,
                            pk502_accumulation_allreduce)
@@ -39,7 +40,7 @@ RULES: tuple[ModuleType, ...] = (
     pk201_unfused_optimizer, pk202_autocast_recast, pk203_fp32_logits_loss, pk204_recomputed_forward,
     pk205_accumulation_micro_batches, pk206_unstepped_backward, pk207_invariant_recompute, pk208_per_step_decomposition,
     pk301_attention_path, pk302_fp32_gemm, pk303_gemm_shape, pk304_gemm_alignment, pk305_fp32_conv,
-    pk306_fp64_compute, pk401_eager_norm_fusion, pk402_elementwise_chain, pk403_inference_bn_fold, pk501_nccl_exposed,
+    pk306_fp64_compute, pk307_underfilled_grid, pk401_eager_norm_fusion, pk402_elementwise_chain, pk403_inference_bn_fold, pk501_nccl_exposed,
     pk502_accumulation_allreduce)
 
 __all__ = ["RULES", "Finding", "ProfileView", "RuleContext", "RuleMeta", "Scope", "TrialOf", "evaluate", "get",

@@ -26,7 +26,8 @@ Expected gain
     elementwise kernels of each chain and kept their dispatch: GPT-2 fp16 with gradient
     accumulation (grad_accum_fp16_train) was priced 1.16x here and 1.51x by PK103 for one
     ``torch.compile``, whose default mode measured 1.81x on the program (``--try compile``); now
-    1.50x here and 1.72x for the whole model (no test of it: the pair is not in the corpus).
+    1.50x here and 1.72x for the whole model (no test of it: the pair is not in the corpus); 1.52x
+    and 1.75x with a module graph's call cost (450 us in training: analyses/compile_breaks.md).
 Trial
     ``compile`` (``torch.compile`` of the outermost module, default mode) measures the price
     where the chains are in the model's code; chains outside it (an optimizer's, an EMA's) stay

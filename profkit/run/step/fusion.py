@@ -39,8 +39,8 @@ gradient's zeroing and downcast around its backward, fuses into a loss that read
 once forward and once backward, writing only their gradient (``loss_groups``, PK203's edit too):
 such a run is priced at those passes (and at least at its other kernels). An HF Llama step with
 a 128k vocabulary, compiled with its loss (an H100, 2026-12-07): 1.28x before, 1.53x with it,
-measured 1.68x; GPT-2 fp16 with 8 micro-batches, the default mode: 1.72x before, 1.82x, its
-capture's trial 1.81x (an H100, 2026-12-05).
+measured 1.68x; GPT-2 fp16 with 8 micro-batches, the default mode: 1.72x before, 1.82x (1.75x
+at a module graph's call cost), its capture's trial 1.81x (an H100, 2026-12-05).
 """
 from __future__ import annotations
 
@@ -221,13 +221,17 @@ def inductor_fusion(g: StepGraph, anywhere: bool = False) -> tuple[list[np.ndarr
 
 # What one call of a compiled graph costs the host beyond the eager ops it runs: Dynamo's guards,
 # AOTAutograd's wrapper and, in training, its backward's autograd node. Measured by
-# scripts/bench/compile_breaks.py (an H100's host, torch 2.11, 2026-12-07), us a call: a small
-# compiled function called 8 times a step, forward and backward 153 (inference, the forward
-# alone, 26); an expert MLP after a ``nonzero``, whose token count changes every call (dynamic
-# shapes: symbolic guards, sizes computed at run time), 416 (137). Eight such stages of 8
-# experts: eager 64.4 ms a step, compiled 91.0 ms (0.71x); a real MoE's routing loop measured
-# 0.77x where the fusion alone was priced 1.57x.
-GRAPH_CALL_US = {(True, False): 150.0, (True, True): 420.0, (False, False): 25.0, (False, True): 140.0}
+# scripts/bench/compile_breaks.py and scripts/bench/compiled_launch_cost.py (an H100's host, torch
+# 2.11, 2026-12-07; analyses/compile_breaks.md), us a call, forward and backward (inference, the
+# forward alone): a module's graph of static shapes, its parameters among its inputs, 300-490
+# (training: stages of GEMMs, of MLP blocks, a chain of softmaxes with its saved outputs 460),
+# 34-53 (inference); a two-op function without parameters 153 (26); an expert MLP after a
+# ``nonzero``, its token count changing every call (dynamic shapes: symbolic guards, sizes
+# computed at run time), 320-416 (137). Eight such stages of 8 experts: eager 64.4 ms a step,
+# compiled 91.0 ms (0.71x); a real MoE's routing loop measured 0.77x where the fusion alone was
+# priced 1.57x. A kernel the compiled graph keeps costs the host about what an eager op does
+# (0.86-0.92 of it, on the same programs), so each kept launch keeps its eager cost.
+GRAPH_CALL_US = {(True, False): 450.0, (True, True): 450.0, (False, False): 50.0, (False, True): 140.0}
 
 
 def graph_entries(g: StepGraph, calls: np.ndarray) -> np.ndarray:

@@ -480,6 +480,22 @@ FIX_RULES = {
     ("pixelcnn_sample_infer", "graph"): ("PK103", "cuda_graph_speedup"),
     ("pixelcnn_sample_infer", "compile_graphs"): ("PK103", "compile_speedup"),
     ("pixelcnn_sample_infer", "bf16"): ("PK305", "bf16_channels_last_speedup"),
+    # set y (written before its captures, by the convention above): the R-GCN's relations batched
+    # PK101+PK107's (a loop vectorised, its nonzero waits gone with it), bf16 PK302's, compile
+    # PK103's fusion, fused Adam PK201's; DP-SGD's per-sample loop vectorised (vmap) PK107's, the
+    # whole step graphed PK103's graph, bf16 on its convolutions PK305's; the L2 penalty moved into
+    # Adam's weight decay PK107's (a loop over the parameters done by multi-tensor kernels),
+    # compile PK103's fusion, fused Adam PK201's
+    ("rgcn_relations_train", "batched_relations"): ("PK101+PK107", None),
+    ("rgcn_relations_train", "bf16"): ("PK302", "bf16_speedup"),
+    ("rgcn_relations_train", "compile"): ("PK103", "fusion_speedup"),
+    ("rgcn_relations_train", "fused_adam"): ("PK201", None),
+    ("dpsgd_loop_train", "vmap_grads"): ("PK107", None),
+    ("dpsgd_loop_train", "graph"): ("PK103", "cuda_graph_speedup"),
+    ("dpsgd_loop_train", "bf16"): ("PK305", "bf16_channels_last_speedup"),
+    ("explicit_l2_train", "adam_weight_decay"): ("PK107", None),
+    ("explicit_l2_train", "compile"): ("PK103", "fusion_speedup"),
+    ("explicit_l2_train", "fused_adam"): ("PK201", None),
     ("grad_checkpoint_train", "no_checkpointing"): ("PK204", None), ("grad_checkpoint_train", "fused_adamw"): ("PK201", None),
     ("cpu_tokenize_infer", "encode_batch"): (None, None), ("cpu_tokenize_infer", "workers"): ("PK102", None),
     ("cpu_tokenize_infer", "pretokenized"): ("PK102", None),

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT / "analyses" / "data" / "bench_kernels_h200.csv.gz"
+DATA = ROOT / "analyses" / "data" / "bench_kernels_h200.csv.xz"
 
 pytestmark = pytest.mark.skipif(not DATA.exists(), reason="no committed kernel benchmark data")
 

@@ -69,7 +69,7 @@ SHAPE_ARG="--shapes $BENCH_SHAPES"
 timeout ${T_BENCH:-120} python3 scripts/bench/bench_kernels.py --out "$OUT_DIR" $SHAPE_ARG ${BENCH_ARGS:-} 2>&1 | tee "$OUT_DIR/bench.log" || status=1
 
 if [ -n "${REPEAT_BENCH:-}" ]; then
-  # the same benchmark once more, for the run-to-run spread (the page's bench_kernels_h200_run2.csv.gz)
+  # the same benchmark once more, for the run-to-run spread (the page's bench_kernels_h200_run2.csv.xz)
   step "benchmark, repeated"
   timeout ${T_BENCH:-120} python3 scripts/bench/bench_kernels.py --out "$OUT_DIR/repeat" $SHAPE_ARG ${BENCH_ARGS:-} \
     > "$OUT_DIR/bench_repeat.log" 2>&1 || status=1

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import csv
 import gzip
+import lzma
 import os
 import re
 import subprocess
@@ -95,7 +96,7 @@ def summarize(csv_path: Path, sass_dir: Path | None) -> str:
                        f"{c['smsp__inst_executed.sum']:.0f} | {t['smsp__inst_executed.sum']:.0f} | "
                        f"{c['smsp__inst_executed.sum'] / t['smsp__inst_executed.sum']:.2f} |")
     if sass_dir:
-        cu = _function(_read(sass_dir / "cuda_extension.sass.gz"), "add_rmsnorm_reg_kernelIN3c108BFloat16ELi8ELi2E")
+        cu = _function(_read(sass_dir / "cuda_extension.sass.xz"), "add_rmsnorm_reg_kernelIN3c108BFloat16ELi8ELi2E")
         tr = [_read(f) for f in sorted(sass_dir.glob("triton_*add_rmsnorm_kernel.sass*"))]
         # the Triton variant with as many loads as the CUDA kernel: the same elements a thread
         # (2 vectors of x, residual and weight: a 4096 row on 256 threads)
@@ -114,7 +115,8 @@ def summarize(csv_path: Path, sass_dir: Path | None) -> str:
 def _read(path: Path) -> str:
     if not path.exists():
         return ""
-    return gzip.open(path, "rt").read() if path.suffix == ".gz" else path.read_text()
+    opener = {".xz": lzma.open, ".gz": gzip.open}.get(path.suffix)
+    return opener(path, "rt").read() if opener else path.read_text()
 
 
 def main() -> int:

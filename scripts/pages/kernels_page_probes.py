@@ -28,8 +28,8 @@ EARLIER = {
 }
 
 
-RUN2 = DATA.with_name("bench_kernels_h200_run2.csv.gz")
-FINAL = DATA.with_name("bench_kernels_h200_final.csv.gz")
+RUN2 = DATA.with_name("bench_kernels_h200_run2.csv.xz")
+FINAL = DATA.with_name("bench_kernels_h200_final.csv.xz")
 PROBE = DATA.with_name("probe_variants_h200.json.gz")
 
 
@@ -70,7 +70,7 @@ def consumer_table() -> tuple[str, str]:
     return "\n".join(lines), f"{max(max(spread), 0.01):.2f} µs" if spread else "?"
 
 
-NCU_COMPARE = DATA.with_name("ncu_decode_compare_h200.csv.gz")
+NCU_COMPARE = DATA.with_name("ncu_decode_compare_h200.csv.xz")
 
 
 def ncu_compare_text() -> str:
@@ -258,7 +258,7 @@ def spread_text(rows: list[dict]) -> str:
     big_peer = [x for x in big if x[1][2] in PEERS]
     return ("**Run-to-run spread.**  The same code timed twice: this page's run and the benchmark "
             "again on the same machine a few minutes later, with every kernel compiled and tuned "
-            f"already (`analyses/data/bench_kernels_h200_run2.csv.gz`): {len(diffs)} timings, median "
+            f"already (`analyses/data/bench_kernels_h200_run2.csv.xz`): {len(diffs)} timings, median "
             f"difference {100 * med:.1f}%, largest "
             + ", ".join(f"{k[0]} {k[1]} {k[2]} {a:.2f} vs {b:.2f} µs" for _, k, a, b in diffs[:3])
             + ".  torch.compile's decode-shape timings move most (largest "

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import csv
 import gzip
+import lzma
 import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-DATA = ROOT / "analyses" / "data" / "bench_kernels_h200.csv.gz"
+DATA = ROOT / "analyses" / "data" / "bench_kernels_h200.csv.xz"
 
 OURS = ("auto", "cuda", "triton")            # what the package ships (cuda_v0 = the previous launch config)
 PEERS = ("liger", "compile")
@@ -31,9 +32,10 @@ def load(path: Path) -> tuple[list[dict], str, str]:
     """(rows of the CSV, the run's environment line, the run's table) for a CSV or a run folder."""
     path = Path(path)
     csv_path = path / "bench_kernels.csv" if path.is_dir() else path
-    # the other runs' CSVs are kept gzipped (their .md beside them is not)
-    md_path = csv_path.with_name(csv_path.name.removesuffix(".gz")).with_suffix(".md")
-    with (gzip.open if csv_path.suffix == ".gz" else open)(csv_path, "rt", newline="") as fh:
+    # the committed runs' CSVs are kept compressed (their .md beside them is not)
+    md_path = csv_path.with_name(csv_path.name.removesuffix(".xz").removesuffix(".gz")).with_suffix(".md")
+    opener = {".xz": lzma.open, ".gz": gzip.open}.get(csv_path.suffix, open)
+    with opener(csv_path, "rt", newline="") as fh:
         rows = list(csv.DictReader(fh))
     for r in rows:
         for k in ("median_us", "gbps", "pct_copy", "host_us", "best_peer_us", "speedup_vs_best_peer"):

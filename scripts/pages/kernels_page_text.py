@@ -106,7 +106,7 @@ local memory (checked in the SASS) and an empty CUDA kernel replays about as fas
 Triton one (0.72 vs 0.70 µs, `scripts/gpu/probe_decode.py empty`: `probe_decode_h200.json`), so the
 launch path is not the difference.  The bodies are: one launch of each kernel at each decode shape
 under Nsight Compute (H200, 2026-11-30; `scripts/gpu/ncu_decode_compare.py`, clocks locked, no graph, so durations are
-longer than the replays above; `analyses/data/ncu_decode_compare_h200.csv.gz`):
+longer than the replays above; `analyses/data/ncu_decode_compare_h200.csv.xz`):
 
 {ncu_compare}
 

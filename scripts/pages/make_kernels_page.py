@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Write analyses/kernels_h200.md from a benchmark run's data (scripts/bench/bench_kernels.py output).
 
-    python scripts/pages/make_kernels_page.py                  # the committed run: analyses/data/bench_kernels_h200.csv.gz.gz
+    python scripts/pages/make_kernels_page.py                  # the committed run: analyses/data/bench_kernels_h200.csv.xz
     python scripts/pages/make_kernels_page.py PATH             # a CSV, or a run's folder holding bench_kernels.csv
     python scripts/pages/make_kernels_page.py --check [PATH]   # exit 1 when the committed page is stale
 

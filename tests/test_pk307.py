@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 import profkit
 from profkit.judge.rules.pk307_underfilled_grid import short
 
@@ -40,3 +42,19 @@ def test_kernel_names_are_shortened_to_their_function():
                  "TensorInfo<const T1, T2>, T2)") == "gatherKthValue"
     assert short("void (anonymous namespace)::my_kernel<128>(float *)") == "my_kernel"
     assert short("reduce_kernel") == "reduce_kernel"
+
+
+def test_the_op_tables_fusion_bounds_stop_at_the_calls_longest_kernel():
+    """A call of three kernels, one of them 80 us of its 90 us: fusing them leaves at least that
+    kernel, on a range replayed from a CUDA graph (launch-bound) as on a memory-bound one."""
+    from profkit.judge.advisor import _choose
+    from profkit.judge.classify import Source, Verdict
+    from profkit.model import BoundClass
+    from profkit.read.peaks import Peaks
+    peaks = Peaks(gpu="test", memory_bandwidth=4e12, flops={"bf16": 9e14})
+    op = {"name": "chain", "distinct_kernels": 3, "kernel_median_ns": 5_000.0, "kernel_longest_ns": 80_000.0}
+    for bound, graph in ((BoundClass.LAUNCH, True), (BoundClass.MEMORY, False)):
+        verdict = Verdict(bound, "low", Source.TIMELINE, "test")
+        rung, action, gain, basis = _choose(op, verdict, None, peaks, "elementwise_kernel", 3.0, 100_000.0,
+                                            90_000.0, None, graph)
+        assert gain == pytest.approx(100_000.0 / 80_000.0) and "longest kernel" in basis, (bound, basis)

@@ -214,13 +214,16 @@ def _choose(op, verdict, work, peaks, text, kpc, span, busy, pct, under_graph, k
             # Fusion merges the distinct kernels of a call; repeats of one kernel (a loop inside
             # the range) stay separate launches: kpc / chain kernels remain.
             left = max(kpc / max(chain, 1.0), 1.0)
+            # (never shorter than the call's longest kernel, as below)
+            fused_t = max(max(floor, kmed) * left, min(float(op.get("kernel_longest_ns", 0.0) or 0.0), busy))
             return (Rung.TORCH_COMPILE,
                     f"these kernels already replay from a CUDA graph, so launches are cheap but each "
                     f"kernel is tiny: fuse the {chain:.0f} different kernels of each call with "
                     f"torch.compile{bundled}",
-                    span / (max(floor, kmed) * left),
+                    span / fused_t,
                     f"fusion bound: span {span / 1e3:.1f} us / ({left:.0f} fused kernel(s) x "
-                    f"{max(floor, kmed) / 1e3:.1f} us)")
+                    f"{max(floor, kmed) / 1e3:.1f} us)" if fused_t == max(floor, kmed) * left else
+                    f"fusion bound: span / the call's longest kernel ({fused_t / 1e3:.1f} us)")
         if kpc >= 2:
             return (Rung.TORCH_COMPILE,
                     f"the GPU waits on launches: fuse the {kpc:.0f} kernels of each call with "

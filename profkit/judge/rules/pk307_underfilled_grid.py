@@ -35,8 +35,9 @@ Expected gain
     on, 20.3x on its committed capture (their first 3); the threshold from ``torch.sort`` measured
     8.64x, the threshold every 100 steps 9.50x (interleaved in one process). The price's step
     after the fix (6.9 ms) is near the measured one (8.7-9.6 ms); the miss is the baseline, which
-    the profiled iterations show slower than the timed run. At first sight (before this rule) its top action was a 4.21x fusion of
-    the pruning range's five kernels; measured under 1.01x by the compile trial.
+    the profiled iterations show slower than the timed run. At first sight (before this rule)
+    its top action was a 4.21x fusion of the pruning range's five kernels; measured under 1.01x
+    by the compile trial.
 References
     PyTorch ``aten/src/ATen/native/cuda/Sorting.cu`` (``gatherKthValue``: one block per slice);
     CUB ``DeviceRadixSort``; CUDA C++ Best Practices Guide, "Occupancy".

@@ -186,6 +186,12 @@ def advise(op: dict, verdict: Verdict, work: Optional[Work], peaks: Peaks, kerne
     return Suggestion(rung, action, s, e2e, basis, worth, e2e_gpu)
 
 
+def _longest(op, busy: float) -> float:
+    """The call's longest kernel (at most its busy time): no fusion of the call's kernels is
+    shorter, as the step model's fusion edit has the same floor."""
+    return min(float(op.get("kernel_longest_ns", 0.0) or 0.0), busy)
+
+
 def _choose(op, verdict, work, peaks, text, kpc, span, busy, pct, under_graph, knames=(), library=0):
     # Distinct kernels per op: a chain worth fusing has several; repeats of one kernel do not.
     chain = float(op.get("distinct_kernels", kpc))
@@ -214,8 +220,7 @@ def _choose(op, verdict, work, peaks, text, kpc, span, busy, pct, under_graph, k
             # Fusion merges the distinct kernels of a call; repeats of one kernel (a loop inside
             # the range) stay separate launches: kpc / chain kernels remain.
             left = max(kpc / max(chain, 1.0), 1.0)
-            # (never shorter than the call's longest kernel, as below)
-            fused_t = max(max(floor, kmed) * left, min(float(op.get("kernel_longest_ns", 0.0) or 0.0), busy))
+            fused_t = max(max(floor, kmed) * left, _longest(op, busy))
             return (Rung.TORCH_COMPILE,
                     f"these kernels already replay from a CUDA graph, so launches are cheap but each "
                     f"kernel is tiny: fuse the {chain:.0f} different kernels of each call with "
@@ -304,12 +309,11 @@ def _choose(op, verdict, work, peaks, text, kpc, span, busy, pct, under_graph, k
                     "library kernels among them: no fusion estimate for the range")
         if chain >= 2 and kpc >= 2:
             # Each of the `chain` distinct kernels makes a pass over the data; one fused pass
-            # remains, never shorter than the call's longest kernel (its own pass: the step
-            # model's fusion edit has the same floor). A range whose time is one slow kernel
-            # (a global kthvalue: one block walks 23 M values, 110 ms of a 116 ms step) was
-            # offered 5.01x on the op, 4.21x end to end, for fusing its five kernels.
-            longest = float(op.get("kernel_longest_ns", 0.0) or 0.0)
-            fused_t = max(floor * kpc / chain, busy / chain, min(longest, busy))
+            # remains, never shorter than the call's longest kernel (its own pass). A range whose
+            # time is one slow kernel (a global kthvalue: one block walks 23 M values, 110 ms of a
+            # 116 ms step) was offered 5.01x on the op, 4.21x end to end, for fusing its five kernels.
+            longest = _longest(op, busy)
+            fused_t = max(floor * kpc / chain, busy / chain, longest)
             basis = (f"fusion bound: span / the call's longest kernel ({longest / 1e3:.1f} us)"
                      if longest >= busy / chain else f"fusion bound: span / (busy / {chain:.0f} kernels)")
             return (Rung.TORCH_COMPILE, f"fuse the {chain:.0f} different memory-bound kernels of each "

@@ -166,12 +166,14 @@ def range_instances(ranges: pd.DataFrame, acts: pd.DataFrame, pairs: pd.DataFram
     """One row per range instance that launched GPU work.
 
     Columns: range_idx, name, cpu_start, cpu_time_ns, gpu_start, gpu_end, span_ns, busy_ns,
-    gpu_sum_ns, n_acts, n_ops (distinct launch calls, as nsys's "GPU Ops"). ``one_per_call``:
+    gpu_sum_ns, longest_ns (its longest activity), n_acts, n_ops (distinct launch calls, as nsys's
+    "GPU Ops"). ``one_per_call``:
     whether no two of ``acts`` share a launch call (Trace.one_activity_per_call; None: checked).
     """
     if pairs.empty:
         return pd.DataFrame(columns=["range_idx", "name", "cpu_start", "cpu_time_ns", "gpu_start",
-                                     "gpu_end", "span_ns", "busy_ns", "gpu_sum_ns", "n_acts", "n_ops"])
+                                     "gpu_end", "span_ns", "busy_ns", "gpu_sum_ns", "longest_ns", "n_acts",
+                                     "n_ops"])
     ai = pairs["act_idx"].to_numpy()
     ri = pairs["range_idx"].to_numpy(np.int64)
     s_all = acts["start"].to_numpy()
@@ -186,7 +188,7 @@ def range_instances(ranges: pd.DataFrame, acts: pd.DataFrame, pairs: pd.DataFram
     inst = pd.DataFrame({
         "range_idx": ri[first],
         "gpu_start": np.minimum.reduceat(s, first), "gpu_end": np.maximum.reduceat(e, first),
-        "gpu_sum_ns": np.add.reduceat(e - s, first),
+        "gpu_sum_ns": np.add.reduceat(e - s, first), "longest_ns": np.maximum.reduceat(e - s, first),
         "n_acts": np.diff(np.append(first, len(ri))).astype(np.int64),
         "n_ops": _distinct_calls(ri, lambda: ai[order], acts, first, one_per_call),
     })
@@ -198,7 +200,7 @@ def range_instances(ranges: pd.DataFrame, acts: pd.DataFrame, pairs: pd.DataFram
     inst["cpu_start"] = r["start"].to_numpy()
     inst["cpu_time_ns"] = (r["end"] - r["start"]).to_numpy()
     return inst[["range_idx", "name", "cpu_start", "cpu_time_ns", "gpu_start", "gpu_end", "span_ns",
-                 "busy_ns", "gpu_sum_ns", "n_acts", "n_ops"]]
+                 "busy_ns", "gpu_sum_ns", "longest_ns", "n_acts", "n_ops"]]
 
 
 def _order_by(group: np.ndarray, value: np.ndarray) -> np.ndarray:
@@ -251,7 +253,7 @@ def kernel_instances(acts: pd.DataFrame) -> pd.DataFrame:
         "range_idx": acts.index.to_numpy(), "name": acts["name"].to_numpy(),
         "cpu_start": acts["api_start"].to_numpy(), "cpu_time_ns": cpu,
         "gpu_start": acts["start"].to_numpy(), "gpu_end": acts["end"].to_numpy(),
-        "span_ns": dur, "busy_ns": dur, "gpu_sum_ns": dur, "n_acts": 1, "n_ops": 1,
+        "span_ns": dur, "busy_ns": dur, "gpu_sum_ns": dur, "longest_ns": dur, "n_acts": 1, "n_ops": 1,
     })
 
 

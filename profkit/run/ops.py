@@ -145,6 +145,8 @@ def _aggregate(inst: pd.DataFrame, members: pd.DataFrame, member_codes: tuple[np
         "busy_median_ns": g["busy_ns"].median(),
         "cpu_time_ns": g["cpu_time_ns"].sum(),
         "kernels": g["n_acts"].sum(),
+        # each call's longest kernel (median over calls): no fusion of a call's kernels is shorter
+        "kernel_longest_ns": g["longest_ns"].median(),
     })
     # An activity counts once per op for its share, however many instances of the op hold it
     # (nested or never-closed ranges of one name): the share then cannot pass 100%. Without such
@@ -169,10 +171,6 @@ def _aggregate(inst: pd.DataFrame, members: pd.DataFrame, member_codes: tuple[np
     ops["busy_fraction"] = g["frac"].median()
     median = _median_by_code(code, dur)
     ops["kernel_median_ns"] = pd.Series(median.to_numpy(), index=names[median.index.to_numpy()])
-    # Each call's longest kernel (median over calls): no fusion of a call's kernels is shorter
-    longest = (pd.DataFrame({"code": code, "instance": members["instance"].to_numpy(), "dur": dur})
-               .groupby(["code", "instance"], sort=False)["dur"].max().groupby(level=0).median())
-    ops["kernel_longest_ns"] = pd.Series(longest.to_numpy(), index=names[longest.index.to_numpy()])
     ops.index.name = "name"
     # Most GPU work first: busy time (the union of the op's activities), not the projected span,
     # which also counts the gaps while the GPU waited (a range whose kernels ran 9 ms can span a

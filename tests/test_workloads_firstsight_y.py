@@ -7,6 +7,7 @@ against the penalty's gradient), and the registry's entries checked against the 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import sys
 from pathlib import Path
@@ -71,7 +72,7 @@ def test_vmapped_per_sample_gradients_are_the_loops(one_thread):
     g = torch.Generator().manual_seed(5)
     x = torch.randn(5, 3, 8, 8, dtype=torch.float64, generator=g)
     y = torch.randint(0, 3, (5,), generator=g)
-    none = __import__("contextlib").nullcontext
+    none = contextlib.nullcontext
     loop, vm = mod.loop_grads(model, x, y, none), mod.vmap_grads(model, x, y, none)
     for a, b in zip(loop, vm):
         torch.testing.assert_close(b, a, rtol=1e-10, atol=1e-12)

@@ -48,7 +48,7 @@ import re
 
 import numpy as np
 
-from profkit.judge.rules.base import Finding, Param, RuleContext, RuleMeta, Scope, Table
+from profkit.judge.rules.base import Finding, Param, RuleContext, RuleMeta, Scope, Table, bare_kernel_name
 from profkit.model import Rung
 from profkit.run.step.fusion import LIBRARY_RE
 from profkit.run.step.transform import replace_ops
@@ -71,8 +71,7 @@ HINTS = ((re.compile(r"gatherKthValue|gatherMedian", re.I),
 
 def short(name: str) -> str:
     """A demangled kernel name without its namespaces, template and parameter lists."""
-    bare = name.replace("<unnamed>", "").replace("(anonymous namespace)", "").removeprefix("void ")
-    return re.split(r"[<(]", bare, maxsplit=1)[0].rsplit("::", 1)[-1].strip() or name
+    return bare_kernel_name(name).rsplit("::", 1)[-1].strip() or name
 
 
 def detect(ctx: RuleContext) -> list[Finding]:
@@ -87,13 +86,12 @@ def detect(ctx: RuleContext) -> list[Finding]:
     if not len(ops):
         return []
     dur = g.g_dur[ops]
-    long_ = dur >= RULE.param("min_kernel_us") * 1e3
-    if not long_.any():
-        return []
-    names = np.array([str(n) for n in g.op_names] + [""], dtype=object)[np.where(g.g_name[ops] >= 0,
-                                                                               g.g_name[ops], len(g.op_names))]
+    # (the names and the library check once per kernel name, for the long kernels alone)
+    names = np.array([str(n) for n in g.op_names] + [""], dtype=object)
+    library = np.array([bool(LIBRARY_RE.search(n)) for n in names], dtype=bool)
+    name_of = np.where(g.g_name[ops] >= 0, g.g_name[ops], len(g.op_names))
     # a library's kernel with a small grid is its own choice (NCCL's channels, a split GEMM)
-    cand = np.flatnonzero(long_ & ~np.array([bool(LIBRARY_RE.search(n)) for n in names], dtype=bool))
+    cand = np.flatnonzero((dur >= RULE.param("min_kernel_us") * 1e3) & ~library[name_of])
     if not len(cand):
         return []
     grids = ctx.launch_grids(ops[cand])
@@ -103,23 +101,25 @@ def detect(ctx: RuleContext) -> list[Finding]:
     under = float(dur[hit].sum())
     if not len(hit) or under < RULE.param("min_gpu_share") * total:
         return []
+    hit_names = names[name_of[hit]]
     floor = RULE.param("floor_us") * 1e3
     new = np.maximum(dur[hit] * blocks / sm, floor)
     op_gain = under / float(new.sum())
     its = max(len(g.iter_call) - 1, 1)
-    kernels = sorted(set(names[hit]))
-    med = {k: int(np.median(blocks[names[hit] == k])) for k in kernels}
+    kernels = sorted(set(hit_names))
+    med = {k: int(np.median(blocks[hit_names == k])) for k in kernels}
+    per_kernel = {k: float(dur[hit][hit_names == k].sum()) for k in kernels}
     ev = {"kernels": [short(k) for k in kernels], "blocks": {short(k): b for k, b in med.items()}, "sm_count": int(sm),
           "underfilled_ns_per_iteration": int(under / its), "full_grid_ns_per_iteration": int(new.sum() / its)}
     gain, basis = ctx.price(lambda gr: replace_ops(gr, [np.array([o]) for o in ops[hit]], new),
                             f"{len(kernels)} kernel(s) on at most {max(med.values())} block(s) of the "
                             f"{sm} SMs ({under / its / 1e6:.2f} ms an iteration) as if every SM did what "
                             f"their blocks did ({float(new.sum()) / its / 1e6:.2f} ms)", cap=op_gain)
-    worst = max(kernels, key=lambda k: float(dur[hit][names[hit] == k].sum()))
+    worst = max(kernels, key=per_kernel.__getitem__)
     hint = next((h for rx, h in HINTS if rx.search(worst)), None)
     what = hint or ("an algorithm that spreads the work over the whole GPU (at least one block per SM; a "
                     "reduction split over many blocks)")
-    action = (f"{short(worst)} runs {float(dur[hit][names[hit] == worst].sum()) / its / 1e6:.1f} ms an iteration on "
+    action = (f"{short(worst)} runs {per_kernel[worst] / its / 1e6:.1f} ms an iteration on "
               f"{med[worst]} block(s) of the GPU's {sm} SMs, using {med[worst] / sm:.1%} of it: replace it "
               f"with {what}; or compute it less often")
     return [Finding(RULE.code, RULE.name, action, Rung.LIBRARY, ev, gain, basis, op_gain, op_gain,

@@ -216,7 +216,8 @@ def test_the_tracked_tree_stays_small_enough_to_travel():
     # and global_prune_train's capture (3 iterations, 91 KB) fit by xz-compressing the what-if
     # timings and the first-sight record (150 KB); sam_wrn_train's and pixelcnn_sample_infer's
     # (0.4 and 8.5 MB at 14 iterations) do not. Set y's code fit by recompressing the kernel
-    # benchmark's and ncu's gzipped data with xz (28 KB); its captures (1.2-3.1 MB) do not. Past 45 MB,
+    # benchmark's and ncu's gzipped data with xz (28 KB); its captures (1.2-3.1 MB) do not. Set z's
+    # code fit by storing the analyses' twelve figures in 64-colour palettes (64 KB). Past 45 MB,
     # traces must be trimmed harder or leave the tree.
     assert _tracked_bytes() < 45_000_000
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On a GPU machine, from the repository root: the first sight of single-GPU what-if programs, in
 # one call within SECONDS, one program at a time so that each finished program is whole. For
-# each NAME (default: every first-sight program of SET a to y (no c) that has no committed trace yet):
+# each NAME (default: every first-sight program of SET a to z (no c) that has no committed trace yet):
 # `profkit capture` with its trials (PROFKIT_CAPTURE_EXTRA, by default `--try auto --try-runs 1 --try-timeout 90
 # --max-iterations 30`, and `--try-budget` half the capture's time unless it names one) and the
 # registry's capture arguments; then the baseline and every fix
@@ -9,7 +9,7 @@
 # compressed. With FIRSTSIGHT_PACK=FILE.tar, what to bring back is packed into FILE.tar.00 (.01,
 # ... past 15 MB) after each program (a call cut short still returns the programs it finished).
 #
-#   scripts/gpu/firstsight.sh OUTDIR SECONDS a|b|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|NAME...
+#   scripts/gpu/firstsight.sh OUTDIR SECONDS a|b|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|NAME...
 #
 # A program is started only when at least FIRSTSIGHT_MIN_LEFT seconds (default 150) are left;
 # its capture gets at most 60% of what is left, its timing the rest; FIRSTSIGHT_CAPTURE_MAX and
@@ -22,7 +22,7 @@
 # then, before any change, on a clean tree: `whatif_accuracy.py firstsight --programs NAMES` and
 # commit its record; only then `whatif_accuracy.py page`.
 set -u
-usage="usage: firstsight.sh OUTDIR SECONDS a|b|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|NAME..."
+usage="usage: firstsight.sh OUTDIR SECONDS a|b|d|e|f|g|h|i|j|k|l|m|n|o|p|q|r|s|t|u|v|w|x|y|z|NAME..."
 out=${1:?$usage}; budget=${2:?$usage}; shift 2
 [ $# -ge 1 ] || { echo "$usage"; exit 2; }
 t0=$(date +%s)

@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> None:
                    help="the programs of several ranks alone (the others list one GPU's): "
                         "name<TAB>ranks<TAB>launcher<TAB>script<TAB>capture args...")
     p.add_argument("--first-sight", nargs="*", metavar="SET|NAME",
-                   help="the one-GPU first-sight programs of a set (a to y, no c) not captured yet, or those named: "
+                   help="the one-GPU first-sight programs of a set (a to z, no c) not captured yet, or those named: "
                         "their names on one line (scripts/gpu/firstsight.sh)")
     p.add_argument("--ranges", action="store_true", help="name<TAB>step range, a line each (with --first-sight: of those programs)")
     p.set_defaults(func=registry.cmd_list)

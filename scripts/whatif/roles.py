@@ -496,6 +496,20 @@ FIX_RULES = {
     ("explicit_l2_train", "adam_weight_decay"): ("PK107", None),
     ("explicit_l2_train", "compile"): ("PK103", "fusion_speedup"),
     ("explicit_l2_train", "fused_adam"): ("PK201", None),
+    # set z (written before its captures, by the convention above): the parametrization cached
+    # for the step PK207's (a tensor derived from weights recomputed while they do not change),
+    # bf16 PK302's, fused Adam PK201's; the probe's backbone frozen PK206's (gradients no optimizer
+    # steps), channels_last PK305's, compile PK103's fusion; DINO's crops grouped by resolution
+    # PK107's (a loop's repeated forwards batched), bf16 and channels_last PK305's
+    ("orthogonal_rnn_train", "cached"): ("PK207", None),
+    ("orthogonal_rnn_train", "bf16"): ("PK302", "bf16_speedup"),
+    ("orthogonal_rnn_train", "fused_adam"): ("PK201", None),
+    ("linear_probe_train", "frozen"): ("PK206", None),
+    ("linear_probe_train", "channels_last"): ("PK305", "channels_last_speedup"),
+    ("linear_probe_train", "compile"): ("PK103", "fusion_speedup"),
+    ("multicrop_dino_train", "grouped"): ("PK107", None),
+    ("multicrop_dino_train", "bf16"): ("PK305", None),
+    ("multicrop_dino_train", "channels_last"): ("PK305", "channels_last_speedup"),
     ("grad_checkpoint_train", "no_checkpointing"): ("PK204", None), ("grad_checkpoint_train", "fused_adamw"): ("PK201", None),
     ("cpu_tokenize_infer", "encode_batch"): (None, None), ("cpu_tokenize_infer", "workers"): ("PK102", None),
     ("cpu_tokenize_infer", "pretokenized"): ("PK102", None),

@@ -1,15 +1,15 @@
 """An orthogonal RNN, as written for long sequences: the recurrent weight is kept orthogonal by
 ``torch.nn.utils.parametrizations.orthogonal`` (PyTorch's default map for a square matrix: the
 matrix exponential of a skew-symmetric one), and the cell is stepped by a Python loop over time.
-Hidden 384, 96 time steps of 32 features, a batch of 128 (random sequences made on the GPU),
+Hidden 256, 64 time steps of 32 features, a batch of 128 (random sequences made on the GPU),
 10 classes read from the last state, Adam (lr 1e-3, PyTorch's default foreach implementation),
 fp32.
 
 Each training step is an NVTX range ``train_step`` (``forward``, ``backward``, ``optimizer``).
 
-Defect (if any): reading ``rec.weight`` runs the parametrization, so each of the 96 time steps
-computes the 384 x 384 matrix exponential again (a dozen GEMMs and their element-wise work), and
-the backward differentiates each of the 96 (a matrix exponential of twice the size each), though
+Defect (if any): reading ``rec.weight`` runs the parametrization, so each of the 64 time steps
+computes the 256 x 256 matrix exponential again (a dozen GEMMs and their element-wise work), and
+the backward differentiates each of the 64 (a matrix exponential of twice the size each), though
 the weight is the same all step.
 
     python w_orthogonal_rnn_train.py [--steps 30] [--fix cached] [--fix bf16] [--fix fused_adam]
@@ -53,7 +53,7 @@ class OrthoRNN(nn.Module):
 
 def build(args, fixes: set[str], dev: torch.device) -> Callable[[], torch.Tensor]:
     """The model, a batch and Adam with ``fixes`` applied; returns one training step (its loss)."""
-    features, hidden, steps_t, classes, batch = 32, 384, 96, 10, 128
+    features, hidden, steps_t, classes, batch = 32, 256, 64, 10, 128
     if args.small:
         features, hidden, steps_t, classes, batch = 4, 6, 5, 3, 4
     torch.manual_seed(0)

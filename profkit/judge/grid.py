@@ -1,0 +1,61 @@
+"""Grids too small for the GPU: long kernels launched on a few blocks, so that most SMs sit idle
+and neither roof sets their time (latency-bound, in Nsight Compute's words). The op table's
+verdict and PK307's finding read the same kernels."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from profkit.run.step.fusion import LIBRARY_RE
+
+MIN_KERNEL_NS = 100_000   # each kernel at least this long: a short one on few blocks costs little
+MAX_GRID_SHARE = 0.125    # blocks at most this share of the SMs
+FLOOR_NS = 5_000          # no kernel priced shorter than this when spread over the GPU
+MIN_OP_SHARE = 0.5        # an op is latency-bound when such kernels hold this share of its kernel time
+
+
+def small_grids(acts: pd.DataFrame, shapes: pd.DataFrame, sm_count: int) -> pd.Series:
+    """The blocks of each kernel of ``acts`` (the window's activities) that runs MIN_KERNEL_NS or
+    longer on at most MAX_GRID_SHARE of the ``sm_count`` SMs, by activity index; ``shapes``: the
+    trace's launch shapes of those long kernels (Trace.kernel_shapes). A library's kernel on a
+    small grid is its own choice (NCCL's channels, a split GEMM): left out."""
+    if not sm_count or shapes.empty:
+        return pd.Series(dtype="int64")
+    long = acts[(acts["kind"] == "kernel") & ((acts["end"] - acts["start"]) >= MIN_KERNEL_NS)]
+    if long.empty:
+        return pd.Series(dtype="int64")
+    shapes = shapes.drop_duplicates(["start", "correlationId"])
+    key = pd.MultiIndex.from_arrays([shapes["start"].to_numpy(np.int64), shapes["correlationId"].to_numpy(np.int64)])
+    at = key.get_indexer(pd.MultiIndex.from_arrays([long["start"].to_numpy(np.int64),
+                                                    long["correlationId"].to_numpy(np.int64)]))
+    grid = np.where(at >= 0, shapes["grid"].to_numpy(np.int64)[np.maximum(at, 0)], -1)
+    names = long["name"].astype(str)
+    library = names.map({n: bool(LIBRARY_RE.search(n)) for n in names.unique()}).to_numpy(bool)
+    few = (grid > 0) & (grid <= MAX_GRID_SHARE * sm_count) & ~library
+    return pd.Series(grid[few], index=long.index[few], dtype="int64")
+
+
+def op_small_grid(idx: np.ndarray, acts: pd.DataFrame, grids: pd.Series, sm_count: int) -> dict:
+    """For one op (``idx``: its activities' indices): the share of its kernel time in kernels of
+    ``grids`` (small_grids), their median blocks, their time and their time as if every SM did
+    what their blocks did (never under FLOOR_NS a kernel). Empty when it has none."""
+    if grids.empty or not len(idx):
+        return {}
+    mine = grids.index.intersection(pd.Index(np.unique(idx)))
+    if not len(mine):
+        return {}
+    rows = acts.loc[np.unique(idx)]
+    kernel_ns = float((rows["end"] - rows["start"])[rows["kind"] == "kernel"].sum())
+    dur = (acts.loc[mine, "end"] - acts.loc[mine, "start"]).to_numpy(np.float64)
+    blocks = grids.loc[mine].to_numpy(np.float64)
+    small = float(dur.sum())
+    return {"small_grid_share": small / kernel_ns if kernel_ns > 0 else 0.0,
+            "small_grid_blocks": int(np.median(blocks)), "small_grid_ns": small,
+            "small_grid_full_ns": float(np.maximum(dur * blocks / sm_count, FLOOR_NS).sum()),
+            "kernel_ns": kernel_ns, "sm_count": int(sm_count)}
+
+
+def op_speedup(stats: dict) -> float:
+    """The op's kernel time over its kernel time with its small-grid kernels spread over the GPU."""
+    new = stats["kernel_ns"] - stats["small_grid_ns"] + stats["small_grid_full_ns"]
+    return stats["kernel_ns"] / new if new > 0 else 1.0

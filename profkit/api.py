@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from profkit.judge import evidence as ev
-from profkit.judge import gpu_metrics
+from profkit.judge import gpu_metrics, grid
 from profkit.read import gpu_metrics as read_gpu_metrics
 from profkit.judge import patterns
 from profkit.judge import rules
@@ -313,6 +313,18 @@ class Profile:
         return Kernels(self.trace.activities, self.trace.ncu, self.trace.name_codes)
 
     @cached_property
+    def small_grids(self) -> pd.Series:
+        """The window's long kernels launched on a few blocks (profkit.judge.grid.small_grids):
+        their blocks, by activity index; their launch shapes read once, for those kernels alone."""
+        acts = self.trace.activities
+        long = acts[(acts["kind"] == "kernel") & ((acts["end"] - acts["start"]) >= grid.MIN_KERNEL_NS)]
+        if long.empty or not self.gpu.sm_count:
+            return pd.Series(dtype="int64")
+        shapes = self.full_trace.kernel_shapes(int(long["start"].min()), int(long["start"].max()),
+                                               grid.MIN_KERNEL_NS)
+        return grid.small_grids(long, shapes, self.gpu.sm_count)
+
+    @cached_property
     def critical(self) -> np.ndarray:
         """Per activity of the window: 1 where finishing it sooner would shorten the run
         (run.critical_fraction), computed once for the op table and the rules."""
@@ -411,6 +423,7 @@ class Profile:
             # metrics, copies): an op of a long window holds up to every activity of it.
             member = Members(acts, idx)
             rec["distinct_kernels"] = len(knames)
+            rec.update(grid.op_small_grid(idx, acts, self.small_grids, self.gpu.sm_count))
             rec["critical_fraction"] = critical
             precision = dtype.precision
             rec.update(stats)

@@ -9,6 +9,7 @@ class BoundClass(str, Enum):
     COMPUTE = "compute"   # arithmetic units: intensity above the ridge point
     MEMORY = "memory"     # bytes through HBM (or a host link): intensity below the ridge point
     LAUNCH = "launch"     # the fixed cost of launching kernels, not the work in them
+    LATENCY = "latency"   # a grid of a few blocks: most SMs idle, neither roof sets the time
     COMMUNICATION = "communication"  # NCCL collectives: bytes between GPUs (see profkit.judge.comm)
     UNKNOWN = "unknown"   # the evidence cannot decide (e.g. a GEMM seen on the timeline only)
 

@@ -20,6 +20,7 @@ from profkit.judge import patterns
 from profkit.judge.classify import GEMM_RE, Verdict, gemm_shape_hint
 from profkit.judge.evidence import Work
 from profkit.judge.flops import gemm_mkn
+from profkit.judge.grid import op_speedup as grid_speedup
 from profkit.model import GEMM_ALIGN, BoundClass, Rung
 from profkit.read.peaks import Peaks
 
@@ -199,6 +200,15 @@ def _choose(op, verdict, work, peaks, text, kpc, span, busy, pct, under_graph, k
         return (Rung.LIBRARY, *comm.advice_parts(op, verdict))
     floor = peaks.launch_floor_ns
     kmed = float(op["kernel_median_ns"])
+    if verdict.bound is BoundClass.LATENCY:  # the kernels, not their launches or bytes
+        s = grid_speedup(op)
+        return (Rung.LIBRARY,
+                f"spread the work over the GPU: {op['small_grid_share']:.0%} of its kernel time runs on "
+                f"{op['small_grid_blocks']} block(s) of {op['sm_count']} SMs; use an algorithm that fills "
+                "every SM (a device-wide sort or top-k for a selection, a reduction split over many "
+                "blocks), or compute it less often (profkit rules --explain PK307)", s,
+                f"grid bound: its small-grid kernels as if every SM did what their blocks did "
+                f"({op['small_grid_ns'] / 1e6:.2f} -> {op['small_grid_full_ns'] / 1e6:.2f} ms over the window)")
     if verdict.bound is BoundClass.UNKNOWN:  # no advice on a guess
         return (Rung.NONE, "bound unknown: measure before acting (profkit capture --ncu, "
                            "--gpu-metrics or --aten gives the evidence)", 1.0,

@@ -12,7 +12,7 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-from profkit.judge import comm
+from profkit.judge import comm, grid
 from profkit.judge.dtypes import FLOATING
 from profkit.judge.evidence import Work
 from profkit.run.summary import INDUCTOR_FUSED_RE
@@ -223,6 +223,15 @@ def classify_op(op: dict, work: Optional[Work], peaks: Peaks, kernel_names: list
         ev["pct_of_roof"] = pct
     conf = lambda c: _cap(c, work)
 
+    small = op.get("small_grid_share")
+    if small is not None and small == small and small >= grid.MIN_OP_SHARE:
+        # The trace's launch dimensions are exact: a long kernel on a few blocks leaves most SMs
+        # idle whatever its bytes and FLOPs, so no roof tells its time.
+        blocks, sm = int(op["small_grid_blocks"]), int(op["sm_count"])
+        ev.update({"small_grid_share": float(small), "small_grid_blocks": blocks, "sm_count": sm})
+        return Verdict(BoundClass.LATENCY, "high", source,
+                       f"{small:.0%} of its kernel time on {blocks} block(s) of the GPU's {sm} SMs "
+                       f"(launch dimensions): most of the GPU idles while they run", ev, pct, ideal)
     idle = 1.0 - float(op["busy_fraction"])
     if kpc >= 2 and idle > IDLE_LAUNCH_FRACTION:
         return Verdict(BoundClass.LAUNCH, conf(CONFIDENCE[Source.TIMELINE] if work is None else "high"),

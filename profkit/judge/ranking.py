@@ -71,8 +71,11 @@ def ranked_actions(findings: list, ops: Optional[pd.DataFrame] = None,
         worth = ops[ops["worth_it"].astype(bool)]
         for name, row in worth.iterrows():
             kernels = ops.attrs.get("kernels_of", {}).get(name, {name})
+            # (a latency-bound op's time is mostly its small-grid kernels: a finding that claims
+            # one of its kernels, PK307's, speaks for it)
+            latency = row.get("class") == "latency" and bool(kernels & claimed)
             if name in claimed or (kernels and len(kernels & claimed) * 2 >= len(kernels)) \
-                    or row["action"] in seen:
+                    or row["action"] in seen or latency:
                 continue
             seen.add(row["action"])
             actions.append({"rule": f"op:{row['rung']}", "action": f"{name}: {row['action']}",

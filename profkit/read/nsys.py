@@ -470,9 +470,10 @@ class TraceReader:
             "streamId": "coalesce(a.streamId, -1)",
             "eventSyncId": "coalesce(a.eventSyncId, -1)" if "eventSyncId" in have else "-1"}), columns=cols)
 
-    def kernel_shapes(self, between: tuple[int, int]) -> pd.DataFrame:
+    def kernel_shapes(self, between: tuple[int, int], min_ns: int = 0) -> pd.DataFrame:
         """Each kernel's launch shape in [t0, t1] ns: start, correlationId, grid and block (the
-        products of their x, y, z); empty where the export has no launch dimensions."""
+        products of their x, y, z); only kernels of ``min_ns`` or longer where given; empty where
+        the export has no launch dimensions."""
         cols = ["start", "correlationId", "grid", "block"]
         t = self.kernel_table
         have = columns_of(self.conn, t) if t else set()
@@ -482,7 +483,8 @@ class TraceReader:
             "start": "a.start", "correlationId": "coalesce(a.correlationId, -1)",
             "grid": "coalesce(a.gridX, 1) * coalesce(a.gridY, 1) * coalesce(a.gridZ, 1)",
             "block": "coalesce(a.blockX, 1) * coalesce(a.blockY, 1) * coalesce(a.blockZ, 1)"},
-            where=f"a.start BETWEEN {int(between[0])} AND {int(between[1])}",
+            where=f"a.start BETWEEN {int(between[0])} AND {int(between[1])}"
+                  + (f" AND a.end - a.start >= {int(min_ns)}" if min_ns > 0 else ""),
             rowids=self._kernel_rowids(between)))[cols]
 
     def _kernel_rowids(self, between: tuple[int, int]) -> Optional[tuple[int, int]]:

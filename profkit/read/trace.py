@@ -118,13 +118,14 @@ class Trace:
             cache[(t0, t1)] = self._read(lambda r: r.api_calls(between=(t0, t1)))
         return cache[(t0, t1)]
 
-    def kernel_shapes(self, t0: int, t1: int) -> pd.DataFrame:
-        """The launch shapes (grid, block) of the kernels that start in [t0, t1] ns, read on
-        first use for that stretch (TraceReader.kernel_shapes)."""
+    def kernel_shapes(self, t0: int, t1: int, min_ns: int = 0) -> pd.DataFrame:
+        """The launch shapes (grid, block) of the kernels that start in [t0, t1] ns (those of
+        ``min_ns`` or longer where given), read on first use for that stretch
+        (TraceReader.kernel_shapes)."""
         cache = self.__dict__.setdefault("_kernel_shapes", {})
-        if (t0, t1) not in cache:
-            cache[(t0, t1)] = self._read(lambda r: r.kernel_shapes((t0, t1)))
-        return cache[(t0, t1)]
+        if (t0, t1, min_ns) not in cache:
+            cache[(t0, t1, min_ns)] = self._read(lambda r: r.kernel_shapes((t0, t1), min_ns))
+        return cache[(t0, t1, min_ns)]
 
     def _in_window(self, calls: pd.DataFrame) -> pd.DataFrame:
         w = self.__dict__.get("_window_ns")

@@ -17,7 +17,7 @@ from profkit.read.text import visible
 from profkit.run.trials import trial_text
 
 CLASS_STYLE = {"compute": "bold magenta", "memory": "bold cyan", "launch": "bold yellow",
-               "unknown": "dim",
+               "latency": "bold blue", "unknown": "dim",
                "communication": "bold green"}
 # gpu_time_ns is the op's projected span (nsys's "Total Proj Time"); gpu_busy_ns the union of its
 # activities, which the table shows as "GPU time" (added last, so existing columns keep their place).

@@ -167,6 +167,7 @@ td.op { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; f
 .badge.compute { background: var(--compute); } .badge.memory { background: var(--memory); }
 .badge.launch { background: var(--launch); color: #222; }
 .badge.unknown { background: #777777; } .badge.communication { background: #228833; }
+.badge.latency { background: #44AA99; }
 figure { margin: 8px 0; } figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
 figcaption { color: var(--muted); font-size: 0.85rem; }
 .warn { background: #fff4e5; border-left: 4px solid #e69500; padding: 6px 10px; margin: 6px 0; }

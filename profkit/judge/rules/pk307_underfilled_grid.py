@@ -14,7 +14,8 @@ Why
 Evidence
     Each kernel's grid, from the trace's kernel table; the GPU's SM count (TARGET_INFO_GPU).
     ``kernels``: the names, ``blocks`` the median grid of each, ``underfilled_ns_per_iteration``
-    their time.
+    their time. The op table reads the same kernels (profkit.judge.grid): an op with half its
+    kernel time or more in them is ``latency``-bound there, priced by the same edit.
 Fix
     A device-wide algorithm for the same result: for a global k-th value or quantile, ``torch.sort``
     of the values (CUB's device-wide radix sort) or ``torch.topk``, or the threshold from a random
@@ -48,6 +49,7 @@ import re
 
 import numpy as np
 
+from profkit.judge import grid
 from profkit.judge.rules.base import Finding, Param, RuleContext, RuleMeta, Scope, Table, bare_kernel_name
 from profkit.model import Rung
 from profkit.run.step.fusion import LIBRARY_RE
@@ -58,10 +60,10 @@ RULE = RuleMeta(
     summary="a long kernel on a few blocks: most of the GPU's SMs idle while it runs",
     tables=(Table.KERNEL,), example="traces/corpus/global_prune_train.sqlite.xz",
     quiet_on="traces/real/train_llama.sqlite.xz",
-    params=(Param("min_kernel_us", 100.0, "each kernel at least this long"),
-            Param("max_grid_share", 0.125, "blocks at most this share of the SMs"),
+    params=(Param("min_kernel_us", grid.MIN_KERNEL_NS / 1e3, "each kernel at least this long"),
+            Param("max_grid_share", grid.MAX_GRID_SHARE, "blocks at most this share of the SMs"),
             Param("min_gpu_share", 0.05, "their share of the step's GPU time"),
-            Param("floor_us", 5.0, "no kernel priced shorter than this")))
+            Param("floor_us", grid.FLOOR_NS / 1e3, "no kernel priced shorter than this")))
 
 # Single-slice selections and what replaces them across the whole GPU
 HINTS = ((re.compile(r"gatherKthValue|gatherMedian", re.I),

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import matplotlib
 
-CLASSES = ("compute", "memory", "launch", "unknown")
+CLASSES = ("compute", "memory", "launch", "latency", "unknown")
 CLASS_COLORS = {
     "compute": "#AA3377",   # purple
     "memory": "#4477AA",    # blue
     "launch": "#DDAA33",    # amber
+    "latency": "#44AA99",   # teal: a grid too small for the GPU
     "unknown": "#777777",   # dark grey: the evidence could not decide
 }
 OTHER_COLOR = "#BBBBBB"     # GPU work outside any op of the chosen level
@@ -22,6 +23,7 @@ CLASS_LABELS = {
     "compute": "compute-bound",
     "memory": "memory-bound",
     "launch": "launch-bound",
+    "latency": "latency-bound",
     "unknown": "bound unknown",
 }
 

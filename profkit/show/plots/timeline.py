@@ -20,11 +20,11 @@ from profkit.show.plots import style
 from profkit.show.render import fmt_time, short_name
 
 # Class codes of the intervals of a lane.
-COMPUTE, MEMORY, LAUNCH, OTHER, API, UNKNOWN = 0, 1, 2, 3, 4, 5
-CODE_OF = {"compute": COMPUTE, "memory": MEMORY, "launch": LAUNCH, "unknown": UNKNOWN}
+COMPUTE, MEMORY, LAUNCH, OTHER, API, UNKNOWN, LATENCY = 0, 1, 2, 3, 4, 5, 6
+CODE_OF = {"compute": COMPUTE, "memory": MEMORY, "launch": LAUNCH, "unknown": UNKNOWN, "latency": LATENCY}
 CODE_COLORS = {COMPUTE: style.CLASS_COLORS["compute"], MEMORY: style.CLASS_COLORS["memory"],
                LAUNCH: style.CLASS_COLORS["launch"], OTHER: style.OTHER_COLOR, API: style.API_COLOR,
-               UNKNOWN: style.CLASS_COLORS["unknown"]}
+               UNKNOWN: style.CLASS_COLORS["unknown"], LATENCY: style.CLASS_COLORS["latency"]}
 EXACT_LIMIT = 3000         # intervals in a lane drawn one by one; more are binned per pixel column
 MAX_NVTX_DEPTH = 6         # NVTX nesting levels drawn per thread
 MAX_LABELS = 250           # range names written inside their bars

@@ -32,6 +32,8 @@ BUILT_ON = {"train_llama", "gpt2_empty_cache", "vit_grad_norms", "early_exit_syn
             "numpy_aug_train", "mlp_train_big", "compiled_gpt_train", "graphed_encoder_infer",
             "resnet50_train", "handwritten_block_train", "varlen_empty_cache", "sync_loop"}
 NO_TEST = {
+    ("linear_probe_train", "channels_last"): "led to PK305's 16-bit NCHW branch (channels_last alone, priced by "
+                                             "the transposes)",
     ("activation_offload_train", "no_offload"): "led to PK104's round trips (activations offloaded and brought back)",
     ("activation_offload_train", "pinned"): "led to PK104's round trips (activations offloaded and brought back)",
     ("resnet18_fp32_train", "channels_last"): "led to PK305's NCHW BatchNorm estimate",

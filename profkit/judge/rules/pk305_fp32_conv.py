@@ -4,7 +4,9 @@ What
     Convolution kernels (cuDNN / CUTLASS ``fprop``, ``dgrad``, ``wgrad``, implicit GEMMs) that
     read and write 32-bit floats, usually next to cuDNN's own ``nchwToNhwc`` / ``nhwcToNchw``
     kernels, or PyTorch's own NCHW depthwise kernels (``conv_depthwise2d_*``): an fp32 CNN in
-    PyTorch's default NCHW layout.
+    PyTorch's default NCHW layout. A 16-bit CNN left in NCHW (bf16 autocast, an fp16 model) gets
+    cuDNN's transposes too: channels_last alone is offered for it (``half_nchw``), unless the
+    network also runs attention.
 Why
     cuDNN runs fp32 convolutions as TF32 on the tensor cores by default
     (``torch.backends.cudnn.allow_tf32``), so unlike fp32 GEMMs (PK302) they are not on the CUDA
@@ -128,6 +130,7 @@ from profkit.run.step.transform import add_cpu, ops_named, replace_ops, scale_op
 CONV_RE = re.compile(r"fprop|dgrad|wgrad|implicit_gemm|convolve|conv2d", re.I)
 TRANSPOSE_RE = re.compile(r"nchwToNhwc|nhwcToNchw", re.I)
 HALF_RE = re.compile(r"bf16|f16|fp16|half|bfloat16|__nv_bfloat16", re.I)
+SOFTMAX_RE = re.compile(r"softmax", re.I)
 # cuDNN's per-channel BatchNorm of training on NCHW tensors: statistics reduced over N x H x W of
 # each channel, strided in NCHW; channels_last runs kernels that read each tensor at the pace of
 # an elementwise pass. Bytes per element each moves: the forward reads x twice (statistics, then
@@ -183,7 +186,8 @@ NEAR = 3
 
 RULE = RuleMeta(
     code="PK305", name="fp32-conv",
-    summary="fp32 (TF32) convolutions on NCHW tensors: channels_last and bf16",
+    summary="fp32 (TF32) convolutions on NCHW tensors: channels_last and bf16 (16-bit ones: "
+            "channels_last)",
     tables=(Table.KERNEL,), example="traces/corpus/resnet18_pageable.sqlite.xz",
     quiet_on="traces/corpus/resnet50_train.sqlite.xz",
     trials=(TrialOf("channels_last+bf16", "bf16_channels_last_speedup"),
@@ -272,6 +276,50 @@ def timed_conv_ratio(ctx: RuleContext, family_ns_per_iteration: float) -> tuple[
     return orig / repl, f"{said}; {len(timed)} shapes, {orig / repl:.2f}x together"
 
 
+def half_nchw(ctx: RuleContext, names: list[str]) -> list[Finding]:
+    """16-bit convolutions on NCHW tensors (a bf16 or fp16 model, or autocast, in PyTorch's default
+    layout): cuDNN transposes around them as it does around 32-bit ones, so channels_last alone
+    is the fix, priced by the transposes' edit (their kernels and launches gone). A lower bound:
+    the NCHW kernels of PyTorch's own 16-bit BatchNorm and pooling, which channels_last also
+    replaces, keep their time (a linear probe's ResNet-18 in bf16 at 128 x 128, batch 256, an
+    H100: transposes 2.74 ms of a 16.6 ms step; channels_last measured 1.30x). Not offered where
+    the network also runs attention (flash / SDPA kernels, or softmax kernels more than a loss's
+    forward and backward an iteration): there channels_last adds a copy at each boundary between
+    the convolutions' NHWC maps and the attention's sequences, which the trace cannot count (an
+    fp16 diffusion UNet with its attention written out: 0.90x measured)."""
+    k = ctx.kernels
+    half = [n for n in names if CONV_RE.search(n) and HALF_RE.search(n)]
+    transposes = [n for n in names if TRANSPOSE_RE.search(n)]
+    if not half or not transposes or any(FLASH_RE.search(n) for n in names):
+        return []
+    g = ctx.model.graph
+    softmax = ops_named(g, [n for n in names if SOFTMAX_RE.search(n)])
+    if len(softmax) > 2 * max(len(g.iter_call) - 1, 1):
+        return []
+    total = float(k["total_ns"].sum())
+    conv_ns = float(k.loc[half, "total_ns"].sum())
+    transpose_ns = float(k.loc[transposes, "total_ns"].sum())
+    if conv_ns + transpose_ns < RULE.param("min_gpu_share") * total:
+        return []
+    tr_ops = ops_named(g, transposes)
+
+    def channels_last(gr):
+        # (launched inside the convolution's call, which stays with its dispatch)
+        return scale_ops(gr, tr_ops, np.inf, drop_launches=True, own_dispatch=False)
+
+    gain, basis = ctx.price(channels_last, f"channels_last: the transposes, {ctx.per_iteration(transpose_ns)}, "
+                                           "gone (the NCHW BatchNorm and pooling kernels kept: a lower bound)")
+    if gain < 1.02:
+        return []
+    ev = {"conv_ns": int(conv_ns), "transpose_ns": int(transpose_ns), "precision": "16-bit",
+          "channels_last_speedup": round(gain, 3)}
+    return [Finding(RULE.code, RULE.name,
+                    "convolutions in 16-bit on NCHW tensors: cuDNN transposes the activations in and out "
+                    "around them; model and input to memory_format=torch.channels_last", Rung.LIBRARY, ev,
+                    gain, basis, gain, kernels=frozenset(transposes),
+                    alternatives={"channels_last_speedup": channels_last}, switch="channels_last")]
+
+
 def detect(ctx: RuleContext) -> list[Finding]:
     m = ctx.model
     peaks = ctx.prof.peaks.flops
@@ -287,7 +335,7 @@ def detect(ctx: RuleContext) -> list[Finding]:
     cudnn_dw = [n for n in names if convs and CUDNN_DEPTHWISE.search(n) and not HALF_RE.search(n)
                 and not conv32(n)]
     if not convs and not depthwise:
-        return []
+        return half_nchw(ctx, names)
     total = float(k["total_ns"].sum())
     conv_ns = float(k.loc[convs, "total_ns"].sum()) if convs else 0.0
     dw_ns = float(k.loc[depthwise, "total_ns"].sum()) if depthwise else 0.0

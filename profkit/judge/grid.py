@@ -14,6 +14,22 @@ FLOOR_NS = 5_000          # no kernel priced shorter than this when spread over 
 MIN_OP_SHARE = 0.5        # an op is latency-bound when such kernels hold this share of its kernel time
 
 
+def grids_of(shapes: pd.DataFrame, starts: np.ndarray, corr: np.ndarray) -> np.ndarray:
+    """The blocks each kernel (``starts``, ``corr``: its start and correlation id, the key of a row
+    of the trace's kernel table) was launched with, from ``shapes`` (Trace.kernel_shapes); -1
+    where ``shapes`` does not hold it."""
+    shapes = shapes.drop_duplicates(["start", "correlationId"])  # one row a kernel, as exports write
+    key = pd.MultiIndex.from_arrays([shapes["start"].to_numpy(np.int64), shapes["correlationId"].to_numpy(np.int64)])
+    at = key.get_indexer(pd.MultiIndex.from_arrays([np.asarray(starts, dtype=np.int64),
+                                                    np.asarray(corr, dtype=np.int64)]))
+    return np.where(at >= 0, shapes["grid"].to_numpy(np.int64)[np.maximum(at, 0)], -1)
+
+
+def spread_ns(dur: np.ndarray, blocks: np.ndarray, sm_count: int, floor_ns: float = FLOOR_NS) -> np.ndarray:
+    """What each kernel would take if every SM did what its ``blocks`` did, never under ``floor_ns``."""
+    return np.maximum(dur * blocks / sm_count, floor_ns)
+
+
 def small_grids(acts: pd.DataFrame, shapes: pd.DataFrame, sm_count: int) -> pd.Series:
     """The blocks of each kernel of ``acts`` (the window's activities) that runs MIN_KERNEL_NS or
     longer on at most MAX_GRID_SHARE of the ``sm_count`` SMs, by activity index; ``shapes``: the
@@ -24,11 +40,7 @@ def small_grids(acts: pd.DataFrame, shapes: pd.DataFrame, sm_count: int) -> pd.S
     long = acts[(acts["kind"] == "kernel") & ((acts["end"] - acts["start"]) >= MIN_KERNEL_NS)]
     if long.empty:
         return pd.Series(dtype="int64")
-    shapes = shapes.drop_duplicates(["start", "correlationId"])
-    key = pd.MultiIndex.from_arrays([shapes["start"].to_numpy(np.int64), shapes["correlationId"].to_numpy(np.int64)])
-    at = key.get_indexer(pd.MultiIndex.from_arrays([long["start"].to_numpy(np.int64),
-                                                    long["correlationId"].to_numpy(np.int64)]))
-    grid = np.where(at >= 0, shapes["grid"].to_numpy(np.int64)[np.maximum(at, 0)], -1)
+    grid = grids_of(shapes, long["start"].to_numpy(), long["correlationId"].to_numpy())
     names = long["name"].astype(str)
     library = names.map({n: bool(LIBRARY_RE.search(n)) for n in names.unique()}).to_numpy(bool)
     few = (grid > 0) & (grid <= MAX_GRID_SHARE * sm_count) & ~library
@@ -41,17 +53,18 @@ def op_small_grid(idx: np.ndarray, acts: pd.DataFrame, grids: pd.Series, sm_coun
     what their blocks did (never under FLOOR_NS a kernel). Empty when it has none."""
     if grids.empty or not len(idx):
         return {}
-    mine = grids.index.intersection(pd.Index(np.unique(idx)))
+    idx = np.unique(idx)
+    mine = grids.index.intersection(pd.Index(idx))
     if not len(mine):
         return {}
-    rows = acts.loc[np.unique(idx)]
+    rows = acts.loc[idx]
     kernel_ns = float((rows["end"] - rows["start"])[rows["kind"] == "kernel"].sum())
     dur = (acts.loc[mine, "end"] - acts.loc[mine, "start"]).to_numpy(np.float64)
     blocks = grids.loc[mine].to_numpy(np.float64)
     small = float(dur.sum())
     return {"small_grid_share": small / kernel_ns if kernel_ns > 0 else 0.0,
             "small_grid_blocks": int(np.median(blocks)), "small_grid_ns": small,
-            "small_grid_full_ns": float(np.maximum(dur * blocks / sm_count, FLOOR_NS).sum()),
+            "small_grid_full_ns": float(spread_ns(dur, blocks, sm_count).sum()),
             "kernel_ns": kernel_ns, "sm_count": int(sm_count)}
 
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol
 import numpy as np
 import pandas as pd
 
+from profkit.judge.grid import grids_of
 from profkit.model import Rung
 from profkit.read.nsys import per_name
 
@@ -369,12 +370,7 @@ class RuleContext:
         shapes = self.prof.full_trace.kernel_shapes(int(g.g_start[ops].min()), int(g.g_start[ops].max()))
         if shapes.empty:
             return out
-        shapes = shapes.drop_duplicates(["start", "correlationId"])  # one row a kernel, as exports write
-        idx = pd.MultiIndex.from_arrays([shapes["start"].to_numpy(np.int64),
-                                         shapes["correlationId"].to_numpy(np.int64)])
-        at = idx.get_indexer(pd.MultiIndex.from_arrays([g.g_start[ops].astype(np.int64),
-                                                        g.g_corr[ops].astype(np.int64)]))
-        return np.where(at >= 0, shapes["grid"].to_numpy(np.int64)[np.maximum(at, 0)], -1)
+        return grids_of(shapes, g.g_start[ops], g.g_corr[ops])
 
     def graph_ops(self, rows: pd.DataFrame, aligned: bool = False) -> np.ndarray:
         """The step graph's operations for rows of the window's activities (``acts``); with

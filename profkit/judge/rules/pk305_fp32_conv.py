@@ -276,6 +276,12 @@ def timed_conv_ratio(ctx: RuleContext, family_ns_per_iteration: float) -> tuple[
     return orig / repl, f"{said}; {len(timed)} shapes, {orig / repl:.2f}x together"
 
 
+def without_transposes(gr: StepGraph, tr_ops: np.ndarray) -> StepGraph:
+    """``gr`` without cuDNN's layout transposes ``tr_ops`` and their launches (cuDNN launches them
+    inside the convolution's call, which stays with its dispatch)."""
+    return scale_ops(gr, tr_ops, np.inf, drop_launches=True, own_dispatch=False) if len(tr_ops) else gr
+
+
 def half_nchw(ctx: RuleContext, names: list[str]) -> list[Finding]:
     """16-bit convolutions on NCHW tensors (a bf16 or fp16 model, or autocast, in PyTorch's default
     layout): cuDNN transposes around them as it does around 32-bit ones, so channels_last alone
@@ -304,8 +310,7 @@ def half_nchw(ctx: RuleContext, names: list[str]) -> list[Finding]:
     tr_ops = ops_named(g, transposes)
 
     def channels_last(gr):
-        # (launched inside the convolution's call, which stays with its dispatch)
-        return scale_ops(gr, tr_ops, np.inf, drop_launches=True, own_dispatch=False)
+        return without_transposes(gr, tr_ops)
 
     gain, basis = ctx.price(channels_last, f"channels_last: the transposes, {ctx.per_iteration(transpose_ns)}, "
                                            "gone (the NCHW BatchNorm and pooling kernels kept: a lower bound)")
@@ -396,9 +401,7 @@ def detect(ctx: RuleContext) -> list[Finding]:
         return replace_ops(gr, [np.array([o]) for o in ops], new) if len(ops) else gr
 
     def channels_last(gr):
-        # cuDNN launches the transposes inside the convolution's call, which stays with its dispatch
-        return nhwc_bn(scale_ops(gr, tr_ops, np.inf, drop_launches=True, own_dispatch=False)
-                       if len(tr_ops) else gr)
+        return nhwc_bn(without_transposes(gr, tr_ops))
 
     # The program's convolutions timed at capture in bf16 on channels_last tensors against the
     # way it ran them (profkit.capture.replacements, conv_bf16): their ratio replaces the

@@ -105,7 +105,7 @@ def detect(ctx: RuleContext) -> list[Finding]:
         return []
     hit_names = names[name_of[hit]]
     floor = RULE.param("floor_us") * 1e3
-    new = np.maximum(dur[hit] * blocks / sm, floor)
+    new = grid.spread_ns(dur[hit], blocks, sm, floor)
     op_gain = under / float(new.sum())
     its = max(len(g.iter_call) - 1, 1)
     kernels = sorted(set(hit_names))

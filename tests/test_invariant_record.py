@@ -161,6 +161,12 @@ def test_the_outermost_calls_tell_a_loop_over_chunks_from_a_decode_loop():
             for _ in range(4):
                 buf.copy_(mlp(buf))
 
+    def multi_crop():
+        # two tensors of crops, each crop its own call: 2 chunks of one, 3 of the other
+        with torch.no_grad():
+            big, small = pts[:16].clone(), pts[16:40].clone()
+            [mlp(c) for c in (*big.chunk(2), *small.chunk(3))]
+
     def chunks_inference():
         with torch.inference_mode():
             torch.cat([mlp(c) for c in pts.split(8)])
@@ -191,12 +197,16 @@ def test_the_outermost_calls_tell_a_loop_over_chunks_from_a_decode_loop():
     runs = (("chunks", chunks), ("decode", decode), ("once", once), ("guided", guided),
             ("guided_same_view", guided_same_view), ("static_decode", static_decode),
             ("chunks_inference", chunks_inference), ("fixed_point", fixed_point),
-            ("decode_with_source", decode_with_source), ("weights_moved", weights_moved))
+            ("decode_with_source", decode_with_source), ("weights_moved", weights_moved),
+            ("multi_crop", multi_crop))
     got = {name: _record(fn)["root_calls"] for name, fn in runs}
 
-    def row(calls, sliced=False, same=False):
-        return [{"module": "Sequential", "calls": calls, "params": 115, "sliced_input": sliced, "same_input": same}]
+    def row(calls, sliced=False, same=False, views=0):
+        return [{"module": "Sequential", "calls": calls, "params": 115, "sliced_input": sliced, "same_input": same,
+                 "sliced_calls": calls if sliced else views}]
     assert got["chunks"] == row(8, sliced=True)
+    # slices of two tensors: not one tensor's, yet 3 independent calls on slices of one
+    assert got["multi_crop"] == row(5, views=3)
     assert got["decode"] == row(8)
     assert got["once"] == row(1)
     # two views of one storage at one offset are the same input
@@ -206,5 +216,6 @@ def test_the_outermost_calls_tell_a_loop_over_chunks_from_a_decode_loop():
     assert got["weights_moved"] == row(2)
 
     def row2(calls):
-        return [{"module": "Two", "calls": calls, "params": 28, "sliced_input": False, "same_input": False}]
+        return [{"module": "Two", "calls": calls, "params": 28, "sliced_input": False, "same_input": False,
+                 "sliced_calls": 0}]
     assert got["fixed_point"] == row2(4) and got["decode_with_source"] == row2(4)

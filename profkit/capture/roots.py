@@ -13,7 +13,9 @@ elements, and whether every call's first tensor argument was a view of one stora
 different offsets (``sliced_input``), or the same tensor (``same_input``: the same storage at the
 same offset: the model run several times on one input with other arguments changed, as a
 diffusion sampler's classifier-free guidance calls its denoiser with the labels and then with
-the null label).
+the null label); and, of calls that do not depend on each other, the most made on slices of any
+one tensor (``sliced_calls``: DINO's multi-crop step runs its network on each of two global
+crops, chunks of one tensor, and each of six local crops, chunks of another: 6).
 
 Neither is said of calls that depend on each other. The record follows the data between the
 calls: a root call's outputs, and what the ops run between calls (at depth 0) make from them, are
@@ -63,7 +65,7 @@ class RootCalls:
             params = sum(int(p.numel()) for p in module.parameters())
             # (None for a module without parameters: counted once, never kept)
             self.calls[id(module)] = {"module": type(module).__name__, "calls": 0, "params": params,
-                                      "storages": set(), "offsets": set(), "fresh": False,
+                                      "storages": set(), "offsets": set(), "views": {}, "fresh": False,
                                       "chained": False, "weights": set()} if params else None
         row = self.calls[id(module)]
         self.current = row
@@ -78,6 +80,7 @@ class RootCalls:
         else:
             row["storages"].add(ptr)
             row["offsets"].add(int(first.storage_offset()))
+            row["views"].setdefault(ptr, set()).add(int(first.storage_offset()))
         if any(_storage(t) in self.marked for t in args):
             row["chained"] = True
         try:   # the parameters' in-place updates between calls (an optimizer's, a perturbation's)
@@ -111,6 +114,9 @@ class RootCalls:
             free = r["calls"] > 1 and not r["fresh"] and not r["chained"] and len(r["weights"]) == 1
             sliced = free and len(r["storages"]) == 1 and len(r["offsets"]) == r["calls"]
             same = free and len(r["storages"]) == 1 and len(r["offsets"]) == 1
+            # (one storage at one offset is the same input, not a slice)
+            views = max((len(o) for o in r["views"].values()), default=0) if free else 0
             rows.append({"module": r["module"], "calls": r["calls"], "params": r["params"],
-                         "sliced_input": sliced, "same_input": same})
+                         "sliced_input": sliced, "same_input": same,
+                         "sliced_calls": views if views >= 2 else 0})
         return rows

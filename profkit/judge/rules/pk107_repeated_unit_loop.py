@@ -174,7 +174,18 @@ Loops over chunks
     (``same_input``: a guided diffusion sampler's conditional and unconditional calls of its
     denoiser), is the same case with as few as two calls: one call on the inputs concatenated
     does their work. On cfg_two_pass_sample (a DiT-S/2 sampled with guidance, an H100), given its
-    program's entry, 1.72x; one call on both measured 1.95x.
+    program's entry, 1.72x; one call on both measured 1.95x. Calls that do not depend on each
+    other, twice or more on slices of one tensor among several (``sliced_calls``: a multi-crop
+    step runs its network once per crop, the two global crops chunks of one tensor and the six
+    local ones of another), are searched for units of a quarter of a call's kernels or more (a
+    call's forward; a layer inside it is shorter) repeated twice or more, spoken for while
+    launch-bound unless each copy crosses into autograd's thread (a forward and its own
+    backward: gradient accumulation's micro-batches, PK205's), and priced as above ("one call
+    on each tensor whole"). The search claims the shortest period first, and a unit that also
+    matches the end of the call before it starts there: on multicrop_dino_train (an H100) it
+    found the six local crops' forwards and backwards, the teacher's two forwards and the global
+    crops' backwards, not their forwards: 2.21x, where grouping the crops by resolution measured
+    2.58x (a lower bound: PK103's CUDA graph, 3.08x, stays first, untimed).
 References
     PyTorch ``torch.vmap`` and ``torch.func`` docs (per-sample computations); the
     ``torch._foreach_*`` multi-tensor ops (``torch.optim``'s foreach implementations); PyTorch
@@ -378,6 +389,8 @@ class Loop:
     # autograd's engine (each copy its own backward call, made from a Python loop)
     optimizer_only: bool = False  # the unit is an optimizer's update kernels and nothing else: one
     # optimizer stepping its parameter groups one after another (PK201's), not models of their own
+    grouped: bool = False     # the model called on slices of several tensors (``sliced_calls``):
+    # the copies one tensor's slices, which one call on the whole tensor makes
 
     @property
     def extra(self) -> np.ndarray:
@@ -414,27 +427,33 @@ def loops(ctx: RuleContext) -> list[Loop]:
         # The model run over slices of one tensor (or on one input), once a copy: the copies of a
         # unit as long as one call, repeated as often as the calls (a layer stack inside it
         # repeats less often; with as few as two calls, a unit under half a call is a layer's)
-        calls, model, same = chunked
+        calls, model, how = chunked
         its = max(len(g.iter_call) - 1, 1)
         per_call = len(k) // its // calls
-        rep = find_repeats(ids, seg, max(period, per_call + 1), calls, per_call // 2 if same else 2)
+        if how == "groups":
+            # calls on slices of several tensors, as few as two on one: units of a quarter of a
+            # call's kernels or more (its forward; its backward launches about twice as many),
+            # which a layer inside it does not reach, repeated twice or more
+            rep = find_repeats(ids, seg, max(period, per_call + 1), 2, max(per_call // 4, 2))
+        else:
+            rep = find_repeats(ids, seg, max(period, per_call + 1), calls, per_call // 2 if how == "same" else 2)
         for lo, p, c in zip(rep.start.tolist(), rep.period.tolist(), rep.count.tolist()):
             claimed[lo:lo + p * c] = True
-            blocks.append((np.arange(lo, lo + p * c).reshape(c, p), [], model, same))
+            blocks.append((np.arange(lo, lo + p * c).reshape(c, p), [], model, how))
     rep = find_repeats(ids, seg, period, least)
     for lo, p, c in zip(rep.start.tolist(), rep.period.tolist(), rep.count.tolist()):
         if claimed[lo:lo + p * c].any():
             continue
         claimed[lo:lo + p * c] = True
-        blocks.append((np.arange(lo, lo + p * c).reshape(c, p), [], "", False))
-    blocks += [(pos, extra, "", False) for pos, extra in find_gapped(ids, seg, claimed, period, least)]
+        blocks.append((np.arange(lo, lo + p * c).reshape(c, p), [], "", ""))
+    blocks += [(pos, extra, "", "") for pos, extra in find_gapped(ids, seg, claimed, period, least)]
     if not blocks:
         return []
     b = ctx.baseline
     names = np.asarray(g.op_names, dtype=object)
     gemm = _gemm_names(g)
     out = []
-    for pos, extra_pos, sliced, same in blocks:
+    for pos, extra_pos, sliced, how in blocks:
         ops, extras = k[pos], [k[x] for x in extra_pos]
         extra = np.concatenate(extras) if extras else np.empty(0, dtype=np.int64)
         s, e = b.g_start[ops], b.g_end[ops]
@@ -470,8 +489,9 @@ def loops(ctx: RuleContext) -> list[Loop]:
                         any(optimizer_step_kernel(n) for n in unit),
                         any(MULTI_TENSOR_RE.search(n) for n in unit + extra_names),
                         extras, [np.full(len(x), -1, dtype=np.int64) for x in extras], issue > busy,
-                        sliced, same, crosses,
-                        all(optimizer_step_kernel(n) or MULTI_TENSOR_RE.search(n) for n in unit + extra_names)))
+                        sliced, how == "same", crosses,
+                        all(optimizer_step_kernel(n) or MULTI_TENSOR_RE.search(n) for n in unit + extra_names),
+                        how == "groups"))
     # Launch dimensions are read only for the loops that wait for the CPU: the others are not
     # spoken for whatever their size.
     _read_grids(ctx, [lp for lp in out if launch_bound(lp)])
@@ -495,13 +515,15 @@ ELEMENTWISE_VARIANT_RE = re.compile(
     r"std::array<char \*")
 
 
-def _chunk_loop(ctx: RuleContext, least: int) -> Optional[tuple[int, str, bool]]:
-    """(calls an iteration, the model, whether on one input) where the op record saw the model
-    with the most parameters called ``least`` times or more in its watched iteration, every call
-    on a slice of one tensor (profkit.capture.roots: a loop over the chunks of a batch, each
-    through the whole model), or twice or more on the very same input (a guided sampler's
-    conditional and unconditional calls: independent, so one call on both does their work);
-    else None."""
+def _chunk_loop(ctx: RuleContext, least: int) -> Optional[tuple[int, str, str]]:
+    """(calls an iteration, the model, how: "sliced", "same" or "groups") where the op record saw
+    the model with the most parameters called ``least`` times or more in its watched iteration,
+    every call on a slice of one tensor (profkit.capture.roots: a loop over the chunks of a batch,
+    each through the whole model), or twice or more on the very same input (a guided sampler's
+    conditional and unconditional calls: independent, so one call on both does their work), or
+    calls that do not depend on each other twice or more on slices of one tensor among several
+    (``sliced_calls``: a multi-crop step's crops, each resolution's chunks of one tensor); else
+    None."""
     rows = [r for r in ctx.replacements.recorded("root_calls")
             if isinstance(r.get("calls"), int) and isinstance(r.get("params"), int)]
     if not rows:
@@ -509,9 +531,11 @@ def _chunk_loop(ctx: RuleContext, least: int) -> Optional[tuple[int, str, bool]]
     top = max(rows, key=lambda r: r["params"])
     model = str(top.get("module") or "the model")
     if top["calls"] >= least and top.get("sliced_input") is True:
-        return int(top["calls"]), model, False
+        return int(top["calls"]), model, "sliced"
     if top["calls"] >= 2 and top.get("same_input") is True:
-        return int(top["calls"]), model, True
+        return int(top["calls"]), model, "same"
+    if top["calls"] >= 2 and isinstance(top.get("sliced_calls"), int) and top["sliced_calls"] >= 2:
+        return int(top["calls"]), model, "groups"
     return None
 
 
@@ -558,6 +582,9 @@ def qualifies(lp: Loop, sm_count: int, dur: np.ndarray) -> bool:
     if lp.cell or (lp.grid < 0).any() or any((x < 0).any() for x in lp.extra_grids):
         return False
     if not launch_bound(lp) or lp.optimizer_only:
+        return False
+    if lp.grouped and lp.own_calls:
+        # each copy a forward and its own backward: micro-batches (PK205's), not calls to group
         return False
     if lp.steps_optimizer or lp.sliced or lp.own_calls:
         return True
@@ -712,6 +739,20 @@ def detect(ctx: RuleContext) -> list[Finding]:
                   "guided sampler's conditional and unconditional calls): one call on the inputs "
                   f"concatenated along the batch ({sliced.copies}x the batch), its output split "
                   f"({gain:.2f}x, the number below); {graph_txt}")
+    elif sliced is not None and sliced.grouped:
+        ev["sliced_model"] = sliced.sliced
+        ev["grouped_calls"] = True
+        grouped = [lp for lp in keep if lp.grouped]
+        first = max(grouped, key=lambda lp: lp.copies)
+        ranges = list(dict.fromkeys(lp.where for lp in grouped if lp.where not in ("", "(no range)")))
+        inside = f"in {' and '.join(ranges)}" if ranges else "outside any NVTX range"
+        action = (f"the whole model ({sliced.sliced}) runs once on each slice of its inputs, calls that do "
+                  f"not depend on each other ({inside}: {len(grouped) / its:.0f} runs of copies of one call an "
+                  f"iteration, the longest {first.copies} copies of a {first.period}-kernel unit, as a multi-crop "
+                  "step's crops each run on their own): one call on each tensor whole (the slices of one shape "
+                  "concatenated along the batch, as DINO groups its crops by resolution), the outputs "
+                  f"split ({gain:.2f}x, the number below); BatchNorm then takes its statistics over the "
+                  f"group, not each slice; {graph_txt}")
     elif sliced is not None:
         ev["sliced_model"] = sliced.sliced
         action = (f"a Python loop runs the whole model ({sliced.sliced}) {sliced.copies} times an iteration, "

@@ -162,10 +162,10 @@ def test_the_outermost_calls_tell_a_loop_over_chunks_from_a_decode_loop():
                 buf.copy_(mlp(buf))
 
     def multi_crop():
-        # two tensors of crops, each crop its own call: 2 chunks of one, 3 of the other
+        # crops of two sizes, each crop its own call: 2 of one, 3 of the other
         with torch.no_grad():
-            big, small = pts[:16].clone(), pts[16:40].clone()
-            [mlp(c) for c in (*big.chunk(2), *small.chunk(3))]
+            crops = [torch.randn(n, 3) for n in (16, 16, 8, 8, 8)]
+            [mlp(c) for c in crops]
 
     def chunks_inference():
         with torch.inference_mode():
@@ -201,21 +201,75 @@ def test_the_outermost_calls_tell_a_loop_over_chunks_from_a_decode_loop():
             ("multi_crop", multi_crop))
     got = {name: _record(fn)["root_calls"] for name, fn in runs}
 
-    def row(calls, sliced=False, same=False, views=0):
+    def row(calls, sliced=False, same=False, shaped=0):
         return [{"module": "Sequential", "calls": calls, "params": 115, "sliced_input": sliced, "same_input": same,
-                 "sliced_calls": calls if sliced else views}]
-    assert got["chunks"] == row(8, sliced=True)
-    # slices of two tensors: not one tensor's, yet 3 independent calls on slices of one
-    assert got["multi_crop"] == row(5, views=3)
+                 "shape_calls": shaped}]
+    assert got["chunks"] == row(8, sliced=True, shaped=8)
+    # crops of two sizes: not one tensor's slices, yet 3 independent calls on inputs of one shape
+    assert got["multi_crop"] == row(5, shaped=3)
     assert got["decode"] == row(8)
     assert got["once"] == row(1)
     # two views of one storage at one offset are the same input
-    assert got["guided"] == row(2, same=True) and got["guided_same_view"] == row(2, same=True)
+    assert got["guided"] == row(2, same=True, shaped=2) and got["guided_same_view"] == row(2, same=True, shaped=2)
     assert got["static_decode"] == row(4)
-    assert got["chunks_inference"] == row(8, sliced=True)      # inference tensors: sliced all the same
+    assert got["chunks_inference"] == row(8, sliced=True, shaped=8)  # inference tensors: sliced all the same
     assert got["weights_moved"] == row(2)
 
     def row2(calls):
         return [{"module": "Two", "calls": calls, "params": 28, "sliced_input": False, "same_input": False,
-                 "sliced_calls": 0}]
+                 "shape_calls": 0}]
     assert got["fixed_point"] == row2(4) and got["decode_with_source"] == row2(4)
+
+
+class _Storage:
+    def __init__(self, ptr: int) -> None:
+        self.ptr = ptr
+
+    def data_ptr(self) -> int:
+        return self.ptr
+
+
+class _Device:
+    type = "cuda"
+
+
+class _GpuTensor:
+    """What RootCalls reads of a CUDA tensor: its storage, offset, shape, dtype and device."""
+    device, dtype, shape = _Device(), "torch.float32", (8, 3)
+
+    def __init__(self, ptr: int) -> None:
+        self.ptr = ptr
+
+    def untyped_storage(self) -> _Storage:
+        return _Storage(self.ptr)
+
+    def storage_offset(self) -> int:
+        return 0
+
+
+class _Param:
+    _version = 0
+
+    def numel(self) -> int:
+        return 10
+
+
+class _Model:
+    def parameters(self):
+        return [_Param()]
+
+
+@pytest.mark.parametrize("read,shaped", [(False, 2), (True, 0)])
+def test_a_call_made_after_the_host_read_an_output_depends_on_it(read, shaped):
+    # a decoder that samples its next token on the host (.item()) and makes a new tensor of it:
+    # the data cannot be followed, so the calls after the read are taken as chained; without the
+    # read, two calls on fresh inputs of one shape are independent (a contrastive step's views)
+    from profkit.capture.roots import RootCalls
+    rc, model = RootCalls(), _Model()
+    rc.pre(model, (_GpuTensor(1),))
+    rc.post(model, _GpuTensor(2))
+    if read:
+        rc.op((_GpuTensor(2),), 7)   # .item() of the output
+    rc.pre(model, (_GpuTensor(3),))
+    rc.post(model, _GpuTensor(4))
+    assert rc.summary()[0]["shape_calls"] == shaped

@@ -66,13 +66,12 @@ def test_a_model_called_twice_on_one_input_is_one_call_on_both(tmp_path):
 
 DINO = ROOT / "traces" / "corpus" / "multicrop_dino_train.sqlite.xz"
 # the entries the record writes for DINO's step (tests/test_invariant_record.py's multi_crop runs
-# the record itself): the student called on 2 chunks of the global crops' tensor and 6 of the local
-# crops', the teacher on the 2 global ones; the capture was taken before the record kept
-# ``sliced_calls``
+# the record itself): the student called on 2 global crops and 6 local ones, the teacher on the 2
+# global ones; the capture was taken before the record kept ``shape_calls``
 DINO_ROOTS = [{"module": "Net", "calls": 8, "params": 7573184, "sliced_input": False, "same_input": False,
-               "sliced_calls": 6},
+               "shape_calls": 6},
               {"module": "Net", "calls": 2, "params": 7573184, "sliced_input": True, "same_input": False,
-               "sliced_calls": 2}]
+               "shape_calls": 2}]
 
 
 def test_crops_run_one_at_a_time_are_one_call_per_tensor(tmp_path):
@@ -85,15 +84,16 @@ def test_crops_run_one_at_a_time_are_one_call_per_tensor(tmp_path):
     assert f.evidence["grouped_calls"] is True and f.evidence["sliced_model"] == "Net"
     assert f.expected_end_to_end_speedup == pytest.approx(2.210, abs=1e-3)
     assert f.action.startswith(
-        "the whole model (Net) runs once on each slice of its inputs, calls that do not depend on each other "
-        "(in forward and backward: 4 runs of copies of one call an iteration, the longest 6 copies of a "
-        "68-kernel unit, as a multi-crop step's crops each run on their own): one call on each tensor whole")
+        "the whole model (Net) runs once on each of several inputs of one shape, calls that do not depend on "
+        "each other (in forward and backward: 4 runs of copies of one call an iteration, the longest 6 copies "
+        "of a 68-kernel unit, as a multi-crop step's crops each run on their own): one call on the inputs of "
+        "one shape concatenated along the batch")
 
 
-@pytest.mark.parametrize("roots", [None, [dict(DINO_ROOTS[0], sliced_calls=0), DINO_ROOTS[1]]])
-def test_without_slices_of_one_tensor_the_crops_stay_unseen(tmp_path, roots):
-    # no record of the calls (a plain nsys trace), or calls on tensors of their own (a decode
-    # loop's fresh inputs look so): only the loss's 14-term loop is found, as at first sight
+@pytest.mark.parametrize("roots", [None, [dict(DINO_ROOTS[0], shape_calls=0), DINO_ROOTS[1]]])
+def test_without_independent_calls_of_one_shape_the_crops_stay_unseen(tmp_path, roots):
+    # no record of the calls (a plain nsys trace), or calls that depend on each other (a decode
+    # loop's): only the loss's 14-term loop is found, as at first sight
     p = shared.with_record_items(DINO, tmp_path, "root_calls", roots)
     (f,) = [f for f in profkit.load(p).findings() if f.code == "PK107"]
     assert "grouped_calls" not in f.evidence and f.expected_end_to_end_speedup < 1.1

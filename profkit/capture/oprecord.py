@@ -110,7 +110,7 @@ one-line note. What it writes (``profkit-oprecord/1``)::
      "invariant": [{"op": "to", "from": "int8", "dtype": "bfloat16", "numel": 11534336, "count": 24,
                     "bytes": 553648128, "gpu_ns": 812000, "timed": 24}, ...],
      "root_calls": [{"module": "Field", "calls": 64, "params": 595844, "sliced_input": true,
-                     "same_input": false, "sliced_calls": 64}]}
+                     "same_input": false, "shape_calls": 64}]}
 """
 from __future__ import annotations
 

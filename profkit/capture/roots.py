@@ -13,15 +13,18 @@ elements, and whether every call's first tensor argument was a view of one stora
 different offsets (``sliced_input``), or the same tensor (``same_input``: the same storage at the
 same offset: the model run several times on one input with other arguments changed, as a
 diffusion sampler's classifier-free guidance calls its denoiser with the labels and then with
-the null label); and, of calls that do not depend on each other, the most made on slices of any
-one tensor (``sliced_calls``: DINO's multi-crop step runs its network on each of two global
-crops, chunks of one tensor, and each of six local crops, chunks of another: 6).
+the null label); and, of calls that do not depend on each other, the most made on inputs of one
+shape and dtype (``shape_calls``: DINO's multi-crop step runs its network on each of two global
+crops and each of six local crops, 6; a contrastive step on each of its two views, 2), which one
+call on them concatenated does.
 
 Neither is said of calls that depend on each other. The record follows the data between the
 calls: a root call's outputs, and what the ops run between calls (at depth 0) make from them, are
 marked by their storages; a later call given any marked tensor (a decoder's next token, a
 fixed-point iteration's state, a buffer a previous output was copied into) is ``chained``. So is
-a model whose parameters changed between its calls (a sharpness-aware step's second forward).
+a model whose parameters changed between its calls (a sharpness-aware step's second forward),
+and every call after the host read a marked tensor (``.item()``, ``.cpu()``: a token sampled on
+the host and made a new tensor cannot be followed, so what comes after is taken to depend on it).
 PK107 reads it.
 """
 from __future__ import annotations
@@ -56,6 +59,7 @@ class RootCalls:
         self.calls: dict[int, Optional[dict]] = {}   # id(module) -> the row (None: no parameters)
         self.marked: set[int] = set()                # storages made from a root call's outputs
         self.current: Optional[dict] = None          # the root call running
+        self.host_read = False                       # a marked tensor's data went to the host
 
     def pre(self, module: Any, inputs: tuple) -> None:
         self.depth += 1
@@ -65,7 +69,7 @@ class RootCalls:
             params = sum(int(p.numel()) for p in module.parameters())
             # (None for a module without parameters: counted once, never kept)
             self.calls[id(module)] = {"module": type(module).__name__, "calls": 0, "params": params,
-                                      "storages": set(), "offsets": set(), "views": {}, "fresh": False,
+                                      "storages": set(), "offsets": set(), "shapes": {}, "fresh": False,
                                       "chained": False, "weights": set()} if params else None
         row = self.calls[id(module)]
         self.current = row
@@ -74,13 +78,17 @@ class RootCalls:
         row["calls"] += 1
         args = list(_tensors(inputs))
         first = args[0] if args else None
+        if first is not None:
+            key = (tuple(first.shape), str(first.dtype))
+            row["shapes"][key] = row["shapes"].get(key, 0) + 1
+        if self.host_read:
+            row["chained"] = True
         ptr = _storage(first) if first is not None else None
         if ptr is None:
             row["fresh"] = True
         else:
             row["storages"].add(ptr)
             row["offsets"].add(int(first.storage_offset()))
-            row["views"].setdefault(ptr, set()).add(int(first.storage_offset()))
         if any(_storage(t) in self.marked for t in args):
             row["chained"] = True
         try:   # the parameters' in-place updates between calls (an optimizer's, a perturbation's)
@@ -99,8 +107,15 @@ class RootCalls:
         tensors is marked (an in-place op's output is its input's storage: marked too)."""
         if self.depth or not self.marked:
             return
-        if any(_storage(t) in self.marked for t in _tensors(args)):
+        marked = [t for t in _tensors(args) if _storage(t) in self.marked]
+        if marked:
             self._mark(out)
+            # a number (.item(), a tensor's truth) or a host tensor (.cpu()) made from a marked
+            # tensor on the GPU: its data went to Python
+            on_gpu = any(t.device.type != "cpu" for t in marked)
+            if on_gpu and (isinstance(out, (bool, int, float))
+                           or any(t.device.type == "cpu" for t in _tensors(out))):
+                self.host_read = True
 
     def _mark(self, x: Any) -> None:
         for t in _tensors(x):
@@ -114,9 +129,8 @@ class RootCalls:
             free = r["calls"] > 1 and not r["fresh"] and not r["chained"] and len(r["weights"]) == 1
             sliced = free and len(r["storages"]) == 1 and len(r["offsets"]) == r["calls"]
             same = free and len(r["storages"]) == 1 and len(r["offsets"]) == 1
-            # (one storage at one offset is the same input, not a slice)
-            views = max((len(o) for o in r["views"].values()), default=0) if free else 0
+            shaped = max(r["shapes"].values(), default=0) if free else 0
             rows.append({"module": r["module"], "calls": r["calls"], "params": r["params"],
                          "sliced_input": sliced, "same_input": same,
-                         "sliced_calls": views if views >= 2 else 0})
+                         "shape_calls": shaped if shaped >= 2 else 0})
         return rows

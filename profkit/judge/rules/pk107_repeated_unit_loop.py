@@ -175,17 +175,18 @@ Loops over chunks
     denoiser), is the same case with as few as two calls: one call on the inputs concatenated
     does their work. On cfg_two_pass_sample (a DiT-S/2 sampled with guidance, an H100), given its
     program's entry, 1.72x; one call on both measured 1.95x. Calls that do not depend on each
-    other, twice or more on slices of one tensor among several (``sliced_calls``: a multi-crop
-    step runs its network once per crop, the two global crops chunks of one tensor and the six
-    local ones of another), are searched for units of a quarter of a call's kernels or more (a
-    call's forward; a layer inside it is shorter) repeated twice or more, spoken for while
-    launch-bound unless each copy crosses into autograd's thread (a forward and its own
-    backward: gradient accumulation's micro-batches, PK205's), and priced as above ("one call
-    on each tensor whole"). The search claims the shortest period first, and a unit that also
-    matches the end of the call before it starts there: on multicrop_dino_train (an H100) it
-    found the six local crops' forwards and backwards, the teacher's two forwards and the global
-    crops' backwards, not their forwards: 2.21x, where grouping the crops by resolution measured
-    2.58x (a lower bound: PK103's CUDA graph, 3.08x, stays first, untimed).
+    other, twice or more on inputs of one shape (``shape_calls``: a multi-crop step runs its
+    network once per crop, two global crops and six local ones; a contrastive step once per
+    view), are searched for units of a quarter of a call's kernels or more (a call's forward; a
+    layer inside it is shorter) repeated twice or more, spoken for while launch-bound unless each
+    copy crosses into autograd's thread (a forward and its own backward: gradient accumulation's
+    micro-batches, PK205's), and priced as above ("one call on the inputs of one shape"). The
+    search claims the shortest period first, and a unit that also matches the end of the call
+    before it starts there: on multicrop_dino_train (an H100) it found the six local crops'
+    forwards and backwards, the teacher's two forwards and the global crops' backwards, not their
+    forwards: 2.21x, where grouping the crops by resolution measured 2.58x (the price a lower
+    bound; PK103's CUDA graph, 3.08x, stays first, untimed). A record written before it kept
+    ``shape_calls`` gives no such finding.
 References
     PyTorch ``torch.vmap`` and ``torch.func`` docs (per-sample computations); the
     ``torch._foreach_*`` multi-tensor ops (``torch.optim``'s foreach implementations); PyTorch
@@ -389,8 +390,8 @@ class Loop:
     # autograd's engine (each copy its own backward call, made from a Python loop)
     optimizer_only: bool = False  # the unit is an optimizer's update kernels and nothing else: one
     # optimizer stepping its parameter groups one after another (PK201's), not models of their own
-    grouped: bool = False     # the model called on slices of several tensors (``sliced_calls``):
-    # the copies one tensor's slices, which one call on the whole tensor makes
+    grouped: bool = False     # the model called twice or more on inputs of one shape (``shape_calls``):
+    # the copies such calls, which one call on the inputs concatenated makes
 
     @property
     def extra(self) -> np.ndarray:
@@ -521,8 +522,8 @@ def _chunk_loop(ctx: RuleContext, least: int) -> Optional[tuple[int, str, str]]:
     every call on a slice of one tensor (profkit.capture.roots: a loop over the chunks of a batch,
     each through the whole model), or twice or more on the very same input (a guided sampler's
     conditional and unconditional calls: independent, so one call on both does their work), or
-    calls that do not depend on each other twice or more on slices of one tensor among several
-    (``sliced_calls``: a multi-crop step's crops, each resolution's chunks of one tensor); else
+    calls that do not depend on each other twice or more on inputs of one shape (``shape_calls``:
+    a multi-crop step's crops, a contrastive step's views); else
     None."""
     rows = [r for r in ctx.replacements.recorded("root_calls")
             if isinstance(r.get("calls"), int) and isinstance(r.get("params"), int)]
@@ -534,7 +535,7 @@ def _chunk_loop(ctx: RuleContext, least: int) -> Optional[tuple[int, str, str]]:
         return int(top["calls"]), model, "sliced"
     if top["calls"] >= 2 and top.get("same_input") is True:
         return int(top["calls"]), model, "same"
-    if top["calls"] >= 2 and isinstance(top.get("sliced_calls"), int) and top["sliced_calls"] >= 2:
+    if top["calls"] >= 2 and isinstance(top.get("shape_calls"), int) and top["shape_calls"] >= 2:
         return int(top["calls"]), model, "groups"
     return None
 
@@ -746,11 +747,11 @@ def detect(ctx: RuleContext) -> list[Finding]:
         first = max(grouped, key=lambda lp: lp.copies)
         ranges = list(dict.fromkeys(lp.where for lp in grouped if lp.where not in ("", "(no range)")))
         inside = f"in {' and '.join(ranges)}" if ranges else "outside any NVTX range"
-        action = (f"the whole model ({sliced.sliced}) runs once on each slice of its inputs, calls that do "
-                  f"not depend on each other ({inside}: {len(grouped) / its:.0f} runs of copies of one call an "
+        action = (f"the whole model ({sliced.sliced}) runs once on each of several inputs of one shape, calls "
+                  f"that do not depend on each other ({inside}: {len(grouped) / its:.0f} runs of copies of one call an "
                   f"iteration, the longest {first.copies} copies of a {first.period}-kernel unit, as a multi-crop "
-                  "step's crops each run on their own): one call on each tensor whole (the slices of one shape "
-                  "concatenated along the batch, as DINO groups its crops by resolution), the outputs "
+                  "step's crops each run on their own): one call on the inputs of one shape concatenated "
+                  "along the batch (as DINO groups its crops by resolution), the outputs "
                   f"split ({gain:.2f}x, the number below); BatchNorm then takes its statistics over the "
                   f"group, not each slice; {graph_txt}")
     elif sliced is not None:

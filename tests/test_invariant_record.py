@@ -167,6 +167,15 @@ def test_the_outermost_calls_tell_a_loop_over_chunks_from_a_decode_loop():
             crops = [torch.randn(n, 3) for n in (16, 16, 8, 8, 8)]
             [mlp(c) for c in crops]
 
+    def train_and_validate():
+        # a training batch, then a validation batch of the same shape under no_grad and eval():
+        # not calls one call could make
+        mlp(torch.randn(8, 3)).sum().backward()
+        mlp.eval()
+        with torch.no_grad():
+            mlp(torch.randn(8, 3))
+        mlp.train()
+
     def chunks_inference():
         with torch.inference_mode():
             torch.cat([mlp(c) for c in pts.split(8)])
@@ -198,7 +207,7 @@ def test_the_outermost_calls_tell_a_loop_over_chunks_from_a_decode_loop():
             ("guided_same_view", guided_same_view), ("static_decode", static_decode),
             ("chunks_inference", chunks_inference), ("fixed_point", fixed_point),
             ("decode_with_source", decode_with_source), ("weights_moved", weights_moved),
-            ("multi_crop", multi_crop))
+            ("multi_crop", multi_crop), ("train_and_validate", train_and_validate))
     got = {name: _record(fn)["root_calls"] for name, fn in runs}
 
     def row(calls, sliced=False, same=False, shaped=0):
@@ -207,6 +216,7 @@ def test_the_outermost_calls_tell_a_loop_over_chunks_from_a_decode_loop():
     assert got["chunks"] == row(8, sliced=True, shaped=8)
     # crops of two sizes: not one tensor's slices, yet 3 independent calls on inputs of one shape
     assert got["multi_crop"] == row(5, shaped=3)
+    assert got["train_and_validate"] == row(2)
     assert got["decode"] == row(8)
     assert got["once"] == row(1)
     # two views of one storage at one offset are the same input

@@ -14,9 +14,9 @@ different offsets (``sliced_input``), or the same tensor (``same_input``: the sa
 same offset: the model run several times on one input with other arguments changed, as a
 diffusion sampler's classifier-free guidance calls its denoiser with the labels and then with
 the null label); and, of calls that do not depend on each other, the most made on inputs of one
-shape and dtype (``shape_calls``: DINO's multi-crop step runs its network on each of two global
-crops and each of six local crops, 6; a contrastive step on each of its two views, 2), which one
-call on them concatenated does.
+shape and dtype, under one grad mode and module mode (``shape_calls``: DINO's multi-crop step runs
+its network on each of two global crops and each of six local crops, 6; a contrastive step on
+each of its two views, 2), which one call on them concatenated does.
 
 Neither is said of calls that depend on each other. The record follows the data between the
 calls: a root call's outputs, and what the ops run between calls (at depth 0) make from them, are
@@ -42,6 +42,14 @@ def _tensors(x: Any) -> Iterable[Any]:
     elif isinstance(x, dict):
         for v in x.values():
             yield from _tensors(v)
+
+
+def _grad_enabled() -> bool:
+    try:
+        import torch
+        return bool(torch.is_grad_enabled())
+    except Exception:  # noqa: BLE001 - no torch: no grad mode to tell calls apart by
+        return True
 
 
 def _storage(t: Any) -> Optional[int]:
@@ -79,7 +87,9 @@ class RootCalls:
         args = list(_tensors(inputs))
         first = args[0] if args else None
         if first is not None:
-            key = (tuple(first.shape), str(first.dtype))
+            # calls that one call could make: one shape and dtype, under one grad mode and module
+            # mode (a validation batch run under no_grad and eval() is not the training batch's twin)
+            key = (tuple(first.shape), str(first.dtype), _grad_enabled(), bool(getattr(module, "training", True)))
             row["shapes"][key] = row["shapes"].get(key, 0) + 1
         if self.host_read:
             row["chained"] = True

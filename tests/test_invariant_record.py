@@ -170,10 +170,11 @@ def test_the_outermost_calls_tell_a_loop_over_chunks_from_a_decode_loop():
     def train_and_validate():
         # a training batch, then a validation batch of the same shape under no_grad and eval():
         # not calls one call could make
-        mlp(torch.randn(8, 3)).sum().backward()
+        train, val = torch.randn(8, 3), torch.randn(8, 3)
+        mlp(train).sum().backward()
         mlp.eval()
         with torch.no_grad():
-            mlp(torch.randn(8, 3))
+            mlp(val)
         mlp.train()
 
     def chunks_inference():

@@ -138,7 +138,7 @@ class RootCalls:
         for r in sorted((r for r in self.calls.values() if r is not None), key=lambda r: -r["params"]):
             free = r["calls"] > 1 and not r["fresh"] and not r["chained"] and len(r["weights"]) == 1
             sliced = free and len(r["storages"]) == 1 and len(r["offsets"]) == r["calls"]
-            same = free and len(r["storages"]) == 1 and len(r["offsets"]) == 1
+            same = free and len(r["storages"]) == 1 and len(r["offsets"]) == 1 and len(r["shapes"]) == 1
             shaped = max(r["shapes"].values(), default=0) if free else 0
             rows.append({"module": r["module"], "calls": r["calls"], "params": r["params"],
                          "sliced_input": sliced, "same_input": same,

@@ -138,7 +138,11 @@ Expected gain
     longest copy (a kernel is not faster than its own work), never more than the copies' time summed
     (not slower than before). The export profkit reads has the grids but not the registers and
     shared memory that set how many blocks an SM holds: one block per SM is the conservative choice
-    (more waves, a slower kernel). The step model replays the edited graph at the calibrated CPU
+    (more waves, a slower kernel). Wide copies merged at their time summed less the fixed cost
+    each copy but one paid (the launch floor, 1.3 us) was tried (2026-12-07) and not adopted: on
+    the what-if page three pairs moved nearer (R-GCN's batched relations +90% -> +59%, the request
+    loop's batch, the augmentation loop's) and three away (the experts' fixed capacity, the
+    ensemble under vmap, LAMB's foreach step), the counts unchanged. The step model replays the edited graph at the calibrated CPU
     scale, capped at the loops removed outright (kernels and launches gone: the most a change of
     them can give). The loops' span over the wider kernels' time is no cap: once a loop's launches
     are gone its kernels run under the Python that follows it, which before waited for the loop. The

@@ -33,7 +33,14 @@ Trial
     where the chains are in the model's code; chains outside it (an optimizer's, an EMA's) stay
     eager under that trial, which then measures less than the fix. On GPT-2 fp16 with gradient
     accumulation the trial measured 1.81x against this rule's 1.50x: the compiled model also
-    fuses what is not a chain of three (the casts, the norms' pairs).
+    fuses what is not a chain of three (the casts, the norms' pairs). Pricing the compiled model
+    instead where a chain runs in its code (every run of fusible kernels in the model's ranges
+    fused with the chains') was tried (2026-12-07) and not adopted: on the what-if page the compile
+    pairs this rule prices moved nearer (ViT's +50% -> +1%, masked SDPA's +22% -> -4%, int8
+    weights' +51% -> +16%, LoRA's +48% -> +32%; NeRF's -9% -> -15%), 263 of 355 within 15%
+    against 262, but the new number put this rule first on two programs whose compile was never
+    timed (ViT with per-tensor gradient norms, T5 fine-tuning), and the top action was right on
+    100 programs against 102.
 References
     PyTorch ``torch.compile`` docs; Inductor pointwise fusion.
 """

@@ -25,6 +25,12 @@ def grids_of(shapes: pd.DataFrame, starts: np.ndarray, corr: np.ndarray) -> np.n
     return np.where(at >= 0, shapes["grid"].to_numpy(np.int64)[np.maximum(at, 0)], -1)
 
 
+def few_blocks(grid: np.ndarray, sm_count: int, share: float = MAX_GRID_SHARE) -> np.ndarray:
+    """Per kernel of ``grid`` (its blocks, -1 where unknown): launched on at most ``share`` of the
+    ``sm_count`` SMs."""
+    return (grid > 0) & (grid <= share * sm_count)
+
+
 def spread_ns(dur: np.ndarray, blocks: np.ndarray, sm_count: int, floor_ns: float = FLOOR_NS) -> np.ndarray:
     """What each kernel would take if every SM did what its ``blocks`` did, never under ``floor_ns``."""
     return np.maximum(dur * blocks / sm_count, floor_ns)
@@ -43,7 +49,7 @@ def small_grids(acts: pd.DataFrame, shapes: pd.DataFrame, sm_count: int) -> pd.S
     grid = grids_of(shapes, long["start"].to_numpy(), long["correlationId"].to_numpy())
     names = long["name"].astype(str)
     library = names.map({n: bool(LIBRARY_RE.search(n)) for n in names.unique()}).to_numpy(bool)
-    few = (grid > 0) & (grid <= MAX_GRID_SHARE * sm_count) & ~library
+    few = few_blocks(grid, sm_count) & ~library
     return pd.Series(grid[few], index=long.index[few], dtype="int64")
 
 

@@ -388,14 +388,13 @@ class Loop:
     # (find_gapped): its operations; and their grids, -1 where unread
     extra_grids: list = field(default_factory=list)
     host_paced: bool = False  # the host takes longer to issue the copies than their kernels run
-    sliced: str = ""          # the model the op record saw called once a copy on slices of one tensor
-    same_input: bool = False  # ... or on the very same input each copy (other arguments changed)
+    sliced: str = ""          # the model the op record saw called once a copy (_chunk_loop), and
+    how: str = ""             # on what: "sliced" (slices of one tensor), "same" (the very same input,
+    # other arguments changed) or "groups" (inputs of one shape: one call on them concatenated)
     own_calls: bool = False   # every copy launched from two threads or more: the program's and
     # autograd's engine (each copy its own backward call, made from a Python loop)
     optimizer_only: bool = False  # the unit is an optimizer's update kernels and nothing else: one
     # optimizer stepping its parameter groups one after another (PK201's), not models of their own
-    grouped: bool = False     # the model called twice or more on inputs of one shape (``shape_calls``):
-    # the copies such calls, which one call on the inputs concatenated makes
 
     @property
     def extra(self) -> np.ndarray:
@@ -436,9 +435,9 @@ def loops(ctx: RuleContext) -> list[Loop]:
         its = max(len(g.iter_call) - 1, 1)
         per_call = len(k) // its // calls
         if how == "groups":
-            # calls on slices of several tensors, as few as two on one: units of a quarter of a
-            # call's kernels or more (its forward; its backward launches about twice as many),
-            # which a layer inside it does not reach, repeated twice or more
+            # calls on inputs of one shape, as few as two: units of a quarter of a call's kernels or
+            # more (its forward; its backward launches about twice as many), which a layer inside
+            # it does not reach, repeated twice or more
             rep = find_repeats(ids, seg, max(period, per_call + 1), 2, max(per_call // 4, 2))
         else:
             rep = find_repeats(ids, seg, max(period, per_call + 1), calls, per_call // 2 if how == "same" else 2)
@@ -494,9 +493,8 @@ def loops(ctx: RuleContext) -> list[Loop]:
                         any(optimizer_step_kernel(n) for n in unit),
                         any(MULTI_TENSOR_RE.search(n) for n in unit + extra_names),
                         extras, [np.full(len(x), -1, dtype=np.int64) for x in extras], issue > busy,
-                        sliced, how == "same", crosses,
-                        all(optimizer_step_kernel(n) or MULTI_TENSOR_RE.search(n) for n in unit + extra_names),
-                        how == "groups"))
+                        sliced, how, crosses,
+                        all(optimizer_step_kernel(n) or MULTI_TENSOR_RE.search(n) for n in unit + extra_names)))
     # Launch dimensions are read only for the loops that wait for the CPU: the others are not
     # spoken for whatever their size.
     _read_grids(ctx, [lp for lp in out if launch_bound(lp)])
@@ -588,7 +586,7 @@ def qualifies(lp: Loop, sm_count: int, dur: np.ndarray) -> bool:
         return False
     if not launch_bound(lp) or lp.optimizer_only:
         return False
-    if lp.grouped and lp.own_calls:
+    if lp.how == "groups" and lp.own_calls:
         # each copy a forward and its own backward: micro-batches (PK205's), not calls to group
         return False
     if lp.steps_optimizer or lp.sliced or lp.own_calls:
@@ -736,7 +734,7 @@ def detect(ctx: RuleContext) -> list[Finding]:
     independent = "samples, parameters or a batch's partitions" if sizes else "samples or parameters"
     where = "outside any NVTX range" if big.where in ("", "(no range)") else f"in {big.where}"
     sliced = next((lp for lp in keep if lp.sliced), None)
-    if sliced is not None and sliced.same_input:
+    if sliced is not None and sliced.how == "same":
         ev["sliced_model"] = sliced.sliced
         ev["same_input"] = True
         action = (f"the whole model ({sliced.sliced}) runs {sliced.copies} times an iteration on the same "
@@ -744,10 +742,10 @@ def detect(ctx: RuleContext) -> list[Finding]:
                   "guided sampler's conditional and unconditional calls): one call on the inputs "
                   f"concatenated along the batch ({sliced.copies}x the batch), its output split "
                   f"({gain:.2f}x, the number below); {graph_txt}")
-    elif sliced is not None and sliced.grouped:
+    elif sliced is not None and sliced.how == "groups":
         ev["sliced_model"] = sliced.sliced
         ev["grouped_calls"] = True
-        grouped = [lp for lp in keep if lp.grouped]
+        grouped = [lp for lp in keep if lp.how == "groups"]
         first = max(grouped, key=lambda lp: lp.copies)
         ranges = list(dict.fromkeys(lp.where for lp in grouped if lp.where not in ("", "(no range)")))
         inside = f"in {' and '.join(ranges)}" if ranges else "outside any NVTX range"

@@ -97,7 +97,7 @@ def detect(ctx: RuleContext) -> list[Finding]:
     if not len(cand):
         return []
     grids = ctx.launch_grids(ops[cand])
-    few = (grids > 0) & (grids <= RULE.param("max_grid_share") * sm)
+    few = grid.few_blocks(grids, sm, RULE.param("max_grid_share"))
     hit, blocks = cand[few], grids[few]
     total = float(dur.sum())
     under = float(dur[hit].sum())

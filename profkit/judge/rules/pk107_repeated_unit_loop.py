@@ -186,11 +186,12 @@ Loops over chunks
     copy crosses into autograd's thread (a forward and its own backward: gradient accumulation's
     micro-batches, PK205's), and priced as above ("one call on the inputs of one shape"). The
     search claims the shortest period first, and a unit that also matches the end of the call
-    before it starts there: on multicrop_dino_train (an H100) it found the six local crops'
-    forwards and backwards, the teacher's two forwards and the global crops' backwards, not their
-    forwards: 2.21x, where grouping the crops by resolution measured 2.58x (the price a lower
-    bound; PK103's CUDA graph, 3.08x, stays first, untimed). A record written before it kept
-    ``shape_calls`` gives no such finding.
+    before it starts there: on multicrop_dino_train's first-sight capture (an H100, 14
+    iterations; not committed, the tree's size bound), given the entry its program makes, it
+    found the six local crops' forwards and backwards, the teacher's two forwards and the global
+    crops' backwards, not their forwards: 2.27x, where grouping the crops by resolution measured
+    2.58x (the price a lower bound; PK103's CUDA graph, 3.13x, stays first, untimed). A record
+    written before it kept ``shape_calls`` gives no such finding.
 References
     PyTorch ``torch.vmap`` and ``torch.func`` docs (per-sample computations); the
     ``torch._foreach_*`` multi-tensor ops (``torch.optim``'s foreach implementations); PyTorch
@@ -747,15 +748,17 @@ def detect(ctx: RuleContext) -> list[Finding]:
         ev["grouped_calls"] = True
         grouped = [lp for lp in keep if lp.how == "groups"]
         first = max(grouped, key=lambda lp: lp.copies)
+        runs = len(grouped) / its
         ranges = list(dict.fromkeys(lp.where for lp in grouped if lp.where not in ("", "(no range)")))
         inside = f"in {' and '.join(ranges)}" if ranges else "outside any NVTX range"
         action = (f"the whole model ({sliced.sliced}) runs once on each of several inputs of one shape, calls "
-                  f"that do not depend on each other ({inside}: {len(grouped) / its:.0f} runs of copies of one call an "
+                  f"that do not depend on each other ({inside}: {runs:.0f} run{'' if round(runs) == 1 else 's'} of "
+                  f"copies of one call an "
                   f"iteration, the longest {first.copies} copies of a {first.period}-kernel unit, as a multi-crop "
                   "step's crops each run on their own): one call on the inputs of one shape concatenated "
                   "along the batch (as DINO groups its crops by resolution), the outputs "
                   f"split ({gain:.2f}x, the number below); BatchNorm then takes its statistics over the "
-                  f"group, not each slice; {graph_txt}")
+                  f"group, not each input; {graph_txt}")
     elif sliced is not None:
         ev["sliced_model"] = sliced.sliced
         action = (f"a Python loop runs the whole model ({sliced.sliced}) {sliced.copies} times an iteration, "

@@ -48,12 +48,12 @@ def test_a_capture_cut_one_generation_shorter_is_priced_alike(tmp_path):
     db = tmp_path / "t.sqlite"
     with lzma.open(src) as a, open(db, "wb") as b:
         shutil.copyfileobj(a, b)
-    trim_tail.main(str(db), "generate", 8)
+    trim_tail.main(str(db), "generate", 5)
     p = profkit.load(db)
     # the window's first generation, the warm-up at 3.2x the median, is left out of either
-    assert len(p.window.iteration_ns) == 8 and p.window.iteration_ns[0] > 3 * np.median(p.window.iteration_ns)
+    assert len(p.window.iteration_ns) == 5 and p.window.iteration_ns[0] > 3 * np.median(p.window.iteration_ns)
     cut = next(f for f in p.findings() if f.code == "PK103")
-    assert full.expected_end_to_end_speedup == pytest.approx(3.942, abs=1e-3)
-    # within what one generation more or less moves the mean (their accepted tokens vary: 3.2%
-    # here); with the warm-up in the mean, 13 generations had priced 2.82x where 14 priced 3.90x
+    assert full.expected_end_to_end_speedup == pytest.approx(3.896, abs=1e-3)
+    # within what one generation more or less moves the mean (their accepted tokens vary: 0.5%
+    # here, 5 generations against the committed 6); with the warm-up in the mean, 13 generations had priced 2.82x where 14 priced 3.90x
     assert cut.expected_end_to_end_speedup == pytest.approx(full.expected_end_to_end_speedup, rel=0.05)

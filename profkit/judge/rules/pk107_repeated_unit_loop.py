@@ -187,7 +187,8 @@ Loops over chunks
     micro-batches, PK205's), and priced as above ("one call on the inputs of one shape"). The
     search claims the shortest period first, and a unit that also matches the end of the call
     before it starts there: on multicrop_dino_train's first-sight capture (an H100, 14
-    iterations; not committed, the tree's size bound), given the entry its program makes, it
+    iterations; the committed one is cut shorter, its record older than ``shape_calls``: no such
+    finding there, 1.04x on the what-if page), given the entry its program makes, it
     found the six local crops' forwards and backwards, the teacher's two forwards and the global
     crops' backwards, not their forwards: 2.27x, where grouping the crops by resolution measured
     2.58x (the price a lower bound; PK103's CUDA graph, 3.13x, stays first, untimed). A record

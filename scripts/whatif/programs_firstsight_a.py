@@ -201,6 +201,9 @@ PROGRAMS: list[dict] = [
                                  "what": "gradient checkpointing left off (memory allows it)"},
             "fused_adamw": {"args": ["--fix", "fused_adamw"], "pays": True,
                             "what": "AdamW(fused=True) instead of the default foreach"},
+            # timed after the first sight: PK402's top action there (torch.compile around the chains)
+            "compile": {"args": ["--fix", "compile"], "pays": None, "compiles": True,
+                        "what": "torch.compile(model), default mode, checkpointing kept"},
         },
         "expect": {
             "baseline": "HF Llama 270M (16 layers, 1024 wide), bf16 autocast, 8 x 1024 tokens, gradient "
@@ -209,6 +212,7 @@ PROGRAMS: list[dict] = [
             "no_checkpointing": "pays: the recomputed forward (~a quarter of the step's work) goes. "
                                 "Estimate 1.2-1.3x",
             "fused_adamw": "pays a little: 270M params, ~5 ms of foreach passes down to ~2. Estimate 1.05-1.1x",
+            "compile": "PK402's top action at first sight (1.55x), never timed then",
         },
     },
     {

@@ -513,6 +513,9 @@ FIX_RULES = {
     ("multicrop_dino_train", "bf16"): ("PK305", None),
     ("multicrop_dino_train", "channels_last"): ("PK305", "channels_last_speedup"),
     ("grad_checkpoint_train", "no_checkpointing"): ("PK204", None), ("grad_checkpoint_train", "fused_adamw"): ("PK201", None),
+    # torch.compile(model) with the checkpointing kept: PK402's action (the chains' runs fused),
+    # its top action at first sight
+    ("grad_checkpoint_train", "compile"): ("PK402", None),
     ("cpu_tokenize_infer", "encode_batch"): (None, None), ("cpu_tokenize_infer", "workers"): ("PK102", None),
     ("cpu_tokenize_infer", "pretokenized"): ("PK102", None),
     ("tuned_gpt_train", "reduce_overhead"): ("PK103", "cuda_graph_speedup"), ("tuned_gpt_train", "tf32"): ("PK302", None),

@@ -19,6 +19,8 @@
 #   OUTDIR/measured.json          -> `whatif_accuracy.py merge OUTDIR/measured.json --folder LABEL`
 #   OUTDIR/logs/                  the captures' logs (the trials' seconds, the replacement timings)
 #   OUTDIR/calib/                 the interleaved blocks (`merge` reads them beside measured.json)
+#   OUTDIR/apart/measured.json    a program the registry does not interleave: its variants' runs
+#                                 of their own (merged as another folder)
 # then, before any change, on a clean tree: `whatif_accuracy.py firstsight --programs NAMES` and
 # commit its record; only then `whatif_accuracy.py page`.
 set -u
@@ -42,12 +44,16 @@ names=$(python3 scripts/whatif_accuracy.py list --first-sight "$@") || exit 2
 [ -n "$names" ] || { echo "firstsight: nothing to capture for: $*"; exit 0; }
 echo "== programs: $names"
 python3 scripts/whatif_accuracy.py list --ranges --first-sight $names > "$out/ranges.tsv"
+interleaves() {  # whether the registry lets NAME's variants be timed side by side in one process
+  python3 -c "import sys; sys.path.insert(0, 'scripts'); from whatif import registry; \
+sys.exit(0 if registry.select('$1')[0].get('interleave') else 1)"
+}
 pack() {
   [ -n "${FIRSTSIGHT_PACK:-}" ] || return 0
   # calib/: the interleaved processes' blocks, which `whatif_accuracy.py merge` reads. In pieces
   # of 15 MB (FILE.tar.00, .01, ...: `cat FILE.tar.* | tar x`), for transfers that limit a file's size.
   tar -C "$out" -cf "$out/pack.tar" bring logs $( [ -d "$out/calib" ] && echo calib ) \
-    $( [ -f "$out/measured.json" ] && echo measured.json ) || return 0
+    $( [ -f "$out/measured.json" ] && echo measured.json ) $( [ -d "$out/apart" ] && echo apart ) || return 0
   rm -f "$FIRSTSIGHT_PACK".[0-9][0-9]
   split -b 15m -d "$out/pack.tar" "$FIRSTSIGHT_PACK."
 }
@@ -70,9 +76,14 @@ for name in $names; do
   # a program with no capture cannot be scored: its fixes are not timed
   if [ ! -f "$f" ]; then
     echo "   $name: no capture, fixes not timed"
-  elif [ "$left" -gt "$min_timing" ]; then
+  elif [ "$left" -gt "$min_timing" ] && interleaves "$name"; then
     python3 scripts/whatif_accuracy.py interleave "$out" --programs "$name" \
       --reps 1 --rounds 9 --budget "$left" --min-left 30
+  elif [ "$left" -gt "$min_timing" ]; then
+    # a program whose variants cannot share a process (cuDNN's benchmark cache, workers): each
+    # variant in runs of its own, into a measured.json of their own (OUTDIR/apart)
+    python3 scripts/whatif_accuracy.py measure "$out/apart" --programs "$name" \
+      --reps 1 --budget "$left" --min-left 30
   else
     echo "   $name: fixes not timed (${left}s left, more than $min_timing needed)"
   fi

@@ -165,6 +165,11 @@ def section(today: dict[str, dict]) -> list[str]:
                          f"{'yes' if r['top_right'] else 'no'} | {'yes' if r['top_step_within'] else 'no'} | "
                          f"{within} | {'yes' if r['false_promise'] else 'no'} | "
                          f"{('yes' if t['top_right'] else 'no') if t else '-'} | {now_within} |")
+    # what was learnt about a record after it was scored (a timing found not to time the program):
+    # said beside it, the score left as it was
+    noted = [n for n in scored if record[n].get("note")]
+    if noted:
+        lines += [""] + [f"- {n}, after its first sight: {record[n]['note']}" for n in noted]
     unseen = [n for n in scored if n not in today]
     if unseen:
         lines += ["", f"Scored at first sight, their capture not committed (the tree's size bound), so no score "

@@ -102,7 +102,12 @@ def build(args, fixes: set[str], dev: torch.device) -> Callable[[], torch.Tensor
 def main() -> None:
     args, fixes, dev = program_args(__doc__, FIXES, CUDA_ONLY, steps=30,
                                     alternatives=[("no_benchmark", "bucketed")])
-    ran = run(build, args, fixes, dev)
+    # cuDNN keeps which algorithm each shape was given for the whole process: variants sharing one
+    # would time each other's benchmarking (interleaved, the baseline ran 8.2 ms an iteration;
+    # alone 784 ms, as in its capture's run: an H100, 2026-12-07)
+    shared_cache = "shares cuDNN's benchmark cache with the other variants in one process"
+    ran = run(build, args, fixes, dev, not_interleaved={"no_benchmark": shared_cache, "bucketed": shared_cache,
+                                                        "bf16": shared_cache})
     if ran:
         print(f"w_varlen_conv_benchmark_train: {args.steps} steps, fixes {sorted(fixes) or 'none'}, "
               f"last loss {ran[1][-1].item():.3f}")

@@ -164,6 +164,13 @@ Trial
     the price of the finding that says to torch.compile a GPU-paced step. Neither compiles the
     optimizer step (PK201's ``fused_optim``). Compilation takes the first iterations, which the
     trial leaves out as warm-up and reports beside.
+
+    Noticed, not mended: the compiled prices compile every range of the step but the optimizer's
+    and the data loader's, while ``torch.compile(model)`` and its trial compile the outermost
+    module alone. Code in the loss outside the module stays eager: a ViT whose loss adds an L2
+    penalty summed over each of its 150 parameter tensors (explicit_l2_train, an H100,
+    2026-12-07) was priced 8.91x for ``reduce-overhead``, its trial measured 1.80x. The trace
+    does not say which launches the module's call made.
 References
     PyTorch CUDA Graphs docs; ``torch.compile`` modes; HF transformers "Static cache and
     torch.compile" docs; Nsight Systems ``nsys analyze`` rule ``gpu_gaps``.

@@ -41,6 +41,15 @@ Trial
     against 262, but the new number put this rule first on two programs whose compile was never
     timed (ViT with per-tensor gradient norms, T5 fine-tuning), and the top action was right on
     100 programs against 102.
+
+    Noticed, not mended: on a host-paced step the price keeps each kernel the compiled graph
+    still launches at its eager host cost. An HF Llama fine-tune with gradient checkpointing
+    (grad_checkpoint_train: 96 of 105 ms an iteration on the host's path, 3,134 launches) was
+    priced 1.53x here (1.62x for PK103's default mode); ``torch.compile(model)`` measured 2.49x
+    and 2.63x in two processes (an H100, 2026-12-07), the best of its fixes (turning the
+    checkpointing off 1.61-1.68x): compiled, the HF modules' Python around each kept kernel goes,
+    which the price keeps (where Dynamo traces the checkpoint, the recomputed forward's Python
+    too; not established which it did here).
 References
     PyTorch ``torch.compile`` docs; Inductor pointwise fusion.
 """

@@ -142,9 +142,9 @@ Expected gain
     each copy but one paid (the launch floor, 1.3 us) was tried (2026-12-07) and not adopted: on
     the what-if page three pairs moved nearer (R-GCN's batched relations +90% -> +59%, the request
     loop's batch, the augmentation loop's) and three away (the experts' fixed capacity, the
-    ensemble under vmap, LAMB's foreach step), the counts unchanged. The step model replays the edited graph at the calibrated CPU
-    scale, capped at the loops removed outright (kernels and launches gone: the most a change of
-    them can give). The loops' span over the wider kernels' time is no cap: once a loop's launches
+    ensemble under vmap, LAMB's foreach step), the counts unchanged. The step model replays the
+    edited graph at the calibrated CPU scale, capped at the loops removed outright (kernels and
+    launches gone: the most a change of them can give). The loops' span over the wider kernels' time is no cap: once a loop's launches
     are gone its kernels run under the Python that follows it, which before waited for the loop. The
     action names beside it PK103's price for a CUDA graph of the step (its graph alone), the fix if
     the repeats depend on each other, and says which number is whose. On the what-if corpus it is
@@ -527,8 +527,7 @@ def _chunk_loop(ctx: RuleContext, least: int) -> Optional[tuple[int, str, str]]:
     each through the whole model), or twice or more on the very same input (a guided sampler's
     conditional and unconditional calls: independent, so one call on both does their work), or
     calls that do not depend on each other twice or more on inputs of one shape (``shape_calls``:
-    a multi-crop step's crops, a contrastive step's views); else
-    None."""
+    a multi-crop step's crops, a contrastive step's views); else None."""
     rows = [r for r in ctx.replacements.recorded("root_calls")
             if isinstance(r.get("calls"), int) and isinstance(r.get("params"), int)]
     if not rows:

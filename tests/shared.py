@@ -110,16 +110,24 @@ def loop_and_interleave(mod, script: str, variants: str, monkeypatch, tmp_path: 
     assert list(got) == variants.split(",") and all(v["n_used"] == 2 for v in got.values())
 
 
-def compile_through_dynamo(torch, mod, script: str, monkeypatch, capsys) -> None:
-    """A corpus program's ``--fix compile`` on its --small model on the CPU, traced by Dynamo and
-    run through AOTAutograd eagerly (no Inductor build: minutes on a CPU), for 2 steps."""
-    import functools
+def compile_through_dynamo(torch, mod, script: str, monkeypatch, capsys, fix: str = "compile",
+                           more: tuple[str, ...] = ()) -> None:
+    """A corpus program's compiling ``--fix`` (``compile`` unless named) on its --small model on
+    the CPU, traced by Dynamo and run through AOTAutograd eagerly (no Inductor build: minutes on a
+    CPU), for 2 steps; a ``mode`` the program asks for is dropped (a backend and a mode cannot be
+    given together)."""
     import sys
     torch._dynamo.reset()
-    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="aot_eager"))
-    monkeypatch.setattr(sys, "argv", ["prog", "--device", "cpu", "--small", "--steps", "2", "--fix", "compile"])
+    compile_ = torch.compile
+
+    def eager_compile(model=None, **kw):
+        kw.pop("mode", None)
+        return compile_(model, backend="aot_eager", **kw)
+    monkeypatch.setattr(torch, "compile", eager_compile)
+    monkeypatch.setattr(sys, "argv", ["prog", "--device", "cpu", "--small", "--steps", "2", "--fix", fix, *more])
     mod.main()
-    assert f"{script}: 2 steps, fixes ['compile']" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert script in out and f"fixes ['{fix}']" in out, out
     torch._dynamo.reset()
 
 

@@ -307,6 +307,18 @@ def test_torchvision_workloads_loop_and_interleave_on_the_cpu(tiny_torchvision, 
     assert all(v["output_size"] is None or v["output_size"] >= 1 for v in got.values())
 
 
+def test_freeze_compile_fix_runs_through_dynamo(tiny_torchvision, monkeypatch, capsys):
+    # PK403's fix on the stand-in classifier (Inductor's freezing itself is a GPU run's)
+    import importlib
+
+    import shared
+    import torch
+    monkeypatch.setattr(torch._inductor.config, "freezing", False)   # the fix sets it; put back after
+    shared.compile_through_dynamo(torch, importlib.import_module("w_resnet50_fp32_infer"), "w_resnet50_fp32_infer",
+                                  monkeypatch, capsys, fix="freeze_compile", more=("--arch", "mobilenet_v3_large"))
+    assert torch._inductor.config.freezing is True
+
+
 def test_output_size_counts_the_values_returned(corpus):
     import torch
     output_size = corpus.output_size

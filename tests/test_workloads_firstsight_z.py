@@ -111,5 +111,10 @@ def test_grouped_crops_are_one_crop_at_a_time_and_the_loss_its_pairs(one_thread)
         assert float(mod.dino_loss(apart, teacher, center)) == pytest.approx(want / n, rel=1e-12)
 
 
+def test_compile_reduce_overhead_fix_runs_through_dynamo(one_thread, monkeypatch, capsys):
+    shared.compile_through_dynamo(one_thread, importlib.import_module(DINO), DINO, monkeypatch, capsys,
+                                  fix="compile_reduce_overhead")
+
+
 def test_registry_names_each_program_and_only_its_fixes():
     shared.check_first_sight_set(PROGRAMS, [c[0] for c in CASES], "z", ROOT)

@@ -9,6 +9,11 @@ from __future__ import annotations
 from .builders import (W, cnn_inference, cnn_inference_fixes, cnn_training, finetune_fixes, generate_fixes,
                        small_batch_inference, tf32_fix)
 
+# PK403's fix on the CNNs where it is the top action (a compile: Inductor's caches primed first)
+FREEZE_COMPILE = {"args": ["--fix", "freeze_compile"], "pays": True, "compiles": True,
+                  "what": "torch.compile with torch._inductor.config.freezing: BatchNorm folded into the "
+                          "convolutions, activations and adds fused"}
+
 PROGRAMS: list[dict] = [
     {
         "name": "gpt2_fp32_train", "script": f"{W}/w_gpt2_fp32_train.py", "args": [],
@@ -80,7 +85,10 @@ PROGRAMS: list[dict] = [
                          "7.50-7.89, 1.12x (priced 1.14x)",
         "bf16_channels_last": "about nothing: 7.06-7.96 ms, 1.03x (priced 1.16x)",
         "tf32": "no gain: the convolutions already run as TF32. h200: 1.04x",
-    }, channels_last_pays=True),
+        "freeze_compile": "PK403's fix, added later as its test (its top action, never timed): "
+                          "BatchNorm folded, hardswish and the adds fused; the depthwise "
+                          "convolutions unchanged. Expected 1.1-1.4x",
+    }, channels_last_pays=True, fixes={"freeze_compile": FREEZE_COMPILE}),
     cnn_inference("convnext_tiny_fp32_infer", "convnext_tiny", {
         "baseline": "torchvision ConvNeXt-Tiny fp32 NCHW inference, batch 128: cuDNN's 7x7 depthwise "
                     "convolutions, LayerNorm, fp32 GELU MLPs on the CUDA cores; added after PK305's "
@@ -97,7 +105,9 @@ PROGRAMS: list[dict] = [
         "channels_last": "pays: the layout transposes go. h200: 7.55 ms from 9.92, 1.31x (priced 1.14x)",
         "bf16_channels_last": "pays, by how much varies: 9.28 and 6.79 ms in two runs, 1.27x (priced 1.24x)",
         "tf32": "no gain: the convolutions already run as TF32. h200: 1.00x",
-    }, channels_last_pays=None),
+        "freeze_compile": "PK403's fix, added later as its test (its top action, never timed): "
+                          "BatchNorm folded, the activations and adds fused. Expected 1.1-1.4x",
+    }, channels_last_pays=None, fixes={"freeze_compile": FREEZE_COMPILE}),
     small_batch_inference("resnet50_b4_infer", "resnet50", {
         "baseline": "torchvision ResNet-50 fp32 NCHW inference at batch 4: about 170 launches of a few "
                     "microseconds of GPU work each, the CPU's launch path the pace; added after the model's "

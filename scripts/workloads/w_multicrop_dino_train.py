@@ -15,7 +15,7 @@ backwards, each a batch of 64, where the crops of one resolution could go throug
 several times the launches, each kernel on a quarter or less of the GPU's work.
 
     python w_multicrop_dino_train.py [--steps 30] [--fix grouped] [--fix bf16]
-        [--fix channels_last]
+        [--fix channels_last] [--fix compile_reduce_overhead]
 
 Fixes:
   grouped        the crops of each resolution concatenated, as DINO's code does: two student
@@ -23,6 +23,10 @@ Fixes:
                  but for BatchNorm's batch statistics (over 128 and 384 images, not 64).
   bf16           bf16 autocast over the forwards and the loss.
   channels_last  both networks and the crops in ``torch.channels_last``.
+  compile_reduce_overhead
+                 student and teacher each ``torch.compile(net, mode="reduce-overhead")``: their
+                 forwards (and the student's backward) fused and replayed as CUDA graphs, one per
+                 crop size; the loss, the teacher's EMA and AdamW stay eager.
 """
 from __future__ import annotations
 
@@ -34,7 +38,7 @@ import torch.nn.functional as F
 
 from _corpus import bf16_autocast, nvtx, program_args, run, train_step  # noqa: E402 (the workloads' shared helpers)
 
-FIXES = ("grouped", "bf16", "channels_last")
+FIXES = ("grouped", "bf16", "channels_last", "compile_reduce_overhead")
 CUDA_ONLY: tuple[str, ...] = ()
 MOMENTUM, T_STUDENT, T_TEACHER, CENTER_M = 0.996, 0.1, 0.04, 0.9
 
@@ -81,6 +85,10 @@ def build(args, fixes: set[str], dev: torch.device) -> Callable[[], torch.Tensor
     teacher.load_state_dict(student.state_dict())
     teacher.requires_grad_(False)
     s_params, t_params = list(student.parameters()), list(teacher.parameters())
+    s_net, t_net = student, teacher
+    if "compile_reduce_overhead" in fixes:
+        s_net = torch.compile(student, mode="reduce-overhead")
+        t_net = torch.compile(teacher, mode="reduce-overhead")
     opt = torch.optim.AdamW(s_params, lr=5e-4, weight_decay=0.04)
     amp = bf16_autocast(dev, "bf16" in fixes)
     center = torch.zeros(prototypes, device=dev)
@@ -95,13 +103,13 @@ def build(args, fixes: set[str], dev: torch.device) -> Callable[[], torch.Tensor
     def forward() -> torch.Tensor:
         glob, loc = crops()
         if grouped:
-            s_out = list(student(glob).chunk(2)) + list(student(loc).chunk(6))
+            s_out = list(s_net(glob).chunk(2)) + list(s_net(loc).chunk(6))
             with torch.no_grad():
-                t_out = list(teacher(glob).chunk(2))
+                t_out = list(t_net(glob).chunk(2))
         else:
-            s_out = [student(c) for c in (*glob.chunk(2), *loc.chunk(6))]
+            s_out = [s_net(c) for c in (*glob.chunk(2), *loc.chunk(6))]
             with torch.no_grad():
-                t_out = [teacher(c) for c in glob.chunk(2)]
+                t_out = [t_net(c) for c in glob.chunk(2)]
         loss = dino_loss(s_out, t_out, center)
         with torch.no_grad():
             center.mul_(CENTER_M).add_(torch.cat(t_out).float().mean(0), alpha=1 - CENTER_M)

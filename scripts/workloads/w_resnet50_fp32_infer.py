@@ -8,7 +8,7 @@ on: captured and timed in one allocation after PK305 (fp32 convolutions) was wri
 
     python w_resnet50_fp32_infer.py [--steps 40] [--arch efficientnet_b0] [--batch 128]
                                     [--fix channels_last | --fix bf16_channels_last] [--fix tf32]
-                                    [--fix cuda_graph]
+                                    [--fix cuda_graph] [--fix freeze_compile]
     python w_resnet50_fp32_infer.py --batch 4 --interleave OUT.json --variants baseline,tf32,cuda_graph
 
 ``--arch`` picks another torchvision classifier (EfficientNet-B0: PyTorch's own NCHW depthwise
@@ -26,6 +26,9 @@ Fixes:
   cuda_graph          the forward captured once in a CUDA graph (``torch.cuda.graph``) on a static
                       input buffer; each batch is copied into it and the graph replayed: one
                       launch a batch instead of one a layer.
+  freeze_compile      ``torch.compile`` with Inductor's freezing (``torch._inductor.config.freezing``):
+                      the weights taken as constants, BatchNorm folded into the convolutions, the
+                      activations and residual adds fused into their epilogues (PK403's fix).
 """
 from __future__ import annotations
 
@@ -36,7 +39,7 @@ import torchvision
 
 from _corpus import graphed, nvtx, program_args, run, set_precision  # noqa: E402 (the workloads' shared helpers)
 
-FIXES = ("channels_last", "bf16_channels_last", "tf32", "cuda_graph")
+FIXES = ("channels_last", "bf16_channels_last", "tf32", "cuda_graph", "freeze_compile")
 CUDA_ONLY = ("cuda_graph",)
 
 
@@ -56,6 +59,10 @@ def build(args, fixes: set[str], dev: torch.device) -> Callable[[], torch.Tensor
     layout = torch.channels_last if fixes & {"channels_last", "bf16_channels_last"} else torch.contiguous_format
     model = model.to(dtype=dtype, memory_format=layout)
     forward = model
+    if "freeze_compile" in fixes:
+        # freezing is Inductor's global switch; no other variant of this program compiles
+        torch._inductor.config.freezing = True
+        forward = torch.compile(model)
     if "cuda_graph" in fixes:
         forward = graphed(model, torch.randn(batch, 3, size, size, device=dev, dtype=dtype)
                           .contiguous(memory_format=layout))

@@ -48,7 +48,7 @@ from . import (programs_first, programs_firstsight_a, programs_firstsight_b, pro
                programs_firstsight_p, programs_firstsight_q, programs_firstsight_r,
                programs_firstsight_s, programs_firstsight_t, programs_firstsight_u,
                programs_firstsight_v, programs_firstsight_w, programs_firstsight_x,
-               programs_firstsight_y, programs_firstsight_z, programs_models)
+               programs_firstsight_y, programs_firstsight_z, programs_firstsight_za, programs_models)
 
 # Kinds the corpus lacked, scored the first time profkit sees them (firstsight.py): each set's
 # programs, by its letter (set c's are data-parallel, two GPUs each)
@@ -60,7 +60,7 @@ FIRST_SIGHT_SETS: dict[str, list[dict]] = {
               programs_firstsight_m, programs_firstsight_n, programs_firstsight_o, programs_firstsight_p,
               programs_firstsight_q, programs_firstsight_r, programs_firstsight_s, programs_firstsight_t,
               programs_firstsight_u, programs_firstsight_v, programs_firstsight_w,
-              programs_firstsight_x, programs_firstsight_y, programs_firstsight_z)}
+              programs_firstsight_x, programs_firstsight_y, programs_firstsight_z, programs_firstsight_za)}
 
 PROGRAMS: list[dict] = [
     *programs_first.PROGRAMS,

@@ -519,6 +519,15 @@ FIX_RULES = {
     # torch.compile(model) with the checkpointing kept: PK402's action (the chains' runs fused),
     # its top action at first sight
     ("grad_checkpoint_train", "compile"): ("PK402", None),
+    # set za, named before their first capture: vectorising the tasks is PK107's; first-order MAML,
+    # a KV cache and the head on the last position change the computation, which no rule proposes;
+    # keeping streamed weights on the GPU neither (PK104 prices their copies from pinned memory)
+    ("maml_inner_loop_train", "vmap_tasks"): ("PK107", None), ("maml_inner_loop_train", "first_order"): (None, None),
+    ("maml_inner_loop_train", "bf16"): ("PK305", None),
+    ("nocache_decode_infer", "kv_cache"): (None, None), ("nocache_decode_infer", "last_logits"): (None, None),
+    ("nocache_decode_infer", "bf16"): ("PK302", "bf16_speedup"),
+    ("weight_streaming_infer", "pinned"): ("PK104", None), ("weight_streaming_infer", "prefetch"): ("PK104", None),
+    ("weight_streaming_infer", "resident"): (None, None),
     ("cpu_tokenize_infer", "encode_batch"): (None, None), ("cpu_tokenize_infer", "workers"): ("PK102", None),
     ("cpu_tokenize_infer", "pretokenized"): ("PK102", None),
     ("tuned_gpt_train", "reduce_overhead"): ("PK103", "cuda_graph_speedup"), ("tuned_gpt_train", "tf32"): ("PK302", None),

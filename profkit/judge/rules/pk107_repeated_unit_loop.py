@@ -191,8 +191,10 @@ Loops over chunks
     finding there, 1.04x on the what-if page), given the entry its program makes, it
     found the six local crops' forwards and backwards, the teacher's two forwards and the global
     crops' backwards, not their forwards: 2.27x, where grouping the crops by resolution measured
-    2.58x (the price a lower bound; PK103's CUDA graph, 3.13x, stays first, untimed). A record
-    written before it kept ``shape_calls`` gives no such finding.
+    2.58x (the price a lower bound; PK103's CUDA graph, 3.13x, stays first: student and teacher
+    under ``torch.compile(mode="reduce-overhead")`` measured 2.78x and 2.51x in two processes,
+    grouping 2.65x and 2.64x beside it, an H100). A record written before it kept
+    ``shape_calls`` gives no such finding.
 References
     PyTorch ``torch.vmap`` and ``torch.func`` docs (per-sample computations); the
     ``torch._foreach_*`` multi-tensor ops (``torch.optim``'s foreach implementations); PyTorch

@@ -32,6 +32,16 @@ Expected gain
     Triton's kernels assumed no faster than eager's. The removed kernels' launch calls go with
     their short dispatch. The step model replays the edited graph at the calibrated CPU scale;
     never above the op gain (epilogue kernel time before / after).
+
+    Noticed, not mended: the fix does more than this price holds. On MobileNetV3-Large and
+    RegNetY-800MF inference in fp32 at batch 128 (an H100, 2026-12-07, two processes each, timed
+    beside their other fixes), ``torch.compile`` with freezing measured 1.88-1.90x and 2.09x,
+    the best fix of each, where this rule priced 1.29x and 1.18x at those runs' baselines. Inductor
+    also lays the convolutions out channels_last where they dominate (its layout optimisation:
+    the transposes cuDNN runs around every NCHW convolution go; channels_last alone measured
+    1.28x and 1.31x on the same programs, PK305's channels_last edit), and it fuses what is not a
+    BatchNorm, an activation or an add (squeeze-and-excitation's pooling, gating and scaling,
+    hardswish); the price keeps both.
 References
     PyTorch ``torch._inductor.config.freezing``; ``torch.fx`` conv-bn fusion tutorial
     ("(beta) Building a Convolution/Batch Norm fuser in FX").

@@ -55,5 +55,6 @@ def test_a_capture_cut_one_generation_shorter_is_priced_alike(tmp_path):
     cut = next(f for f in p.findings() if f.code == "PK103")
     assert full.expected_end_to_end_speedup == pytest.approx(3.896, abs=1e-3)
     # within what one generation more or less moves the mean (their accepted tokens vary: 0.5%
-    # here, 5 generations against the committed 6); with the warm-up in the mean, 13 generations had priced 2.82x where 14 priced 3.90x
+    # here, 5 generations against the committed 6); with the warm-up in the mean, 13 generations
+    # had priced 2.82x where 14 priced 3.90x
     assert cut.expected_end_to_end_speedup == pytest.approx(full.expected_end_to_end_speedup, rel=0.05)

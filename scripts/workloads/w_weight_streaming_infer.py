@@ -127,15 +127,12 @@ def build(args, fixes: set[str], dev: torch.device) -> Callable[[], torch.Tensor
     if "resident" in fixes:
         blocks = blocks.to(dev)
         forward = resident(blocks)
-    elif "prefetch" in fixes:
-        for p in blocks.parameters():
-            p.data = p.data.pin_memory()
-        forward = prefetched(blocks, dev)
     else:
-        if "pinned" in fixes:
+        if fixes & {"pinned", "prefetch"}:
             for p in blocks.parameters():
                 p.data = p.data.pin_memory()
-        forward = streamed(blocks, dev, pinned="pinned" in fixes)
+        forward = (prefetched(blocks, dev) if "prefetch" in fixes
+                   else streamed(blocks, dev, pinned="pinned" in fixes))
     g = torch.Generator(device=dev).manual_seed(4)
 
     @torch.no_grad()

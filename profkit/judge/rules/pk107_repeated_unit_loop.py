@@ -144,12 +144,13 @@ Expected gain
     loop's batch, the augmentation loop's) and three away (the experts' fixed capacity, the
     ensemble under vmap, LAMB's foreach step), the counts unchanged. The step model replays the
     edited graph at the calibrated CPU scale, capped at the loops removed outright (kernels and
-    launches gone: the most a change of them can give). The loops' span over the wider kernels' time is no cap: once a loop's launches
-    are gone its kernels run under the Python that follows it, which before waited for the loop. The
-    action names beside it PK103's price for a CUDA graph of the step (its graph alone), the fix if
-    the repeats depend on each other, and says which number is whose. On the what-if corpus it is
-    priced on ``detection_postproc_infer`` (batched NMS, with PK101) and ``moe_routing_train``
-    (fixed capacity, with PK101); hand-built traces test the edit itself (``tests/test_pk107.py``).
+    launches gone: the most a change of them can give). The loops' span over the wider kernels'
+    time is no cap: once a loop's launches are gone its kernels run under the Python that follows
+    it, which before waited for the loop. The action names beside it PK103's price for a CUDA
+    graph of the step (its graph alone), the fix if the repeats depend on each other, and says
+    which number is whose. On the what-if corpus it is priced on ``detection_postproc_infer``
+    (batched NMS, with PK101) and ``moe_routing_train`` (fixed capacity, with PK101); hand-built
+    traces test the edit itself (``tests/test_pk107.py``).
 Modules of their own
     Where the capture's op record shows the copies holding parameters of their own (a GEMM
     recorded once a copy whose weight, N x K elements, the optimizer holds as often, with its bias),

@@ -73,6 +73,7 @@ class Switch(str, Enum):
     CHANNELS_LAST = "channels_last"          # the outermost module and its 4-D/5-D inputs
     COMPILE = "compile"                      # torch.compile of the outermost module
     COMPILE_GRAPHS = "compile_graphs"        # the same, mode="reduce-overhead" (CUDA graphs)
+    COMPILE_FROZEN = "compile_frozen"        # the same, default mode, with Inductor's freezing
     EXPANDABLE_SEGMENTS = "expandable_segments"  # PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
     FREEZE_UNSTEPPED = "freeze_unstepped"    # parameters no optimizer steps stop requiring gradients
     BATCHED_FETCH = "batched_fetch"          # a TensorDataset's DataLoader reads a batch in one call

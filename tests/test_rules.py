@@ -171,6 +171,18 @@ def test_inference_bn_fold_is_the_top_advice_on_eager_cnn_inference_only():
         assert "PK403" not in codes(t), t
 
 
+def test_inference_bn_fold_prices_the_layout_and_every_run_freezing_compiles():
+    # RegNetY-800MF fp32 inference (squeeze-and-excitation, NCHW): torch.compile with freezing
+    # measured 2.09x (an H100, 2026-12-07) where folding and add+ReLU alone priced 1.36x at
+    # capture. The edit also runs the convolutions channels_last, as Inductor's layout
+    # optimisation does (cuDNN's transposes go), and fuses every run between library kernels.
+    f = finding("corpus/regnet_y_800mf_fp32_infer", "PK403")
+    cl = finding("corpus/regnet_y_800mf_fp32_infer", "PK305").evidence["channels_last_speedup"]
+    assert "transposes gone" in f.basis and f.expected_end_to_end_speedup > cl
+    assert f.evidence["frozen_kernel_ns"] > f.evidence["epilogue_kernel_ns"]
+    assert round(f.expected_end_to_end_speedup, 2) == 1.65 <= round(f.expected_op_speedup, 2)
+
+
 def test_ddp_step_sync_removal_is_priced_on_the_2_gpu_step():
     f = finding("ddp2/rank0", "PK101")
     assert f.rung.value == "library" and "remove the per-step synchronisation" in f.action

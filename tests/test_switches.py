@@ -459,6 +459,36 @@ def test_compile_leaves_an_already_compiled_module(trial):
     torch._dynamo.reset()
 
 
+def test_compile_frozen_sets_freezing_for_the_run_and_puts_it_back(trial):
+    import torch._inductor.config as inductor_config
+    torch._dynamo.reset()
+    before = inductor_config.freezing
+    t = trial("compile_frozen", compile_backend="eager")
+    assert inductor_config.freezing is True
+    m = Tiny().to(DEV).eval()
+    with torch.no_grad():
+        for _ in range(2):
+            m(torch.randn(4, 16, device=DEV))
+    assert t.record() == {"switch": "compile_frozen", "applied": True,
+                          "note": "torch.compile (backend eager, Inductor freezing) of module Tiny (289 params)"}
+    t.restore()
+    assert inductor_config.freezing == before
+    torch._dynamo.reset()
+
+
+def test_compile_frozen_is_not_applied_where_every_call_keeps_autograd_on(trial):
+    # freezing changes only graphs run without gradients: with them on it would time a plain compile
+    torch._dynamo.reset()
+    t = trial("compile_frozen", compile_backend="eager")
+    m = Tiny().to(DEV)
+    m(torch.randn(4, 16, device=DEV))
+    assert t.record() == {"switch": "compile_frozen", "applied": False,
+                          "note": "module Tiny (289 params) was called with gradients enabled (1 call, all of "
+                                  "them), where freezing does nothing (run it under torch.no_grad() or "
+                                  "torch.inference_mode())"}
+    torch._dynamo.reset()
+
+
 def test_two_switches_in_one_trial(trial):
     t = trial("channels_last+bf16")
     y = Net().to(DEV)(torch.randn(2, 3, 8, 8, device=DEV))

@@ -146,7 +146,7 @@ def _auto_trials(trace) -> list[str]:
                    "recorded as not run. Bounds the time --try auto adds where many rules fire.")
 @click.option("--try-alternate/--try-separate", "try_alternate", default=True, show_default=True,
               help="A trial whose switches can be turned off and on while the script runs (tf32, "
-                   "bf16, compile, compile_graphs, inference_mode, cudnn_benchmark, no_empty_cache, "
+                   "bf16, compile, compile_graphs, compile_frozen, inference_mode, cudnn_benchmark, no_empty_cache, "
                    "fused_optim) "
                    "alternates with the script unchanged in blocks of iterations inside one run, "
                    "twice as long, so that both are timed in the same process (separate runs of "

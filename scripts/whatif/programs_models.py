@@ -9,7 +9,7 @@ from __future__ import annotations
 from .builders import (W, cnn_inference, cnn_inference_fixes, cnn_training, finetune_fixes, generate_fixes,
                        small_batch_inference, tf32_fix)
 
-# PK403's fix on the CNNs where it is the top action (a compile: Inductor's caches primed first)
+# PK403's fix on the CNNs where it is or was near the top action (a compile: Inductor's caches primed first)
 FREEZE_COMPILE = {"args": ["--fix", "freeze_compile"], "pays": True, "compiles": True,
                   "what": "torch.compile with torch._inductor.config.freezing: BatchNorm folded into the "
                           "convolutions, activations and adds fused"}
@@ -57,14 +57,17 @@ PROGRAMS: list[dict] = [
     {
         "name": "resnet50_fp32_infer", "script": f"{W}/w_resnet50_fp32_infer.py", "args": [],
         "capture_args": ["--steps", "20"],
-        "step_range": "infer", "kind": "inference",
-        "fixes": cnn_inference_fixes(channels_last_pays=None),
+        "step_range": "infer", "kind": "inference", "interleave": "all",
+        "fixes": {**cnn_inference_fixes(channels_last_pays=None), "freeze_compile": FREEZE_COMPILE},
         "expect": {
             "baseline": "torchvision ResNet-50 fp32 NCHW, batch 128: TF32 convolutions with cuDNN's layout "
                         "transposes, GPU-bound",
             "channels_last": "the transposes go",
             "bf16_channels_last": "pays: bf16 convolutions, half the bytes between them",
             "tf32": "no gain: the convolutions already run as TF32",
+            "freeze_compile": "PK403's fix, added as a test of its edit of 2026-12-08 (BatchNorm folded, every "
+                              "run between library kernels fused, the convolutions channels_last): priced "
+                              "1.97x at capture before any timing, second to PK305's bf16 and channels_last",
         },
     },
     cnn_inference("efficientnet_b0_fp32_infer", "efficientnet_b0", {
@@ -76,7 +79,10 @@ PROGRAMS: list[dict] = [
                               "machines, 1.09-1.90x (priced 2.31x until its bf16 capture showed the depthwise "
                               "and broadcast kernels no faster in bf16: no test of that)",
         "tf32": "no gain: the convolutions already run as TF32. h200: 1.00x",
-    }, channels_last_pays=True, steps=20),
+        "freeze_compile": "PK403's fix, added as a test of its edit of 2026-12-08 (BatchNorm folded, every "
+                          "run between library kernels fused, the convolutions channels_last): priced 2.22x "
+                          "at capture before any timing, its top action above PK305's 2.14x",
+    }, channels_last_pays=True, steps=20, fixes={"freeze_compile": FREEZE_COMPILE}),
     cnn_inference("mobilenet_v3_fp32_infer", "mobilenet_v3_large", {
         "baseline": "torchvision MobileNetV3-Large fp32 NCHW inference, batch 128: PyTorch's depthwise "
                     "kernels, hardswish, squeeze-and-excitation; added after PK305's bf16 exceptions "

@@ -515,6 +515,8 @@ FIX_RULES = {
     ("multicrop_dino_train", "compile_reduce_overhead"): ("PK103", "compile_speedup"),
     ("mobilenet_v3_fp32_infer", "freeze_compile"): ("PK403", None),
     ("regnet_y_800mf_fp32_infer", "freeze_compile"): ("PK403", None),
+    ("efficientnet_b0_fp32_infer", "freeze_compile"): ("PK403", None),
+    ("resnet50_fp32_infer", "freeze_compile"): ("PK403", None),
     ("grad_checkpoint_train", "no_checkpointing"): ("PK204", None), ("grad_checkpoint_train", "fused_adamw"): ("PK201", None),
     # torch.compile(model) with the checkpointing kept: PK402's action (the chains' runs fused),
     # its top action at first sight

@@ -1,5 +1,5 @@
 """Switches applied to the outermost module: ``bf16``, ``channels_last``, ``compile``,
-``compile_graphs``, ``inference_mode`` and ``fp32``.
+``compile_graphs``, ``compile_frozen``, ``inference_mode`` and ``fp32``.
 
 The outermost module is found at run time: ``torch.nn.Module.__call__`` is wrapped (once, when
 the script imports torch) to see each module call made from the program's own code rather than
@@ -29,6 +29,10 @@ called later takes over, and the trial names each in turn. What each switch does
   (``left_out``: it measured part of the fix). A module that is already compiled
   (``OptimizedModule``, or ``module.compile()``) is left as it is: "already compiled".
   Compilation happens in the first calls: the iterations the trial leaves out as warm-up.
+  ``compile_frozen`` is ``compile`` with Inductor's freezing (``torch._inductor.config.freezing``:
+  the weights taken as constants, BatchNorm folded into the convolutions; PK403's fix). Freezing
+  changes only graphs run without autograd: where every call of the module ran with gradients
+  enabled the trial is not applied (it would time a plain compile).
 * ``inference_mode``: its calls run under ``torch.inference_mode()``: no autograd graph nor saved
   tensors, and ``nn.TransformerEncoderLayer`` takes its inference fast path. For a program that
   runs inference with autograd left on; a program that calls ``backward`` on what the module
@@ -79,6 +83,7 @@ class Outermost:
         self.converted = 0
         self.inputs_converted = 0
         self.calls = 0
+        self.grad_calls = 0   # calls of the outermost made with autograd on (freezing skips them)
         self.prepared: "weakref.WeakSet[Any]" = weakref.WeakSet()   # weights converted
         # the program's other modules met: whether each is one (not a part of the outermost)
         self.others: "weakref.WeakKeyDictionary[Any, bool]" = weakref.WeakKeyDictionary()
@@ -194,6 +199,7 @@ class Outermost:
                 return orig(mod, *args, **kwargs)   # (a compile reaches the outermost alone)
         else:
             self.calls += 1
+            self.grad_calls += int(self.torch.is_grad_enabled() and not self.inference)
         if self.memory_format:
             args = tuple(self._format(a) for a in args)
             kwargs = {k: self._format(v) for k, v in kwargs.items()}
@@ -393,6 +399,7 @@ class Compile(Handler):
             return
         how = (f"backend {p.backend}" if p.backend else
                "default mode" if self.mode == "default" else f"mode {self.mode}")
+        how += ", Inductor freezing" if self.switch == Switch.COMPILE_FROZEN else ""
         report.note(f"torch.compile ({how}) of {p.module_text()}", applied=True)
         others = p.other_modules()
         if others:
@@ -401,7 +408,29 @@ class Compile(Handler):
             report.left_out.append(left)
 
 
+class CompileFrozen(Compile):
+    """``compile`` with Inductor's freezing, set for the run and put back by ``restore``."""
+
+    def __init__(self) -> None:
+        super().__init__(Switch.COMPILE_FROZEN, "default")
+
+    def install(self, torch: Any, trial: Any, report: Report) -> None:
+        super().install(torch, trial, report)
+        import torch._inductor.config as inductor_config
+        trial.patch(inductor_config, "freezing", True)
+
+    def finish(self, torch: Any, trial: Any, report: Report) -> None:
+        p = trial.shared["outermost"]
+        if p.calls and p.grad_calls == p.calls and not p.already_compiled:
+            report.note(f"{p.module_text()} was called with gradients enabled ({p.calls} call"
+                        f"{'s' if p.calls != 1 else ''}, all of them), where freezing does nothing (run it "
+                        "under torch.no_grad() or torch.inference_mode())", applied=False)
+            return
+        super().finish(torch, trial, report)
+
+
 HANDLERS = {Switch.BF16: Around(Switch.BF16, "autocast", "autocast bf16"), Switch.CHANNELS_LAST: ChannelsLast(),
             Switch.INFERENCE_MODE: Around(Switch.INFERENCE_MODE, "inference", "torch.inference_mode()"),
             Switch.FP32: Float32(), Switch.COMPILE: Compile(Switch.COMPILE, "default"),
-            Switch.COMPILE_GRAPHS: Compile(Switch.COMPILE_GRAPHS, "reduce-overhead")}
+            Switch.COMPILE_GRAPHS: Compile(Switch.COMPILE_GRAPHS, "reduce-overhead"),
+            Switch.COMPILE_FROZEN: CompileFrozen()}

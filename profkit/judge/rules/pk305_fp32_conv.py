@@ -118,7 +118,6 @@ import numpy as np
 
 from profkit.judge.dtypes import kernel_dtype
 from profkit.judge.rules import pk302_fp32_gemm
-from profkit.judge.rules.pk403_inference_bn_fold import TRAINING_RE
 from profkit.judge.patterns import FLASH_RE
 from profkit.judge.rules.base import (ESTIMATED, GEMM_KERNEL_RE, Finding, Param, RuleContext, RuleMeta, Table,
                                       TrialOf, matches, timed_text)
@@ -128,6 +127,9 @@ from profkit.run.step.graph import StepGraph
 from profkit.run.step.transform import add_cpu, ops_named, replace_ops, scale_ops
 
 CONV_RE = re.compile(r"fprop|dgrad|wgrad|implicit_gemm|convolve|conv2d", re.I)
+# Kernels only a training step runs: any of them and the run is not inference.
+TRAINING_RE = re.compile(r"backward|wgrad|dgrad|batch_norm_collect_statistics|batch_norm_reduce"
+                         r"|batch_norm_backward|bn_fw_tr|bn_bw|welford|multi_tensor_apply", re.I)
 TRANSPOSE_RE = re.compile(r"nchwToNhwc|nhwcToNchw", re.I)
 HALF_RE = re.compile(r"bf16|f16|fp16|half|bfloat16|__nv_bfloat16", re.I)
 SOFTMAX_RE = re.compile(r"softmax", re.I)

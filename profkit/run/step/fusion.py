@@ -45,6 +45,7 @@ at a module graph's call cost), its capture's trial 1.81x (an H100, 2026-12-05).
 from __future__ import annotations
 
 import re
+from typing import Optional
 
 import numpy as np
 
@@ -143,25 +144,28 @@ def loss_groups(g: StepGraph) -> tuple[list[np.ndarray], np.ndarray, float]:
     return out, np.asarray(new), eager / max(float(sum(new)), 1e-9)
 
 
-def candidates(g: StepGraph, anywhere: bool = False) -> np.ndarray:
+def candidates(g: StepGraph, anywhere: bool = False, also: Optional[np.ndarray] = None) -> np.ndarray:
     """Per operation: whether torch.compile of the model could fuse it (see the module docstring):
     a kernel of the window, not a library's, Inductor's or the optimizer's, launched outside the
     optimizer's and the data loader's ranges (``anywhere``: in any range, for torch.compile of
-    the code around a kernel wherever it runs)."""
+    the code around a kernel wherever it runs; ``also``: per operation, library kernels the
+    compiled graph no longer runs, such as the BatchNorm that freezing folds into the
+    convolutions, which then join the run around them)."""
     names = np.array([bool(LIBRARY_RE.search(str(n))) for n in g.op_names] + [True], dtype=bool)
     lib = names[np.where(g.g_name >= 0, g.g_name, len(g.op_names))]
     rng = np.array([bool(OUTSIDE_MODEL_RE.search(str(r)) or DATA_RE.search(str(r))) for r in g.range_names]
                    + [False], dtype=bool)
     call = np.maximum(g.g_call, 0)
     outside = rng[np.where(g.g_call >= 0, g.c_range[call], len(g.range_names))] & (not anywhere)
-    return (g.g_kind == 0) & (g.g_call >= 0) & ~lib & ~outside
+    out = (g.g_kind == 0) & (g.g_call >= 0) & ~lib & ~outside
+    return out | ((g.g_kind == 0) & (g.g_call >= 0) & also) if also is not None else out
 
 
-def fusible_runs(g: StepGraph, anywhere: bool = False) -> list[np.ndarray]:
+def fusible_runs(g: StepGraph, anywhere: bool = False, also: Optional[np.ndarray] = None) -> list[np.ndarray]:
     """The runs of two or more candidate operations that one compiled graph would fuse, each in
     stream order: consecutive on their stream, in one iteration, under one range, with no blocking
-    call launched between them (``anywhere``: see candidates)."""
-    cand = candidates(g, anywhere)
+    call launched between them (``anywhere``, ``also``: see candidates)."""
+    cand = candidates(g, anywhere, also)
     ops = np.flatnonzero(g.g_kind == 0)
     if not len(ops):
         return []

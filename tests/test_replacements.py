@@ -74,6 +74,26 @@ def _record(fn, pushes: int = 3, uncompiled: bool = True) -> dict:
     return rec.finish()
 
 
+def test_the_record_marks_host_to_device_copies_of_weights():
+    """Weights streamed from host memory (a CPU offload: each layer's parameters copied to the
+    device before its forward) are marked ``weights``; an input batch copied the same way is not.
+    ("meta" stands in for the device on the CPU.)"""
+    layer = torch.nn.Linear(16, 8)
+    batch = torch.randn(4, 16)
+
+    def step():
+        w = {n: p.to("meta") for n, p in layer.named_parameters()}
+        batch.to("meta")
+        return w
+
+    rec = _record(step)
+    assert sorted(rec["copy"], key=lambda c: c["bytes"]) == [
+        {"direction": "h2d", "bytes": 8 * 4, "pinned": False, "non_blocking": False, "count": 1, "weights": True},
+        {"direction": "h2d", "bytes": 4 * 16 * 4, "pinned": False, "non_blocking": False, "count": 1},
+        {"direction": "h2d", "bytes": 8 * 16 * 4, "pinned": False, "non_blocking": False, "count": 1,
+         "weights": True}]
+
+
 def test_the_record_names_the_parameters_no_optimizer_steps():
     """A distillation step whose teacher was never frozen: at the optimizer's step the teacher's
     parameters hold gradients no optimizer steps; the student's are stepped."""
@@ -363,7 +383,7 @@ def test_a_copy_to_the_host_through_to_is_a_copy_and_a_wait(func, args, kwargs, 
     rec.syncs = SyncSites()
     rec._copy(op, (_OnDevice(), *args), kwargs, torch.empty(1000))
     (key, count), = rec.copy.items()
-    assert key == ("d2h", 4000, False, non_blocking) and count == 1
+    assert key == ("d2h", 4000, False, non_blocking, False) and count == 1
     # pageable host memory: the copy waits either way
     assert [s["op"] for s in rec.syncs.as_list()] == ["copy to host"]
 

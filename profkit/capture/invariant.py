@@ -45,7 +45,7 @@ def _tensors(x: Any, torch: Any) -> list:
     return []
 
 
-def _key(t: Any) -> Optional[int]:
+def storage_key(t: Any) -> Optional[int]:
     """A dense tensor's storage address (views share it), or None (sparse, meta, no storage)."""
     try:
         return int(t.untyped_storage().data_ptr()) or None
@@ -66,7 +66,7 @@ class Invariants:
 
     def note_module(self, module: Any) -> None:
         for t in (*module._parameters.values(), *module._buffers.values()):
-            k = _key(t) if t is not None else None
+            k = storage_key(t) if t is not None else None
             if k is not None and k not in self.roots and k not in self.derived:
                 self.roots[k] = weakref.ref(t)
 
@@ -79,7 +79,7 @@ class Invariants:
             return None
         roots: set[int] = set()
         for t in ins:
-            k = _key(t)
+            k = storage_key(t)
             if k is None:
                 return None
             if k in self.derived:
@@ -107,10 +107,10 @@ class Invariants:
         if timing is not None:
             timing[1].record()
         roots, tin = found if found is not None else (None, [])
-        ins = {_key(t) for t in tin}
+        ins = {storage_key(t) for t in tin}
         src = str(tin[0].dtype).replace("torch.", "") if tin else ""
         for t in _tensors(out, torch):
-            k = _key(t)
+            k = storage_key(t)
             if k is None:
                 continue
             if roots is None:

@@ -23,7 +23,9 @@ kept, aggregated into unique shapes with their counts:
   (``dropout``: its p, where ``native_dropout`` ran between the softmax and the second GEMM);
 * host<->device copies (``_to_copy``, ``copy_``, under inference mode ``to``, between the CPU and
   another device): bytes,
-  direction, whether the host side is pinned, ``non_blocking``;
+  direction, whether the host side is pinned, ``non_blocking``, and ``weights`` (present, true,
+  where the host tensor of a host-to-device copy is an ``nn.Parameter`` or a parameter or buffer
+  of a module the program called: weights streamed from host memory, as a CPU offload does);
 * ``nn.LSTMCell`` / ``nn.GRUCell`` / ``nn.RNNCell`` calls (a global module forward hook): sizes,
   batch, element type, calls per iteration of each cell, and ``fed_by`` (the index of the cell
   whose output h is its input at every step: a stacked layer);
@@ -125,7 +127,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from profkit.capture import loaders, unstepped
-from profkit.capture.invariant import Invariants
+from profkit.capture.invariant import Invariants, storage_key
 from profkit.capture.roots import RootCalls
 from profkit.capture.syncsites import SyncSites, SyncWatch, waits
 
@@ -690,9 +692,18 @@ class OpRecord:
         with contextlib.suppress(Exception):
             pinned = bool(host.is_pinned())
         nbytes = int(src.numel()) * int(src.element_size())
-        self.copy[("h2d" if s == "cpu" else "d2h", nbytes, pinned, non_blocking)] += 1
+        weights = s == "cpu" and self._is_weight(src)
+        self.copy[("h2d" if s == "cpu" else "d2h", nbytes, pinned, non_blocking, weights)] += 1
         if d == "cpu" and s != "meta" and not (pinned and non_blocking):
             self.syncs.note("copy to host")   # the host waits for the copy, and the work before it
+
+    def _is_weight(self, t: Any) -> bool:
+        """Whether host tensor ``t`` is a model's weight: an ``nn.Parameter``, or the storage of a
+        parameter or buffer of a module called in the watched iteration."""
+        nn = getattr(sys.modules.get("torch"), "nn", None)
+        if nn is not None and isinstance(t, nn.Parameter):
+            return True
+        return self._invariant is not None and storage_key(t) in self._invariant.roots
 
     def _module_hook(self, module: Any, inputs: tuple, output: Any) -> None:
         if threading.get_ident() != self._thread or self.broken:
@@ -788,7 +799,8 @@ class OpRecord:
                            "mask": mask, "grad": grad, "count": c, **({"dropout": p} if p else {})}
                           for (b, sq, sk, d, dv, dt, mask, grad, p), c in self.attention.most_common()],
             "copy": [{"direction": dr, "bytes": nb, "pinned": pin, "non_blocking": nbk, "count": c}
-                     for (dr, nb, pin, nbk), c in self.copy.most_common()],
+                     | ({"weights": True} if w else {})
+                     for (dr, nb, pin, nbk, w), c in self.copy.most_common()],
             "rnn_cell": [{k: v for k, v in c.items() if not (k == "fed_by" and v is None)}
                          for c in self.cells.values()],
             "optimizer": list(self.optimizers.values()),

@@ -87,6 +87,11 @@ NO_TEST = {
     ("fp64_surrogate_train", "fp32_bf16"): "led to PK306 (float64 compute) and the fp32 switch",
     ("encoder_grad_on_infer", "inference_mode"): "led to classify's notice of inference with autograd left on "
                                                  "and the inference_mode trial (unpriced by the model)",
+    ("mobilenet_v3_fp32_infer", "freeze_compile"): "led to PK403's layout and its fusion of every run between "
+                                                   "library kernels",
+    ("regnet_y_800mf_fp32_infer", "freeze_compile"): "led to PK403's layout and its fusion of every run between "
+                                                     "library kernels",
+    ("weight_streaming_infer", "resident"): "led to PK104's streamed weights (kept on the GPU where they fit)",
 }
 
 
@@ -528,8 +533,11 @@ FIX_RULES = {
     ("maml_inner_loop_train", "bf16"): ("PK305", None),
     ("nocache_decode_infer", "kv_cache"): (None, None), ("nocache_decode_infer", "last_logits"): (None, None),
     ("nocache_decode_infer", "bf16"): ("PK302", "bf16_speedup"),
-    ("weight_streaming_infer", "pinned"): ("PK104", None), ("weight_streaming_infer", "prefetch"): ("PK104", None),
-    ("weight_streaming_infer", "resident"): (None, None),
+    # after its first sight: PK104 tells streamed weights (keep them on the GPU, its price; pinned
+    # beside it)
+    ("weight_streaming_infer", "pinned"): ("PK104", "pinned_speedup"),
+    ("weight_streaming_infer", "prefetch"): ("PK104", "pinned_speedup"),
+    ("weight_streaming_infer", "resident"): ("PK104", None),
     ("cpu_tokenize_infer", "encode_batch"): (None, None), ("cpu_tokenize_infer", "workers"): ("PK102", None),
     ("cpu_tokenize_infer", "pretokenized"): ("PK102", None),
     ("tuned_gpt_train", "reduce_overhead"): ("PK103", "cuda_graph_speedup"), ("tuned_gpt_train", "tf32"): ("PK302", None),

@@ -19,8 +19,16 @@ Evidence
     its saved tensors back last in, first out), the pairs holding half or more of the bytes the
     step sends to the host, 1 MB or more an iteration, and three or more held on the host at once
     (a sliding-window loop that copies each window's logits out and the next window's input in, of
-    the same size by chance, holds one at a time: not a round trip).
+    the same size by chance, holds one at a time: not a round trip). Streamed weights: the
+    host-to-device copies (pageable or pinned) of the sizes the op record marked ``weights`` (their
+    source an ``nn.Parameter``, or a parameter or buffer of a module the program called), or, in a
+    record that marked none, of the sizes of its GEMMs' weight operands (n x k of a 2-D ``mm`` or
+    ``addmm`` whose m differs from n) and its convolutions' weights; 1 MB or more an iteration
+    and half or more of the bytes the step copies in, and a quarter of the GPU's memory or less.
 Fix
+    Streamed weights: load them to the GPU once (``model.to(device)``, no CPU offload) where
+    they fit; where they must stay on the host, pin them and copy the next layer's on a side
+    stream while this one computes.
     A round trip: keep the data on the GPU where it fits (drop the offload); where it does not,
     recompute the activations in the backward (``torch.utils.checkpoint``) or offload through
     pinned buffers (``save_on_cpu(pin_memory=True)``).
@@ -38,6 +46,14 @@ Expected gain
       8.77x, measured 15.5x without the offload and 13.1x with checkpointing instead (the step
       is priced at the profiled run's CPU speed, which its runs without the profiler bracket;
       the profiler's cost on the CPU work that remains, a few ms, cannot be told from them);
+    * streamed weights, kept on the GPU (the price): the copies, their calls and the waits on
+      them and after them gone (the round trip's edit); from pinned memory (said beside it,
+      evidence ``pinned_speedup``), the host-to-device edit below. Weights that would take more
+      than a quarter of the GPU's memory are priced as any host-to-device copy. Why: a stack of
+      six decoder layers streamed from pageable memory at every batch (2.4 GB, an H100,
+      2026-12-08) was priced 6.58x for pinned copies, its top action, where the weights kept on
+      the GPU measured 35.6x (pinned 5.56x, pinned with a prefetch 6.45x); this led to it: 21.8x
+      at capture, no test of it;
     * a round trip through pinned buffers (said beside it): the copies to the host at the pinned
       bandwidth, still waited for (``copy_`` without ``non_blocking``), the copies back
       non-blocking (3.08x on that decoder, measured 4.6x: the pinned bandwidth there is assumed);
@@ -88,6 +104,7 @@ import numpy as np
 
 from profkit.model import Rung
 
+from profkit.judge.dtypes import ELEM_BYTES
 from profkit.judge.rules.base import ESTIMATED, Finding, Param, RuleContext, RuleMeta, Table, timed_text
 from profkit.run.step.graph import CallKind
 from profkit.run.step.transform import (DISPATCH_GAP_NS, PINNED_BYTES_PER_S, drop_waits, pin_copies, reads_after,
@@ -130,6 +147,13 @@ def detect(ctx: RuleContext) -> list[Finding]:
         gone = np.zeros(g.n_ops, dtype=bool)
         gone[np.concatenate(trip)] = True
         paged = paged & ~gone
+    weights = streamed_weights(ctx, g)
+    if weights is not None:
+        found = _resident_weights(ctx, m, *weights, np.flatnonzero(paged & ~d2h))
+        if found:
+            out += found
+            paged = paged.copy()
+            paged[weights[0]] = False
     h2d_ops = np.flatnonzero(paged & ~d2h)
     if len(h2d_ops):
         out += _host_to_device(ctx, m, h2d_ops)
@@ -282,6 +306,87 @@ def _round_trip(ctx: RuleContext, m, down: np.ndarray, up: np.ndarray) -> list[F
                     "where they do not, recompute them in the backward (torch.utils.checkpoint) or "
                     f"offload through pinned buffers (save_on_cpu(pin_memory=True)): {pinned:.2f}x",
                     Rung.LIBRARY, ev, kept, basis, kept)]
+
+
+# Weights this share of the GPU's memory or less can stay there beside the activations
+RESIDENT_SHARE = 0.25
+
+
+def weight_sizes(ctx: RuleContext) -> tuple[set[int], str]:
+    """(the byte sizes of the weights the op record saw copied to the device, how it knows): the
+    host-to-device copies it marked ``weights`` (an ``nn.Parameter`` or a module's parameter or
+    buffer as the source); where it marked none, the sizes of the recorded GEMMs' weight operands
+    (n x k of a 2-D ``mm``/``addmm``, whose other operand, m x k, differs in size) and of the
+    convolutions' weights, which a layer's streamed weights take."""
+    copies = ctx.replacements.recorded("copy")
+    marked = {int(c["bytes"]) for c in copies if c.get("weights") and c.get("direction") == "h2d"}
+    if marked:
+        return marked, "copies of parameters, by the op record"
+    sizes: set[int] = set()
+    for x in ctx.replacements.recorded("gemm"):
+        e = ELEM_BYTES.get(str(x.get("dtype")))
+        if e and x.get("op") in ("mm", "addmm") and x.get("batch", 1) == 1 and x.get("m") != x.get("n"):
+            sizes.add(int(x["n"]) * int(x["k"]) * e)
+    for x in ctx.replacements.recorded("conv"):
+        e = ELEM_BYTES.get(str(x.get("dtype")))
+        if e and x.get("weight"):
+            sizes.add(int(np.prod(x["weight"])) * e)
+    return sizes, "copies of the sizes of the recorded GEMMs' and convolutions' weights"
+
+
+def streamed_weights(ctx: RuleContext, g) -> tuple[np.ndarray, str] | None:
+    """(the host-to-device copies of the step that bring a model's weights in, how they were
+    told), where they move ``BULK_D2H_BYTES`` or more an iteration and most of what the step
+    copies in: a layer's weights streamed from host memory at every forward (a CPU offload), the
+    same bytes each iteration."""
+    sizes, how = weight_sizes(ctx)
+    if not sizes:
+        return None
+    h2d = np.flatnonzero((g.g_kind == 1) & (g.g_call >= 0) & ~is_device_to_host(g))
+    nbytes = np.nan_to_num(g.g_bytes[h2d]).astype(np.int64)
+    hit = np.isin(nbytes, list(sizes))
+    its = max(len(g.iter_call) - 1, 1)
+    if nbytes[hit].sum() / its < BULK_D2H_BYTES or nbytes[hit].sum() < 0.5 * nbytes.sum():
+        return None
+    return h2d[hit], how
+
+
+def _resident_weights(ctx: RuleContext, m, ops: np.ndarray, how: str, paged: np.ndarray) -> list[Finding]:
+    """Weights copied in at every iteration that fit in the GPU's memory: kept there (the price),
+    or streamed from pinned memory (said beside it: every pageable host-to-device copy ``paged``
+    pinned, the small ones beside the weights, such as biases, with them)."""
+    g = m.graph
+    its = max(len(g.iter_call) - 1, 1)
+    nbytes = np.nan_to_num(g.g_bytes[ops])
+    per_it = float(nbytes.sum()) / its
+    mem = getattr(ctx.prof.full_trace.primary_gpu(), "total_memory", None)
+    if not mem or per_it > RESIDENT_SHARE * mem:
+        return []
+
+    def keep(gr):
+        # loaded once: the copies, their calls, and the waits on them and after them go
+        gr = pin_copies(gr, ops, nbytes, bandwidth=1e18, non_blocking=True)
+        return scale_ops(gr, ops, float("inf"), drop_launches=True)
+    kept, basis = ctx.price(keep, f"{len(ops) / its:.0f} host-to-device copies of weights per iteration "
+                                  f"({per_it / 1e6:.0f} MB) gone, the weights loaded once")
+    timed_bw, _ = timed_bandwidth(ctx, "h2d")
+    bw = timed_bw or pinned_bandwidth(g)
+    pinned_ops = np.union1d(ops, paged)
+    pinned, _ = ctx.price(lambda gr: pin_copies(gr, pinned_ops, np.nan_to_num(g.g_bytes[pinned_ops]), bw),
+                          "the host-to-device copies from pinned memory, non-blocking")
+    if kept < 1.0 + 1e-9:
+        return []
+    ev = {"copies_per_iteration": round(len(ops) / its, 1), "bytes_per_iteration": int(per_it),
+          "gpu_memory_share": round(per_it / mem, 4), "weights_from": how,
+          "pinned_speedup": round(pinned, 3), "pinned_bytes_per_s": round(bw or PINNED_BYTES_PER_S),
+          "priced_from": "timed" if timed_bw else "estimate"}
+    return [Finding(RULE.code, RULE.name,
+                    f"keep the weights on the GPU: {per_it / 1e6:.0f} MB of weights cross from host memory every "
+                    f"iteration in {len(ops) / its:.0f} host-to-device copies (weights streamed in, as a CPU "
+                    f"offload does), {per_it / mem:.1%} of the GPU's memory: load them once "
+                    f"(model.to(device)) ({kept:.2f}x, the number below); where they must stay on the host, "
+                    f"pin them (and copy the next layer's on a side stream while this one computes): "
+                    f"{pinned:.2f}x", Rung.LIBRARY, ev, kept, f"{how}; {basis}", kept)]
 
 
 def _device_to_host(ctx: RuleContext, m, ops: np.ndarray) -> list[Finding]:

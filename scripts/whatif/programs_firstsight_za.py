@@ -16,6 +16,9 @@ PROGRAMS: list[dict] = [
                                                    "autograd.grad(create_graph=True), a Python loop over the tasks",
         "script": f"{W}/w_maml_inner_loop_train.py", "args": [], "capture_args": ["--steps", "30"],
         "step_range": "train_step", "kind": "training", "interleave": "all",
+        # ~313 ms a step on an H100 (its capture's baseline): 15 rounds of 4 variants' blocks ran
+        # past two timing processes' 95 and 120 s
+        "rounds": 5,
         "fixes": {
             "vmap_tasks": fix("vmap_tasks", True, "torch.func.vmap over the tasks of inner steps taken by "
                                                   "torch.func.grad: the same second-order meta-gradient"),

@@ -23,8 +23,10 @@ Evidence
     host-to-device copies (pageable or pinned) of the sizes the op record marked ``weights`` (their
     source an ``nn.Parameter``, or a parameter or buffer of a module the program called), or, in a
     record that marked none, of the sizes of its GEMMs' weight operands (n x k of a 2-D ``mm`` or
-    ``addmm`` whose m differs from n) and its convolutions' weights; 1 MB or more an iteration
-    and half or more of the bytes the step copies in, and a quarter of the GPU's memory or less.
+    ``addmm`` whose m differs from n) and its convolutions' weights, and the copies a thread
+    issues with one of those before any kernel launch (a layer's biases and norm scales, copied
+    with its weights); 1 MB or more an iteration and half or more of the bytes the step copies
+    in, and a quarter of the GPU's memory or less.
 Fix
     Streamed weights: load them to the GPU once (``model.to(device)``, no CPU offload) where
     they fit; where they must stay on the host, pin them and copy the next layer's on a side
@@ -52,8 +54,9 @@ Expected gain
       than a quarter of the GPU's memory are priced as any host-to-device copy. Why: a stack of
       six decoder layers streamed from pageable memory at every batch (2.4 GB, an H100,
       2026-12-08) was priced 6.58x for pinned copies, its top action, where the weights kept on
-      the GPU measured 35.6x (pinned 5.56x, pinned with a prefetch 6.45x); this led to it: 21.8x
-      at capture, no test of it;
+      the GPU measured 35.6x (pinned 5.56x, pinned with a prefetch 6.45x); this led to it: 30.5x
+      at capture (21.8x before the biases copied with the weights counted: their 48 small
+      blocking copies an iteration kept the host waiting on the GPU at every layer), no test of it;
     * a round trip through pinned buffers (said beside it): the copies to the host at the pinned
       bandwidth, still waited for (``copy_`` without ``non_blocking``), the copies back
       non-blocking (3.08x on that decoder, measured 4.6x: the pinned bandwidth there is assumed);
@@ -345,6 +348,13 @@ def streamed_weights(ctx: RuleContext, g) -> tuple[np.ndarray, str] | None:
     h2d = np.flatnonzero((g.g_kind == 1) & (g.g_call >= 0) & ~is_device_to_host(g))
     nbytes = np.nan_to_num(g.g_bytes[h2d]).astype(np.int64)
     hit = np.isin(nbytes, list(sizes))
+    # A layer's weights are copied together before its kernels: the copies a thread issues with
+    # no kernel launched between them and one of the weights are that layer's too (its biases,
+    # its norms' scales), which the sizes alone do not tell
+    launched = np.cumsum(g.c_kind == int(CallKind.LAUNCH))[g.g_call[h2d]]
+    group = (g.c_tid[g.g_call[h2d]].astype(np.int64), launched)
+    held = {k for k, h in zip(zip(*group), hit) if h}
+    hit = np.array([k in held for k in zip(*group)], dtype=bool) if len(h2d) else hit
     its = max(len(g.iter_call) - 1, 1)
     if nbytes[hit].sum() / its < BULK_D2H_BYTES or nbytes[hit].sum() < 0.5 * nbytes.sum():
         return None

@@ -35,6 +35,11 @@ SWITCH_OF: dict[tuple[str, str], str] = {
     ("resnet50_train", "cudnn_benchmark"): "cudnn_benchmark",
     ("resnet50_train", "compile"): "compile",
     ("resnet50_train", "compile_graphs"): "compile_graphs",
+    # the CNNs' inference with Inductor's freezing (PK403's fix; compared once captured with --try)
+    ("mobilenet_v3_fp32_infer", "freeze_compile"): "compile_frozen",
+    ("regnet_y_800mf_fp32_infer", "freeze_compile"): "compile_frozen",
+    ("efficientnet_b0_fp32_infer", "freeze_compile"): "compile_frozen",
+    ("resnet50_fp32_infer", "freeze_compile"): "compile_frozen",
     ("handwritten_block_train", "compile"): "compile",
     ("handwritten_block_train", "fused_adamw"): _FUSED,
     ("gpt2_fp32_train", "tf32"): "tf32",

@@ -58,8 +58,10 @@ References
 from __future__ import annotations
 
 import re
+from typing import Callable
 
 import numpy as np
+import pandas as pd
 
 from profkit.model import Rung
 from profkit.judge.rules.base import (Finding, Param, RuleContext, RuleMeta, Scope, Table, TrialOf, matches,
@@ -143,7 +145,8 @@ def detect(ctx: RuleContext) -> list[Finding]:
                     switch="compile_frozen")]
 
 
-def frozen_compile(ctx: RuleContext, bn_rows, names: list[str]):
+def frozen_compile(ctx: RuleContext, bn_rows: pd.DataFrame,
+                   names: list[str]) -> tuple[Callable[[StepGraph], StepGraph], float, float, str]:
     """The graph edit of ``torch.compile`` with freezing on an eval CNN, (edit, the changed
     kernels' time before, after, what the edit does): BatchNorm (``bn_rows``) folded into the
     convolutions (its kernels and launches gone); every run of the kernels between two library

@@ -21,7 +21,8 @@ Evidence
     (a sliding-window loop that copies each window's logits out and the next window's input in, of
     the same size by chance, holds one at a time: not a round trip). Streamed weights: the
     host-to-device copies (pageable or pinned) of the sizes the op record marked ``weights`` (their
-    source an ``nn.Parameter``, or a parameter or buffer of a module the program called), or, in a
+    source an ``nn.Parameter``, or a parameter or buffer of a module the program called; a mark
+    no capture on a GPU has made yet: its test copies to the meta device on the CPU), or, in a
     record that marked none, of the sizes of its GEMMs' weight operands (n x k of a 2-D ``mm`` or
     ``addmm`` whose m differs from n) and its convolutions' weights, and the copies a thread
     issues with one of those before any kernel launch (a layer's biases and norm scales, copied

@@ -555,11 +555,14 @@ def test_a_3d_convolution_is_timed_as_conv3d_on_channels_last_3d():
          "tf32": True, "count": 3}
     out = timing.time_record({**RECORD, "attention": [], "optimizer": [], "rnn_cell": [], "copy": [],
                               "gemm": [], "conv": [c]}, device="cpu", reps=1)
-    (e,) = out["entries"]
+    e, cl = out["entries"]
     assert e["error"] is None, e
     assert e["key"] == "x=2x4x4x8x8 w=8x4x3x3x3 s=1x2x2 fp32 grad" and e["count"] == 3
     assert e["original"] == "TF32, NCDHW" and e["backend"] == "bf16, channels_last_3d"
     assert e["forward"]["original_ns"] > 0 and e["original_ns"] > 0   # timed; their order is noise here
+    # and the layout alone: the same shape in its own precision on channels_last_3d tensors
+    assert cl["kind"] == "conv_cl" and cl["error"] is None and cl["key"] == e["key"]
+    assert cl["original"] == "TF32, NCDHW" and cl["backend"] == "TF32, channels_last_3d"
     # the heavier of two 3-D shapes is timed first: multiply-adds over the output's volume
     big = {**c, "input": [2, 4, 8, 16, 16]}
     assert timing._work("conv", big) == 8 * timing._work("conv", c)
@@ -607,7 +610,7 @@ def test_the_timings_are_well_formed_on_the_cpu(timed_on_cpu):
     assert out["format"] == "profkit-replacements/1" and out["device"] == "cpu"
     kinds = [e["kind"] for e in out["entries"]]
     # the bf16 GEMM and the bf16 convolution are not timed: only fp32 ones are PK302's and PK305's
-    assert kinds == ["attention", "optimizer", "rnn", "copy", "gemm_tf32", "gemm_bf16", "conv_bf16"]
+    assert kinds == ["attention", "optimizer", "rnn", "copy", "gemm_tf32", "gemm_bf16", "conv_bf16", "conv_cl"]
     for e in out["entries"]:
         assert set(e) >= {"kind", "key", "shape", "count", "original_ns", "replacement_ns", "backend",
                           "repetitions", "spread", "error", "seconds"}
@@ -636,6 +639,9 @@ def test_the_timings_are_well_formed_on_the_cpu(timed_on_cpu):
     # timing on a shared CPU, 2 repetitions of microseconds, and no test of the code)
     assert conv["forward"]["original_ns"] > 0 and conv["forward"]["replacement_ns"] > 0
     assert conv["original_ns"] > 0
+    layout = out["entries"][7]   # the same shape in TF32 on channels_last tensors: the layout alone
+    assert layout["key"] == conv["key"] and layout["backend"] == "TF32, channels_last"
+    assert layout["original"] == "TF32, NCHW" and layout["original_ns"] > 0 and layout["replacement_ns"] > 0
 
 
 def test_the_timing_command_and_no_cuda(tmp_path):
@@ -664,14 +670,14 @@ def test_one_failing_shape_is_that_entrys_error(monkeypatch):
 
 def test_the_budget_stops_the_timing():
     out = timing.time_record(RECORD, device="cpu", reps=1, budget_s=0.0)
-    assert out["entries"] == [] and out["notes"][0].startswith("the timing budget of 0 s was spent: 7 shape(s)")
+    assert out["entries"] == [] and out["notes"][0].startswith("the timing budget of 0 s was spent: 8 shape(s)")
 
 
 # -- reading ---------------------------------------------------------------------------------------
 def test_parsing_round_trip(timed_on_cpu):
     meta = {**timed_on_cpu, "record": RECORD, "notes": ["a note"]}
     got = parse(json.dumps(meta))
-    assert len(got.entries) == 7 and got.notes == ("a note",)
+    assert len(got.entries) == 8 and got.notes == ("a note",)
     assert got.measured("conv_bf16")[0].forward is not None and got.recorded("conv") == RECORD["conv"]
     attn = got.measured("attention")[0]
     raw = timed_on_cpu["entries"][0]
@@ -980,6 +986,33 @@ def test_pk305_timed_convolutions(tmp_path, monkeypatch):
     assert few.evidence["priced_from"] == "estimate"
     assert few.basis.startswith("estimated: the convolutions timed at capture do not account for the trace's")
     assert few.expected_end_to_end_speedup == est.expected_end_to_end_speedup
+
+
+def test_the_layout_timed_at_capture_prices_channels_last(monkeypatch):
+    """RegNetY-800MF fp32 inference: channels_last alone measured 1.31x on an H200 where the
+    estimate (cuDNN's transposes gone) priced 1.14x; its grouped convolutions run other kernels on
+    NHWC tensors. Timed at the program's shapes in TF32 on channels_last tensors (conv_cl), their
+    ratio replaces the estimate for every kernel the layout sets, in PK305's channels_last and in
+    PK403's compile with freezing alike; timings that do not account for the trace's convolution
+    time (2.67 ms an iteration) are not used."""
+    prof = profkit.load(ROOT / "traces" / "corpus" / "regnet_y_800mf_fp32_infer.sqlite.xz")
+    conv = {"input": [128, 224, 28, 28], "weight": [224, 8, 3, 3], "groups": 28, "dtype": "fp32", "grad": False}
+    est305, est403 = (_priced(prof, code, monkeypatch, "") for code in ("PK305", "PK403"))
+    assert est305.evidence["channels_last_speedup"] == pytest.approx(1.142, abs=0.002)
+    meta = _meta([_entry("conv_cl", conv, 2.6e6, 2.6e6 / 3.0, 1)])
+    t305, t403 = (_priced(prof, code, monkeypatch, meta) for code in ("PK305", "PK403"))
+    assert t305.evidence["conv_channels_last_timed_ratio"] == 3.0
+    assert t305.evidence["channels_last_speedup"] > est305.evidence["channels_last_speedup"]
+    assert "the convolutions' kernels / 3.00, timed at capture" in t403.basis
+    # the timed ratio sets PK403's layout: a faster layout timed, no lower a price (the host's
+    # launches set the compiled step's pace here past a 3x faster layout)
+    faster = _priced(prof, "PK403", monkeypatch, _meta([_entry("conv_cl", conv, 2.6e6, 2.6e6 / 6.0, 1)]))
+    assert faster.expected_end_to_end_speedup >= t403.expected_end_to_end_speedup > est403.expected_end_to_end_speedup
+    # a tenth of that time timed: the estimate stands in both
+    few = _meta([_entry("conv_cl", conv, 0.26e6, 0.13e6, 1)])
+    f305, f403 = (_priced(prof, code, monkeypatch, few) for code in ("PK305", "PK403"))
+    assert f305.evidence["channels_last_speedup"] == est305.evidence["channels_last_speedup"]
+    assert f403.expected_end_to_end_speedup == est403.expected_end_to_end_speedup
 
 
 # -- on a GPU --------------------------------------------------------------------------------------

@@ -44,7 +44,11 @@ time their GPU work and not the host's launching, and timed unheld too, the lowe
 * ``conv_bf16``: each fp32 2-D or 3-D convolution shape as the program ran it (its memory format,
   cuDNN's TF32 as it was set) against bf16 on channels_last (channels_last_3d) tensors, forward and backward (input and
   weight gradients) where the program's inputs required gradients, the forward alone kept beside
-  it (``forward``); cuDNN picks its algorithms as the program's default does (no benchmark mode).
+  it (``forward``); cuDNN picks its algorithms as the program's default does (no benchmark mode);
+* ``conv_cl``: each of those shapes the program ran on NCHW (NCDHW) tensors against the same
+  precision on channels_last (channels_last_3d) tensors, the layout alone: cuDNN's kernels for
+  the other layout (grouped and depthwise convolutions run other algorithms there) and no
+  transposes around them (PK305's channels_last, PK403's layout).
 
 Each entry (``profkit-replacements/1``; profkit.run.replacements reads it)::
 
@@ -566,8 +570,10 @@ def conv_key(c: dict) -> str:
             + (" channels_last" if c.get("channels_last") else "") + (" grad" if c.get("grad") else ""))
 
 
-def time_conv(torch: Any, timer: Timer, c: dict) -> dict:
-    e = _entry("conv_bf16", conv_key(c), c, c.get("count", 1))
+def time_conv(torch: Any, timer: Timer, c: dict, layout_only: bool = False) -> dict:
+    """``c`` as the program ran it against bf16 on channels_last tensors (``conv_bf16``), or, with
+    ``layout_only``, against its own precision on channels_last tensors (``conv_cl``)."""
+    e = _entry("conv_cl" if layout_only else "conv_bf16", conv_key(c), c, c.get("count", 1))
     F = torch.nn.functional
     conv = F.conv3d if len(c["input"]) == 5 else F.conv2d
     last = torch.channels_last_3d if len(c["input"]) == 5 else torch.channels_last
@@ -579,8 +585,9 @@ def time_conv(torch: Any, timer: Timer, c: dict) -> dict:
         fmt = last if c.get("channels_last") else torch.contiguous_format
         x = torch.randn(*c["input"], device=timer.device).contiguous(memory_format=fmt)
         w = torch.randn(*c["weight"], device=timer.device).contiguous(memory_format=fmt)
-        x16 = x.to(torch.bfloat16).contiguous(memory_format=last)
-        w16 = w.to(torch.bfloat16).contiguous(memory_format=last)
+        to = torch.float32 if layout_only else torch.bfloat16
+        x16 = x.to(to).contiguous(memory_format=last)
+        w16 = w.to(to).contiguous(memory_format=last)
 
         def step(a, b, grad: bool):
             if not grad:
@@ -604,7 +611,8 @@ def time_conv(torch: Any, timer: Timer, c: dict) -> dict:
     e["original"] = (("TF32" if c.get("tf32", True) else "fp32")
                      + ((", channels_last_3d" if three_d else ", channels_last") if c.get("channels_last")
                         else (", NCDHW" if three_d else ", NCHW")))
-    return _fill(e, orig, repl, "bf16, channels_last_3d" if three_d else "bf16, channels_last")
+    precision = e["original"].split(",")[0] if layout_only else "bf16"
+    return _fill(e, orig, repl, f"{precision}, channels_last_3d" if three_d else f"{precision}, channels_last")
 
 
 # -- the whole record --------------------------------------------------------------------------
@@ -671,8 +679,12 @@ def jobs(record: dict) -> list[tuple[str, dict, Callable]]:
         for to in ("fp32", "tf32", "bf16"):
             out.append((f"gemm_fp64_{to}", g, lambda t, tm, g, to=to: time_gemm(t, tm, g, to)))
     convs = [c for c in record.get("conv") or [] if c.get("dtype") == "fp32"]
-    for c in sorted(convs, key=lambda r: -_work("conv", r))[:MAX_CONVS]:
+    heaviest = sorted(convs, key=lambda r: -_work("conv", r))[:MAX_CONVS]
+    for c in heaviest:
         out.append(("conv_bf16", c, time_conv))
+    for c in heaviest:
+        if not c.get("channels_last"):
+            out.append(("conv_cl", c, lambda t, tm, c: time_conv(t, tm, c, layout_only=True)))
     return out
 
 

@@ -31,7 +31,7 @@ RECORD_FORMAT = "profkit-oprecord/1"
 class Replacement:
     """One replacement timed at one of the program's shapes."""
     kind: str                        # attention, attention_causal_mask, optimizer, optimizer_fused_floor,
-                                     # rnn, copy, gemm_tf32, gemm_bf16, gemm_fp64_*, conv_bf16
+                                     # rnn, copy, gemm_tf32, gemm_bf16, gemm_fp64_*, conv_bf16, conv_cl
     key: str
     shape: dict
     count: int                       # calls per iteration of the recorded op

@@ -98,6 +98,13 @@ Expected gain
     (an H100, 2026-12-05) for a video R3D-18 in fp32: 11 shapes of 3-D convolutions, 2.25x together
     (its 3-channel stem 0.85x); priced 2.50x from them, its trial 2.02x, by hand 2.01x: the
     timed convolutions leave the rest of the bf16 step too fast in the model (unresolved).
+    channels_last alone likewise (``conv_cl``, the same shapes in their own precision on
+    channels_last tensors): their ratio sets every kernel the layout sets (``timed_layout``: the
+    transposes gone with their launches, the convolutions and depthwise kernels making up the
+    timed time), in place of the transposes' removal and the NCHW depthwise estimate, with the
+    same coverage check; evidence ``conv_channels_last_timed_ratio``. Why: RegNetY-800MF's
+    grouped convolutions, channels_last measured 1.31x on an H200 where the estimate priced 1.14x
+    (cuDNN runs other kernels for them on NHWC tensors). Not yet run on a GPU (2026-12-08).
 Trial
     ``profkit capture --try channels_last+bf16`` measures the finding's price (both switches in
     one run: the outermost module and its 4-D inputs in channels_last, 5-D ones in channels_last_3d, its calls under bf16
@@ -261,21 +268,47 @@ def launch_cpu_ns(g: StepGraph) -> float:
 CONV_COVERAGE = (0.5, 1.5)
 
 
-def timed_conv_ratio(ctx: RuleContext, family_ns_per_iteration: float) -> tuple[float | None, str]:
+def timed_conv_ratio(ctx: RuleContext, family_ns_per_iteration: float,
+                     kind: str = "conv_bf16") -> tuple[float | None, str]:
     """(the timed convolutions' time as the program ran them over their time in bf16 on
-    channels_last tensors, the words that say so), or (None, why the estimate stands)."""
-    timed = ctx.replacements.measured("conv_bf16")
+    channels_last tensors (``conv_bf16``), or in their own precision on channels_last tensors
+    (``conv_cl``), the words that say so), or (None, why the estimate stands)."""
+    timed = ctx.replacements.measured(kind)
     if not timed:
         return None, ESTIMATED
     orig = sum(float(e.original_ns) * e.count for e in timed)
     repl = sum(float(e.replacement_ns) * e.count for e in timed)
     cover = orig / family_ns_per_iteration if family_ns_per_iteration > 0 else 0.0
-    said = timed_text(timed, "bf16 channels_last vs as the program ran them, ")
+    said = timed_text(timed, ("bf16 channels_last" if kind == "conv_bf16" else "channels_last")
+                      + " vs as the program ran them, ")
     if not CONV_COVERAGE[0] <= cover <= CONV_COVERAGE[1]:
         return None, (f"estimated: the convolutions timed at capture do not account for the trace's "
                       f"({len(timed)} shapes: {orig / 1e6:.2f} ms an iteration as the program ran them, "
                       f"its convolution kernels {family_ns_per_iteration / 1e6:.2f} ms)")
     return orig / repl, f"{said}; {len(timed)} shapes, {orig / repl:.2f}x together"
+
+
+def layout_family(g: StepGraph, names: list[str]) -> np.ndarray:
+    """The operations whose time the layout sets: the 32-bit convolutions, cuDNN's depthwise ones
+    beside them, cuDNN's transposes and PyTorch's NCHW depthwise kernels (what ``conv_cl``'s
+    timed ratio scales)."""
+    convs = [n for n in names if conv32(n)]
+    cudnn_dw = [n for n in names if convs and CUDNN_DEPTHWISE.search(n) and not HALF_RE.search(n)
+                and not conv32(n)]
+    fam = np.union1d(ops_named(g, convs + cudnn_dw), ops_named(g, [n for n in names if TRANSPOSE_RE.search(n)]))
+    return np.union1d(fam, np.flatnonzero(matches(g.op_names, DEPTHWISE_NCHW)[g.g_name] & (g.g_kind == 0)))
+
+
+def timed_layout(gr: StepGraph, family: np.ndarray, tr_ops: np.ndarray, ratio: float) -> StepGraph:
+    """``gr`` with the layout's kernels (``family``) taking 1/``ratio`` of their time together,
+    the ratio timed at capture on channels_last tensors (``conv_cl``): cuDNN's transposes gone
+    with their launches (none runs on channels_last tensors; the timing of the NCHW original ran
+    them), the rest scaled to make up the family's timed time."""
+    rest = np.setdiff1d(family, tr_ops)
+    total, kept = float(gr.g_dur[family].sum()), float(gr.g_dur[rest].sum())
+    if kept <= 0:
+        return without_transposes(gr, tr_ops)
+    return scale_ops(without_transposes(gr, tr_ops), rest, kept / (total / ratio))
 
 
 def without_transposes(gr: StepGraph, tr_ops: np.ndarray) -> StepGraph:
@@ -402,19 +435,23 @@ def detect(ctx: RuleContext) -> list[Finding]:
         ops, new = (bn_ops, bn_new) if keep is None else (bn_ops[keep], bn_new[keep])
         return replace_ops(gr, [np.array([o]) for o in ops], new) if len(ops) else gr
 
-    def channels_last(gr):
-        return nhwc_bn(without_transposes(gr, tr_ops))
-
     # The program's convolutions timed at capture in bf16 on channels_last tensors against the
     # way it ran them (profkit.capture.replacements, conv_bf16): their ratio replaces the
     # estimate for every convolution kernel, depthwise and transposes included, where the timed
-    # shapes account for the trace's convolution time (coverage within CONV_COVERAGE).
-    family = np.union1d(np.union1d(conv_ops, ops_named(g, cudnn_dw)), tr_ops)
-    family = np.union1d(family, np.flatnonzero(dw_nchw[g.g_name] & (g.g_kind == 0)))
+    # shapes account for the trace's convolution time (coverage within CONV_COVERAGE); likewise
+    # in their own precision on channels_last tensors (conv_cl) for channels_last alone.
+    family = layout_family(g, names)
     family_ns = float(g.g_dur[family].sum()) / max(len(g.iter_call) - 1, 1)   # per iteration
     timed_conv, conv_said = timed_conv_ratio(ctx, family_ns)
+    timed_cl, cl_said = timed_conv_ratio(ctx, family_ns, "conv_cl")
     # BatchNorm's kernels among those channels_last replaces (the depthwise ones the timed ratio scales)
     not_dw = ~dw_nchw[g.g_name[bn_ops]]
+
+    def channels_last(gr):
+        if timed_cl is not None:
+            # the transposes and the depthwise kernels are in the timed family
+            return timed_layout(nhwc_bn(gr, not_dw), family, tr_ops, timed_cl)
+        return nhwc_bn(without_transposes(gr, tr_ops))
 
     def bf16(gr):
         if timed_conv is not None:
@@ -437,7 +474,11 @@ def detect(ctx: RuleContext) -> list[Finding]:
     nhwc = (f"the transposes, {ctx.per_iteration(transpose_ns)}, gone"
             + (f"; BatchNorm's{' and depthwise convolutions' if dw_ns else ''} NCHW kernels "
                f"{ctx.per_iteration(bn_saved)} faster" if bn_saved > 0 else ""))
-    cl_gain, cl_basis = ctx.price(channels_last, f"channels_last: {nhwc}")
+    cl_what = (f"channels_last: the convolutions and their transposes {family_ns / 1e6:.2f} ms per iteration / "
+               f"{timed_cl:.2f} (timed)" if timed_cl is not None else f"channels_last: {nhwc}")
+    cl_gain, cl_basis = ctx.price(channels_last, cl_what)
+    if timed_cl is not None:
+        cl_basis = f"{cl_said}; {cl_basis}"
     convs_said = (f"convolutions{', depthwise' if len(dw_wgrad) or dw_ns or cudnn_dw_ns else ''} and "
                   f"their transposes {family_ns / 1e6:.2f} ms per iteration / {timed_conv:.2f} (timed), "
                   f"TF32 GEMMs / {ratio:.1f}"
@@ -458,6 +499,7 @@ def detect(ctx: RuleContext) -> list[Finding]:
     ev = {"conv_ns": int(conv_ns), "depthwise_nchw_ns": int(dw_ns), "depthwise_cudnn_ns": int(cudnn_dw_ns),
           "priced_from": "timed" if timed_conv is not None else "estimate",
           **({"conv_timed_ratio": round(timed_conv, 3)} if timed_conv is not None else {}),
+          **({"conv_channels_last_timed_ratio": round(timed_cl, 3)} if timed_cl is not None else {}),
           "transpose_ns": int(transpose_ns),
           "nchw_batchnorm_saved_ns": int(bn_saved), "depthwise_wgrad_ns": int(dw_wgrad_ns),
           "channels_last_speedup": round(cl_gain, 3), "bf16_channels_last_speedup": round(gain, 3)}

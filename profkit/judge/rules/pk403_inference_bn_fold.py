@@ -33,9 +33,11 @@ Expected gain
     kernel at its bytes, as in every compile price (``profkit.run.step.fusion``: its longest
     kernel), the folded BatchNorm no longer breaking a run; and Inductor's layout optimisation
     runs the convolutions channels_last, so cuDNN's layout transposes go and PyTorch's NCHW
-    depthwise kernels take an NHWC pass's time (PK305's channels_last edit); each compiled
-    graph's call at its host cost. Convolution kernels otherwise keep their time. Never above
-    the op gain (the changed kernels' time before over after).
+    depthwise kernels take an NHWC pass's time (PK305's channels_last edit; where the capture
+    timed the program's convolutions on channels_last tensors, ``conv_cl``, their ratio for all
+    of it, as PK305 does); each compiled graph's call at its host cost. Convolution kernels
+    otherwise keep their time. Never above the op gain (the changed kernels' time before over
+    after).
 
     Until 2026-12-08 the edit held the folding and each add's ReLU alone. On MobileNetV3-Large
     and RegNetY-800MF inference in fp32 at batch 128 (an H100, 2026-12-07, two processes each,
@@ -66,7 +68,8 @@ import pandas as pd
 from profkit.model import Rung
 from profkit.judge.rules.base import (Finding, Param, RuleContext, RuleMeta, Scope, Table, TrialOf, matches,
                                 removed_launch_cost)
-from profkit.judge.rules.pk305_fp32_conv import TRAINING_RE, TRANSPOSE_RE, nhwc_passes, without_transposes
+from profkit.judge.rules.pk305_fp32_conv import (TRAINING_RE, TRANSPOSE_RE, layout_family, nhwc_passes,
+                                                 timed_conv_ratio, timed_layout, without_transposes)
 from profkit.judge.rules.pk401_eager_norm_fusion import ADD_RE, COPY_RE  # copy_kernel also finds direct_copy_kernel
 from profkit.run.step.fusion import compile_host, fusible_runs
 from profkit.run.step.graph import StepGraph
@@ -165,20 +168,31 @@ def frozen_compile(ctx: RuleContext, bn_rows: pd.DataFrame,
     tr_ops = ops_named(g, [n for n in names if TRANSPOSE_RE.search(n)])
     dw_ops, dw_new = nhwc_passes(g)   # at inference, PyTorch's NCHW depthwise kernels alone
     calls = np.unique(g.g_call[(g.g_kind == 0) & (g.g_call >= 0)])
+    its = max(len(g.iter_call) - 1, 1)
+    # the convolutions timed at capture on channels_last tensors in their own precision (conv_cl):
+    # their ratio for every kernel the layout sets, in place of the estimate
+    family = layout_family(g, names)
+    timed_cl, _ = timed_conv_ratio(ctx, float(g.g_dur[family].sum()) / its, "conv_cl")
 
     def edit(gr: StepGraph) -> StepGraph:
         out = scale_ops(gr, bn_ops, np.inf, drop_launches=True)
         out = replace_ops(out, groups, new) if groups else out
-        out = without_transposes(out, tr_ops)
-        out = replace_ops(out, [np.array([o]) for o in dw_ops], dw_new) if len(dw_ops) else out
+        if timed_cl is not None:
+            out = timed_layout(out, family, tr_ops, timed_cl)
+        else:
+            out = without_transposes(out, tr_ops)
+            out = replace_ops(out, [np.array([o]) for o in dw_ops], dw_new) if len(dw_ops) else out
         return compile_host(out, calls, False, 0.0, ctx.host)
 
-    touched = np.unique(np.concatenate([bn_ops, tr_ops, dw_ops] + groups).astype(np.int64))
+    layout_ops = family if timed_cl is not None else np.union1d(tr_ops, dw_ops)
+    touched = np.unique(np.concatenate([bn_ops, layout_ops] + groups).astype(np.int64))
     before = float(g.g_dur[touched].sum())
-    after = float(new.sum() + dw_new.sum())
-    its = max(len(g.iter_call) - 1, 1)
-    layout = [f"{len(tr_ops) / its:.0f} transposes gone"] if len(tr_ops) else []
-    layout += [f"{len(dw_ops) / its:.0f} depthwise kernels at an NHWC pass's pace"] if len(dw_ops) else []
+    after = float(new.sum() + (g.g_dur[family].sum() / timed_cl if timed_cl is not None else dw_new.sum()))
+    if timed_cl is not None:
+        layout = [f"the convolutions' kernels / {timed_cl:.2f}, timed at capture"]
+    else:
+        layout = [f"{len(tr_ops) / its:.0f} transposes gone"] if len(tr_ops) else []
+        layout += [f"{len(dw_ops) / its:.0f} depthwise kernels at an NHWC pass's pace"] if len(dw_ops) else []
     what = (f"BatchNorm's {len(bn_ops) / its:.0f} kernels an iteration folded, the {len(groups) / its:.0f} runs of "
             "kernels between library calls fused into one each at its bytes"
             + (f", the convolutions channels_last ({', '.join(layout)})" if layout else "")

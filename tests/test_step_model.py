@@ -243,6 +243,19 @@ def test_the_whatif_rows_are_current(trace):
     assert progs == [p for p in old_progs if p["program"] == name], STALE
 
 
+def test_a_folder_timed_on_another_gpu_is_priced_at_the_capture():
+    # MobileNetV3's freeze_compile ran only on an H100 (folder_gpu), its capture on an H200: the
+    # H100's slower GPU would read as a slower host at its baseline (1.40x), so it is priced at
+    # the capture's calibration (1.56x); its channels_last, timed on the H200 too, at its folders'
+    page, _, measured = _whatif()
+    assert set(measured["folder_gpu"]["mobilenet_v3_fp32_infer"].values()) == {"NVIDIA H100 80GB HBM3"}
+    rows = {(r["program"], r["fix"]): r for r in page.read_rows()[0]}
+    frozen = rows[("mobilenet_v3_fp32_infer", "freeze_compile")]
+    assert frozen["predicted"] == frozen["predicted_capture"] == pytest.approx(1.56, abs=0.005)
+    cl = rows[("mobilenet_v3_fp32_infer", "channels_last")]
+    assert cl["predicted"] != cl["predicted_capture"]
+
+
 def test_fixes_priced_together_replay_one_graph():
     p = _load(str(ROOT / "traces" / "corpus" / "early_exit_sync.sqlite.xz"))
     combos = p.combined_actions()

@@ -59,6 +59,10 @@ def cmd_merge(args: argparse.Namespace) -> None:
                 if folder in runs:
                     raise SystemExit(f"folder {folder} already holds {prog} {var}: pick another --folder")
                 runs[folder] = {"iterations": n, "median_ns": med}
+                if getattr(args, "gpu", ""):
+                    # the GPU the folder ran on: the page prices a folder timed on another GPU
+                    # than its program's capture at the capture's calibration
+                    data.setdefault("folder_gpu", {}).setdefault(prog, {})[folder] = args.gpu
                 if ab and "issue_median_ns" in blocks[rep]["variants"][var]:
                     # the host's issue time of one iteration (_corpus.interleave): the CPU's speed
                     # in this process, which a GPU-paced baseline's period does not show

@@ -99,13 +99,23 @@ def page_rows(measured: dict, load=None, only: set[str] | None = None) -> tuple[
             prices, errors, why = [], [], ""
             for f in folders:
                 gain = mine[f].get("gain", base[f]["median_ns"] / mine[f]["median_ns"])
-                price, why = price_at(code, key, base[f]["median_ns"], base[f].get("issue_ns"))
+                if other_gpu(f):
+                    # timed on another GPU than the capture's: its baseline's time is that GPU's
+                    # speed, which a calibration to it would take for the host's: the capture's price
+                    price, why = predicted(p, code, key)
+                else:
+                    price, why = price_at(code, key, base[f]["median_ns"], base[f].get("issue_ns"))
                 prices.append(price)
                 errors.append(gain / price - 1.0)
             return float(statistics.median(prices)), float(statistics.median(errors)), why
 
         if name not in measured["runs"]:
             continue  # captured, its fixes not timed yet
+        trace_gpu = p.full_trace.primary_gpu().name
+        timed_on = (measured.get("folder_gpu") or {}).get(name, {})
+
+        def other_gpu(folder: str) -> bool:
+            return folder in timed_on and timed_on[folder] != trace_gpu
         for fix in prog["fixes"]:
             if (name, fix) not in meas:
                 continue

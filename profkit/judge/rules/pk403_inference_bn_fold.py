@@ -44,8 +44,8 @@ Expected gain
     timed beside their other fixes) ``torch.compile`` with freezing measured 1.88-1.90x and
     2.09x, the best fix of each, where it priced 1.35x and 1.36x at capture (1.29x and 1.18x at
     those runs' baselines): they led to the layout and the fusion of every run (1.56x and 1.65x
-    at capture; 1.40x and 1.40x at the H100's baselines, whose GPU is slower than the capture's
-    H200: the calibration takes the difference for the host's): no test of it. Still low there:
+    at capture, where the what-if page prices them: a run on another GPU than the capture's is
+    not calibrated to, its GPU's speed would read as the host's): no test of it. Still low there:
     what else freezing's compile changes in the convolutions (channels_last alone measured 1.31x
     on RegNetY's grouped convolutions on an H200, where PK305's edit prices 1.16x) is not in it.
 Trial

@@ -87,6 +87,13 @@ def page_rows(measured: dict, load=None, only: set[str] | None = None) -> tuple[
                 at_timed[at] = p.findings_at(base_ns, issue_ns, codes)
             return predicted(p, code, key, at_timed[at])
 
+        # the GPU each run folder ran on, where the data names it (merge --gpu)
+        trace_gpu = p.full_trace.primary_gpu().name
+        timed_on = (measured.get("folder_gpu") or {}).get(name, {})
+
+        def other_gpu(folder: str) -> bool:
+            return folder in timed_on and timed_on[folder] != trace_gpu
+
         def by_folder(code: str | None, key: str | None, fix: str,
                       interleaved: bool | None) -> tuple[float, float, str] | None:
             # Each run folder priced at its own baseline (and the host's issue time beside it,
@@ -111,11 +118,6 @@ def page_rows(measured: dict, load=None, only: set[str] | None = None) -> tuple[
 
         if name not in measured["runs"]:
             continue  # captured, its fixes not timed yet
-        trace_gpu = p.full_trace.primary_gpu().name
-        timed_on = (measured.get("folder_gpu") or {}).get(name, {})
-
-        def other_gpu(folder: str) -> bool:
-            return folder in timed_on and timed_on[folder] != trace_gpu
         for fix in prog["fixes"]:
             if (name, fix) not in meas:
                 continue

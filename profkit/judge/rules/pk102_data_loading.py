@@ -232,7 +232,8 @@ def detect(ctx: RuleContext) -> list[Finding]:
 TIMED_FETCH = "timed at capture: the program's own rows read row by row and in one call"
 
 
-# A table this share of the GPU's memory or less can stay there beside the model
+# A table (PK104: weights streamed in) this share of the GPU's memory or less can stay there
+# beside the model and its activations
 RESIDENT_SHARE = 0.25
 
 

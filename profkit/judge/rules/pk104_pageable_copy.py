@@ -109,8 +109,9 @@ import numpy as np
 from profkit.model import Rung
 
 from profkit.judge.dtypes import ELEM_BYTES
+from profkit.judge.rules.pk102_data_loading import RESIDENT_SHARE   # what a GPU may keep resident
 from profkit.judge.rules.base import ESTIMATED, Finding, Param, RuleContext, RuleMeta, Table, timed_text
-from profkit.run.step.graph import CallKind
+from profkit.run.step.graph import CallKind, StepGraph
 from profkit.run.step.transform import (DISPATCH_GAP_NS, PINNED_BYTES_PER_S, drop_waits, pin_copies, reads_after,
                                         reduce_before_copy, scale_ops)
 
@@ -268,6 +269,13 @@ def _host_to_device(ctx: RuleContext, m, ops: np.ndarray) -> list[Finding]:
                                    "priced_from": "timed" if timed_bw else "estimate"}, gain, basis, gain)]
 
 
+def kept_on_gpu(gr: StepGraph, ops: np.ndarray, nbytes: np.ndarray) -> StepGraph:
+    """``gr`` with the copies ``ops`` (of ``nbytes``) not made, their data kept on the GPU: the
+    copies, their calls, and the waits on them and right after them gone."""
+    gr = pin_copies(gr, ops, nbytes, bandwidth=1e18, non_blocking=True)
+    return scale_ops(gr, ops, float("inf"), drop_launches=True)
+
+
 def _round_trip(ctx: RuleContext, m, down: np.ndarray, up: np.ndarray) -> list[Finding]:
     """Data sent to the host and brought back in the same step: kept on the GPU (the price), or
     through pinned buffers both ways (said beside it)."""
@@ -277,11 +285,8 @@ def _round_trip(ctx: RuleContext, m, down: np.ndarray, up: np.ndarray) -> list[F
     nbytes = np.nan_to_num(g.g_bytes)
     per_it = nbytes[down].sum() / its
 
-    def keep(gr):
-        # no copy either way: the copies, their calls, and the waits on them and after them go
-        gr = pin_copies(gr, ops, nbytes[ops], bandwidth=1e18, non_blocking=True)
-        return scale_ops(gr, ops, float("inf"), drop_launches=True)
-    kept, basis = ctx.price(keep, f"{len(down) / its:.0f} device-to-host copies per iteration "
+    kept, basis = ctx.price(lambda gr: kept_on_gpu(gr, ops, nbytes[ops]),
+                            f"{len(down) / its:.0f} device-to-host copies per iteration "
                                   f"({per_it / 1e6:.0f} MB) and the {len(up) / its:.0f} host-to-device "
                                   "copies that bring the same bytes back gone")
     d_bw = timed_bandwidth(ctx, "d2h")[0] or pinned_bandwidth(g)
@@ -310,10 +315,6 @@ def _round_trip(ctx: RuleContext, m, down: np.ndarray, up: np.ndarray) -> list[F
                     "where they do not, recompute them in the backward (torch.utils.checkpoint) or "
                     f"offload through pinned buffers (save_on_cpu(pin_memory=True)): {pinned:.2f}x",
                     Rung.LIBRARY, ev, kept, basis, kept)]
-
-
-# Weights this share of the GPU's memory or less can stay there beside the activations
-RESIDENT_SHARE = 0.25
 
 
 def weight_sizes(ctx: RuleContext) -> tuple[set[int], str]:
@@ -374,12 +375,9 @@ def _resident_weights(ctx: RuleContext, m, ops: np.ndarray, how: str, paged: np.
     if not mem or per_it > RESIDENT_SHARE * mem:
         return []
 
-    def keep(gr):
-        # loaded once: the copies, their calls, and the waits on them and after them go
-        gr = pin_copies(gr, ops, nbytes, bandwidth=1e18, non_blocking=True)
-        return scale_ops(gr, ops, float("inf"), drop_launches=True)
-    kept, basis = ctx.price(keep, f"{len(ops) / its:.0f} host-to-device copies of weights per iteration "
-                                  f"({per_it / 1e6:.0f} MB) gone, the weights loaded once")
+    kept, basis = ctx.price(lambda gr: kept_on_gpu(gr, ops, nbytes),
+                            f"{len(ops) / its:.0f} host-to-device copies of weights per iteration "
+                            f"({per_it / 1e6:.0f} MB) gone, the weights loaded once")
     timed_bw, _ = timed_bandwidth(ctx, "h2d")
     bw = timed_bw or pinned_bandwidth(g)
     pinned_ops = np.union1d(ops, paged)

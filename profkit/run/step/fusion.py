@@ -157,8 +157,8 @@ def candidates(g: StepGraph, anywhere: bool = False, also: Optional[np.ndarray] 
                    + [False], dtype=bool)
     call = np.maximum(g.g_call, 0)
     outside = rng[np.where(g.g_call >= 0, g.c_range[call], len(g.range_names))] & (not anywhere)
-    out = (g.g_kind == 0) & (g.g_call >= 0) & ~lib & ~outside
-    return out | ((g.g_kind == 0) & (g.g_call >= 0) & also) if also is not None else out
+    pick = ~lib & ~outside if also is None else (~lib & ~outside) | also
+    return (g.g_kind == 0) & (g.g_call >= 0) & pick
 
 
 def fusible_runs(g: StepGraph, anywhere: bool = False, also: Optional[np.ndarray] = None) -> list[np.ndarray]:

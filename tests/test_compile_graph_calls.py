@@ -74,3 +74,27 @@ def test_one_graph_a_step_costs_next_to_nothing():
     # a ResNet-50 training step of ~100 ms: one graph call, the fusion's price as before
     ev = _pk103(shared.corpus("resnet50_train")).evidence
     assert (ev["fusion_speedup"], ev["compile_speedup"]) == (1.273, 1.351)
+
+
+
+def test_a_model_called_many_times_an_iteration_calls_its_compiled_graph_as_often():
+    # speculative decoding: the op record counts 14 calls of the target model and 53 of the draft
+    # in the watched generation; the blocking calls alone begin fewer graphs than that
+    p, g, model = _model_calls("speculative_decode_infer")
+    calls = p.replacements().module_calls()
+    assert calls == 67
+    its = len(g.iter_call) - 1
+    breaks = graph_entries(g, model)
+    entries = graph_entries(g, model, calls)
+    per_it = np.bincount(np.searchsorted(g.iter_call, g.g_call[entries], side="right"), minlength=its + 1)
+    assert (per_it[1:its + 1] >= calls).all()
+    assert np.isin(breaks, entries).all() and len(entries) > len(breaks)
+    # the added entries lie at launches spread over the first iteration, not piled at its start
+    lo, hi = g.iter_call[0], g.iter_call[1]
+    extra = np.setdiff1d(g.g_call[entries], g.g_call[breaks])
+    extra = extra[(extra >= lo) & (extra < hi)]
+    assert extra.min() - lo < 0.25 * (hi - lo) and hi - extra.max() < 0.25 * (hi - lo)
+    # one call an iteration (or a record without root_calls) leaves the count to the blocking calls
+    assert np.array_equal(graph_entries(g, model, 1), breaks)
+    # and the compile price pays for them: 1.435x with the breaks' graphs alone, measured 1.07x
+    assert _pk103(p).evidence["fusion_speedup"] == 1.357

@@ -134,6 +134,13 @@ class Replacements:
         items = self.record.get(kind) if isinstance(self.record, dict) else None
         return [x for x in items if isinstance(x, dict)] if isinstance(items, list) else []
 
+    def module_calls(self) -> int:
+        """Calls an iteration of the modules the program called from its own code (the op
+        record's ``root_calls``, every outermost module): as many calls of their compiled graphs
+        under torch.compile. 0 where the record has none."""
+        return sum(int(r["calls"]) for r in self.recorded("root_calls")
+                   if isinstance(r.get("calls"), int) and not isinstance(r.get("calls"), bool) and r["calls"] > 0)
+
     def autograd_at_inference(self, backward_kernels: Callable[[], bool]) -> Optional[int]:
         """How many ops of the recorded iteration took inputs that require gradients (fused
         attention, math-path attention, convolutions, RNN cells) in an iteration that ran no

@@ -139,7 +139,7 @@ def detect(ctx: RuleContext) -> list[Finding]:
             dyn = shape_following_share(ctx, graph, calls)
             training = bool(backward_kernels(ctx) > 0)
             g, basis = ctx.price(lambda gr: compile_host(replace_ops(gr, groups, ns), calls, training, dyn,
-                                                         ctx.host),
+                                                         ctx.host, ctx.replacements.module_calls()),
                                  f"the {len(groups)} runs of fusible kernels that hold the chains "
                                  f"({before / its / 1e6:.2f} ms per iteration) fused into one kernel "
                                  f"each at its bytes ({float(ns.sum()) / its / 1e6:.2f} ms), one launch each; "

@@ -182,7 +182,7 @@ def frozen_compile(ctx: RuleContext, bn_rows: pd.DataFrame,
         else:
             out = without_transposes(out, tr_ops)
             out = replace_ops(out, [np.array([o]) for o in dw_ops], dw_new) if len(dw_ops) else out
-        return compile_host(out, calls, False, 0.0, ctx.host)
+        return compile_host(out, calls, False, 0.0, ctx.host, ctx.replacements.module_calls())
 
     layout_ops = family if timed_cl is not None else np.union1d(tr_ops, dw_ops)
     touched = np.unique(np.concatenate([bn_ops, layout_ops] + groups).astype(np.int64))

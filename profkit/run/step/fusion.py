@@ -238,12 +238,16 @@ def inductor_fusion(g: StepGraph, anywhere: bool = False) -> tuple[list[np.ndarr
 GRAPH_CALL_US = {(True, False): 450.0, (True, True): 450.0, (False, False): 50.0, (False, True): 140.0}
 
 
-def graph_entries(g: StepGraph, calls: np.ndarray) -> np.ndarray:
+def graph_entries(g: StepGraph, calls: np.ndarray, module_calls: int = 0) -> np.ndarray:
     """Where the compiled graphs of a step begin, given the ``calls`` torch.compile(model) runs:
     the first kernel launched among them in each iteration and after each blocking call (a
     synchronisation or a copy the host waits for: Dynamo breaks its graph there, and the code
-    after it is another compiled graph, called every iteration). Returns those launches'
-    operations (one each), for ``add_cpu``."""
+    after it is another compiled graph, called every iteration). A model called ``module_calls``
+    times an iteration (the op record's calls of its outermost modules: a draft and a target model
+    in a decode loop, the crops of a multi-crop step) calls its compiled graph as often, breaks or
+    not: an iteration with fewer entries gets the missing ones at launches spread evenly over its
+    own (the calls of one model launch alike). Returns those launches' operations (one each), for
+    ``add_cpu``."""
     calls = np.asarray(calls, dtype=np.int64)
     if not len(calls) or not g.n_calls:
         return np.empty(0, np.int64)
@@ -255,19 +259,38 @@ def graph_entries(g: StepGraph, calls: np.ndarray) -> np.ndarray:
         return np.empty(0, np.int64)
     key = it[launch].astype(np.int64) * (int(seg[-1]) + 2) + seg[launch]
     first = launch[np.unique(key, return_index=True)[1]]
+    if module_calls > 1:
+        first = np.union1d(first, _spread_entries(it, launch, first, int(module_calls)))
     ops = g.launched_by(first)
     # one operation per entry call (a call that launched several counts once)
     return ops[np.unique(g.g_call[ops], return_index=True)[1]]
 
 
+def _spread_entries(it: np.ndarray, launch: np.ndarray, first: np.ndarray, per_iteration: int) -> np.ndarray:
+    """Launches that stand for the compiled graph calls an iteration lacks: where an iteration's
+    entries (``first``) number fewer than ``per_iteration``, the missing ones at launches evenly
+    spaced among that iteration's other launches."""
+    out = []
+    it_launch, it_first = it[launch], it[first]
+    for i in np.unique(it_launch):
+        short = per_iteration - int((it_first == i).sum())
+        pool = np.setdiff1d(launch[it_launch == i], first)
+        if short <= 0 or not len(pool):
+            continue
+        short = min(short, len(pool))
+        out.append(pool[(np.arange(1, short + 1) * len(pool)) // (short + 1)])
+    return np.concatenate(out) if out else np.empty(0, np.int64)
+
+
 def compile_host(g: StepGraph, calls: np.ndarray, training: bool, dynamic_share: float,
-                 host: float) -> StepGraph:
+                 host: float, module_calls: int = 0) -> StepGraph:
     """``g`` with each compiled graph's call cost (GRAPH_CALL_US, measured without a profiler,
     put in the trace's CPU time by ``host``, the calibrated CPU scale) added where it begins
-    (graph_entries); ``dynamic_share`` of the graphs priced as graphs whose shapes follow the
-    data. Part of every torch.compile price: a step broken into many graphs can lose more to
-    their calls than the fusion saves."""
-    entries = graph_entries(g, calls)
+    (graph_entries, with the model's ``module_calls`` an iteration where the op record has
+    them); ``dynamic_share`` of the graphs priced as graphs whose shapes follow the data. Part
+    of every torch.compile price: a step broken into many graphs, or a model called many times
+    a step, can lose more to the calls than the fusion saves."""
+    entries = graph_entries(g, calls, module_calls)
     if not len(entries):
         return g
     share = min(max(float(dynamic_share), 0.0), 1.0)

@@ -11,6 +11,10 @@ nothing when no profiler listens) and records, for every top-level range of the 
 * ``gpu_ns``: where the GPU was in the stream when the range began: a CUDA event recorded at the
   push, read after the script ends (ns after the first such event). An iteration's GPU-side
   period stays right when the CPU runs ahead of the GPU, which the host clock alone does not.
+* ``inner_ns``: the host time of the ranges opened directly inside it, summed by name
+  (``{"forward": ..., "argmax": ...}``; only where it opened any). Where the step's period is
+  set by the GPU, a copy or Python the profiler does not slow, the period cannot say how much
+  the profiler slowed the host's CUDA calls; these ranges can (profkit.run.step.inner).
 
 One event per top-level range costs a few microseconds of CPU. Nothing is recorded while a CUDA
 graph is being captured, and CUDA is never initialised by the recorder itself. Neither is torch
@@ -18,7 +22,7 @@ imported by it: the hooks go in when the script imports ``torch.cuda.nvtx`` or `
 hook), so a script's start-up is the same as without profkit. What it writes:
 
     {"format": "profkit-calibration/1", "script": ..., "argv": [...], "wall_ns": ...,
-     "exit_code": ..., "ranges": [{"name", "start_ns", "end_ns", "gpu_ns"}, ...],
+     "exit_code": ..., "ranges": [{"name", "start_ns", "end_ns", "gpu_ns", "inner_ns"}, ...],
      "cut": {"range": NAME, "iterations": N}    (only when --max-iterations ended the run)
      "trial": {"switch", "applied", "note"}      (only under --try: profkit.capture.switches)
      "error": "Type: message"}                  (only when the script raised)
@@ -70,6 +74,7 @@ class RangeClock:
         self.main = threading.main_thread().ident
         self.depth = 0
         self.open: Optional[dict] = None
+        self.child: Optional[tuple[str, int]] = None   # the range open at depth 2: name, push time
         self.ranges: list[dict] = []
         self._events: list[tuple[dict, Any]] = []
         self.max_iterations = max_iterations
@@ -90,6 +95,8 @@ class RangeClock:
             # the nested ranges an iteration opens: a measure of its work that a trial must keep
             # (an optimiser that stops its evaluations early runs fewer: profkit.run.trials)
             self.open["inner"] = self.open.get("inner", 0) + 1
+            if self.depth == 2 and self.events:
+                self.child = (str(name), time.perf_counter_ns())
         if self.depth == 1:
             for listen in self.listeners:
                 with contextlib.suppress(Exception):
@@ -105,6 +112,11 @@ class RangeClock:
         if threading.get_ident() != self.main or self.depth == 0:
             return
         self.depth -= 1
+        if self.depth == 1 and self.child is not None and self.open is not None:
+            name, t0 = self.child
+            inner = self.open.setdefault("inner_ns", {})
+            inner[name] = inner.get(name, 0) + time.perf_counter_ns() - t0
+            self.child = None
         if self.depth == 0 and self.open is not None:
             self.open["end_ns"] = time.perf_counter_ns()
             self.ranges.append(self.open)

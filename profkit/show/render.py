@@ -235,7 +235,10 @@ def model_lines(run: dict) -> list[str]:
                 and cal.get("host_scale_from") == "estimate" else
                 ": the run without it took as long, within a run's noise" if cal.get("host_scale_from") == "noise"
                 else ": the profiled run lies within the spread of the runs without it"
-                if cal.get("host_scale_from") == "spread" else "") + "); "
+                if cal.get("host_scale_from") == "spread" else "")
+             + (("; measured range by range: " + ", ".join(
+                 f"`{k}` {1 / v - 1:+.0%}" for k, v in sorted(cal["range_scales"].items(), key=lambda kv: kv[1]))
+                 + " (the rest as above)") if cal.get("range_scales") else "") + "); "
              f"replay of the trace {fmt_time(rep['simulated_iteration_ns'])}"]
     parts = run.get("critical_path") or []
     total = sum(p["ns_per_iteration"] for p in parts)

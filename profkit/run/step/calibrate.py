@@ -29,7 +29,7 @@ duration by one factor ``host``:
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Callable, Optional
 
 import numpy as np
@@ -82,6 +82,17 @@ class Calibration:
     # or the fastest of several within it ("spread": the profiled run lies within their spread):
     # the scale is 1.0, the profiler's cost taken as none.
     within_noise: str = ""
+    # The ranges inside the step whose host time was measured with and without the profiler: the
+    # CPU scale of each (profkit.run.step.inner); ``host`` is the rest's.
+    range_scales: dict = field(default_factory=dict)
+
+    def with_ranges(self, scales: dict, replay_iteration_ns: float, predicted_iteration_ns: float) -> "Calibration":
+        """This calibration with the measured ranges' scales (``host`` the scale of the rest)."""
+        said = ", ".join(f"`{k}` {1 / v - 1:+.0%}" for k, v in sorted(scales.items(), key=lambda kv: kv[1]))
+        return replace(self, range_scales=dict(scales), replay_iteration_ns=replay_iteration_ns,
+                       predicted_iteration_ns=predicted_iteration_ns,
+                       detail=f"{self.detail}; host time added by the profiler, measured in the ranges inside "
+                              f"the step: {said} (the rest at the CPU scale {self.host:.2f})")
 
     @property
     def host_inflation(self) -> float:
@@ -99,7 +110,9 @@ class Calibration:
                 "detail": self.detail,
                 **({"warning": self.warning} if self.warning else {}),
                 **({"run_medians_ns": [int(round(m)) for m in self.run_medians], "unstable": True}
-                   if self.unstable else {})}
+                   if self.unstable else {}),
+                **({"range_scales": {k: round(v, 4) for k, v in sorted(self.range_scales.items())}}
+                   if self.range_scales else {})}
 
 
 def unprofiled_runs(meta_text: Optional[str], delimiter: Optional[str]) -> list[np.ndarray]:

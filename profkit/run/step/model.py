@@ -9,7 +9,8 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-from profkit.run.step.calibrate import Calibration, calibrate
+from profkit.run.step import inner
+from profkit.run.step.calibrate import Calibration, calibrate, calibration_runs
 from profkit.run.step.critical import CriticalPath, critical_path
 from profkit.run.step.graph import StepGraph, build
 from profkit.run.step.simulate import Schedule, replay
@@ -129,13 +130,25 @@ def model_of(trace, window: Window, launch_floor_ns: float) -> StepModel:
     """Build, calibrate and replay the step model of ``window`` in ``trace`` (the full trace)."""
     g = build(trace, window, launch_floor_ns)
     replays: dict[float, Schedule] = {}
+    meta = trace.meta.get("calibration")
+    # The ranges inside the step whose host time the calibration run measured run at their own
+    # scale at every CPU scale the calibration tries (profkit.run.step.inner)
+    ranges = inner.measure(trace, g, calibration_runs(meta))
 
     def at(host: float) -> Schedule:
         if host not in replays:
-            replays[host] = replay(g, host)
+            replays[host] = replay(ranges.graph_at(g, host) if ranges else g, host)
         return replays[host]
 
-    cal, sched = calibrate(g, trace.meta.get("calibration"), sim=at, trials_text=trace.meta.get("trials"))
+    cal, sched = calibrate(g, meta, sim=at, trials_text=trace.meta.get("trials"))
+    if ranges:
+        # the model's graph: the measured ranges at their scale when replayed at the calibrated
+        # one; the replay of the trace itself stays the unscaled graph's
+        trace_replay = replay(g, 1.0).iteration_ns
+        g = ranges.graph_at(g, cal.host)
+        sched = replay(g, cal.host)
+        replays = {cal.host: sched}
+        cal = cal.with_ranges(ranges.scales, trace_replay, sched.iteration_ns)
     warnings = list(g.notes) + ([cal.warning] if cal.warning else [])
     err = cal.replay_iteration_ns / cal.profiled_iteration_ns - 1 if cal.profiled_iteration_ns else 0
     if abs(err) > REPLAY_TOLERANCE:

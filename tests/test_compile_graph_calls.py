@@ -98,3 +98,12 @@ def test_a_model_called_many_times_an_iteration_calls_its_compiled_graph_as_ofte
     assert np.array_equal(graph_entries(g, model, 1), breaks)
     # and the compile price pays for them: 1.435x with the breaks' graphs alone, measured 1.07x
     assert _pk103(p).evidence["fusion_speedup"] == 1.357
+
+
+def test_each_micro_batch_calls_the_compiled_model():
+    # gradient accumulation over 4 micro-batches of a bf16 ResNet (no op record of its calls): the
+    # model's compiled graph is called once a micro-batch, which the blocking calls do not show;
+    # the default mode's fusion 1.56x -> 1.53x (measured 0.95x: what is left of the gap is not
+    # the calls')
+    ev = _pk103(shared.corpus("accum_resnet_train")).evidence
+    assert (ev["micro_batches"], ev["fusion_speedup"]) == (4, 1.526)

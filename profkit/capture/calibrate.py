@@ -11,6 +11,11 @@ nothing when no profiler listens) and records, for every top-level range of the 
 * ``gpu_ns``: where the GPU was in the stream when the range began: a CUDA event recorded at the
   push, read after the script ends (ns after the first such event). An iteration's GPU-side
   period stays right when the CPU runs ahead of the GPU, which the host clock alone does not.
+* ``mem_bytes``: the memory PyTorch's caching allocator held allocated at its push
+  (``torch.cuda.memory_allocated``: the weights, the optimizer's state, what the step keeps),
+  and once, after the script, ``memory``: ``{"peak_bytes", "device_bytes"}`` (the run's
+  ``max_memory_allocated`` and the GPU's size): how much a step's activations take, and so
+  whether larger micro-batches would fit (PK205);
 * ``inner_ns``: the host time of the ranges opened directly inside it, summed by name
   (``{"forward": ..., "argmax": ...}``; only where it opened any). Where the step's period is
   set by the GPU, a copy or Python the profiler does not slow, the period cannot say how much
@@ -82,6 +87,7 @@ class RangeClock:
         self.events = events
         self.counts: Counter = Counter()
         self.cut: Optional[dict] = None
+        self.memory: Optional[dict] = None
         # Called with the name at every top-level push of the main thread (the op record's
         # iteration: profkit.capture.oprecord); their failures never reach the script.
         self.listeners: list[Callable[[str], None]] = []
@@ -106,6 +112,9 @@ class RangeClock:
             ev = self._event()
             if ev is not None:
                 self._events.append((rec, ev))
+                mem = self._allocated()
+                if mem is not None:
+                    rec["mem_bytes"] = mem
             self.open = rec
 
     def pop(self) -> None:
@@ -205,11 +214,24 @@ class RangeClock:
 
         cls.__init__, cls.__enter__, cls.__exit__, cls.__call__ = __init__, __enter__, __exit__, __call__
 
+    def _allocated(self) -> Optional[int]:
+        try:
+            return int(sys.modules["torch"].cuda.memory_allocated())
+        except Exception:  # noqa: BLE001 - timing must never break the user's program
+            return None
+
     # -- the result ----------------------------------------------------------------------------
     def finish(self) -> None:
-        """Read the GPU times of the ranges (waits for the GPU once, after the script)."""
+        """Read the GPU times of the ranges (waits for the GPU once, after the script), and the
+        run's peak of allocated memory."""
         if not self._events:
             return
+        try:
+            cuda = sys.modules["torch"].cuda
+            self.memory = {"peak_bytes": int(cuda.max_memory_allocated()),
+                           "device_bytes": int(cuda.get_device_properties(cuda.current_device()).total_memory)}
+        except Exception:  # noqa: BLE001 - no memory figures: PK205 keeps its conservative number
+            self.memory = None
         try:
             sys.modules["torch"].cuda.synchronize()
             first = self._events[0][1]
@@ -227,6 +249,8 @@ class RangeClock:
                "exit_code": int(exit_code), "ranges": ranges}
         if self.cut is not None:
             out["cut"] = dict(self.cut)
+        if self.memory:
+            out["memory"] = dict(self.memory)
         return out
 
 

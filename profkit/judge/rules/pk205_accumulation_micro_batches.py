@@ -37,8 +37,17 @@ Fix
     activations fit: check ``torch.cuda.max_memory_allocated()`` against the GPU's memory first,
     and combine with activation checkpointing or bf16 to make room.
 Expected gain
-    Graph edit: the copies are merged in groups of ``f`` (halving, ``f`` = 2, is the number; each
-    power of two that divides ``k``, and one micro-batch for the step, are said beside it); in
+    Graph edit: the copies are merged in groups of ``f`` (each power of two that divides ``k``, and
+    one micro-batch for the step; the number is halving, ``f`` = 2, unless the calibration run
+    measured the memory: then the largest ``f`` whose micro-batch fits, the others said beside it).
+    Fits: what the allocator held at a step's start plus ``f`` times what one micro-batch added at
+    the run's peak stays within 90% of the GPU's memory (profkit.run.memory: the gradients counted
+    with the activations, the warm-up's peak included: the safe side). Where even twice the size
+    would not fit, halving stays the number and the action says what it would need. On the bf16
+    ResNet below one batch of 128 measured 3.89x where halving, the number, was priced 2.04x: with
+    the memory measured, the number is the largest merge that fits (not yet run on a GPU capture:
+    the committed ones predate the record; ``tests/test_pk205_memory.py`` writes chosen figures
+    into a copy). In
     each group the other copies' calls go with all the CPU time before each (``drop_cpu``: their
     launches, Python and syncs), and their operations are matched to the first copy's by name in
     launch order (``difflib``): a matched kernel becomes one kernel of the group's work, the
@@ -73,6 +82,7 @@ from profkit.judge.rules.base import Finding, Param, RuleContext, RuleMeta, Scop
 from profkit.judge.rules.pk204_recomputed_forward import MATRIX_RE as PK204_MATRIX_RE
 from profkit.judge.rules.pk201_unfused_optimizer import optimizer_step_kernel
 from profkit.model import Rung
+from profkit.run.memory import step_memory
 from profkit.run.step.graph import StepGraph
 from profkit.run.step.transform import drop_cpu
 
@@ -318,21 +328,45 @@ def detect(ctx: RuleContext) -> list[Finding]:
         ev[f"to_{n}_speedup"] = round(gain, 3)
         prices.append((f, gain, basis, before, after, edit))
         alternatives[f"to_{n}_speedup"] = edit
-    _, gain, basis, before, after, edit = prices[0]
+    # The number: halving, unless the calibration run measured the memory a micro-batch takes;
+    # then the largest merge whose micro-batch fits
+    mem = step_memory(ctx.prof.full_trace.meta.get("calibration"), g.window.delimiter)
+    pick = 0
+    if mem is not None:
+        fitting = [i for i, (f, *_) in enumerate(prices) if mem.fits(f)]
+        pick = fitting[-1] if fitting else 0
+        ev.update(resident_bytes=int(mem.resident_bytes), micro_batch_bytes=int(mem.step_bytes),
+                  device_bytes=int(mem.device_bytes))
+    f_pick, gain, basis, before, after, edit = prices[pick]
     ev.update(merged_gpu_ns_per_step=int(after / its), paired_gpu_ns_per_step=int(before / its))
     per_copy = float(np.mean([(g.g_kind[o[0]] == 0).sum() for o in ops]))
     ev["kernels_per_micro_batch"] = round(per_copy, 1)
-    others = "; ".join(f"{-(-k // f)} of {f} times the size: {gf:.2f}x" for f, gf, *_ in prices[1:])
-    half = (f"{-(-k // 2)} micro-batches of twice the size" if k > 2
-            else "one batch of twice the size (no accumulation)")
-    memory = (f"the GPU's {gpu.total_memory / 2**30:.0f} GiB" if gpu is not None and gpu.total_memory
-              else "the GPU's memory")
+    others = "; ".join(f"{-(-k // f)} of {f} times the size: {gf:.2f}x" for i, (f, gf, *_) in enumerate(prices)
+                       if i != pick)
+    n_pick = -(-k // f_pick)
+    use = (f"one batch of {f_pick} times the size (no accumulation)" if n_pick == 1 else
+           f"{n_pick} micro-batches of {'twice' if f_pick == 2 else f'{f_pick} times'} the size")
+    gib = 2 ** 30
+    if mem is None:
+        memory = (f"the GPU's {gpu.total_memory / gib:.0f} GiB" if gpu is not None and gpu.total_memory
+                  else "the GPU's memory")
+        fit = f"if the activations fit (check torch.cuda.max_memory_allocated() against {memory})"
+        assumes = "it assumes the activations of the larger micro-batch fit"
+    elif mem.fits(f_pick):
+        fit = (f"which fits: a micro-batch took {mem.step_bytes / gib:.1f} GiB over the "
+               f"{mem.resident_bytes / gib:.1f} GiB a step starts with, about {mem.need(f_pick) / gib:.1f} "
+               f"GiB at {f_pick} times the size, of the GPU's {mem.device_bytes / gib:.0f} GiB "
+               "(measured in the calibration run)")
+        assumes = f"the micro-batch of {f_pick} times the size fits, by the memory the calibration run measured"
+    else:
+        fit = (f"once the activations fit: at twice the size about {mem.need(2) / gib:.1f} GiB of the GPU's "
+               f"{mem.device_bytes / gib:.0f} GiB (a micro-batch took {mem.step_bytes / gib:.1f} GiB in the "
+               "calibration run); activation checkpointing or bf16 first")
+        assumes = "it needs the activations of the larger micro-batch to fit, which they do not as the step stands"
     return [Finding(RULE.code, RULE.name,
                     f"each step accumulates gradients over {k} micro-batches ({per_copy:.0f} kernels "
-                    f"each, launched again for every one): use {half} for the same effective batch "
-                    f"(the number below{'; ' + others if others else ''}), "
-                    "if the activations fit (check torch.cuda.max_memory_allocated() against "
-                    f"{memory})", Rung.NONE, ev, gain,
+                    f"each, launched again for every one): use {use} for the same effective batch "
+                    f"(the number below{'; ' + others if others else ''}), {fit}", Rung.NONE, ev, gain,
                     f"{basis}; a floor for the GPU's part (a larger GEMM may also pick a faster "
-                    "kernel); it assumes the activations of the larger micro-batch fit", gain,
+                    f"kernel); {assumes}", gain,
                     scope=Scope.PROGRAM, edit=edit, alternatives=alternatives)]

@@ -83,7 +83,7 @@ def render(path: Path, rows: list[dict], env: str) -> str:
                 f"{c['peer']} {fmt_us(c['peer_us'])} µs, {100 * (c['best_us'] / c['peer_us'] - 1):.0f}% slower)"
                 for c in miss) + ". "
              if miss else "Behind: none in this run. ")
-            + f"Within 2% of the peer, ties at the run-to-run precision below (either way in another run): "
+            + "Within 2% of the peer, ties at the run-to-run precision below (either way in another run): "
             + (", ".join(f"{c['op']} {c['shape']} {fmt_x(c['best_x'])}" for c in ties) or "none") + ". "
             + repeat_score(), ""]
     bw = [by[("bias_gelu", s, i)] for s in LARGE for i in ("auto", "cuda", "triton", "compile")

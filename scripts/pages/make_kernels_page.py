@@ -30,7 +30,7 @@ from _page import write_or_check  # noqa: E402
 from kernels_page_probes import (consumer_table, decode_margin, earlier_table, evict_table,  # noqa: E402
                                  final_host, host_range, host_table, ncu_compare_text, one_row, reload_table,
                                  separated_tables, spread_text, warps_table)
-from kernels_page_run import DATA, DECODE_ROWS, ahead, empty_us, load, min_elems  # noqa: E402
+from kernels_page_run import DATA, ahead, empty_us, load, min_elems  # noqa: E402
 from kernels_page_scorecard import render  # noqa: E402
 from kernels_page_text import CHECKS, PREV_ROUND, SWAP, THIS_ROUND, WHY_DECODE  # noqa: E402  (the page's prose)
 
@@ -56,7 +56,6 @@ def render_all(path: Path = DATA) -> str:
         row_margin=decode_margin(rows, ("add_rmsnorm", "add_rmsnorm_", "add_layernorm", "softmax")),
         ncu_compare=ncu_compare_text())
     consumer, consumer_spread = consumer_table()
-    dec = [r["median_us"] for r in rows if r["impl"] == "copy" and r["tokens"] <= DECODE_ROWS]
     host = {impl: statistics.median(r["host_us"] for r in rows if r["impl"] == impl) for impl in ("triton", "cuda")}
     this_round = THIS_ROUND.format(
         min_elems=min_elems(), auto_ok=sum(ahead(full[(op, s, "auto")]["best_peer_us"] / full[(op, s, "auto")]["median_us"])

@@ -178,19 +178,25 @@ def check_first_sight_entry(prog: dict, root: Path) -> None:
     assert not refused & listed and listed <= set(prog["fixes"]), prog["name"]
 
 
-def with_replacements(trace: Path, dst_dir: Path, edit: Callable[[dict], None]) -> Path:
-    """A decompressed copy of the committed capture ``trace`` whose PROFKIT_META ``replacements``
-    (the op record and the timed entries) ``edit`` changed in place."""
+def with_meta(trace: Path, dst_dir: Path, key: str, edit: Callable[[dict], None]) -> Path:
+    """A decompressed copy of the committed capture ``trace`` whose PROFKIT_META entry ``key`` (a
+    JSON object: ``replacements``, ``calibration``) ``edit`` changed in place."""
     dst = dst_dir / trace.name.removesuffix(".xz")
     with lzma.open(trace) as src, open(dst, "wb") as out:
         shutil.copyfileobj(src, out)
     con = sqlite3.connect(dst)
     with con:
-        meta = json.loads(con.execute("SELECT value FROM PROFKIT_META WHERE key = 'replacements'").fetchone()[0])
+        meta = json.loads(con.execute("SELECT value FROM PROFKIT_META WHERE key = ?", (key,)).fetchone()[0])
         edit(meta)
-        con.execute("UPDATE PROFKIT_META SET value = ? WHERE key = 'replacements'", (json.dumps(meta),))
+        con.execute("UPDATE PROFKIT_META SET value = ? WHERE key = ?", (json.dumps(meta), key))
     con.close()
     return dst
+
+
+def with_replacements(trace: Path, dst_dir: Path, edit: Callable[[dict], None]) -> Path:
+    """A decompressed copy of the committed capture ``trace`` whose PROFKIT_META ``replacements``
+    (the op record and the timed entries) ``edit`` changed in place."""
+    return with_meta(trace, dst_dir, "replacements", edit)
 
 
 def with_record_items(trace: Path, dst_dir: Path, kind: str, items: Optional[list]) -> Path:

@@ -10,9 +10,6 @@ into a copy (its numbers chosen, not measured), as a capture that recorded it wo
 """
 from __future__ import annotations
 
-import json
-import lzma
-import sqlite3
 from pathlib import Path
 
 import numpy as np
@@ -30,17 +27,11 @@ MS = 1_000_000
 
 def _with_inner(tmp_path: Path, spec: dict) -> Path:
     """A copy of the d2h capture whose calibration run holds ``spec`` as every step's inner_ns."""
-    out = tmp_path / "d2h.sqlite"
-    out.write_bytes(lzma.decompress(TRACE.read_bytes()))
-    con = sqlite3.connect(out)
-    cal = json.loads(con.execute("SELECT value FROM PROFKIT_META WHERE key = 'calibration'").fetchone()[0])
-    for r in cal["ranges"]:
-        if r["name"] == "score_batch":
-            r["inner_ns"] = dict(spec)
-    con.execute("UPDATE PROFKIT_META SET value = ? WHERE key = 'calibration'", (json.dumps(cal),))
-    con.commit()
-    con.close()
-    return out
+    def edit(cal: dict) -> None:
+        for r in cal["ranges"]:
+            if r["name"] == "score_batch":
+                r["inner_ns"] = dict(spec)
+    return shared.with_meta(TRACE, tmp_path, "calibration", edit)
 
 
 def _pk104(p) -> float:

@@ -9,9 +9,6 @@ these tests write chosen figures (not measured ones) into a copy, as a capture h
 """
 from __future__ import annotations
 
-import json
-import lzma
-import sqlite3
 from pathlib import Path
 
 import profkit
@@ -24,18 +21,15 @@ TRACE = shared.CORPUS / "accum_resnet_train.sqlite.xz"
 
 
 def _with_memory(tmp_path: Path, resident_gib: float, peak_gib: float, device_gib: float = 80) -> Path:
-    out = tmp_path / "accum.sqlite"
-    out.write_bytes(lzma.decompress(TRACE.read_bytes()))
-    con = sqlite3.connect(out)
-    cal = json.loads(con.execute("SELECT value FROM PROFKIT_META WHERE key = 'calibration'").fetchone()[0])
-    for r in cal["ranges"]:
-        if r["name"] == "train_step":
-            r["mem_bytes"] = int(resident_gib * GIB)
-    cal["memory"] = {"peak_bytes": int(peak_gib * GIB), "device_bytes": int(device_gib * GIB)}
-    con.execute("UPDATE PROFKIT_META SET value = ? WHERE key = 'calibration'", (json.dumps(cal),))
-    con.commit()
-    con.close()
-    return out
+    """A copy of the capture whose calibration run held ``resident_gib`` at each step's start."""
+    def edit(cal: dict) -> None:
+        for r in cal["ranges"]:
+            if r["name"] == "train_step":
+                r["mem_bytes"] = int(resident_gib * GIB)
+        cal["memory"] = {"peak_bytes": int(peak_gib * GIB), "device_bytes": int(device_gib * GIB)}
+    dst = tmp_path / f"m{resident_gib:g}_{peak_gib:g}"
+    dst.mkdir()
+    return shared.with_meta(TRACE, dst, "calibration", edit)
 
 
 def _pk205(path):

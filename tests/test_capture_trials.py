@@ -408,6 +408,8 @@ def test_max_iterations_ends_the_run_cleanly_after_the_nth_step(tmp_path):
     cal = json.loads((tmp_path / "c.json").read_text())
     assert [r["name"] for r in cal["ranges"]] == ["setup"] + ["step"] * 7
     assert cal["cut"] == {"range": "step", "iterations": 7} and cal["exit_code"] == 0
+    # each step's nested range timed on the host (profkit.run.step.inner); the setup opened none
+    assert [sorted(r.get("inner_ns", {})) for r in cal["ranges"]] == [[]] + [["inner"]] * 7
     assert (tmp_path / "code").read_text() == "0\ncut after 7 step"
     assert cap._read_exit_code(tmp_path / "code") == 0 and cap._read_cut(tmp_path / "code") == "cut after 7 step"
 

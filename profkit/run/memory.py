@@ -19,9 +19,7 @@ from typing import Optional
 
 import numpy as np
 
-from profkit.run.iterations import range_starts
-from profkit.run.step.calibrate import calibration_runs
-from profkit.run.window import leading_setup
+from profkit.run.step.calibrate import calibration_runs, steady_ranges
 
 FIT_SHARE = 0.9
 
@@ -56,12 +54,8 @@ def step_memory(meta_text: Optional[str], delimiter: Optional[str]) -> Optional[
         mem = run.get("memory")
         if not isinstance(mem, dict) or not mem.get("peak_bytes") or not mem.get("device_bytes"):
             continue
-        inst = [r for r in run.get("ranges") or [] if isinstance(r, dict) and r.get("name") == delimiter]
-        starts = range_starts(run, delimiter)
-        if len(inst) != len(starts) or len(inst) < 3:
-            continue
-        first = leading_setup(np.array(starts, dtype=np.int64))
-        held = [float(r["mem_bytes"]) for r in inst[first:] if isinstance(r.get("mem_bytes"), (int, float))]
+        held = [float(r["mem_bytes"]) for r in steady_ranges(run, delimiter, 3)
+                if isinstance(r.get("mem_bytes"), (int, float))]
         if not held:
             continue
         resident.append(float(np.median(held)))

@@ -14,6 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from profkit.read.text import visible
+from profkit.run.step.calibrate import scales_text
 from profkit.run.trials import trial_text
 
 CLASS_STYLE = {"compute": "bold magenta", "memory": "bold cyan", "launch": "bold yellow",
@@ -236,9 +237,8 @@ def model_lines(run: dict) -> list[str]:
                 ": the run without it took as long, within a run's noise" if cal.get("host_scale_from") == "noise"
                 else ": the profiled run lies within the spread of the runs without it"
                 if cal.get("host_scale_from") == "spread" else "")
-             + (("; measured range by range: " + ", ".join(
-                 f"`{k}` {1 / v - 1:+.0%}" for k, v in sorted(cal["range_scales"].items(), key=lambda kv: kv[1]))
-                 + " (the rest as above)") if cal.get("range_scales") else "") + "); "
+             + (f"; measured range by range: {scales_text(cal['range_scales'])} (the rest as above)"
+                if cal.get("range_scales") else "") + "); "
              f"replay of the trace {fmt_time(rep['simulated_iteration_ns'])}"]
     parts = run.get("critical_path") or []
     total = sum(p["ns_per_iteration"] for p in parts)

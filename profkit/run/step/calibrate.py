@@ -88,11 +88,10 @@ class Calibration:
 
     def with_ranges(self, scales: dict, replay_iteration_ns: float, predicted_iteration_ns: float) -> "Calibration":
         """This calibration with the measured ranges' scales (``host`` the scale of the rest)."""
-        said = ", ".join(f"`{k}` {1 / v - 1:+.0%}" for k, v in sorted(scales.items(), key=lambda kv: kv[1]))
         return replace(self, range_scales=dict(scales), replay_iteration_ns=replay_iteration_ns,
                        predicted_iteration_ns=predicted_iteration_ns,
                        detail=f"{self.detail}; host time added by the profiler, measured in the ranges inside "
-                              f"the step: {said} (the rest at the CPU scale {self.host:.2f})")
+                              f"the step: {scales_text(scales)} (the rest at the CPU scale {self.host:.2f})")
 
     @property
     def host_inflation(self) -> float:
@@ -113,6 +112,23 @@ class Calibration:
                    if self.unstable else {}),
                 **({"range_scales": {k: round(v, 4) for k, v in sorted(self.range_scales.items())}}
                    if self.range_scales else {})}
+
+
+def scales_text(scales: dict) -> str:
+    """The host time the profiler added in each measured range (``{name: CPU scale}``), the
+    largest first: "`forward` +81%, `argmax` +3%"."""
+    return ", ".join(f"`{k}` {1 / v - 1:+.0%}" for k, v in sorted(scales.items(), key=lambda kv: kv[1]))
+
+
+def steady_ranges(run: dict, delimiter: str, least: int) -> list[dict]:
+    """The instances of the top-level range ``delimiter`` one calibration run recorded, less the
+    first iterations and set-up that the window leaves out (profkit.run.window.leading_setup);
+    none where the run recorded fewer than ``least`` of them."""
+    inst = [r for r in run.get("ranges") or [] if isinstance(r, dict) and r.get("name") == delimiter]
+    starts = range_starts(run, delimiter)
+    if len(inst) != len(starts) or len(inst) < least:
+        return []
+    return inst[leading_setup(np.array(starts, dtype=np.int64)):]
 
 
 def unprofiled_runs(meta_text: Optional[str], delimiter: Optional[str]) -> list[np.ndarray]:

@@ -34,9 +34,9 @@ from typing import Optional
 
 import numpy as np
 
-from profkit.run.iterations import range_starts
+from profkit.run.step.calibrate import steady_ranges
 from profkit.run.step.graph import StepGraph
-from profkit.run.window import leading_setup, main_threads
+from profkit.run.window import main_threads
 
 MIN_ITERATIONS = 3
 MIN_CPU_SHARE = 0.9
@@ -63,9 +63,6 @@ class RangeScales:
         out.c_gap[m] = g.c_gap[m] * (self.gap[m] / h)
         return out
 
-    def describe(self) -> str:
-        return ", ".join(f"`{k}` {1 / v:.2f}x" for k, v in sorted(self.scales.items(), key=lambda kv: kv[1]))
-
 
 def unprofiled_inner(runs: list[dict], delimiter: str) -> dict[str, list[float]]:
     """Per range name, its host time (ns) in each steady iteration of the calibration ``runs``
@@ -73,12 +70,7 @@ def unprofiled_inner(runs: list[dict], delimiter: str) -> dict[str, list[float]]
     the calibration leaves them out); iterations that did not open it count as none."""
     out: dict[str, list[float]] = {}
     for run in runs:
-        inst = [r for r in run.get("ranges") or [] if isinstance(r, dict) and r.get("name") == delimiter]
-        starts = range_starts(run, delimiter)
-        if len(inst) != len(starts) or len(inst) < MIN_ITERATIONS + 1:
-            continue
-        first = leading_setup(np.array(starts, dtype=np.int64))
-        steady = inst[first:]
+        steady = steady_ranges(run, delimiter, MIN_ITERATIONS + 1)
         names = {k for r in steady for k in (r.get("inner_ns") or {})}
         for k in names:
             out.setdefault(k, []).extend(float((r.get("inner_ns") or {}).get(k, 0) or 0) for r in steady)
@@ -101,7 +93,6 @@ def profiled_inner(trace, g: StepGraph) -> list[tuple[str, np.ndarray, np.ndarra
     st, en = r["start"].to_numpy(np.int64), r["end"].to_numpy(np.int64)
     tid = r["globalTid"].to_numpy(np.int64)
     order = np.lexsort((-en, st, tid))
-    depth = np.zeros(len(st), dtype=np.int64)
     parent = np.full(len(st), -1, dtype=np.int64)
     stack: list[int] = []
     last_tid = None
@@ -111,7 +102,7 @@ def profiled_inner(trace, g: StepGraph) -> list[tuple[str, np.ndarray, np.ndarra
         while stack and en[stack[-1]] <= st[i]:
             stack.pop()
         if stack:
-            parent[i], depth[i] = stack[-1], depth[stack[-1]] + 1
+            parent[i] = stack[-1]
         stack.append(i)
     step = (name == w.delimiter) & (parent < 0)
     child = (parent >= 0) & np.isin(parent, np.flatnonzero(step))

@@ -145,8 +145,8 @@ def model_of(trace, window: Window, launch_floor_ns: float) -> StepModel:
         # the model's graph: the measured ranges at their scale when replayed at the calibrated
         # one; the replay of the trace itself stays the unscaled graph's
         trace_replay = replay(g, 1.0).iteration_ns
+        sched = at(cal.host)
         g = ranges.graph_at(g, cal.host)
-        sched = replay(g, cal.host)
         replays = {cal.host: sched}
         cal = cal.with_ranges(ranges.scales, trace_replay, sched.iteration_ns)
     warnings = list(g.notes) + ([cal.warning] if cal.warning else [])

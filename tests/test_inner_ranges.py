@@ -25,12 +25,12 @@ TRACE = shared.CORPUS / "d2h_logits_numpy.sqlite.xz"
 MS = 1_000_000
 
 
-def _with_inner(tmp_path: Path, spec: dict) -> Path:
+def _with_inner(tmp_path: Path, spec) -> Path:
     """A copy of the d2h capture whose calibration run holds ``spec`` as every step's inner_ns."""
     def edit(cal: dict) -> None:
         for r in cal["ranges"]:
             if r["name"] == "score_batch":
-                r["inner_ns"] = dict(spec)
+                r["inner_ns"] = spec
     return shared.with_meta(TRACE, tmp_path, "calibration", edit)
 
 
@@ -102,3 +102,10 @@ def test_the_model_line_says_what_the_ranges_measured(tmp_path):
     res = CliRunner().invoke(main, ["classify", str(path)], catch_exceptions=False)
     assert res.exit_code == 0
     assert "measured range by range: `forward` +81%, `argmax` +3% (the rest as above)" in " ".join(res.output.split())
+
+
+def test_a_damaged_record_is_read_not_raised_on(tmp_path):
+    # inner_ns of the wrong type, or with entries that are not times: no range is measured
+    for bad in (["forward"], {"forward": "fast", "argmax": None}, "x"):
+        p = profkit.load(_with_inner(tmp_path, bad))
+        assert p.step_model().calibration.range_scales == {}

@@ -9,6 +9,7 @@ these tests write chosen figures (not measured ones) into a copy, as a capture h
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import profkit
@@ -71,6 +72,10 @@ def test_what_a_micro_batch_takes_and_what_fits():
     assert m.step_bytes == 4 * GIB and m.need(4) == 18 * GIB
     assert m.fits(16) and not m.fits(18)      # 66 GiB fits in 90% of 80, 74 does not
     assert step_memory(None, "train_step") is None
+    # figures that are not numbers are read as none, never raised on
+    run = {"ranges": [{"name": "train_step", "start_ns": i, "end_ns": i + 1, "mem_bytes": GIB} for i in range(5)],
+           "memory": {"peak_bytes": "9 GiB", "device_bytes": 80 * GIB}}
+    assert step_memory(json.dumps(run), "train_step") is None
 
 
 def test_without_the_figures_halving_is_the_number():

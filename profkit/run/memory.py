@@ -52,8 +52,9 @@ def step_memory(meta_text: Optional[str], delimiter: Optional[str]) -> Optional[
     resident, peak, device = [], [], []
     for run in calibration_runs(meta_text):
         mem = run.get("memory")
-        if not isinstance(mem, dict) or not mem.get("peak_bytes") or not mem.get("device_bytes"):
-            continue
+        if not isinstance(mem, dict) or not all(isinstance(mem.get(k), (int, float)) and mem[k] > 0
+                                                for k in ("peak_bytes", "device_bytes")):
+            continue   # not recorded, or not numbers: a file written by hand or damaged is read
         held = [float(r["mem_bytes"]) for r in steady_ranges(run, delimiter, 3)
                 if isinstance(r.get("mem_bytes"), (int, float))]
         if not held:

@@ -71,10 +71,19 @@ def unprofiled_inner(runs: list[dict], delimiter: str) -> dict[str, list[float]]
     out: dict[str, list[float]] = {}
     for run in runs:
         steady = steady_ranges(run, delimiter, MIN_ITERATIONS + 1)
-        names = {k for r in steady for k in (r.get("inner_ns") or {})}
-        for k in names:
-            out.setdefault(k, []).extend(float((r.get("inner_ns") or {}).get(k, 0) or 0) for r in steady)
+        timed = [_timed(r.get("inner_ns")) for r in steady]
+        for k in {k for t in timed for k in t}:
+            out.setdefault(k, []).extend(t.get(k, 0.0) for t in timed)
     return out
+
+
+def _timed(inner_ns: object) -> dict[str, float]:
+    """A step's ``inner_ns`` as recorded, its entries that are not a time left out (a file written
+    by hand or damaged is read, never raised on)."""
+    if not isinstance(inner_ns, dict):
+        return {}
+    return {str(k): float(v) for k, v in inner_ns.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0}
 
 
 def profiled_inner(trace, g: StepGraph) -> list[tuple[str, np.ndarray, np.ndarray]]:
